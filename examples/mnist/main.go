@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gotrain/gotrain/worker"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "mnist:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, dataDir, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	w, err := worker.Init(ctx, worker.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if errors.Is(err, worker.ErrNotLaunched) {
+		return fmt.Errorf("%w\n\tfor example: bin/gotrain launch --nproc-per-node 4 --backend cpu -- bin/mnist", err)
+	}
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+
+	if dataDir == "" {
+		if dataDir, err = defaultDataDir(); err != nil {
+			return fmt.Errorf("rank %d: %w", w.Rank, err)
+		}
+	}
+	ds, err := loadDataset(dataDir)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", w.Rank, err)
+	}
+	c, err := w.NewComm(ctx, "mnist")
+	if err != nil {
+		return err // it names the rank
+	}
+	defer c.Close()
+	if w.Rank == 0 {
+		fmt.Fprintf(stderr, "mnist: %d ranks, batch %d per rank (%d global), %d epochs, hidden %d, lr %g, seed %d, data %s\n",
+			w.WorldSize, cfg.BatchSize, cfg.BatchSize*w.WorldSize, cfg.Epochs, cfg.Hidden, cfg.LR, cfg.Seed, dataDir)
+	}
+	if _, err := train(ctx, c, ds, cfg, stdout); err != nil {
+		return fmt.Errorf("rank %d: %w", w.Rank, err)
+	}
+	return nil
+}
+
+// parseFlags returns the training config and the data directory ("" to
+// find it in the module cache) that args ask for.
+func parseFlags(args []string, stderr io.Writer) (config, string, error) {
+	cfg := defaultConfig()
+	var dataDir string
+	fs := flag.NewFlagSet("mnist", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: gotrain launch [launch flags] -- mnist [flags]
+
+Trains an MLP on MNIST, data-parallel over the job's ranks. Rank 0 prints one
+line per epoch and ends with "final test_accuracy=… ranks_agree=…".
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&dataDir, "data", "", "`dir`ectory holding the MNIST IDX .gz files (default: the GoMNIST module's data/ in the module cache)")
+	fs.IntVar(&cfg.Epochs, "epochs", cfg.Epochs, "passes over the training set")
+	fs.IntVar(&cfg.BatchSize, "batch-size", cfg.BatchSize, "examples per rank per step; the global batch is this × ranks")
+	fs.IntVar(&cfg.Hidden, "hidden", cfg.Hidden, "hidden units")
+	fs.Float64Var(&cfg.LR, "lr", cfg.LR, "peak learning rate, annealed to 0 on a cosine")
+	fs.Float64Var(&cfg.Momentum, "momentum", cfg.Momentum, "SGD momentum")
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the initial weights and the shuffles")
+	fs.IntVar(&cfg.Limit, "limit", cfg.Limit, "train on only the first `n` training images (0: all 60000)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, "", err
+	}
+	if fs.NArg() > 0 {
+		return config{}, "", fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
+	}
+	if err := cfg.validate(); err != nil {
+		return config{}, "", fmt.Errorf("%w (see --help)", err)
+	}
+	return cfg, dataDir, nil
+}
