@@ -1,0 +1,210 @@
+// gotrain's NCCL shim: dlopen libnccl.so.2, resolve the entry points with
+// dlsym, and call through them. Go makes exactly one cgo call per NCCL call.
+
+//go:build cgo
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shim.h"
+
+typedef void *comm_t;   // ncclComm_t
+typedef void *stream_t; // cudaStream_t
+
+static struct {
+	void *handle;
+	// required
+	int (*getVersion)(int *);
+	int (*getUniqueId)(gtn_uid *);
+	int (*commInitRank)(comm_t *, int, gtn_uid, int);
+	int (*commDestroy)(comm_t);
+	int (*commAbort)(comm_t);
+	const char *(*getErrorString)(int);
+	int (*commGetAsyncError)(comm_t, int *);
+	int (*commCount)(comm_t, int *);
+	int (*commCuDevice)(comm_t, int *);
+	int (*commUserRank)(comm_t, int *);
+	int (*allReduce)(const void *, void *, size_t, int, int, comm_t, stream_t);
+	int (*broadcast)(const void *, void *, size_t, int, int, comm_t, stream_t);
+	int (*reduce)(const void *, void *, size_t, int, int, int, comm_t, stream_t);
+	int (*allGather)(const void *, void *, size_t, int, comm_t, stream_t);
+	int (*reduceScatter)(const void *, void *, size_t, int, int, comm_t, stream_t);
+	int (*send)(const void *, size_t, int, int, comm_t, stream_t);
+	int (*recv)(void *, size_t, int, int, comm_t, stream_t);
+	int (*groupStart)(void);
+	int (*groupEnd)(void);
+	// optional, in GTN_OPT_* order
+	const char *(*getLastError)(comm_t);
+	int (*commInitRankConfig)(comm_t *, int, gtn_uid, int, gtn_config *);
+	int (*commFinalize)(comm_t);
+	int (*commSplit)(comm_t, int, int, comm_t *, gtn_config *);
+	int (*commInitRankScalable)(comm_t *, int, int, int, gtn_uid *, gtn_config *);
+} fn;
+
+static const char *optional_names[GTN_OPT_COUNT] = {
+	"ncclGetLastError",
+	"ncclCommInitRankConfig",
+	"ncclCommFinalize",
+	"ncclCommSplit",
+	"ncclCommInitRankScalable",
+};
+
+#define REQUIRE(field, name)                                                   \
+	do {                                                                   \
+		*(void **)(&fn.field) = dlsym(h, name);                        \
+		if (fn.field == NULL) {                                        \
+			snprintf(err, errlen, "%s has no symbol %s", path, name); \
+			goto fail;                                             \
+		}                                                              \
+	} while (0)
+
+#define OPTIONAL(field, name) (*(void **)(&fn.field) = dlsym(h, name))
+
+int gtn_open(const char *path, char *err, size_t errlen) {
+	if (fn.handle != NULL) {
+		return 0;
+	}
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		const char *e = dlerror();
+		snprintf(err, errlen, "%s", e != NULL ? e : "dlopen failed");
+		return -1;
+	}
+	REQUIRE(getVersion, "ncclGetVersion");
+	REQUIRE(getUniqueId, "ncclGetUniqueId");
+	REQUIRE(commInitRank, "ncclCommInitRank");
+	REQUIRE(commDestroy, "ncclCommDestroy");
+	REQUIRE(commAbort, "ncclCommAbort");
+	REQUIRE(getErrorString, "ncclGetErrorString");
+	REQUIRE(commGetAsyncError, "ncclCommGetAsyncError");
+	REQUIRE(commCount, "ncclCommCount");
+	REQUIRE(commCuDevice, "ncclCommCuDevice");
+	REQUIRE(commUserRank, "ncclCommUserRank");
+	REQUIRE(allReduce, "ncclAllReduce");
+	REQUIRE(broadcast, "ncclBroadcast");
+	REQUIRE(reduce, "ncclReduce");
+	REQUIRE(allGather, "ncclAllGather");
+	REQUIRE(reduceScatter, "ncclReduceScatter");
+	REQUIRE(send, "ncclSend");
+	REQUIRE(recv, "ncclRecv");
+	REQUIRE(groupStart, "ncclGroupStart");
+	REQUIRE(groupEnd, "ncclGroupEnd");
+	OPTIONAL(getLastError, optional_names[GTN_OPT_GET_LAST_ERROR]);
+	OPTIONAL(commInitRankConfig, optional_names[GTN_OPT_INIT_RANK_CONFIG]);
+	OPTIONAL(commFinalize, optional_names[GTN_OPT_FINALIZE]);
+	OPTIONAL(commSplit, optional_names[GTN_OPT_SPLIT]);
+	OPTIONAL(commInitRankScalable, optional_names[GTN_OPT_INIT_RANK_SCALABLE]);
+	fn.handle = h;
+	return 0;
+fail:
+	memset(&fn, 0, sizeof fn);
+	dlclose(h);
+	return -1;
+}
+
+void gtn_close(void) {
+	if (fn.handle != NULL) {
+		dlclose(fn.handle);
+	}
+	memset(&fn, 0, sizeof fn);
+}
+
+const char *gtn_optional_name(int i) {
+	return i >= 0 && i < GTN_OPT_COUNT ? optional_names[i] : NULL;
+}
+
+int gtn_optional_present(int i) {
+	switch (i) {
+	case GTN_OPT_GET_LAST_ERROR: return fn.getLastError != NULL;
+	case GTN_OPT_INIT_RANK_CONFIG: return fn.commInitRankConfig != NULL;
+	case GTN_OPT_FINALIZE: return fn.commFinalize != NULL;
+	case GTN_OPT_SPLIT: return fn.commSplit != NULL;
+	case GTN_OPT_INIT_RANK_SCALABLE: return fn.commInitRankScalable != NULL;
+	}
+	return 0;
+}
+
+int gtn_get_version(int *version) { return fn.getVersion(version); }
+
+const char *gtn_error_string(int result) { return fn.getErrorString(result); }
+
+const char *gtn_last_error(uintptr_t comm) {
+	return fn.getLastError != NULL ? fn.getLastError((comm_t)comm) : NULL;
+}
+
+int gtn_get_unique_id(gtn_uid *id) { return fn.getUniqueId(id); }
+
+int gtn_comm_init_rank(uintptr_t *comm, int nranks, const gtn_uid *id, int rank) {
+	comm_t c = NULL;
+	int r = fn.commInitRank(&c, nranks, *id, rank);
+	*comm = (uintptr_t)c;
+	return r;
+}
+
+int gtn_comm_init_rank_config(uintptr_t *comm, int nranks, const gtn_uid *id, int rank, gtn_config *cfg) {
+	if (fn.commInitRankConfig == NULL) return GTN_MISSING;
+	comm_t c = NULL;
+	int r = fn.commInitRankConfig(&c, nranks, *id, rank, cfg);
+	*comm = (uintptr_t)c;
+	return r;
+}
+
+int gtn_comm_init_rank_scalable(uintptr_t *comm, int nranks, int rank, int nids, gtn_uid *ids, gtn_config *cfg) {
+	if (fn.commInitRankScalable == NULL) return GTN_MISSING;
+	comm_t c = NULL;
+	int r = fn.commInitRankScalable(&c, nranks, rank, nids, ids, cfg);
+	*comm = (uintptr_t)c;
+	return r;
+}
+
+int gtn_comm_split(uintptr_t comm, int color, int key, uintptr_t *newcomm, gtn_config *cfg) {
+	if (fn.commSplit == NULL) return GTN_MISSING;
+	comm_t c = NULL;
+	int r = fn.commSplit((comm_t)comm, color, key, &c, cfg);
+	*newcomm = (uintptr_t)c;
+	return r;
+}
+
+int gtn_comm_finalize(uintptr_t comm) {
+	if (fn.commFinalize == NULL) return GTN_MISSING;
+	return fn.commFinalize((comm_t)comm);
+}
+
+int gtn_comm_destroy(uintptr_t comm) { return fn.commDestroy((comm_t)comm); }
+int gtn_comm_abort(uintptr_t comm) { return fn.commAbort((comm_t)comm); }
+int gtn_comm_get_async_error(uintptr_t comm, int *state) { return fn.commGetAsyncError((comm_t)comm, state); }
+int gtn_comm_count(uintptr_t comm, int *n) { return fn.commCount((comm_t)comm, n); }
+int gtn_comm_cu_device(uintptr_t comm, int *dev) { return fn.commCuDevice((comm_t)comm, dev); }
+int gtn_comm_user_rank(uintptr_t comm, int *rank) { return fn.commUserRank((comm_t)comm, rank); }
+
+int gtn_all_reduce(uintptr_t send, uintptr_t recv, size_t count, int dtype, int op, uintptr_t comm, uintptr_t stream) {
+	return fn.allReduce((const void *)send, (void *)recv, count, dtype, op, (comm_t)comm, (stream_t)stream);
+}
+
+int gtn_broadcast(uintptr_t send, uintptr_t recv, size_t count, int dtype, int root, uintptr_t comm, uintptr_t stream) {
+	return fn.broadcast((const void *)send, (void *)recv, count, dtype, root, (comm_t)comm, (stream_t)stream);
+}
+
+int gtn_reduce(uintptr_t send, uintptr_t recv, size_t count, int dtype, int op, int root, uintptr_t comm, uintptr_t stream) {
+	return fn.reduce((const void *)send, (void *)recv, count, dtype, op, root, (comm_t)comm, (stream_t)stream);
+}
+
+int gtn_all_gather(uintptr_t send, uintptr_t recv, size_t sendcount, int dtype, uintptr_t comm, uintptr_t stream) {
+	return fn.allGather((const void *)send, (void *)recv, sendcount, dtype, (comm_t)comm, (stream_t)stream);
+}
+
+int gtn_reduce_scatter(uintptr_t send, uintptr_t recv, size_t recvcount, int dtype, int op, uintptr_t comm, uintptr_t stream) {
+	return fn.reduceScatter((const void *)send, (void *)recv, recvcount, dtype, op, (comm_t)comm, (stream_t)stream);
+}
+
+int gtn_send(uintptr_t buf, size_t count, int dtype, int peer, uintptr_t comm, uintptr_t stream) {
+	return fn.send((const void *)buf, count, dtype, peer, (comm_t)comm, (stream_t)stream);
+}
+
+int gtn_recv(uintptr_t buf, size_t count, int dtype, int peer, uintptr_t comm, uintptr_t stream) {
+	return fn.recv((void *)buf, count, dtype, peer, (comm_t)comm, (stream_t)stream);
+}
+
+int gtn_group_start(void) { return fn.groupStart(); }
+int gtn_group_end(void) { return fn.groupEnd(); }
