@@ -1,0 +1,30 @@
+// Package coordinator serves a gotrain job's control plane over gRPC: it
+// implements gotrainv1.CoordinatorServer on top of the pure job state machine
+// of package job, feeding it the events the agents report and carrying out the
+// actions it returns (streaming generation events to agents, answering
+// barriers). It also keeps the job's write-once key-value store (package kv).
+//
+// Every call must carry the job token (package token); calls without it fail
+// with PermissionDenied.
+//
+// An agent calls Join, then WatchGenerations with the node id it got. The
+// stream delivers, in order, every event for the node since it joined
+// (started, ended, finished) and ends after finished. The stream is the node's
+// membership: if it ends before the job finished, the node is lost. Barrier
+// calls fail with Aborted when their generation is not running or ends first;
+// the caller should wait for the next generation. Mistakes by the caller come
+// back as InvalidArgument, NotFound (unknown node), AlreadyExists (duplicate
+// agent, second stream, KV conflict) or FailedPrecondition (joining a started
+// job); calls that wait end with Unavailable when the coordinator stops.
+//
+// # Usage
+//
+//	srv, err := coordinator.New(coordinator.Config{RunID: id, Token: tok, Nodes: 2, Logger: log})
+//	if err != nil { ... }
+//	lis, err := net.Listen("tcp", ":29400")
+//	if err != nil { ... }
+//	ctx, cancel := context.WithCancel(ctx)
+//	go func() { <-srv.Finished(); cancel() }()
+//	if err := srv.Serve(ctx, lis); err != nil { ... }
+//	res := srv.Result() // nil if ctx ended before the job finished
+package coordinator

@@ -1,0 +1,579 @@
+package job
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Errors returned by New and Step. An event that returns an error leaves the
+// machine unchanged.
+var (
+	ErrInvalidConfig = errors.New("job: invalid config")
+	// ErrInvalidEvent: the event is malformed or contradicts the job (a rank
+	// that does not run on the node, a generation that has not started).
+	ErrInvalidEvent = errors.New("job: invalid event")
+	// ErrDuplicateNode: the node id, or the agent (hostname and pid), joined
+	// already.
+	ErrDuplicateNode = errors.New("job: node already joined")
+	// ErrUnknownNode: no node with this id is part of the job.
+	ErrUnknownNode = errors.New("job: unknown node")
+	// ErrJobStarted: a node tried to join after the first generation started.
+	ErrJobStarted = errors.New("job: job already started")
+	// ErrJobFinished: a node tried to join a finished job.
+	ErrJobFinished = errors.New("job: job is finished")
+)
+
+// Config configures a Machine.
+type Config struct {
+	// RunID names the job run; required.
+	RunID string
+	// Nodes is how many nodes the job waits for before it starts; default 1.
+	Nodes int
+	// MaxRestarts is how many times a failed generation is restarted; default 0.
+	MaxRestarts int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Nodes == 0 {
+		c.Nodes = 1
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.RunID == "":
+		return fmt.Errorf("%w: run id is empty: give the job a run id", ErrInvalidConfig)
+	case c.Nodes < 1:
+		return fmt.Errorf("%w: nodes is %d: a job needs at least one node", ErrInvalidConfig, c.Nodes)
+	case c.MaxRestarts < 0:
+		return fmt.Errorf("%w: max restarts is %d: use 0 or more", ErrInvalidConfig, c.MaxRestarts)
+	}
+	return nil
+}
+
+// Machine is the job state machine. It is not safe for concurrent use; the
+// caller serializes calls.
+type Machine struct {
+	cfg   Config
+	state State
+	nodes map[string]*node // nodes present now
+
+	gen      int64 // current generation, -1 before the first
+	restarts int
+	ranks    []rank // ranks of the current generation, by rank
+
+	failure *Failure // root cause of the latest ended generation
+	reason  string   // failure in words
+
+	barriers map[string]*barrier // pending barriers of the current generation
+	released map[string]bool     // barriers of the current generation already released
+	waiters  map[uint64]string   // waiting call -> barrier name
+}
+
+type node struct {
+	id        string
+	info      NodeInfo
+	groupRank int // in the current generation; -1 before the first
+}
+
+type rank struct {
+	nodeID    string
+	hostname  string
+	localRank int
+	state     RankState
+	exitCode  int
+	signal    string
+	progress  *Progress
+}
+
+type barrier struct {
+	arrived map[int][]uint64 // rank -> waiting calls
+}
+
+// New returns a machine waiting for its nodes.
+func New(cfg Config) (*Machine, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Machine{
+		cfg:      cfg,
+		state:    StateWaiting,
+		nodes:    map[string]*node{},
+		gen:      -1,
+		barriers: map[string]*barrier{},
+		released: map[string]bool{},
+		waiters:  map[uint64]string{},
+	}, nil
+}
+
+// Config returns the machine's configuration, defaults filled in.
+func (m *Machine) Config() Config { return m.cfg }
+
+// HasNode reports whether node id is part of the job now.
+func (m *Machine) HasNode(id string) bool { return m.nodes[id] != nil }
+
+// Finished reports whether the job is over.
+func (m *Machine) Finished() bool {
+	return m.state == StateSucceeded || m.state == StateFailed
+}
+
+// Step feeds one event to the machine at time now and returns the actions the
+// caller must carry out, in order. On error the event was rejected and the
+// machine did not change.
+func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
+	switch ev := ev.(type) {
+	case NodeJoined:
+		return m.join(ev)
+	case NodeLost:
+		return m.lost(ev)
+	case WorkerExited:
+		return m.exited(ev)
+	case BarrierArrived:
+		return m.arrive(ev)
+	case BarrierCanceled:
+		m.cancel(ev.Waiter)
+		return nil, nil
+	case ProgressReported:
+		return nil, m.progress(now, ev)
+	case Tick:
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("%w: unknown event type %T", ErrInvalidEvent, ev)
+	}
+}
+
+func (m *Machine) join(ev NodeJoined) ([]Action, error) {
+	if m.Finished() {
+		return nil, fmt.Errorf("%w: node %q cannot join; start a new job", ErrJobFinished, ev.Info.Hostname)
+	}
+	if m.state != StateWaiting {
+		return nil, fmt.Errorf("%w: node %q cannot join generation %d: nodes cannot join a started job (elastic membership is not supported); start a new job that counts every node",
+			ErrJobStarted, ev.Info.Hostname, m.gen)
+	}
+	if err := validateJoin(ev); err != nil {
+		return nil, err
+	}
+	if n := m.nodes[ev.NodeID]; n != nil {
+		return nil, fmt.Errorf("%w: node id %q is taken by %s", ErrDuplicateNode, ev.NodeID, n.info.Hostname)
+	}
+	for _, n := range m.nodes {
+		if n.info.Hostname == ev.Info.Hostname && n.info.AgentPID == ev.Info.AgentPID {
+			return nil, fmt.Errorf("%w: the agent on %s with pid %d joined already as node %q; an agent joins once",
+				ErrDuplicateNode, n.info.Hostname, n.info.AgentPID, n.id)
+		}
+	}
+	info := ev.Info
+	info.GPUs = slices.Clone(info.GPUs)
+	m.nodes[ev.NodeID] = &node{id: ev.NodeID, info: info, groupRank: -1}
+	if len(m.nodes) < m.cfg.Nodes {
+		return nil, nil
+	}
+	return []Action{m.start(0, 0)}, nil
+}
+
+func validateJoin(ev NodeJoined) error {
+	in := ev.Info
+	var problem string
+	switch {
+	case ev.NodeID == "":
+		problem = "node id is empty"
+	case in.Hostname == "":
+		problem = "hostname is empty"
+	case in.Address == "":
+		problem = "address is empty: give the address other nodes reach this node at"
+	case in.Nproc < 1:
+		problem = fmt.Sprintf("nproc is %d: a node runs at least one worker", in.Nproc)
+	case len(in.GPUs) > 0 && in.Nproc > len(in.GPUs):
+		problem = fmt.Sprintf("nproc is %d but the node has %d GPUs: run at most one worker per GPU", in.Nproc, len(in.GPUs))
+	case in.FreePort < 1 || in.FreePort > 65535:
+		problem = fmt.Sprintf("free port is %d: give a free TCP port (1-65535)", in.FreePort)
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: join from %q: %s", ErrInvalidEvent, in.Hostname, problem)
+}
+
+// start opens generation gen with the nodes present now.
+func (m *Machine) start(gen int64, restarts int) StartGeneration {
+	order := m.sortedNodes()
+	m.gen, m.restarts, m.state = gen, restarts, StateRunning
+	m.ranks = m.ranks[:0]
+	m.barriers, m.released, m.waiters = map[string]*barrier{}, map[string]bool{}, map[uint64]string{}
+	sg := StartGeneration{
+		Generation:   gen,
+		RestartCount: restarts,
+		MasterAddr:   order[0].info.Address,
+		MasterPort:   order[0].info.FreePort,
+	}
+	for g, n := range order {
+		n.groupRank = g
+		na := NodeAssignment{NodeID: n.id, GroupRank: g}
+		for local := range n.info.Nproc {
+			gpu := -1
+			if len(n.info.GPUs) > 0 {
+				gpu = n.info.GPUs[local].Index
+			}
+			na.Ranks = append(na.Ranks, RankAssignment{Rank: len(m.ranks), LocalRank: local, GPU: gpu})
+			m.ranks = append(m.ranks, rank{nodeID: n.id, hostname: n.info.Hostname, localRank: local, state: RankRunning})
+		}
+		sg.Nodes = append(sg.Nodes, na)
+	}
+	sg.WorldSize = len(m.ranks)
+	return sg
+}
+
+// sortedNodes returns the present nodes ordered by hostname, address, id.
+func (m *Machine) sortedNodes() []*node {
+	out := make([]*node, 0, len(m.nodes))
+	for _, n := range m.nodes {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b *node) int {
+		return cmp.Or(
+			cmp.Compare(a.info.Hostname, b.info.Hostname),
+			cmp.Compare(a.info.Address, b.info.Address),
+			cmp.Compare(a.id, b.id))
+	})
+	return out
+}
+
+func (m *Machine) lost(ev NodeLost) ([]Action, error) {
+	n := m.nodes[ev.NodeID]
+	if n == nil {
+		return nil, fmt.Errorf("%w %q lost", ErrUnknownNode, ev.NodeID)
+	}
+	delete(m.nodes, ev.NodeID)
+	if m.state != StateRunning && m.state != StateRestarting {
+		return nil, nil
+	}
+	var lostRanks []int
+	for r := range m.ranks {
+		if m.ranks[r].nodeID == n.id && m.ranks[r].state == RankRunning {
+			m.ranks[r].state = RankLost
+			lostRanks = append(lostRanks, r)
+		}
+	}
+	if m.state == StateRestarting {
+		return m.afterEnd(), nil
+	}
+	if len(lostRanks) == 0 {
+		// Its workers are done; the running generation does not need it.
+		return nil, nil
+	}
+	reason := ev.Reason
+	if reason == "" {
+		reason = "node lost"
+	}
+	f := &Failure{
+		Rank:     lostRanks[0],
+		NodeID:   n.id,
+		Hostname: n.info.Hostname,
+		Pid:      n.info.AgentPID,
+		Reason:   reason,
+	}
+	desc := fmt.Sprintf("node %s on %s (%s) was lost: %s", n.id, n.info.Hostname, rankList(lostRanks), reason)
+	return append(m.end(f, desc), m.afterEnd()...), nil
+}
+
+func rankList(rs []int) string {
+	if len(rs) == 1 {
+		return fmt.Sprintf("rank %d", rs[0])
+	}
+	if rs[len(rs)-1]-rs[0] == len(rs)-1 {
+		return fmt.Sprintf("ranks %d-%d", rs[0], rs[len(rs)-1])
+	}
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = fmt.Sprint(r)
+	}
+	return "ranks " + strings.Join(s, ",")
+}
+
+func (m *Machine) exited(ev WorkerExited) ([]Action, error) {
+	if m.nodes[ev.NodeID] == nil {
+		return nil, fmt.Errorf("%w %q reports rank %d exited; only nodes of the job report exits", ErrUnknownNode, ev.NodeID, ev.Rank)
+	}
+	if m.gen < 0 || ev.Generation > m.gen {
+		return nil, fmt.Errorf("%w: node %q reports rank %d of generation %d, which has not started (current generation: %d)",
+			ErrInvalidEvent, ev.NodeID, ev.Rank, ev.Generation, m.gen)
+	}
+	if ev.Generation < m.gen {
+		return nil, nil // a late report of an old generation
+	}
+	if ev.Rank < 0 || ev.Rank >= len(m.ranks) || m.ranks[ev.Rank].nodeID != ev.NodeID {
+		return nil, fmt.Errorf("%w: rank %d does not run on node %q in generation %d", ErrInvalidEvent, ev.Rank, ev.NodeID, ev.Generation)
+	}
+	r := &m.ranks[ev.Rank]
+	if r.state != RankRunning {
+		return nil, nil // reported already
+	}
+	r.exitCode, r.signal = ev.ExitCode, ev.Signal
+	bad := ev.ExitCode != 0 || ev.Signal != ""
+	if m.state == StateRestarting {
+		r.state = RankExited
+		if bad {
+			r.state = RankStopped
+		}
+		return m.afterEnd(), nil
+	}
+	if !bad {
+		r.state = RankExited
+		for _, r := range m.ranks {
+			if r.state != RankExited {
+				return nil, nil
+			}
+		}
+		return m.finishSucceeded(), nil
+	}
+	r.state = RankFailed
+	f := &Failure{
+		Rank:       ev.Rank,
+		NodeID:     ev.NodeID,
+		Hostname:   r.hostname,
+		Pid:        ev.Pid,
+		ExitCode:   ev.ExitCode,
+		Signal:     ev.Signal,
+		StderrTail: slices.Clone(ev.StderrTail),
+	}
+	return append(m.end(f, describeExit(f)), m.afterEnd()...), nil
+}
+
+func describeExit(f *Failure) string {
+	if f.Signal != "" {
+		return fmt.Sprintf("rank %d (pid %d) on %s was killed by signal %s", f.Rank, f.Pid, f.Hostname, f.Signal)
+	}
+	return fmt.Sprintf("rank %d (pid %d) on %s exited with code %d", f.Rank, f.Pid, f.Hostname, f.ExitCode)
+}
+
+// end closes the running generation with root cause f.
+func (m *Machine) end(f *Failure, desc string) []Action {
+	m.failure, m.reason, m.state = f, desc, StateRestarting
+	acts := []Action{EndGeneration{Generation: m.gen, Reason: desc, Failure: copyFailure(f)}}
+	return append(acts, m.failBarriers(fmt.Sprintf("generation %d ended: %s", m.gen, desc))...)
+}
+
+// afterEnd restarts or finishes once every rank of the ended generation is
+// accounted for.
+func (m *Machine) afterEnd() []Action {
+	for _, r := range m.ranks {
+		if r.state == RankRunning {
+			return nil
+		}
+	}
+	var why string
+	switch {
+	case len(m.nodes) < m.cfg.Nodes:
+		why = fmt.Sprintf("only %d of %d nodes remain and nodes cannot rejoin a started job", len(m.nodes), m.cfg.Nodes)
+	case m.cfg.MaxRestarts == 0:
+		why = "restarts are off (max restarts 0)"
+	case m.restarts >= m.cfg.MaxRestarts:
+		why = fmt.Sprintf("all restarts are spent (max restarts %d)", m.cfg.MaxRestarts)
+	default:
+		return []Action{m.start(m.gen+1, m.restarts+1)}
+	}
+	m.state = StateFailed
+	return []Action{FinishJob{
+		ExitCode: exitCode(m.failure),
+		Failure:  copyFailure(m.failure),
+		Message:  fmt.Sprintf("job failed in generation %d: %s; not restarting: %s", m.gen, m.reason, why),
+	}}
+}
+
+func (m *Machine) finishSucceeded() []Action {
+	m.state = StateSucceeded
+	acts := m.failBarriers("the job finished")
+	return append(acts, FinishJob{
+		Succeeded: true,
+		Message: fmt.Sprintf("job succeeded: %s exited with code 0 in generation %d after %s",
+			plural(len(m.ranks), "rank"), m.gen, plural(m.restarts, "restart")),
+	})
+}
+
+// exitCode is the code a launcher exits with for root cause f.
+func exitCode(f *Failure) int {
+	switch {
+	case f.Reason != "":
+		return 1
+	case f.Signal != "":
+		if n, ok := signalNumber(f.Signal); ok {
+			return 128 + n
+		}
+		return 1
+	case f.ExitCode > 0:
+		return f.ExitCode
+	default:
+		return 1
+	}
+}
+
+func (m *Machine) arrive(ev BarrierArrived) ([]Action, error) {
+	if ev.Name == "" {
+		return nil, fmt.Errorf("%w: barrier name is empty", ErrInvalidEvent)
+	}
+	if _, dup := m.waiters[ev.Waiter]; dup {
+		return nil, fmt.Errorf("%w: barrier waiter %d is waiting already", ErrInvalidEvent, ev.Waiter)
+	}
+	if m.state != StateRunning || ev.Generation != m.gen {
+		return []Action{FailBarrier{Name: ev.Name, Generation: ev.Generation, Waiters: []uint64{ev.Waiter}, Reason: m.notRunning(ev.Generation)}}, nil
+	}
+	if ev.Rank < 0 || ev.Rank >= len(m.ranks) {
+		return nil, fmt.Errorf("%w: barrier %q: rank %d is outside world size %d", ErrInvalidEvent, ev.Name, ev.Rank, len(m.ranks))
+	}
+	if m.released[ev.Name] {
+		return []Action{ReleaseBarrier{Name: ev.Name, Generation: ev.Generation, Waiters: []uint64{ev.Waiter}}}, nil
+	}
+	b := m.barriers[ev.Name]
+	if b == nil {
+		b = &barrier{arrived: map[int][]uint64{}}
+		m.barriers[ev.Name] = b
+	}
+	b.arrived[ev.Rank] = append(b.arrived[ev.Rank], ev.Waiter)
+	m.waiters[ev.Waiter] = ev.Name
+	if len(b.arrived) < len(m.ranks) {
+		return nil, nil
+	}
+	delete(m.barriers, ev.Name)
+	m.released[ev.Name] = true
+	return []Action{ReleaseBarrier{Name: ev.Name, Generation: m.gen, Waiters: m.takeWaiters(b)}}, nil
+}
+
+// notRunning says why generation gen takes no barrier calls.
+func (m *Machine) notRunning(gen int64) string {
+	switch {
+	case m.Finished():
+		return "the job is finished"
+	case m.gen < 0 || gen > m.gen:
+		return fmt.Sprintf("generation %d has not started", gen)
+	case gen < m.gen || m.state == StateRestarting:
+		return fmt.Sprintf("generation %d has ended; wait for the next generation", gen)
+	}
+	return fmt.Sprintf("generation %d is not running", gen)
+}
+
+func (m *Machine) cancel(w uint64) {
+	name, ok := m.waiters[w]
+	if !ok {
+		return
+	}
+	delete(m.waiters, w)
+	b := m.barriers[name]
+	for r, ws := range b.arrived {
+		if i := slices.Index(ws, w); i >= 0 {
+			ws = slices.Delete(ws, i, i+1)
+			if len(ws) == 0 {
+				delete(b.arrived, r)
+			} else {
+				b.arrived[r] = ws
+			}
+		}
+	}
+	if len(b.arrived) == 0 {
+		delete(m.barriers, name)
+	}
+}
+
+// takeWaiters forgets b's waiting calls and returns them sorted.
+func (m *Machine) takeWaiters(b *barrier) []uint64 {
+	var ws []uint64
+	for _, rw := range b.arrived {
+		ws = append(ws, rw...)
+	}
+	for _, w := range ws {
+		delete(m.waiters, w)
+	}
+	slices.Sort(ws)
+	return ws
+}
+
+// failBarriers fails every pending barrier of the current generation.
+func (m *Machine) failBarriers(reason string) []Action {
+	names := make([]string, 0, len(m.barriers))
+	for name := range m.barriers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var acts []Action
+	for _, name := range names {
+		acts = append(acts, FailBarrier{Name: name, Generation: m.gen, Waiters: m.takeWaiters(m.barriers[name]), Reason: reason})
+		delete(m.barriers, name)
+	}
+	return acts
+}
+
+func (m *Machine) progress(now time.Time, ev ProgressReported) error {
+	if m.nodes[ev.NodeID] == nil {
+		return fmt.Errorf("%w %q reports progress; only nodes of the job report progress", ErrUnknownNode, ev.NodeID)
+	}
+	current := func(p Progress) bool { return m.gen >= 0 && p.Generation == m.gen && !m.Finished() }
+	for _, p := range ev.Ranks {
+		if current(p) && (p.Rank < 0 || p.Rank >= len(m.ranks) || m.ranks[p.Rank].nodeID != ev.NodeID) {
+			return fmt.Errorf("%w: progress for rank %d, which does not run on node %q in generation %d", ErrInvalidEvent, p.Rank, ev.NodeID, m.gen)
+		}
+	}
+	for _, p := range ev.Ranks {
+		if !current(p) {
+			continue
+		}
+		p.Comms = slices.Clone(p.Comms)
+		p.Received = now
+		m.ranks[p.Rank].progress = &p
+	}
+	return nil
+}
+
+// Status returns a snapshot of the job; it shares no memory with the machine.
+func (m *Machine) Status() Status {
+	st := Status{
+		RunID:        m.cfg.RunID,
+		State:        m.state,
+		Generation:   max(m.gen, 0),
+		WorldSize:    len(m.ranks),
+		RestartCount: m.restarts,
+		Failure:      copyFailure(m.failure),
+	}
+	for _, n := range m.sortedNodes() {
+		info := n.info
+		info.GPUs = slices.Clone(info.GPUs)
+		st.Nodes = append(st.Nodes, NodeStatus{NodeID: n.id, Info: info, GroupRank: n.groupRank})
+	}
+	for i, r := range m.ranks {
+		rs := RankStatus{
+			Rank:      i,
+			NodeID:    r.nodeID,
+			Hostname:  r.hostname,
+			LocalRank: r.localRank,
+			State:     r.state,
+			ExitCode:  r.exitCode,
+			Signal:    r.signal,
+		}
+		if r.progress != nil {
+			p := *r.progress
+			p.Comms = slices.Clone(p.Comms)
+			rs.Progress = &p
+		}
+		st.Ranks = append(st.Ranks, rs)
+	}
+	return st
+}
+
+func copyFailure(f *Failure) *Failure {
+	if f == nil {
+		return nil
+	}
+	c := *f
+	c.StderrTail = slices.Clone(f.StderrTail)
+	return &c
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

@@ -1,0 +1,515 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/coordinator/kv"
+	"github.com/gotrain/gotrain/internal/token"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// ErrInvalidConfig is returned by New for an unusable Config.
+var ErrInvalidConfig = errors.New("coordinator: invalid config")
+
+const (
+	// tickInterval is how often the machine gets a Tick.
+	tickInterval = time.Second
+	// stopGrace is how long Serve waits for calls in flight before it cuts
+	// them off.
+	stopGrace = 2 * time.Second
+	// maxKVWait bounds KVGet's wait_ms (the call's deadline still applies).
+	maxKVWait = 24 * time.Hour
+)
+
+// Config configures a Server.
+type Config struct {
+	// RunID names the job run; required.
+	RunID string
+	// Token is the job token every call must carry; required.
+	Token string
+	// Nodes is how many nodes the job waits for; default 1.
+	Nodes int
+	// MaxRestarts is how many times a failed generation restarts; default 0.
+	MaxRestarts int
+	// Logger receives the job's events; default: discard.
+	Logger *slog.Logger
+}
+
+// Server is a job's coordinator.
+type Server struct {
+	gotrainv1.UnimplementedCoordinatorServer
+
+	cfg  Config
+	log  *slog.Logger
+	kv   *kv.Store
+	now  func() time.Time
+	stop context.Context // canceled when Serve shuts down
+	halt context.CancelFunc
+
+	finished chan struct{} // closed on FinishJob
+
+	mu        sync.Mutex
+	m         *job.Machine
+	serving   bool
+	nodeSeq   int
+	outboxes  map[string]*outbox // per node present: events for its watch stream
+	waiters   map[uint64]chan error
+	waiterSeq uint64
+	result    *gotrainv1.JobFinished
+
+	hooks testHooks
+}
+
+// testHooks let tests learn that a call is waiting, without sleeping.
+type testHooks struct {
+	kvWaiting       func(key string)
+	barrierWaiting  func(name string, rank int32)
+	barrierCanceled func(name string, rank int32) // the arrival is withdrawn
+	finishing       func()                        // under s.mu, as the job finishes
+}
+
+var _ gotrainv1.CoordinatorServer = (*Server)(nil)
+
+// outbox holds the generation events not yet sent to one node. It lives from
+// the node's Join until the node is lost, so a node whose stream opens late
+// still sees every event in order. Guarded by Server.mu.
+type outbox struct {
+	events   []*gotrainv1.GenerationEvent
+	closed   bool // the job finished; end the stream once events are sent
+	attached bool // a watch stream serves this outbox
+	wake     chan struct{}
+}
+
+func newOutbox() *outbox { return &outbox{wake: make(chan struct{}, 1)} }
+
+func (o *outbox) push(ev *gotrainv1.GenerationEvent) {
+	o.events = append(o.events, ev)
+	o.notify()
+}
+
+func (o *outbox) notify() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// New returns a coordinator for one job.
+func New(cfg Config) (*Server, error) {
+	if cfg.Token == "" {
+		return nil, fmt.Errorf("%w: token is empty: generate one with token.Generate and give it to every agent", ErrInvalidConfig)
+	}
+	m, err := job.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MaxRestarts: cfg.MaxRestarts})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	jc := m.Config()
+	cfg.Nodes, cfg.MaxRestarts = jc.Nodes, jc.MaxRestarts
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	stop, halt := context.WithCancel(context.Background())
+	return &Server{
+		cfg:      cfg,
+		log:      logger.With("run_id", cfg.RunID),
+		kv:       kv.New(),
+		now:      time.Now,
+		stop:     stop,
+		halt:     halt,
+		finished: make(chan struct{}),
+		m:        m,
+		outboxes: map[string]*outbox{},
+		waiters:  map[uint64]chan error{},
+	}, nil
+}
+
+// Finished is closed once the job finished, successfully or not.
+func (s *Server) Finished() <-chan struct{} { return s.finished }
+
+// Result returns how the job finished, or nil before Finished is closed.
+func (s *Server) Result() *gotrainv1.JobFinished {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.result == nil {
+		return nil
+	}
+	return proto.CloneOf(s.result)
+}
+
+// Serve answers calls on lis until ctx is done, then stops: calls still
+// waiting (watch streams, barriers, long polls) end with Unavailable, and
+// calls in flight get a short grace period. It returns nil when ctx ended it.
+// Serve may be called once.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	s.mu.Lock()
+	if s.serving {
+		s.mu.Unlock()
+		return errors.New("coordinator: Serve called twice; a Server serves once")
+	}
+	s.serving = true
+	s.mu.Unlock()
+
+	gs := grpc.NewServer(token.ServerOptions(s.cfg.Token)...)
+	gotrainv1.RegisterCoordinatorServer(gs, s)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gs.Serve(lis) }()
+	tickDone := make(chan struct{})
+	go func() {
+		defer close(tickDone)
+		s.tick(s.stop)
+	}()
+	s.log.Info("coordinator serving", "addr", lis.Addr().String(), "nodes", s.cfg.Nodes, "max_restarts", s.cfg.MaxRestarts)
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		err = fmt.Errorf("coordinator: serve on %s: %w", lis.Addr(), err)
+	}
+	s.halt()
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(stopGrace):
+		gs.Stop()
+		<-stopped
+	}
+	<-tickDone
+	return err
+}
+
+func (s *Server) tick(ctx context.Context) {
+	t := time.NewTicker(tickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.mu.Lock()
+			acts, err := s.m.Step(s.now(), job.Tick{})
+			if err != nil {
+				s.log.Error("tick", "err", err)
+			}
+			s.apply(acts)
+			s.mu.Unlock()
+		}
+	}
+}
+
+// step feeds ev to the machine and carries out the actions. s.mu is held.
+func (s *Server) step(ev job.Event) error {
+	acts, err := s.m.Step(s.now(), ev)
+	if err != nil {
+		return err
+	}
+	s.apply(acts)
+	return nil
+}
+
+// apply carries out the machine's actions. s.mu is held; nothing here blocks.
+func (s *Server) apply(acts []job.Action) {
+	for _, a := range acts {
+		switch a := a.(type) {
+		case job.StartGeneration:
+			s.log.Info("generation started", "generation", a.Generation, "world_size", a.WorldSize,
+				"restart_count", a.RestartCount, "master", net.JoinHostPort(a.MasterAddr, fmt.Sprint(a.MasterPort)))
+			for id, ev := range startedEvents(a) {
+				if o := s.outboxes[id]; o != nil {
+					o.push(ev)
+				}
+			}
+		case job.EndGeneration:
+			s.log.Warn("generation ended", "generation", a.Generation, "reason", a.Reason)
+			ev := endedEvent(a)
+			for _, o := range s.outboxes {
+				o.push(ev)
+			}
+		case job.FinishJob:
+			s.result = finishedToProto(a)
+			if a.Succeeded {
+				s.log.Info("job finished", "message", a.Message)
+			} else {
+				s.log.Error("job finished", "exit_code", a.ExitCode, "message", a.Message)
+			}
+			ev := &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Finished{Finished: s.result}}
+			for _, o := range s.outboxes {
+				o.push(ev)
+				o.closed = true
+			}
+			if h := s.hooks.finishing; h != nil {
+				h()
+			}
+			close(s.finished)
+		case job.ReleaseBarrier:
+			for _, w := range a.Waiters {
+				s.answer(w, nil)
+			}
+		case job.FailBarrier:
+			err := status.Errorf(codes.Aborted, "barrier %q of generation %d failed: %s", a.Name, a.Generation, a.Reason)
+			for _, w := range a.Waiters {
+				s.answer(w, err)
+			}
+		default:
+			s.log.Error("unknown action from the job machine", "action", fmt.Sprintf("%T", a))
+		}
+	}
+}
+
+// answer ends the waiting Barrier call w. s.mu is held.
+func (s *Server) answer(w uint64, err error) {
+	if ch, ok := s.waiters[w]; ok {
+		ch <- err // buffered: never blocks
+		delete(s.waiters, w)
+	}
+}
+
+// Join registers a node and gives it its id.
+func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1.JoinResponse, error) {
+	if req.GetNode() == nil {
+		return nil, status.Error(codes.InvalidArgument, "join without node facts: set JoinRequest.node")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodeSeq++
+	id := fmt.Sprintf("node-%d", s.nodeSeq)
+	info := nodeInfoFromProto(req.GetNode())
+	acts, err := s.m.Step(s.now(), job.NodeJoined{NodeID: id, Info: info})
+	if err != nil {
+		s.log.Warn("join rejected", "hostname", info.Hostname, "err", err)
+		return nil, grpcError(err)
+	}
+	s.outboxes[id] = newOutbox() // before apply: the start may include this node
+	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
+	s.apply(acts)
+	return &gotrainv1.JoinResponse{NodeId: id, RunId: s.cfg.RunID, MaxRestarts: int32(s.cfg.MaxRestarts)}, nil
+}
+
+// WatchGenerations streams the node's generation events. The stream is the
+// node's membership: when it ends before the job finished, the node is lost.
+func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream grpc.ServerStreamingServer[gotrainv1.GenerationEvent]) error {
+	id := req.GetNodeId()
+	s.mu.Lock()
+	o := s.outboxes[id]
+	switch {
+	case o == nil && s.result != nil:
+		// The job is over (and the node may be gone): say so and end.
+		res := s.result
+		s.mu.Unlock()
+		return stream.Send(&gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Finished{Finished: res}})
+	case o == nil:
+		s.mu.Unlock()
+		return status.Errorf(codes.NotFound, "unknown node id %q: call Join first, and watch with the node id it returned", id)
+	case o.attached:
+		s.mu.Unlock()
+		return status.Errorf(codes.AlreadyExists, "node %q has a watch stream already; one stream per node", id)
+	}
+	o.attached = true
+	if o.closed && len(o.events) == 0 {
+		// A new stream after the job finished: say so again.
+		o.push(&gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Finished{Finished: s.result}})
+	}
+	s.mu.Unlock()
+
+	ctx := stream.Context()
+	stopping := false
+	for {
+		// Queued events go out first, also when the coordinator stops: the
+		// job's last words (finished) must reach the agents.
+		s.mu.Lock()
+		evs, closed := o.events, o.closed
+		o.events = nil
+		s.mu.Unlock()
+		for _, ev := range evs {
+			if err := stream.Send(ev); err != nil {
+				s.streamEnded(id, o, fmt.Sprintf("watch stream broke: %v", err))
+				return err
+			}
+		}
+		switch {
+		case closed:
+			s.streamEnded(id, o, "")
+			return nil
+		case stopping:
+			s.streamEnded(id, o, "")
+			return status.Error(codes.Unavailable, "coordinator is shutting down")
+		}
+		select {
+		case <-o.wake:
+		case <-ctx.Done():
+			s.streamEnded(id, o, fmt.Sprintf("watch stream ended: %v", context.Cause(ctx)))
+			return status.FromContextError(ctx.Err()).Err()
+		case <-s.stop.Done():
+			stopping = true
+		}
+	}
+}
+
+// streamEnded detaches o from node id's stream; unless the job finished or the
+// coordinator is stopping, the node is lost for reason.
+func (s *Server) streamEnded(id string, o *outbox, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o.attached = false
+	if s.m.Finished() || s.stop.Err() != nil || s.outboxes[id] != o {
+		return
+	}
+	delete(s.outboxes, id)
+	s.log.Warn("node lost", "node_id", id, "reason", reason)
+	if err := s.step(job.NodeLost{NodeID: id, Reason: reason}); err != nil {
+		s.log.Error("node lost", "node_id", id, "err", err)
+	}
+}
+
+// KVPut stores a value once.
+func (s *Server) KVPut(_ context.Context, req *gotrainv1.KVPutRequest) (*gotrainv1.KVPutResponse, error) {
+	if req.GetKey() == "" {
+		return nil, status.Error(codes.InvalidArgument, "kv put: key is empty")
+	}
+	if err := s.kv.Put(req.GetKey(), req.GetValue()); err != nil {
+		if errors.Is(err, kv.ErrConflict) {
+			return nil, status.Error(codes.AlreadyExists, err.Error())
+		}
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &gotrainv1.KVPutResponse{}, nil
+}
+
+// KVGet returns a key's value, waiting up to wait_ms (or the call's deadline)
+// for it to appear.
+func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotrainv1.KVGetResponse, error) {
+	key := req.GetKey()
+	if key == "" {
+		return nil, status.Error(codes.InvalidArgument, "kv get: key is empty")
+	}
+	found := func() *gotrainv1.KVGetResponse {
+		v, ok := s.kv.Get(key)
+		return &gotrainv1.KVGetResponse{Found: ok, Value: v}
+	}
+	if req.GetWaitMs() <= 0 {
+		return found(), nil
+	}
+	wait := maxKVWait
+	if ms := req.GetWaitMs(); ms < maxKVWait.Milliseconds() {
+		wait = time.Duration(ms) * time.Millisecond
+	}
+	ready := s.kv.Ready(key)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	if h := s.hooks.kvWaiting; h != nil {
+		h(key)
+	}
+	select {
+	case <-ready:
+		return found(), nil
+	case <-timer.C:
+		return found(), nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-s.stop.Done():
+		return nil, status.Error(codes.Unavailable, "coordinator is shutting down")
+	}
+}
+
+// Barrier returns once every rank of the generation called it, or fails with
+// Aborted when the generation ends first.
+func (s *Server) Barrier(ctx context.Context, req *gotrainv1.BarrierRequest) (*gotrainv1.BarrierResponse, error) {
+	ch := make(chan error, 1)
+	s.mu.Lock()
+	s.waiterSeq++
+	w := s.waiterSeq
+	s.waiters[w] = ch
+	err := s.step(job.BarrierArrived{Name: req.GetName(), Generation: req.GetGeneration(), Rank: int(req.GetRank()), Waiter: w})
+	if err != nil {
+		delete(s.waiters, w)
+		s.mu.Unlock()
+		return nil, grpcError(err)
+	}
+	s.mu.Unlock()
+	if h := s.hooks.barrierWaiting; h != nil {
+		h(req.GetName(), req.GetRank())
+	}
+	select {
+	case err := <-ch:
+		if err != nil {
+			return nil, err
+		}
+		return &gotrainv1.BarrierResponse{}, nil
+	case <-ctx.Done():
+		s.cancelWaiter(w)
+		if h := s.hooks.barrierCanceled; h != nil {
+			h(req.GetName(), req.GetRank())
+		}
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-s.stop.Done():
+		s.cancelWaiter(w)
+		return nil, status.Error(codes.Unavailable, "coordinator is shutting down")
+	}
+}
+
+func (s *Server) cancelWaiter(w uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.waiters, w)
+	_ = s.step(job.BarrierCanceled{Waiter: w}) // never fails
+}
+
+// ReportProgress stores the progress of a node's ranks.
+func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgressRequest) (*gotrainv1.ReportProgressResponse, error) {
+	ev := job.ProgressReported{NodeID: req.GetNodeId()}
+	for _, p := range req.GetRanks() {
+		ev.Ranks = append(ev.Ranks, progressFromProto(p))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.step(ev); err != nil {
+		return nil, grpcError(err)
+	}
+	return &gotrainv1.ReportProgressResponse{}, nil
+}
+
+// ReportWorkerExit records that a worker process ended.
+func (s *Server) ReportWorkerExit(_ context.Context, req *gotrainv1.ReportWorkerExitRequest) (*gotrainv1.ReportWorkerExitResponse, error) {
+	ev := job.WorkerExited{
+		NodeID:     req.GetNodeId(),
+		Generation: req.GetGeneration(),
+		Rank:       int(req.GetRank()),
+		Pid:        int(req.GetPid()),
+		ExitCode:   int(req.GetExitCode()),
+		Signal:     req.GetSignal(),
+		StderrTail: req.GetStderrTail(),
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log.Debug("worker exited", "node_id", ev.NodeID, "generation", ev.Generation, "rank", ev.Rank,
+		"pid", ev.Pid, "exit_code", ev.ExitCode, "signal", ev.Signal)
+	if err := s.step(ev); err != nil {
+		return nil, grpcError(err)
+	}
+	return &gotrainv1.ReportWorkerExitResponse{}, nil
+}
+
+// GetJobStatus returns a snapshot of the job.
+func (s *Server) GetJobStatus(context.Context, *gotrainv1.GetJobStatusRequest) (*gotrainv1.JobStatus, error) {
+	s.mu.Lock()
+	st := s.m.Status()
+	s.mu.Unlock()
+	return statusToProto(st), nil
+}
