@@ -20,6 +20,7 @@ type Comm struct {
 	h           atomic.Uintptr // ncclComm_t; 0 once destroyed or aborted
 	lib         *Library
 	cfg         *cConfig // C strings NCCL may point at until the comm dies
+	slot        slot     // where NCCL stored the handle; NCCL may write it late
 	nonBlocking bool
 }
 
@@ -41,8 +42,9 @@ func (l *Library) InitRank(nranks int, id UniqueID, rank int) (*Comm, error) {
 	if err := checkRank(nranks, rank); err != nil {
 		return nil, err
 	}
-	h, r := cInitRank(nranks, &id, rank)
-	return l.finishInit(context.Background(), "ncclCommInitRank", h, r, nil, false)
+	sl := newSlot()
+	r := cInitRank(sl, nranks, &id, rank)
+	return l.finishInit(context.Background(), "ncclCommInitRank", sl, r, nil, false, nil)
 }
 
 // InitRankConfig is InitRank with a Config (ncclCommInitRankConfig, NCCL 2.14).
@@ -59,8 +61,9 @@ func (l *Library) InitRankConfig(ctx context.Context, nranks int, id UniqueID, r
 	if err != nil {
 		return nil, err
 	}
-	h, r := cInitRankConfig(nranks, &id, rank, cc)
-	return l.finishInit(ctx, "ncclCommInitRankConfig", h, r, cc, cfg != nil && cfg.NonBlocking)
+	sl := newSlot()
+	r := cInitRankConfig(sl, nranks, &id, rank, cc)
+	return l.finishInit(ctx, "ncclCommInitRankConfig", sl, r, cc, cfg != nil && cfg.NonBlocking, nil)
 }
 
 // InitRankScalable creates the communicator from several unique ids, which
@@ -81,8 +84,9 @@ func (l *Library) InitRankScalable(ctx context.Context, nranks, rank int, ids []
 	if err != nil {
 		return nil, err
 	}
-	h, r := cInitRankScalable(nranks, rank, ids, cc)
-	return l.finishInit(ctx, "ncclCommInitRankScalable", h, r, cc, cfg != nil && cfg.NonBlocking)
+	sl := newSlot()
+	r := cInitRankScalable(sl, nranks, rank, ids, cc)
+	return l.finishInit(ctx, "ncclCommInitRankScalable", sl, r, cc, cfg != nil && cfg.NonBlocking, nil)
 }
 
 func checkRank(nranks, rank int) error {
@@ -93,26 +97,40 @@ func checkRank(nranks, rank int) error {
 }
 
 // finishInit turns the result of an init or split into a Comm, waiting for a
-// non-blocking one. A successful call with no communicator (Split with
-// SplitNoColor) gives nil, nil.
-func (l *Library) finishInit(ctx context.Context, op string, h uintptr, r Result, cc *cConfig, nonBlocking bool) (*Comm, error) {
-	if r == missingSymbol {
-		cc.free()
-		return nil, l.need(op)
-	}
-	if (r != Success && r != InProgress) || (r == InProgress && h == 0) {
-		err := newError(op, r, h)
-		if h != 0 {
+// non-blocking one. parent is the communicator a split came from: when it is
+// non-blocking, NCCL stores the new handle into the slot only once the split
+// is done. A successful split with no communicator for this rank gives nil, nil.
+func (l *Library) finishInit(ctx context.Context, op string, sl slot, r Result, cc *cConfig, nonBlocking bool, parent *Comm) (*Comm, error) {
+	fail := func(err error) (*Comm, error) {
+		if h := sl.load(); h != 0 {
 			cAbort(h)
 		}
+		sl.free()
 		cc.free()
 		return nil, err
 	}
+	if r == missingSymbol {
+		return fail(l.need(op))
+	}
+	if r != Success && r != InProgress {
+		return fail(newError(op, r, sl.load()))
+	}
+	h := sl.load()
+	if h == 0 && parent != nil && (parent.nonBlocking || r == InProgress) {
+		var err error
+		if h, err = parent.waitSlot(ctx, sl); err != nil {
+			return fail(fmt.Errorf("%s: %w", op, err))
+		}
+	}
 	if h == 0 {
+		if parent == nil {
+			return fail(fmt.Errorf("nccl: %s returned %s and no communicator", op, r.String()))
+		}
+		sl.free()
 		cc.free()
 		return nil, nil
 	}
-	c := &Comm{lib: l, cfg: cc, nonBlocking: nonBlocking}
+	c := &Comm{lib: l, cfg: cc, slot: sl, nonBlocking: nonBlocking}
 	c.h.Store(h)
 	if r == InProgress || nonBlocking {
 		if err := c.Wait(ctx); err != nil {
@@ -121,6 +139,26 @@ func (l *Library) finishInit(ctx context.Context, op string, h uintptr, r Result
 		}
 	}
 	return c, nil
+}
+
+// waitSlot polls until NCCL has stored a split's new handle into sl, or c
+// reports an error, or ctx ends.
+func (c *Comm) waitSlot(ctx context.Context, sl slot) (uintptr, error) {
+	delay := 10 * time.Microsecond
+	for {
+		if h := sl.load(); h != 0 {
+			return h, nil
+		}
+		if err := c.AsyncError(); err != nil && !errors.Is(err, InProgress) {
+			return 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("nccl: waiting for the new communicator: %w", ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Millisecond)
+	}
 }
 
 // Split creates communicators from c's ranks: the ranks that pass the same
@@ -144,17 +182,20 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, e
 		}
 		nonBlocking = cfg.NonBlocking
 	}
-	nh, r := cSplit(h, color, key, cc)
-	if color == SplitNoColor && nh == 0 && (r == Success || r == InProgress) {
+	sl := newSlot()
+	r := cSplit(h, color, key, sl, cc)
+	if color == SplitNoColor && (r == Success || r == InProgress) {
 		// No communicator for this rank; a non-blocking parent tells when
 		// its part of the split is done.
-		cc.free()
-		if r == InProgress {
-			return nil, c.Wait(ctx)
+		var err error
+		if r == InProgress || c.nonBlocking {
+			err = c.Wait(ctx)
 		}
-		return nil, nil
+		sl.free()
+		cc.free()
+		return nil, err
 	}
-	return c.lib.finishInit(ctx, "ncclCommSplit", nh, r, cc, nonBlocking)
+	return c.lib.finishInit(ctx, "ncclCommSplit", sl, r, cc, nonBlocking, c)
 }
 
 // Handle returns the ncclComm_t, or 0 once the Comm is destroyed or aborted.
@@ -271,7 +312,7 @@ func (c *Comm) Destroy() error {
 	if h == 0 {
 		return ErrClosed
 	}
-	defer c.cfg.free()
+	defer c.release()
 	if r := cDestroy(h); r != Success {
 		return newError("ncclCommDestroy", r, 0)
 	}
@@ -285,11 +326,17 @@ func (c *Comm) Abort() error {
 	if h == 0 {
 		return ErrClosed
 	}
-	defer c.cfg.free()
+	defer c.release()
 	if r := cAbort(h); r != Success {
 		return newError("ncclCommAbort", r, 0)
 	}
 	return nil
+}
+
+// release frees the C memory c held for NCCL.
+func (c *Comm) release() {
+	c.cfg.free()
+	c.slot.free()
 }
 
 // The collectives take device pointers (CUdeviceptr values; send and recv

@@ -135,35 +135,27 @@ const char *gtn_last_error(uintptr_t comm) {
 
 int gtn_get_unique_id(gtn_uid *id) { return fn.getUniqueId(id); }
 
+// The init and split wrappers hand NCCL the caller's slot itself: with a
+// non-blocking communicator NCCL may store the new handle into it after the
+// call returns, so the slot lives in C memory that Go frees only later.
+
 int gtn_comm_init_rank(uintptr_t *comm, int nranks, const gtn_uid *id, int rank) {
-	comm_t c = NULL;
-	int r = fn.commInitRank(&c, nranks, *id, rank);
-	*comm = (uintptr_t)c;
-	return r;
+	return fn.commInitRank((comm_t *)comm, nranks, *id, rank);
 }
 
 int gtn_comm_init_rank_config(uintptr_t *comm, int nranks, const gtn_uid *id, int rank, gtn_config *cfg) {
 	if (fn.commInitRankConfig == NULL) return GTN_MISSING;
-	comm_t c = NULL;
-	int r = fn.commInitRankConfig(&c, nranks, *id, rank, cfg);
-	*comm = (uintptr_t)c;
-	return r;
+	return fn.commInitRankConfig((comm_t *)comm, nranks, *id, rank, cfg);
 }
 
 int gtn_comm_init_rank_scalable(uintptr_t *comm, int nranks, int rank, int nids, gtn_uid *ids, gtn_config *cfg) {
 	if (fn.commInitRankScalable == NULL) return GTN_MISSING;
-	comm_t c = NULL;
-	int r = fn.commInitRankScalable(&c, nranks, rank, nids, ids, cfg);
-	*comm = (uintptr_t)c;
-	return r;
+	return fn.commInitRankScalable((comm_t *)comm, nranks, rank, nids, ids, cfg);
 }
 
 int gtn_comm_split(uintptr_t comm, int color, int key, uintptr_t *newcomm, gtn_config *cfg) {
 	if (fn.commSplit == NULL) return GTN_MISSING;
-	comm_t c = NULL;
-	int r = fn.commSplit((comm_t)comm, color, key, &c, cfg);
-	*newcomm = (uintptr_t)c;
-	return r;
+	return fn.commSplit((comm_t)comm, color, key, (comm_t *)newcomm, cfg);
 }
 
 int gtn_comm_finalize(uintptr_t comm) {

@@ -13,7 +13,10 @@ package nccl
 */
 import "C"
 
-import "unsafe"
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
 const cgoEnabled = true
 
@@ -63,28 +66,42 @@ func cGetUniqueID(id *UniqueID) Result {
 	return Result(C.gtn_get_unique_id((*C.gtn_uid)(unsafe.Pointer(id))))
 }
 
-func cInitRank(nranks int, id *UniqueID, rank int) (uintptr, Result) {
-	var h C.uintptr_t
-	r := C.gtn_comm_init_rank(&h, C.int(nranks), (*C.gtn_uid)(unsafe.Pointer(id)), C.int(rank))
-	return uintptr(h), Result(r)
+// slot is C memory that receives a new ncclComm_t. NCCL may fill it after the
+// init or split call returns (non-blocking communicators), so it must not be
+// Go memory and lives until the communicator is gone.
+type slot struct{ p *C.uintptr_t }
+
+func newSlot() slot {
+	return slot{(*C.uintptr_t)(C.calloc(1, C.size_t(unsafe.Sizeof(C.uintptr_t(0)))))}
 }
 
-func cInitRankConfig(nranks int, id *UniqueID, rank int, cfg *cConfig) (uintptr, Result) {
-	var h C.uintptr_t
-	r := C.gtn_comm_init_rank_config(&h, C.int(nranks), (*C.gtn_uid)(unsafe.Pointer(id)), C.int(rank), cfg.ptr())
-	return uintptr(h), Result(r)
+func (s slot) load() uintptr {
+	if s.p == nil {
+		return 0
+	}
+	return atomic.LoadUintptr((*uintptr)(unsafe.Pointer(s.p)))
 }
 
-func cInitRankScalable(nranks, rank int, ids []UniqueID, cfg *cConfig) (uintptr, Result) {
-	var h C.uintptr_t
-	r := C.gtn_comm_init_rank_scalable(&h, C.int(nranks), C.int(rank), C.int(len(ids)), (*C.gtn_uid)(unsafe.Pointer(unsafe.SliceData(ids))), cfg.ptr())
-	return uintptr(h), Result(r)
+func (s slot) free() {
+	if s.p != nil {
+		C.free(unsafe.Pointer(s.p))
+	}
 }
 
-func cSplit(comm uintptr, color, key int, cfg *cConfig) (uintptr, Result) {
-	var h C.uintptr_t
-	r := C.gtn_comm_split(C.uintptr_t(comm), C.int(color), C.int(key), &h, cfg.ptr())
-	return uintptr(h), Result(r)
+func cInitRank(s slot, nranks int, id *UniqueID, rank int) Result {
+	return Result(C.gtn_comm_init_rank(s.p, C.int(nranks), (*C.gtn_uid)(unsafe.Pointer(id)), C.int(rank)))
+}
+
+func cInitRankConfig(s slot, nranks int, id *UniqueID, rank int, cfg *cConfig) Result {
+	return Result(C.gtn_comm_init_rank_config(s.p, C.int(nranks), (*C.gtn_uid)(unsafe.Pointer(id)), C.int(rank), cfg.ptr()))
+}
+
+func cInitRankScalable(s slot, nranks, rank int, ids []UniqueID, cfg *cConfig) Result {
+	return Result(C.gtn_comm_init_rank_scalable(s.p, C.int(nranks), C.int(rank), C.int(len(ids)), (*C.gtn_uid)(unsafe.Pointer(unsafe.SliceData(ids))), cfg.ptr()))
+}
+
+func cSplit(comm uintptr, color, key int, s slot, cfg *cConfig) Result {
+	return Result(C.gtn_comm_split(C.uintptr_t(comm), C.int(color), C.int(key), s.p, cfg.ptr()))
 }
 
 func cFinalize(comm uintptr) Result { return Result(C.gtn_comm_finalize(C.uintptr_t(comm))) }
@@ -146,9 +163,11 @@ func cRecv(buf uintptr, count int, dt DataType, peer int, comm, stream uintptr) 
 func cGroupStart() Result { return Result(C.gtn_group_start()) }
 func cGroupEnd() Result   { return Result(C.gtn_group_end()) }
 
-// cConfig is the C ncclConfig_t a Config becomes, with the C strings it owns.
+// cConfig is the C ncclConfig_t a Config becomes, in C memory (NCCL may
+// keep pointers into it, which cgo allows only for C memory), with the C
+// strings it owns.
 type cConfig struct {
-	c       C.gtn_config
+	c       *C.gtn_config
 	strings []*C.char
 }
 
@@ -157,24 +176,25 @@ func (c *cConfig) ptr() *C.gtn_config {
 	if c == nil {
 		return nil
 	}
-	return &c.c
+	return c.c
 }
 
-// free releases the C strings. NCCL may keep pointers to them for the
+// free releases the C memory. NCCL may keep pointers to the strings for the
 // communicator's life, so a Comm calls it only when it is destroyed.
 func (c *cConfig) free() {
-	if c == nil {
+	if c == nil || c.c == nil {
 		return
 	}
 	for _, s := range c.strings {
 		C.free(unsafe.Pointer(s))
 	}
-	c.strings = nil
+	C.free(unsafe.Pointer(c.c))
+	c.c, c.strings = nil, nil
 }
 
 func newCConfig(f configFields) *cConfig {
-	cc := &cConfig{}
-	cc.c.size = C.size_t(unsafe.Sizeof(cc.c))
+	cc := &cConfig{c: (*C.gtn_config)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gtn_config{}))))}
+	cc.c.size = C.size_t(unsafe.Sizeof(*cc.c))
 	cc.c.magic = C.GTN_CONFIG_MAGIC
 	cc.c.version = C.GTN_CONFIG_VERSION
 	cc.c.blocking = C.int(f.blocking)

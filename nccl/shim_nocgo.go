@@ -15,27 +15,20 @@ func cOpen(string) string {
 
 func unreachable() { panic("nccl: called without a loaded library (built without cgo)") }
 
-func cClose()                                         {}
-func cOptionalName(int) string                        { unreachable(); return "" }
-func cOptionalPresent(int) bool                       { unreachable(); return false }
-func cGetVersion() (int, Result)                      { unreachable(); return 0, 0 }
-func cErrorString(Result) string                      { unreachable(); return "" }
-func cLastError(uintptr) string                       { unreachable(); return "" }
-func cGetUniqueID(*UniqueID) Result                   { unreachable(); return 0 }
-func cInitRank(int, *UniqueID, int) (uintptr, Result) { unreachable(); return 0, 0 }
-func cInitRankConfig(int, *UniqueID, int, *cConfig) (uintptr, Result) {
-	unreachable()
-	return 0, 0
-}
-func cInitRankScalable(int, int, []UniqueID, *cConfig) (uintptr, Result) { unreachable(); return 0, 0 }
-func cSplit(uintptr, int, int, *cConfig) (uintptr, Result)               { unreachable(); return 0, 0 }
-func cFinalize(uintptr) Result                                           { unreachable(); return 0 }
-func cDestroy(uintptr) Result                                            { unreachable(); return 0 }
-func cAbort(uintptr) Result                                              { unreachable(); return 0 }
-func cAsyncError(uintptr) (Result, Result)                               { unreachable(); return 0, 0 }
-func cCount(uintptr) (int, Result)                                       { unreachable(); return 0, 0 }
-func cCuDevice(uintptr) (int, Result)                                    { unreachable(); return 0, 0 }
-func cUserRank(uintptr) (int, Result)                                    { unreachable(); return 0, 0 }
+func cClose()                              {}
+func cOptionalName(int) string             { unreachable(); return "" }
+func cOptionalPresent(int) bool            { unreachable(); return false }
+func cGetVersion() (int, Result)           { unreachable(); return 0, 0 }
+func cErrorString(Result) string           { unreachable(); return "" }
+func cLastError(uintptr) string            { unreachable(); return "" }
+func cGetUniqueID(*UniqueID) Result        { unreachable(); return 0 }
+func cFinalize(uintptr) Result             { unreachable(); return 0 }
+func cDestroy(uintptr) Result              { unreachable(); return 0 }
+func cAbort(uintptr) Result                { unreachable(); return 0 }
+func cAsyncError(uintptr) (Result, Result) { unreachable(); return 0, 0 }
+func cCount(uintptr) (int, Result)         { unreachable(); return 0, 0 }
+func cCuDevice(uintptr) (int, Result)      { unreachable(); return 0, 0 }
+func cUserRank(uintptr) (int, Result)      { unreachable(); return 0, 0 }
 func cAllReduce(uintptr, uintptr, int, DataType, RedOp, uintptr, uintptr) Result {
 	unreachable()
 	return 0
@@ -66,3 +59,14 @@ func (c *cConfig) free()                 {}
 func (c *cConfig) layout() configLayout {
 	return configLayout{size: 80, sizeofC: 80, magic: 0xcafebeef, version: 22800, offNetName: 32, offCommName: 48, offLast: 76, fields: c.f}
 }
+
+type slot struct{}
+
+func newSlot() slot        { return slot{} }
+func (slot) load() uintptr { return 0 }
+func (slot) free()         {}
+
+func cInitRank(slot, int, *UniqueID, int) Result                    { unreachable(); return 0 }
+func cInitRankConfig(slot, int, *UniqueID, int, *cConfig) Result    { unreachable(); return 0 }
+func cInitRankScalable(slot, int, int, []UniqueID, *cConfig) Result { unreachable(); return 0 }
+func cSplit(uintptr, int, int, slot, *cConfig) Result               { unreachable(); return 0 }

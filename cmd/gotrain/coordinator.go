@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gotrain/gotrain/coordinator"
+	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/token"
+)
+
+type coordinatorCmd struct{}
+
+func (*coordinatorCmd) name() string     { return "coordinator" }
+func (*coordinatorCmd) synopsis() string { return "run a standalone job coordinator for a cluster" }
+
+const coordinatorUsage = `
+Usage: gotrain coordinator [flags]
+
+Runs the job's coordinator on its own, for clusters where no node should hold
+it. Start an agent on every node with:
+  gotrain launch --nnodes N --coordinator THIS_HOST:PORT --job-token TOKEN -- ./train
+It exits when the job finishes, with the job's exit status.
+`
+
+func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
+	fs := newFlagSet(c.name(), coordinatorUsage)
+	listen := fs.String("listen", "0.0.0.0:29400", "address to serve gRPC on")
+	nodes := fs.Int("nnodes", 1, "number of nodes (agents) the job waits for")
+	tok := fs.String("job-token", os.Getenv(jobenv.JobToken), "secret agents must present (default $"+jobenv.JobToken+", or a new one, printed)")
+	runID := fs.String("run-id", "", "job name (default: derived from the token)")
+	maxRestarts := fs.Int("max-restarts", 0, "restart the job this many times after a worker fails")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *tok == "" {
+		*tok = token.Generate()
+	}
+	if *runID == "" {
+		*runID = "gotrain-" + (*tok)[:min(8, len(*tok))]
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	srv, err := coordinator.New(coordinator.Config{RunID: *runID, Token: *tok, Nodes: *nodes, MaxRestarts: *maxRestarts, Logger: logger})
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (choose another with --listen)", *listen, err)
+	}
+	fmt.Fprintf(os.Stderr, "gotrain coordinator: run %s serving on %s for %d node(s); agents join with --coordinator HOST:%d --job-token %s\n",
+		*runID, lis.Addr(), *nodes, lis.Addr().(*net.TCPAddr).Port, *tok)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	serveErr := make(chan error, 1)
+	serveCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { serveErr <- srv.Serve(serveCtx, lis) }()
+	select {
+	case <-srv.Finished():
+		cancel()
+		<-serveErr
+		res := srv.Result()
+		if res.GetSucceeded() {
+			fmt.Fprintln(os.Stderr, "gotrain coordinator: job succeeded")
+			return nil
+		}
+		return &jobFailed{code: int(res.GetExitCode()), msg: "gotrain coordinator: job failed: " + res.GetMessage()}
+	case err := <-serveErr:
+		return err
+	}
+}
+
+type jobFailed struct {
+	code int
+	msg  string
+}
+
+func (e *jobFailed) Error() string { return e.msg }
+func (e *jobFailed) ExitCode() int {
+	if e.code > 0 && e.code < 256 {
+		return e.code
+	}
+	return 1
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/launcher"
+)
+
+type launchCmd struct{}
+
+func (*launchCmd) name() string { return "launch" }
+func (*launchCmd) synopsis() string {
+	return "run a training program on this node's GPUs (or CPU ranks)"
+}
+
+const launchUsage = `
+Usage: gotrain launch [flags] -- PROGRAM [ARGS...]
+
+Starts one worker process per GPU (or per CPU rank with --backend cpu), each
+with its rank in GOTRAIN_* and torchrun-compatible variables (RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+MASTER_PORT, TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT), and supervises
+them: output is prefixed "[rank N]", the exit status is the first failing
+worker's, Ctrl-C and SIGTERM reach every worker, and no worker outlives
+gotrain.
+
+Examples:
+  gotrain launch --gpus 8 -- ./train --epochs 3
+  gotrain launch --nproc-per-node 4 --backend cpu -- ./bin/mnist
+  # two nodes: the first starts the coordinator and prints the second's command
+  gotrain launch --nnodes 2 --gpus 8 -- ./train
+`
+
+func (c *launchCmd) run(ctx context.Context, args []string) error {
+	fs := newFlagSet(c.name(), launchUsage)
+	var cfg launcher.Config
+	var verbose bool
+	fs.IntVar(&cfg.NprocPerNode, "nproc-per-node", 0, "workers to start on this node (default: the number of GPUs)")
+	fs.IntVar(&cfg.NprocPerNode, "gpus", 0, "alias of --nproc-per-node")
+	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs, else cpu)")
+	fs.StringVar(&cfg.LogDir, "log-dir", "", "also write each rank's output to DIR/rankN.log")
+	fs.IntVar(&cfg.Nodes, "nnodes", 1, "number of nodes (agents) in the job")
+	fs.StringVar(&cfg.Coordinator, "coordinator", "", "join the coordinator at HOST:PORT instead of starting one here")
+	fs.StringVar(&cfg.CoordinatorListen, "coordinator-listen", "", "where the embedded coordinator listens (default 127.0.0.1:0 on one node, 0.0.0.0:29400 with --nnodes > 1)")
+	fs.StringVar(&cfg.NodeAddress, "node-addr", "", "address other nodes reach this node at (default 127.0.0.1 on one node, else the first non-loopback IPv4)")
+	fs.StringVar(&cfg.JobToken, "job-token", os.Getenv(jobenv.JobToken), "secret every agent and worker of the job presents (default $"+jobenv.JobToken+", or a new one when this node starts the coordinator)")
+	fs.StringVar(&cfg.RunID, "run-id", "", "job name shown to workers as GOTRAIN_RUN_ID / TORCHELASTIC_RUN_ID (default: derived from the token)")
+	fs.IntVar(&cfg.MaxRestarts, "max-restarts", 0, "restart the job this many times after a worker fails")
+	fs.DurationVar(&cfg.GracePeriod, "grace-period", 10*time.Second, "time workers get between SIGTERM and SIGKILL")
+	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to reach the coordinator")
+	fs.BoolVar(&verbose, "verbose", false, "log the agent's own steps to stderr")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return &usageError{msg: "no program given", hint: "Put the program after `--`: gotrain launch --nproc-per-node 2 --backend cpu -- ./train"}
+	}
+	cfg.Program, cfg.Args = fs.Arg(0), fs.Args()[1:]
+
+	gpus := launcher.CountGPUs()
+	if cfg.NprocPerNode == 0 {
+		if gpus == 0 {
+			return &usageError{
+				msg:  "no NVIDIA GPUs found on this machine (no /dev/nvidiaN devices), so there is no default worker count",
+				hint: "To run on CPUs, pass --nproc-per-node N --backend cpu (e.g. --nproc-per-node 4 --backend cpu).",
+			}
+		}
+		cfg.NprocPerNode = gpus
+	}
+	if cfg.Backend == "" {
+		cfg.Backend = "cpu"
+		if gpus > 0 {
+			cfg.Backend = "nccl"
+		}
+	}
+	if cfg.Backend == "nccl" && gpus == 0 {
+		return &usageError{msg: "--backend nccl needs NVIDIA GPUs and none were found", hint: "Use --backend cpu on machines without GPUs."}
+	}
+	if cfg.Backend == "nccl" && cfg.NprocPerNode > gpus {
+		return &usageError{msg: fmt.Sprintf("--nproc-per-node %d with --backend nccl, but this node has %d GPU(s)", cfg.NprocPerNode, gpus), hint: "Run one worker per GPU, or use --backend cpu."}
+	}
+
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("host", hostnameOr("?"))
+	cfg.Env = os.Environ()
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	cfg.Signals = sigs
+
+	return launcher.Run(ctx, cfg)
+}
+
+func hostnameOr(def string) string {
+	h, err := os.Hostname()
+	if err != nil {
+		return def
+	}
+	return h
+}

@@ -1,0 +1,191 @@
+// Package integration runs the real gotrain binary and real worker processes
+// end to end on the CPU backend: collectives through `gotrain launch`, exit
+// codes, signals and orphan checks, the MNIST example.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var bin struct{ gotrain, testprog, mnist string }
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gotrain-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		for _, b := range []struct {
+			dst *string
+			pkg string
+		}{{&bin.gotrain, "./cmd/gotrain"}, {&bin.testprog, "./internal/testprog"}, {&bin.mnist, "./examples/mnist"}} {
+			*b.dst = filepath.Join(dir, filepath.Base(b.pkg))
+			cmd := exec.Command("go", "build", "-o", *b.dst, b.pkg)
+			cmd.Dir = "../.."
+			if out, err := cmd.CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// result is a finished `gotrain launch`.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// launch runs gotrain with args and waits for it.
+func launch(t *testing.T, timeout time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin.gotrain, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("gotrain %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("gotrain %v did not finish within %s\nstdout:\n%s\nstderr:\n%s", args, timeout, r.stdout, r.stderr)
+	}
+	return r
+}
+
+func TestCollectivesExact(t *testing.T) {
+	maxCount := "16777216"
+	if testing.Short() {
+		maxCount = "65537"
+	}
+	for _, n := range []int{1, 2, 3, 4, 7} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			r := launch(t, 5*time.Minute, "launch", "--nproc-per-node", strconv.Itoa(n), "--backend", "cpu", "--",
+				bin.testprog, "collectives", "--max", maxCount)
+			if r.code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+			}
+			for rank := range n {
+				if !strings.Contains(r.stdout, fmt.Sprintf("[rank %d] collectives ok:", rank)) {
+					t.Errorf("rank %d did not report success\nstdout:\n%s\nstderr:\n%s", rank, r.stdout, r.stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestExitCodeOfFailingRank(t *testing.T) {
+	r := launch(t, time.Minute, "launch", "--nproc-per-node", "3", "--backend", "cpu", "--grace-period", "2s", "--",
+		bin.testprog, "exit", "--rank", "1", "--code", "3")
+	if r.code != 3 {
+		t.Fatalf("exit %d, want 3\nstderr:\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"rank 1", "exit status 3", "exiting with 3 on purpose"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr does not mention %q:\n%s", want, r.stderr)
+		}
+	}
+}
+
+func TestEnvironment(t *testing.T) {
+	r := launch(t, time.Minute, "launch", "--nproc-per-node", "2", "--backend", "cpu", "--run-id", "envtest", "--", bin.testprog, "env")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	for rank := range 2 {
+		for _, kv := range []string{
+			fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("LOCAL_RANK=%d", rank), "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2",
+			"GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "TORCHELASTIC_RUN_ID=envtest", "TORCHELASTIC_RESTART_COUNT=0",
+			fmt.Sprintf("GOTRAIN_RANK=%d", rank), "GOTRAIN_BACKEND=cpu", "GOTRAIN_GENERATION=0", "NCCL_NVLS_ENABLE=0",
+		} {
+			if !strings.Contains(r.stdout, fmt.Sprintf("[rank %d] %s\n", rank, kv)) {
+				t.Errorf("rank %d lacks %s\n%s", rank, kv, r.stdout)
+			}
+		}
+		if !strings.Contains(r.stdout, fmt.Sprintf("[rank %d] MASTER_PORT=", rank)) || strings.Contains(r.stdout, "MASTER_PORT=0\n") {
+			t.Errorf("rank %d has no usable MASTER_PORT\n%s", rank, r.stdout)
+		}
+	}
+}
+
+func TestLogDir(t *testing.T) {
+	dir := t.TempDir()
+	r := launch(t, time.Minute, "launch", "--nproc-per-node", "2", "--backend", "cpu", "--log-dir", dir, "--", bin.testprog, "env")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	for rank := range 2 {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.log", rank)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), fmt.Sprintf("\nGOTRAIN_RANK=%d\n", rank)) {
+			t.Errorf("rank%d.log lacks the rank's output:\n%s", rank, b)
+		}
+	}
+}
+
+func TestBadInvocations(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no program", []string{"launch", "--nproc-per-node", "2", "--backend", "cpu"}, 2, "Put the program after `--`"},
+		{"missing program", []string{"launch", "--nproc-per-node", "2", "--backend", "cpu", "--", "./no-such-program"}, 1, "no-such-program"},
+		{"bad backend", []string{"launch", "--nproc-per-node", "2", "--backend", "gloo", "--", "true"}, 1, "--backend must be cpu or nccl"},
+		{"bad flag", []string{"launch", "--no-such-flag"}, 2, "no-such-flag"},
+		{"unknown command", []string{"lunch"}, 2, "unknown command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := launch(t, 30*time.Second, tc.args...)
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("exit %d (want %d), stderr:\n%s\nwant it to contain %q", r.code, tc.code, r.stderr, tc.want)
+			}
+		})
+	}
+}
+
+func TestNoGPUsNeedsExplicitCount(t *testing.T) {
+	if matches, _ := filepath.Glob("/dev/nvidia[0-9]*"); len(matches) > 0 {
+		t.Skip("this machine has GPUs")
+	}
+	r := launch(t, 30*time.Second, "launch", "--", "true")
+	if r.code == 0 || !strings.Contains(r.stderr, "--nproc-per-node N --backend cpu") {
+		t.Errorf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+}
+
+func TestLaunchHelpDocumentsEveryFlag(t *testing.T) {
+	r := launch(t, 30*time.Second, "launch", "--help")
+	if r.code != 0 {
+		t.Fatalf("exit %d", r.code)
+	}
+	for _, flag := range []string{"-nproc-per-node", "-gpus", "-backend", "-log-dir", "-nnodes", "-coordinator", "-max-restarts", "-grace-period", "-job-token"} {
+		if !strings.Contains(r.stderr+r.stdout, flag) {
+			t.Errorf("--help does not document %s", flag)
+		}
+	}
+}

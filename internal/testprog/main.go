@@ -1,0 +1,99 @@
+// Command testprog is the worker program gotrain's integration tests launch.
+// Each mode exercises one thing a real training program does or suffers:
+//
+//	collectives [--max N]   check every collective, dtype and op exactly
+//	exit --rank R --code C  rank R exits with C; the others wait to be stopped
+//	sleep --pid-dir DIR     write the pid (and a child's) to DIR, then sleep
+//	env                     print the job's environment variables
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gotrain/gotrain/worker"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: testprog collectives|exit|sleep|env [flags]")
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	var err error
+	switch mode, args := os.Args[1], os.Args[2:]; mode {
+	case "collectives":
+		err = collectives(ctx, args)
+	case "exit":
+		err = exitMode(ctx, args)
+	case "sleep":
+		err = sleepMode(args)
+	case "env":
+		for _, kv := range os.Environ() {
+			if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "GOTRAIN_") || strings.HasPrefix(name, "TORCHELASTIC_") ||
+				strings.Contains(" RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT NCCL_NVLS_ENABLE ", " "+name+" ") {
+				fmt.Println(kv)
+			}
+		}
+	default:
+		err = fmt.Errorf("unknown mode %q", mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testprog:", err)
+		os.Exit(1)
+	}
+}
+
+func exitMode(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("exit", flag.ExitOnError)
+	rank := fs.Int("rank", 0, "rank that exits")
+	code := fs.Int("code", 1, "its exit status")
+	_ = fs.Parse(args)
+	w, err := worker.Init(ctx)
+	if err != nil {
+		return err
+	}
+	if w.Rank == *rank {
+		fmt.Fprintf(os.Stderr, "rank %d exiting with %d on purpose\n", w.Rank, *code)
+		os.Exit(*code)
+	}
+	time.Sleep(time.Hour) // stopped by the agent
+	return nil
+}
+
+func sleepMode(args []string) error {
+	fs := flag.NewFlagSet("sleep", flag.ExitOnError)
+	dir := fs.String("pid-dir", "", "directory for pid files")
+	ignoreTerm := fs.Bool("ignore-term", false, "ignore SIGTERM")
+	_ = fs.Parse(args)
+	if *ignoreTerm {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	// A child of the worker, to show that the whole process group goes.
+	child := exec.Command("sleep", "3600")
+	if err := child.Start(); err != nil {
+		return err
+	}
+	rank := os.Getenv("GOTRAIN_RANK")
+	for name, pid := range map[string]int{"worker": os.Getpid(), "child": child.Process.Pid} {
+		p := filepath.Join(*dir, fmt.Sprintf("%s-%s.pid", name, rank))
+		if err := os.WriteFile(p+".tmp", []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
+			return err
+		}
+	}
+	fmt.Println("sleeping")
+	time.Sleep(time.Hour)
+	return nil
+}

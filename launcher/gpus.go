@@ -1,0 +1,22 @@
+package launcher
+
+import (
+	"path/filepath"
+	"regexp"
+)
+
+var nvidiaDevice = regexp.MustCompile(`^nvidia[0-9]+$`)
+
+// CountGPUs returns how many NVIDIA GPUs the driver exposes on this machine,
+// counting /dev/nvidiaN device files: cheap, and needs no library, so the
+// launcher can pick its defaults on machines without a driver.
+func CountGPUs() int {
+	matches, _ := filepath.Glob("/dev/nvidia*")
+	n := 0
+	for _, m := range matches {
+		if nvidiaDevice.MatchString(filepath.Base(m)) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,530 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/coordinator"
+	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/token"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// Config is one agent's job. Zero fields take the defaults noted.
+type Config struct {
+	// NprocPerNode is how many workers this node runs (required, ≥ 1).
+	NprocPerNode int
+	// Backend is the data plane workers use: "cpu" or "nccl" (required).
+	Backend string
+	// Program and Args are the worker command line.
+	Program string
+	Args    []string
+	// Env is the workers' base environment; gotrain's variables are added.
+	Env []string
+	// LogDir, when set, receives one log file per rank.
+	LogDir string
+
+	// Nodes is how many agents the job waits for (default 1).
+	Nodes int
+	// Coordinator is the address of the job's coordinator. Empty: this agent
+	// starts one, listening on CoordinatorListen.
+	Coordinator string
+	// CoordinatorListen is where an embedded coordinator listens (default
+	// 127.0.0.1:0 on one node, 0.0.0.0:29400 with several).
+	CoordinatorListen string
+	// NodeAddress is the address other nodes reach this one at (default
+	// 127.0.0.1 on one node, else the first non-loopback IPv4 address).
+	NodeAddress string
+	// JoinTimeout bounds how long the agent tries to reach the coordinator
+	// (default 60s).
+	JoinTimeout time.Duration
+
+	// JobToken authenticates every call (default: a new random token, which
+	// only works when this agent starts the coordinator).
+	JobToken string
+	// RunID names the job (default: derived from the token).
+	RunID string
+	// MaxRestarts is how many times the job restarts after a failure (default 0).
+	MaxRestarts int
+	// GracePeriod is how long workers get between SIGTERM and SIGKILL
+	// (default 10s).
+	GracePeriod time.Duration
+
+	// Signals delivers the signals the agent received (SIGINT, SIGTERM stop
+	// the job; SIGUSR1, SIGUSR2 and SIGHUP are passed on to workers).
+	Signals <-chan os.Signal
+	// Stdout and Stderr receive the workers' prefixed output (default os.Stdout, os.Stderr).
+	Stdout, Stderr io.Writer
+	Logger         *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.Nodes == 0 {
+		c.Nodes = 1
+	}
+	single := c.Nodes == 1 && c.Coordinator == ""
+	if c.CoordinatorListen == "" {
+		if single {
+			c.CoordinatorListen = "127.0.0.1:0"
+		} else {
+			c.CoordinatorListen = "0.0.0.0:29400"
+		}
+	}
+	if c.NodeAddress == "" {
+		if single {
+			c.NodeAddress = "127.0.0.1"
+		} else {
+			addr, err := outboundAddress()
+			if err != nil {
+				return err
+			}
+			c.NodeAddress = addr
+		}
+	}
+	if c.JoinTimeout == 0 {
+		c.JoinTimeout = 60 * time.Second
+	}
+	if c.GracePeriod == 0 {
+		c.GracePeriod = 10 * time.Second
+	}
+	if c.JobToken == "" {
+		if c.Coordinator != "" {
+			return errors.New("joining a coordinator needs its job token: pass --job-token or set " + jobenv.JobToken)
+		}
+		c.JobToken = token.Generate()
+	}
+	if c.RunID == "" {
+		c.RunID = "gotrain-" + c.JobToken[:8]
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.NprocPerNode < 1:
+		return fmt.Errorf("--nproc-per-node must be at least 1, got %d", c.NprocPerNode)
+	case c.Backend != "cpu" && c.Backend != "nccl":
+		return fmt.Errorf("--backend must be cpu or nccl, got %q", c.Backend)
+	case c.Program == "":
+		return errors.New("no program to run: put it after `--`, e.g. gotrain launch --nproc-per-node 2 -- ./train")
+	case c.Nodes < 1:
+		return fmt.Errorf("--nnodes must be at least 1, got %d", c.Nodes)
+	case c.MaxRestarts < 0:
+		return fmt.Errorf("--max-restarts must not be negative, got %d", c.MaxRestarts)
+	case c.GracePeriod < 0:
+		return fmt.Errorf("--grace-period must not be negative, got %s", c.GracePeriod)
+	}
+	return nil
+}
+
+// ExitError is a job that ended badly: Code is what `gotrain launch` exits with.
+type ExitError struct {
+	Code    int
+	Message string
+}
+
+func (e *ExitError) Error() string { return e.Message }
+
+// Run runs the agent until the job finishes. It returns nil when every
+// worker succeeded, an *ExitError when the job failed or was stopped by a
+// signal, and another error when the agent itself could not do its work.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if prog, err := resolveProgram(cfg.Program); err != nil {
+		return err
+	} else {
+		cfg.Program = prog
+	}
+	if cfg.LogDir != "" {
+		if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+			return fmt.Errorf("create log dir: %w", err)
+		}
+	}
+	a := &agent{cfg: cfg, log: cfg.Logger, host: hostname(),
+		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr},
+		workers: map[int]*workerProc{}, exits: make(chan *workerProc, 64)}
+	return a.run(ctx)
+}
+
+// resolveProgram finds the program the way a shell would, so that a typo is
+// reported before any coordinator or worker starts.
+func resolveProgram(p string) (string, error) {
+	if strings.Contains(p, "/") {
+		st, err := os.Stat(p)
+		if err != nil {
+			return "", fmt.Errorf("program %s: %w", p, err)
+		}
+		if st.IsDir() || st.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("program %s is not executable (chmod +x it, or run it through its interpreter: -- python3 %s)", p, p)
+		}
+		return filepath.Abs(p)
+	}
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		full := filepath.Join(dir, p)
+		if st, err := os.Stat(full); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return full, nil
+		}
+	}
+	return "", fmt.Errorf("program %q not found in PATH (give a path such as ./%s)", p, p)
+}
+
+type agent struct {
+	cfg    Config
+	log    *slog.Logger
+	host   string
+	stdout *console
+	stderr *console
+
+	coord  gotrainv1.CoordinatorClient
+	nodeID string
+	socket string
+
+	gen      *gotrainv1.GenerationStarted // nil when no generation runs here
+	workers  map[int]*workerProc          // by rank, current generation only
+	exits    chan *workerProc
+	stopping syscall.Signal // the signal that is stopping the job, 0 if none
+}
+
+func (a *agent) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// A private directory for the workers' socket: its mode keeps other users out.
+	dir, err := os.MkdirTemp("", "gotrain-agent-")
+	if err != nil {
+		return fmt.Errorf("create the agent's socket dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	a.socket = filepath.Join(dir, "agent.sock")
+
+	coordAddr := a.cfg.Coordinator
+	if coordAddr == "" {
+		addr, stopCoord, err := a.startCoordinator(ctx)
+		if err != nil {
+			return err
+		}
+		defer stopCoord()
+		coordAddr = addr
+	}
+
+	conn, err := grpc.NewClient(coordAddr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		token.DialOption(a.cfg.JobToken))
+	if err != nil {
+		return fmt.Errorf("coordinator address %q: %w", coordAddr, err)
+	}
+	defer conn.Close()
+	a.coord = gotrainv1.NewCoordinatorClient(conn)
+
+	if err := a.join(ctx, coordAddr); err != nil {
+		return err
+	}
+	a.log = a.log.With("node", a.nodeID)
+
+	lis, err := net.Listen("unix", a.socket)
+	if err != nil {
+		return fmt.Errorf("listen on the workers' socket: %w", err)
+	}
+	relaySrv := grpc.NewServer(token.ServerOptions(a.cfg.JobToken)...)
+	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID})
+	go func() { _ = relaySrv.Serve(lis) }()
+	defer relaySrv.Stop()
+
+	stream, err := a.coord.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID})
+	if err != nil {
+		return fmt.Errorf("watch the coordinator at %s: %w", coordAddr, err)
+	}
+	events := make(chan *gotrainv1.GenerationEvent)
+	streamErr := make(chan error, 1)
+	go func() {
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				streamErr <- err
+				return
+			}
+			select {
+			case events <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return a.loop(ctx, events, streamErr, coordAddr)
+}
+
+// startCoordinator runs the job's coordinator inside this agent.
+func (a *agent) startCoordinator(ctx context.Context) (addr string, stop func(), err error) {
+	srv, err := coordinator.New(coordinator.Config{
+		RunID: a.cfg.RunID, Token: a.cfg.JobToken,
+		Nodes: a.cfg.Nodes, MaxRestarts: a.cfg.MaxRestarts,
+		Logger: a.log.With("component", "coordinator"),
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	lis, err := net.Listen("tcp", a.cfg.CoordinatorListen)
+	if err != nil {
+		return "", nil, fmt.Errorf("start the coordinator on %s: %w (pick another with --coordinator-listen)", a.cfg.CoordinatorListen, err)
+	}
+	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(srvCtx, lis) }()
+	addr = lis.Addr().String()
+	if a.cfg.Nodes > 1 {
+		fmt.Fprintf(a.cfg.Stderr, "gotrain: coordinator listening on %s; start the other %d node(s) with: gotrain launch --nnodes %d --coordinator %s:%d --job-token %s ...\n",
+			addr, a.cfg.Nodes-1, a.cfg.Nodes, a.cfg.NodeAddress, lis.Addr().(*net.TCPAddr).Port, a.cfg.JobToken)
+	}
+	return addr, func() { cancel(); <-done }, nil
+}
+
+// join registers this node, retrying while the coordinator is not up yet.
+func (a *agent) join(ctx context.Context, coordAddr string) error {
+	port, err := freePort(a.cfg.NodeAddress)
+	if err != nil {
+		return err
+	}
+	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
+		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),
+		AgentPid: int32(os.Getpid()), FreePort: int32(port),
+	}}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.JoinTimeout)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	for {
+		resp, err := a.coord.Join(ctx, req)
+		if err == nil {
+			a.nodeID = resp.GetNodeId()
+			return nil
+		}
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			return fmt.Errorf("join the coordinator at %s: %w", coordAddr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("join the coordinator at %s: not reachable within %s (is it running? check --coordinator): %w", coordAddr, a.cfg.JoinTimeout, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEvent, streamErr <-chan error, coordAddr string) error {
+	var killTimer <-chan time.Time
+	for {
+		select {
+		case ev := <-events:
+			switch e := ev.Event.(type) {
+			case *gotrainv1.GenerationEvent_Started:
+				a.startGeneration(ctx, e.Started)
+			case *gotrainv1.GenerationEvent_Ended:
+				a.endGeneration(e.Ended)
+			case *gotrainv1.GenerationEvent_Finished:
+				a.stopAll(syscall.SIGTERM)
+				return a.finish(e.Finished)
+			}
+		case p := <-a.exits:
+			a.workerExited(ctx, p)
+			if a.stopping != 0 && len(a.workers) == 0 {
+				return &ExitError{Code: 128 + int(a.stopping), Message: fmt.Sprintf("gotrain: stopped by %s", unix.SignalName(a.stopping))}
+			}
+		case sig := <-a.cfg.Signals:
+			s, _ := sig.(syscall.Signal)
+			switch s {
+			case syscall.SIGINT, syscall.SIGTERM:
+				if a.stopping != 0 {
+					// A second Ctrl-C: no more grace.
+					a.signalAll(syscall.SIGKILL)
+					continue
+				}
+				a.stopping = s
+				fmt.Fprintf(a.cfg.Stderr, "gotrain: %s received: stopping %d worker(s) (SIGKILL in %s; press Ctrl-C again to kill now)\n", unix.SignalName(s), len(a.workers), a.cfg.GracePeriod)
+				a.signalAll(s)
+				killTimer = time.After(a.cfg.GracePeriod)
+				if len(a.workers) == 0 {
+					return &ExitError{Code: 128 + int(s), Message: fmt.Sprintf("gotrain: stopped by %s", unix.SignalName(s))}
+				}
+			default:
+				a.signalAll(s)
+			}
+		case <-killTimer:
+			a.signalAll(syscall.SIGKILL)
+		case err := <-streamErr:
+			if a.stopping != 0 {
+				continue // we are leaving anyway
+			}
+			a.stopAll(syscall.SIGTERM)
+			return fmt.Errorf("lost the coordinator at %s: %w; workers on %s were stopped", coordAddr, err, a.host)
+		case <-ctx.Done():
+			a.stopAll(syscall.SIGTERM)
+			return ctx.Err()
+		}
+	}
+}
+
+func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStarted) {
+	a.gen = g
+	a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
+	for _, r := range g.GetRanks() {
+		vars := jobenv.Vars{
+			Rank: int(r.GetRank()), WorldSize: int(g.GetWorldSize()),
+			LocalRank: int(r.GetLocalRank()), LocalWorldSize: len(g.GetRanks()),
+			GroupRank: int(g.GetGroupRank()), Generation: g.GetGeneration(),
+			RestartCount: int(g.GetRestartCount()),
+			AgentSocket:  a.socket, JobToken: a.cfg.JobToken, RunID: a.cfg.RunID,
+			Backend: a.cfg.Backend, Host: a.cfg.NodeAddress, GPU: int(r.GetGpu()),
+			MasterAddr: g.GetMasterAddr(), MasterPort: int(g.GetMasterPort()),
+		}
+		env := append(jobenv.Strip(a.cfg.Env), vars.Environ()...)
+		if r.GetGpu() >= 0 {
+			env = append(env, fmt.Sprintf("CUDA_VISIBLE_DEVICES=%d", r.GetGpu()))
+		}
+		spec := workerSpec{rank: int(r.GetRank()), generation: g.GetGeneration(),
+			program: a.cfg.Program, args: a.cfg.Args, env: env, logDir: a.cfg.LogDir}
+		p, err := startWorker(spec, a.stdout, a.stderr)
+		if err != nil {
+			fmt.Fprintf(a.cfg.Stderr, "gotrain: %v\n", err)
+			a.report(ctx, &gotrainv1.ReportWorkerExitRequest{
+				Generation: g.GetGeneration(), Rank: r.GetRank(), ExitCode: 127,
+				StderrTail: []string{err.Error()},
+			})
+			continue
+		}
+		a.workers[spec.rank] = p
+		go func() { <-p.done; a.exits <- p }()
+	}
+}
+
+// endGeneration stops this node's workers of an ended generation; each
+// exit is reported as it happens.
+func (a *agent) endGeneration(e *gotrainv1.GenerationEnded) {
+	a.log.Info("generation ended", "generation", e.GetGeneration(), "reason", e.GetReason())
+	for _, p := range a.workers {
+		if p.spec.generation == e.GetGeneration() {
+			go p.stop(syscall.SIGTERM, a.cfg.GracePeriod)
+		}
+	}
+}
+
+func (a *agent) workerExited(ctx context.Context, p *workerProc) {
+	if a.workers[p.spec.rank] == p {
+		delete(a.workers, p.spec.rank)
+	}
+	if p.exit.ExitCode() != 0 && a.stopping == 0 {
+		a.log.Info("worker exited", "rank", p.spec.rank, "pid", p.pid(), "exit", p.exit.String())
+	}
+	if a.stopping != 0 {
+		return // the job is being stopped by a signal; nothing to decide
+	}
+	req := &gotrainv1.ReportWorkerExitRequest{
+		Generation: p.spec.generation, Rank: int32(p.spec.rank), Pid: int32(p.pid()),
+		ExitCode: int32(p.exit.code), StderrTail: p.stderr.snapshot(),
+	}
+	if p.exit.signal != 0 {
+		req.Signal = unix.SignalName(p.exit.signal)
+		req.ExitCode = -1
+	}
+	a.report(ctx, req)
+}
+
+func (a *agent) report(ctx context.Context, req *gotrainv1.ReportWorkerExitRequest) {
+	req.NodeId = a.nodeID
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := a.coord.ReportWorkerExit(rctx, req); err != nil {
+		a.log.Warn("report worker exit", "rank", req.GetRank(), "err", err)
+	}
+}
+
+func (a *agent) signalAll(sig syscall.Signal) {
+	for _, p := range a.workers {
+		p.signal(sig)
+	}
+}
+
+// stopAll stops every worker (SIGTERM, grace period, SIGKILL) and waits.
+func (a *agent) stopAll(sig syscall.Signal) {
+	done := make(chan struct{})
+	for _, p := range a.workers {
+		go func() { p.stop(sig, a.cfg.GracePeriod); done <- struct{}{} }()
+	}
+	for range a.workers {
+		<-done
+	}
+	clear(a.workers)
+}
+
+// finish turns the coordinator's verdict into this agent's result.
+func (a *agent) finish(f *gotrainv1.JobFinished) error {
+	if f.GetSucceeded() {
+		return nil
+	}
+	return &ExitError{Code: exitCodeOf(f), Message: describeFailure(f)}
+}
+
+func exitCodeOf(f *gotrainv1.JobFinished) int {
+	if c := int(f.GetExitCode()); c > 0 && c < 256 {
+		return c
+	}
+	return 1
+}
+
+// describeFailure writes the report a person reads when the job failed.
+func describeFailure(f *gotrainv1.JobFinished) string {
+	var b strings.Builder
+	fl := f.GetFailure()
+	if fl == nil {
+		fmt.Fprintf(&b, "gotrain: job failed: %s", f.GetMessage())
+		return b.String()
+	}
+	cause := fmt.Sprintf("exit status %d", fl.GetExitCode())
+	if fl.GetSignal() != "" {
+		cause = "killed by " + fl.GetSignal()
+	}
+	if fl.GetReason() != "" {
+		cause = fl.GetReason()
+	}
+	fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s (pid %d) failed first: %s", fl.GetRank(), fl.GetHostname(), fl.GetPid(), cause)
+	if m := f.GetMessage(); m != "" {
+		fmt.Fprintf(&b, "\n  %s", m)
+	}
+	if tl := fl.GetStderrTail(); len(tl) > 0 {
+		fmt.Fprintf(&b, "\n  last %d line(s) of rank %d's stderr:", len(tl), fl.GetRank())
+		for _, l := range tl {
+			fmt.Fprintf(&b, "\n    %s", l)
+		}
+	}
+	return b.String()
+}
+
+// ExitCode is the status `gotrain launch` exits with.
+func (e *ExitError) ExitCode() int { return e.Code }

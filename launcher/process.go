@@ -1,0 +1,190 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// workerSpec is one worker process to start.
+type workerSpec struct {
+	rank       int
+	generation int64
+	program    string
+	args       []string
+	env        []string
+	logDir     string // "" for no log file
+}
+
+// workerProc is a running worker. Its process group id equals its pid.
+type workerProc struct {
+	spec    workerSpec
+	cmd     *exec.Cmd
+	stderr  *tail
+	logFile *os.File
+	pumps   sync.WaitGroup
+	done    chan struct{} // closed once exit is set
+	exit    exitInfo
+}
+
+// exitInfo says how a worker ended.
+type exitInfo struct {
+	code   int            // exit status, or -1 when a signal ended it
+	signal syscall.Signal // 0 unless a signal ended it
+	err    error          // the process could not be waited for
+}
+
+// ExitCode returns the shell's convention: the status, or 128+signal.
+func (e exitInfo) ExitCode() int {
+	if e.signal != 0 {
+		return 128 + int(e.signal)
+	}
+	return e.code
+}
+
+func (e exitInfo) String() string {
+	if e.signal != 0 {
+		return fmt.Sprintf("killed by %s", unix.SignalName(e.signal))
+	}
+	return fmt.Sprintf("exit status %d", e.code)
+}
+
+// stderrTailLines is how many of a worker's last stderr lines a failure
+// report carries.
+const stderrTailLines = 20
+
+// startWorker starts a worker with its output prefixed on con and, with a log
+// dir, copied into rank-N.log there.
+func startWorker(spec workerSpec, stdout, stderr *console) (*workerProc, error) {
+	cmd := exec.Command(spec.program, spec.args...)
+	cmd.Env = spec.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Its own process group, so a signal reaches everything it started.
+		Setpgid: true,
+		// The kernel kills the worker when the agent dies, even by SIGKILL.
+		// PDEATHSIG fires when the *thread* that forked exits; the Go runtime
+		// only ends threads whose goroutine locked them and exited, which the
+		// agent never does while forking.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	p := &workerProc{spec: spec, cmd: cmd, stderr: newTail(stderrTailLines), done: make(chan struct{})}
+	var logW *syncWriter
+	if spec.logDir != "" {
+		f, err := os.OpenFile(filepath.Join(spec.logDir, fmt.Sprintf("rank%d.log", spec.rank)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("open rank %d's log file: %w", spec.rank, err)
+		}
+		fmt.Fprintf(f, "=== gotrain: rank %d, generation %d, started %s\n", spec.rank, spec.generation, time.Now().Format(time.RFC3339))
+		p.logFile = f
+		logW = &syncWriter{w: f}
+	}
+	// Our own pipes rather than exec's: the agent reaps the worker itself
+	// (see wait) and closes the read ends once they are drained.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		p.closeLog()
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		_ = outR.Close()
+		_ = outW.Close()
+		p.closeLog()
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	_ = outW.Close()
+	_ = errW.Close()
+	if err != nil {
+		_ = outR.Close()
+		_ = errR.Close()
+		p.closeLog()
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("start rank %d: %w (check the program path after `--`)", spec.rank, err)
+		}
+		return nil, fmt.Errorf("start rank %d: %w", spec.rank, err)
+	}
+	prefix := fmt.Sprintf("[rank %d] ", spec.rank)
+	p.pumps.Add(2)
+	go func() { defer p.pumps.Done(); defer outR.Close(); pump(outR, prefix, stdout, logW, nil) }()
+	go func() { defer p.pumps.Done(); defer errR.Close(); pump(errR, prefix, stderr, logW, p.stderr) }()
+	go p.wait()
+	return p, nil
+}
+
+func (p *workerProc) wait() {
+	// Drain output first: exec.Cmd.Wait closes the pipes, and lines still in
+	// them would be lost. The pipes reach EOF when every process holding them
+	// is gone, so a worker's children can keep the drain open: after the
+	// worker itself exits they get a grace period, then the group is killed.
+	pumpsDone := make(chan struct{})
+	go func() { p.pumps.Wait(); close(pumpsDone) }()
+	var ws unix.WaitStatus
+	var err error
+	for {
+		// Wait4 on the pid alone leaves the pipes to the pumps.
+		_, err = unix.Wait4(p.cmd.Process.Pid, &ws, 0, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	select {
+	case <-pumpsDone:
+	case <-time.After(2 * time.Second):
+		_ = unix.Kill(-p.cmd.Process.Pid, unix.SIGKILL)
+		<-pumpsDone
+	}
+	switch {
+	case err != nil:
+		p.exit = exitInfo{code: -1, err: err}
+	case ws.Signaled():
+		p.exit = exitInfo{code: -1, signal: ws.Signal()}
+	default:
+		p.exit = exitInfo{code: ws.ExitStatus()}
+	}
+	// The group may hold processes the worker started and left behind.
+	_ = unix.Kill(-p.cmd.Process.Pid, unix.SIGKILL)
+	p.closeLog()
+	_ = p.cmd.Process.Release()
+	close(p.done)
+}
+
+func (p *workerProc) closeLog() {
+	if p.logFile != nil {
+		fmt.Fprintf(p.logFile, "=== gotrain: rank %d ended: %s\n", p.spec.rank, p.exit)
+		_ = p.logFile.Close()
+	}
+}
+
+func (p *workerProc) pid() int { return p.cmd.Process.Pid }
+
+// signal sends sig to the worker's whole process group.
+func (p *workerProc) signal(sig syscall.Signal) {
+	select {
+	case <-p.done:
+	default:
+		_ = unix.Kill(-p.pid(), sig)
+	}
+}
+
+// stop asks the worker to end with SIGTERM and kills its group with SIGKILL
+// after grace. It returns once the worker has exited.
+func (p *workerProc) stop(sig syscall.Signal, grace time.Duration) {
+	p.signal(sig)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		p.signal(syscall.SIGKILL)
+		<-p.done
+	}
+}

@@ -1,0 +1,36 @@
+package launcher
+
+import (
+	"context"
+
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// relay serves the Agent API to this node's workers by forwarding each call to
+// the coordinator. Workers never dial the coordinator themselves, so its
+// connection count grows with nodes, not ranks, and a worker needs nothing but
+// the local socket's path.
+type relay struct {
+	gotrainv1.UnimplementedAgentServer
+	coord  gotrainv1.CoordinatorClient
+	nodeID string
+}
+
+var _ gotrainv1.AgentServer = (*relay)(nil)
+
+func (r *relay) KVPut(ctx context.Context, req *gotrainv1.KVPutRequest) (*gotrainv1.KVPutResponse, error) {
+	return r.coord.KVPut(ctx, req)
+}
+
+func (r *relay) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotrainv1.KVGetResponse, error) {
+	return r.coord.KVGet(ctx, req)
+}
+
+func (r *relay) Barrier(ctx context.Context, req *gotrainv1.BarrierRequest) (*gotrainv1.BarrierResponse, error) {
+	return r.coord.Barrier(ctx, req)
+}
+
+func (r *relay) ReportProgress(ctx context.Context, req *gotrainv1.ReportProgressRequest) (*gotrainv1.ReportProgressResponse, error) {
+	req.NodeId = r.nodeID
+	return r.coord.ReportProgress(ctx, req)
+}

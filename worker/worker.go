@@ -1,0 +1,169 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/token"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+	"github.com/gotrain/gotrain/worker/comm"
+	"github.com/gotrain/gotrain/worker/cpucomm"
+)
+
+// The data-plane names, re-exported from package comm so that training code
+// imports only worker.
+type (
+	Comm    = comm.Comm
+	Buffer  = comm.Buffer
+	DType   = comm.DType
+	Op      = comm.Op
+	Element = comm.Element
+)
+
+const (
+	Float32 = comm.Float32
+	Float64 = comm.Float64
+	Int32   = comm.Int32
+	Int64   = comm.Int64
+
+	Sum = comm.Sum
+	Avg = comm.Avg
+	Max = comm.Max
+	Min = comm.Min
+)
+
+// Host returns a Buffer over a Go slice.
+func Host[T Element](s []T) Buffer { return comm.Host(s) }
+
+// Worker is this process's place in the job.
+type Worker struct {
+	Rank, WorldSize           int
+	LocalRank, LocalWorldSize int
+	// GroupRank is the rank of this worker's node.
+	GroupRank int
+	// Generation counts the job's (re)starts; rendezvous keys include it.
+	Generation   int64
+	RestartCount int
+	// Backend is "cpu" or "nccl", as `gotrain launch --backend` chose.
+	Backend string
+	// GPU is the index of this worker's GPU on its node, -1 for none.
+	GPU int
+
+	vars   jobenv.Vars
+	conn   *grpc.ClientConn
+	agent  gotrainv1.AgentClient
+	logger *slog.Logger
+}
+
+// ErrNotLaunched means the program was started without `gotrain launch`.
+var ErrNotLaunched = jobenv.ErrNotLaunched
+
+// Option changes how Init sets the worker up.
+type Option func(*Worker)
+
+// WithLogger gives the worker a logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(w *Worker) { w.logger = l } }
+
+// Init reads the environment that `gotrain launch` set and connects to this
+// node's agent.
+func Init(ctx context.Context, opts ...Option) (*Worker, error) {
+	vars, err := jobenv.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w := &Worker{
+		Rank: vars.Rank, WorldSize: vars.WorldSize,
+		LocalRank: vars.LocalRank, LocalWorldSize: vars.LocalWorldSize,
+		GroupRank: vars.GroupRank, Generation: vars.Generation,
+		RestartCount: vars.RestartCount, Backend: vars.Backend, GPU: vars.GPU,
+		vars:   vars,
+		logger: slog.New(slog.DiscardHandler),
+	}
+	for _, o := range opts {
+		o(w)
+	}
+	w.logger = w.logger.With("rank", w.Rank)
+	conn, err := grpc.NewClient("unix://"+vars.AgentSocket,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		token.DialOption(vars.JobToken))
+	if err != nil {
+		return nil, fmt.Errorf("worker: rank %d: connect to agent at %s: %w", w.Rank, vars.AgentSocket, err)
+	}
+	w.conn = conn
+	w.agent = gotrainv1.NewAgentClient(conn)
+	return w, nil
+}
+
+// Close releases the connection to the agent.
+func (w *Worker) Close() error { return w.conn.Close() }
+
+// Store returns the rendezvous key-value store this worker's backends use,
+// served by the agent.
+func (w *Worker) Store() comm.Store { return agentStore{w.agent} }
+
+// NewComm builds a communicator named name over every rank of the job, with
+// the backend `gotrain launch --backend` chose. Every rank must call NewComm
+// with the same name; names must be unique within a generation.
+func (w *Worker) NewComm(ctx context.Context, name string) (Comm, error) {
+	switch w.Backend {
+	case "cpu", "":
+		host := w.vars.Host
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		c, err := cpucomm.New(ctx, cpucomm.Config{
+			Name: name, Generation: w.Generation,
+			Rank: w.Rank, Size: w.WorldSize,
+			Host: host, Store: w.Store(), Logger: w.logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("worker: rank %d: %w", w.Rank, err)
+		}
+		return c, nil
+	default:
+		return nil, fmt.Errorf("worker: rank %d: backend %q is not available in this build (use --backend cpu)", w.Rank, w.Backend)
+	}
+}
+
+// agentStore is comm.Store over the agent's KV calls.
+type agentStore struct{ agent gotrainv1.AgentClient }
+
+// kvPollWait bounds one long-poll; Get re-polls until ctx ends, so a slow
+// peer never turns into a failed rendezvous by itself.
+const kvPollWait = 10 * time.Second
+
+func (s agentStore) Put(ctx context.Context, key string, value []byte) error {
+	_, err := s.agent.KVPut(ctx, &gotrainv1.KVPutRequest{Key: key, Value: value})
+	if err != nil {
+		return fmt.Errorf("publish %q through the agent: %w", key, err)
+	}
+	return nil
+}
+
+func (s agentStore) Get(ctx context.Context, key string) ([]byte, error) {
+	for {
+		resp, err := s.agent.KVGet(ctx, &gotrainv1.KVGetRequest{Key: key, WaitMs: kvPollWait.Milliseconds()})
+		switch {
+		case err == nil && resp.GetFound():
+			return resp.GetValue(), nil
+		case err == nil:
+			continue
+		case errors.Is(ctx.Err(), context.Canceled) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return nil, fmt.Errorf("wait for %q: %w", key, ctx.Err())
+		case status.Code(err) == codes.Unavailable:
+			return nil, fmt.Errorf("wait for %q: the agent is unreachable (did `gotrain launch` exit?): %w", key, err)
+		default:
+			return nil, fmt.Errorf("wait for %q: %w", key, err)
+		}
+	}
+}
