@@ -62,13 +62,19 @@ static const char *optional_names[GTN_OPT_COUNT] = {
 #define OPTIONAL(field, name) (*(void **)(&fn.field) = dlsym(h, name))
 
 int gtn_open(const char *path, char *err, size_t errlen) {
-	if (fn.handle != NULL) {
-		return 0;
-	}
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
 		const char *e = dlerror();
 		snprintf(err, errlen, "%s", e != NULL ? e : "dlopen failed");
+		return -1;
+	}
+	if (fn.handle != NULL) {
+		// One NCCL per process: opening the loaded one again is fine.
+		dlclose(h);
+		if (h == fn.handle) {
+			return 0;
+		}
+		snprintf(err, errlen, "%s is another NCCL than the one already loaded", path);
 		return -1;
 	}
 	REQUIRE(getVersion, "ncclGetVersion");
