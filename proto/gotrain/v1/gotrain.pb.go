@@ -29,6 +29,406 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type WorkerHello struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Rank       int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	Pid        int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	Generation int64                  `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The worker recovers in process (worker.Run) instead of being restarted.
+	Recoverable   bool `protobuf:"varint,4,opt,name=recoverable,proto3" json:"recoverable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerHello) Reset() {
+	*x = WorkerHello{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerHello) ProtoMessage() {}
+
+func (x *WorkerHello) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
+func (*WorkerHello) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WorkerHello) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *WorkerHello) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *WorkerHello) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *WorkerHello) GetRecoverable() bool {
+	if x != nil {
+		return x.Recoverable
+	}
+	return false
+}
+
+type StackDump struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId int64                  `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// All goroutine stacks, as runtime/pprof's goroutine profile (debug=2) writes them.
+	Goroutines    string `protobuf:"bytes,2,opt,name=goroutines,proto3" json:"goroutines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StackDump) Reset() {
+	*x = StackDump{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StackDump) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StackDump) ProtoMessage() {}
+
+func (x *StackDump) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StackDump.ProtoReflect.Descriptor instead.
+func (*StackDump) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StackDump) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *StackDump) GetGoroutines() string {
+	if x != nil {
+		return x.Goroutines
+	}
+	return ""
+}
+
+type WorkerMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*WorkerMessage_Hello
+	//	*WorkerMessage_Progress
+	//	*WorkerMessage_Stacks
+	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerMessage) Reset() {
+	*x = WorkerMessage{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerMessage) ProtoMessage() {}
+
+func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
+func (*WorkerMessage) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *WorkerMessage) GetHello() *WorkerHello {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Hello); ok {
+			return x.Hello
+		}
+	}
+	return nil
+}
+
+func (x *WorkerMessage) GetProgress() *RankProgress {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *WorkerMessage) GetStacks() *StackDump {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Stacks); ok {
+			return x.Stacks
+		}
+	}
+	return nil
+}
+
+type isWorkerMessage_Msg interface {
+	isWorkerMessage_Msg()
+}
+
+type WorkerMessage_Hello struct {
+	Hello *WorkerHello `protobuf:"bytes,1,opt,name=hello,proto3,oneof"`
+}
+
+type WorkerMessage_Progress struct {
+	Progress *RankProgress `protobuf:"bytes,2,opt,name=progress,proto3,oneof"`
+}
+
+type WorkerMessage_Stacks struct {
+	Stacks *StackDump `protobuf:"bytes,3,opt,name=stacks,proto3,oneof"`
+}
+
+func (*WorkerMessage_Hello) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_Progress) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_Stacks) isWorkerMessage_Msg() {}
+
+type DumpStacksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     int64                  `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DumpStacksRequest) Reset() {
+	*x = DumpStacksRequest{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DumpStacksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DumpStacksRequest) ProtoMessage() {}
+
+func (x *DumpStacksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DumpStacksRequest.ProtoReflect.Descriptor instead.
+func (*DumpStacksRequest) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DumpStacksRequest) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+// GenerationChange tells a recoverable worker that its generation ended and,
+// when started is set, which generation to join next.
+type GenerationChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ended         *GenerationEnded       `protobuf:"bytes,1,opt,name=ended,proto3" json:"ended,omitempty"`
+	Started       *GenerationStarted     `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GenerationChange) Reset() {
+	*x = GenerationChange{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GenerationChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GenerationChange) ProtoMessage() {}
+
+func (x *GenerationChange) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GenerationChange.ProtoReflect.Descriptor instead.
+func (*GenerationChange) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GenerationChange) GetEnded() *GenerationEnded {
+	if x != nil {
+		return x.Ended
+	}
+	return nil
+}
+
+func (x *GenerationChange) GetStarted() *GenerationStarted {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
+type AgentMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*AgentMessage_DumpStacks
+	//	*AgentMessage_Generation
+	Msg           isAgentMessage_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentMessage) Reset() {
+	*x = AgentMessage{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentMessage) ProtoMessage() {}
+
+func (x *AgentMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentMessage.ProtoReflect.Descriptor instead.
+func (*AgentMessage) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AgentMessage) GetMsg() isAgentMessage_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *AgentMessage) GetDumpStacks() *DumpStacksRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_DumpStacks); ok {
+			return x.DumpStacks
+		}
+	}
+	return nil
+}
+
+func (x *AgentMessage) GetGeneration() *GenerationChange {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_Generation); ok {
+			return x.Generation
+		}
+	}
+	return nil
+}
+
+type isAgentMessage_Msg interface {
+	isAgentMessage_Msg()
+}
+
+type AgentMessage_DumpStacks struct {
+	DumpStacks *DumpStacksRequest `protobuf:"bytes,1,opt,name=dump_stacks,json=dumpStacks,proto3,oneof"`
+}
+
+type AgentMessage_Generation struct {
+	Generation *GenerationChange `protobuf:"bytes,2,opt,name=generation,proto3,oneof"`
+}
+
+func (*AgentMessage_DumpStacks) isAgentMessage_Msg() {}
+
+func (*AgentMessage_Generation) isAgentMessage_Msg() {}
+
 type GPU struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -42,7 +442,7 @@ type GPU struct {
 
 func (x *GPU) Reset() {
 	*x = GPU{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[0]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +454,7 @@ func (x *GPU) String() string {
 func (*GPU) ProtoMessage() {}
 
 func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[0]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +467,7 @@ func (x *GPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPU.ProtoReflect.Descriptor instead.
 func (*GPU) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{0}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GPU) GetIndex() int32 {
@@ -122,7 +522,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[1]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -134,7 +534,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[1]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -147,7 +547,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{1}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeInfo) GetHostname() string {
@@ -201,7 +601,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[2]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -213,7 +613,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[2]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -226,7 +626,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{2}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JoinRequest) GetNode() *NodeInfo {
@@ -247,7 +647,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[3]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +659,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[3]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +672,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{3}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JoinResponse) GetNodeId() string {
@@ -305,7 +705,7 @@ type WatchGenerationsRequest struct {
 
 func (x *WatchGenerationsRequest) Reset() {
 	*x = WatchGenerationsRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[4]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +717,7 @@ func (x *WatchGenerationsRequest) String() string {
 func (*WatchGenerationsRequest) ProtoMessage() {}
 
 func (x *WatchGenerationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[4]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +730,7 @@ func (x *WatchGenerationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGenerationsRequest.ProtoReflect.Descriptor instead.
 func (*WatchGenerationsRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{4}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchGenerationsRequest) GetNodeId() string {
@@ -352,7 +752,7 @@ type RankAssignment struct {
 
 func (x *RankAssignment) Reset() {
 	*x = RankAssignment{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +764,7 @@ func (x *RankAssignment) String() string {
 func (*RankAssignment) ProtoMessage() {}
 
 func (x *RankAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +777,7 @@ func (x *RankAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankAssignment.ProtoReflect.Descriptor instead.
 func (*RankAssignment) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{5}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RankAssignment) GetRank() int32 {
@@ -417,7 +817,7 @@ type GenerationStarted struct {
 
 func (x *GenerationStarted) Reset() {
 	*x = GenerationStarted{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +829,7 @@ func (x *GenerationStarted) String() string {
 func (*GenerationStarted) ProtoMessage() {}
 
 func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +842,7 @@ func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationStarted.ProtoReflect.Descriptor instead.
 func (*GenerationStarted) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{6}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GenerationStarted) GetGeneration() int64 {
@@ -519,7 +919,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +931,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +944,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{7}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WorkerFailure) GetRank() int32 {
@@ -614,7 +1014,7 @@ type GenerationEnded struct {
 
 func (x *GenerationEnded) Reset() {
 	*x = GenerationEnded{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +1026,7 @@ func (x *GenerationEnded) String() string {
 func (*GenerationEnded) ProtoMessage() {}
 
 func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +1039,7 @@ func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEnded.ProtoReflect.Descriptor instead.
 func (*GenerationEnded) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{8}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GenerationEnded) GetGeneration() int64 {
@@ -675,7 +1075,7 @@ type JobFinished struct {
 
 func (x *JobFinished) Reset() {
 	*x = JobFinished{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +1087,7 @@ func (x *JobFinished) String() string {
 func (*JobFinished) ProtoMessage() {}
 
 func (x *JobFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +1100,7 @@ func (x *JobFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFinished.ProtoReflect.Descriptor instead.
 func (*JobFinished) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{9}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JobFinished) GetSucceeded() bool {
@@ -745,7 +1145,7 @@ type GenerationEvent struct {
 
 func (x *GenerationEvent) Reset() {
 	*x = GenerationEvent{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +1157,7 @@ func (x *GenerationEvent) String() string {
 func (*GenerationEvent) ProtoMessage() {}
 
 func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +1170,7 @@ func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEvent.ProtoReflect.Descriptor instead.
 func (*GenerationEvent) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{10}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GenerationEvent) GetEvent() isGenerationEvent_Event {
@@ -839,7 +1239,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1251,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1264,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{11}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -889,7 +1289,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +1301,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1314,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{12}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
 }
 
 type KVGetRequest struct {
@@ -928,7 +1328,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1340,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1353,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{13}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -980,7 +1380,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1392,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1405,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KVGetResponse) GetFound() bool {
@@ -1033,7 +1433,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1445,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1458,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BarrierRequest) GetName() string {
@@ -1090,7 +1490,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1502,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1515,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
 }
 
 type CommProgress struct {
@@ -1133,7 +1533,7 @@ type CommProgress struct {
 
 func (x *CommProgress) Reset() {
 	*x = CommProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1545,7 @@ func (x *CommProgress) String() string {
 func (*CommProgress) ProtoMessage() {}
 
 func (x *CommProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1558,7 @@ func (x *CommProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommProgress.ProtoReflect.Descriptor instead.
 func (*CommProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommProgress) GetComm() string {
@@ -1218,7 +1618,7 @@ type RankProgress struct {
 
 func (x *RankProgress) Reset() {
 	*x = RankProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1630,7 @@ func (x *RankProgress) String() string {
 func (*RankProgress) ProtoMessage() {}
 
 func (x *RankProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1643,7 @@ func (x *RankProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankProgress.ProtoReflect.Descriptor instead.
 func (*RankProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RankProgress) GetRank() int32 {
@@ -1305,7 +1705,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1717,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1730,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -1355,7 +1755,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1767,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1780,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
 }
 
 type ReportWorkerExitRequest struct {
@@ -1398,7 +1798,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1810,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1823,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -1483,7 +1883,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1895,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1908,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
 }
 
 type GetJobStatusRequest struct {
@@ -1519,7 +1919,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1931,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1944,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
 }
 
 type NodeStatus struct {
@@ -1558,7 +1958,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1970,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1983,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -1623,7 +2023,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +2035,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +2048,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -1717,7 +2117,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +2129,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +2142,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -1806,7 +2206,38 @@ var File_gotrain_v1_gotrain_proto protoreflect.FileDescriptor
 const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"\x18gotrain/v1/gotrain.proto\x12\n" +
-	"gotrain.v1\"~\n" +
+	"gotrain.v1\"u\n" +
+	"\vWorkerHello\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x10\n" +
+	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x03R\n" +
+	"generation\x12 \n" +
+	"\vrecoverable\x18\x04 \x01(\bR\vrecoverable\"J\n" +
+	"\tStackDump\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x03R\trequestId\x12\x1e\n" +
+	"\n" +
+	"goroutines\x18\x02 \x01(\tR\n" +
+	"goroutines\"\xb0\x01\n" +
+	"\rWorkerMessage\x12/\n" +
+	"\x05hello\x18\x01 \x01(\v2\x17.gotrain.v1.WorkerHelloH\x00R\x05hello\x126\n" +
+	"\bprogress\x18\x02 \x01(\v2\x18.gotrain.v1.RankProgressH\x00R\bprogress\x12/\n" +
+	"\x06stacks\x18\x03 \x01(\v2\x15.gotrain.v1.StackDumpH\x00R\x06stacksB\x05\n" +
+	"\x03msg\"2\n" +
+	"\x11DumpStacksRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x03R\trequestId\"~\n" +
+	"\x10GenerationChange\x121\n" +
+	"\x05ended\x18\x01 \x01(\v2\x1b.gotrain.v1.GenerationEndedR\x05ended\x127\n" +
+	"\astarted\x18\x02 \x01(\v2\x1d.gotrain.v1.GenerationStartedR\astarted\"\x97\x01\n" +
+	"\fAgentMessage\x12@\n" +
+	"\vdump_stacks\x18\x01 \x01(\v2\x1d.gotrain.v1.DumpStacksRequestH\x00R\n" +
+	"dumpStacks\x12>\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\v2\x1c.gotrain.v1.GenerationChangeH\x00R\n" +
+	"generationB\x05\n" +
+	"\x03msg\"~\n" +
 	"\x03GPU\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x1c\n" +
@@ -1966,12 +2397,13 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\aBarrier\x12\x1a.gotrain.v1.BarrierRequest\x1a\x1b.gotrain.v1.BarrierResponse\x12W\n" +
 	"\x0eReportProgress\x12!.gotrain.v1.ReportProgressRequest\x1a\".gotrain.v1.ReportProgressResponse\x12]\n" +
 	"\x10ReportWorkerExit\x12#.gotrain.v1.ReportWorkerExitRequest\x1a$.gotrain.v1.ReportWorkerExitResponse\x12F\n" +
-	"\fGetJobStatus\x12\x1f.gotrain.v1.GetJobStatusRequest\x1a\x15.gotrain.v1.JobStatus2\xa0\x02\n" +
+	"\fGetJobStatus\x12\x1f.gotrain.v1.GetJobStatusRequest\x1a\x15.gotrain.v1.JobStatus2\xe3\x02\n" +
 	"\x05Agent\x12<\n" +
 	"\x05KVPut\x12\x18.gotrain.v1.KVPutRequest\x1a\x19.gotrain.v1.KVPutResponse\x12<\n" +
 	"\x05KVGet\x12\x18.gotrain.v1.KVGetRequest\x1a\x19.gotrain.v1.KVGetResponse\x12B\n" +
 	"\aBarrier\x12\x1a.gotrain.v1.BarrierRequest\x1a\x1b.gotrain.v1.BarrierResponse\x12W\n" +
-	"\x0eReportProgress\x12!.gotrain.v1.ReportProgressRequest\x1a\".gotrain.v1.ReportProgressResponseB7Z5github.com/gotrain/gotrain/proto/gotrain/v1;gotrainv1b\x06proto3"
+	"\x0eReportProgress\x12!.gotrain.v1.ReportProgressRequest\x1a\".gotrain.v1.ReportProgressResponse\x12A\n" +
+	"\x06Attach\x12\x19.gotrain.v1.WorkerMessage\x1a\x18.gotrain.v1.AgentMessage(\x010\x01B7Z5github.com/gotrain/gotrain/proto/gotrain/v1;gotrainv1b\x06proto3"
 
 var (
 	file_gotrain_v1_gotrain_proto_rawDescOnce sync.Once
@@ -1985,81 +2417,96 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
-	(*GPU)(nil),                      // 0: gotrain.v1.GPU
-	(*NodeInfo)(nil),                 // 1: gotrain.v1.NodeInfo
-	(*JoinRequest)(nil),              // 2: gotrain.v1.JoinRequest
-	(*JoinResponse)(nil),             // 3: gotrain.v1.JoinResponse
-	(*WatchGenerationsRequest)(nil),  // 4: gotrain.v1.WatchGenerationsRequest
-	(*RankAssignment)(nil),           // 5: gotrain.v1.RankAssignment
-	(*GenerationStarted)(nil),        // 6: gotrain.v1.GenerationStarted
-	(*WorkerFailure)(nil),            // 7: gotrain.v1.WorkerFailure
-	(*GenerationEnded)(nil),          // 8: gotrain.v1.GenerationEnded
-	(*JobFinished)(nil),              // 9: gotrain.v1.JobFinished
-	(*GenerationEvent)(nil),          // 10: gotrain.v1.GenerationEvent
-	(*KVPutRequest)(nil),             // 11: gotrain.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 12: gotrain.v1.KVPutResponse
-	(*KVGetRequest)(nil),             // 13: gotrain.v1.KVGetRequest
-	(*KVGetResponse)(nil),            // 14: gotrain.v1.KVGetResponse
-	(*BarrierRequest)(nil),           // 15: gotrain.v1.BarrierRequest
-	(*BarrierResponse)(nil),          // 16: gotrain.v1.BarrierResponse
-	(*CommProgress)(nil),             // 17: gotrain.v1.CommProgress
-	(*RankProgress)(nil),             // 18: gotrain.v1.RankProgress
-	(*ReportProgressRequest)(nil),    // 19: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 20: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 21: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 22: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 23: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 24: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 25: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 26: gotrain.v1.JobStatus
+	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
+	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
+	(*WorkerMessage)(nil),            // 2: gotrain.v1.WorkerMessage
+	(*DumpStacksRequest)(nil),        // 3: gotrain.v1.DumpStacksRequest
+	(*GenerationChange)(nil),         // 4: gotrain.v1.GenerationChange
+	(*AgentMessage)(nil),             // 5: gotrain.v1.AgentMessage
+	(*GPU)(nil),                      // 6: gotrain.v1.GPU
+	(*NodeInfo)(nil),                 // 7: gotrain.v1.NodeInfo
+	(*JoinRequest)(nil),              // 8: gotrain.v1.JoinRequest
+	(*JoinResponse)(nil),             // 9: gotrain.v1.JoinResponse
+	(*WatchGenerationsRequest)(nil),  // 10: gotrain.v1.WatchGenerationsRequest
+	(*RankAssignment)(nil),           // 11: gotrain.v1.RankAssignment
+	(*GenerationStarted)(nil),        // 12: gotrain.v1.GenerationStarted
+	(*WorkerFailure)(nil),            // 13: gotrain.v1.WorkerFailure
+	(*GenerationEnded)(nil),          // 14: gotrain.v1.GenerationEnded
+	(*JobFinished)(nil),              // 15: gotrain.v1.JobFinished
+	(*GenerationEvent)(nil),          // 16: gotrain.v1.GenerationEvent
+	(*KVPutRequest)(nil),             // 17: gotrain.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 18: gotrain.v1.KVPutResponse
+	(*KVGetRequest)(nil),             // 19: gotrain.v1.KVGetRequest
+	(*KVGetResponse)(nil),            // 20: gotrain.v1.KVGetResponse
+	(*BarrierRequest)(nil),           // 21: gotrain.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 22: gotrain.v1.BarrierResponse
+	(*CommProgress)(nil),             // 23: gotrain.v1.CommProgress
+	(*RankProgress)(nil),             // 24: gotrain.v1.RankProgress
+	(*ReportProgressRequest)(nil),    // 25: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 26: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 27: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 28: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 29: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 30: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 31: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 32: gotrain.v1.JobStatus
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
-	0,  // 0: gotrain.v1.NodeInfo.gpus:type_name -> gotrain.v1.GPU
-	1,  // 1: gotrain.v1.JoinRequest.node:type_name -> gotrain.v1.NodeInfo
-	5,  // 2: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
-	7,  // 3: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
-	7,  // 4: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
-	6,  // 5: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
-	8,  // 6: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
-	9,  // 7: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
-	17, // 8: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	18, // 9: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	1,  // 10: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	18, // 11: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	24, // 12: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	25, // 13: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	7,  // 14: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	2,  // 15: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	4,  // 16: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	11, // 17: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	13, // 18: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	15, // 19: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	19, // 20: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	21, // 21: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	23, // 22: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	11, // 23: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	13, // 24: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	15, // 25: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	19, // 26: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	3,  // 27: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	10, // 28: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	12, // 29: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	14, // 30: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	16, // 31: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	20, // 32: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	22, // 33: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	26, // 34: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	12, // 35: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	14, // 36: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	16, // 37: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	20, // 38: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	27, // [27:39] is the sub-list for method output_type
-	15, // [15:27] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
+	24, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
+	1,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
+	14, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
+	12, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
+	3,  // 5: gotrain.v1.AgentMessage.dump_stacks:type_name -> gotrain.v1.DumpStacksRequest
+	4,  // 6: gotrain.v1.AgentMessage.generation:type_name -> gotrain.v1.GenerationChange
+	6,  // 7: gotrain.v1.NodeInfo.gpus:type_name -> gotrain.v1.GPU
+	7,  // 8: gotrain.v1.JoinRequest.node:type_name -> gotrain.v1.NodeInfo
+	11, // 9: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
+	13, // 10: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
+	13, // 11: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
+	12, // 12: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
+	14, // 13: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
+	15, // 14: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
+	23, // 15: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	24, // 16: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	7,  // 17: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	24, // 18: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	30, // 19: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	31, // 20: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	13, // 21: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	8,  // 22: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	10, // 23: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	17, // 24: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	19, // 25: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	21, // 26: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	25, // 27: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	27, // 28: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	29, // 29: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	17, // 30: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	19, // 31: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	21, // 32: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	25, // 33: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 34: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	9,  // 35: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	16, // 36: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	18, // 37: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	20, // 38: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	22, // 39: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	26, // 40: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	28, // 41: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	32, // 42: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	18, // 43: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	20, // 44: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	22, // 45: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	26, // 46: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	5,  // 47: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	35, // [35:48] is the sub-list for method output_type
+	22, // [22:35] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -2067,7 +2514,16 @@ func file_gotrain_v1_gotrain_proto_init() {
 	if File_gotrain_v1_gotrain_proto != nil {
 		return
 	}
-	file_gotrain_v1_gotrain_proto_msgTypes[10].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[2].OneofWrappers = []any{
+		(*WorkerMessage_Hello)(nil),
+		(*WorkerMessage_Progress)(nil),
+		(*WorkerMessage_Stacks)(nil),
+	}
+	file_gotrain_v1_gotrain_proto_msgTypes[5].OneofWrappers = []any{
+		(*AgentMessage_DumpStacks)(nil),
+		(*AgentMessage_Generation)(nil),
+	}
+	file_gotrain_v1_gotrain_proto_msgTypes[16].OneofWrappers = []any{
 		(*GenerationEvent_Started)(nil),
 		(*GenerationEvent_Ended)(nil),
 		(*GenerationEvent_Finished)(nil),
@@ -2078,7 +2534,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -429,6 +429,7 @@ const (
 	Agent_KVGet_FullMethodName          = "/gotrain.v1.Agent/KVGet"
 	Agent_Barrier_FullMethodName        = "/gotrain.v1.Agent/Barrier"
 	Agent_ReportProgress_FullMethodName = "/gotrain.v1.Agent/ReportProgress"
+	Agent_Attach_FullMethodName         = "/gotrain.v1.Agent/Attach"
 )
 
 // AgentClient is the client API for Agent service.
@@ -440,6 +441,11 @@ type AgentClient interface {
 	KVGet(ctx context.Context, in *KVGetRequest, opts ...grpc.CallOption) (*KVGetResponse, error)
 	Barrier(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error)
 	ReportProgress(ctx context.Context, in *ReportProgressRequest, opts ...grpc.CallOption) (*ReportProgressResponse, error)
+	// Attach is a worker's control channel for its whole life: the worker says
+	// hello, then sends its progress and answers; the agent sends requests
+	// (goroutine stacks) and generation changes (in-process recovery). The
+	// stream's end tells the agent the worker is gone or wedged.
+	Attach(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkerMessage, AgentMessage], error)
 }
 
 type agentClient struct {
@@ -490,6 +496,19 @@ func (c *agentClient) ReportProgress(ctx context.Context, in *ReportProgressRequ
 	return out, nil
 }
 
+func (c *agentClient) Attach(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkerMessage, AgentMessage], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[0], Agent_Attach_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WorkerMessage, AgentMessage]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_AttachClient = grpc.BidiStreamingClient[WorkerMessage, AgentMessage]
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -499,6 +518,11 @@ type AgentServer interface {
 	KVGet(context.Context, *KVGetRequest) (*KVGetResponse, error)
 	Barrier(context.Context, *BarrierRequest) (*BarrierResponse, error)
 	ReportProgress(context.Context, *ReportProgressRequest) (*ReportProgressResponse, error)
+	// Attach is a worker's control channel for its whole life: the worker says
+	// hello, then sends its progress and answers; the agent sends requests
+	// (goroutine stacks) and generation changes (in-process recovery). The
+	// stream's end tells the agent the worker is gone or wedged.
+	Attach(grpc.BidiStreamingServer[WorkerMessage, AgentMessage]) error
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -520,6 +544,9 @@ func (UnimplementedAgentServer) Barrier(context.Context, *BarrierRequest) (*Barr
 }
 func (UnimplementedAgentServer) ReportProgress(context.Context, *ReportProgressRequest) (*ReportProgressResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportProgress not implemented")
+}
+func (UnimplementedAgentServer) Attach(grpc.BidiStreamingServer[WorkerMessage, AgentMessage]) error {
+	return status.Error(codes.Unimplemented, "method Attach not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -614,6 +641,13 @@ func _Agent_ReportProgress_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_Attach_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServer).Attach(&grpc.GenericServerStream[WorkerMessage, AgentMessage]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_AttachServer = grpc.BidiStreamingServer[WorkerMessage, AgentMessage]
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -638,6 +672,13 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Agent_ReportProgress_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Attach",
+			Handler:       _Agent_Attach_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "gotrain/v1/gotrain.proto",
 }
