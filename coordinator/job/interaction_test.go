@@ -18,10 +18,11 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 // a "----" line, and the expected output up to a blank line; lines starting
 // with # between blocks are comments. Commands:
 //
-//	config [run=ID] [nodes=N] [max-restarts=N]      a new machine (before anything else)
+//	config [run=ID] [nodes=N] [max-restarts=N] [backoff=D]  a new machine (before anything else)
 //	join id=ID host=H [addr=A] [nproc=N] [gpus=N] [port=P] [pid=P]
 //	lost id=ID [reason=TEXT]
 //	exit id=ID gen=G rank=R [code=C] [signal=S] [pid=P] [tail=LINE|LINE]
+//	park id=ID gen=G rank=R [pid=P]
 //	barrier name=N gen=G rank=R waiter=W
 //	cancel waiter=W
 //	progress id=ID gen=G rank=R step=S [sps=X]
@@ -29,7 +30,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 //	status
 //
 // Values with spaces are double-quoted Go strings. Run with -rewrite to
-// regenerate the expected output.
+// regenerate the expected output. In StartGeneration, a rank marked * is a
+// survivor.
 func TestInteraction(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil {
@@ -122,6 +124,11 @@ func (h *harness) run(cmd string) []string {
 	}
 	if name == "config" {
 		cfg := Config{RunID: args.str("run", "run-1"), Nodes: args.int("nodes", 0), MaxRestarts: args.int("max-restarts", 0)}
+		backoff, err := time.ParseDuration(args.str("backoff", "0s"))
+		if err != nil {
+			return []string{"bad command: " + err.Error()}
+		}
+		cfg.RestartBackoff = backoff
 		m, err := New(cfg)
 		if err != nil {
 			return []string{"error: " + err.Error()}
@@ -164,6 +171,13 @@ func (h *harness) run(cmd string) []string {
 			Signal:     args.str("signal", ""),
 			StderrTail: tail,
 		}
+	case "park":
+		ev = WorkerParked{
+			NodeID:     args.str("id", ""),
+			Generation: int64(args.int("gen", 0)),
+			Rank:       args.int("rank", 0),
+			Pid:        args.int("pid", 1000+args.int("rank", 0)),
+		}
 	case "barrier":
 		ev = BarrierArrived{
 			Name:       args.str("name", ""),
@@ -199,6 +213,9 @@ func (h *harness) run(cmd string) []string {
 		return append(out, "error: "+err.Error())
 	}
 	if len(acts) == 0 {
+		if d, ok := h.m.Deadline(); ok {
+			return append(out, fmt.Sprintf("ok (next generation at +%s)", d.Sub(h.t0)))
+		}
 		return append(out, "ok")
 	}
 	for _, a := range acts {
@@ -215,7 +232,11 @@ func formatAction(a Action) []string {
 		for _, n := range a.Nodes {
 			var rs []string
 			for _, r := range n.Ranks {
-				rs = append(rs, fmt.Sprintf("%d/%d/%d", r.Rank, r.LocalRank, r.GPU))
+				s := fmt.Sprintf("%d/%d/%d", r.Rank, r.LocalRank, r.GPU)
+				if r.Survivor {
+					s += "*"
+				}
+				rs = append(rs, s)
 			}
 			out = append(out, fmt.Sprintf("  node %s group=%d rank/local/gpu=%s", n.NodeID, n.GroupRank, strings.Join(rs, " ")))
 		}

@@ -35,6 +35,10 @@ type Config struct {
 	Nodes int
 	// MaxRestarts is how many times a failed generation is restarted; default 0.
 	MaxRestarts int
+	// RestartBackoff is how long the machine waits, once every rank of a
+	// failed generation is accounted for, before it starts the next one; the
+	// first Tick after it starts it. 0 restarts at once.
+	RestartBackoff time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -52,6 +56,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: nodes is %d: a job needs at least one node", ErrInvalidConfig, c.Nodes)
 	case c.MaxRestarts < 0:
 		return fmt.Errorf("%w: max restarts is %d: use 0 or more", ErrInvalidConfig, c.MaxRestarts)
+	case c.RestartBackoff < 0:
+		return fmt.Errorf("%w: restart backoff is %s: use 0 or more", ErrInvalidConfig, c.RestartBackoff)
 	}
 	return nil
 }
@@ -73,6 +79,10 @@ type Machine struct {
 	barriers map[string]*barrier // pending barriers of the current generation
 	released map[string]bool     // barriers of the current generation already released
 	waiters  map[uint64]string   // waiting call -> barrier name
+
+	now            time.Time // the time of the event being stepped
+	pendingRestart bool      // the next generation starts at restartAt
+	restartAt      time.Time
 }
 
 type node struct {
@@ -127,6 +137,7 @@ func (m *Machine) Finished() bool {
 // caller must carry out, in order. On error the event was rejected and the
 // machine did not change.
 func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
+	m.now = now
 	switch ev := ev.(type) {
 	case NodeJoined:
 		return m.join(ev)
@@ -134,6 +145,8 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 		return m.lost(ev)
 	case WorkerExited:
 		return m.exited(ev)
+	case WorkerParked:
+		return m.parked(ev)
 	case BarrierArrived:
 		return m.arrive(ev)
 	case BarrierCanceled:
@@ -142,7 +155,7 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 	case ProgressReported:
 		return nil, m.progress(now, ev)
 	case Tick:
-		return nil, nil
+		return m.tick(), nil
 	default:
 		return nil, fmt.Errorf("%w: unknown event type %T", ErrInvalidEvent, ev)
 	}
@@ -202,6 +215,8 @@ func validateJoin(ev NodeJoined) error {
 // start opens generation gen with the nodes present now.
 func (m *Machine) start(gen int64, restarts int) StartGeneration {
 	order := m.sortedNodes()
+	survivors := m.survivorsOf()
+	m.pendingRestart = false
 	m.gen, m.restarts, m.state = gen, restarts, StateRunning
 	m.ranks = m.ranks[:0]
 	m.barriers, m.released, m.waiters = map[string]*barrier{}, map[string]bool{}, map[uint64]string{}
@@ -219,7 +234,9 @@ func (m *Machine) start(gen int64, restarts int) StartGeneration {
 			if len(n.info.GPUs) > 0 {
 				gpu = n.info.GPUs[local].Index
 			}
-			na.Ranks = append(na.Ranks, RankAssignment{Rank: len(m.ranks), LocalRank: local, GPU: gpu})
+			_, survivor := survivors[len(m.ranks)]
+			survivor = survivor && survivors[len(m.ranks)] == n.id
+			na.Ranks = append(na.Ranks, RankAssignment{Rank: len(m.ranks), LocalRank: local, GPU: gpu, Survivor: survivor})
 			m.ranks = append(m.ranks, rank{nodeID: n.id, hostname: n.info.Hostname, localRank: local, state: RankRunning})
 		}
 		sg.Nodes = append(sg.Nodes, na)
@@ -310,6 +327,12 @@ func (m *Machine) exited(ev WorkerExited) ([]Action, error) {
 		return nil, fmt.Errorf("%w: rank %d does not run on node %q in generation %d", ErrInvalidEvent, ev.Rank, ev.NodeID, ev.Generation)
 	}
 	r := &m.ranks[ev.Rank]
+	if r.state == RankParked {
+		// A parked process ended before the next generation: it survives no
+		// longer, and its agent starts a new one.
+		r.state, r.exitCode, r.signal = RankStopped, ev.ExitCode, ev.Signal
+		return nil, nil
+	}
 	if r.state != RankRunning {
 		return nil, nil // reported already
 	}
@@ -375,8 +398,9 @@ func (m *Machine) afterEnd() []Action {
 	case m.restarts >= m.cfg.MaxRestarts:
 		why = fmt.Sprintf("all restarts are spent (max restarts %d)", m.cfg.MaxRestarts)
 	default:
-		return []Action{m.start(m.gen+1, m.restarts+1)}
+		return m.restartOrWait()
 	}
+	m.pendingRestart = false
 	m.state = StateFailed
 	return []Action{FinishJob{
 		ExitCode: exitCode(m.failure),

@@ -145,6 +145,9 @@ type RankAssignment struct {
 	LocalRank int
 	// GPU is the GPU index on the node, -1 for none.
 	GPU int
+	// Survivor: the rank's process of the previous generation is parked and
+	// joins this generation in process; its agent does not start a new one.
+	Survivor bool
 }
 
 // EndGeneration: the generation is over; every agent must stop its workers of
