@@ -745,7 +745,10 @@ type RankAssignment struct {
 	Rank      int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
 	LocalRank int32                  `protobuf:"varint,2,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
 	// GPU index on the node, -1 for none.
-	Gpu           int32 `protobuf:"varint,3,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	Gpu int32 `protobuf:"varint,3,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	// The rank's process of the previous generation is parked (in-process
+	// recovery): its agent hands it this generation instead of starting one.
+	Survivor      bool `protobuf:"varint,4,opt,name=survivor,proto3" json:"survivor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -799,6 +802,13 @@ func (x *RankAssignment) GetGpu() int32 {
 		return x.Gpu
 	}
 	return 0
+}
+
+func (x *RankAssignment) GetSurvivor() bool {
+	if x != nil {
+		return x.Survivor
+	}
+	return false
 }
 
 type GenerationStarted struct {
@@ -912,7 +922,14 @@ type WorkerFailure struct {
 	StderrTail []string `protobuf:"bytes,6,rep,name=stderr_tail,json=stderrTail,proto3" json:"stderr_tail,omitempty"`
 	NodeId     string   `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// Set when the whole node went away rather than one worker.
-	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The kernel's OOM killer ended the process (memory.events oom_kill moved,
+	// or the kernel log names the pid).
+	OomKilled bool `protobuf:"varint,9,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
+	// Kernel log lines about GPUs ("NVRM: Xid ...") seen while it ran.
+	XidErrors []string `protobuf:"bytes,10,rep,name=xid_errors,json=xidErrors,proto3" json:"xid_errors,omitempty"`
+	// Other evidence found on the node (kernel log lines, cgroup counters).
+	Notes         []string `protobuf:"bytes,11,rep,name=notes,proto3" json:"notes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1001,6 +1018,27 @@ func (x *WorkerFailure) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *WorkerFailure) GetOomKilled() bool {
+	if x != nil {
+		return x.OomKilled
+	}
+	return false
+}
+
+func (x *WorkerFailure) GetXidErrors() []string {
+	if x != nil {
+		return x.XidErrors
+	}
+	return nil
+}
+
+func (x *WorkerFailure) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
 }
 
 type GenerationEnded struct {
@@ -1784,14 +1822,20 @@ func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
 }
 
 type ReportWorkerExitRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Generation    int64                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	Rank          int32                  `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
-	Pid           int32                  `protobuf:"varint,4,opt,name=pid,proto3" json:"pid,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,5,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Signal        string                 `protobuf:"bytes,6,opt,name=signal,proto3" json:"signal,omitempty"`
-	StderrTail    []string               `protobuf:"bytes,7,rep,name=stderr_tail,json=stderrTail,proto3" json:"stderr_tail,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	NodeId     string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Generation int64                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Rank       int32                  `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	Pid        int32                  `protobuf:"varint,4,opt,name=pid,proto3" json:"pid,omitempty"`
+	ExitCode   int32                  `protobuf:"varint,5,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Signal     string                 `protobuf:"bytes,6,opt,name=signal,proto3" json:"signal,omitempty"`
+	StderrTail []string               `protobuf:"bytes,7,rep,name=stderr_tail,json=stderrTail,proto3" json:"stderr_tail,omitempty"`
+	OomKilled  bool                   `protobuf:"varint,8,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
+	XidErrors  []string               `protobuf:"bytes,9,rep,name=xid_errors,json=xidErrors,proto3" json:"xid_errors,omitempty"`
+	Notes      []string               `protobuf:"bytes,10,rep,name=notes,proto3" json:"notes,omitempty"`
+	// The worker did not exit: it waits in process for the next generation
+	// (in-process recovery). Only sent after its generation ended.
+	Parked        bool `protobuf:"varint,11,opt,name=parked,proto3" json:"parked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1873,6 +1917,34 @@ func (x *ReportWorkerExitRequest) GetStderrTail() []string {
 		return x.StderrTail
 	}
 	return nil
+}
+
+func (x *ReportWorkerExitRequest) GetOomKilled() bool {
+	if x != nil {
+		return x.OomKilled
+	}
+	return false
+}
+
+func (x *ReportWorkerExitRequest) GetXidErrors() []string {
+	if x != nil {
+		return x.XidErrors
+	}
+	return nil
+}
+
+func (x *ReportWorkerExitRequest) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+func (x *ReportWorkerExitRequest) GetParked() bool {
+	if x != nil {
+		return x.Parked
+	}
+	return false
 }
 
 type ReportWorkerExitResponse struct {
@@ -2259,12 +2331,13 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12!\n" +
 	"\fmax_restarts\x18\x03 \x01(\x05R\vmaxRestarts\"2\n" +
 	"\x17WatchGenerationsRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"U\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"q\n" +
 	"\x0eRankAssignment\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x02 \x01(\x05R\tlocalRank\x12\x10\n" +
-	"\x03gpu\x18\x03 \x01(\x05R\x03gpu\"\xb4\x02\n" +
+	"\x03gpu\x18\x03 \x01(\x05R\x03gpu\x12\x1a\n" +
+	"\bsurvivor\x18\x04 \x01(\bR\bsurvivor\"\xb4\x02\n" +
 	"\x11GenerationStarted\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
@@ -2279,7 +2352,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"masterAddr\x12\x1f\n" +
 	"\vmaster_port\x18\a \x01(\x05R\n" +
 	"masterPort\x12#\n" +
-	"\rrestart_count\x18\b \x01(\x05R\frestartCount\"\xd8\x01\n" +
+	"\rrestart_count\x18\b \x01(\x05R\frestartCount\"\xac\x02\n" +
 	"\rWorkerFailure\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x10\n" +
@@ -2289,7 +2362,13 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\vstderr_tail\x18\x06 \x03(\tR\n" +
 	"stderrTail\x12\x17\n" +
 	"\anode_id\x18\a \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"~\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"oom_killed\x18\t \x01(\bR\toomKilled\x12\x1d\n" +
+	"\n" +
+	"xid_errors\x18\n" +
+	" \x03(\tR\txidErrors\x12\x14\n" +
+	"\x05notes\x18\v \x03(\tR\x05notes\"~\n" +
 	"\x0fGenerationEnded\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
@@ -2347,7 +2426,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x15ReportProgressRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
 	"\x05ranks\x18\x02 \x03(\v2\x18.gotrain.v1.RankProgressR\x05ranks\"\x18\n" +
-	"\x16ReportProgressResponse\"\xce\x01\n" +
+	"\x16ReportProgressResponse\"\xba\x02\n" +
 	"\x17ReportWorkerExitRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\n" +
@@ -2358,7 +2437,14 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\texit_code\x18\x05 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x06 \x01(\tR\x06signal\x12\x1f\n" +
 	"\vstderr_tail\x18\a \x03(\tR\n" +
-	"stderrTail\"\x1a\n" +
+	"stderrTail\x12\x1d\n" +
+	"\n" +
+	"oom_killed\x18\b \x01(\bR\toomKilled\x12\x1d\n" +
+	"\n" +
+	"xid_errors\x18\t \x03(\tR\txidErrors\x12\x14\n" +
+	"\x05notes\x18\n" +
+	" \x03(\tR\x05notes\x12\x16\n" +
+	"\x06parked\x18\v \x01(\bR\x06parked\"\x1a\n" +
 	"\x18ReportWorkerExitResponse\"\x15\n" +
 	"\x13GetJobStatusRequest\"n\n" +
 	"\n" +
