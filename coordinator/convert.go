@@ -118,6 +118,9 @@ func failureToProto(f *job.Failure) *gotrainv1.WorkerFailure {
 		StderrTail: f.StderrTail,
 		NodeId:     f.NodeID,
 		Reason:     f.Reason,
+		OomKilled:  f.OOMKilled,
+		XidErrors:  f.XIDErrors,
+		Notes:      f.Notes,
 	}
 }
 
@@ -135,7 +138,7 @@ func startedEvents(a job.StartGeneration) map[string]*gotrainv1.GenerationEvent 
 			RestartCount:   int32(a.RestartCount),
 		}
 		for _, r := range n.Ranks {
-			st.Ranks = append(st.Ranks, &gotrainv1.RankAssignment{Rank: int32(r.Rank), LocalRank: int32(r.LocalRank), Gpu: int32(r.GPU)})
+			st.Ranks = append(st.Ranks, &gotrainv1.RankAssignment{Rank: int32(r.Rank), LocalRank: int32(r.LocalRank), Gpu: int32(r.GPU), Survivor: r.Survivor})
 		}
 		out[n.NodeID] = &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Started{Started: st}}
 	}

@@ -43,6 +43,8 @@ type Config struct {
 	Nodes int
 	// MaxRestarts is how many times a failed generation restarts; default 0.
 	MaxRestarts int
+	// RestartBackoff is the pause before a failed generation restarts.
+	RestartBackoff time.Duration
 	// Logger receives the job's events; default: discard.
 	Logger *slog.Logger
 }
@@ -68,6 +70,9 @@ type Server struct {
 	waiters   map[uint64]chan error
 	waiterSeq uint64
 	result    *gotrainv1.JobFinished
+	// deadline is the machine deadline a timer is armed for (restart.go).
+	deadline      time.Time
+	deadlineArmed bool
 
 	hooks testHooks
 }
@@ -111,7 +116,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Token == "" {
 		return nil, fmt.Errorf("%w: token is empty: generate one with token.Generate and give it to every agent", ErrInvalidConfig)
 	}
-	m, err := job.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MaxRestarts: cfg.MaxRestarts})
+	m, err := job.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -221,6 +226,7 @@ func (s *Server) step(ev job.Event) error {
 		return err
 	}
 	s.apply(acts)
+	s.tickOnDeadline()
 	return nil
 }
 
@@ -487,6 +493,9 @@ func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgress
 
 // ReportWorkerExit records that a worker process ended.
 func (s *Server) ReportWorkerExit(_ context.Context, req *gotrainv1.ReportWorkerExitRequest) (*gotrainv1.ReportWorkerExitResponse, error) {
+	if req.GetParked() {
+		return s.reportParked(req)
+	}
 	ev := job.WorkerExited{
 		NodeID:     req.GetNodeId(),
 		Generation: req.GetGeneration(),
@@ -495,6 +504,9 @@ func (s *Server) ReportWorkerExit(_ context.Context, req *gotrainv1.ReportWorker
 		ExitCode:   int(req.GetExitCode()),
 		Signal:     req.GetSignal(),
 		StderrTail: req.GetStderrTail(),
+		OOMKilled:  req.GetOomKilled(),
+		XIDErrors:  req.GetXidErrors(),
+		Notes:      req.GetNotes(),
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -363,11 +363,17 @@ func (m *Machine) exited(ev WorkerExited) ([]Action, error) {
 		ExitCode:   ev.ExitCode,
 		Signal:     ev.Signal,
 		StderrTail: slices.Clone(ev.StderrTail),
+		OOMKilled:  ev.OOMKilled,
+		XIDErrors:  slices.Clone(ev.XIDErrors),
+		Notes:      slices.Clone(ev.Notes),
 	}
 	return append(m.end(f, describeExit(f)), m.afterEnd()...), nil
 }
 
 func describeExit(f *Failure) string {
+	if f.OOMKilled {
+		return fmt.Sprintf("rank %d (pid %d) on %s was killed by the kernel's OOM killer (signal %s)", f.Rank, f.Pid, f.Hostname, cmp.Or(f.Signal, "SIGKILL"))
+	}
 	if f.Signal != "" {
 		return fmt.Sprintf("rank %d (pid %d) on %s was killed by signal %s", f.Rank, f.Pid, f.Hostname, f.Signal)
 	}
@@ -592,6 +598,8 @@ func copyFailure(f *Failure) *Failure {
 	}
 	c := *f
 	c.StderrTail = slices.Clone(f.StderrTail)
+	c.XIDErrors = slices.Clone(f.XIDErrors)
+	c.Notes = slices.Clone(f.Notes)
 	return &c
 }
 

@@ -56,6 +56,10 @@ type WorkerExited struct {
 	// syscall.Signal.String form, "killed", is understood too), empty if none.
 	Signal     string
 	StderrTail []string
+	// Evidence the agent found about the exit: see [Failure].
+	OOMKilled bool
+	XIDErrors []string
+	Notes     []string
 }
 
 // BarrierArrived: rank arrived at barrier Name of Generation. Waiter is the
@@ -200,6 +204,12 @@ type Failure struct {
 	StderrTail []string
 	// Reason is set when the whole node went away rather than one worker.
 	Reason string
+	// OOMKilled: the kernel's OOM killer ended the process.
+	OOMKilled bool
+	// XIDErrors are GPU error lines of the kernel log seen while it ran.
+	XIDErrors []string
+	// Notes is other evidence the agent found.
+	Notes []string
 }
 
 // State of the job.

@@ -1,0 +1,44 @@
+package coordinator
+
+import (
+	"time"
+
+	"github.com/gotrain/gotrain/coordinator/job"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// tickOnDeadline arms a timer for the machine's next deadline (a restart
+// waiting out its backoff), so that the restart starts on time rather than on
+// the next coarse tick. s.mu is held.
+func (s *Server) tickOnDeadline() {
+	d, ok := s.m.Deadline()
+	if !ok || (s.deadlineArmed && s.deadline.Equal(d)) {
+		return
+	}
+	s.deadlineArmed, s.deadline = true, d
+	time.AfterFunc(max(d.Sub(s.now()), 0), func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.deadline.Equal(d) {
+			s.deadlineArmed = false
+		}
+		if s.stop.Err() != nil {
+			return
+		}
+		if err := s.step(job.Tick{}); err != nil {
+			s.log.Error("tick", "err", err)
+		}
+	})
+}
+
+// reportParked records that a recoverable worker waits in process for the
+// next generation.
+func (s *Server) reportParked(req *gotrainv1.ReportWorkerExitRequest) (*gotrainv1.ReportWorkerExitResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log.Debug("worker parked", "node_id", req.GetNodeId(), "generation", req.GetGeneration(), "rank", req.GetRank(), "pid", req.GetPid())
+	if err := s.step(job.WorkerParked{NodeID: req.GetNodeId(), Generation: req.GetGeneration(), Rank: int(req.GetRank()), Pid: int(req.GetPid())}); err != nil {
+		return nil, grpcError(err)
+	}
+	return &gotrainv1.ReportWorkerExitResponse{}, nil
+}
