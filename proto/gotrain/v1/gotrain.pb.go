@@ -1176,6 +1176,7 @@ type GenerationEvent struct {
 	//	*GenerationEvent_Started
 	//	*GenerationEvent_Ended
 	//	*GenerationEvent_Finished
+	//	*GenerationEvent_Evidence
 	Event         isGenerationEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1245,6 +1246,15 @@ func (x *GenerationEvent) GetFinished() *JobFinished {
 	return nil
 }
 
+func (x *GenerationEvent) GetEvidence() *EvidenceRequest {
+	if x != nil {
+		if x, ok := x.Event.(*GenerationEvent_Evidence); ok {
+			return x.Evidence
+		}
+	}
+	return nil
+}
+
 type isGenerationEvent_Event interface {
 	isGenerationEvent_Event()
 }
@@ -1261,11 +1271,608 @@ type GenerationEvent_Finished struct {
 	Finished *JobFinished `protobuf:"bytes,3,opt,name=finished,proto3,oneof"`
 }
 
+type GenerationEvent_Evidence struct {
+	Evidence *EvidenceRequest `protobuf:"bytes,4,opt,name=evidence,proto3,oneof"`
+}
+
 func (*GenerationEvent_Started) isGenerationEvent_Event() {}
 
 func (*GenerationEvent_Ended) isGenerationEvent_Event() {}
 
 func (*GenerationEvent_Finished) isGenerationEvent_Event() {}
+
+func (*GenerationEvent_Evidence) isGenerationEvent_Event() {}
+
+// EvidenceRequest tells every agent that the hang detector fired; the agent
+// logs the verdict and collects evidence (goroutine stacks, py-spy, /proc) for
+// those of ranks that run on its node, answering with ReportEvidence.
+type EvidenceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     int64                  `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Generation    int64                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Verdict       *HangVerdict           `protobuf:"bytes,3,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	Ranks         []int32                `protobuf:"varint,4,rep,packed,name=ranks,proto3" json:"ranks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvidenceRequest) Reset() {
+	*x = EvidenceRequest{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvidenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvidenceRequest) ProtoMessage() {}
+
+func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvidenceRequest.ProtoReflect.Descriptor instead.
+func (*EvidenceRequest) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *EvidenceRequest) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *EvidenceRequest) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *EvidenceRequest) GetVerdict() *HangVerdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return nil
+}
+
+func (x *EvidenceRequest) GetRanks() []int32 {
+	if x != nil {
+		return x.Ranks
+	}
+	return nil
+}
+
+type Evidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rank  int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	Pid   int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	// "goroutines", "py-spy", "proc", "gpu", "error".
+	Kind          string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Text          string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Evidence) Reset() {
+	*x = Evidence{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Evidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Evidence) ProtoMessage() {}
+
+func (x *Evidence) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
+func (*Evidence) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Evidence) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *Evidence) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *Evidence) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Evidence) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+type ReportEvidenceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RequestId     int64                  `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Evidence      []*Evidence            `protobuf:"bytes,3,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportEvidenceRequest) Reset() {
+	*x = ReportEvidenceRequest{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportEvidenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportEvidenceRequest) ProtoMessage() {}
+
+func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportEvidenceRequest.ProtoReflect.Descriptor instead.
+func (*ReportEvidenceRequest) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReportEvidenceRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ReportEvidenceRequest) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *ReportEvidenceRequest) GetEvidence() []*Evidence {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+type ReportEvidenceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportEvidenceResponse) Reset() {
+	*x = ReportEvidenceResponse{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportEvidenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportEvidenceResponse) ProtoMessage() {}
+
+func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportEvidenceResponse.ProtoReflect.Descriptor instead.
+func (*ReportEvidenceResponse) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
+}
+
+// Culprit is a rank a verdict blames, and what it was doing.
+type Culprit struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Rank     int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	NodeId   string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Hostname string                 `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Pid      int32                  `protobuf:"varint,4,opt,name=pid,proto3" json:"pid,omitempty"`
+	// GPU index on the node, -1 for none.
+	Gpu     int32  `protobuf:"varint,5,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	GpuUuid string `protobuf:"bytes,6,opt,name=gpu_uuid,json=gpuUuid,proto3" json:"gpu_uuid,omitempty"`
+	// Process state from /proc/PID/stat ("R", "S", "D", "T", "Z"), "exited", or "" when unknown.
+	ProcessState string `protobuf:"bytes,7,opt,name=process_state,json=processState,proto3" json:"process_state,omitempty"`
+	// What the rank was doing, in words.
+	Doing string `protobuf:"bytes,8,opt,name=doing,proto3" json:"doing,omitempty"`
+	// The collective the rank was in, if any.
+	Collective    *Collective `protobuf:"bytes,9,opt,name=collective,proto3" json:"collective,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Culprit) Reset() {
+	*x = Culprit{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Culprit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Culprit) ProtoMessage() {}
+
+func (x *Culprit) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Culprit.ProtoReflect.Descriptor instead.
+func (*Culprit) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Culprit) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *Culprit) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Culprit) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *Culprit) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *Culprit) GetGpu() int32 {
+	if x != nil {
+		return x.Gpu
+	}
+	return 0
+}
+
+func (x *Culprit) GetGpuUuid() string {
+	if x != nil {
+		return x.GpuUuid
+	}
+	return ""
+}
+
+func (x *Culprit) GetProcessState() string {
+	if x != nil {
+		return x.ProcessState
+	}
+	return ""
+}
+
+func (x *Culprit) GetDoing() string {
+	if x != nil {
+		return x.Doing
+	}
+	return ""
+}
+
+func (x *Culprit) GetCollective() *Collective {
+	if x != nil {
+		return x.Collective
+	}
+	return nil
+}
+
+// HangVerdict is the hang detector's finding for one communicator.
+type HangVerdict struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "never-entered", "mismatch", "stuck", "process", "straggler".
+	Kind       string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Generation int64  `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Comm       string `protobuf:"bytes,4,opt,name=comm,proto3" json:"comm,omitempty"`
+	// The collective the job is stuck at (seq = lowest completed + 1).
+	Collective            *Collective `protobuf:"bytes,5,opt,name=collective,proto3" json:"collective,omitempty"`
+	LastProgressUnixNanos int64       `protobuf:"varint,6,opt,name=last_progress_unix_nanos,json=lastProgressUnixNanos,proto3" json:"last_progress_unix_nanos,omitempty"`
+	DetectedUnixNanos     int64       `protobuf:"varint,7,opt,name=detected_unix_nanos,json=detectedUnixNanos,proto3" json:"detected_unix_nanos,omitempty"`
+	Summary               string      `protobuf:"bytes,8,opt,name=summary,proto3" json:"summary,omitempty"`
+	Details               []string    `protobuf:"bytes,9,rep,name=details,proto3" json:"details,omitempty"`
+	Culprits              []*Culprit  `protobuf:"bytes,10,rep,name=culprits,proto3" json:"culprits,omitempty"`
+	// Ranks that entered the collective and wait in it.
+	Waiting       []int32     `protobuf:"varint,11,rep,packed,name=waiting,proto3" json:"waiting,omitempty"`
+	Evidence      []*Evidence `protobuf:"bytes,12,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HangVerdict) Reset() {
+	*x = HangVerdict{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HangVerdict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HangVerdict) ProtoMessage() {}
+
+func (x *HangVerdict) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HangVerdict.ProtoReflect.Descriptor instead.
+func (*HangVerdict) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *HangVerdict) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *HangVerdict) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *HangVerdict) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *HangVerdict) GetComm() string {
+	if x != nil {
+		return x.Comm
+	}
+	return ""
+}
+
+func (x *HangVerdict) GetCollective() *Collective {
+	if x != nil {
+		return x.Collective
+	}
+	return nil
+}
+
+func (x *HangVerdict) GetLastProgressUnixNanos() int64 {
+	if x != nil {
+		return x.LastProgressUnixNanos
+	}
+	return 0
+}
+
+func (x *HangVerdict) GetDetectedUnixNanos() int64 {
+	if x != nil {
+		return x.DetectedUnixNanos
+	}
+	return 0
+}
+
+func (x *HangVerdict) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *HangVerdict) GetDetails() []string {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+func (x *HangVerdict) GetCulprits() []*Culprit {
+	if x != nil {
+		return x.Culprits
+	}
+	return nil
+}
+
+func (x *HangVerdict) GetWaiting() []int32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
+func (x *HangVerdict) GetEvidence() []*Evidence {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+type DiagnoseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiagnoseRequest) Reset() {
+	*x = DiagnoseRequest{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiagnoseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiagnoseRequest) ProtoMessage() {}
+
+func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiagnoseRequest.ProtoReflect.Descriptor instead.
+func (*DiagnoseRequest) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+}
+
+type DiagnoseResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *JobStatus             `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// Stalled communicators not yet past the hang timeout, as the detector
+	// would classify them now.
+	Suspected     []*HangVerdict `protobuf:"bytes,2,rep,name=suspected,proto3" json:"suspected,omitempty"`
+	NowUnixNanos  int64          `protobuf:"varint,3,opt,name=now_unix_nanos,json=nowUnixNanos,proto3" json:"now_unix_nanos,omitempty"`
+	HangTimeoutMs int64          `protobuf:"varint,4,opt,name=hang_timeout_ms,json=hangTimeoutMs,proto3" json:"hang_timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiagnoseResponse) Reset() {
+	*x = DiagnoseResponse{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiagnoseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiagnoseResponse) ProtoMessage() {}
+
+func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiagnoseResponse.ProtoReflect.Descriptor instead.
+func (*DiagnoseResponse) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DiagnoseResponse) GetStatus() *JobStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *DiagnoseResponse) GetSuspected() []*HangVerdict {
+	if x != nil {
+		return x.Suspected
+	}
+	return nil
+}
+
+func (x *DiagnoseResponse) GetNowUnixNanos() int64 {
+	if x != nil {
+		return x.NowUnixNanos
+	}
+	return 0
+}
+
+func (x *DiagnoseResponse) GetHangTimeoutMs() int64 {
+	if x != nil {
+		return x.HangTimeoutMs
+	}
+	return 0
+}
 
 type KVPutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1277,7 +1884,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1896,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1909,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -1327,7 +1934,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1946,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1959,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
 }
 
 type KVGetRequest struct {
@@ -1366,7 +1973,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1985,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1998,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -1418,7 +2025,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +2037,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +2050,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KVGetResponse) GetFound() bool {
@@ -1471,7 +2078,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +2090,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +2103,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BarrierRequest) GetName() string {
@@ -1528,7 +2135,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +2147,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,25 +2160,36 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
 }
 
 type CommProgress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Comm  string                 `protobuf:"bytes,1,opt,name=comm,proto3" json:"comm,omitempty"`
 	// Sequence number of the last collective entered and the last completed.
-	EnteredSeq    int64  `protobuf:"varint,2,opt,name=entered_seq,json=enteredSeq,proto3" json:"entered_seq,omitempty"`
-	CompletedSeq  int64  `protobuf:"varint,3,opt,name=completed_seq,json=completedSeq,proto3" json:"completed_seq,omitempty"`
-	LastOp        string `protobuf:"bytes,4,opt,name=last_op,json=lastOp,proto3" json:"last_op,omitempty"`
-	LastCount     int64  `protobuf:"varint,5,opt,name=last_count,json=lastCount,proto3" json:"last_count,omitempty"`
-	LastDtype     string `protobuf:"bytes,6,opt,name=last_dtype,json=lastDtype,proto3" json:"last_dtype,omitempty"`
+	EnteredSeq   int64  `protobuf:"varint,2,opt,name=entered_seq,json=enteredSeq,proto3" json:"entered_seq,omitempty"`
+	CompletedSeq int64  `protobuf:"varint,3,opt,name=completed_seq,json=completedSeq,proto3" json:"completed_seq,omitempty"`
+	LastOp       string `protobuf:"bytes,4,opt,name=last_op,json=lastOp,proto3" json:"last_op,omitempty"`
+	LastCount    int64  `protobuf:"varint,5,opt,name=last_count,json=lastCount,proto3" json:"last_count,omitempty"`
+	LastDtype    string `protobuf:"bytes,6,opt,name=last_dtype,json=lastDtype,proto3" json:"last_dtype,omitempty"`
+	// The oldest collective not completed (seq = completed_seq + 1), if any.
+	Pending *Collective `protobuf:"bytes,7,opt,name=pending,proto3" json:"pending,omitempty"`
+	// When completed_seq completed (the worker's clock).
+	CompletedUnixNanos int64 `protobuf:"varint,8,opt,name=completed_unix_nanos,json=completedUnixNanos,proto3" json:"completed_unix_nanos,omitempty"`
+	// The error that ended the last failed collective (a mismatch, a lost
+	// peer, an NCCL async error), with its seq.
+	Error    string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	ErrorSeq int64  `protobuf:"varint,10,opt,name=error_seq,json=errorSeq,proto3" json:"error_seq,omitempty"`
+	// Total time completed collectives spent between entry and completion;
+	// with completed_seq it gives the mean time a rank waits in a collective.
+	WaitNanos     int64 `protobuf:"varint,11,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommProgress) Reset() {
 	*x = CommProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +2201,7 @@ func (x *CommProgress) String() string {
 func (*CommProgress) ProtoMessage() {}
 
 func (x *CommProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +2214,7 @@ func (x *CommProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommProgress.ProtoReflect.Descriptor instead.
 func (*CommProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CommProgress) GetComm() string {
@@ -1641,6 +2259,145 @@ func (x *CommProgress) GetLastDtype() string {
 	return ""
 }
 
+func (x *CommProgress) GetPending() *Collective {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
+func (x *CommProgress) GetCompletedUnixNanos() int64 {
+	if x != nil {
+		return x.CompletedUnixNanos
+	}
+	return 0
+}
+
+func (x *CommProgress) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *CommProgress) GetErrorSeq() int64 {
+	if x != nil {
+		return x.ErrorSeq
+	}
+	return 0
+}
+
+func (x *CommProgress) GetWaitNanos() int64 {
+	if x != nil {
+		return x.WaitNanos
+	}
+	return 0
+}
+
+// Collective is one collective as a rank issued it.
+type Collective struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// "allreduce", "broadcast", "allgather", "reducescatter", "barrier", ...
+	Op    string `protobuf:"bytes,2,opt,name=op,proto3" json:"op,omitempty"`
+	Dtype string `protobuf:"bytes,3,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	Count int64  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// Broadcast root or point-to-point peer; -1 for none.
+	Root     int32  `protobuf:"varint,5,opt,name=root,proto3" json:"root,omitempty"`
+	ReduceOp string `protobuf:"bytes,6,opt,name=reduce_op,json=reduceOp,proto3" json:"reduce_op,omitempty"`
+	// "enqueued", "started", "completed", "failed".
+	State             string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	EnqueuedUnixNanos int64  `protobuf:"varint,8,opt,name=enqueued_unix_nanos,json=enqueuedUnixNanos,proto3" json:"enqueued_unix_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Collective) Reset() {
+	*x = Collective{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Collective) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Collective) ProtoMessage() {}
+
+func (x *Collective) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Collective.ProtoReflect.Descriptor instead.
+func (*Collective) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Collective) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Collective) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *Collective) GetDtype() string {
+	if x != nil {
+		return x.Dtype
+	}
+	return ""
+}
+
+func (x *Collective) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *Collective) GetRoot() int32 {
+	if x != nil {
+		return x.Root
+	}
+	return 0
+}
+
+func (x *Collective) GetReduceOp() string {
+	if x != nil {
+		return x.ReduceOp
+	}
+	return ""
+}
+
+func (x *Collective) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Collective) GetEnqueuedUnixNanos() int64 {
+	if x != nil {
+		return x.EnqueuedUnixNanos
+	}
+	return 0
+}
+
 type RankProgress struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Rank             int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
@@ -1650,13 +2407,19 @@ type RankProgress struct {
 	UnixNanos        int64                  `protobuf:"varint,5,opt,name=unix_nanos,json=unixNanos,proto3" json:"unix_nanos,omitempty"`
 	Pid              int32                  `protobuf:"varint,6,opt,name=pid,proto3" json:"pid,omitempty"`
 	Comms            []*CommProgress        `protobuf:"bytes,7,rep,name=comms,proto3" json:"comms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Set by the agent from /proc/PID/stat: "R", "S", "D", "T", "Z", or ""
+	// when unknown.
+	ProcessState string `protobuf:"bytes,8,opt,name=process_state,json=processState,proto3" json:"process_state,omitempty"`
+	// The worker reports through the worker library (Agent.Attach); false for
+	// programs that do not use it.
+	Attached      bool `protobuf:"varint,9,opt,name=attached,proto3" json:"attached,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RankProgress) Reset() {
 	*x = RankProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +2431,7 @@ func (x *RankProgress) String() string {
 func (*RankProgress) ProtoMessage() {}
 
 func (x *RankProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +2444,7 @@ func (x *RankProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankProgress.ProtoReflect.Descriptor instead.
 func (*RankProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RankProgress) GetRank() int32 {
@@ -1733,6 +2496,20 @@ func (x *RankProgress) GetComms() []*CommProgress {
 	return nil
 }
 
+func (x *RankProgress) GetProcessState() string {
+	if x != nil {
+		return x.ProcessState
+	}
+	return ""
+}
+
+func (x *RankProgress) GetAttached() bool {
+	if x != nil {
+		return x.Attached
+	}
+	return false
+}
+
 type ReportProgressRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1743,7 +2520,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +2532,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +2545,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -1793,7 +2570,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2582,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2595,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
 }
 
 type ReportWorkerExitRequest struct {
@@ -1842,7 +2619,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2631,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2644,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -1955,7 +2732,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2744,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2757,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
 }
 
 type GetJobStatusRequest struct {
@@ -1991,7 +2768,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2780,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2793,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
 }
 
 type NodeStatus struct {
@@ -2030,7 +2807,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2819,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2832,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -2086,16 +2863,18 @@ type RankStatus struct {
 	Hostname  string                 `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	LocalRank int32                  `protobuf:"varint,4,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
 	// "running", "exited", "failed".
-	State         string        `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
-	ExitCode      int32         `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Progress      *RankProgress `protobuf:"bytes,7,opt,name=progress,proto3" json:"progress,omitempty"`
+	State    string        `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	ExitCode int32         `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Progress *RankProgress `protobuf:"bytes,7,opt,name=progress,proto3" json:"progress,omitempty"`
+	// GPU index on the node, -1 for none.
+	Gpu           int32 `protobuf:"varint,8,opt,name=gpu,proto3" json:"gpu,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2886,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2899,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -2172,24 +2951,33 @@ func (x *RankStatus) GetProgress() *RankProgress {
 	return nil
 }
 
+func (x *RankStatus) GetGpu() int32 {
+	if x != nil {
+		return x.Gpu
+	}
+	return 0
+}
+
 type JobStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// "waiting", "running", "restarting", "succeeded", "failed".
-	State         string         `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	Generation    int64          `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
-	WorldSize     int32          `protobuf:"varint,4,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
-	RestartCount  int32          `protobuf:"varint,5,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
-	Nodes         []*NodeStatus  `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Ranks         []*RankStatus  `protobuf:"bytes,7,rep,name=ranks,proto3" json:"ranks,omitempty"`
-	Failure       *WorkerFailure `protobuf:"bytes,8,opt,name=failure,proto3" json:"failure,omitempty"`
+	State        string         `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Generation   int64          `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	WorldSize    int32          `protobuf:"varint,4,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
+	RestartCount int32          `protobuf:"varint,5,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
+	Nodes        []*NodeStatus  `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Ranks        []*RankStatus  `protobuf:"bytes,7,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	Failure      *WorkerFailure `protobuf:"bytes,8,opt,name=failure,proto3" json:"failure,omitempty"`
+	// Hang verdicts in force for the current generation.
+	Verdicts      []*HangVerdict `protobuf:"bytes,9,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2989,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +3002,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -2269,6 +3057,13 @@ func (x *JobStatus) GetRanks() []*RankStatus {
 func (x *JobStatus) GetFailure() *WorkerFailure {
 	if x != nil {
 		return x.Failure
+	}
+	return nil
+}
+
+func (x *JobStatus) GetVerdicts() []*HangVerdict {
+	if x != nil {
+		return x.Verdicts
 	}
 	return nil
 }
@@ -2379,12 +3174,68 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x123\n" +
 	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xc1\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xfc\x01\n" +
 	"\x0fGenerationEvent\x129\n" +
 	"\astarted\x18\x01 \x01(\v2\x1d.gotrain.v1.GenerationStartedH\x00R\astarted\x123\n" +
 	"\x05ended\x18\x02 \x01(\v2\x1b.gotrain.v1.GenerationEndedH\x00R\x05ended\x125\n" +
-	"\bfinished\x18\x03 \x01(\v2\x17.gotrain.v1.JobFinishedH\x00R\bfinishedB\a\n" +
-	"\x05event\"6\n" +
+	"\bfinished\x18\x03 \x01(\v2\x17.gotrain.v1.JobFinishedH\x00R\bfinished\x129\n" +
+	"\bevidence\x18\x04 \x01(\v2\x1b.gotrain.v1.EvidenceRequestH\x00R\bevidenceB\a\n" +
+	"\x05event\"\x99\x01\n" +
+	"\x0fEvidenceRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x03R\trequestId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x121\n" +
+	"\averdict\x18\x03 \x01(\v2\x17.gotrain.v1.HangVerdictR\averdict\x12\x14\n" +
+	"\x05ranks\x18\x04 \x03(\x05R\x05ranks\"X\n" +
+	"\bEvidence\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x10\n" +
+	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\"\x81\x01\n" +
+	"\x15ReportEvidenceRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\x03R\trequestId\x120\n" +
+	"\bevidence\x18\x03 \x03(\v2\x14.gotrain.v1.EvidenceR\bevidence\"\x18\n" +
+	"\x16ReportEvidenceResponse\"\x84\x02\n" +
+	"\aCulprit\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\bhostname\x18\x03 \x01(\tR\bhostname\x12\x10\n" +
+	"\x03pid\x18\x04 \x01(\x05R\x03pid\x12\x10\n" +
+	"\x03gpu\x18\x05 \x01(\x05R\x03gpu\x12\x19\n" +
+	"\bgpu_uuid\x18\x06 \x01(\tR\agpuUuid\x12#\n" +
+	"\rprocess_state\x18\a \x01(\tR\fprocessState\x12\x14\n" +
+	"\x05doing\x18\b \x01(\tR\x05doing\x126\n" +
+	"\n" +
+	"collective\x18\t \x01(\v2\x16.gotrain.v1.CollectiveR\n" +
+	"collective\"\xb7\x03\n" +
+	"\vHangVerdict\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x03R\n" +
+	"generation\x12\x12\n" +
+	"\x04comm\x18\x04 \x01(\tR\x04comm\x126\n" +
+	"\n" +
+	"collective\x18\x05 \x01(\v2\x16.gotrain.v1.CollectiveR\n" +
+	"collective\x127\n" +
+	"\x18last_progress_unix_nanos\x18\x06 \x01(\x03R\x15lastProgressUnixNanos\x12.\n" +
+	"\x13detected_unix_nanos\x18\a \x01(\x03R\x11detectedUnixNanos\x12\x18\n" +
+	"\asummary\x18\b \x01(\tR\asummary\x12\x18\n" +
+	"\adetails\x18\t \x03(\tR\adetails\x12/\n" +
+	"\bculprits\x18\n" +
+	" \x03(\v2\x13.gotrain.v1.CulpritR\bculprits\x12\x18\n" +
+	"\awaiting\x18\v \x03(\x05R\awaiting\x120\n" +
+	"\bevidence\x18\f \x03(\v2\x14.gotrain.v1.EvidenceR\bevidence\"\x11\n" +
+	"\x0fDiagnoseRequest\"\xc6\x01\n" +
+	"\x10DiagnoseResponse\x12-\n" +
+	"\x06status\x18\x01 \x01(\v2\x15.gotrain.v1.JobStatusR\x06status\x125\n" +
+	"\tsuspected\x18\x02 \x03(\v2\x17.gotrain.v1.HangVerdictR\tsuspected\x12$\n" +
+	"\x0enow_unix_nanos\x18\x03 \x01(\x03R\fnowUnixNanos\x12&\n" +
+	"\x0fhang_timeout_ms\x18\x04 \x01(\x03R\rhangTimeoutMs\"6\n" +
 	"\fKVPutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"\x0f\n" +
@@ -2401,7 +3252,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x03R\n" +
 	"generation\x12\x12\n" +
 	"\x04rank\x18\x03 \x01(\x05R\x04rank\"\x11\n" +
-	"\x0fBarrierResponse\"\xbf\x01\n" +
+	"\x0fBarrierResponse\"\xf5\x02\n" +
 	"\fCommProgress\x12\x12\n" +
 	"\x04comm\x18\x01 \x01(\tR\x04comm\x12\x1f\n" +
 	"\ventered_seq\x18\x02 \x01(\x03R\n" +
@@ -2411,7 +3262,24 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"last_count\x18\x05 \x01(\x03R\tlastCount\x12\x1d\n" +
 	"\n" +
-	"last_dtype\x18\x06 \x01(\tR\tlastDtype\"\xe5\x01\n" +
+	"last_dtype\x18\x06 \x01(\tR\tlastDtype\x120\n" +
+	"\apending\x18\a \x01(\v2\x16.gotrain.v1.CollectiveR\apending\x120\n" +
+	"\x14completed_unix_nanos\x18\b \x01(\x03R\x12completedUnixNanos\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12\x1b\n" +
+	"\terror_seq\x18\n" +
+	" \x01(\x03R\berrorSeq\x12\x1d\n" +
+	"\n" +
+	"wait_nanos\x18\v \x01(\x03R\twaitNanos\"\xd1\x01\n" +
+	"\n" +
+	"Collective\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x0e\n" +
+	"\x02op\x18\x02 \x01(\tR\x02op\x12\x14\n" +
+	"\x05dtype\x18\x03 \x01(\tR\x05dtype\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\x12\x12\n" +
+	"\x04root\x18\x05 \x01(\x05R\x04root\x12\x1b\n" +
+	"\treduce_op\x18\x06 \x01(\tR\breduceOp\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12.\n" +
+	"\x13enqueued_unix_nanos\x18\b \x01(\x03R\x11enqueuedUnixNanos\"\xa6\x02\n" +
 	"\fRankProgress\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1e\n" +
 	"\n" +
@@ -2422,7 +3290,9 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"unix_nanos\x18\x05 \x01(\x03R\tunixNanos\x12\x10\n" +
 	"\x03pid\x18\x06 \x01(\x05R\x03pid\x12.\n" +
-	"\x05comms\x18\a \x03(\v2\x18.gotrain.v1.CommProgressR\x05comms\"`\n" +
+	"\x05comms\x18\a \x03(\v2\x18.gotrain.v1.CommProgressR\x05comms\x12#\n" +
+	"\rprocess_state\x18\b \x01(\tR\fprocessState\x12\x1a\n" +
+	"\battached\x18\t \x01(\bR\battached\"`\n" +
 	"\x15ReportProgressRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
 	"\x05ranks\x18\x02 \x03(\v2\x18.gotrain.v1.RankProgressR\x05ranks\"\x18\n" +
@@ -2452,7 +3322,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12(\n" +
 	"\x04info\x18\x02 \x01(\v2\x14.gotrain.v1.NodeInfoR\x04info\x12\x1d\n" +
 	"\n" +
-	"group_rank\x18\x03 \x01(\x05R\tgroupRank\"\xdd\x01\n" +
+	"group_rank\x18\x03 \x01(\x05R\tgroupRank\"\xef\x01\n" +
 	"\n" +
 	"RankStatus\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x17\n" +
@@ -2462,7 +3332,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"local_rank\x18\x04 \x01(\x05R\tlocalRank\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x1b\n" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x124\n" +
-	"\bprogress\x18\a \x01(\v2\x18.gotrain.v1.RankProgressR\bprogress\"\xad\x02\n" +
+	"\bprogress\x18\a \x01(\v2\x18.gotrain.v1.RankProgressR\bprogress\x12\x10\n" +
+	"\x03gpu\x18\b \x01(\x05R\x03gpu\"\xe2\x02\n" +
 	"\tJobStatus\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1e\n" +
@@ -2474,7 +3345,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\rrestart_count\x18\x05 \x01(\x05R\frestartCount\x12,\n" +
 	"\x05nodes\x18\x06 \x03(\v2\x16.gotrain.v1.NodeStatusR\x05nodes\x12,\n" +
 	"\x05ranks\x18\a \x03(\v2\x16.gotrain.v1.RankStatusR\x05ranks\x123\n" +
-	"\afailure\x18\b \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure2\xe0\x04\n" +
+	"\afailure\x18\b \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x123\n" +
+	"\bverdicts\x18\t \x03(\v2\x17.gotrain.v1.HangVerdictR\bverdicts2\x80\x06\n" +
 	"\vCoordinator\x129\n" +
 	"\x04Join\x12\x17.gotrain.v1.JoinRequest\x1a\x18.gotrain.v1.JoinResponse\x12V\n" +
 	"\x10WatchGenerations\x12#.gotrain.v1.WatchGenerationsRequest\x1a\x1b.gotrain.v1.GenerationEvent0\x01\x12<\n" +
@@ -2483,7 +3355,9 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\aBarrier\x12\x1a.gotrain.v1.BarrierRequest\x1a\x1b.gotrain.v1.BarrierResponse\x12W\n" +
 	"\x0eReportProgress\x12!.gotrain.v1.ReportProgressRequest\x1a\".gotrain.v1.ReportProgressResponse\x12]\n" +
 	"\x10ReportWorkerExit\x12#.gotrain.v1.ReportWorkerExitRequest\x1a$.gotrain.v1.ReportWorkerExitResponse\x12F\n" +
-	"\fGetJobStatus\x12\x1f.gotrain.v1.GetJobStatusRequest\x1a\x15.gotrain.v1.JobStatus2\xe3\x02\n" +
+	"\fGetJobStatus\x12\x1f.gotrain.v1.GetJobStatusRequest\x1a\x15.gotrain.v1.JobStatus\x12W\n" +
+	"\x0eReportEvidence\x12!.gotrain.v1.ReportEvidenceRequest\x1a\".gotrain.v1.ReportEvidenceResponse\x12E\n" +
+	"\bDiagnose\x12\x1b.gotrain.v1.DiagnoseRequest\x1a\x1c.gotrain.v1.DiagnoseResponse2\xe3\x02\n" +
 	"\x05Agent\x12<\n" +
 	"\x05KVPut\x12\x18.gotrain.v1.KVPutRequest\x1a\x19.gotrain.v1.KVPutResponse\x12<\n" +
 	"\x05KVGet\x12\x18.gotrain.v1.KVGetRequest\x1a\x19.gotrain.v1.KVGetResponse\x12B\n" +
@@ -2503,7 +3377,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
@@ -2522,26 +3396,35 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*GenerationEnded)(nil),          // 14: gotrain.v1.GenerationEnded
 	(*JobFinished)(nil),              // 15: gotrain.v1.JobFinished
 	(*GenerationEvent)(nil),          // 16: gotrain.v1.GenerationEvent
-	(*KVPutRequest)(nil),             // 17: gotrain.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 18: gotrain.v1.KVPutResponse
-	(*KVGetRequest)(nil),             // 19: gotrain.v1.KVGetRequest
-	(*KVGetResponse)(nil),            // 20: gotrain.v1.KVGetResponse
-	(*BarrierRequest)(nil),           // 21: gotrain.v1.BarrierRequest
-	(*BarrierResponse)(nil),          // 22: gotrain.v1.BarrierResponse
-	(*CommProgress)(nil),             // 23: gotrain.v1.CommProgress
-	(*RankProgress)(nil),             // 24: gotrain.v1.RankProgress
-	(*ReportProgressRequest)(nil),    // 25: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 26: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 27: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 28: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 29: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 30: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 31: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 32: gotrain.v1.JobStatus
+	(*EvidenceRequest)(nil),          // 17: gotrain.v1.EvidenceRequest
+	(*Evidence)(nil),                 // 18: gotrain.v1.Evidence
+	(*ReportEvidenceRequest)(nil),    // 19: gotrain.v1.ReportEvidenceRequest
+	(*ReportEvidenceResponse)(nil),   // 20: gotrain.v1.ReportEvidenceResponse
+	(*Culprit)(nil),                  // 21: gotrain.v1.Culprit
+	(*HangVerdict)(nil),              // 22: gotrain.v1.HangVerdict
+	(*DiagnoseRequest)(nil),          // 23: gotrain.v1.DiagnoseRequest
+	(*DiagnoseResponse)(nil),         // 24: gotrain.v1.DiagnoseResponse
+	(*KVPutRequest)(nil),             // 25: gotrain.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 26: gotrain.v1.KVPutResponse
+	(*KVGetRequest)(nil),             // 27: gotrain.v1.KVGetRequest
+	(*KVGetResponse)(nil),            // 28: gotrain.v1.KVGetResponse
+	(*BarrierRequest)(nil),           // 29: gotrain.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 30: gotrain.v1.BarrierResponse
+	(*CommProgress)(nil),             // 31: gotrain.v1.CommProgress
+	(*Collective)(nil),               // 32: gotrain.v1.Collective
+	(*RankProgress)(nil),             // 33: gotrain.v1.RankProgress
+	(*ReportProgressRequest)(nil),    // 34: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 35: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 36: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 37: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 38: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 39: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 40: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 41: gotrain.v1.JobStatus
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
-	24, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
+	33, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
 	1,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
 	14, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
 	12, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
@@ -2555,44 +3438,59 @@ var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	12, // 12: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
 	14, // 13: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
 	15, // 14: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
-	23, // 15: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	24, // 16: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	7,  // 17: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	24, // 18: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	30, // 19: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	31, // 20: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	13, // 21: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	8,  // 22: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	10, // 23: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	17, // 24: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	19, // 25: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	21, // 26: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	25, // 27: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	27, // 28: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	29, // 29: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	17, // 30: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	19, // 31: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	21, // 32: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	25, // 33: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 34: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	9,  // 35: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	16, // 36: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	18, // 37: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	20, // 38: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	22, // 39: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	26, // 40: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	28, // 41: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	32, // 42: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	18, // 43: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	20, // 44: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	22, // 45: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	26, // 46: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	5,  // 47: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	35, // [35:48] is the sub-list for method output_type
-	22, // [22:35] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	17, // 15: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
+	22, // 16: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
+	18, // 17: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
+	32, // 18: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
+	32, // 19: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
+	21, // 20: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
+	18, // 21: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
+	41, // 22: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	22, // 23: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	32, // 24: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	31, // 25: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	33, // 26: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	7,  // 27: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	33, // 28: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	39, // 29: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	40, // 30: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	13, // 31: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	22, // 32: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	8,  // 33: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	10, // 34: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	25, // 35: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	27, // 36: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	29, // 37: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	34, // 38: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	36, // 39: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	38, // 40: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	19, // 41: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	23, // 42: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	25, // 43: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	27, // 44: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	29, // 45: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	34, // 46: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 47: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	9,  // 48: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	16, // 49: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	26, // 50: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	28, // 51: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	30, // 52: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	35, // 53: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	37, // 54: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	41, // 55: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	20, // 56: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	24, // 57: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	26, // 58: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	28, // 59: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	30, // 60: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	35, // 61: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	5,  // 62: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	48, // [48:63] is the sub-list for method output_type
+	33, // [33:48] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -2613,6 +3511,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*GenerationEvent_Started)(nil),
 		(*GenerationEvent_Ended)(nil),
 		(*GenerationEvent_Finished)(nil),
+		(*GenerationEvent_Evidence)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2620,7 +3519,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -35,6 +35,8 @@ const (
 	Coordinator_ReportProgress_FullMethodName   = "/gotrain.v1.Coordinator/ReportProgress"
 	Coordinator_ReportWorkerExit_FullMethodName = "/gotrain.v1.Coordinator/ReportWorkerExit"
 	Coordinator_GetJobStatus_FullMethodName     = "/gotrain.v1.Coordinator/GetJobStatus"
+	Coordinator_ReportEvidence_FullMethodName   = "/gotrain.v1.Coordinator/ReportEvidence"
+	Coordinator_Diagnose_FullMethodName         = "/gotrain.v1.Coordinator/Diagnose"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -62,6 +64,13 @@ type CoordinatorClient interface {
 	ReportWorkerExit(ctx context.Context, in *ReportWorkerExitRequest, opts ...grpc.CallOption) (*ReportWorkerExitResponse, error)
 	// GetJobStatus returns the whole job as the coordinator sees it.
 	GetJobStatus(ctx context.Context, in *GetJobStatusRequest, opts ...grpc.CallOption) (*JobStatus, error)
+	// ReportEvidence answers an EvidenceRequest: stacks and process state of
+	// the ranks a hang verdict names.
+	ReportEvidence(ctx context.Context, in *ReportEvidenceRequest, opts ...grpc.CallOption) (*ReportEvidenceResponse, error)
+	// Diagnose returns the job, the hang verdicts in force, and what the
+	// detector would say now about communicators that are stalled but not yet
+	// past the hang timeout.
+	Diagnose(ctx context.Context, in *DiagnoseRequest, opts ...grpc.CallOption) (*DiagnoseResponse, error)
 }
 
 type coordinatorClient struct {
@@ -161,6 +170,26 @@ func (c *coordinatorClient) GetJobStatus(ctx context.Context, in *GetJobStatusRe
 	return out, nil
 }
 
+func (c *coordinatorClient) ReportEvidence(ctx context.Context, in *ReportEvidenceRequest, opts ...grpc.CallOption) (*ReportEvidenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportEvidenceResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ReportEvidence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) Diagnose(ctx context.Context, in *DiagnoseRequest, opts ...grpc.CallOption) (*DiagnoseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DiagnoseResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Diagnose_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -186,6 +215,13 @@ type CoordinatorServer interface {
 	ReportWorkerExit(context.Context, *ReportWorkerExitRequest) (*ReportWorkerExitResponse, error)
 	// GetJobStatus returns the whole job as the coordinator sees it.
 	GetJobStatus(context.Context, *GetJobStatusRequest) (*JobStatus, error)
+	// ReportEvidence answers an EvidenceRequest: stacks and process state of
+	// the ranks a hang verdict names.
+	ReportEvidence(context.Context, *ReportEvidenceRequest) (*ReportEvidenceResponse, error)
+	// Diagnose returns the job, the hang verdicts in force, and what the
+	// detector would say now about communicators that are stalled but not yet
+	// past the hang timeout.
+	Diagnose(context.Context, *DiagnoseRequest) (*DiagnoseResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -219,6 +255,12 @@ func (UnimplementedCoordinatorServer) ReportWorkerExit(context.Context, *ReportW
 }
 func (UnimplementedCoordinatorServer) GetJobStatus(context.Context, *GetJobStatusRequest) (*JobStatus, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetJobStatus not implemented")
+}
+func (UnimplementedCoordinatorServer) ReportEvidence(context.Context, *ReportEvidenceRequest) (*ReportEvidenceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportEvidence not implemented")
+}
+func (UnimplementedCoordinatorServer) Diagnose(context.Context, *DiagnoseRequest) (*DiagnoseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Diagnose not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -378,6 +420,42 @@ func _Coordinator_GetJobStatus_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_ReportEvidence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportEvidenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ReportEvidence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ReportEvidence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ReportEvidence(ctx, req.(*ReportEvidenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_Diagnose_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiagnoseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Diagnose(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Diagnose_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Diagnose(ctx, req.(*DiagnoseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -412,6 +490,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetJobStatus",
 			Handler:    _Coordinator_GetJobStatus_Handler,
+		},
+		{
+			MethodName: "ReportEvidence",
+			Handler:    _Coordinator_ReportEvidence_Handler,
+		},
+		{
+			MethodName: "Diagnose",
+			Handler:    _Coordinator_Diagnose_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
