@@ -61,6 +61,9 @@ type Config struct {
 	RunID string
 	// MaxRestarts is how many times the job restarts after a failure (default 0).
 	MaxRestarts int
+	// RestartBackoff is the pause between a failed generation's last worker
+	// stopping and the next generation starting (default 0).
+	RestartBackoff time.Duration
 	// GracePeriod is how long workers get between SIGTERM and SIGKILL
 	// (default 10s).
 	GracePeriod time.Duration
@@ -137,6 +140,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--max-restarts must not be negative, got %d", c.MaxRestarts)
 	case c.GracePeriod < 0:
 		return fmt.Errorf("--grace-period must not be negative, got %s", c.GracePeriod)
+	case c.RestartBackoff < 0:
+		return fmt.Errorf("--restart-backoff must not be negative, got %s", c.RestartBackoff)
 	}
 	return nil
 }
@@ -286,7 +291,7 @@ func (a *agent) run(ctx context.Context) error {
 func (a *agent) startCoordinator(ctx context.Context) (addr string, stop func(), err error) {
 	srv, err := coordinator.New(coordinator.Config{
 		RunID: a.cfg.RunID, Token: a.cfg.JobToken,
-		Nodes: a.cfg.Nodes, MaxRestarts: a.cfg.MaxRestarts,
+		Nodes: a.cfg.Nodes, MaxRestarts: a.cfg.MaxRestarts, RestartBackoff: a.cfg.RestartBackoff,
 		Logger: a.log.With("component", "coordinator"),
 	})
 	if err != nil {
@@ -350,6 +355,7 @@ func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEve
 				a.endGeneration(e.Ended)
 			case *gotrainv1.GenerationEvent_Finished:
 				a.stopAll(syscall.SIGTERM)
+				a.recordRootCause(e.Finished)
 				return a.finish(e.Finished)
 			}
 		case p := <-a.exits:
@@ -410,6 +416,7 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 		}
 		spec := workerSpec{rank: int(r.GetRank()), generation: g.GetGeneration(),
 			program: a.cfg.Program, args: a.cfg.Args, env: env, logDir: a.cfg.LogDir}
+		ev := snapshotEvidence()
 		p, err := startWorker(spec, a.stdout, a.stderr)
 		if err != nil {
 			fmt.Fprintf(a.cfg.Stderr, "gotrain: %v\n", err)
@@ -419,6 +426,7 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 			})
 			continue
 		}
+		p.evidence = ev
 		a.workers[spec.rank] = p
 		go func() { <-p.done; a.exits <- p }()
 	}
@@ -452,6 +460,9 @@ func (a *agent) workerExited(ctx context.Context, p *workerProc) {
 	if p.exit.signal != 0 {
 		req.Signal = unix.SignalName(p.exit.signal)
 		req.ExitCode = -1
+	}
+	if p.exit.code != 0 || p.exit.signal != 0 {
+		examineExit(req, p.evidence, p.pid(), p.exit.signal)
 	}
 	a.report(ctx, req)
 }
@@ -517,6 +528,7 @@ func describeFailure(f *gotrainv1.JobFinished) string {
 	if m := f.GetMessage(); m != "" {
 		fmt.Fprintf(&b, "\n  %s", m)
 	}
+	writeEvidence(&b, fl)
 	if tl := fl.GetStderrTail(); len(tl) > 0 {
 		fmt.Fprintf(&b, "\n  last %d line(s) of rank %d's stderr:", len(tl), fl.GetRank())
 		for _, l := range tl {

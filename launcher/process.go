@@ -32,6 +32,8 @@ type workerProc struct {
 	pumps   sync.WaitGroup
 	done    chan struct{} // closed once exit is set
 	exit    exitInfo
+	// evidence is the node's state at the start, for the root-cause report.
+	evidence evidence
 }
 
 // exitInfo says how a worker ended.

@@ -31,6 +31,15 @@ them: output is prefixed "[rank N]", the exit status is the first failing
 worker's, Ctrl-C and SIGTERM reach every worker, and no worker outlives
 gotrain.
 
+When a worker fails, every worker of the generation is stopped (SIGTERM,
+--grace-period, SIGKILL) and the next generation starts, up to --max-restarts
+times; workers see the count in GOTRAIN_RESTART_COUNT and
+TORCHELASTIC_RESTART_COUNT. Go workers that run worker.Run recover in
+process instead: only the failed rank's process starts again. When the
+restarts are spent, gotrain prints the root cause (rank, host, exit code or
+signal, OOM kill, GPU XID errors, the last lines of stderr), writes it to
+DIR/root-cause.json with --log-dir, and exits with the failed rank's status.
+
 Examples:
   gotrain launch --gpus 8 -- ./train --epochs 3
   gotrain launch --nproc-per-node 4 --backend cpu -- ./bin/mnist
@@ -52,7 +61,8 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.NodeAddress, "node-addr", "", "address other nodes reach this node at (default 127.0.0.1 on one node, else the first non-loopback IPv4)")
 	fs.StringVar(&cfg.JobToken, "job-token", os.Getenv(jobenv.JobToken), "secret every agent and worker of the job presents (default $"+jobenv.JobToken+", or a new one when this node starts the coordinator)")
 	fs.StringVar(&cfg.RunID, "run-id", "", "job name shown to workers as GOTRAIN_RUN_ID / TORCHELASTIC_RUN_ID (default: derived from the token)")
-	fs.IntVar(&cfg.MaxRestarts, "max-restarts", 0, "restart the job this many times after a worker fails")
+	fs.IntVar(&cfg.MaxRestarts, "max-restarts", 3, "restart the job this many times after a worker fails (0: the first failure ends the job)")
+	fs.DurationVar(&cfg.RestartBackoff, "restart-backoff", 0, "pause between the last worker of a failed generation stopping and the next generation starting")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", 10*time.Second, "time workers get between SIGTERM and SIGKILL")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to reach the coordinator")
 	fs.BoolVar(&verbose, "verbose", false, "log the agent's own steps to stderr")
