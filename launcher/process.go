@@ -34,6 +34,8 @@ type workerProc struct {
 	exit    exitInfo
 	// evidence is the node's state at the start, for the root-cause report.
 	evidence evidence
+	// pidNum is the worker's pid, kept because Process.Release forgets it.
+	pidNum int
 }
 
 // exitInfo says how a worker ended.
@@ -114,6 +116,7 @@ func startWorker(spec workerSpec, stdout, stderr *console) (*workerProc, error) 
 		}
 		return nil, fmt.Errorf("start rank %d: %w", spec.rank, err)
 	}
+	p.pidNum = cmd.Process.Pid
 	prefix := fmt.Sprintf("[rank %d] ", spec.rank)
 	p.pumps.Add(2)
 	go func() { defer p.pumps.Done(); defer outR.Close(); pump(outR, prefix, stdout, logW, nil) }()
@@ -166,7 +169,7 @@ func (p *workerProc) closeLog() {
 	}
 }
 
-func (p *workerProc) pid() int { return p.cmd.Process.Pid }
+func (p *workerProc) pid() int { return p.pidNum }
 
 // signal sends sig to the worker's whole process group.
 func (p *workerProc) signal(sig syscall.Signal) {
