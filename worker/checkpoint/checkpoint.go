@@ -174,6 +174,9 @@ func Load(file string) (step int64, state []byte, err error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s: %w", file, err)
 	}
+	if s, ok := parseName(filepath.Base(file)); ok && s != step {
+		return 0, nil, fmt.Errorf("%s: %w: the file holds step %d", file, ErrCorrupt, step)
+	}
 	return step, state, nil
 }
 
@@ -189,11 +192,8 @@ func (d Dir) Latest() (step int64, state []byte, err error) {
 	var skipped []error
 	for _, s := range slices.Backward(steps) {
 		step, state, err := Load(filepath.Join(d.Path, Name(s)))
-		if err == nil && step == s {
-			return step, state, nil
-		}
 		if err == nil {
-			err = fmt.Errorf("%w: %s holds step %d", ErrCorrupt, Name(s), step)
+			return step, state, nil
 		}
 		skipped = append(skipped, err)
 	}
@@ -217,15 +217,9 @@ func (d Dir) list() ([]int64, error) {
 	}
 	var steps []int64
 	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, suffix) {
-			continue
+		if s, ok := parseName(e.Name()); ok {
+			steps = append(steps, s)
 		}
-		s, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(name, prefix), suffix), 10, 64)
-		if err != nil || s < 0 || Name(s) != name {
-			continue
-		}
-		steps = append(steps, s)
 	}
 	slices.Sort(steps)
 	return steps, nil
@@ -251,4 +245,16 @@ func (d Dir) prune() error {
 		return fmt.Errorf("checkpoint: remove old checkpoints: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// parseName returns the step of a checkpoint file name as Name writes it.
+func parseName(name string) (int64, bool) {
+	if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, suffix) {
+		return 0, false
+	}
+	s, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(name, prefix), suffix), 10, 64)
+	if err != nil || s < 0 || Name(s) != name {
+		return 0, false
+	}
+	return s, true
 }
