@@ -18,6 +18,7 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 	"github.com/gotrain/gotrain/worker/comm"
 	"github.com/gotrain/gotrain/worker/cpucomm"
+	"github.com/gotrain/gotrain/worker/ncclcomm"
 )
 
 // The data-plane names, re-exported from package comm so that training code
@@ -128,6 +129,17 @@ func (w *Worker) NewComm(ctx context.Context, name string) (Comm, error) {
 		})
 		if err != nil {
 			return nil, fmt.Errorf("worker: rank %d: %w", w.Rank, err)
+		}
+		return c, nil
+	case "nccl":
+		c, err := ncclcomm.New(ctx, ncclcomm.Config{
+			Name: name, Generation: w.Generation,
+			Rank: w.Rank, Size: w.WorldSize,
+			Device: ncclcomm.DeviceFor(w.GPU, os.Getenv),
+			Store:  w.Store(), Logger: w.logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
 		}
 		return c, nil
 	default:

@@ -1,0 +1,255 @@
+package ncclcomm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/nccl"
+	"github.com/gotrain/gotrain/worker/comm"
+)
+
+// Config configures a communicator.
+type Config struct {
+	Name       string       // communicator name; part of the rendezvous key
+	Generation int64        // job generation; part of the rendezvous key
+	Rank, Size int          // this rank and the number of ranks
+	Device     int          // CUDA device ordinal as this process sees it (see DeviceFor)
+	Store      comm.Store   // rendezvous: rank 0 Puts the NCCL unique id, the others Get it
+	Logger     *slog.Logger // may be nil (then discard)
+}
+
+func (cfg *Config) validate() error {
+	switch {
+	case cfg.Size < 1:
+		return fmt.Errorf("ncclcomm: size is %d, want at least 1", cfg.Size)
+	case cfg.Rank < 0 || cfg.Rank >= cfg.Size:
+		return fmt.Errorf("ncclcomm: rank %d is out of range for %d ranks (want 0..%d)", cfg.Rank, cfg.Size, cfg.Size-1)
+	case cfg.Name == "":
+		return errors.New("ncclcomm: the communicator needs a Name (it scopes the rendezvous key)")
+	case cfg.Generation < 0:
+		return fmt.Errorf("ncclcomm: generation is %d, want at least 0", cfg.Generation)
+	case cfg.Device < 0:
+		return fmt.Errorf("ncclcomm: device is %d, want a CUDA device ordinal (0 or more)", cfg.Device)
+	case cfg.Size > 1 && cfg.Store == nil:
+		return errors.New("ncclcomm: Store is nil; the ranks need a rendezvous store to share NCCL's unique id")
+	}
+	return nil
+}
+
+// IDKey returns the Store key under which rank 0 publishes the NCCL unique id.
+func IDKey(name string, generation int64) string {
+	return fmt.Sprintf("ncclcomm/%s/%d/id", name, generation)
+}
+
+// DeviceFor returns the CUDA device ordinal a worker uses for the node's GPU
+// index gpu: 0 when CUDA_VISIBLE_DEVICES (as getenv reads it) names a
+// single device, as `gotrain launch` sets it for each worker, since the
+// process then sees only its own GPU; otherwise gpu itself (0 when negative).
+func DeviceFor(gpu int, getenv func(string) string) int {
+	if v := getenv("CUDA_VISIBLE_DEVICES"); v != "" && !containsComma(v) {
+		return 0
+	}
+	return max(gpu, 0)
+}
+
+func containsComma(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == ',' {
+			return true
+		}
+	}
+	return false
+}
+
+// Comm is a communicator of the NCCL backend. It owns an OS thread with its
+// device's primary context current, a CUDA stream and an NCCL communicator;
+// every CUDA and NCCL call it makes runs on that thread. Like every comm.Comm
+// it runs one collective at a time.
+type Comm struct {
+	name       string
+	rank, size int
+	device     int
+	log        *slog.Logger
+
+	lib    *nccl.Library
+	exec   *executor
+	dev    cudadrv.Device
+	ctx    cudadrv.Context
+	stream cudadrv.Stream
+	nc     *nccl.Comm
+
+	// Owned by the executor's thread.
+	scratch      cudadrv.DevicePtr // staging for host buffers
+	scratchBytes int
+	barrier      cudadrv.DevicePtr // one int32 for Barrier
+
+	seq     atomic.Uint64
+	closeMu sync.Mutex
+	closed  atomic.Bool
+}
+
+var _ comm.Comm = (*Comm)(nil)
+
+// New validates cfg, loads the CUDA driver and NCCL, starts the
+// communicator's thread on cfg.Device, shares NCCL's unique id through
+// cfg.Store (rank 0 creates and Puts it under IDKey, the others Get it) and
+// creates the NCCL communicator. The init is non-blocking where NCCL allows
+// it (2.14 and newer): when ctx ends first (a rank never came), New aborts it
+// and returns. Errors name the rank and carry NCCL's message.
+func New(ctx context.Context, cfg Config) (*Comm, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Comm{
+		name: cfg.Name, rank: cfg.Rank, size: cfg.Size, device: cfg.Device,
+		log: log.With("comm", cfg.Name, "generation", cfg.Generation, "rank", cfg.Rank, "device", cfg.Device),
+	}
+	fail := func(format string, args ...any) (*Comm, error) {
+		return nil, fmt.Errorf("ncclcomm: rank %d: "+format, append([]any{c.rank}, args...)...)
+	}
+	drv, err := cudadrv.Load()
+	if err != nil {
+		return fail("%w", err)
+	}
+	if c.lib, err = nccl.Load(); err != nil {
+		return fail("%w", err)
+	}
+	if n, err := drv.DeviceCount(); err != nil {
+		return fail("count CUDA devices: %w", err)
+	} else if cfg.Device >= n {
+		return fail("CUDA device %d does not exist: this process sees %d device(s) (CUDA_VISIBLE_DEVICES limits them)", cfg.Device, n)
+	}
+
+	start := time.Now()
+	c.exec, err = newExecutor(func() error { return c.setupThread(drv) }, c.teardownThread)
+	if err != nil {
+		return fail("%w", err)
+	}
+
+	var id nccl.UniqueID
+	key := IDKey(cfg.Name, cfg.Generation)
+	if c.rank == 0 {
+		if id, err = c.lib.GetUniqueID(); err != nil {
+			c.exec.stop()
+			return fail("%w", err)
+		}
+		if c.size > 1 {
+			if err := cfg.Store.Put(ctx, key, id[:]); err != nil {
+				c.exec.stop()
+				return fail("publish the NCCL unique id: %w", err)
+			}
+		}
+	} else {
+		b, err := cfg.Store.Get(ctx, key)
+		if err != nil {
+			c.exec.stop()
+			return fail("get the NCCL unique id from rank 0: %w", err)
+		}
+		if id, err = nccl.UniqueIDFromBytes(b); err != nil {
+			c.exec.stop()
+			return fail("the unique id under %q: %w", key, err)
+		}
+	}
+	err = c.exec.do(func() (err error) {
+		if c.lib.Has("ncclCommInitRankConfig") {
+			c.nc, err = c.lib.InitRankConfig(ctx, c.size, id, c.rank, &nccl.Config{
+				NonBlocking: true,
+				CommName:    cfg.Name + "/" + strconv.FormatInt(cfg.Generation, 10),
+			})
+			return err
+		}
+		c.log.Warn("NCCL lacks ncclCommInitRankConfig: blocking init, which ctx cannot interrupt", "nccl", c.lib.Version())
+		c.nc, err = c.lib.InitRank(c.size, id, c.rank)
+		return err
+	})
+	if err != nil {
+		c.exec.stop()
+		return fail("init NCCL communicator %q of %d ranks on device %d: %w", cfg.Name, c.size, c.device, err)
+	}
+	c.log.Debug("NCCL communicator ready", "nccl", c.lib.Version(), "took", time.Since(start))
+	return c, nil
+}
+
+// setupThread runs first on the executor's thread: the device's primary
+// context becomes current and the communicator's stream is created.
+func (c *Comm) setupThread(drv *cudadrv.Driver) (err error) {
+	if c.dev, err = drv.Device(c.device); err != nil {
+		return err
+	}
+	if c.ctx, err = c.dev.RetainPrimaryContext(); err != nil {
+		return err
+	}
+	if err = c.ctx.SetCurrent(); err == nil {
+		c.stream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking)
+	}
+	if err == nil {
+		c.barrier, err = cudadrv.MemAlloc(4)
+	}
+	if err != nil {
+		if c.stream != 0 {
+			c.stream.Destroy()
+		}
+		c.dev.ReleasePrimaryContext()
+	}
+	return err
+}
+
+// teardownThread runs last on the executor's thread.
+func (c *Comm) teardownThread() {
+	if c.scratch != 0 {
+		c.scratch.Free()
+		c.scratch, c.scratchBytes = 0, 0
+	}
+	if c.barrier != 0 {
+		c.barrier.Free()
+	}
+	c.stream.Destroy()
+	c.dev.ReleasePrimaryContext()
+}
+
+func (c *Comm) Rank() int { return c.rank }
+func (c *Comm) Size() int { return c.size }
+
+// Device returns the CUDA device ordinal of the communicator.
+func (c *Comm) Device() int { return c.device }
+
+// Stream returns the communicator's CUDA stream: its collectives run there,
+// in order. Work on other streams orders against it with events.
+func (c *Comm) Stream() cudadrv.Stream { return c.stream }
+
+// NCCL returns the NCCL communicator, for calls this package does not wrap.
+// Call it only inside Do.
+func (c *Comm) NCCL() *nccl.Comm { return c.nc }
+
+// Library returns the loaded NCCL.
+func (c *Comm) Library() *nccl.Library { return c.lib }
+
+// Seq returns the number of collectives issued so far.
+func (c *Comm) Seq() uint64 { return c.seq.Load() }
+
+// Do runs fn on the communicator's thread, where the device's primary context
+// is current: the place for CUDA and NCCL calls on Stream and NCCL (events,
+// copies, several collectives back to back). fn must not call c's other
+// methods (they would wait for fn).
+func (c *Comm) Do(fn func() error) error {
+	if c.closed.Load() {
+		return comm.ErrClosed
+	}
+	return c.exec.do(fn)
+}
+
+// errorf names the rank, the collective and the communicator.
+func (c *Comm) errorf(op string, seq uint64, err error) error {
+	return fmt.Errorf("ncclcomm: rank %d: %s (collective #%d of comm %q): %w", c.rank, op, seq, c.name, err)
+}
