@@ -2,8 +2,8 @@ package ncclcomm
 
 import (
 	"errors"
-	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,26 +120,13 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Name: "x", Size: 2, Rank: 1}, "Store is nil"},
 	} {
 		err := tc.cfg.validate()
-		if err == nil || !contains(err.Error(), tc.want) {
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("validate(%+v) = %v, want %q", tc.cfg, err, tc.want)
 		}
 	}
 	if err := (&Config{Name: "x", Size: 1}).validate(); err != nil {
 		t.Errorf("a valid config: %v", err)
 	}
-}
-
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
-}
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }
 
 // BenchmarkExecutor measures one hand-off to the executor's thread and back
@@ -156,5 +143,3 @@ func BenchmarkExecutor(b *testing.B) {
 		e.do(nop)
 	}
 }
-
-func TestMain(m *testing.M) { os.Exit(m.Run()) }
