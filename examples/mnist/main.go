@@ -89,6 +89,8 @@ Flags:
 	fs.Float64Var(&cfg.Momentum, "momentum", cfg.Momentum, "SGD momentum")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the initial weights and the shuffles")
 	fs.IntVar(&cfg.Limit, "limit", cfg.Limit, "train on only the first `n` training images (0: all 60000)")
+	fs.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "`dir`ectory for checkpoints: rank 0 saves one after every epoch (and every --checkpoint-every steps), and a restarted run resumes from the newest valid one")
+	fs.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0, "also checkpoint every `n` steps (0: only after each epoch)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, "", err
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gotrain/gotrain/worker/checkpoint"
 	"github.com/gotrain/gotrain/worker/comm"
 )
 
@@ -24,6 +25,11 @@ type config struct {
 	Momentum  float64 // SGD momentum
 	Seed      uint64  // initial weights and the per-epoch shuffles
 	Limit     int     // use only the first Limit training images; 0 for all
+	// CheckpointDir, when set, receives a checkpoint (rank 0 writes) after
+	// every epoch and every CheckpointEvery steps; a run resumes from the
+	// newest valid one there.
+	CheckpointDir   string
+	CheckpointEvery int
 }
 
 func defaultConfig() config {
@@ -53,6 +59,9 @@ func (c config) validate() error {
 	}
 	if !(c.Momentum >= 0 && c.Momentum < 1) {
 		errs = append(errs, fmt.Errorf("momentum is %v, want 0 ≤ momentum < 1", c.Momentum))
+	}
+	if c.CheckpointEvery < 0 {
+		errs = append(errs, fmt.Errorf("checkpoint every is %d, want 0 (every epoch) or more", c.CheckpointEvery))
 	}
 	if c.Limit < 0 {
 		errs = append(errs, fmt.Errorf("limit is %d, want 0 (all) or more", c.Limit))
@@ -101,14 +110,17 @@ func train(ctx context.Context, c comm.Comm, ds *dataset, cfg config, out io.Wri
 
 	m := newMLP(Pixels, cfg.Hidden, numClasses)
 	m.initWeights(cfg.Seed)
-	// Every rank drew the same weights; rank 0's copy is broadcast anyway, so
-	// that the ranks start identical even if that ever stopped being true.
-	if err := c.Broadcast(ctx, comm.Host(m.params), 0); err != nil {
-		return result{}, fmt.Errorf("broadcast the initial weights: %w", err)
-	}
-
 	grad := make([]float32, len(m.params))
 	velocity := make([]float32, len(m.params))
+	// Every rank drew the same weights, or loaded the same checkpoint; rank
+	// 0's copy is broadcast anyway, so that the ranks start identical even if
+	// that ever stopped being true.
+	st := trainState{Params: m.params, Velocity: velocity}
+	resumed, err := restore(ctx, c, cfg.CheckpointDir, &st)
+	if err != nil {
+		return result{}, err
+	}
+
 	ws := m.newWorkspace(cfg.BatchSize)
 	evalWS := m.newWorkspace(evalChunk)
 	order := make([]int, shardLen)
@@ -118,9 +130,21 @@ func train(ctx context.Context, c comm.Comm, ds *dataset, cfg config, out io.Wri
 	stats := make([]float64, 4)
 	var res result
 	stepsPerEpoch := (shardLen + cfg.BatchSize - 1) / cfg.BatchSize
-	totalSteps, step := cfg.Epochs*stepsPerEpoch, 0
+	totalSteps, step := cfg.Epochs*stepsPerEpoch, st.Step
+	res.Loss, res.TestAccuracy, res.Epochs = st.Loss, st.Accuracy, step/stepsPerEpoch
+	if resumed && rank == 0 {
+		fmt.Fprintf(out, "resumed at epoch %d step %d of %d from %s\n", step/stepsPerEpoch+1, step%stepsPerEpoch, stepsPerEpoch, cfg.CheckpointDir)
+	}
+	save := func() error {
+		if rank != 0 || cfg.CheckpointDir == "" {
+			return nil
+		}
+		s := trainState{Step: step, Loss: res.Loss, Accuracy: res.TestAccuracy, Params: m.params, Velocity: velocity}
+		return checkpoint.Dir{Path: cfg.CheckpointDir}.Save(int64(step), s.encode())
+	}
 
-	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
+	for epoch := step/stepsPerEpoch + 1; epoch <= cfg.Epochs; epoch++ {
+		skip := (step % stepsPerEpoch) * cfg.BatchSize // steps of this epoch taken before a resume
 		// The same seed on every rank; each permutes its own shard.
 		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(epoch)))
 		for i := range order {
@@ -129,7 +153,7 @@ func train(ctx context.Context, c comm.Comm, ds *dataset, cfg config, out io.Wri
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 
 		var lossSum float64
-		for from := 0; from < shardLen; from += cfg.BatchSize {
+		for from := skip; from < shardLen; from += cfg.BatchSize {
 			batch := order[from:min(from+cfg.BatchSize, shardLen)]
 			loadBatch(ws.x, labels, &ds.train, batch)
 			loss := m.lossAndGrad(ws, labels[:len(batch)], grad)
@@ -141,6 +165,12 @@ func train(ctx context.Context, c comm.Comm, ds *dataset, cfg config, out io.Wri
 			lr := cosineLR(cfg.LR, step, totalSteps)
 			sgdStep(m.params, velocity, grad, float32(lr), float32(cfg.Momentum))
 			step++
+			// A step that ends the epoch is saved after the evaluation.
+			if cfg.CheckpointEvery > 0 && step%cfg.CheckpointEvery == 0 && step%stepsPerEpoch != 0 {
+				if err := save(); err != nil {
+					return result{}, err
+				}
+			}
 		}
 
 		correct, total := evaluate(m, evalWS, &ds.test, rank, world)
@@ -155,6 +185,9 @@ func train(ctx context.Context, c comm.Comm, ds *dataset, cfg config, out io.Wri
 		if rank == 0 {
 			fmt.Fprintf(out, "epoch=%d loss=%.4f test_accuracy=%s elapsed=%.1fs\n",
 				epoch, res.Loss, formatAccuracy(res.TestAccuracy), time.Since(start).Seconds())
+		}
+		if err := save(); err != nil {
+			return result{}, err
 		}
 	}
 
