@@ -5,6 +5,7 @@
 //	exit --rank R --code C  rank R exits with C; the others wait to be stopped
 //	sleep --pid-dir DIR     write the pid (and a child's) to DIR, then sleep
 //	env                     print the job's environment variables
+//	signals --pid-dir DIR   print the signals it gets; SIGINT/SIGTERM end it
 package main
 
 import (
@@ -37,6 +38,8 @@ func main() {
 		err = exitMode(ctx, args)
 	case "sleep":
 		err = sleepMode(args)
+	case "signals":
+		err = signalsMode(args)
 	case "env":
 		for _, kv := range os.Environ() {
 			if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "GOTRAIN_") || strings.HasPrefix(name, "TORCHELASTIC_") ||
@@ -63,6 +66,7 @@ func exitMode(ctx context.Context, args []string) error {
 		return err
 	}
 	if w.Rank == *rank {
+		fmt.Fprintf(os.Stderr, "rank %d restart count %d (TORCHELASTIC_RESTART_COUNT=%s)\n", w.Rank, w.RestartCount, os.Getenv("TORCHELASTIC_RESTART_COUNT"))
 		fmt.Fprintf(os.Stderr, "rank %d exiting with %d on purpose\n", w.Rank, *code)
 		os.Exit(*code)
 	}
