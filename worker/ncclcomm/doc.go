@@ -19,9 +19,12 @@
 //
 // Rank 0 calls ncclGetUniqueId and Puts the 128 bytes under
 // IDKey(name, generation) ("ncclcomm/<name>/<gen>/id") in the Store; the other
-// ranks Get it. The communicator is created with a non-blocking
-// ncclCommInitRankConfig, polled until ready, so a rank that never arrives
-// cannot hang New past its context.
+// ranks Get it. The ranks first create a non-blocking communicator
+// (ncclCommInitRankConfig), polled until ready, so a rank that never arrives
+// cannot hang New past its context; then they split a blocking communicator
+// off it for the collectives (NCCL launches every non-blocking collective on a
+// new thread, which would cost tens of microseconds each) and destroy the
+// first.
 //
 // # Threads
 //

@@ -161,24 +161,57 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			return fail("the unique id under %q: %w", key, err)
 		}
 	}
-	err = c.exec.do(func() (err error) {
-		if c.lib.Has("ncclCommInitRankConfig") {
-			c.nc, err = c.lib.InitRankConfig(ctx, c.size, id, c.rank, &nccl.Config{
-				NonBlocking: true,
-				CommName:    cfg.Name + "/" + strconv.FormatInt(cfg.Generation, 10),
-			})
-			return err
-		}
-		c.log.Warn("NCCL lacks ncclCommInitRankConfig: blocking init, which ctx cannot interrupt", "nccl", c.lib.Version())
-		c.nc, err = c.lib.InitRank(c.size, id, c.rank)
-		return err
-	})
+	commName := cfg.Name + "/" + strconv.FormatInt(cfg.Generation, 10)
+	err = c.exec.do(func() error { return c.initNCCL(ctx, id, commName) })
 	if err != nil {
 		c.exec.stop()
 		return fail("init NCCL communicator %q of %d ranks on device %d: %w", cfg.Name, c.size, c.device, err)
 	}
 	c.log.Debug("NCCL communicator ready", "nccl", c.lib.Version(), "took", time.Since(start))
 	return c, nil
+}
+
+// initNCCL creates the NCCL communicator on the executor's thread.
+//
+// A non-blocking init can be abandoned when ctx ends, but a non-blocking
+// communicator is slow for collectives: NCCL 2.2x runs the launch of every
+// non-blocking group on a new thread and answers InProgress. So the
+// communicator is made in two steps: a non-blocking ncclCommInitRankConfig,
+// which waits for every rank and can be aborted, then a blocking
+// ncclCommSplit of all ranks into the communicator the collectives use, and
+// the first one is destroyed. NCCL older than 2.18 (no Split) gets one
+// blocking init, which ctx cannot interrupt.
+func (c *Comm) initNCCL(ctx context.Context, id nccl.UniqueID, commName string) error {
+	if !c.lib.Has("ncclCommInitRankConfig") || !c.lib.Has("ncclCommSplit") {
+		c.log.Warn("NCCL predates ncclCommSplit (2.18): blocking init, which the context cannot interrupt", "nccl", c.lib.Version())
+		nc, err := c.lib.InitRank(c.size, id, c.rank)
+		c.nc = nc
+		return err
+	}
+	boot, err := c.lib.InitRankConfig(ctx, c.size, id, c.rank, &nccl.Config{NonBlocking: true, CommName: commName + "/init"})
+	if err != nil {
+		return err
+	}
+	c.nc, err = boot.Split(ctx, 0, c.rank, &nccl.Config{CommName: commName})
+	if err != nil {
+		boot.Abort()
+		return fmt.Errorf("split the blocking communicator off: %w", err)
+	}
+	if c.nc == nil {
+		boot.Abort()
+		return errors.New("ncclCommSplit gave this rank no communicator")
+	}
+	fctx, cancel := context.WithTimeout(ctx, closeTimeout)
+	defer cancel()
+	if err := boot.Finalize(fctx); err != nil {
+		c.log.Debug("finalize the init communicator", "err", err)
+		boot.Abort()
+		return nil
+	}
+	if err := boot.Destroy(); err != nil {
+		c.log.Debug("destroy the init communicator", "err", err)
+	}
+	return nil
 }
 
 // setupThread runs first on the executor's thread: the device's primary
