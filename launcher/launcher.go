@@ -177,6 +177,7 @@ func Run(ctx context.Context, cfg Config) error {
 	a := &agent{cfg: cfg, log: cfg.Logger, host: hostname(),
 		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr},
 		workers: map[int]*workerProc{}, exits: make(chan *workerProc, 64)}
+	a.place = nodePlacement(&a.cfg, a.log)
 	return a.run(ctx)
 }
 
@@ -212,6 +213,7 @@ type agent struct {
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
 	socket string
+	place  *placement // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
 
 	gen      *gotrainv1.GenerationStarted // nil when no generation runs here
 	workers  map[int]*workerProc          // by rank, current generation only
@@ -320,7 +322,7 @@ func (a *agent) join(ctx context.Context, coordAddr string) error {
 	}
 	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
 		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),
-		AgentPid: int32(os.Getpid()), FreePort: int32(port),
+		AgentPid: int32(os.Getpid()), FreePort: int32(port), Gpus: a.place.joinGPUs(),
 	}}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.JoinTimeout)
 	defer cancel()
@@ -412,7 +414,7 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 		}
 		env := append(jobenv.Strip(a.cfg.Env), vars.Environ()...)
 		if r.GetGpu() >= 0 {
-			env = append(env, fmt.Sprintf("CUDA_VISIBLE_DEVICES=%d", r.GetGpu()))
+			env = append(env, WorkerGPUEnv(int(r.GetGpu()))...)
 		}
 		spec := workerSpec{rank: int(r.GetRank()), generation: g.GetGeneration(),
 			program: a.cfg.Program, args: a.cfg.Args, env: env, logDir: a.cfg.LogDir}
@@ -426,6 +428,7 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 			})
 			continue
 		}
+		a.place.pin(p.pid(), int(r.GetGpu()), a.log)
 		p.evidence = ev
 		a.workers[spec.rank] = p
 		go func() { <-p.done; a.exits <- p }()

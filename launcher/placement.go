@@ -1,0 +1,137 @@
+package launcher
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/internal/topo"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// WorkerGPUEnv returns the variables that give a worker GPU gpu (NVML's
+// index): CUDA_VISIBLE_DEVICES, with CUDA_DEVICE_ORDER=PCI_BUS_ID so that
+// CUDA numbers GPUs as NVML does (CUDA's default order puts the fastest GPU
+// first, which can differ). `gotrain doctor` starts its placement probe with
+// the same variables.
+func WorkerGPUEnv(gpu int) []string {
+	return []string{"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=" + strconv.Itoa(gpu)}
+}
+
+// placement is where this node's workers go: the GPUs in NVLink order (the
+// coordinator gives local rank i the i-th), and each GPU's CPUs.
+type placement struct {
+	gpus     []*gotrainv1.GPU
+	cpus     map[int][]int // NVML index → CPU ids
+	warnings []string
+}
+
+// openNVML is gpuinfo.Open; tests replace it with a fake.
+var openNVML = gpuinfo.Open
+
+// discoverPlacement reads the node's topology. Without NVML (no driver, a
+// CPU job) it returns an empty placement: workers are neither reordered nor
+// pinned. nproc is how many GPUs the job uses; getenv reads the workers'
+// environment for NCCL_P2P_DISABLE.
+func discoverPlacement(nv gpuinfo.NVML, nproc int, getenv func(string) string) (*placement, error) {
+	t, err := topo.Discover(nv)
+	if err != nil {
+		return nil, err
+	}
+	p := &placement{cpus: map[int][]int{}}
+	order := t.Chain()
+	for _, i := range order {
+		g := t.GPUs[i]
+		p.gpus = append(p.gpus, &gotrainv1.GPU{Index: int32(g.Index), Uuid: g.UUID, PciBusId: g.PCIBusID, Name: g.Name, NumaNode: int32(g.NUMANode)})
+		p.cpus[g.Index] = g.CPUs
+	}
+	used := order
+	if nproc > 0 && nproc < len(order) {
+		used = order[:nproc]
+	}
+	p.warnings = t.Warnings(used, getenv)
+	return p, nil
+}
+
+// nodePlacement is discoverPlacement on this machine's NVML; nil when there
+// is no driver or the job does not use GPUs.
+func nodePlacement(cfg *Config, log *slog.Logger) *placement {
+	if cfg.Backend != "nccl" {
+		return nil
+	}
+	nv, err := openNVML()
+	if err != nil {
+		log.Warn("no GPU topology: workers are not reordered along NVLink nor pinned to CPUs", "err", err)
+		return nil
+	}
+	defer nv.Close()
+	env := map[string]string{}
+	for _, kv := range cfg.Env {
+		if k, v, ok := cutEnv(kv); ok {
+			env[k] = v
+		}
+	}
+	p, err := discoverPlacement(nv, cfg.NprocPerNode, func(k string) string { return env[k] })
+	if err != nil {
+		log.Warn("no GPU topology: workers are not reordered along NVLink nor pinned to CPUs", "err", err)
+		return nil
+	}
+	for _, w := range p.warnings {
+		fmt.Fprintf(cfg.Stderr, "gotrain: warning: %s\n", w)
+	}
+	return p
+}
+
+func cutEnv(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// joinGPUs is the node's GPUs for the coordinator, in NVLink order; nil
+// without a placement.
+func (p *placement) joinGPUs() []*gotrainv1.GPU {
+	if p == nil {
+		return nil
+	}
+	return p.gpus
+}
+
+// pin restricts the worker pid to the CPUs of GPU gpu. It runs right after
+// the worker started, so the worker's first instructions (before exec'ing
+// the program, and anything the program does in its first microseconds) may
+// run on other CPUs; threads it creates after that inherit the mask. A
+// failure is logged, never fatal.
+func (p *placement) pin(pid, gpu int, log *slog.Logger) {
+	if p == nil || gpu < 0 {
+		return
+	}
+	cpus := p.cpus[gpu]
+	if len(cpus) == 0 {
+		return // NVML knows no affinity
+	}
+	var set unix.CPUSet
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	if err := unix.SchedSetaffinity(pid, &set); err != nil {
+		log.Warn("pin worker to its GPU's CPUs", "pid", pid, "gpu", gpu, "cpus", topo.FormatCPUs(cpus), "err", err)
+	}
+}
+
+// nvmlGPUCount returns NVML's GPU count; ok is false without NVML.
+func nvmlGPUCount() (int, bool) {
+	nv, err := openNVML()
+	if err != nil {
+		return 0, false
+	}
+	defer nv.Close()
+	n, err := nv.Count()
+	return n, err == nil
+}
