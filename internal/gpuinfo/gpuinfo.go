@@ -23,6 +23,16 @@ import (
 // missing: libnvidia-ml.so.1 cannot be loaded, or it finds no kernel driver.
 var ErrNoDriver = errors.New("gpuinfo: no NVIDIA driver")
 
+// NoDriverError is Open's error when NVML or the driver is missing; it
+// matches ErrNoDriver.
+type NoDriverError struct {
+	// Reason is NVML's side of it, e.g. "libnvidia-ml.so.1 not loadable".
+	Reason string
+}
+
+func (e *NoDriverError) Error() string        { return "no NVIDIA driver found (NVML: " + e.Reason + ")" }
+func (e *NoDriverError) Is(target error) bool { return target == ErrNoDriver }
+
 // ErrNotSupported matches errors for queries this GPU or driver does not
 // answer (NVML_ERROR_NOT_SUPPORTED); callers show them as N/A.
 var ErrNotSupported = errors.New("gpuinfo: not supported")

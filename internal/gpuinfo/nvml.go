@@ -34,19 +34,14 @@ func Open() (NVML, error) {
 func initError(r nvml.Return) error {
 	switch r {
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return &noDriverError{"libnvidia-ml.so.1 not loadable"}
+		return &NoDriverError{Reason: "libnvidia-ml.so.1 not loadable"}
 	case nvml.ERROR_DRIVER_NOT_LOADED:
-		return &noDriverError{"the NVIDIA kernel driver is not loaded"}
+		return &NoDriverError{Reason: "the NVIDIA kernel driver is not loaded"}
 	case nvml.ERROR_NO_PERMISSION:
 		return fmt.Errorf("gpuinfo: NVML init: no permission to open /dev/nvidia* (are you in the video group?): %s", nvml.ErrorString(r))
 	}
 	return fmt.Errorf("gpuinfo: NVML init: %s", nvml.ErrorString(r))
 }
-
-type noDriverError struct{ why string }
-
-func (e *noDriverError) Error() string        { return "no NVIDIA driver found (NVML: " + e.why + ")" }
-func (e *noDriverError) Is(target error) bool { return target == ErrNoDriver }
 
 // real is NVML through go-nvml.
 type real struct {

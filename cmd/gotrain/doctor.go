@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/internal/doctor"
+	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/launcher"
+)
+
+type doctorCmd struct{}
+
+func (*doctorCmd) name() string { return "doctor" }
+func (*doctorCmd) synopsis() string {
+	return "check this node's GPUs, driver, NCCL and topology before training"
+}
+
+const doctorUsage = `
+Usage: gotrain doctor [--json]
+
+Checks this node: the NVIDIA driver and the GPUs it shows (name, UUID, bus
+id, memory), other processes holding GPU memory, NCCL and its version, ECC
+and XID errors, throttling, temperature and power against their limits, the
+NVLink/PCIe topology, a smoke test (a kernel on every GPU, an all-reduce
+across all of them with its bandwidth) and that a worker started for GPU i
+really runs on GPU i. Each problem comes with a fix.
+
+Exits 0 when every check passes (warnings allowed), 1 otherwise.
+`
+
+// doctorProbeEnv makes `gotrain doctor` print the PCI bus id of CUDA device
+// 0 and exit: the worker-placement probe doctor starts of itself.
+const doctorProbeEnv = "GOTRAIN_DOCTOR_PROBE"
+
+// doctorExit is doctor's failure: the report said it; only the status is left.
+type doctorExit struct{}
+
+func (doctorExit) Error() string { return "gotrain doctor: not healthy: see the FAIL lines" }
+func (doctorExit) ExitCode() int { return 1 }
+
+func (c *doctorCmd) run(ctx context.Context, args []string) error {
+	if os.Getenv(doctorProbeEnv) == "1" {
+		return doctorProbe()
+	}
+	fs := newFlagSet(c.name(), doctorUsage)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	noSmoke := fs.Bool("no-smoke", false, "skip the smoke test and the worker probe (no CUDA work)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	n, err := gpuinfo.Open()
+	if err != nil {
+		var nd *gpuinfo.NoDriverError
+		if errors.As(err, &nd) {
+			return fmt.Errorf("gotrain doctor: no NVIDIA driver found (%s): install the NVIDIA driver, or use --backend cpu", nd.Reason)
+		}
+		return fmt.Errorf("gotrain doctor: %v", err)
+	}
+	defer n.Close()
+	cfg := doctor.Config{NVML: n, NCCL: doctor.LoadNCCL}
+	if !*noSmoke {
+		cfg.Smoke = doctor.Smoke
+		cfg.Probe = probeWorkerGPU
+	}
+	rep := doctor.Run(ctx, cfg)
+	if *asJSON {
+		err = printIndentedJSON(rep)
+	} else {
+		err = rep.WriteText(os.Stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.Healthy {
+		return doctorExit{}
+	}
+	return nil
+}
+
+// probeWorkerGPU starts this binary as a worker for GPU gpu would be started
+// (launcher.WorkerGPUEnv) and returns the bus id of the device it sees.
+func probeWorkerGPU(ctx context.Context, gpu int) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, self, "doctor")
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") && !strings.HasPrefix(kv, "CUDA_DEVICE_ORDER=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(append(env, doctorProbeEnv+"=1"), launcher.WorkerGPUEnv(gpu)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// doctorProbe is the probe's side: print the bus id of CUDA device 0.
+func doctorProbe() error {
+	drv, err := cudadrv.Load()
+	if err != nil {
+		return err
+	}
+	dev, err := drv.Device(0)
+	if err != nil {
+		return err
+	}
+	bus, err := dev.PCIBusID()
+	if err != nil {
+		return err
+	}
+	fmt.Println(bus)
+	return nil
+}
