@@ -129,6 +129,9 @@ func (h *harness) run(cmd string) []string {
 			return []string{"bad command: " + err.Error()}
 		}
 		cfg.RestartBackoff = backoff
+		if err := hangConfig(&cfg, args); err != nil {
+			return []string{"bad command: " + err.Error()}
+		}
 		m, err := New(cfg)
 		if err != nil {
 			return []string{"error: " + err.Error()}
@@ -204,6 +207,12 @@ func (h *harness) run(cmd string) []string {
 		ev = Tick{}
 	case "status":
 		return append(args.unused(), h.status()...)
+	case "report", "verdicts", "suspect", "evidence": // hang_test.go
+		e, out := h.hangCommand(name, args)
+		if e == nil {
+			return append(args.unused(), out...)
+		}
+		ev = e
 	default:
 		return []string{"bad command: unknown command " + name}
 	}
@@ -247,6 +256,8 @@ func formatAction(a Action) []string {
 		return append([]string{fmt.Sprintf("FinishJob succeeded=%t exit=%d message=%q", a.Succeeded, a.ExitCode, a.Message)}, formatFailure(a.Failure)...)
 	case ReleaseBarrier:
 		return []string{fmt.Sprintf("ReleaseBarrier name=%s gen=%d waiters=%v", a.Name, a.Generation, a.Waiters)}
+	case HangDetected:
+		return formatHang(a)
 	case FailBarrier:
 		return []string{fmt.Sprintf("FailBarrier name=%s gen=%d waiters=%v reason=%q", a.Name, a.Generation, a.Waiters, a.Reason)}
 	}

@@ -39,12 +39,25 @@ type Config struct {
 	// failed generation is accounted for, before it starts the next one; the
 	// first Tick after it starts it. 0 restarts at once.
 	RestartBackoff time.Duration
+	// HangTimeout is how long a communicator's lowest completed collective
+	// may stand still while work is pending before the hang detector fires
+	// (hang.go); default DefaultHangTimeout.
+	HangTimeout time.Duration
+	// OnHang is OnHangReport (default) or OnHangRestart.
+	OnHang string
+	// StragglerThreshold is how much longer the other ranks must wait per
+	// collective for one rank before it is named a straggler; default
+	// DefaultStragglerThreshold.
+	StragglerThreshold time.Duration
 }
 
 func (c Config) withDefaults() Config {
 	if c.Nodes == 0 {
 		c.Nodes = 1
 	}
+	c.HangTimeout = cmp.Or(c.HangTimeout, DefaultHangTimeout)
+	c.OnHang = cmp.Or(c.OnHang, OnHangReport)
+	c.StragglerThreshold = cmp.Or(c.StragglerThreshold, DefaultStragglerThreshold)
 	return c
 }
 
@@ -58,6 +71,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: max restarts is %d: use 0 or more", ErrInvalidConfig, c.MaxRestarts)
 	case c.RestartBackoff < 0:
 		return fmt.Errorf("%w: restart backoff is %s: use 0 or more", ErrInvalidConfig, c.RestartBackoff)
+	case c.HangTimeout < 0 || c.StragglerThreshold < 0:
+		return fmt.Errorf("%w: hang timeout %s, straggler threshold %s: use positive durations", ErrInvalidConfig, c.HangTimeout, c.StragglerThreshold)
+	case c.OnHang != OnHangReport && c.OnHang != OnHangRestart:
+		return fmt.Errorf("%w: on hang is %q: use %q or %q", ErrInvalidConfig, c.OnHang, OnHangReport, OnHangRestart)
 	}
 	return nil
 }
@@ -83,6 +100,8 @@ type Machine struct {
 	now            time.Time // the time of the event being stepped
 	pendingRestart bool      // the next generation starts at restartAt
 	restartAt      time.Time
+
+	hang hangState // the hang detector (hang.go)
 }
 
 type node struct {
@@ -155,7 +174,10 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 	case ProgressReported:
 		return nil, m.progress(now, ev)
 	case Tick:
-		return m.tick(), nil
+		return append(m.tick(), m.hangTick()...), nil
+	case EvidenceReported:
+		m.evidence(ev)
+		return nil, nil
 	default:
 		return nil, fmt.Errorf("%w: unknown event type %T", ErrInvalidEvent, ev)
 	}
@@ -395,6 +417,7 @@ func (m *Machine) afterEnd() []Action {
 			return nil
 		}
 	}
+	pm := m.postMortem() // hang.go: a mismatch behind the failure
 	var why string
 	switch {
 	case len(m.nodes) < m.cfg.Nodes:
@@ -404,15 +427,15 @@ func (m *Machine) afterEnd() []Action {
 	case m.restarts >= m.cfg.MaxRestarts:
 		why = fmt.Sprintf("all restarts are spent (max restarts %d)", m.cfg.MaxRestarts)
 	default:
-		return m.restartOrWait()
+		return append(pm, m.restartOrWait()...)
 	}
 	m.pendingRestart = false
 	m.state = StateFailed
-	return []Action{FinishJob{
+	return append(pm, FinishJob{
 		ExitCode: exitCode(m.failure),
 		Failure:  copyFailure(m.failure),
 		Message:  fmt.Sprintf("job failed in generation %d: %s; not restarting: %s", m.gen, m.reason, why),
-	}}
+	})
 }
 
 func (m *Machine) finishSucceeded() []Action {
@@ -566,6 +589,7 @@ func (m *Machine) Status() Status {
 		WorldSize:    len(m.ranks),
 		RestartCount: m.restarts,
 		Failure:      copyFailure(m.failure),
+		Verdicts:     m.Verdicts(),
 	}
 	for _, n := range m.sortedNodes() {
 		info := n.info

@@ -108,6 +108,12 @@ type Progress struct {
 	Comms []CommProgress
 	// Received is when the machine got the report (Step's now); set by Step.
 	Received time.Time
+	// ProcState is the process state the agent read from /proc/PID/stat
+	// ("R", "S", "D", "T", "Z"), "" when unknown.
+	ProcState string
+	// Attached: the worker reports through the worker library; false for
+	// programs that do not use it (then Comms is empty).
+	Attached bool
 }
 
 // CommProgress is the progress of one communicator of a rank.
@@ -118,6 +124,18 @@ type CommProgress struct {
 	LastOp       string
 	LastCount    int64
 	LastDtype    string
+	// Pending is the oldest collective not completed (seq CompletedSeq+1),
+	// nil when none.
+	Pending *Collective
+	// CompletedTime is when CompletedSeq completed (the worker's clock).
+	CompletedTime time.Time
+	// Error ended collective ErrorSeq (a mismatch, a lost peer, an NCCL
+	// async error); empty if none failed.
+	Error    string
+	ErrorSeq int64
+	// Wait is the total time completed collectives spent between entry and
+	// completion.
+	Wait time.Duration
 }
 
 // Action is an output of [Machine.Step] that the caller carries out: one of
@@ -245,6 +263,8 @@ type Status struct {
 	Ranks        []RankStatus
 	// Failure is the root cause of the latest generation's end, if any.
 	Failure *Failure
+	// Verdicts are the hang detector's findings in force (hang.go).
+	Verdicts []Verdict
 }
 
 // NodeStatus is one node of the job.
