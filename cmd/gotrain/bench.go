@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/benchrun"
+	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/nccl"
+	"github.com/gotrain/gotrain/worker"
+)
+
+type benchCmd struct{}
+
+func (*benchCmd) name() string { return "bench" }
+func (*benchCmd) synopsis() string {
+	return "measure collectives (allreduce, all_gather, reduce_scatter, broadcast) like nccl-tests"
+}
+
+const benchUsage = `
+Usage: gotrain bench allreduce|all_gather|reduce_scatter|broadcast [flags]
+
+Measures one collective over --gpus ranks, one process per GPU started the
+way 'gotrain launch' starts training workers, and prints an nccl-tests-style
+table on stdout: for each size the time of one collective (the mean over
+ranks of --iters back-to-back collectives after --warmup, timed with CUDA
+events), algbw (size / time), busbw (algbw × 2(n-1)/n for allreduce,
+(n-1)/n for all_gather and reduce_scatter, 1 for broadcast) and #wrong, the
+elements that differ from the expected result. Collectives are out of place.
+Exits 1 when any element is wrong.
+
+--backend cpu runs the same benchmark on CPU ranks over TCP, with host
+buffers: it needs no GPU.
+
+Examples:
+  gotrain bench allreduce --gpus 2
+  gotrain bench all_gather --gpus 8 --min 1M --max 1G --json
+  gotrain bench allreduce --backend cpu --gpus 4 --max 64M
+`
+
+func (c *benchCmd) run(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "_worker" {
+		return benchWorker(ctx, args[1:])
+	}
+	var op string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		op, args = args[0], args[1:]
+	}
+	spec := benchrun.DefaultSpec(op)
+	fs := newFlagSet(c.name(), benchUsage)
+	var (
+		gpus          int
+		backend       string
+		minS, maxS    string
+		jsonOut       bool
+		verbose       bool
+		logDir        string
+		launchTimeout time.Duration
+	)
+	fs.IntVar(&gpus, "gpus", 0, "ranks: one per GPU (default: every GPU; with --backend cpu, 2)")
+	fs.IntVar(&gpus, "nproc-per-node", 0, "alias of --gpus")
+	fs.StringVar(&backend, "backend", "nccl", "nccl (GPUs) or cpu (TCP between CPU ranks, host buffers)")
+	fs.StringVar(&minS, "min", "8", "smallest size in bytes (suffixes K, M, G)")
+	fs.StringVar(&maxS, "max", "4G", "largest size in bytes (suffixes K, M, G)")
+	fs.Int64Var(&spec.Factor, "factor", spec.Factor, "multiply the size by this from one row to the next")
+	fs.StringVar(&spec.DType, "dtype", spec.DType, "element type: float32, float64, int32 or int64")
+	fs.StringVar(&spec.RedOp, "op", spec.RedOp, "reduction of allreduce and reduce_scatter: sum, avg, max or min")
+	fs.IntVar(&spec.Root, "root", 0, "root rank of broadcast")
+	fs.IntVar(&spec.Iters, "iters", spec.Iters, "timed collectives per size")
+	fs.IntVar(&spec.Warmup, "warmup", spec.Warmup, "untimed collectives per size before timing")
+	fs.BoolVar(&jsonOut, "json", false, "print the rows as a JSON array instead of the table")
+	fs.BoolVar(&verbose, "verbose", false, "log the agent's and the workers' steps to stderr")
+	fs.StringVar(&logDir, "log-dir", "", "also write each rank's output to DIR/rankN.log")
+	fs.DurationVar(&launchTimeout, "timeout", 30*time.Minute, "stop the benchmark after this long")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if op == "" && fs.NArg() > 0 {
+		op = fs.Arg(0)
+	}
+	if op == "" {
+		return &usageError{msg: "no collective given", hint: "Name one: gotrain bench allreduce (or all_gather, reduce_scatter, broadcast)."}
+	}
+	spec.Op = op
+	var err error
+	if spec.Min, err = benchrun.ParseSize(minS); err != nil {
+		return &usageError{msg: "--min: " + err.Error()}
+	}
+	if spec.Max, err = benchrun.ParseSize(maxS); err != nil {
+		return &usageError{msg: "--max: " + err.Error()}
+	}
+	switch backend {
+	case "cpu":
+		if gpus == 0 {
+			gpus = 2
+		}
+	case "nccl":
+		if gpus, err = benchPreflight(gpus); err != nil {
+			return err
+		}
+	default:
+		return &usageError{msg: fmt.Sprintf("--backend %q: want nccl or cpu", backend)}
+	}
+	if err := spec.Validate(gpus); err != nil {
+		return &usageError{msg: err.Error()}
+	}
+
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("gotrain bench: find this program to start its workers: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "gotrain-bench-")
+	if err != nil {
+		return fmt.Errorf("gotrain bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	resultPath := filepath.Join(dir, "report.json")
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	workerArgs := []string{"bench", "_worker", "--spec", string(specJSON), "--result", resultPath}
+	if verbose {
+		workerArgs = append(workerArgs, "--verbose")
+	}
+
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithTimeout(ctx, launchTimeout)
+	defer cancel()
+	err = launcher.Run(ctx, launcher.Config{
+		NprocPerNode: gpus, Backend: backend,
+		Program: exe, Args: workerArgs, Env: os.Environ(), LogDir: logDir,
+		GracePeriod: 5 * time.Second, Signals: sigs,
+		// The table is the only thing on stdout: workers' lines go to stderr.
+		Stdout: os.Stderr, Stderr: os.Stderr,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("gotrain bench: stopped after --timeout %s", launchTimeout)
+	}
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(resultPath)
+	if err != nil {
+		return fmt.Errorf("gotrain bench: the workers finished but rank 0 left no report: %w", err)
+	}
+	var rep benchrun.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("gotrain bench: rank 0's report: %w", err)
+	}
+	if jsonOut {
+		err = rep.WriteJSON(os.Stdout)
+	} else {
+		err = rep.WriteTable(os.Stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if w := rep.Wrong(); w > 0 {
+		return fmt.Errorf("gotrain bench: %d element(s) of the results are wrong", w)
+	}
+	return nil
+}
+
+// benchPreflight checks that GPUs, the driver and NCCL are here before any
+// worker starts, and says plainly what is missing. It returns the rank count.
+func benchPreflight(gpus int) (int, error) {
+	hint := "To measure without GPUs, run the same benchmark on CPU ranks: gotrain bench <collective> --backend cpu --gpus 2"
+	found := launcher.CountGPUs()
+	if found == 0 {
+		return 0, fmt.Errorf("gotrain bench: no NVIDIA GPUs on this machine (no /dev/nvidiaN devices), so there is nothing for --backend nccl to measure.\n%s", hint)
+	}
+	drv, err := cudadrv.Load()
+	if err != nil {
+		return 0, fmt.Errorf("gotrain bench: %d GPU device(s) but no usable CUDA driver: %v\n%s", found, err, hint)
+	}
+	n, err := drv.DeviceCount()
+	if err != nil {
+		return 0, fmt.Errorf("gotrain bench: the CUDA driver cannot count GPUs: %v\n%s", err, hint)
+	}
+	if _, err := nccl.Load(); err != nil {
+		return 0, fmt.Errorf("gotrain bench: NCCL is missing: %v\n%s", err, hint)
+	}
+	if gpus == 0 {
+		gpus = n
+	}
+	if gpus > n {
+		return 0, &usageError{msg: fmt.Sprintf("--gpus %d, but this machine has %d GPU(s)", gpus, n), hint: "Use at most one rank per GPU, or --backend cpu."}
+	}
+	return gpus, nil
+}
+
+// benchWorker is one rank of `gotrain bench`, started by it through the
+// launcher: `gotrain bench _worker --spec JSON --result PATH`.
+func benchWorker(ctx context.Context, args []string) error {
+	fs := newFlagSet("bench _worker", "Usage: gotrain bench _worker --spec JSON --result PATH (started by gotrain bench)")
+	var specJSON, resultPath string
+	var verbose bool
+	fs.StringVar(&specJSON, "spec", "", "the benchmark, as JSON")
+	fs.StringVar(&resultPath, "result", "", "where rank 0 writes its report")
+	fs.BoolVar(&verbose, "verbose", false, "log steps to stderr")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var spec benchrun.Spec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		return fmt.Errorf("gotrain bench worker: --spec: %w", err)
+	}
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	w, err := worker.Init(ctx, worker.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	start := time.Now()
+	c, err := w.NewComm(ctx, "bench")
+	if err != nil {
+		return err
+	}
+	log.Info("communicator ready", "rank", w.Rank, "backend", w.Backend, "took", time.Since(start))
+	rep, err := benchrun.Run(ctx, c, w.Backend, spec, log.With("rank", w.Rank))
+	if cerr := c.Close(); err == nil && cerr != nil {
+		log.Warn("close the communicator", "err", cerr)
+	}
+	if err != nil {
+		return err
+	}
+	if rep == nil {
+		return nil
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	tmp := resultPath + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, resultPath)
+}
