@@ -64,6 +64,7 @@ type Worker struct {
 	conn   *grpc.ClientConn
 	agent  gotrainv1.AgentClient
 	logger *slog.Logger
+	diag   *attachment // the control stream (attach.go)
 }
 
 // ErrNotLaunched means the program was started without `gotrain launch`.
@@ -102,11 +103,18 @@ func Init(ctx context.Context, opts ...Option) (*Worker, error) {
 	}
 	w.conn = conn
 	w.agent = gotrainv1.NewAgentClient(conn)
+	w.diag = w.attach() // attach.go: progress reports, stack dumps
 	return w, nil
 }
 
-// Close releases the connection to the agent.
-func (w *Worker) Close() error { return w.conn.Close() }
+// Close sends the last progress report and releases the connection to the
+// agent.
+func (w *Worker) Close() error {
+	if w.diag != nil {
+		w.diag.close()
+	}
+	return w.conn.Close()
+}
 
 // Store returns the rendezvous key-value store this worker's backends use,
 // served by the agent.
@@ -130,7 +138,7 @@ func (w *Worker) NewComm(ctx context.Context, name string) (Comm, error) {
 		if err != nil {
 			return nil, fmt.Errorf("worker: rank %d: %w", w.Rank, err)
 		}
-		return c, nil
+		return w.diag.track(name, c), nil
 	case "nccl":
 		c, err := ncclcomm.New(ctx, ncclcomm.Config{
 			Name: name, Generation: w.Generation,
@@ -141,7 +149,7 @@ func (w *Worker) NewComm(ctx context.Context, name string) (Comm, error) {
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
-		return c, nil
+		return w.diag.track(name, c), nil
 	default:
 		return nil, fmt.Errorf("worker: rank %d: backend %q is not available in this build (use --backend cpu)", w.Rank, w.Backend)
 	}
