@@ -337,7 +337,7 @@ func checkHealth(rep *Report, cfg Config) {
 	switch {
 	case len(temp) > 0:
 		rep.add(Check{Name: "temperature", Status: Fail, Detail: strings.Join(append(temp, tempWarn...), "; "),
-			Fix: "the GPU is at its slowdown temperature: check fans, airflow and the data-centre inlet temperature"})
+			Fix: "the GPU is at its slowdown temperature: check its cooling (fans, airflow, the data-centre inlet temperature)"})
 	case len(tempWarn) > 0:
 		rep.add(Check{Name: "temperature", Status: Warn, Detail: strings.Join(tempWarn, "; "),
 			Fix: "the GPU runs close to its slowdown temperature: check cooling before a long job"})

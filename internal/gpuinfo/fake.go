@@ -183,7 +183,7 @@ func NewFakeNVLinked(n, links, cpus int, name string) *Fake {
 			NUMANode: 0, CPUs: all,
 		})
 		f.Samples = append(f.Samples, Sample{
-			MemoryUsed: 600 << 20, MemoryTotal: mem, GPUUtil: 0, MemUtil: 0,
+			MemoryUsed: 0, MemoryReserved: 600 << 20, MemoryTotal: mem, GPUUtil: 0, MemUtil: 0,
 			PowerW: 75, PowerLimitW: 700, TempC: 30, SlowdownTempC: 87, SMClockMHz: 1980,
 			Throttle: ThrottleGPUIdle, ECCEnabled: true,
 		})

@@ -92,8 +92,11 @@ type Device struct {
 // Sample is a GPU's state at one moment. Values NVML could not give are -1
 // (or, for ECC, ECCEnabled false).
 type Sample struct {
-	MemoryUsed  uint64 `json:"memory_used_bytes"`
-	MemoryTotal uint64 `json:"memory_total_bytes"`
+	// MemoryUsed is what processes use, without the driver's reservation
+	// (MemoryReserved), as nvidia-smi counts it.
+	MemoryUsed     uint64 `json:"memory_used_bytes"`
+	MemoryReserved uint64 `json:"memory_reserved_bytes"`
+	MemoryTotal    uint64 `json:"memory_total_bytes"`
 	// GPUUtil and MemUtil are percentages over NVML's last sample period.
 	GPUUtil int `json:"gpu_util_percent"`
 	MemUtil int `json:"mem_util_percent"`

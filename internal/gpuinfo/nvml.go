@@ -177,6 +177,11 @@ func (n *real) Sample(i int) (Sample, error) {
 		return s, nvErr(fmt.Sprintf("GPU %d: nvmlDeviceGetMemoryInfo", i), r)
 	}
 	s.MemoryUsed, s.MemoryTotal = m.Used, m.Total
+	// The v1 "used" counts the driver's reservation (about 600 MiB on an
+	// H200); v2 splits it off, as nvidia-smi's memory.used does.
+	if m2, r := d.GetMemoryInfo_v2(); r == nvml.SUCCESS {
+		s.MemoryUsed, s.MemoryReserved = m2.Used, m2.Reserved
+	}
 	if u, r := d.GetUtilizationRates(); r == nvml.SUCCESS {
 		s.GPUUtil, s.MemUtil = int(u.Gpu), int(u.Memory)
 	}
