@@ -54,3 +54,17 @@ bench: build
 
 clean:
 	rm -rf $(BIN)
+
+# gpu builds what the GPU machine runs (it has no Go toolchain): bin/gotrain
+# and one test binary per GPU package (bin/<pkg path with _>.test). Carry bin/
+# there and run `bash bench/gpu_check.sh`: it runs them all, `gotrain bench`
+# and the all-reduce comparison, and writes a report.
+GPU_TEST_PKGS ?= nccl internal/cudadrv worker/ncclcomm
+
+.PHONY: gpu
+gpu:
+	$(GO) build -o $(BIN)/gotrain ./cmd/gotrain
+	@for p in $(GPU_TEST_PKGS); do \
+		echo "$(GO) test -c -o $(BIN)/$$(echo $$p | tr / _).test ./$$p"; \
+		$(GO) test -c -o $(BIN)/$$(echo $$p | tr / _).test ./$$p || exit 1; \
+	done

@@ -408,6 +408,15 @@ func (g *gpuEngine) run(ctx context.Context, sh Shape) (time.Duration, error) {
 			n, root := int(sh.Count), g.s.Root
 			call = func() error { return nc.Broadcast(send, recv, n, dt, root, s) }
 		}
+		if launch := call; nc.NonBlocking() {
+			call = func() error {
+				err := launch()
+				if errors.Is(err, nccl.InProgress) {
+					err = nc.Wait(ctx)
+				}
+				return err
+			}
+		}
 		if err := cudadrv.MemsetD8Async(g.recv, 0, int(sh.RecvCount*g.esz), st); err != nil {
 			return err
 		}

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Everything GPU that CI cannot run, in one go on the GPU machine: the GPU test
+# binaries `make gpu` built (bin/*.test), the hand-off overhead of the NCCL
+# backend, `gotrain bench` for every collective and several dtypes and ops
+# (results checked), and the all-reduce comparison of bench/gpu_allreduce.sh.
+# Writes REPORT_DIR/report.md (default bench/results/gpu-check) with one log
+# per step beside it, and exits non-zero when anything failed.
+#
+#   make gpu                        # on the development machine
+#   bash bench/gpu_check.sh         # on the GPU machine, from the repository root
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# NVLink multicast can take a shared host's GPUs down: never enable it.
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+
+REPORT_DIR=${REPORT_DIR:-bench/results/gpu-check}
+GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+mkdir -p "$REPORT_DIR"
+report="$REPORT_DIR/report.md"
+failed=0
+
+# step NAME CMD...: runs CMD, logs it to NAME.log, records PASS/FAIL.
+step() {
+	local name=$1
+	shift
+	local start=$SECONDS
+	echo "== $name: $*" >&2
+	"$@" >"$REPORT_DIR/$name.log" 2>&1
+	local rc=$?
+	local verdict=PASS
+	if ((rc != 0)); then
+		verdict="FAIL (exit $rc)"
+		failed=1
+	fi
+	printf '| %s | %s | %ds | `%s` |\n' "$name" "$verdict" $((SECONDS - start)) "$*" >>"$REPORT_DIR/steps.md"
+	tail -n 3 "$REPORT_DIR/$name.log" >&2
+}
+
+# Test binaries run in their package's directory, as go test runs them.
+gotest() {
+	local bin=$1 dir=$2
+	shift 2
+	(cd "$dir" && "$OLDPWD/$bin" -test.v -test.count=1 -test.timeout 300s "$@")
+}
+
+: >"$REPORT_DIR/steps.md"
+# The binaries of `make gpu` (GPU_TEST_PKGS there), as package paths.
+GPU_TEST_PKGS=${GPU_TEST_PKGS:-nccl internal/cudadrv worker/ncclcomm}
+for pkg in $GPU_TEST_PKGS; do
+	name=$(echo "$pkg" | tr / _)
+	if [[ ! -x bin/$name.test ]]; then
+		echo "| test-$name | MISSING | | bin/$name.test: run make gpu |" >>"$REPORT_DIR/steps.md"
+		failed=1
+		continue
+	fi
+	step "test-$name" gotest "bin/$name.test" "$pkg"
+done
+if [[ -x bin/worker_ncclcomm.test ]]; then
+	step bench-executor gotest bin/worker_ncclcomm.test worker/ncclcomm -test.run '^$' -test.bench Executor -test.benchtime 2s
+fi
+for op in all_gather reduce_scatter broadcast; do
+	step "bench-$op" bin/gotrain bench "$op" --gpus "$GPUS" --max 1G
+done
+step bench-allreduce-float64-avg bin/gotrain bench allreduce --gpus "$GPUS" --max 256M --dtype float64 --op avg
+step bench-allreduce-int32-max bin/gotrain bench allreduce --gpus "$GPUS" --max 256M --dtype int32 --op max
+step bench-allreduce-int64-min bin/gotrain bench allreduce --gpus "$GPUS" --max 256M --dtype int64 --op min
+# A CPU-math program (host buffers staged through the GPU) on the NCCL backend.
+if [[ -x bin/mnist && -n ${MNIST_DATA:-} ]]; then
+	step mnist-nccl bin/gotrain launch --gpus "$GPUS" --backend nccl -- bin/mnist --data "$MNIST_DATA" --epochs 1 --limit 20000
+fi
+step bench-allreduce-compare env GPUS="$GPUS" RESULTS_DIR="$REPORT_DIR" bash bench/gpu_allreduce.sh
+
+{
+	echo "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo
+	echo "$(hostname); $GPUS GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1);" \
+		"NCCL $(dpkg-query -W -f='${Version}' libnccl2 2>/dev/null || echo '?')"
+	echo
+	echo "| step | result | took | command |"
+	echo "|---|---|---:|---|"
+	cat "$REPORT_DIR/steps.md"
+	echo
+	echo "## Test results"
+	for log in "$REPORT_DIR"/test-*.log; do
+		[[ -e $log ]] || continue
+		echo
+		echo "### $(basename "$log" .log)"
+		echo
+		echo '```'
+		grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|PASS|FAIL|ok)|_test.go:[0-9]+:' "$log" | grep -v '^=== RUN' | head -n 200
+		echo '```'
+	done
+	if [[ -e $REPORT_DIR/bench-executor.log ]]; then
+		echo
+		echo "## Hand-off to the communicator's thread"
+		echo
+		echo '```'
+		grep -E '^Benchmark|^cpu:' "$REPORT_DIR/bench-executor.log"
+		echo '```'
+	fi
+	if [[ -e $REPORT_DIR/mnist-nccl.log ]]; then
+		echo
+		echo "## MNIST (CPU math, host buffers) on --backend nccl"
+		echo
+		echo '```'
+		tail -n 12 "$REPORT_DIR/mnist-nccl.log"
+		echo '```'
+	fi
+	echo
+	echo "## gotrain bench"
+	for log in "$REPORT_DIR"/bench-a*.log "$REPORT_DIR"/bench-r*.log "$REPORT_DIR"/bench-b*.log; do
+		[[ -e $log && $log != *compare* && $log != *executor* ]] || continue
+		echo
+		echo '```'
+		grep -v '^\[rank' "$log"
+		echo '```'
+	done
+} >"$report"
+rm -f "$REPORT_DIR/steps.md"
+echo "wrote $report" >&2
+exit $failed
