@@ -104,9 +104,11 @@ func TestProblems(t *testing.T) {
 			check:  "temperature", status: Warn, detail: "GPU0 at 84 °C", fix: "cooling", healthy: true,
 		},
 		{
-			name:   "thermal throttling",
-			change: func(f *gpuinfo.Fake, _ *Config) { f.Samples[0].Throttle = gpuinfo.ThrottleHwThermal | gpuinfo.ThrottleGPUIdle },
-			check:  "throttle", status: Fail, detail: "GPU0: hw_thermal_slowdown", fix: "cooling",
+			name: "thermal throttling",
+			change: func(f *gpuinfo.Fake, _ *Config) {
+				f.Samples[0].Throttle = gpuinfo.ThrottleHwThermal | gpuinfo.ThrottleGPUIdle
+			},
+			check: "throttle", status: Fail, detail: "GPU0: hw_thermal_slowdown", fix: "cooling",
 		},
 		{
 			name:   "uncorrected ECC",
@@ -138,7 +140,9 @@ func TestProblems(t *testing.T) {
 		{
 			name: "old NCCL",
 			change: func(_ *gpuinfo.Fake, c *Config) {
-				c.NCCL = func() (NCCLInfo, error) { return NCCLInfo{Path: "/x/libnccl.so.2", Version: nccl.MakeVersion(2, 12, 0)}, nil }
+				c.NCCL = func() (NCCLInfo, error) {
+					return NCCLInfo{Path: "/x/libnccl.so.2", Version: nccl.MakeVersion(2, 12, 0)}, nil
+				}
 			},
 			check: "nccl", status: Fail, detail: "NCCL 2.12.0 at /x/libnccl.so.2 is older than 2.18.0", fix: "install NCCL 2.18.0",
 		},
@@ -150,9 +154,11 @@ func TestProblems(t *testing.T) {
 			check: "nccl", status: Fail, detail: "not found", fix: "libnccl2",
 		},
 		{
-			name:   "P2P disabled",
-			change: func(_ *gpuinfo.Fake, c *Config) { c.Getenv = func(k string) string { return map[string]string{"NCCL_P2P_DISABLE": "1"}[k] } },
-			check:  "topology", status: Warn, detail: "NCCL_P2P_DISABLE=1", fix: "leave NCCL_P2P_DISABLE unset", healthy: true,
+			name: "P2P disabled",
+			change: func(_ *gpuinfo.Fake, c *Config) {
+				c.Getenv = func(k string) string { return map[string]string{"NCCL_P2P_DISABLE": "1"}[k] }
+			},
+			check: "topology", status: Warn, detail: "NCCL_P2P_DISABLE=1", fix: "leave NCCL_P2P_DISABLE unset", healthy: true,
 		},
 		{
 			name: "wrong GPU",
