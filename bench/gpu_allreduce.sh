@@ -5,13 +5,16 @@
 # it is installed. Writes RESULTS_DIR/gpu-allreduce-<date>.md (default
 # bench/results) with the table, the ratios and the machine.
 #
-# Run from the repository root after `make gpu` (bin/gotrain), e.g.
+# Run from the repository root after `make gpu` (bin/gotrain; BIN=dir for another place), e.g.
 #   GPUS=2 bash bench/gpu_allreduce.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # NVLink multicast can take a shared host's GPUs down: never enable it.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+
+# BIN is where `make gpu` put the binaries.
+BIN=${BIN:-bin}
 
 GPUS=${GPUS:-2}
 RESULTS_DIR=${RESULTS_DIR:-bench/results}
@@ -23,10 +26,9 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$RESULTS_DIR"
 
 echo "== gotrain bench allreduce --gpus $GPUS" >&2
-bin/gotrain bench allreduce --gpus "$GPUS" --json >"$work/gotrain.json"
-bin/gotrain bench allreduce --gpus "$GPUS" >"$work/gotrain.txt"
+"$BIN"/gotrain bench allreduce --gpus "$GPUS" --json >"$work/gotrain.json"
 echo "== gotrain bench allreduce, small sizes, 1000 iterations" >&2
-bin/gotrain bench allreduce --gpus "$GPUS" --min 8 --max 32K --iters 1000 --warmup 100 --json >"$work/gotrain-small.json"
+"$BIN"/gotrain bench allreduce --gpus "$GPUS" --min 8 --max 32K --iters 1000 --warmup 100 --json >"$work/gotrain-small.json"
 
 echo "== torchrun torch_allreduce.py" >&2
 "$TORCHRUN" --standalone --nproc-per-node "$GPUS" bench/anchors/torch_allreduce.py >"$work/torch.txt" 2>"$work/torch.err" ||
@@ -43,7 +45,7 @@ fi
 	nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 	echo "gpus used: $GPUS"
 	echo "nccl (system): $(dpkg-query -W -f='${Version}' libnccl2 2>/dev/null || echo unknown)"
-	echo "gotrain: $(bin/gotrain version 2>/dev/null || echo unknown)"
+	echo "gotrain: $("$BIN"/gotrain version 2>/dev/null || echo unknown)"
 	echo "torch: $("$PY" -c 'import torch; print(torch.__version__, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>/dev/null || echo unknown)"
 	nvidia-smi topo -m 2>/dev/null | head -n $((GPUS + 1)) | sed 's/^/topo: /'
 } >"$work/machine.txt"

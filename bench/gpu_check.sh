@@ -14,6 +14,9 @@ cd "$(dirname "$0")/.."
 # NVLink multicast can take a shared host's GPUs down: never enable it.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 
+# BIN is where `make gpu` put the binaries.
+BIN=${BIN:-bin}
+
 REPORT_DIR=${REPORT_DIR:-bench/results/gpu-check}
 GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 mkdir -p "$REPORT_DIR"
@@ -26,7 +29,7 @@ step() {
 	shift
 	local start=$SECONDS
 	echo "== $name: $*" >&2
-	"$@" >"$REPORT_DIR/$name.log" 2>&1
+	timeout -k 10 "${STEP_TIMEOUT:-240}" "$@" >"$REPORT_DIR/$name.log" 2>&1
 	local rc=$?
 	local verdict=PASS
 	if ((rc != 0)); then
@@ -37,39 +40,33 @@ step() {
 	tail -n 3 "$REPORT_DIR/$name.log" >&2
 }
 
-# Test binaries run in their package's directory, as go test runs them.
-gotest() {
-	local bin=$1 dir=$2
-	shift 2
-	(cd "$dir" && "$OLDPWD/$bin" -test.v -test.count=1 -test.timeout 300s "$@")
-}
-
 : >"$REPORT_DIR/steps.md"
-# The binaries of `make gpu` (GPU_TEST_PKGS there), as package paths.
+# The test binaries of `make gpu` (GPU_TEST_PKGS there), as package paths;
+# each runs in its package's directory, as go test runs it.
 GPU_TEST_PKGS=${GPU_TEST_PKGS:-nccl internal/cudadrv worker/ncclcomm}
 for pkg in $GPU_TEST_PKGS; do
 	name=$(echo "$pkg" | tr / _)
-	if [[ ! -x bin/$name.test ]]; then
-		echo "| test-$name | MISSING | | bin/$name.test: run make gpu |" >>"$REPORT_DIR/steps.md"
+	if [[ ! -x $BIN/$name.test ]]; then
+		echo "| test-$name | MISSING | | $BIN/$name.test: run make gpu |" >>"$REPORT_DIR/steps.md"
 		failed=1
 		continue
 	fi
-	step "test-$name" gotest "bin/$name.test" "$pkg"
+	step "test-$name" bash -c 'cd "$1" && "$2" -test.v -test.count=1 -test.timeout 230s' _ "$pkg" "$(readlink -f "$BIN/$name.test")"
 done
-if [[ -x bin/worker_ncclcomm.test ]]; then
-	step bench-executor gotest bin/worker_ncclcomm.test worker/ncclcomm -test.run '^$' -test.bench Executor -test.benchtime 2s
+if [[ -x "$BIN"/worker_ncclcomm.test ]]; then
+	step bench-executor bash -c 'cd worker/ncclcomm && "$1" -test.run "^$" -test.bench Executor -test.benchtime 2s' _ "$(readlink -f "$BIN"/worker_ncclcomm.test)"
 fi
 for op in all_gather reduce_scatter broadcast; do
-	step "bench-$op" bin/gotrain bench "$op" --gpus "$GPUS" --max 1G
+	step "bench-$op" "$BIN"/gotrain bench "$op" --gpus "$GPUS" --max 1G
 done
-step bench-allreduce-float64-avg bin/gotrain bench allreduce --gpus "$GPUS" --max 256M --dtype float64 --op avg
-step bench-allreduce-int32-max bin/gotrain bench allreduce --gpus "$GPUS" --max 256M --dtype int32 --op max
-step bench-allreduce-int64-min bin/gotrain bench allreduce --gpus "$GPUS" --max 256M --dtype int64 --op min
+step bench-allreduce-float64-avg "$BIN"/gotrain bench allreduce --gpus "$GPUS" --max 256M --dtype float64 --op avg
+step bench-allreduce-int32-max "$BIN"/gotrain bench allreduce --gpus "$GPUS" --max 256M --dtype int32 --op max
+step bench-allreduce-int64-min "$BIN"/gotrain bench allreduce --gpus "$GPUS" --max 256M --dtype int64 --op min
 # A CPU-math program (host buffers staged through the GPU) on the NCCL backend.
-if [[ -x bin/mnist && -n ${MNIST_DATA:-} ]]; then
-	step mnist-nccl bin/gotrain launch --gpus "$GPUS" --backend nccl -- bin/mnist --data "$MNIST_DATA" --epochs 1 --limit 20000
+if [[ -x "$BIN"/mnist && -n ${MNIST_DATA:-} ]]; then
+	step mnist-nccl "$BIN"/gotrain launch --gpus "$GPUS" --backend nccl -- "$BIN"/mnist --data "$MNIST_DATA" --epochs 1 --limit 20000
 fi
-step bench-allreduce-compare env GPUS="$GPUS" RESULTS_DIR="$REPORT_DIR" bash bench/gpu_allreduce.sh
+step bench-allreduce-compare env BIN="$BIN" GPUS="$GPUS" RESULTS_DIR="$REPORT_DIR" bash bench/gpu_allreduce.sh
 
 {
 	echo "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')"

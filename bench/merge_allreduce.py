@@ -1,7 +1,7 @@
 """Merges one run of bench/gpu_allreduce.sh into a Markdown report.
 
 Usage: python3 merge_allreduce.py WORKDIR DATE > report.md
-WORKDIR holds gotrain.json, gotrain-small.json and gotrain.txt (gotrain bench),
+WORKDIR holds gotrain.json and gotrain-small.json (gotrain bench --json),
 torch.txt (anchors/torch_allreduce.py), nccltests.txt (optional) and
 machine.txt.
 """
@@ -84,7 +84,7 @@ for b in sorted(gotrain):
         nt, nb = n.get("time_us"), n.get("busbw_gbps")
     else:
         nt, nb = baseline.get(b, (None, None))
-    print(f"| {size(b)} | {g['time_us']:.1f} | {g['busbw_gbps']:.1f} | {g['wrong']} | {fmt(t.get('time_us'))} | {fmt(t.get('busbw_gbps'))} | "
+    print(f"| {size(b)} | {g['time_us']:.2f} | {g['busbw_gbps']:.1f} | {g['wrong']} | {fmt(t.get('time_us'))} | {fmt(t.get('busbw_gbps'))} | "
           f"{fmt(nt)} | {fmt(nb)} | {ratio(g['busbw_gbps'], t.get('busbw_gbps'))} | {ratio(g['busbw_gbps'], nb)} | {ratio(t.get('time_us'), g['time_us'])} |")
 
 if small:
@@ -103,9 +103,6 @@ if big:
 s8 = small.get(8) or gotrain.get(8)
 if s8:
     print(f"- 8-byte all-reduce: {s8['time_us']:.2f} µs; target ≤ 10 µs: {'met' if s8['time_us'] <= 10 else 'NOT met'}")
-print("\n## gotrain's own table\n\n```")
-print(read("gotrain.txt").rstrip())
-print("```")
 if read("nccltests.txt"):
     print("\n## nccl-tests output\n\n```")
     print(read("nccltests.txt").rstrip())
