@@ -187,6 +187,8 @@ func (a *attachment) receive(stream gotrainv1.Agent_AttachClient) {
 			a.reply(&gotrainv1.WorkerMessage{Msg: &gotrainv1.WorkerMessage_Stacks{Stacks: &gotrainv1.StackDump{
 				RequestId: msg.DumpStacks.GetRequestId(), Goroutines: goroutines(),
 			}}})
+		case *gotrainv1.AgentMessage_Generation:
+			a.w.generationChanged(msg.Generation) // recover.go
 		default:
 			a.log.Debug("attach: message not handled", "type", msg)
 		}

@@ -65,6 +65,7 @@ type Worker struct {
 	agent  gotrainv1.AgentClient
 	logger *slog.Logger
 	diag   *attachment // the control stream (attach.go)
+	recov  recovery    // generation changes for Run (recover.go)
 }
 
 // ErrNotLaunched means the program was started without `gotrain launch`.
