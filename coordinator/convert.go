@@ -74,7 +74,9 @@ func progressFromProto(p *gotrainv1.RankProgress) job.Progress {
 			LastCount:    c.GetLastCount(),
 			LastDtype:    c.GetLastDtype(),
 		})
+		hangFromProto(&out.Comms[len(out.Comms)-1], c) // hang.go
 	}
+	out.ProcState, out.Attached = p.GetProcessState(), p.GetAttached()
 	return out
 }
 
@@ -92,6 +94,7 @@ func progressToProto(p *job.Progress) *gotrainv1.RankProgress {
 	if !p.Time.IsZero() {
 		out.UnixNanos = p.Time.UnixNano()
 	}
+	out.ProcessState, out.Attached = p.ProcState, p.Attached
 	for _, c := range p.Comms {
 		out.Comms = append(out.Comms, &gotrainv1.CommProgress{
 			Comm:         c.Comm,
@@ -101,6 +104,7 @@ func progressToProto(p *job.Progress) *gotrainv1.RankProgress {
 			LastCount:    c.LastCount,
 			LastDtype:    c.LastDtype,
 		})
+		hangToProto(out.Comms[len(out.Comms)-1], c) // hang.go
 	}
 	return out
 }
@@ -183,7 +187,11 @@ func statusToProto(st job.Status) *gotrainv1.JobStatus {
 			State:     string(r.State),
 			ExitCode:  int32(r.ExitCode),
 			Progress:  progressToProto(r.Progress),
+			Gpu:       rankGPU(st, r),
 		})
+	}
+	for _, v := range st.Verdicts {
+		out.Verdicts = append(out.Verdicts, verdictToProto(v))
 	}
 	return out
 }

@@ -45,6 +45,9 @@ type Config struct {
 	MaxRestarts int
 	// RestartBackoff is the pause before a failed generation restarts.
 	RestartBackoff time.Duration
+	// HangTimeout, OnHang: the hang detector (see coordinator/job).
+	HangTimeout time.Duration
+	OnHang      string
 	// Logger receives the job's events; default: discard.
 	Logger *slog.Logger
 }
@@ -116,7 +119,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Token == "" {
 		return nil, fmt.Errorf("%w: token is empty: generate one with token.Generate and give it to every agent", ErrInvalidConfig)
 	}
-	m, err := job.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff})
+	m, err := job.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff,
+		HangTimeout: cfg.HangTimeout, OnHang: cfg.OnHang})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -264,6 +268,8 @@ func (s *Server) apply(acts []job.Action) {
 				h()
 			}
 			close(s.finished)
+		case job.HangDetected:
+			s.hangDetected(a) // hang.go
 		case job.ReleaseBarrier:
 			for _, w := range a.Waiters {
 				s.answer(w, nil)

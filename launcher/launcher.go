@@ -21,6 +21,7 @@ import (
 
 	"github.com/gotrain/gotrain/coordinator"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -67,6 +68,10 @@ type Config struct {
 	// GracePeriod is how long workers get between SIGTERM and SIGKILL
 	// (default 10s).
 	GracePeriod time.Duration
+	// HangTimeout and OnHang configure the embedded coordinator's hang
+	// detector (defaults 120s and "report"; see coordinator/job).
+	HangTimeout time.Duration
+	OnHang      string
 
 	// Signals delivers the signals the agent received (SIGINT, SIGTERM stop
 	// the job; SIGUSR1, SIGUSR2 and SIGHUP are passed on to workers).
@@ -214,6 +219,7 @@ type agent struct {
 	nodeID string
 	socket string
 	place  *placement // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
+	hub    *hub       // the ranks' progress, reported once a second (progress.go)
 
 	gen      *gotrainv1.GenerationStarted // nil when no generation runs here
 	workers  map[int]*workerProc          // by rank, current generation only
@@ -262,7 +268,14 @@ func (a *agent) run(ctx context.Context) error {
 		return fmt.Errorf("listen on the workers' socket: %w", err)
 	}
 	relaySrv := grpc.NewServer(token.ServerOptions(a.cfg.JobToken)...)
-	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID})
+	a.hub = newHub(a.log, a.coord, a.nodeID)
+	go a.hub.report(ctx)
+	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: coordAddr, Token: a.cfg.JobToken}); err == nil {
+		defer f.Remove() // lets `gotrain diagnose` find this job
+	} else {
+		a.log.Warn("no run file for gotrain diagnose", "err", err)
+	}
+	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub})
 	go func() { _ = relaySrv.Serve(lis) }()
 	defer relaySrv.Stop()
 
@@ -294,6 +307,7 @@ func (a *agent) startCoordinator(ctx context.Context) (addr string, stop func(),
 	srv, err := coordinator.New(coordinator.Config{
 		RunID: a.cfg.RunID, Token: a.cfg.JobToken,
 		Nodes: a.cfg.Nodes, MaxRestarts: a.cfg.MaxRestarts, RestartBackoff: a.cfg.RestartBackoff,
+		HangTimeout: a.cfg.HangTimeout, OnHang: a.cfg.OnHang,
 		Logger: a.log.With("component", "coordinator"),
 	})
 	if err != nil {
@@ -355,6 +369,8 @@ func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEve
 				a.startGeneration(ctx, e.Started)
 			case *gotrainv1.GenerationEvent_Ended:
 				a.endGeneration(e.Ended)
+			case *gotrainv1.GenerationEvent_Evidence:
+				a.onHang(ctx, e.Evidence)
 			case *gotrainv1.GenerationEvent_Finished:
 				a.stopAll(syscall.SIGTERM)
 				a.recordRootCause(e.Finished)
@@ -413,6 +429,7 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 			MasterAddr: g.GetMasterAddr(), MasterPort: int(g.GetMasterPort()),
 		}
 		env := append(jobenv.Strip(a.cfg.Env), vars.Environ()...)
+		env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
 		if r.GetGpu() >= 0 {
 			env = append(env, WorkerGPUEnv(int(r.GetGpu()))...)
 		}
@@ -431,6 +448,7 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 		a.place.pin(p.pid(), int(r.GetGpu()), a.log)
 		p.evidence = ev
 		a.workers[spec.rank] = p
+		a.hub.started(g.GetGeneration(), spec.rank, p.pid(), int(r.GetGpu()))
 		go func() { <-p.done; a.exits <- p }()
 	}
 }
@@ -467,6 +485,8 @@ func (a *agent) workerExited(ctx context.Context, p *workerProc) {
 	if p.exit.code != 0 || p.exit.signal != 0 {
 		examineExit(req, p.evidence, p.pid(), p.exit.signal)
 	}
+	a.hub.exited(p.spec.generation, p.spec.rank)
+	a.hub.flush(ctx) // the worker's last progress reaches the coordinator before its exit
 	a.report(ctx, req)
 }
 

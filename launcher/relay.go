@@ -14,6 +14,7 @@ type relay struct {
 	gotrainv1.UnimplementedAgentServer
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
+	hub    *hub // progress and stacks of attached workers (progress.go)
 }
 
 var _ gotrainv1.AgentServer = (*relay)(nil)

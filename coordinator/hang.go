@@ -1,0 +1,153 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/coordinator/job"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// Hang diagnosis: carrying out the detector's verdicts, taking the agents'
+// evidence, and answering `gotrain diagnose`.
+
+// hangDetected logs a verdict and tells every agent: each prints it, and the
+// agents of the ranks it names collect evidence. s.mu is held.
+func (s *Server) hangDetected(a job.HangDetected) {
+	v := a.Verdict
+	log := s.log.Warn
+	if v.Kind == job.VerdictStraggler {
+		log = s.log.Info
+	}
+	log("hang detector", "kind", string(v.Kind), "generation", v.Generation, "comm", v.Comm,
+		"seq", v.Collective.Seq, "post_mortem", a.PostMortem, "summary", v.Summary)
+	if a.PostMortem {
+		return // the job's failure message carries it
+	}
+	pv := verdictToProto(v)
+	for id, o := range s.outboxes {
+		req := &gotrainv1.EvidenceRequest{RequestId: v.ID, Generation: v.Generation, Verdict: pv}
+		for _, t := range a.Collect {
+			if t.NodeID == id {
+				for _, r := range t.Ranks {
+					req.Ranks = append(req.Ranks, int32(r))
+				}
+			}
+		}
+		o.push(&gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Evidence{Evidence: req}})
+	}
+}
+
+// ReportEvidence attaches an agent's evidence to its verdict.
+func (s *Server) ReportEvidence(_ context.Context, req *gotrainv1.ReportEvidenceRequest) (*gotrainv1.ReportEvidenceResponse, error) {
+	ev := job.EvidenceReported{NodeID: req.GetNodeId(), VerdictID: req.GetRequestId()}
+	for _, e := range req.GetEvidence() {
+		ev.Evidence = append(ev.Evidence, job.Evidence{Rank: int(e.GetRank()), Pid: int(e.GetPid()), Kind: e.GetKind(), Text: e.GetText()})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.step(ev); err != nil {
+		return nil, grpcError(err)
+	}
+	return &gotrainv1.ReportEvidenceResponse{}, nil
+}
+
+// Diagnose returns the job with its verdicts, and what the detector would
+// say now about stalls not yet past the timeout.
+func (s *Server) Diagnose(context.Context, *gotrainv1.DiagnoseRequest) (*gotrainv1.DiagnoseResponse, error) {
+	s.mu.Lock()
+	now := s.now()
+	st := s.m.Status()
+	sus := s.m.Suspected(now)
+	timeout := s.m.Config().HangTimeout
+	s.mu.Unlock()
+	resp := &gotrainv1.DiagnoseResponse{Status: statusToProto(st), NowUnixNanos: now.UnixNano(), HangTimeoutMs: timeout.Milliseconds()}
+	for _, v := range sus {
+		resp.Suspected = append(resp.Suspected, verdictToProto(v))
+	}
+	if resp.Status == nil {
+		return nil, status.Error(codes.Internal, "no job status")
+	}
+	return resp, nil
+}
+
+func unixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+func collectiveToProto(c job.Collective) *gotrainv1.Collective {
+	return &gotrainv1.Collective{Seq: c.Seq, Op: c.Op, Dtype: c.DType, Count: c.Count, Root: int32(c.Root),
+		ReduceOp: c.ReduceOp, State: c.State, EnqueuedUnixNanos: unixNanos(c.Enqueued)}
+}
+
+func collectiveFromProto(c *gotrainv1.Collective) job.Collective {
+	return job.Collective{Seq: c.GetSeq(), Op: c.GetOp(), DType: c.GetDtype(), Count: c.GetCount(), Root: int(c.GetRoot()),
+		ReduceOp: c.GetReduceOp(), State: c.GetState(), Enqueued: fromUnixNanos(c.GetEnqueuedUnixNanos())}
+}
+
+// hangFromProto fills the hang detector's fields of a communicator's progress.
+func hangFromProto(dst *job.CommProgress, c *gotrainv1.CommProgress) {
+	if p := c.GetPending(); p != nil {
+		pc := collectiveFromProto(p)
+		dst.Pending = &pc
+	}
+	dst.CompletedTime = fromUnixNanos(c.GetCompletedUnixNanos())
+	dst.Error, dst.ErrorSeq = c.GetError(), c.GetErrorSeq()
+	dst.Wait = time.Duration(c.GetWaitNanos())
+}
+
+func hangToProto(dst *gotrainv1.CommProgress, c job.CommProgress) {
+	if c.Pending != nil {
+		dst.Pending = collectiveToProto(*c.Pending)
+	}
+	dst.CompletedUnixNanos = unixNanos(c.CompletedTime)
+	dst.Error, dst.ErrorSeq = c.Error, c.ErrorSeq
+	dst.WaitNanos = int64(c.Wait)
+}
+
+func verdictToProto(v job.Verdict) *gotrainv1.HangVerdict {
+	out := &gotrainv1.HangVerdict{
+		Id: v.ID, Kind: string(v.Kind), Generation: v.Generation, Comm: v.Comm,
+		Collective:            collectiveToProto(v.Collective),
+		LastProgressUnixNanos: unixNanos(v.Since), DetectedUnixNanos: unixNanos(v.Detected),
+		Summary: v.Summary, Details: v.Details,
+	}
+	for _, r := range v.Waiting {
+		out.Waiting = append(out.Waiting, int32(r))
+	}
+	for _, c := range v.Culprits {
+		pc := &gotrainv1.Culprit{Rank: int32(c.Rank), NodeId: c.NodeID, Hostname: c.Hostname, Pid: int32(c.Pid),
+			Gpu: int32(c.GPU), GpuUuid: c.GPUUUID, ProcessState: c.ProcState, Doing: c.Doing}
+		if c.Collective != nil {
+			pc.Collective = collectiveToProto(*c.Collective)
+		}
+		out.Culprits = append(out.Culprits, pc)
+	}
+	for _, e := range v.Evidence {
+		out.Evidence = append(out.Evidence, &gotrainv1.Evidence{Rank: int32(e.Rank), Pid: int32(e.Pid), Kind: e.Kind, Text: e.Text})
+	}
+	return out
+}
+
+// rankGPU is the GPU index of a rank on its node, -1 for none.
+func rankGPU(st job.Status, r job.RankStatus) int32 {
+	for _, n := range st.Nodes {
+		if n.NodeID == r.NodeID && r.LocalRank < len(n.Info.GPUs) {
+			return int32(n.Info.GPUs[r.LocalRank].Index)
+		}
+	}
+	return -1
+}

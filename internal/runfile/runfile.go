@@ -1,0 +1,142 @@
+// Package runfile lets `gotrain diagnose` find the jobs running on this
+// machine without flags: every `gotrain launch` writes a small JSON file with
+// its coordinator's address and the job token into a private directory
+// ($XDG_RUNTIME_DIR/gotrain, else /tmp/gotrain-UID, mode 0700; the file is
+// mode 0600) and removes it when it exits.
+//
+// # Usage
+//
+//	f, err := runfile.Write(runfile.Job{RunID: id, Coordinator: addr, Token: tok})
+//	if err == nil { defer f.Remove() }
+//
+//	job, others, err := runfile.Newest() // in gotrain diagnose
+package runfile
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrNoJob means no live job's run file was found.
+var ErrNoJob = errors.New("runfile: no running gotrain job found on this machine")
+
+// Job is what a run file holds.
+type Job struct {
+	RunID       string    `json:"run_id"`
+	Coordinator string    `json:"coordinator"`
+	Token       string    `json:"token"`
+	Pid         int       `json:"pid"`
+	Started     time.Time `json:"started"`
+	// Path is where the file is; not stored.
+	Path string `json:"-"`
+}
+
+// Dir returns the directory run files live in.
+func Dir() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "gotrain")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("gotrain-%d", os.Getuid()))
+}
+
+// File is a written run file.
+type File struct{ path string }
+
+// Write writes j (Pid and Started default to this process and now) into
+// Dir() as RUN_ID-PID.json.
+func Write(j Job) (*File, error) {
+	dir := Dir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the run-file dir: %w", err)
+	}
+	if st, err := os.Stat(dir); err == nil && st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("run-file dir %s is accessible to other users (mode %s); chmod 700 it", dir, st.Mode().Perm())
+	}
+	j.Pid = cmp.Or(j.Pid, os.Getpid())
+	if j.Started.IsZero() {
+		j.Started = time.Now()
+	}
+	b, err := json.Marshal(j)
+	if err != nil {
+		return nil, err
+	}
+	name := strings.Map(func(r rune) rune {
+		if r == '/' || r == os.PathSeparator {
+			return '_'
+		}
+		return r
+	}, j.RunID)
+	path := filepath.Join(dir, fmt.Sprintf("%s-%d.json", name, j.Pid))
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return nil, fmt.Errorf("write run file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return nil, fmt.Errorf("write run file: %w", err)
+	}
+	return &File{path: path}, nil
+}
+
+// Remove deletes the run file.
+func (f *File) Remove() error { return os.Remove(f.path) }
+
+// Path is the file's path.
+func (f *File) Path() string { return f.path }
+
+// Live returns the jobs whose launcher still runs, newest first. Files of
+// launchers that are gone are removed.
+func Live() ([]Job, error) {
+	dir := Dir()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var jobs []Job
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var j Job
+		if json.Unmarshal(b, &j) != nil || j.Coordinator == "" {
+			continue
+		}
+		j.Path = p
+		if !alive(j.Pid) {
+			os.Remove(p)
+			continue
+		}
+		jobs = append(jobs, j)
+	}
+	slices.SortFunc(jobs, func(a, b Job) int { return b.Started.Compare(a.Started) })
+	return jobs, nil
+}
+
+// Newest returns the newest live job and how many others run.
+func Newest() (Job, int, error) {
+	jobs, err := Live()
+	if err != nil {
+		return Job{}, 0, err
+	}
+	if len(jobs) == 0 {
+		return Job{}, 0, fmt.Errorf("%w (looked in %s)", ErrNoJob, Dir())
+	}
+	return jobs[0], len(jobs) - 1, nil
+}
+
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

@@ -1,0 +1,464 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/internal/gpuinfo"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// Progress and evidence: the agent's half of hang diagnosis.
+//
+// Each worker that uses the worker library attaches (Agent.Attach) and sends
+// its progress about once a second. The hub keeps the latest report of every
+// local rank, and once a second sends them all, with each process's state
+// from /proc/PID/stat, in ONE ReportProgress to the coordinator. Workers that
+// do not attach (PyTorch) are still reported, with their process state.
+//
+// When the coordinator's hang detector fires, every agent gets an
+// EvidenceRequest: it prints the verdict, and for the ranks named that run
+// here it collects goroutine stacks (through the worker's stream), a py-spy
+// dump (when py-spy is installed) or /proc files, and the GPU's state, and
+// answers with ReportEvidence.
+
+const (
+	// reportEvery is how often the agent sends its ranks' progress.
+	reportEvery = time.Second
+	// reportTimeout bounds one ReportProgress call.
+	reportTimeout = 3 * time.Second
+	// stacksTimeout bounds how long a worker gets to send its stacks.
+	stacksTimeout = 3 * time.Second
+	// maxEvidenceBytes bounds one piece of evidence.
+	maxEvidenceBytes = 256 << 10
+)
+
+// hub holds the latest progress of this node's ranks.
+type hub struct {
+	log    *slog.Logger
+	coord  gotrainv1.CoordinatorClient
+	nodeID string
+	gpus   map[int]int // rank -> GPU index, current generation
+
+	sendMu sync.Mutex // one ReportProgress at a time, in order
+
+	mu      sync.Mutex
+	gen     int64
+	ranks   map[int]*rankSlot
+	nextReq int64
+}
+
+// rankSlot is one local rank of the current generation.
+type rankSlot struct {
+	rank     int
+	pid      int
+	exited   bool
+	progress *gotrainv1.RankProgress // the worker's latest report; nil if none
+	worker   *attachedWorker         // nil when not attached
+}
+
+// attachedWorker is a worker's open Attach stream.
+type attachedWorker struct {
+	rank   int
+	pid    int
+	gen    int64
+	out    chan *gotrainv1.AgentMessage
+	stacks map[int64]chan string // pending stack requests, guarded by hub.mu
+}
+
+func newHub(log *slog.Logger, coord gotrainv1.CoordinatorClient, nodeID string) *hub {
+	return &hub{log: log, coord: coord, nodeID: nodeID, ranks: map[int]*rankSlot{}, gpus: map[int]int{}}
+}
+
+// started records a worker of generation gen; a new generation forgets the
+// old one's ranks.
+func (h *hub) started(gen int64, rank, pid, gpu int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if gen != h.gen {
+		h.gen, h.ranks, h.gpus = gen, map[int]*rankSlot{}, map[int]int{}
+	}
+	h.ranks[rank] = &rankSlot{rank: rank, pid: pid}
+	h.gpus[rank] = gpu
+}
+
+// exited records that a worker's process ended.
+func (h *hub) exited(gen int64, rank int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.ranks[rank]; s != nil && gen == h.gen {
+		s.exited = true
+	}
+}
+
+// attach registers a worker's stream.
+func (h *hub) attach(hello *gotrainv1.WorkerHello) *attachedWorker {
+	w := &attachedWorker{rank: int(hello.GetRank()), pid: int(hello.GetPid()), gen: hello.GetGeneration(),
+		out: make(chan *gotrainv1.AgentMessage, 8), stacks: map[int64]chan string{}}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.ranks[w.rank]; s != nil && h.gen == w.gen {
+		s.worker = w
+	}
+	return w
+}
+
+func (h *hub) detach(w *attachedWorker) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.ranks[w.rank]; s != nil && s.worker == w {
+		s.worker = nil
+	}
+	for id, ch := range w.stacks {
+		close(ch)
+		delete(w.stacks, id)
+	}
+}
+
+func (h *hub) progress(w *attachedWorker, p *gotrainv1.RankProgress) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.ranks[w.rank]; s != nil && h.gen == w.gen && p.GetGeneration() == w.gen {
+		s.progress = p
+	}
+}
+
+func (h *hub) stacksArrived(w *attachedWorker, d *gotrainv1.StackDump) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ch, ok := w.stacks[d.GetRequestId()]; ok {
+		ch <- d.GetGoroutines() // buffered
+		delete(w.stacks, d.GetRequestId())
+	}
+}
+
+// Attach serves a worker's control stream; see package worker.
+func (r *relay) Attach(stream gotrainv1.Agent_AttachServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil {
+		return status.Error(codes.InvalidArgument, "attach: the first message must be a hello")
+	}
+	if r.hub == nil {
+		return status.Error(codes.Unavailable, "attach: this agent keeps no progress")
+	}
+	w := r.hub.attach(hello)
+	defer r.hub.detach(w)
+	ctx := stream.Context()
+	sendDone := make(chan struct{})
+	defer func() { <-sendDone }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(sendDone)
+		for {
+			select {
+			case m := <-w.out:
+				if stream.Send(m) != nil {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch msg := m.GetMsg().(type) {
+		case *gotrainv1.WorkerMessage_Progress:
+			r.hub.progress(w, msg.Progress)
+		case *gotrainv1.WorkerMessage_Stacks:
+			r.hub.stacksArrived(w, msg.Stacks)
+		}
+	}
+}
+
+// batch builds this node's report: every rank of the current generation.
+func (h *hub) batch() *gotrainv1.ReportProgressRequest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	req := &gotrainv1.ReportProgressRequest{NodeId: h.nodeID}
+	ranks := make([]int, 0, len(h.ranks))
+	for r := range h.ranks {
+		ranks = append(ranks, r)
+	}
+	slices.Sort(ranks)
+	for _, r := range ranks {
+		s := h.ranks[r]
+		var p *gotrainv1.RankProgress
+		if s.progress != nil {
+			p = cloneProgress(s.progress)
+		} else {
+			p = &gotrainv1.RankProgress{Rank: int32(r), Generation: h.gen, Pid: int32(s.pid)}
+		}
+		p.Attached = s.progress != nil
+		if !s.exited {
+			p.ProcessState = procState(s.pid)
+		}
+		req.Ranks = append(req.Ranks, p)
+	}
+	return req
+}
+
+func cloneProgress(p *gotrainv1.RankProgress) *gotrainv1.RankProgress {
+	c := &gotrainv1.RankProgress{
+		Rank: p.GetRank(), Generation: p.GetGeneration(), Step: p.GetStep(), SamplesPerSecond: p.GetSamplesPerSecond(),
+		UnixNanos: p.GetUnixNanos(), Pid: p.GetPid(), Comms: p.GetComms(),
+	}
+	return c
+}
+
+// flush sends the ranks' progress now.
+func (h *hub) flush(ctx context.Context) {
+	h.sendMu.Lock()
+	defer h.sendMu.Unlock()
+	req := h.batch()
+	if len(req.GetRanks()) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	defer cancel()
+	if _, err := h.coord.ReportProgress(ctx, req); err != nil {
+		h.log.Debug("report progress", "err", err)
+	}
+}
+
+// report sends the ranks' progress once a second until ctx ends.
+func (h *hub) report(ctx context.Context) {
+	t := time.NewTicker(reportEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.flush(ctx)
+		}
+	}
+}
+
+// procState returns the state letter of /proc/PID/stat ("R", "S", "D",
+// "T", "Z"), "" when it cannot be read.
+func procState(pid int) string {
+	if pid <= 0 {
+		return ""
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	return parseProcState(string(b))
+}
+
+// parseProcState reads the state field of /proc/PID/stat: the first field
+// after the command name, which is in parentheses and may contain anything.
+func parseProcState(stat string) string {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// onHang prints the verdict and, for the ranks named that run here,
+// collects evidence and reports it. It does not block the agent's loop.
+func (a *agent) onHang(ctx context.Context, req *gotrainv1.EvidenceRequest) {
+	v := req.GetVerdict()
+	fmt.Fprint(a.cfg.Stderr, formatVerdictLog(v))
+	a.log.Warn("hang detected", "verdict", v.GetKind(), "comm", v.GetComm(), "seq", v.GetCollective().GetSeq(), "summary", v.GetSummary())
+	if len(req.GetRanks()) == 0 {
+		return
+	}
+	go func() {
+		ev := a.hub.collect(ctx, req, a.cfg.LogDir)
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := a.coord.ReportEvidence(rctx, &gotrainv1.ReportEvidenceRequest{NodeId: a.nodeID, RequestId: req.GetRequestId(), Evidence: ev}); err != nil {
+			a.log.Warn("report evidence", "err", err)
+		}
+	}()
+}
+
+// formatVerdictLog is what the agent prints when the detector fires.
+func formatVerdictLog(v *gotrainv1.HangVerdict) string {
+	var b strings.Builder
+	what := "hang detected"
+	if v.GetKind() == "straggler" {
+		what = "straggler"
+	}
+	fmt.Fprintf(&b, "gotrain: %s (%s, generation %d): %s\n", what, v.GetKind(), v.GetGeneration(), v.GetSummary())
+	for _, d := range v.GetDetails() {
+		fmt.Fprintf(&b, "gotrain:   %s\n", d)
+	}
+	if v.GetKind() != "straggler" {
+		b.WriteString("gotrain:   run `gotrain diagnose` for every rank and the culprits' stacks\n")
+	}
+	return b.String()
+}
+
+// collect gathers evidence about the requested ranks of this node.
+func (h *hub) collect(ctx context.Context, req *gotrainv1.EvidenceRequest, logDir string) []*gotrainv1.Evidence {
+	var out []*gotrainv1.Evidence
+	for _, r := range req.GetRanks() {
+		h.mu.Lock()
+		s := h.ranks[int(r)]
+		var pid, gpu int
+		var w *attachedWorker
+		if s != nil {
+			pid, w = s.pid, s.worker
+		}
+		gpu, hasGPU := h.gpus[int(r)]
+		h.mu.Unlock()
+		if s == nil {
+			continue
+		}
+		var ev []*gotrainv1.Evidence
+		add := func(kind, text string) {
+			if len(text) > maxEvidenceBytes {
+				text = text[:maxEvidenceBytes] + "\n... (truncated)"
+			}
+			ev = append(ev, &gotrainv1.Evidence{Rank: r, Pid: int32(pid), Kind: kind, Text: text})
+		}
+		if w != nil {
+			if st, err := h.stacks(ctx, w, req.GetRequestId()); err == nil {
+				add("goroutines", st)
+			} else {
+				add("error", fmt.Sprintf("goroutine stacks: %v", err))
+			}
+		} else if dump, err := pySpy(ctx, pid); err == nil {
+			add("py-spy", dump)
+		}
+		add("proc", procEvidence(pid))
+		if hasGPU && gpu >= 0 {
+			if g := gpuEvidence(gpu); g != "" {
+				add("gpu", g)
+			}
+		}
+		if logDir != "" {
+			writeEvidenceFile(logDir, req, r, ev)
+		}
+		out = append(out, ev...)
+	}
+	return out
+}
+
+// stacks asks an attached worker for its goroutine stacks.
+func (h *hub) stacks(ctx context.Context, w *attachedWorker, verdict int64) (string, error) {
+	ch := make(chan string, 1)
+	h.mu.Lock()
+	h.nextReq++
+	id := h.nextReq
+	w.stacks[id] = ch
+	h.mu.Unlock()
+	select {
+	case w.out <- &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_DumpStacks{DumpStacks: &gotrainv1.DumpStacksRequest{RequestId: id}}}:
+	default:
+		return "", errors.New("the worker's stream is full")
+	}
+	t := time.NewTimer(stacksTimeout)
+	defer t.Stop()
+	select {
+	case s, ok := <-ch:
+		if !ok {
+			return "", errors.New("the worker detached before it answered")
+		}
+		return s, nil
+	case <-t.C:
+		h.mu.Lock()
+		delete(w.stacks, id)
+		h.mu.Unlock()
+		return "", fmt.Errorf("no answer within %s (the process is stopped or its runtime is wedged)", stacksTimeout)
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// pySpy dumps a Python process's stacks when py-spy is installed.
+func pySpy(ctx context.Context, pid int) (string, error) {
+	path, err := exec.LookPath("py-spy")
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "dump", "--pid", fmt.Sprint(pid)).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("py-spy dump --pid %d: %w: %s", pid, err, out)
+	}
+	return string(out), nil
+}
+
+// procEvidence reads what /proc tells about a process: its state, where it
+// sleeps in the kernel, and its kernel stack (root only).
+func procEvidence(pid int) string {
+	var b strings.Builder
+	dir := fmt.Sprintf("/proc/%d", pid)
+	if st, err := os.ReadFile(dir + "/status"); err == nil {
+		for _, l := range strings.Split(string(st), "\n") {
+			if k, _, _ := strings.Cut(l, ":"); slices.Contains([]string{"Name", "State", "Threads", "VmRSS", "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"}, k) {
+				fmt.Fprintf(&b, "%s\n", l)
+			}
+		}
+	} else {
+		fmt.Fprintf(&b, "%s/status: %v\n", dir, err)
+	}
+	if wc, err := os.ReadFile(dir + "/wchan"); err == nil {
+		fmt.Fprintf(&b, "wchan: %s\n", strings.TrimSpace(string(wc)))
+	}
+	if ks, err := os.ReadFile(dir + "/stack"); err == nil && len(ks) > 0 {
+		fmt.Fprintf(&b, "kernel stack:\n%s", ks)
+	}
+	return b.String()
+}
+
+// gpuEvidence samples a GPU through NVML; "" without NVML.
+func gpuEvidence(gpu int) string {
+	nv, err := gpuinfo.Open()
+	if err != nil {
+		return ""
+	}
+	defer nv.Close()
+	s, err := nv.Sample(gpu)
+	if err != nil {
+		return fmt.Sprintf("GPU %d: %v", gpu, err)
+	}
+	return fmt.Sprintf("GPU %d: utilization %d%%, memory %d of %d MiB, %.0f W of %.0f W, %d °C, SM clock %d MHz, throttle %s, ECC uncorrected %d",
+		gpu, s.GPUUtil, s.MemoryUsed>>20, s.MemoryTotal>>20, s.PowerW, s.PowerLimitW, s.TempC, s.SMClockMHz, s.Throttle, s.ECCUncorrected)
+}
+
+// writeEvidenceFile keeps a rank's evidence in the log dir.
+func writeEvidenceFile(dir string, req *gotrainv1.EvidenceRequest, rank int32, ev []*gotrainv1.Evidence) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "hang verdict %d (generation %d): %s\n", req.GetRequestId(), req.GetGeneration(), req.GetVerdict().GetSummary())
+	for _, e := range ev {
+		fmt.Fprintf(&b, "\n=== %s (rank %d, pid %d)\n%s\n", e.GetKind(), e.GetRank(), e.GetPid(), e.GetText())
+	}
+	name := filepath.Join(dir, fmt.Sprintf("hang-gen%d-verdict%d-rank%d.txt", req.GetGeneration(), req.GetRequestId(), rank))
+	_ = os.WriteFile(name, []byte(b.String()), 0o644)
+}

@@ -1,0 +1,40 @@
+package launcher
+
+import (
+	"path/filepath"
+	"strings"
+)
+
+// torchTraceEntries is how many collectives PyTorch's NCCL flight recorder
+// keeps, like gotrain's own (worker/flight).
+const torchTraceEntries = "2000"
+
+// torchDebugEnv returns the settings that make PyTorch workers keep a flight
+// recorder of their NCCL collectives and dump it when a collective times out:
+// the dump goes to logDir/nccl_trace_rank_N (PyTorch appends the rank), or
+// PyTorch's default (/tmp) without a log dir. Variables the user set in base
+// are left alone.
+func torchDebugEnv(base []string, logDir string) []string {
+	set := map[string]bool{}
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		set[k] = true
+	}
+	var env []string
+	add := func(k, v string) {
+		if !set[k] {
+			env = append(env, k+"="+v)
+		}
+	}
+	add("TORCH_NCCL_TRACE_BUFFER_SIZE", torchTraceEntries)
+	add("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+	if logDir != "" {
+		if abs, err := filepath.Abs(logDir); err == nil {
+			logDir = abs
+		}
+		prefix := filepath.Join(logDir, "nccl_trace_rank_")
+		add("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix) // PyTorch before 2.6
+		add("TORCH_FR_DUMP_TEMP_FILE", prefix)         // PyTorch 2.6 and later
+	}
+	return env
+}
