@@ -6,6 +6,7 @@
 //	sleep --pid-dir DIR     write the pid (and a child's) to DIR, then sleep
 //	env                     print the job's environment variables
 //	signals --pid-dir DIR   print the signals it gets; SIGINT/SIGTERM end it
+//	restart --mark FILE     rank 1 dies once; time the restart (restart.go)
 package main
 
 import (
@@ -40,6 +41,8 @@ func main() {
 		err = sleepMode(args)
 	case "signals":
 		err = signalsMode(args)
+	case "restart":
+		err = restartMode(ctx, args)
 	case "env":
 		for _, kv := range os.Environ() {
 			if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "GOTRAIN_") || strings.HasPrefix(name, "TORCHELASTIC_") ||
