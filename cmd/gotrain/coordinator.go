@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/gotrain/gotrain/coordinator"
 	"github.com/gotrain/gotrain/internal/jobenv"
@@ -35,6 +36,8 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	tok := fs.String("job-token", os.Getenv(jobenv.JobToken), "secret agents must present (default $"+jobenv.JobToken+", or a new one, printed)")
 	runID := fs.String("run-id", "", "job name (default: derived from the token)")
 	maxRestarts := fs.Int("max-restarts", 0, "restart the job this many times after a worker fails")
+	hangTimeout := fs.Duration("hang-timeout", 120*time.Second, "declare a hang when no collective completes for this long while a rank waits in one")
+	onHang := fs.String("on-hang", "report", "on a hang: report, or restart (end the generation like a failure)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -48,7 +51,8 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 		*runID = "gotrain-" + (*tok)[:min(8, len(*tok))]
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	srv, err := coordinator.New(coordinator.Config{RunID: *runID, Token: *tok, Nodes: *nodes, MaxRestarts: *maxRestarts, Logger: logger})
+	srv, err := coordinator.New(coordinator.Config{RunID: *runID, Token: *tok, Nodes: *nodes, MaxRestarts: *maxRestarts, Logger: logger,
+		HangTimeout: *hangTimeout, OnHang: *onHang})
 	if err != nil {
 		return err
 	}

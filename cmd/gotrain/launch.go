@@ -64,6 +64,8 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.MaxRestarts, "max-restarts", 3, "restart the job this many times after a worker fails (0: the first failure ends the job)")
 	fs.DurationVar(&cfg.RestartBackoff, "restart-backoff", 0, "pause between the last worker of a failed generation stopping and the next generation starting")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", 10*time.Second, "time workers get between SIGTERM and SIGKILL")
+	fs.DurationVar(&cfg.HangTimeout, "hang-timeout", 120*time.Second, "declare a hang when no collective completes for this long while a rank waits in one; `gotrain diagnose` shows the verdict")
+	fs.StringVar(&cfg.OnHang, "on-hang", "report", "on a hang: report (log the verdict, keep waiting) or restart (end the generation like a failure; restarts while --max-restarts allows)")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to reach the coordinator")
 	fs.BoolVar(&verbose, "verbose", false, "log the agent's own steps to stderr")
 	if err := parseFlags(fs, args); err != nil {
@@ -109,6 +111,12 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	defer signal.Stop(sigs)
 	cfg.Signals = sigs
 
+	if cfg.OnHang != "report" && cfg.OnHang != "restart" {
+		return &usageError{msg: fmt.Sprintf("--on-hang %q", cfg.OnHang), hint: "Use --on-hang report or --on-hang restart."}
+	}
+	if cfg.HangTimeout <= 0 {
+		return &usageError{msg: fmt.Sprintf("--hang-timeout %s", cfg.HangTimeout), hint: "Give a positive duration, e.g. --hang-timeout 5m."}
+	}
 	return launcher.Run(ctx, cfg)
 }
 
