@@ -418,7 +418,11 @@ func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEve
 func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStarted) {
 	a.gen = g
 	a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
+	survivors := a.survivors(g) // recover.go
 	for _, r := range g.GetRanks() {
+		if a.resume(g, r, survivors) {
+			continue
+		}
 		vars := jobenv.Vars{
 			Rank: int(r.GetRank()), WorldSize: int(g.GetWorldSize()),
 			LocalRank: int(r.GetLocalRank()), LocalWorldSize: len(g.GetRanks()),
@@ -458,7 +462,7 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 func (a *agent) endGeneration(e *gotrainv1.GenerationEnded) {
 	a.log.Info("generation ended", "generation", e.GetGeneration(), "reason", e.GetReason())
 	for _, p := range a.workers {
-		if p.spec.generation == e.GetGeneration() {
+		if p.spec.generation == e.GetGeneration() && !a.park(p, e) {
 			go p.stop(syscall.SIGTERM, a.cfg.GracePeriod)
 		}
 	}

@@ -77,6 +77,8 @@ type attachedWorker struct {
 	gen    int64
 	out    chan *gotrainv1.AgentMessage
 	stacks map[int64]chan string // pending stack requests, guarded by hub.mu
+	// recoverable: the worker runs worker.Run (recover.go); guarded by hub.mu.
+	recoverable bool
 }
 
 func newHub(log *slog.Logger, coord gotrainv1.CoordinatorClient, nodeID string) *hub {
@@ -107,7 +109,7 @@ func (h *hub) exited(gen int64, rank int) {
 // attach registers a worker's stream.
 func (h *hub) attach(hello *gotrainv1.WorkerHello) *attachedWorker {
 	w := &attachedWorker{rank: int(hello.GetRank()), pid: int(hello.GetPid()), gen: hello.GetGeneration(),
-		out: make(chan *gotrainv1.AgentMessage, 8), stacks: map[int64]chan string{}}
+		out: make(chan *gotrainv1.AgentMessage, 8), stacks: map[int64]chan string{}, recoverable: hello.GetRecoverable()}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s := h.ranks[w.rank]; s != nil && h.gen == w.gen {
@@ -191,6 +193,8 @@ func (r *relay) Attach(stream gotrainv1.Agent_AttachServer) error {
 			r.hub.progress(w, msg.Progress)
 		case *gotrainv1.WorkerMessage_Stacks:
 			r.hub.stacksArrived(w, msg.Stacks)
+		case *gotrainv1.WorkerMessage_Hello:
+			r.hub.rehello(w, msg.Hello) // recover.go
 		}
 	}
 }

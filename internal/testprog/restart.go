@@ -31,7 +31,8 @@ func restartMode(ctx context.Context, args []string) error {
 	delay := fs.Duration("delay", time.Second, "how long the victim waits after the first all-reduce")
 	inprocess := fs.Bool("inprocess", false, "recover in process (worker.Run)")
 	size := fs.Int("size", 1<<20, "float32 elements per all-reduce")
-	steps := fs.Int("steps", 20, "all-reduces after the recovery (with --inprocess)")
+	steps := fs.Int("steps", 20, "all-reduces of the state in all (with --inprocess)")
+	pre := fs.Int("pre", 5, "of which the first generation does (with --inprocess)")
 	_ = fs.Parse(args)
 	if *mark == "" {
 		return errors.New("restart: --mark is required")
@@ -86,6 +87,17 @@ func restartMode(ctx context.Context, args []string) error {
 
 	// In process: state is (steps done, value); every rank must end equal.
 	state := []float64{0, 1}
+	run := func(ctx context.Context, c worker.Comm, upTo int) error {
+		v := []float64{0}
+		for int(state[0]) < upTo {
+			v[0] = state[1] + float64(c.Rank()) // differs by rank: the average is the check
+			if err := c.AllReduce(ctx, worker.Host(v), worker.Host(v), worker.Avg); err != nil {
+				return err
+			}
+			state[0], state[1] = state[0]+1, v[0]*1.5+1
+		}
+		return nil
+	}
 	return w.Run(ctx, "restart", func(ctx context.Context, g *worker.Generation) error {
 		if err := g.Restore(ctx, worker.Host(state)); err != nil {
 			return err
@@ -98,20 +110,20 @@ func restartMode(ctx context.Context, args []string) error {
 				return err
 			}
 			fmt.Printf("rank %d generation %d source %d restored step %g\n", g.Rank, g.Number, g.Source, state[0])
-		} else if g.Rank == *victim {
-			die()
 		} else {
+			fmt.Printf("rank %d generation 0 pid %d\n", g.Rank, os.Getpid())
+			if err := run(ctx, g.Comm, *pre); err != nil {
+				return err
+			}
+			if g.Rank == *victim {
+				die()
+			}
 			// Blocks until the victim's death breaks the generation.
 			err := g.Comm.AllReduce(ctx, worker.Host(x), worker.Host(x), worker.Sum)
 			return fmt.Errorf("generation 0 must not go on: %v", err)
 		}
-		v := []float64{0}
-		for int(state[0]) < *steps {
-			v[0] = state[1]
-			if err := g.Comm.AllReduce(ctx, worker.Host(v), worker.Host(v), worker.Avg); err != nil {
-				return err
-			}
-			state[0], state[1] = state[0]+1, v[0]*1.5+1
+		if err := run(ctx, g.Comm, *steps); err != nil {
+			return err
 		}
 		fmt.Printf("rank %d done steps=%g value=%g\n", g.Rank, state[0], state[1])
 		return nil

@@ -1,0 +1,56 @@
+package integration
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	gen0PID   = regexp.MustCompile(`(?m)^\[rank (\d+)\] rank \d+ generation 0 pid (\d+)$`)
+	restarted = regexp.MustCompile(`(?m)^\[rank (\d+)\] RESTART rank=\d+ generation=(\d+) pid=(\d+) survivor=(true|false) recovered_in=[0-9.]+$`)
+	doneLine  = regexp.MustCompile(`(?m)^\[rank (\d+)\] rank \d+ done steps=20 value=(\S+)$`)
+)
+
+// TestInProcessRecovery: rank 1 of three dies; ranks 0 and 2 run worker.Run
+// and recover in process (same pids), only rank 1's process is started
+// again, it restores the survivors' state by broadcast, and every rank ends
+// with the same value.
+func TestInProcessRecovery(t *testing.T) {
+	r := launch(t, time.Minute, "launch", "--nproc-per-node", "3", "--backend", "cpu", "--max-restarts", "1", "--grace-period", "3s",
+		"--", bin.testprog, "restart", "--inprocess", "--mark", filepath.Join(t.TempDir(), "mark"))
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	pids := map[string]string{}
+	for _, m := range gen0PID.FindAllStringSubmatch(r.stdout, -1) {
+		pids[m[1]] = m[2]
+	}
+	restarts := restarted.FindAllStringSubmatch(r.stdout, -1)
+	if len(pids) != 3 || len(restarts) != 3 {
+		t.Fatalf("want 3 ranks in generation 0 and 3 in generation 1:\n%s", r.stdout)
+	}
+	for _, m := range restarts {
+		rank, gen, pid, survivor := m[1], m[2], m[3], m[4]
+		wantSurvivor := rank != "1"
+		if gen != "1" || (survivor == "true") != wantSurvivor || (pid == pids[rank]) != wantSurvivor {
+			t.Errorf("rank %s: generation %s pid %s (was %s) survivor=%s; want generation 1, survivor=%t with the same pid",
+				rank, gen, pid, pids[rank], survivor, wantSurvivor)
+		}
+	}
+	for rank := range 3 {
+		if want := fmt.Sprintf("[rank %d] rank %d generation 1 source 0 restored step 5\n", rank, rank); !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q", want)
+		}
+	}
+	done := doneLine.FindAllStringSubmatch(r.stdout, -1)
+	if len(done) != 3 || done[0][2] != done[1][2] || done[1][2] != done[2][2] {
+		t.Errorf("ranks end with different values or not at all: %q\n%s", done, r.stdout)
+	}
+	if n := strings.Count(r.stdout+r.stderr, "dies on purpose"); n != 1 {
+		t.Errorf("%d deaths, want 1", n)
+	}
+}
