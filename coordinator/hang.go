@@ -18,11 +18,8 @@ import (
 // agents of the ranks it names collect evidence. s.mu is held.
 func (s *Server) hangDetected(a job.HangDetected) {
 	v := a.Verdict
-	log := s.log.Warn
-	if v.Kind == job.VerdictStraggler {
-		log = s.log.Info
-	}
-	log("hang detector", "kind", string(v.Kind), "generation", v.Generation, "comm", v.Comm,
+	// Info: the agents print the verdict for people; this is the record.
+	s.log.Info("hang detector", "kind", string(v.Kind), "generation", v.Generation, "comm", v.Comm,
 		"seq", v.Collective.Seq, "post_mortem", a.PostMortem, "summary", v.Summary)
 	if a.PostMortem {
 		return // the job's failure message carries it

@@ -295,7 +295,7 @@ func parseProcState(stat string) string {
 func (a *agent) onHang(ctx context.Context, req *gotrainv1.EvidenceRequest) {
 	v := req.GetVerdict()
 	fmt.Fprint(a.cfg.Stderr, formatVerdictLog(v))
-	a.log.Warn("hang detected", "verdict", v.GetKind(), "comm", v.GetComm(), "seq", v.GetCollective().GetSeq(), "summary", v.GetSummary())
+	a.log.Info("hang detected", "verdict", v.GetKind(), "comm", v.GetComm(), "seq", v.GetCollective().GetSeq(), "summary", v.GetSummary())
 	if len(req.GetRanks()) == 0 {
 		return
 	}

@@ -395,8 +395,16 @@ func badProcess(v rankView) (string, bool) {
 // A post mortem (the generation ended by a failure) ignores the processes'
 // states: they all exited by then.
 func (m *Machine) classify(name string, vs []rankView, since time.Time, postMortem bool) Verdict {
+	// The job is stuck where the pending ranks wait; a rank whose last
+	// report is older (a stopped process cannot report) may show less.
 	low, _ := lowest(vs)
 	k := low + 1
+	first := true
+	for _, rv := range vs {
+		if rv.entered > rv.completed && (first || rv.completed+1 < k) {
+			k, first = rv.completed+1, false
+		}
+	}
 	v := Verdict{Kind: VerdictStuck, Generation: m.gen, Comm: name, Since: since, Detected: m.now}
 	var missing []rankView
 	groups := map[string][]int{}
@@ -506,6 +514,9 @@ func (m *Machine) culprit(rv rankView, k int64) Culprit {
 		c.Collective = &p
 	}
 	after := fmt.Sprintf("after completing #%d", rv.completed)
+	if rv.completed < k-1 {
+		after = fmt.Sprintf("(its last report says #%d completed)", rv.completed)
+	}
 	switch {
 	case state == "exited":
 		how := fmt.Sprintf("exited with code %d", rv.r.exitCode)
@@ -746,12 +757,11 @@ func (m *Machine) postMortem() []Action {
 	var acts []Action
 	for _, name := range m.commNames() {
 		vs := m.viewOf(name)
-		low, _ := lowest(vs)
 		v := m.classify(name, vs, m.now, true)
 		if v.Kind != VerdictMismatch {
 			continue
 		}
-		v.Summary = fmt.Sprintf("mismatch at #%d of comm %q: %s", low+1, name, mismatchWords(v))
+		v.Summary = fmt.Sprintf("mismatch at #%d of comm %q: %s", v.Collective.Seq, name, mismatchWords(v))
 		for i, c := range v.Culprits {
 			if rv := vs[c.Rank]; c.Collective != nil && rv.c != nil {
 				v.Culprits[i].Doing = fmt.Sprintf("called %s", seqName(*c.Collective))

@@ -7,6 +7,7 @@
 //	env                     print the job's environment variables
 //	signals --pid-dir DIR   print the signals it gets; SIGINT/SIGTERM end it
 //	restart --mark FILE     rank 1 dies once; time the restart (restart.go)
+//	hang --fault F          a training loop where one rank misbehaves at one step (hang.go)
 package main
 
 import (
@@ -35,6 +36,8 @@ func main() {
 	switch mode, args := os.Args[1], os.Args[2:]; mode {
 	case "collectives":
 		err = collectives(ctx, args)
+	case "hang":
+		err = hangMode(ctx, args)
 	case "exit":
 		err = exitMode(ctx, args)
 	case "sleep":

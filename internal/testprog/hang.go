@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/gotrain/gotrain/worker"
+)
+
+// hangMode is a training loop: each step computes (sleeps --step-time), then
+// all-reduces --count floats on communicator "hang", so step K is collective
+// #K. At step --fault-step, rank --fault-rank misbehaves:
+//
+//	skip   skips the all-reduce and waits in other code
+//	op     calls AllGather where the others call AllReduce
+//	count  passes another count
+//	stop   stops itself with SIGSTOP before the all-reduce
+//	spin   spins on the CPU before the all-reduce, forever
+//	none   nothing: a healthy job
+//
+// It prints "FAULT <kind> rank R seq K unix_ms T" when the fault happens.
+func hangMode(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("hang", flag.ExitOnError)
+	fault := fs.String("fault", "none", "skip, op, count, stop, spin or none")
+	faultRank := fs.Int("fault-rank", 1, "the rank that misbehaves")
+	faultStep := fs.Int("fault-step", 3, "the step (collective seq) at which it does")
+	steps := fs.Int("steps", 1000, "steps to run")
+	stepTime := fs.Duration("step-time", 200*time.Millisecond, "compute time per step")
+	count := fs.Int("count", 1024, "floats per all-reduce")
+	_ = fs.Parse(args)
+	w, err := worker.Init(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	c, err := w.NewComm(ctx, "hang")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	buf := make([]float32, *count+1)
+	for step := 1; step <= *steps; step++ {
+		time.Sleep(*stepTime)
+		n := *count
+		if w.Rank == *faultRank && step == *faultStep && *fault != "none" {
+			fmt.Printf("FAULT %s rank %d seq %d unix_ms %d\n", *fault, w.Rank, step, time.Now().UnixMilli())
+			switch *fault {
+			case "skip":
+				otherWork()
+			case "op":
+				all := make([]float32, n*c.Size())
+				if err := c.AllGather(ctx, worker.Host(buf[:n]), worker.Host(all)); err != nil {
+					return fmt.Errorf("step %d: %w", step, err)
+				}
+				continue
+			case "count":
+				n++
+			case "stop":
+				if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+					return err
+				}
+			case "spin":
+				spin()
+			default:
+				return fmt.Errorf("unknown fault %q", *fault)
+			}
+		}
+		if err := c.AllReduce(ctx, worker.Host(buf[:n]), worker.Host(buf[:n]), worker.Sum); err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		w.ReportStep(int64(step), 0)
+	}
+	fmt.Printf("hang ok: %d steps\n", *steps)
+	return nil
+}
+
+// otherWork stands for code that waits on something else than the collective.
+//
+//go:noinline
+func otherWork() { time.Sleep(time.Hour) }
+
+// spin burns a CPU forever.
+//
+//go:noinline
+func spin() {
+	x := 0
+	for {
+		x++
+	}
+}
