@@ -119,7 +119,7 @@ func (w *Worker) runGeneration(ctx context.Context, name string, survivor bool, 
 		v[0] = int64(w.Rank)
 	}
 	if err := c.AllReduce(gctx, comm.Host(v), comm.Host(v), comm.Min); err != nil {
-		_ = comm.Abort(c)
+		abort(c)
 		return fmt.Errorf("worker: rank %d: find the surviving ranks: %w", w.Rank, err)
 	}
 	g := &Generation{
@@ -130,13 +130,20 @@ func (w *Worker) runGeneration(ctx context.Context, name string, survivor bool, 
 		g.Source = -1
 	}
 	if err := train(gctx, g); err != nil {
-		_ = comm.Abort(c)
+		abort(c)
 		if cause := context.Cause(gctx); errors.Is(cause, ErrGenerationEnded) {
 			return fmt.Errorf("%w: %w", cause, err)
 		}
 		return err
 	}
 	return c.Close()
+}
+
+// abort tears c down without waiting for peers, then releases what it holds
+// (the NCCL backend's thread and device memory).
+func abort(c Comm) {
+	_ = comm.Abort(c)
+	_ = c.Close()
 }
 
 // watchEnd cancels ctx with ErrGenerationEnded once the agent says
