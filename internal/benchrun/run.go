@@ -77,6 +77,11 @@ func Run(ctx context.Context, c comm.Comm, backend string, s Spec, log *slog.Log
 	// stats holds each size's time (seconds), then each size's #wrong, so
 	// that one all-reduce gathers both.
 	stats := make([]float64, 2*len(shapes))
+	// One untimed pass at the smallest size: the first collectives of a new
+	// communicator connect to the peers.
+	if _, err := eng.run(ctx, shapes[0]); err != nil {
+		return nil, fmt.Errorf("rank %d: warm up: %w", me, err)
+	}
 	for i, sh := range shapes {
 		per, err := eng.run(ctx, sh)
 		if err != nil {

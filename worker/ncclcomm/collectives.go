@@ -106,6 +106,7 @@ func (c *Comm) Synchronize(ctx context.Context) error {
 	if c.closed.Load() {
 		return comm.ErrClosed
 	}
+	defer c.abortWhenDone(ctx)()
 	err := c.exec.do(func() error { return c.wait(ctx) })
 	if err != nil {
 		return c.errorf("Synchronize", c.seq.Load(), err)
@@ -211,6 +212,7 @@ func (c *Comm) run(ctx context.Context, op string, send, recv comm.Buffer, inPla
 	if c.closed.Load() {
 		return c.errorf(op, seq, comm.ErrClosed)
 	}
+	defer c.abortWhenDone(ctx)()
 	err := c.exec.do(func() error {
 		sp, rp, err := c.stage(send, recv, inPlace)
 		if err != nil {
@@ -293,6 +295,22 @@ func (c *Comm) growScratch(n int) error {
 	}
 	c.scratch, c.scratchBytes = p, size
 	return nil
+}
+
+// abortWhenDone aborts the communicator from another goroutine if ctx ends
+// before the returned stop is called. NCCL can block inside a call (the
+// first collective of an algorithm connects to the peers, and waits for
+// them); ncclCommAbort from another thread makes it return, as PyTorch's
+// watchdog does. A context that never ends costs nothing.
+func (c *Comm) abortWhenDone(ctx context.Context) (stop func()) {
+	if ctx.Done() == nil {
+		return func() {}
+	}
+	s := context.AfterFunc(ctx, func() {
+		c.log.Warn("context ended during a collective: aborting the NCCL communicator", "err", ctx.Err())
+		c.nc.Abort()
+	})
+	return func() { s() }
 }
 
 // wait polls the stream until its work is complete, like nccl-tests: a

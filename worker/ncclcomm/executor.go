@@ -15,7 +15,7 @@ import (
 // locked goroutine on a 2-core VM, against 0.4 µs with polling), far more than
 // a small NCCL collective; polling for a few tens of microseconds keeps
 // back-to-back calls on the fast path and costs little when calls are rare.
-const spinFor = 50 * time.Microsecond
+const spinFor = 500 * time.Microsecond
 
 // errExecutorStopped is returned by do after stop.
 var errExecutorStopped = errors.New("ncclcomm: the communicator's thread has stopped")

@@ -401,6 +401,12 @@ func TestGPUMissingPeerDoesNotHang(t *testing.T) {
 func TestGPUCollectiveTimeout(t *testing.T) {
 	n := gpus(t, 2)
 	comms := newComms(t, n, "timeout")
+	// Together once, so that the connections exist; then rank 0 alone.
+	if err := onAll(n, func(r int) error {
+		return comms[r].AllReduce(t.Context(), comm.Host(make([]float32, 1024)), comm.Host(make([]float32, 1024)), comm.Sum)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	start := time.Now()
