@@ -18,3 +18,32 @@
 //	defer c.Close()
 //	err = c.AllReduce(ctx, worker.Host(grads), worker.Host(grads), worker.Avg)
 package worker
+
+// # Data parallel
+//
+// DataParallel averages gradients over the ranks while backward runs, as
+// PyTorch DDP does. The gradients live in one float32 buffer (host or device
+// memory) laid out in reverse parameter order and cut into buckets of about
+// 25 MiB; when backward has produced every gradient of a bucket (the program
+// calls Ready for each parameter as its gradient is written), the bucket's
+// all-reduce starts at once and overlaps the rest of backward. On a GPU the
+// all-reduces run on the NCCL communicator's stream, ordered after the
+// compute stream's gradient work by one CUDA event per bucket, and the
+// compute stream waits for them with one more event at Finish: the host
+// never blocks. On the host they run on a goroutine, in bucket order.
+//
+//	dp, err := worker.NewDataParallel(c, sizes, grads, worker.DataParallelConfig{Stream: stream})
+//	err = dp.BroadcastParams(ctx, params) // every rank starts from rank 0's weights
+//	for step := ... {
+//		for i := last; i >= 0; i-- { // backward
+//			... write the gradient of parameter i into dp.Grad(i) ...
+//			err = dp.Ready(ctx, i)
+//		}
+//		if synced, err := dp.Finish(ctx); synced { ... optimizer step ... }
+//	}
+//
+// AccumulationSteps k sums the gradients of k micro-steps locally (backward
+// writes them on MicroStep 0 and adds to them after) and reduces once; the
+// result is the mean over k × ranks. BF16 halves the bytes on the wire:
+// gradients are rounded to bfloat16, summed in bfloat16 and scaled back into
+// float32 (RoundBF16 shows the rounding).

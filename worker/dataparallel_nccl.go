@@ -1,0 +1,135 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/nccl"
+	"github.com/gotrain/gotrain/worker/ncclcomm"
+)
+
+// deviceEngine reduces device buffers with NCCL on the communicator's
+// stream, ordered against the caller's compute stream with CUDA events: for
+// each bucket an event recorded on the compute stream when the bucket is
+// ready, which the communication stream waits for before the all-reduce;
+// after the last bucket one event on the communication stream, which the
+// compute stream waits for. Every CUDA and NCCL call runs on the
+// communicator's thread (ncclcomm.Comm.Do), where the device's primary
+// context is current.
+type deviceEngine struct {
+	dp      *DataParallel
+	nc      *ncclcomm.Comm
+	compute cudadrv.Stream
+	readyEv []cudadrv.Event // per bucket
+	doneEv  cudadrv.Event
+	bf16    cudadrv.DevicePtr // staging of the largest bucket as bfloat16
+}
+
+func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
+	nc, ok := unwrap(dp.c).(*ncclcomm.Comm)
+	if !ok {
+		return nil, fmt.Errorf("worker: DataParallel: gradients in device memory need the NCCL backend (the communicator is %T; use --backend nccl)", unwrap(dp.c))
+	}
+	if dp.cfg.Kernels == nil && (dp.cfg.BF16 || dp.cfg.AccumulationSteps > 1) {
+		return nil, errors.New("worker: DataParallel: BF16 and AccumulationSteps > 1 on a GPU need DataParallelConfig.Kernels")
+	}
+	e := &deviceEngine{dp: dp, nc: nc, compute: cudadrv.Stream(dp.cfg.Stream), readyEv: make([]cudadrv.Event, len(dp.bkts))}
+	err := nc.Do(func() error {
+		for i := range e.readyEv {
+			ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
+			if err != nil {
+				return err
+			}
+			e.readyEv[i] = ev
+		}
+		var err error
+		if e.doneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
+			return err
+		}
+		if dp.cfg.BF16 {
+			largest := 0
+			for _, b := range dp.bkts {
+				largest = max(largest, b.Len)
+			}
+			if e.bf16, err = cudadrv.MemAlloc(2 * largest); err != nil {
+				return fmt.Errorf("allocate the bfloat16 staging buffer: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("worker: DataParallel: %w", err)
+	}
+	return e, nil
+}
+
+func (e *deviceEngine) launch(ctx context.Context, b int) error {
+	dp := e.dp
+	bk := dp.bkts[b]
+	g := dp.grads.DevicePointer() + uintptr(4*bk.Offset)
+	return e.nc.Do(func() error {
+		s := e.nc.Stream()
+		if err := e.readyEv[b].Record(e.compute); err != nil {
+			return err
+		}
+		if err := s.WaitEvent(e.readyEv[b]); err != nil {
+			return err
+		}
+		comm := e.nc.NCCL()
+		if !dp.cfg.BF16 {
+			if err := comm.AllReduce(g, g, bk.Len, nccl.Float32, nccl.Avg, uintptr(s)); err != nil {
+				return err
+			}
+			if dp.cfg.AccumulationSteps > 1 {
+				return dp.cfg.Kernels.Scale(g, bk.Len, dp.postScale(), uintptr(s))
+			}
+			return nil
+		}
+		h := uintptr(e.bf16)
+		if err := dp.cfg.Kernels.ToBF16(h, g, bk.Len, uintptr(s)); err != nil {
+			return err
+		}
+		if err := comm.AllReduce(h, h, bk.Len, nccl.BFloat16, nccl.Sum, uintptr(s)); err != nil {
+			return err
+		}
+		scale := float32(1 / float64(dp.c.Size()*dp.cfg.AccumulationSteps))
+		return dp.cfg.Kernels.FromBF16(g, h, bk.Len, scale, uintptr(s))
+	})
+}
+
+func (e *deviceEngine) finish(ctx context.Context) error {
+	return e.nc.Do(func() error {
+		if err := e.doneEv.Record(e.nc.Stream()); err != nil {
+			return err
+		}
+		return e.compute.WaitEvent(e.doneEv)
+	})
+}
+
+func (e *deviceEngine) broadcast(ctx context.Context, params Buffer) error {
+	if err := e.nc.Do(e.compute.Synchronize); err != nil {
+		return err
+	}
+	return e.dp.c.Broadcast(ctx, params, 0)
+}
+
+func (e *deviceEngine) close() error {
+	return e.nc.Do(func() error {
+		e.nc.Stream().Synchronize()
+		for _, ev := range e.readyEv {
+			if ev != 0 {
+				ev.Destroy()
+			}
+		}
+		if e.doneEv != 0 {
+			e.doneEv.Destroy()
+		}
+		if e.bf16 != 0 {
+			e.bf16.Free()
+		}
+		return nil
+	})
+}
