@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/internal/ncclras"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -301,6 +302,9 @@ func (a *agent) onHang(ctx context.Context, req *gotrainv1.EvidenceRequest) {
 	}
 	go func() {
 		ev := a.hub.collect(ctx, req, a.cfg.LogDir)
+		if a.cfg.Backend == "nccl" {
+			ev = append(ev, rasEvidence(ctx, req.GetRanks()[0], a.cfg.Env))
+		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if _, err := a.coord.ReportEvidence(rctx, &gotrainv1.ReportEvidenceRequest{NodeId: a.nodeID, RequestId: req.GetRequestId(), Evidence: ev}); err != nil {
@@ -465,4 +469,31 @@ func writeEvidenceFile(dir string, req *gotrainv1.EvidenceRequest, rank int32, e
 	}
 	name := filepath.Join(dir, fmt.Sprintf("hang-gen%d-verdict%d-rank%d.txt", req.GetGeneration(), req.GetRequestId(), rank))
 	_ = os.WriteFile(name, []byte(b.String()), 0o644)
+}
+
+// rasEvidence asks NCCL's RAS service on this node how NCCL sees the job:
+// dead or missing ranks, communicators whose ranks disagree, errors.
+func rasEvidence(ctx context.Context, rank int32, env []string) *gotrainv1.Evidence {
+	addr := ncclras.DefaultAddr
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "NCCL_RAS_ADDR="); ok && v != "" {
+			addr = v
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ev := &gotrainv1.Evidence{Rank: rank, Kind: "nccl-ras"}
+	rep, err := ncclras.Query(ctx, addr, ncclras.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		ev.Kind, ev.Text = "error", fmt.Sprintf("NCCL RAS: %v", err)
+		return ev
+	}
+	ev.Text = rep.Raw
+	if len(rep.Problems) > 0 {
+		ev.Text = "problems NCCL reports:\n  " + strings.Join(rep.Problems, "\n  ") + "\n\n" + rep.Raw
+	}
+	if len(ev.Text) > maxEvidenceBytes {
+		ev.Text = ev.Text[:maxEvidenceBytes] + "\n... (truncated)"
+	}
+	return ev
 }
