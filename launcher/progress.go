@@ -136,6 +136,9 @@ func (h *hub) progress(w *attachedWorker, p *gotrainv1.RankProgress) {
 	defer h.mu.Unlock()
 	if s := h.ranks[w.rank]; s != nil && h.gen == w.gen && p.GetGeneration() == w.gen {
 		s.progress = p
+		if s.worker == nil && s.pid == w.pid {
+			s.worker = w // it attached before the agent recorded its start
+		}
 	}
 }
 
