@@ -30,6 +30,7 @@ test: vet proto-check
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags cuda ./examples/mlp
 
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
@@ -67,4 +68,19 @@ gpu:
 	@for p in $(GPU_TEST_PKGS); do \
 		echo "$(GO) test -c -o $(BIN)/$$(echo $$p | tr / _).test ./$$p"; \
 		$(GO) test -c -o $(BIN)/$$(echo $$p | tr / _).test ./$$p || exit 1; \
+	done
+	$(GO) build -tags cuda -o $(BIN)/mlp ./examples/mlp
+	$(GO) test -c -tags cuda -o $(BIN)/examples_mlp.test ./examples/mlp
+
+# ptx regenerates the MLP example's PTX from its CUDA source with nvcc
+# (CUDA 12 or newer; the GPU machine has it). Without nvcc here, run it there
+# and copy the .ptx back: kernels/*.ptx are committed and embedded.
+PTX_SRC := $(wildcard examples/mlp/kernels/*.cu)
+NVCC    ?= $(shell command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+
+.PHONY: ptx
+ptx:
+	@for f in $(PTX_SRC); do \
+		echo "$(NVCC) -ptx -arch=sm_90 -O3 -o $${f%.cu}.ptx $$f"; \
+		$(NVCC) -ptx -arch=sm_90 -O3 -o $${f%.cu}.ptx $$f || exit 1; \
 	done

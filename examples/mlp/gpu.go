@@ -1,0 +1,424 @@
+//go:build cuda
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/gotrain/gotrain/internal/cublas"
+	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/worker"
+	"github.com/gotrain/gotrain/worker/comm"
+)
+
+const gpuBuilt = true
+
+// gpuModel is the network on one GPU: cuBLAS GEMMs and the example's
+// kernels on a compute stream, in the device's primary context, driven from
+// one locked OS thread (the goroutine that called newGPUModel). Gradients are
+// averaged by worker.DataParallel on the NCCL communicator's stream; the
+// optimizer runs there per bucket, as soon as the bucket is averaged.
+type gpuModel struct {
+	cfg    modelConfig
+	a      arch
+	dev    cudadrv.Device
+	stream cudadrv.Stream
+	blas   cublas.Handle
+	k      *kernels
+	dp     *worker.DataParallel
+	allocs []cudadrv.DevicePtr
+
+	params, grads  cudadrv.DevicePtr
+	p16            cudadrv.DevicePtr // bfloat16 copy of params (BF16GEMM)
+	state1, state2 cudadrv.DevicePtr
+	t              int
+
+	rows       int
+	acts       []cudadrv.DevicePtr // acts[l]: Batch × dims[l]
+	acts16     []cudadrv.DevicePtr
+	dA, dB     cudadrv.DevicePtr // Batch × maxDim
+	dA16, dB16 cudadrv.DevicePtr
+	labels     cudadrv.DevicePtr // int32 × Batch
+	lossRows   cudadrv.DevicePtr // float32 × Batch
+	lastRows   int
+	retained   bool
+}
+
+// newGPUModel locks the calling goroutine to its OS thread (it stays
+// locked: every later call must come from the same goroutine), makes the
+// device's primary context current and builds the model there.
+func newGPUModel(ctx context.Context, c worker.Comm, cfg modelConfig) (model, error) {
+	m, err := newGPU(ctx, c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func newGPU(ctx context.Context, c worker.Comm, cfg modelConfig) (_ *gpuModel, err error) {
+	runtime.LockOSThread()
+	drv, err := cudadrv.Load()
+	if err != nil {
+		return nil, err
+	}
+	m := &gpuModel{cfg: cfg, a: cfg.Arch}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	if m.dev, err = drv.Device(cfg.Device); err != nil {
+		return nil, err
+	}
+	pctx, err := m.dev.RetainPrimaryContext()
+	if err != nil {
+		return nil, err
+	}
+	m.retained = true
+	if err = pctx.SetCurrent(); err != nil {
+		return nil, err
+	}
+	if m.stream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+		return nil, err
+	}
+	if _, err = cublas.Load(); err != nil {
+		return nil, err
+	}
+	if m.blas, err = cublas.New(); err != nil {
+		return nil, err
+	}
+	if err = m.blas.SetStream(uintptr(m.stream)); err != nil {
+		return nil, err
+	}
+	if m.k, err = loadKernels(cfg.PTXPath); err != nil {
+		return nil, err
+	}
+	a := m.a
+	n := a.numParams()
+	m.params, m.grads = m.alloc(4*n), m.alloc(4*n)
+	if cfg.BF16GEMM {
+		m.p16 = m.alloc(2 * n)
+	}
+	switch cfg.Optim.Kind {
+	case "momentum":
+		m.state1 = m.alloc(4 * n)
+	case "adam":
+		m.state1, m.state2 = m.alloc(4*n), m.alloc(4*n)
+	}
+	B := cfg.Batch
+	for _, d := range a.dims {
+		m.acts = append(m.acts, m.alloc(4*B*d))
+		if cfg.BF16GEMM {
+			m.acts16 = append(m.acts16, m.alloc(2*B*d))
+		} else {
+			m.acts16 = append(m.acts16, 0)
+		}
+	}
+	m.dA, m.dB = m.alloc(4*B*a.maxDim()), m.alloc(4*B*a.maxDim())
+	if cfg.BF16GEMM {
+		m.dA16, m.dB16 = m.alloc(2*B*a.maxDim()), m.alloc(2*B*a.maxDim())
+	}
+	m.labels, m.lossRows = m.alloc(4*B), m.alloc(4*B)
+	for _, p := range m.allocs {
+		if p == 0 {
+			return nil, errors.New("allocate device memory: out of memory?")
+		}
+	}
+	for _, s := range []cudadrv.DevicePtr{m.state1, m.state2, m.grads} {
+		if s != 0 {
+			if err = cudadrv.MemsetD32(s, 0, n); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	dpc := cfg.DP
+	dpc.Stream = uintptr(m.stream)
+	dpc.Kernels = m.k
+	dpc.AfterReduce = m.afterReduce
+	if m.dp, err = worker.NewDataParallel(c, a.sizes(), comm.Device(uintptr(m.grads), n, comm.Float32), dpc); err != nil {
+		return nil, err
+	}
+	host := make([]float32, n)
+	initParams(a, host, m.dp.Offset, cfg.Seed)
+	if err = cudadrv.CopyToDevice(m.params, host); err != nil {
+		return nil, err
+	}
+	if !cfg.NoBcast {
+		if err = m.dp.BroadcastParams(ctx, comm.Device(uintptr(m.params), n, comm.Float32)); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.BF16GEMM {
+		if err = m.k.ToBF16(uintptr(m.p16), uintptr(m.params), n, uintptr(m.stream)); err != nil {
+			return nil, err
+		}
+	}
+	m.rows = B
+	return m, m.stream.Synchronize()
+}
+
+// alloc allocates bytes of device memory, recording 0 on failure (checked
+// by the caller once).
+func (m *gpuModel) alloc(bytes int) cudadrv.DevicePtr {
+	p, err := cudadrv.MemAlloc(bytes)
+	if err != nil {
+		p = 0
+	}
+	m.allocs = append(m.allocs, p)
+	return p
+}
+
+// at returns the address of parameter i in a buffer of elemSize-byte elements.
+func (m *gpuModel) at(buf cudadrv.DevicePtr, i, elemSize int) uintptr {
+	if buf == 0 {
+		return 0
+	}
+	return uintptr(buf) + uintptr(elemSize*m.dp.Offset(i))
+}
+
+func (m *gpuModel) Load(x []float32, labels []int32) error {
+	rows := len(labels)
+	if rows > m.cfg.Batch || len(x) != rows*m.a.dims[0] {
+		return fmt.Errorf("batch of %d rows (%d values), want at most %d rows of %d", rows, len(x), m.cfg.Batch, m.a.dims[0])
+	}
+	m.rows = rows
+	// On the compute stream: the previous step may still read the batch.
+	if err := cudadrv.CopyToDeviceAsync(m.acts[0], x, m.stream); err != nil {
+		return err
+	}
+	if err := cudadrv.CopyToDeviceAsync(m.labels, labels, m.stream); err != nil {
+		return err
+	}
+	if m.cfg.BF16GEMM {
+		return m.k.ToBF16(uintptr(m.acts16[0]), uintptr(m.acts[0]), len(x), uintptr(m.stream))
+	}
+	return nil
+}
+
+// gemm is C = op(A)·op(B) + beta·C in column-major terms, in float32, or
+// with the bfloat16 copies a16, b16 of A and B.
+func (m *gpuModel) gemm(ta, tb cublas.Op, M, N, K int, a, a16 cudadrv.DevicePtr, lda int, b, b16 cudadrv.DevicePtr, ldb int, beta float32, c cudadrv.DevicePtr, ldc int) error {
+	if m.cfg.BF16GEMM {
+		return m.blas.GemmEx(ta, tb, M, N, K, 1, uintptr(a16), cublas.R16BF, lda, uintptr(b16), cublas.R16BF, ldb, beta, uintptr(c), cublas.R32F, ldc, cublas.Compute32F)
+	}
+	return m.blas.Sgemm(ta, tb, M, N, K, 1, uintptr(a), lda, uintptr(b), ldb, beta, uintptr(c), ldc)
+}
+
+// forward leaves the logits in acts[L]. Row-major Y (rows×out) = X·Wᵀ + b is
+// column-major Yᶜ (out×rows) = Wᶜᵀ·Xᶜ.
+func (m *gpuModel) forward(rows int) error {
+	for l := range m.a.layers() {
+		in, out := m.a.in(l), m.a.out(l)
+		w := cudadrv.DevicePtr(m.at(m.params, 2*l, 4))
+		w16 := cudadrv.DevicePtr(m.at(m.p16, 2*l, 2))
+		if err := m.gemm(cublas.T, cublas.N, out, rows, in, w, w16, in, m.acts[l], m.acts16[l], in, 0, m.acts[l+1], out); err != nil {
+			return err
+		}
+		relu := 0
+		if l < m.a.layers()-1 {
+			relu = 1
+		}
+		g, b := grid1D(rows * out)
+		if err := m.k.biasAct.Launch(g, b, 0, m.stream, m.acts[l+1], m.at(m.params, 2*l+1, 4), rows, out, relu, m.acts16[l+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *gpuModel) Step(ctx context.Context) error {
+	rows, a := m.rows, m.a
+	L := a.layers()
+	s := m.stream
+	if err := m.forward(rows); err != nil {
+		return err
+	}
+	classes := a.dims[L]
+	threads := uint32(32)
+	for threads < 1024 && int(threads) < classes {
+		threads *= 2
+	}
+	threads = min(threads, 256)
+	if err := m.k.softmaxXent.Launch(cudadrv.Dim3{X: uint32(rows)}, cudadrv.Dim3{X: threads}, 0, s,
+		m.acts[L], m.labels, m.dA, m.lossRows, rows, classes, 1/float32(rows)); err != nil {
+		return err
+	}
+	m.lastRows = rows
+	if m.cfg.BF16GEMM {
+		if err := m.k.ToBF16(uintptr(m.dA16), uintptr(m.dA), rows*classes, uintptr(s)); err != nil {
+			return err
+		}
+	}
+	var beta float32
+	if m.dp.MicroStep() > 0 {
+		beta = 1
+	}
+	cur, next, cur16, next16 := m.dA, m.dB, m.dA16, m.dB16
+	for l := L - 1; l >= 0; l-- {
+		in, out := a.in(l), a.out(l)
+		if err := m.k.biasGrad.Launch(cudadrv.Dim3{X: uint32((out + 31) / 32)}, cudadrv.Dim3{X: 32, Y: 8}, 0, s,
+			m.at(m.grads, 2*l+1, 4), cur, rows, out, beta); err != nil {
+			return err
+		}
+		w := cudadrv.DevicePtr(m.at(m.params, 2*l, 4))
+		w16 := cudadrv.DevicePtr(m.at(m.p16, 2*l, 2))
+		// Input gradient first: W_l is not read after Ready, since the
+		// optimizer updates it on the communication stream.
+		if l > 0 {
+			// dX (rows×in) = G·W: column-major dXᶜ (in×rows) = Wᶜ·Gᶜ.
+			if err := m.gemm(cublas.N, cublas.N, in, rows, out, w, w16, in, cur, cur16, out, 0, next, in); err != nil {
+				return err
+			}
+			g, b := grid1D(rows * in)
+			if err := m.k.reluBwd.Launch(g, b, 0, s, next, m.acts[l], int64(rows*in), uintptr(next16)); err != nil {
+				return err
+			}
+		}
+		// dW (out×in) = Gᵀ·X: column-major dWᶜ (in×out) = Xᶜ·Gᶜᵀ.
+		dw := cudadrv.DevicePtr(m.at(m.grads, 2*l, 4))
+		if err := m.gemm(cublas.N, cublas.T, in, out, rows, m.acts[l], m.acts16[l], in, cur, cur16, out, beta, dw, in); err != nil {
+			return err
+		}
+		if err := m.dp.Ready(ctx, 2*l+1); err != nil {
+			return err
+		}
+		if err := m.dp.Ready(ctx, 2*l); err != nil {
+			return err
+		}
+		cur, next, cur16, next16 = next, cur, next16, cur16
+	}
+	synced, err := m.dp.Finish(ctx)
+	if err != nil {
+		return err
+	}
+	if synced {
+		m.t++
+	}
+	return nil
+}
+
+// afterReduce enqueues the optimizer step of one bucket on the
+// communication stream, right after its all-reduce.
+func (m *gpuModel) afterReduce(b worker.Bucket, s uintptr) error {
+	off := uintptr(b.Offset)
+	p, g := uintptr(m.params)+4*off, uintptr(m.grads)+4*off
+	var p16 uintptr
+	if m.p16 != 0 {
+		p16 = uintptr(m.p16) + 2*off
+	}
+	n := int64(b.Len)
+	o := m.cfg.Optim
+	switch o.Kind {
+	case "sgd":
+		return m.k.elementwise(m.k.sgd, b.Len, s, p, g, o.LR, n, p16)
+	case "momentum":
+		return m.k.elementwise(m.k.sgdMomentum, b.Len, s, p, g, uintptr(m.state1)+4*off, o.LR, o.Momentum, n, p16)
+	case "adam":
+		t := float64(m.t + 1)
+		c1 := float32(1 - math.Pow(float64(o.Beta1), t))
+		c2 := float32(1 - math.Pow(float64(o.Beta2), t))
+		return m.k.elementwise(m.k.adam, b.Len, s, p, g, uintptr(m.state1)+4*off, uintptr(m.state2)+4*off,
+			o.LR, o.Beta1, o.Beta2, o.Eps, c1, c2, n, p16)
+	}
+	return errors.New("unknown optimizer " + o.Kind)
+}
+
+func (m *gpuModel) Loss() (float32, error) {
+	if err := m.stream.Synchronize(); err != nil {
+		return 0, err
+	}
+	l := make([]float32, m.lastRows)
+	if err := cudadrv.CopyFromDevice(l, m.lossRows); err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, v := range l {
+		sum += float64(v)
+	}
+	return float32(sum / float64(len(l))), nil
+}
+
+func (m *gpuModel) Predict(x []float32, rows int) ([]int32, error) {
+	in := m.a.dims[0]
+	L := m.a.layers()
+	classes := m.a.dims[L]
+	out := make([]int32, 0, rows)
+	logits := make([]float32, m.cfg.Batch*classes)
+	for lo := 0; lo < rows; lo += m.cfg.Batch {
+		n := min(m.cfg.Batch, rows-lo)
+		if err := cudadrv.CopyToDeviceAsync(m.acts[0], x[lo*in:(lo+n)*in], m.stream); err != nil {
+			return nil, err
+		}
+		if m.cfg.BF16GEMM {
+			if err := m.k.ToBF16(uintptr(m.acts16[0]), uintptr(m.acts[0]), n*in, uintptr(m.stream)); err != nil {
+				return nil, err
+			}
+		}
+		if err := m.forward(n); err != nil {
+			return nil, err
+		}
+		if err := m.stream.Synchronize(); err != nil {
+			return nil, err
+		}
+		if err := cudadrv.CopyFromDevice(logits[:n*classes], m.acts[L]); err != nil {
+			return nil, err
+		}
+		for r := range n {
+			row := logits[r*classes : (r+1)*classes]
+			best := 0
+			for c, v := range row {
+				if v > row[best] {
+					best = c
+				}
+			}
+			out = append(out, int32(best))
+		}
+	}
+	return out, nil
+}
+
+func (m *gpuModel) copyOut(p cudadrv.DevicePtr) ([]float32, error) {
+	if err := m.stream.Synchronize(); err != nil {
+		return nil, err
+	}
+	h := make([]float32, m.a.numParams())
+	return h, cudadrv.CopyFromDevice(h, p)
+}
+
+func (m *gpuModel) Params() ([]float32, error) { return m.copyOut(m.params) }
+func (m *gpuModel) Grads() ([]float32, error)  { return m.copyOut(m.grads) }
+func (m *gpuModel) Sync() error                { return m.stream.Synchronize() }
+func (m *gpuModel) SetLR(lr float32)           { m.cfg.Optim.LR = lr }
+
+func (m *gpuModel) Close() error {
+	if m.stream != 0 {
+		m.stream.Synchronize()
+	}
+	if m.dp != nil {
+		m.dp.Close()
+	}
+	for _, p := range m.allocs {
+		if p != 0 {
+			p.Free()
+		}
+	}
+	m.allocs = nil
+	if m.blas != 0 {
+		m.blas.Destroy()
+	}
+	if m.k != nil {
+		m.k.mod.Unload()
+	}
+	if m.stream != 0 {
+		m.stream.Destroy()
+	}
+	if m.retained {
+		m.dev.ReleasePrimaryContext()
+	}
+	return nil
+}

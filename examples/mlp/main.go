@@ -1,0 +1,386 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gotrain/gotrain/worker"
+	"github.com/gotrain/gotrain/worker/comm"
+	"github.com/gotrain/gotrain/worker/ncclcomm"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "mlp:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command line's settings.
+type options struct {
+	mode      string // "synthetic" or "mnist"
+	device    string // "gpu", "cpu" or "" (gpu with the NCCL backend)
+	in        int
+	hidden    int
+	layers    int
+	classes   int
+	batch     int
+	steps     int
+	warmup    int
+	epochs    int
+	precision string
+	optimizer string
+	lr        float64
+	momentum  float64
+	bucketMB  float64
+	accum     int
+	reduceBF  bool
+	seed      uint64
+	data      string
+	ptx       string
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	o := options{}
+	fs := flag.NewFlagSet("mlp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: gotrain launch [launch flags] -- mlp [flags]
+
+Trains an MLP data-parallel over the job's ranks, on GPUs (--backend nccl,
+a binary built with -tags cuda) or CPUs (--backend cpu).
+
+  --mode synthetic  the shape of PyTorch's DDP anchor (1024→4096→4096→4096→1024,
+                    batch 512 per rank, fp32, SGD) on fixed random data; rank 0
+                    prints "gotrain world=… step_ms=…" like the anchor
+  --mode mnist      MNIST; rank 0 prints the test accuracy after each epoch
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.mode, "mode", "synthetic", "synthetic or mnist")
+	fs.StringVar(&o.device, "device", "", "gpu or cpu (default: gpu with --backend nccl, else cpu)")
+	fs.IntVar(&o.in, "in", 1024, "synthetic: inputs")
+	fs.IntVar(&o.hidden, "hidden", 0, "hidden units (default 4096 synthetic, 1024 mnist)")
+	fs.IntVar(&o.layers, "layers", 0, "linear layers (default 4 synthetic, 3 mnist)")
+	fs.IntVar(&o.classes, "classes", 1024, "synthetic: classes")
+	fs.IntVar(&o.batch, "batch", 0, "examples per rank per step (default 512 synthetic, 128 mnist)")
+	fs.IntVar(&o.steps, "steps", 100, "synthetic: timed steps")
+	fs.IntVar(&o.warmup, "warmup", 10, "synthetic: untimed steps first")
+	fs.IntVar(&o.epochs, "epochs", 6, "mnist: passes over the training set")
+	fs.StringVar(&o.precision, "precision", "fp32", "fp32, or bf16 (bfloat16 GEMM inputs, float32 accumulation and master weights; GPU only)")
+	fs.StringVar(&o.optimizer, "optimizer", "", "sgd, momentum or adam (default sgd synthetic, momentum mnist)")
+	fs.Float64Var(&o.lr, "lr", 0, "learning rate (default 1e-3 synthetic, 0.05 mnist, cosine-annealed)")
+	fs.Float64Var(&o.momentum, "momentum", 0.9, "momentum of --optimizer momentum")
+	fs.Float64Var(&o.bucketMB, "bucket-mb", 25, "gradient bucket size in MiB")
+	fs.IntVar(&o.accum, "accum", 1, "gradient accumulation: micro-steps per all-reduce")
+	fs.BoolVar(&o.reduceBF, "reduce-bf16", false, "all-reduce the gradients in bfloat16")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
+	fs.StringVar(&o.data, "data", "", "mnist: directory of the MNIST IDX .gz files (default: the GoMNIST module's data/)")
+	fs.StringVar(&o.ptx, "ptx", "", "load the CUDA kernels from this PTX file instead of the embedded one")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
+	}
+	def := func(v *int, synth, mnist int) {
+		if *v == 0 {
+			*v = synth
+			if o.mode == "mnist" {
+				*v = mnist
+			}
+		}
+	}
+	def(&o.hidden, 4096, 1024)
+	def(&o.layers, 4, 3)
+	def(&o.batch, 512, 128)
+	if o.optimizer == "" {
+		o.optimizer = map[bool]string{true: "momentum", false: "sgd"}[o.mode == "mnist"]
+	}
+	if o.lr == 0 {
+		o.lr = map[bool]float64{true: 0.05, false: 1e-3}[o.mode == "mnist"]
+	}
+	switch {
+	case o.mode != "synthetic" && o.mode != "mnist":
+		return o, fmt.Errorf("--mode %q: want synthetic or mnist", o.mode)
+	case o.precision != "fp32" && o.precision != "bf16":
+		return o, fmt.Errorf("--precision %q: want fp32 or bf16", o.precision)
+	case o.device != "" && o.device != "gpu" && o.device != "cpu":
+		return o, fmt.Errorf("--device %q: want gpu or cpu", o.device)
+	case o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0:
+		return o, errors.New("--layers, --hidden, --batch, --accum and --bucket-mb must be positive")
+	}
+	return o, nil
+}
+
+func (o options) arch(in, classes int) arch {
+	dims := []int{in}
+	for range o.layers - 1 {
+		dims = append(dims, o.hidden)
+	}
+	return arch{dims: append(dims, classes)}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	w, err := worker.Init(ctx, worker.WithLogger(log))
+	if errors.Is(err, worker.ErrNotLaunched) {
+		return fmt.Errorf("%w\n\tfor example: bin/gotrain launch --nproc-per-node 2 --backend nccl -- bin/mlp", err)
+	}
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if o.device == "" {
+		o.device = map[bool]string{true: "gpu", false: "cpu"}[w.Backend == "nccl"]
+	}
+	if o.device == "gpu" && w.Backend != "nccl" {
+		return errors.New("--device gpu needs `gotrain launch --backend nccl`")
+	}
+	c, err := w.NewComm(ctx, "mlp")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	in, classes := o.in, o.classes
+	var ds *dataset
+	if o.mode == "mnist" {
+		if o.data == "" {
+			if o.data, err = defaultDataDir(); err != nil {
+				return fmt.Errorf("rank %d: %w", w.Rank, err)
+			}
+		}
+		if ds, err = loadDataset(o.data); err != nil {
+			return fmt.Errorf("rank %d: %w", w.Rank, err)
+		}
+		in, classes = Pixels, numClasses
+	}
+	cfg := modelConfig{
+		Arch: o.arch(in, classes), Batch: o.batch, Seed: o.seed, PTXPath: o.ptx,
+		BF16GEMM: o.precision == "bf16",
+		Optim:    optim{Kind: o.optimizer, LR: float32(o.lr), Momentum: float32(o.momentum), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
+		DP: worker.DataParallelConfig{
+			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
+		},
+		Device: ncclcomm.DeviceFor(w.GPU, os.Getenv),
+	}
+	if err := cfg.Optim.validate(); err != nil {
+		return err
+	}
+	var m model
+	if o.device == "gpu" {
+		m, err = newGPUModel(ctx, c, cfg)
+	} else {
+		if cfg.BF16GEMM {
+			return errors.New("--precision bf16 is for GPUs")
+		}
+		m, err = newCPUModel(ctx, c, cfg)
+	}
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", w.Rank, err)
+	}
+	defer m.Close()
+	if o.mode == "mnist" {
+		err = trainMNIST(ctx, c, m, ds, o, stdout)
+	} else {
+		err = synthetic(ctx, c, m, cfg, o, stdout)
+	}
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", w.Rank, err)
+	}
+	return nil
+}
+
+// synthetic times steps on one fixed random batch, as the PyTorch anchor does.
+func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o options, out io.Writer) error {
+	a := cfg.Arch
+	rng := rand.New(rand.NewPCG(o.seed, uint64(c.Rank())))
+	x := make([]float32, o.batch*a.dims[0])
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	y := make([]int32, o.batch)
+	for i := range y {
+		y[i] = int32(rng.IntN(a.dims[len(a.dims)-1]))
+	}
+	if err := m.Load(x, y); err != nil {
+		return err
+	}
+	for range o.warmup {
+		if err := m.Step(ctx); err != nil {
+			return err
+		}
+	}
+	first, err := m.Loss()
+	if err != nil {
+		return err
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	start := time.Now()
+	for range o.steps {
+		if err := m.Step(ctx); err != nil {
+			return err
+		}
+	}
+	if err := m.Sync(); err != nil {
+		return err
+	}
+	dt := time.Since(start)
+	last, err := m.Loss()
+	if err != nil {
+		return err
+	}
+	agree, err := ranksAgree(ctx, c, m)
+	if err != nil {
+		return err
+	}
+	if c.Rank() == 0 {
+		stepMS := dt.Seconds() / float64(o.steps) * 1e3
+		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.2f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%t\n",
+			c.Size(), a.numParams(), o.batch, stepMS, float64(o.batch*c.Size()*o.steps)/dt.Seconds(),
+			o.device, o.precision, o.reduceBF, a, first, last, agree)
+	}
+	return nil
+}
+
+// ranksAgree reports whether every rank holds bitwise the same parameters.
+func ranksAgree(ctx context.Context, c comm.Comm, m model) (bool, error) {
+	p, err := m.Params()
+	if err != nil {
+		return false, err
+	}
+	h := fnv.New64a()
+	h.Write(comm.Host(p).HostBytes())
+	mine := []int64{int64(h.Sum64())}
+	all := make([]int64, c.Size())
+	if err := c.AllGather(ctx, comm.Host(mine), comm.Host(all)); err != nil {
+		return false, fmt.Errorf("all-gather the weight hashes: %w", err)
+	}
+	for _, v := range all {
+		if v != mine[0] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// trainMNIST trains for o.epochs, each rank on its share of every shuffled
+// epoch, with a cosine learning rate; rank 0 prints the test accuracy.
+func trainMNIST(ctx context.Context, c comm.Comm, m model, ds *dataset, o options, out io.Writer) error {
+	rank, world := c.Rank(), c.Size()
+	n := ds.train.len()
+	perRank := n / world
+	stepsPerEpoch := perRank / o.batch
+	total := stepsPerEpoch * o.epochs
+	rng := rand.New(rand.NewPCG(o.seed, 99)) // the same on every rank
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	x := make([]float32, o.batch*Pixels)
+	y := make([]int32, o.batch)
+	step := 0
+	start := time.Now()
+	for epoch := range o.epochs {
+		rng.Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+		mine := order[rank*perRank : (rank+1)*perRank]
+		var lossSum float64
+		for s := range stepsPerEpoch {
+			idx := mine[s*o.batch : (s+1)*o.batch]
+			for r, i := range idx {
+				row := x[r*Pixels : (r+1)*Pixels]
+				for j, p := range ds.train.image(i) {
+					row[j] = float32(p) * (1.0 / 255)
+				}
+				y[r] = int32(ds.train.labels[i])
+			}
+			if err := m.Load(x, y); err != nil {
+				return err
+			}
+			m.SetLR(float32(o.lr * 0.5 * (1 + math.Cos(math.Pi*float64(step)/float64(total)))))
+			if err := m.Step(ctx); err != nil {
+				return err
+			}
+			if s%50 == 0 {
+				l, err := m.Loss()
+				if err != nil {
+					return err
+				}
+				lossSum += float64(l)
+			}
+			step++
+		}
+		acc, err := testAccuracy(ctx, c, m, ds)
+		if err != nil {
+			return err
+		}
+		if rank == 0 {
+			fmt.Fprintf(out, "epoch %d loss=%.4f test_accuracy=%.4f elapsed=%s\n", epoch+1,
+				lossSum/float64((stepsPerEpoch+49)/50), acc, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	acc, err := testAccuracy(ctx, c, m, ds)
+	if err != nil {
+		return err
+	}
+	agree, err := ranksAgree(ctx, c, m)
+	if err != nil {
+		return err
+	}
+	if rank == 0 {
+		fmt.Fprintf(out, "final test_accuracy=%.4f ranks_agree=%t\n", acc, agree)
+	}
+	return nil
+}
+
+// testAccuracy classifies the test set, each rank its share, and sums the
+// counts over the ranks.
+func testAccuracy(ctx context.Context, c comm.Comm, m model, ds *dataset) (float64, error) {
+	s := &ds.test
+	from, to := c.Rank()*s.len()/c.Size(), (c.Rank()+1)*s.len()/c.Size()
+	x := make([]float32, (to-from)*Pixels)
+	for i := from; i < to; i++ {
+		for j, p := range s.image(i) {
+			x[(i-from)*Pixels+j] = float32(p) * (1.0 / 255)
+		}
+	}
+	pred, err := m.Predict(x, to-from)
+	if err != nil {
+		return 0, err
+	}
+	counts := []int64{0}
+	for i, p := range pred {
+		if int(p) == int(s.labels[from+i]) {
+			counts[0]++
+		}
+	}
+	if err := c.AllReduce(ctx, comm.Host(counts), comm.Host(counts), comm.Sum); err != nil {
+		return 0, err
+	}
+	return float64(counts[0]) / float64(s.len()), nil
+}
