@@ -2412,9 +2412,19 @@ type RankProgress struct {
 	ProcessState string `protobuf:"bytes,8,opt,name=process_state,json=processState,proto3" json:"process_state,omitempty"`
 	// The worker reports through the worker library (Agent.Attach); false for
 	// programs that do not use it.
-	Attached      bool `protobuf:"varint,9,opt,name=attached,proto3" json:"attached,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Attached bool `protobuf:"varint,9,opt,name=attached,proto3" json:"attached,omitempty"`
+	// Set by the agent: the rank's GPU as last sampled through NVML; absent
+	// when the rank has no GPU or the node no driver.
+	Gpu *GPUSample `protobuf:"bytes,10,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	// Set by the agent: steps per second over the last few seconds, from the
+	// steps the worker reported (worker.ReportStep); 0 when it reports none.
+	StepsPerSecond float64 `protobuf:"fixed64,11,opt,name=steps_per_second,json=stepsPerSecond,proto3" json:"steps_per_second,omitempty"`
+	// Set by the agent (its clock): when the rank last advanced (its step or a
+	// completed collective moved), or when its process started if it has not
+	// advanced yet; 0 when unknown.
+	ProgressUnixNanos int64 `protobuf:"varint,12,opt,name=progress_unix_nanos,json=progressUnixNanos,proto3" json:"progress_unix_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RankProgress) Reset() {
@@ -2510,6 +2520,191 @@ func (x *RankProgress) GetAttached() bool {
 	return false
 }
 
+func (x *RankProgress) GetGpu() *GPUSample {
+	if x != nil {
+		return x.Gpu
+	}
+	return nil
+}
+
+func (x *RankProgress) GetStepsPerSecond() float64 {
+	if x != nil {
+		return x.StepsPerSecond
+	}
+	return 0
+}
+
+func (x *RankProgress) GetProgressUnixNanos() int64 {
+	if x != nil {
+		return x.ProgressUnixNanos
+	}
+	return 0
+}
+
+// GPUSample is one GPU's state as the agent sampled it through NVML, about
+// once a second. Values NVML could not give are -1.
+type GPUSample struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// NVML index on the node.
+	Index int32  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Uuid  string `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Name  string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// When the agent took the sample (its clock).
+	UnixNanos        int64   `protobuf:"varint,4,opt,name=unix_nanos,json=unixNanos,proto3" json:"unix_nanos,omitempty"`
+	UtilPercent      int32   `protobuf:"varint,5,opt,name=util_percent,json=utilPercent,proto3" json:"util_percent,omitempty"`
+	MemoryUsedBytes  uint64  `protobuf:"varint,6,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"`
+	MemoryTotalBytes uint64  `protobuf:"varint,7,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	PowerWatts       float64 `protobuf:"fixed64,8,opt,name=power_watts,json=powerWatts,proto3" json:"power_watts,omitempty"`
+	PowerLimitWatts  float64 `protobuf:"fixed64,9,opt,name=power_limit_watts,json=powerLimitWatts,proto3" json:"power_limit_watts,omitempty"`
+	TemperatureC     int32   `protobuf:"varint,10,opt,name=temperature_c,json=temperatureC,proto3" json:"temperature_c,omitempty"`
+	// Where the GPU starts to slow itself down.
+	SlowdownTemperatureC int32 `protobuf:"varint,11,opt,name=slowdown_temperature_c,json=slowdownTemperatureC,proto3" json:"slowdown_temperature_c,omitempty"`
+	SmClockMhz           int32 `protobuf:"varint,12,opt,name=sm_clock_mhz,json=smClockMhz,proto3" json:"sm_clock_mhz,omitempty"`
+	// NVML's clock event (throttle) reasons bit set.
+	ThrottleReasons uint64 `protobuf:"varint,13,opt,name=throttle_reasons,json=throttleReasons,proto3" json:"throttle_reasons,omitempty"`
+	// XID errors the driver reported for this GPU since the agent started,
+	// and the code of the last one.
+	XidErrors     uint64 `protobuf:"varint,14,opt,name=xid_errors,json=xidErrors,proto3" json:"xid_errors,omitempty"`
+	LastXid       uint64 `protobuf:"varint,15,opt,name=last_xid,json=lastXid,proto3" json:"last_xid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GPUSample) Reset() {
+	*x = GPUSample{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GPUSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GPUSample) ProtoMessage() {}
+
+func (x *GPUSample) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
+func (*GPUSample) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GPUSample) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *GPUSample) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *GPUSample) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GPUSample) GetUnixNanos() int64 {
+	if x != nil {
+		return x.UnixNanos
+	}
+	return 0
+}
+
+func (x *GPUSample) GetUtilPercent() int32 {
+	if x != nil {
+		return x.UtilPercent
+	}
+	return 0
+}
+
+func (x *GPUSample) GetMemoryUsedBytes() uint64 {
+	if x != nil {
+		return x.MemoryUsedBytes
+	}
+	return 0
+}
+
+func (x *GPUSample) GetMemoryTotalBytes() uint64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
+}
+
+func (x *GPUSample) GetPowerWatts() float64 {
+	if x != nil {
+		return x.PowerWatts
+	}
+	return 0
+}
+
+func (x *GPUSample) GetPowerLimitWatts() float64 {
+	if x != nil {
+		return x.PowerLimitWatts
+	}
+	return 0
+}
+
+func (x *GPUSample) GetTemperatureC() int32 {
+	if x != nil {
+		return x.TemperatureC
+	}
+	return 0
+}
+
+func (x *GPUSample) GetSlowdownTemperatureC() int32 {
+	if x != nil {
+		return x.SlowdownTemperatureC
+	}
+	return 0
+}
+
+func (x *GPUSample) GetSmClockMhz() int32 {
+	if x != nil {
+		return x.SmClockMhz
+	}
+	return 0
+}
+
+func (x *GPUSample) GetThrottleReasons() uint64 {
+	if x != nil {
+		return x.ThrottleReasons
+	}
+	return 0
+}
+
+func (x *GPUSample) GetXidErrors() uint64 {
+	if x != nil {
+		return x.XidErrors
+	}
+	return 0
+}
+
+func (x *GPUSample) GetLastXid() uint64 {
+	if x != nil {
+		return x.LastXid
+	}
+	return 0
+}
+
 type ReportProgressRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2520,7 +2715,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2727,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2740,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -2570,7 +2765,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2777,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2790,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
 }
 
 type ReportWorkerExitRequest struct {
@@ -2619,7 +2814,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2826,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2839,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -2732,7 +2927,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2939,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2952,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
 }
 
 type GetJobStatusRequest struct {
@@ -2768,7 +2963,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +2975,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +2988,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
 }
 
 type NodeStatus struct {
@@ -2807,7 +3002,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +3014,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +3027,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -2874,7 +3069,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +3081,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +3094,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -2977,7 +3172,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3184,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3197,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -3279,7 +3474,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x04root\x18\x05 \x01(\x05R\x04root\x12\x1b\n" +
 	"\treduce_op\x18\x06 \x01(\tR\breduceOp\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12.\n" +
-	"\x13enqueued_unix_nanos\x18\b \x01(\x03R\x11enqueuedUnixNanos\"\xa6\x02\n" +
+	"\x13enqueued_unix_nanos\x18\b \x01(\x03R\x11enqueuedUnixNanos\"\xa9\x03\n" +
 	"\fRankProgress\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1e\n" +
 	"\n" +
@@ -3292,7 +3487,32 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x03pid\x18\x06 \x01(\x05R\x03pid\x12.\n" +
 	"\x05comms\x18\a \x03(\v2\x18.gotrain.v1.CommProgressR\x05comms\x12#\n" +
 	"\rprocess_state\x18\b \x01(\tR\fprocessState\x12\x1a\n" +
-	"\battached\x18\t \x01(\bR\battached\"`\n" +
+	"\battached\x18\t \x01(\bR\battached\x12'\n" +
+	"\x03gpu\x18\n" +
+	" \x01(\v2\x15.gotrain.v1.GPUSampleR\x03gpu\x12(\n" +
+	"\x10steps_per_second\x18\v \x01(\x01R\x0estepsPerSecond\x12.\n" +
+	"\x13progress_unix_nanos\x18\f \x01(\x03R\x11progressUnixNanos\"\x94\x04\n" +
+	"\tGPUSample\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
+	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"unix_nanos\x18\x04 \x01(\x03R\tunixNanos\x12!\n" +
+	"\futil_percent\x18\x05 \x01(\x05R\vutilPercent\x12*\n" +
+	"\x11memory_used_bytes\x18\x06 \x01(\x04R\x0fmemoryUsedBytes\x12,\n" +
+	"\x12memory_total_bytes\x18\a \x01(\x04R\x10memoryTotalBytes\x12\x1f\n" +
+	"\vpower_watts\x18\b \x01(\x01R\n" +
+	"powerWatts\x12*\n" +
+	"\x11power_limit_watts\x18\t \x01(\x01R\x0fpowerLimitWatts\x12#\n" +
+	"\rtemperature_c\x18\n" +
+	" \x01(\x05R\ftemperatureC\x124\n" +
+	"\x16slowdown_temperature_c\x18\v \x01(\x05R\x14slowdownTemperatureC\x12 \n" +
+	"\fsm_clock_mhz\x18\f \x01(\x05R\n" +
+	"smClockMhz\x12)\n" +
+	"\x10throttle_reasons\x18\r \x01(\x04R\x0fthrottleReasons\x12\x1d\n" +
+	"\n" +
+	"xid_errors\x18\x0e \x01(\x04R\txidErrors\x12\x19\n" +
+	"\blast_xid\x18\x0f \x01(\x04R\alastXid\"`\n" +
 	"\x15ReportProgressRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
 	"\x05ranks\x18\x02 \x03(\v2\x18.gotrain.v1.RankProgressR\x05ranks\"\x18\n" +
@@ -3377,7 +3597,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
@@ -3413,14 +3633,15 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*CommProgress)(nil),             // 31: gotrain.v1.CommProgress
 	(*Collective)(nil),               // 32: gotrain.v1.Collective
 	(*RankProgress)(nil),             // 33: gotrain.v1.RankProgress
-	(*ReportProgressRequest)(nil),    // 34: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 35: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 36: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 37: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 38: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 39: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 40: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 41: gotrain.v1.JobStatus
+	(*GPUSample)(nil),                // 34: gotrain.v1.GPUSample
+	(*ReportProgressRequest)(nil),    // 35: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 36: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 37: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 38: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 39: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 40: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 41: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 42: gotrain.v1.JobStatus
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
@@ -3445,52 +3666,53 @@ var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	32, // 19: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
 	21, // 20: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
 	18, // 21: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	41, // 22: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	42, // 22: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
 	22, // 23: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
 	32, // 24: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
 	31, // 25: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	33, // 26: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	7,  // 27: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	33, // 28: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	39, // 29: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	40, // 30: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	13, // 31: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	22, // 32: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	8,  // 33: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	10, // 34: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	25, // 35: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	27, // 36: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	29, // 37: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	34, // 38: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	36, // 39: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	38, // 40: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	19, // 41: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	23, // 42: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	25, // 43: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	27, // 44: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	29, // 45: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	34, // 46: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 47: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	9,  // 48: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	16, // 49: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	26, // 50: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	28, // 51: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	30, // 52: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	35, // 53: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	37, // 54: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	41, // 55: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	20, // 56: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	24, // 57: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	26, // 58: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	28, // 59: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	30, // 60: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	35, // 61: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	5,  // 62: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	48, // [48:63] is the sub-list for method output_type
-	33, // [33:48] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	34, // 26: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	33, // 27: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	7,  // 28: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	33, // 29: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	40, // 30: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	41, // 31: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	13, // 32: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	22, // 33: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	8,  // 34: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	10, // 35: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	25, // 36: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	27, // 37: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	29, // 38: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	35, // 39: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	37, // 40: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	39, // 41: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	19, // 42: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	23, // 43: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	25, // 44: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	27, // 45: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	29, // 46: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	35, // 47: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 48: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	9,  // 49: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	16, // 50: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	26, // 51: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	28, // 52: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	30, // 53: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	36, // 54: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	38, // 55: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	42, // 56: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	20, // 57: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	24, // 58: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	26, // 59: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	28, // 60: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	30, // 61: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	36, // 62: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	5,  // 63: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	49, // [49:64] is the sub-list for method output_type
+	34, // [34:49] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -3519,7 +3741,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
