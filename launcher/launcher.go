@@ -269,6 +269,7 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	relaySrv := grpc.NewServer(token.ServerOptions(a.cfg.JobToken)...)
 	a.hub = newHub(a.log, a.coord, a.nodeID)
+	a.startGPUSampling(ctx) // gpusample.go
 	go a.hub.report(ctx)
 	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: coordAddr, Token: a.cfg.JobToken}); err == nil {
 		defer f.Remove() // lets `gotrain diagnose` find this job

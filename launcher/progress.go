@@ -53,6 +53,7 @@ type hub struct {
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
 	gpus   map[int]int // rank -> GPU index, current generation
+	tel    *telemetry  // GPU samples and step rates (telemetry.go); nil: none
 
 	sendMu sync.Mutex // one ReportProgress at a time, in order
 
@@ -96,6 +97,7 @@ func (h *hub) started(gen int64, rank, pid, gpu int) {
 	}
 	h.ranks[rank] = &rankSlot{rank: rank, pid: pid}
 	h.gpus[rank] = gpu
+	h.tel.started(gen, rank)
 }
 
 // exited records that a worker's process ended.
@@ -136,6 +138,7 @@ func (h *hub) progress(w *attachedWorker, p *gotrainv1.RankProgress) {
 	defer h.mu.Unlock()
 	if s := h.ranks[w.rank]; s != nil && h.gen == w.gen && p.GetGeneration() == w.gen {
 		s.progress = p
+		h.tel.observe(w.rank, p)
 		if s.worker == nil && s.pid == w.pid {
 			s.worker = w // it attached before the agent recorded its start
 		}
@@ -222,6 +225,9 @@ func (h *hub) batch() *gotrainv1.ReportProgressRequest {
 			p = &gotrainv1.RankProgress{Rank: int32(r), Generation: h.gen, Pid: int32(s.pid)}
 		}
 		p.Attached = s.progress != nil
+		if g, ok := h.gpus[r]; ok {
+			h.tel.annotate(r, p, g)
+		}
 		if !s.exited {
 			p.ProcessState = procState(s.pid)
 		}
