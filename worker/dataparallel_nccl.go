@@ -78,26 +78,44 @@ func (e *deviceEngine) launch(ctx context.Context, b int) error {
 		if err := s.WaitEvent(e.readyEv[b]); err != nil {
 			return err
 		}
-		comm := e.nc.NCCL()
-		if !dp.cfg.BF16 {
-			if err := comm.AllReduce(g, g, bk.Len, nccl.Float32, nccl.Avg, uintptr(s)); err != nil {
-				return err
-			}
-			if dp.cfg.AccumulationSteps > 1 {
-				return dp.cfg.Kernels.Scale(g, bk.Len, dp.postScale(), uintptr(s))
-			}
-			return nil
-		}
-		h := uintptr(e.bf16)
-		if err := dp.cfg.Kernels.ToBF16(h, g, bk.Len, uintptr(s)); err != nil {
+		if err := e.reduce(bk, g, s); err != nil {
 			return err
 		}
-		if err := comm.AllReduce(h, h, bk.Len, nccl.BFloat16, nccl.Sum, uintptr(s)); err != nil {
-			return err
+		if dp.cfg.AfterReduce != nil {
+			return dp.cfg.AfterReduce(bk, uintptr(s))
 		}
-		scale := float32(1 / float64(dp.c.Size()*dp.cfg.AccumulationSteps))
-		return dp.cfg.Kernels.FromBF16(g, h, bk.Len, scale, uintptr(s))
+		return nil
 	})
+}
+
+// reduce enqueues the reduction of bucket bk (at g) on s.
+func (e *deviceEngine) reduce(bk Bucket, g uintptr, s cudadrv.Stream) error {
+	dp := e.dp
+	comm := e.nc.NCCL()
+	if dp.c.Size() == 1 && !dp.cfg.BF16 { // one rank: the sum is the gradient
+		if dp.cfg.AccumulationSteps > 1 {
+			return dp.cfg.Kernels.Scale(g, bk.Len, dp.postScale(), uintptr(s))
+		}
+		return nil
+	}
+	if !dp.cfg.BF16 {
+		if err := comm.AllReduce(g, g, bk.Len, nccl.Float32, nccl.Avg, uintptr(s)); err != nil {
+			return err
+		}
+		if dp.cfg.AccumulationSteps > 1 {
+			return dp.cfg.Kernels.Scale(g, bk.Len, dp.postScale(), uintptr(s))
+		}
+		return nil
+	}
+	h := uintptr(e.bf16)
+	if err := dp.cfg.Kernels.ToBF16(h, g, bk.Len, uintptr(s)); err != nil {
+		return err
+	}
+	if err := comm.AllReduce(h, h, bk.Len, nccl.BFloat16, nccl.Sum, uintptr(s)); err != nil {
+		return err
+	}
+	scale := float32(1 / float64(dp.c.Size()*dp.cfg.AccumulationSteps))
+	return dp.cfg.Kernels.FromBF16(g, h, bk.Len, scale, uintptr(s))
 }
 
 func (e *deviceEngine) finish(ctx context.Context) error {
