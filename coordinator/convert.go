@@ -77,6 +77,7 @@ func progressFromProto(p *gotrainv1.RankProgress) job.Progress {
 		hangFromProto(&out.Comms[len(out.Comms)-1], c) // hang.go
 	}
 	out.ProcState, out.Attached = p.GetProcessState(), p.GetAttached()
+	telemetryFromProto(&out, p) // telemetry.go
 	return out
 }
 
@@ -95,6 +96,7 @@ func progressToProto(p *job.Progress) *gotrainv1.RankProgress {
 		out.UnixNanos = p.Time.UnixNano()
 	}
 	out.ProcessState, out.Attached = p.ProcState, p.Attached
+	telemetryToProto(out, p) // telemetry.go
 	for _, c := range p.Comms {
 		out.Comms = append(out.Comms, &gotrainv1.CommProgress{
 			Comm:         c.Comm,

@@ -114,6 +114,11 @@ type Progress struct {
 	// Attached: the worker reports through the worker library; false for
 	// programs that do not use it (then Comms is empty).
 	Attached bool
+	// Set by the agent (gpu.go): the rank's GPU sample (GPU.Time zero when
+	// none), its step rate, and when it last advanced (zero when unknown).
+	GPU            GPUSample
+	StepsPerSecond float64
+	Advanced       time.Time
 }
 
 // CommProgress is the progress of one communicator of a rank.

@@ -1,0 +1,46 @@
+package coordinator
+
+import (
+	"time"
+
+	"github.com/gotrain/gotrain/coordinator/job"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// Telemetry the agents add to their ranks' progress (GPU samples, step
+// rates, last progress times), converted between wire and machine types;
+// convert.go calls these.
+
+func telemetryFromProto(out *job.Progress, p *gotrainv1.RankProgress) {
+	out.StepsPerSecond = p.GetStepsPerSecond()
+	if n := p.GetProgressUnixNanos(); n != 0 {
+		out.Advanced = time.Unix(0, n)
+	}
+	g := p.GetGpu()
+	if g == nil || g.GetUnixNanos() == 0 {
+		return
+	}
+	out.GPU = job.GPUSample{
+		Index: int(g.GetIndex()), UUID: g.GetUuid(), Name: g.GetName(), Time: time.Unix(0, g.GetUnixNanos()),
+		UtilPercent: int(g.GetUtilPercent()), MemoryUsed: g.GetMemoryUsedBytes(), MemoryTotal: g.GetMemoryTotalBytes(),
+		PowerW: g.GetPowerWatts(), PowerLimitW: g.GetPowerLimitWatts(),
+		TempC: int(g.GetTemperatureC()), SlowdownTempC: int(g.GetSlowdownTemperatureC()), SMClockMHz: int(g.GetSmClockMhz()),
+		ThrottleReasons: g.GetThrottleReasons(), XIDErrors: g.GetXidErrors(), LastXID: g.GetLastXid(),
+	}
+}
+
+func telemetryToProto(out *gotrainv1.RankProgress, p *job.Progress) {
+	out.StepsPerSecond = p.StepsPerSecond
+	out.ProgressUnixNanos = unixNanos(p.Advanced)
+	g := p.GPU
+	if g.Time.IsZero() {
+		return
+	}
+	out.Gpu = &gotrainv1.GPUSample{
+		Index: int32(g.Index), Uuid: g.UUID, Name: g.Name, UnixNanos: g.Time.UnixNano(),
+		UtilPercent: int32(g.UtilPercent), MemoryUsedBytes: g.MemoryUsed, MemoryTotalBytes: g.MemoryTotal,
+		PowerWatts: g.PowerW, PowerLimitWatts: g.PowerLimitW,
+		TemperatureC: int32(g.TempC), SlowdownTemperatureC: int32(g.SlowdownTempC), SmClockMhz: int32(g.SMClockMHz),
+		ThrottleReasons: g.ThrottleReasons, XidErrors: g.XIDErrors, LastXid: g.LastXID,
+	}
+}
