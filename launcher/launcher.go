@@ -72,6 +72,9 @@ type Config struct {
 	// detector (defaults 120s and "report"; see coordinator/job).
 	HangTimeout time.Duration
 	OnHang      string
+	// MetricsAddr is where the embedded coordinator serves Prometheus
+	// /metrics (e.g. 127.0.0.1:0 for a free port); empty: no metrics.
+	MetricsAddr string
 
 	// Signals delivers the signals the agent received (SIGINT, SIGTERM stop
 	// the job; SIGUSR1, SIGUSR2 and SIGHUP are passed on to workers).
@@ -147,6 +150,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--grace-period must not be negative, got %s", c.GracePeriod)
 	case c.RestartBackoff < 0:
 		return fmt.Errorf("--restart-backoff must not be negative, got %s", c.RestartBackoff)
+	case c.MetricsAddr != "" && c.Coordinator != "":
+		return errors.New("--metrics-addr is served by the coordinator, and this node joins one at --coordinator: pass --metrics-addr to the node or `gotrain coordinator` that runs it")
 	}
 	return nil
 }
@@ -220,6 +225,8 @@ type agent struct {
 	socket string
 	place  *placement // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
 	hub    *hub       // the ranks' progress, reported once a second (progress.go)
+	// metricsAddr is where the embedded coordinator serves /metrics; "" if not.
+	metricsAddr string
 
 	gen      *gotrainv1.GenerationStarted // nil when no generation runs here
 	workers  map[int]*workerProc          // by rank, current generation only
@@ -271,7 +278,7 @@ func (a *agent) run(ctx context.Context) error {
 	a.hub = newHub(a.log, a.coord, a.nodeID)
 	a.startGPUSampling(ctx) // gpusample.go
 	go a.hub.report(ctx)
-	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: coordAddr, Token: a.cfg.JobToken}); err == nil {
+	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: coordAddr, Token: a.cfg.JobToken, Metrics: a.metricsAddr}); err == nil {
 		defer f.Remove() // lets `gotrain diagnose` find this job
 	} else {
 		a.log.Warn("no run file for gotrain diagnose", "err", err)
@@ -321,6 +328,11 @@ func (a *agent) startCoordinator(ctx context.Context) (addr string, stop func(),
 	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(srvCtx, lis) }()
+	if a.metricsAddr, err = a.serveMetrics(srvCtx, srv); err != nil { // metrics.go
+		cancel()
+		<-done
+		return "", nil, err
+	}
 	addr = lis.Addr().String()
 	if a.cfg.Nodes > 1 {
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: coordinator listening on %s; start the other %d node(s) with: gotrain launch --nnodes %d --coordinator %s:%d --job-token %s ...\n",

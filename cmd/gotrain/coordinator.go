@@ -38,6 +38,7 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	maxRestarts := fs.Int("max-restarts", 0, "restart the job this many times after a worker fails")
 	hangTimeout := fs.Duration("hang-timeout", 120*time.Second, "declare a hang when no collective completes for this long while a rank waits in one")
 	onHang := fs.String("on-hang", "report", "on a hang: report, or restart (end the generation like a failure)")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on HOST:PORT (e.g. 0.0.0.0:9400); default off")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -68,6 +69,9 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	serveCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { serveErr <- srv.Serve(serveCtx, lis) }()
+	if err := serveMetrics(serveCtx, srv, *metricsAddr); err != nil { // metrics.go
+		return err
+	}
 	select {
 	case <-srv.Finished():
 		cancel()

@@ -67,6 +67,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.HangTimeout, "hang-timeout", 120*time.Second, "declare a hang when no collective completes for this long while a rank waits in one; `gotrain diagnose` shows the verdict")
 	fs.StringVar(&cfg.OnHang, "on-hang", "report", "on a hang: report (log the verdict, keep waiting) or restart (end the generation like a failure; restarts while --max-restarts allows)")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to reach the coordinator")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve the coordinator's Prometheus /metrics on HOST:PORT (e.g. 127.0.0.1:0 for a free port, printed); default off")
 	fs.BoolVar(&verbose, "verbose", false, "log the agent's own steps to stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -1,6 +1,7 @@
-// Package runfile lets `gotrain diagnose` find the jobs running on this
-// machine without flags: every `gotrain launch` writes a small JSON file with
-// its coordinator's address and the job token into a private directory
+// Package runfile lets `gotrain diagnose` and `gotrain top` find the jobs
+// running on this machine without flags: every `gotrain launch` writes a
+// small JSON file with its coordinator's address, the job token and, when it
+// serves them, its metrics address into a private directory
 // ($XDG_RUNTIME_DIR/gotrain, else /tmp/gotrain-UID, mode 0700; the file is
 // mode 0600) and removes it when it exits.
 //
@@ -35,6 +36,9 @@ type Job struct {
 	Token       string    `json:"token"`
 	Pid         int       `json:"pid"`
 	Started     time.Time `json:"started"`
+	// Metrics is where the coordinator serves Prometheus /metrics
+	// (HOST:PORT); empty when it does not.
+	Metrics string `json:"metrics,omitempty"`
 	// Path is where the file is; not stored.
 	Path string `json:"-"`
 }
