@@ -29,9 +29,9 @@ TORCH=${TORCH:-1}
 RESULTS_DIR=${RESULTS_DIR:-bench/results}
 TORCHRUN=${TORCHRUN:-/opt/torch/.venv/bin/torchrun}
 date=$(date -u +%Y-%m-%d)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$RESULTS_DIR"
+# Raw logs stay beside the results, so a run cut short still tells what happened.
+work="$RESULTS_DIR/restart-raw-$date-$BACKEND"
+mkdir -p "$RESULTS_DIR" "$work"
 
 # slowest FILE: the largest recovered_in of the RESTART lines in FILE.
 slowest() { grep -o 'recovered_in=[0-9.]*' "$1" | cut -d= -f2 | sort -g | tail -1; }
@@ -47,7 +47,8 @@ run_gotrain() { # NAME [testprog flags]
 		local rc=$? t
 		t=$(slowest "$work/$name-$i.out")
 		echo "$name run $i: exit $rc, slowest rank back after ${t:-?} s" >&2
-		grep RESTART "$work/$name-$i.out" >&2
+		grep -E 'RESTART|BREAKDOWN' "$work/$name-$i.out" >&2
+		grep BREAKDOWN "$work/$name-$i.out" | sed "s/^/$name run $i: /" >>"$work/breakdown.txt"
 		((rc == 0)) || tail -5 "$work/$name-$i.err" >&2
 		results[$name]+="${t:-fail} "
 	done
@@ -88,6 +89,13 @@ out="$RESULTS_DIR/restart-$date-$BACKEND.md"
 		med=$(echo "${results[$k]}" | tr ' ' '\n' | grep -v '^$' | grep -v fail | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}')
 		echo "| $k | ${results[$k]}| $med |"
 	done
+	echo
+	echo "Where the time went (seconds from the death; negative: before it): process start (main),"
+	echo "worker.Init done (init), the generation's communicator ready (comm)."
+	echo
+	echo '```'
+	cat "$work/breakdown.txt" 2>/dev/null
+	echo '```'
 	echo
 	echo "Reproduce: BACKEND=$BACKEND GPUS=$GPUS RUNS=$RUNS bash bench/restart.sh"
 } >"$out"

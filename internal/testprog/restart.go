@@ -37,10 +37,13 @@ func restartMode(ctx context.Context, args []string) error {
 	if *mark == "" {
 		return errors.New("restart: --mark is required")
 	}
+	tMain := time.Now()
 	w, err := worker.Init(ctx)
 	if err != nil {
 		return err
 	}
+	tInit := time.Now()
+	var tComm time.Time // the generation's communicator is ready
 	defer w.Close()
 	x := make([]float32, *size)
 	die := func() {
@@ -61,8 +64,13 @@ func restartMode(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
+		death := time.Unix(0, t0)
 		fmt.Printf("RESTART rank=%d generation=%d pid=%d survivor=%t recovered_in=%.3f\n",
-			w.Rank, gen, os.Getpid(), survivor, time.Since(time.Unix(0, t0)).Seconds())
+			w.Rank, gen, os.Getpid(), survivor, time.Since(death).Seconds())
+		// Where the time went, from the death: process start, worker.Init
+		// done, communicator ready (negative: before the death).
+		fmt.Printf("BREAKDOWN rank=%d survivor=%t main=%+.3f init=%+.3f comm=%+.3f\n",
+			w.Rank, survivor, tMain.Sub(death).Seconds(), tInit.Sub(death).Seconds(), tComm.Sub(death).Seconds())
 		return nil
 	}
 
@@ -72,6 +80,7 @@ func restartMode(ctx context.Context, args []string) error {
 			return err
 		}
 		defer c.Close()
+		tComm = time.Now()
 		if err := c.AllReduce(ctx, worker.Host(x), worker.Host(x), worker.Sum); err != nil {
 			return err
 		}
@@ -99,6 +108,7 @@ func restartMode(ctx context.Context, args []string) error {
 		return nil
 	}
 	return w.Run(ctx, "restart", func(ctx context.Context, g *worker.Generation) error {
+		tComm = time.Now()
 		if err := g.Restore(ctx, worker.Host(state)); err != nil {
 			return err
 		}
