@@ -19,7 +19,7 @@ type command interface {
 }
 
 func commands() []command {
-	return []command{&launchCmd{}, &coordinatorCmd{}, &benchCmd{}, &topoCmd{}, &doctorCmd{}, &diagnoseCmd{}, &versionCmd{}}
+	return []command{&launchCmd{}, &coordinatorCmd{}, &benchCmd{}, &topoCmd{}, &doctorCmd{}, &diagnoseCmd{}, &topCmd{}, &versionCmd{}}
 }
 
 // usageError is bad input: the message and what to do about it.

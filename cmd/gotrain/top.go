@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/runfile"
+	"github.com/gotrain/gotrain/internal/token"
+	"github.com/gotrain/gotrain/internal/top"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+type topCmd struct{}
+
+func (*topCmd) name() string { return "top" }
+func (*topCmd) synopsis() string {
+	return "watch every rank of a running job: GPU, step rate, last collective"
+}
+
+const topUsage = `
+Usage: gotrain top [flags]
+
+Shows every rank of a running job, refreshed every second: its host and GPU,
+the GPU's utilisation, memory, power and temperature (sampled by the agents
+through NVML; "-" without a driver), throttling and XID errors, the rank's
+step and step rate (from worker.ReportStep), how long since it last made
+progress, and its last collective. The slowest rank comes first: the longest
+since progress, then the lowest step rate.
+
+Without --coordinator it finds the job that ` + "`gotrain launch`" + ` runs on this
+machine (the newest, if several run).
+
+Examples:
+  gotrain top
+  gotrain top --once --json | jq '.ranks[0]'
+  gotrain top --coordinator 10.0.0.1:29400 --job-token $GOTRAIN_JOB_TOKEN
+`
+
+// topTimeout bounds one status call.
+const topTimeout = 5 * time.Second
+
+// Clear the screen and move the cursor home.
+const clearScreen = "\x1b[H\x1b[2J"
+
+func (c *topCmd) run(ctx context.Context, args []string) error {
+	fs := newFlagSet(c.name(), topUsage)
+	addr := fs.String("coordinator", "", "the job's coordinator HOST:PORT (default: the job launched on this machine)")
+	tok := fs.String("job-token", os.Getenv(jobenv.JobToken), "the job token (default $"+jobenv.JobToken+", or the local job's)")
+	once := fs.Bool("once", false, "print once and exit")
+	asJSON := fs.Bool("json", false, "print JSON (with --once one document, else one line per refresh); the fields are stable")
+	interval := fs.Duration("interval", time.Second, "time between refreshes")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *interval <= 0 {
+		return &usageError{msg: fmt.Sprintf("--interval %s", *interval), hint: "Give a positive duration, e.g. --interval 2s."}
+	}
+	a, t, err := findJob("top", *addr, *tok)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()), token.DialOption(t))
+	if err != nil {
+		return fmt.Errorf("coordinator address %q: %w", a, err)
+	}
+	defer conn.Close()
+	client := gotrainv1.NewCoordinatorClient(conn)
+	fetch := func(ctx context.Context) (top.Snapshot, error) {
+		ctx, cancel := context.WithTimeout(ctx, topTimeout)
+		defer cancel()
+		st, err := client.GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
+		if err != nil {
+			return top.Snapshot{}, fmt.Errorf("ask the coordinator at %s: %w (is the job still running? is the token right?)", a, err)
+		}
+		return top.Build(st, time.Now()), nil
+	}
+	if *once {
+		snap, err := fetch(ctx)
+		if err != nil {
+			return err
+		}
+		return writeTop(os.Stdout, snap, *asJSON, true)
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	tick := time.NewTicker(*interval)
+	defer tick.Stop()
+	for {
+		snap, err := fetch(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			return err
+		}
+		var b bytes.Buffer
+		if !*asJSON {
+			b.WriteString(clearScreen)
+		}
+		if err := writeTop(&b, snap, *asJSON, false); err != nil {
+			return err
+		}
+		if _, err := os.Stdout.Write(b.Bytes()); err != nil {
+			return err
+		}
+		if snap.State == "succeeded" || snap.State == "failed" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// writeTop writes one snapshot: a table, or JSON (indented when indent).
+func writeTop(w io.Writer, snap top.Snapshot, asJSON, indent bool) error {
+	if !asJSON {
+		return snap.WriteTable(w)
+	}
+	var b []byte
+	var err error
+	if indent {
+		b, err = json.MarshalIndent(snap, "", "  ")
+	} else {
+		b, err = json.Marshal(snap)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// findJob returns the coordinator address and token to use: the flags', or
+// the newest job launched on this machine (its run file).
+func findJob(cmd, addr, tok string) (string, string, error) {
+	if addr == "" {
+		j, others, err := runfile.Newest()
+		if err != nil {
+			if errors.Is(err, runfile.ErrNoJob) {
+				return "", "", &usageError{msg: err.Error(), hint: "Pass --coordinator HOST:PORT and --job-token for a job launched elsewhere."}
+			}
+			return "", "", err
+		}
+		addr = j.Coordinator
+		if tok == "" || os.Getenv(jobenv.JobToken) == tok {
+			tok = j.Token
+		}
+		if others > 0 {
+			fmt.Fprintf(os.Stderr, "gotrain %s: %d other job(s) run on this machine; showing the newest, %s (pass --coordinator for another)\n", cmd, others, j.RunID)
+		}
+	}
+	if tok == "" {
+		return "", "", &usageError{msg: "no job token", hint: "Pass --job-token or set " + jobenv.JobToken + "."}
+	}
+	return addr, tok, nil
+}
