@@ -32,7 +32,7 @@ type cpuModel struct {
 }
 
 func newCPUModel(ctx context.Context, c worker.Comm, cfg modelConfig) (*cpuModel, error) {
-	a := cfg.Arch
+	a := cfg.Arch.withChunks(cfg.ChunkBytes)
 	n := a.numParams()
 	m := &cpuModel{cfg: cfg, a: a, params: make([]float32, n), grads: make([]float32, n)}
 	dpc := cfg.DP
@@ -76,10 +76,15 @@ func general(rows, cols int, data []float32) blas32.General {
 	return blas32.General{Rows: rows, Cols: cols, Stride: cols, Data: data[:rows*cols]}
 }
 
-// param returns parameter i's slice of buf.
-func (m *cpuModel) param(buf []float32, i int) []float32 {
-	off := m.dp.Offset(i)
-	return buf[off : off+m.a.sizes()[i]]
+// weight and bias return W_l and b_l in buf.
+func (m *cpuModel) weight(buf []float32, l int) []float32 {
+	off := m.dp.Offset(m.a.wIndex(l, 0))
+	return buf[off : off+m.a.out(l)*m.a.in(l)]
+}
+
+func (m *cpuModel) bias(buf []float32, l int) []float32 {
+	off := m.dp.Offset(m.a.bIndex(l))
+	return buf[off : off+m.a.out(l)]
 }
 
 func (m *cpuModel) Load(x []float32, labels []int32) error {
@@ -97,7 +102,7 @@ func (m *cpuModel) Load(x []float32, labels []int32) error {
 func (m *cpuModel) forward(rows int) {
 	for l := range m.a.layers() {
 		in, out := m.a.in(l), m.a.out(l)
-		w, b := m.param(m.params, 2*l), m.param(m.params, 2*l+1)
+		w, b := m.weight(m.params, l), m.bias(m.params, l)
 		y := m.acts[l+1][:rows*out]
 		blas32.Gemm(blas.NoTrans, blas.Trans, 1, general(rows, in, m.acts[l]), general(out, in, w), 0, general(rows, out, y))
 		relu := l < m.a.layers()-1
@@ -135,7 +140,7 @@ func (m *cpuModel) Step(ctx context.Context) error {
 	for l := L - 1; l >= 0; l-- {
 		in, out := a.in(l), a.out(l)
 		gy := general(rows, out, cur)
-		w, db, dw := m.param(m.params, 2*l), m.param(m.grads, 2*l+1), m.param(m.grads, 2*l)
+		w, db, dw := m.weight(m.params, l), m.bias(m.grads, l), m.weight(m.grads, l)
 		// Input gradient first: W_l is not read after Ready (the optimizer
 		// may update it while backward goes on).
 		if l > 0 {
@@ -160,11 +165,13 @@ func (m *cpuModel) Step(ctx context.Context) error {
 				db[c] = s
 			}
 		}
-		if err := m.dp.Ready(ctx, 2*l+1); err != nil {
+		if err := m.dp.Ready(ctx, a.bIndex(l)); err != nil {
 			return err
 		}
-		if err := m.dp.Ready(ctx, 2*l); err != nil {
-			return err
+		for k := range a.chunks(l) {
+			if err := m.dp.Ready(ctx, a.wIndex(l, k)); err != nil {
+				return err
+			}
 		}
 		cur, next = next, cur
 	}

@@ -65,7 +65,7 @@ func newGPU(ctx context.Context, c worker.Comm, cfg modelConfig) (_ *gpuModel, e
 	if err != nil {
 		return nil, err
 	}
-	m := &gpuModel{cfg: cfg, a: cfg.Arch}
+	m := &gpuModel{cfg: cfg, a: cfg.Arch.withChunks(cfg.ChunkBytes)}
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -173,12 +173,20 @@ func (m *gpuModel) alloc(bytes int) cudadrv.DevicePtr {
 	return p
 }
 
-// at returns the address of parameter i in a buffer of elemSize-byte elements.
-func (m *gpuModel) at(buf cudadrv.DevicePtr, i, elemSize int) uintptr {
+// wAt and bAt return the addresses of W_l and b_l in a buffer of
+// elemSize-byte elements (0 in a nil buffer).
+func (m *gpuModel) wAt(buf cudadrv.DevicePtr, l, elemSize int) cudadrv.DevicePtr {
 	if buf == 0 {
 		return 0
 	}
-	return uintptr(buf) + uintptr(elemSize*m.dp.Offset(i))
+	return buf + cudadrv.DevicePtr(elemSize*m.dp.Offset(m.a.wIndex(l, 0)))
+}
+
+func (m *gpuModel) bAt(buf cudadrv.DevicePtr, l, elemSize int) cudadrv.DevicePtr {
+	if buf == 0 {
+		return 0
+	}
+	return buf + cudadrv.DevicePtr(elemSize*m.dp.Offset(m.a.bIndex(l)))
 }
 
 func (m *gpuModel) Load(x []float32, labels []int32) error {
@@ -214,8 +222,7 @@ func (m *gpuModel) gemm(ta, tb cublas.Op, M, N, K int, a, a16 cudadrv.DevicePtr,
 func (m *gpuModel) forward(rows int) error {
 	for l := range m.a.layers() {
 		in, out := m.a.in(l), m.a.out(l)
-		w := cudadrv.DevicePtr(m.at(m.params, 2*l, 4))
-		w16 := cudadrv.DevicePtr(m.at(m.p16, 2*l, 2))
+		w, w16 := m.wAt(m.params, l, 4), m.wAt(m.p16, l, 2)
 		if err := m.gemm(cublas.T, cublas.N, out, rows, in, w, w16, in, m.acts[l], m.acts16[l], in, 0, m.acts[l+1], out); err != nil {
 			return err
 		}
@@ -224,7 +231,7 @@ func (m *gpuModel) forward(rows int) error {
 			relu = 1
 		}
 		g, b := grid1D(rows * out)
-		if err := m.k.biasAct.Launch(g, b, 0, m.stream, m.acts[l+1], m.at(m.params, 2*l+1, 4), rows, out, relu, m.acts16[l+1]); err != nil {
+		if err := m.k.biasAct.Launch(g, b, 0, m.stream, m.acts[l+1], m.bAt(m.params, l, 4), rows, out, relu, m.acts16[l+1]); err != nil {
 			return err
 		}
 	}
@@ -262,11 +269,13 @@ func (m *gpuModel) Step(ctx context.Context) error {
 	for l := L - 1; l >= 0; l-- {
 		in, out := a.in(l), a.out(l)
 		if err := m.k.biasGrad.Launch(cudadrv.Dim3{X: uint32((out + 31) / 32)}, cudadrv.Dim3{X: 32, Y: 8}, 0, s,
-			m.at(m.grads, 2*l+1, 4), cur, rows, out, beta); err != nil {
+			m.bAt(m.grads, l, 4), cur, rows, out, beta); err != nil {
 			return err
 		}
-		w := cudadrv.DevicePtr(m.at(m.params, 2*l, 4))
-		w16 := cudadrv.DevicePtr(m.at(m.p16, 2*l, 2))
+		if err := m.dp.Ready(ctx, a.bIndex(l)); err != nil {
+			return err
+		}
+		w, w16 := m.wAt(m.params, l, 4), m.wAt(m.p16, l, 2)
 		// Input gradient first: W_l is not read after Ready, since the
 		// optimizer updates it on the communication stream.
 		if l > 0 {
@@ -279,16 +288,22 @@ func (m *gpuModel) Step(ctx context.Context) error {
 				return err
 			}
 		}
-		// dW (out×in) = Gᵀ·X: column-major dWᶜ (in×out) = Xᶜ·Gᶜᵀ.
-		dw := cudadrv.DevicePtr(m.at(m.grads, 2*l, 4))
-		if err := m.gemm(cublas.N, cublas.T, in, out, rows, m.acts[l], m.acts16[l], in, cur, cur16, out, beta, dw, in); err != nil {
-			return err
-		}
-		if err := m.dp.Ready(ctx, 2*l+1); err != nil {
-			return err
-		}
-		if err := m.dp.Ready(ctx, 2*l); err != nil {
-			return err
+		// dW (out×in) = Gᵀ·X: column-major dWᶜ (in×out) = Xᶜ·Gᶜᵀ, one
+		// chunk of rows r0..r1 (columns of dWᶜ, rows of Gᶜ) at a time, each
+		// handed to DataParallel as soon as it is enqueued.
+		dw := m.wAt(m.grads, l, 4)
+		for k := range a.chunks(l) {
+			r0, r1 := a.chunkRows(l, k)
+			g, g16 := cur+cudadrv.DevicePtr(4*r0), cudadrv.DevicePtr(0)
+			if cur16 != 0 {
+				g16 = cur16 + cudadrv.DevicePtr(2*r0)
+			}
+			if err := m.gemm(cublas.N, cublas.T, in, r1-r0, rows, m.acts[l], m.acts16[l], in, g, g16, out, beta, dw+cudadrv.DevicePtr(4*r0*in), in); err != nil {
+				return err
+			}
+			if err := m.dp.Ready(ctx, a.wIndex(l, k)); err != nil {
+				return err
+			}
 		}
 		cur, next, cur16, next16 = next, cur, next16, cur16
 	}

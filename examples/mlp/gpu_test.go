@@ -82,7 +82,7 @@ func TestGPUStepMatchesCPU(t *testing.T) {
 	} {
 		t.Run(o.Kind, func(t *testing.T) {
 			cfg := modelConfig{
-				Arch: arch{dims: []int{96, 256, 192, 40}}, Batch: 64, Seed: 3, Optim: o,
+				Arch: arch{dims: []int{96, 256, 192, 40}}, Batch: 64, Seed: 3, Optim: o, ChunkBytes: 64 << 10,
 				DP: worker.DataParallelConfig{BucketBytes: 64 << 10}, PTXPath: os.Getenv("MLP_PTX"),
 			}
 			x, y := testBatch(cfg.Arch, cfg.Batch, 4)
@@ -155,7 +155,7 @@ func TestGPURanksIdentical(t *testing.T) {
 				wg.Go(func() {
 					errs[r] = func() error {
 						cfg := modelConfig{
-							Arch: arch{dims: []int{128, 512, 512, 64}}, Batch: 32, Seed: uint64(20 + r), Optim: tc.o,
+							Arch: arch{dims: []int{128, 512, 512, 64}}, Batch: 32, Seed: uint64(20 + r), Optim: tc.o, ChunkBytes: 128 << 10,
 							BF16GEMM: tc.bf16, DP: tc.dp, Device: r, PTXPath: os.Getenv("MLP_PTX"),
 						}
 						m, err := newGPU(context.Background(), c, cfg)

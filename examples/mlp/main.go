@@ -49,6 +49,7 @@ type options struct {
 	lr        float64
 	momentum  float64
 	bucketMB  float64
+	chunkMB   float64
 	accum     int
 	reduceBF  bool
 	seed      uint64
@@ -84,12 +85,13 @@ Flags:
 	fs.IntVar(&o.batch, "batch", 0, "examples per rank per step (default 512 synthetic, 128 mnist)")
 	fs.IntVar(&o.steps, "steps", 100, "synthetic: timed steps")
 	fs.IntVar(&o.warmup, "warmup", 10, "synthetic: untimed steps first")
-	fs.IntVar(&o.epochs, "epochs", 6, "mnist: passes over the training set")
+	fs.IntVar(&o.epochs, "epochs", 10, "mnist: passes over the training set")
 	fs.StringVar(&o.precision, "precision", "fp32", "fp32, or bf16 (bfloat16 GEMM inputs, float32 accumulation and master weights; GPU only)")
 	fs.StringVar(&o.optimizer, "optimizer", "", "sgd, momentum or adam (default sgd synthetic, momentum mnist)")
 	fs.Float64Var(&o.lr, "lr", 0, "learning rate (default 1e-3 synthetic, 0.05 mnist, cosine-annealed)")
 	fs.Float64Var(&o.momentum, "momentum", 0.9, "momentum of --optimizer momentum")
 	fs.Float64Var(&o.bucketMB, "bucket-mb", 25, "gradient bucket size in MiB")
+	fs.Float64Var(&o.chunkMB, "chunk-mb", 8, "split each weight's gradient into DataParallel parameters of about this many MiB, so that its all-reduce starts while the rest of it is computed (0: no split)")
 	fs.IntVar(&o.accum, "accum", 1, "gradient accumulation: micro-steps per all-reduce")
 	fs.BoolVar(&o.reduceBF, "reduce-bf16", false, "all-reduce the gradients in bfloat16")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
@@ -125,8 +127,8 @@ Flags:
 		return o, fmt.Errorf("--precision %q: want fp32 or bf16", o.precision)
 	case o.device != "" && o.device != "gpu" && o.device != "cpu":
 		return o, fmt.Errorf("--device %q: want gpu or cpu", o.device)
-	case o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0:
-		return o, errors.New("--layers, --hidden, --batch, --accum and --bucket-mb must be positive")
+	case o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0 || o.chunkMB < 0:
+		return o, errors.New("--layers, --hidden, --batch, --accum and --bucket-mb must be positive, --chunk-mb not negative")
 	}
 	return o, nil
 }
@@ -180,8 +182,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := modelConfig{
 		Arch: o.arch(in, classes), Batch: o.batch, Seed: o.seed, PTXPath: o.ptx,
-		BF16GEMM: o.precision == "bf16",
-		Optim:    optim{Kind: o.optimizer, LR: float32(o.lr), Momentum: float32(o.momentum), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
+		BF16GEMM: o.precision == "bf16", ChunkBytes: int(o.chunkMB * (1 << 20)),
+		Optim: optim{Kind: o.optimizer, LR: float32(o.lr), Momentum: float32(o.momentum), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
 		DP: worker.DataParallelConfig{
 			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
 		},

@@ -11,18 +11,72 @@ import (
 
 // arch is the network: dims[0] inputs, dims[len-1] classes, ReLU between
 // the linear layers. Layer l has weights W_l (dims[l+1]×dims[l], row-major,
-// as PyTorch's Linear) and bias b_l; parameter 2l is W_l, 2l+1 is b_l.
-type arch struct{ dims []int }
+// as PyTorch's Linear) and bias b_l. Each W_l is split into split[l] row
+// chunks (1 when split is nil), each its own DataParallel parameter, so that
+// the all-reduce of a large weight starts while its gradient is still being
+// computed. Parameters in forward order, per layer: W_l's chunks from the
+// last to the first, then b_l; DataParallel's reverse layout then keeps W_l
+// contiguous and in row order, after b_l.
+type arch struct {
+	dims  []int
+	split []int
+}
 
 func (a arch) layers() int   { return len(a.dims) - 1 }
 func (a arch) in(l int) int  { return a.dims[l] }
 func (a arch) out(l int) int { return a.dims[l+1] }
 
+// chunks returns the number of row chunks of W_l.
+func (a arch) chunks(l int) int {
+	if l >= len(a.split) || a.split[l] < 1 {
+		return 1
+	}
+	return a.split[l]
+}
+
+// chunkRows returns the rows [r0, r1) of W_l in chunk k.
+func (a arch) chunkRows(l, k int) (r0, r1 int) {
+	per := (a.out(l) + a.chunks(l) - 1) / a.chunks(l)
+	return k * per, min(a.out(l), (k+1)*per)
+}
+
+func (a arch) base(l int) int {
+	b := 0
+	for j := range l {
+		b += a.chunks(j) + 1
+	}
+	return b
+}
+
+// wIndex is the parameter index of chunk k of W_l; bIndex that of b_l.
+func (a arch) wIndex(l, k int) int { return a.base(l) + a.chunks(l) - 1 - k }
+func (a arch) bIndex(l int) int    { return a.base(l) + a.chunks(l) }
+
+// withChunks returns a with every weight split into chunks of about
+// chunkBytes (no split when chunkBytes is 0).
+func (a arch) withChunks(chunkBytes int) arch {
+	a.split = make([]int, a.layers())
+	for l := range a.split {
+		n := 1
+		if chunkBytes > 0 {
+			n = max(1, a.out(l)*a.in(l)*4/chunkBytes)
+		}
+		n = min(n, a.out(l))
+		per := (a.out(l) + n - 1) / n
+		a.split[l] = (a.out(l) + per - 1) / per // no empty chunk
+	}
+	return a
+}
+
 // sizes returns the parameters' sizes in forward order.
 func (a arch) sizes() []int {
 	var s []int
 	for l := range a.layers() {
-		s = append(s, a.out(l)*a.in(l), a.out(l))
+		for k := a.chunks(l) - 1; k >= 0; k-- {
+			r0, r1 := a.chunkRows(l, k)
+			s = append(s, (r1-r0)*a.in(l))
+		}
+		s = append(s, a.out(l))
 	}
 	return s
 }
@@ -76,15 +130,12 @@ func (o optim) validate() error {
 // W and b uniform in ±1/sqrt(fan_in).
 func initParams(a arch, params []float32, offset func(int) int, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x6d6c70))
-	p := 0
 	for l := range a.layers() {
 		bound := float32(1 / math.Sqrt(float64(a.in(l))))
-		for _, n := range []int{a.out(l) * a.in(l), a.out(l)} {
-			off := offset(p)
-			for i := range n {
-				params[off+i] = (2*rng.Float32() - 1) * bound
+		for _, r := range []struct{ off, n int }{{offset(a.wIndex(l, 0)), a.out(l) * a.in(l)}, {offset(a.bIndex(l)), a.out(l)}} {
+			for i := range r.n {
+				params[r.off+i] = (2*rng.Float32() - 1) * bound
 			}
-			p++
 		}
 	}
 }
@@ -113,13 +164,14 @@ type model interface {
 
 // modelConfig is what both models are built from.
 type modelConfig struct {
-	Arch     arch
-	Batch    int // rows per Step
-	Optim    optim
-	BF16GEMM bool // GPU: bfloat16 GEMM inputs, float32 accumulation and master weights
-	DP       worker.DataParallelConfig
-	Seed     uint64
-	PTXPath  string // GPU: load kernels from this file instead of the embedded PTX
-	Device   int    // GPU: CUDA device ordinal
-	NoBcast  bool   // skip the broadcast of rank 0's initial parameters
+	Arch       arch
+	Batch      int // rows per Step
+	Optim      optim
+	ChunkBytes int  // split each weight into DataParallel parameters of about this many bytes (0: no split)
+	BF16GEMM   bool // GPU: bfloat16 GEMM inputs, float32 accumulation and master weights
+	DP         worker.DataParallelConfig
+	Seed       uint64
+	PTXPath    string // GPU: load kernels from this file instead of the embedded PTX
+	Device     int    // GPU: CUDA device ordinal
+	NoBcast    bool   // skip the broadcast of rank 0's initial parameters
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -54,7 +55,7 @@ func testBatch(a arch, rows int, seed uint64) ([]float32, []int32) {
 
 func smallConfig(batch int) modelConfig {
 	return modelConfig{
-		Arch: arch{dims: []int{12, 16, 8, 5}}, Batch: batch, Seed: 5,
+		Arch: arch{dims: []int{12, 16, 8, 5}}, Batch: batch, Seed: 5, ChunkBytes: 256, // W0: 3 uneven chunks, W1: 2
 		Optim: optim{Kind: "sgd", LR: 0}, DP: worker.DataParallelConfig{BucketBytes: 256},
 	}
 }
@@ -158,7 +159,7 @@ func TestCPURanksIdentical(t *testing.T) {
 			}
 			init := make([]float32, len(final[0]))
 			m, _ := newCPUModel(t.Context(), cpuComms(t, 1)[0], smallConfig(4))
-			initParams(smallConfig(4).Arch, init, m.dp.Offset, 10)
+			initParams(m.a, init, m.dp.Offset, 10)
 			m.Close()
 			for i := range init {
 				moved = moved || init[i] != final[0][i]
@@ -171,6 +172,23 @@ func TestCPURanksIdentical(t *testing.T) {
 }
 
 // Training on a learnable synthetic task lowers the loss.
+func TestArchChunks(t *testing.T) {
+	a := arch{dims: []int{12, 16, 8, 5}}.withChunks(256)
+	if want := []int{3, 2, 1}; !slices.Equal(a.split, want) {
+		t.Fatalf("split %v, want %v", a.split, want)
+	}
+	// forward order: W0 chunks 2,1,0 (4,6,6 rows), b0, W1 chunks 1,0, b1, W2, b2
+	if got, want := a.sizes(), []int{4 * 12, 6 * 12, 6 * 12, 16, 4 * 16, 4 * 16, 8, 5 * 8, 5}; !slices.Equal(got, want) {
+		t.Errorf("sizes %v, want %v", got, want)
+	}
+	if a.wIndex(0, 0) != 2 || a.bIndex(0) != 3 || a.wIndex(1, 1) != 4 || a.bIndex(2) != 8 {
+		t.Error("wrong parameter indices")
+	}
+	if a.numParams() != 12*16+16+16*8+8+8*5+5 {
+		t.Errorf("%d parameters", a.numParams())
+	}
+}
+
 func TestCPULearns(t *testing.T) {
 	cfg := smallConfig(32)
 	cfg.Optim = optim{Kind: "momentum", LR: 0.1, Momentum: 0.9}
