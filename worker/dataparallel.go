@@ -38,7 +38,15 @@ type DataParallelConfig struct {
 	// Kernels does the element-wise work on device buffers that NCCL does
 	// not: needed on a GPU for BF16 and for AccumulationSteps > 1.
 	Kernels DeviceKernels
-	Logger  *slog.Logger // may be nil (then discard)
+	// AfterReduce, when set, runs for each bucket on a syncing micro-step as
+	// soon as its averaged gradients are ready: the place for the optimizer
+	// step of the bucket's parameters, which then overlaps the rest of
+	// backward (backward must not read a parameter after marking it Ready).
+	// On the host it runs on DataParallel's goroutine; on a GPU it runs on
+	// the communicator's thread and must only enqueue work on stream (the
+	// communication stream), which the compute stream waits for at Finish.
+	AfterReduce func(b Bucket, stream uintptr) error
+	Logger      *slog.Logger // may be nil (then discard)
 }
 
 // DeviceKernels is the element-wise GPU work DataParallel needs beyond NCCL,
@@ -344,6 +352,26 @@ func (e *hostEngine) reduce(ctx context.Context, b int) error {
 	bk := dp.bkts[b]
 	buf := dp.grads.Slice(bk.Offset, bk.Offset+bk.Len)
 	g := buf.Float32s()
+	if err := e.reduceOnly(ctx, buf, g); err != nil {
+		return err
+	}
+	if dp.cfg.AfterReduce != nil {
+		return dp.cfg.AfterReduce(bk, 0)
+	}
+	return nil
+}
+
+func (e *hostEngine) reduceOnly(ctx context.Context, buf Buffer, g []float32) error {
+	dp := e.dp
+	if dp.c.Size() == 1 && !dp.cfg.BF16 {
+		if dp.cfg.AccumulationSteps > 1 {
+			s := dp.postScale()
+			for i := range g {
+				g[i] *= s
+			}
+		}
+		return nil
+	}
 	if !dp.cfg.BF16 {
 		if err := dp.c.AllReduce(ctx, buf, buf, Avg); err != nil {
 			return err
