@@ -91,7 +91,7 @@ Flags:
 	fs.Float64Var(&o.lr, "lr", 0, "learning rate (default 1e-3 synthetic, 0.05 mnist, cosine-annealed)")
 	fs.Float64Var(&o.momentum, "momentum", 0.9, "momentum of --optimizer momentum")
 	fs.Float64Var(&o.bucketMB, "bucket-mb", 25, "gradient bucket size in MiB")
-	fs.Float64Var(&o.chunkMB, "chunk-mb", 8, "split each weight's gradient into DataParallel parameters of about this many MiB, so that its all-reduce starts while the rest of it is computed (0: no split)")
+	fs.Float64Var(&o.chunkMB, "chunk-mb", 0, "split each weight's gradient into DataParallel parameters of about this many MiB, so that its all-reduce starts while the rest of it is computed (0: no split)")
 	fs.IntVar(&o.accum, "accum", 1, "gradient accumulation: micro-steps per all-reduce")
 	fs.BoolVar(&o.reduceBF, "reduce-bf16", false, "all-reduce the gradients in bfloat16")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
