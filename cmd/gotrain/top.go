@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/runfile"
@@ -101,10 +103,14 @@ func (c *topCmd) run(ctx context.Context, args []string) error {
 	defer stop()
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
-	for {
+	for shown := false; ; shown = true {
 		snap, err := fetch(ctx)
 		switch {
 		case ctx.Err() != nil:
+			return nil
+		case err != nil && shown && status.Code(errors.Unwrap(err)) == codes.Unavailable:
+			// The launcher (and its coordinator) exits when the job ends.
+			fmt.Fprintf(os.Stderr, "gotrain top: the coordinator at %s is gone: the job ended\n", a)
 			return nil
 		case err != nil:
 			return err
