@@ -22,6 +22,7 @@ type Config struct {
 	Rank, Size int          // this rank and the number of ranks
 	Device     int          // CUDA device ordinal as this process sees it (see DeviceFor)
 	Store      comm.Store   // rendezvous: rank 0 Puts the NCCL unique id, the others Get it
+	Tuning     Tuning       // stream priority and NCCL CTA limits (options.go); zero: defaults
 	Logger     *slog.Logger // may be nil (then discard)
 }
 
@@ -40,7 +41,7 @@ func (cfg *Config) validate() error {
 	case cfg.Size > 1 && cfg.Store == nil:
 		return errors.New("ncclcomm: Store is nil; the ranks need a rendezvous store to share NCCL's unique id")
 	}
-	return nil
+	return cfg.Tuning.validate()
 }
 
 // IDKey returns the Store key under which rank 0 publishes the NCCL unique id.
@@ -76,6 +77,7 @@ type Comm struct {
 	name       string
 	rank, size int
 	device     int
+	tuning     Tuning
 	log        *slog.Logger
 
 	lib    *nccl.Library
@@ -112,7 +114,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Comm{
-		name: cfg.Name, rank: cfg.Rank, size: cfg.Size, device: cfg.Device,
+		name: cfg.Name, rank: cfg.Rank, size: cfg.Size, device: cfg.Device, tuning: cfg.Tuning,
 		log: log.With("comm", cfg.Name, "generation", cfg.Generation, "rank", cfg.Rank, "device", cfg.Device),
 	}
 	fail := func(format string, args ...any) (*Comm, error) {
@@ -192,7 +194,7 @@ func (c *Comm) initNCCL(ctx context.Context, id nccl.UniqueID, commName string) 
 	if err != nil {
 		return err
 	}
-	c.nc, err = boot.Split(ctx, 0, c.rank, &nccl.Config{CommName: commName})
+	c.nc, err = boot.Split(ctx, 0, c.rank, c.tuning.ncclConfig(commName))
 	if err != nil {
 		boot.Abort()
 		return fmt.Errorf("split the blocking communicator off: %w", err)
@@ -224,7 +226,7 @@ func (c *Comm) setupThread(drv *cudadrv.Driver) (err error) {
 		return err
 	}
 	if err = c.ctx.SetCurrent(); err == nil {
-		c.stream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking)
+		c.stream, err = c.tuning.newStream()
 	}
 	if err == nil {
 		c.barrier, err = cudadrv.MemAlloc(4)
