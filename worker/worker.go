@@ -123,8 +123,10 @@ func (w *Worker) Store() comm.Store { return agentStore{w.agent} }
 
 // NewComm builds a communicator named name over every rank of the job, with
 // the backend `gotrain launch --backend` chose. Every rank must call NewComm
-// with the same name; names must be unique within a generation.
-func (w *Worker) NewComm(ctx context.Context, name string) (Comm, error) {
+// with the same name; names must be unique within a generation. opts tune
+// the communicator (commopts.go).
+func (w *Worker) NewComm(ctx context.Context, name string, opts ...CommOption) (Comm, error) {
+	co := newCommOptions(opts)
 	switch w.Backend {
 	case "cpu", "":
 		host := w.vars.Host
@@ -145,7 +147,7 @@ func (w *Worker) NewComm(ctx context.Context, name string) (Comm, error) {
 			Name: name, Generation: w.Generation,
 			Rank: w.Rank, Size: w.WorldSize,
 			Device: ncclcomm.DeviceFor(w.GPU, os.Getenv),
-			Store:  w.Store(), Logger: w.logger,
+			Store:  w.Store(), Logger: w.logger, Tuning: co.nccl,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
