@@ -46,6 +46,14 @@ type DataParallelConfig struct {
 	// the communicator's thread and must only enqueue work on stream (the
 	// communication stream), which the compute stream waits for at Finish.
 	AfterReduce func(b Bucket, stream uintptr) error
+	// DeferUpdate holds a bucket's AfterReduce until backward has also
+	// Released every parameter of the bucket (Finish releases the rest):
+	// backward may then read a parameter after marking its gradient Ready.
+	// A layer can so compute its weight gradient before the input gradient
+	// that reads the weight, and the weight's reduction starts one GEMM
+	// earlier. On a GPU, a bucket released after its launch has its
+	// AfterReduce wait for one more event, recorded on Stream at the release.
+	DeferUpdate bool
 	Logger      *slog.Logger // may be nil (then discard)
 }
 
@@ -104,13 +112,23 @@ type DataParallel struct {
 	nReady  int
 	started int // buckets launched in this micro-step
 
+	// DeferUpdate: per parameter released, per bucket parameters not yet
+	// released and whether its AfterReduce has been issued.
+	released   []bool
+	unreleased []int
+	updated    []bool
+
 	eng engine
 }
 
 // engine carries out the reductions of one backend.
 type engine interface {
-	// launch starts the reduction of bucket b (in order of launch).
-	launch(ctx context.Context, b int) error
+	// launch starts the reduction of bucket b (in order of launch), then
+	// its AfterReduce when update is set.
+	launch(ctx context.Context, b int, update bool) error
+	// update runs (host) or enqueues (device) bucket b's AfterReduce after
+	// its launched reduction and after the caller's work so far.
+	update(ctx context.Context, b int) error
 	// finish waits for (host) or orders the stream after (device) every
 	// launched reduction.
 	finish(ctx context.Context) error
@@ -151,6 +169,7 @@ func NewDataParallel(c Comm, sizes []int, grads Buffer, cfg DataParallelConfig) 
 	dp := &DataParallel{
 		c: c, cfg: cfg, log: log, grads: grads, sizes: append([]int(nil), sizes...),
 		offset: make([]int, len(sizes)), bucket: make([]int, len(sizes)), ready: make([]bool, len(sizes)),
+		released: make([]bool, len(sizes)),
 	}
 	limit := max(cfg.BucketBytes/4, 1)
 	off := 0
@@ -168,6 +187,7 @@ func NewDataParallel(c Comm, sizes []int, grads Buffer, cfg DataParallelConfig) 
 		off += sizes[i]
 	}
 	dp.pending = make([]int, len(dp.bkts))
+	dp.unreleased, dp.updated = make([]int, len(dp.bkts)), make([]bool, len(dp.bkts))
 	dp.resetMicro()
 
 	var err error
@@ -186,10 +206,11 @@ func NewDataParallel(c Comm, sizes []int, grads Buffer, cfg DataParallelConfig) 
 
 func (dp *DataParallel) resetMicro() {
 	for i := range dp.ready {
-		dp.ready[i] = false
+		dp.ready[i], dp.released[i] = false, false
 	}
 	for b := range dp.bkts {
 		dp.pending[b] = dp.bkts[b].First - dp.bkts[b].Last + 1
+		dp.unreleased[b], dp.updated[b] = dp.pending[b], false
 	}
 	dp.nReady, dp.started = 0, 0
 }
@@ -249,11 +270,52 @@ func (dp *DataParallel) Ready(ctx context.Context, i int) error {
 		return nil
 	}
 	for dp.started < len(dp.bkts) && dp.pending[dp.started] == 0 {
-		if err := dp.eng.launch(ctx, dp.started); err != nil {
-			return fmt.Errorf("worker: DataParallel: reduce bucket %d: %w", dp.started, err)
+		b := dp.started
+		// Without DeferUpdate, or when every parameter of the bucket was
+		// released before it was ready, the update follows the reduction.
+		update := dp.cfg.AfterReduce != nil && (!dp.cfg.DeferUpdate || dp.unreleased[b] == 0)
+		if err := dp.eng.launch(ctx, b, update); err != nil {
+			return fmt.Errorf("worker: DataParallel: reduce bucket %d: %w", b, err)
 		}
+		dp.updated[b] = update
 		dp.started++
 	}
+	return nil
+}
+
+// Release says, with DeferUpdate, that backward no longer reads parameter i
+// in this micro-step (on a GPU: has enqueued its last read on cfg.Stream),
+// so that the AfterReduce of its bucket (the optimizer) may overwrite it.
+// Call it in any order, before or after Ready, at most once per parameter
+// per micro-step; Finish releases the parameters not released. Without
+// DeferUpdate, Release does nothing.
+func (dp *DataParallel) Release(ctx context.Context, i int) error {
+	if i < 0 || i >= len(dp.sizes) {
+		return fmt.Errorf("worker: DataParallel: Release(%d) of %d parameters", i, len(dp.sizes))
+	}
+	if !dp.cfg.DeferUpdate {
+		return nil
+	}
+	if dp.released[i] {
+		return fmt.Errorf("worker: DataParallel: parameter %d is released twice in one micro-step", i)
+	}
+	dp.released[i] = true
+	b := dp.bucket[i]
+	dp.unreleased[b]--
+	if dp.unreleased[b] > 0 || b >= dp.started || dp.updated[b] || !dp.Syncing() {
+		return nil
+	}
+	return dp.updateBucket(ctx, b)
+}
+
+func (dp *DataParallel) updateBucket(ctx context.Context, b int) error {
+	if dp.cfg.AfterReduce == nil {
+		return nil
+	}
+	if err := dp.eng.update(ctx, b); err != nil {
+		return fmt.Errorf("worker: DataParallel: update bucket %d: %w", b, err)
+	}
+	dp.updated[b] = true
 	return nil
 }
 
@@ -280,6 +342,13 @@ func (dp *DataParallel) Finish(ctx context.Context) (synced bool, err error) {
 	}
 	synced = dp.Syncing()
 	if synced {
+		for b := range dp.bkts {
+			if !dp.updated[b] {
+				if err := dp.updateBucket(ctx, b); err != nil {
+					return false, err
+				}
+			}
+		}
 		if err := dp.eng.finish(ctx); err != nil {
 			return false, fmt.Errorf("worker: DataParallel: %w", err)
 		}
@@ -321,12 +390,14 @@ type hostEngine struct {
 }
 
 type hostJob struct {
-	ctx context.Context
-	b   int
+	ctx            context.Context
+	b              int
+	reduce, update bool
 }
 
 func newHostEngine(dp *DataParallel) *hostEngine {
-	e := &hostEngine{dp: dp, work: make(chan hostJob, len(dp.bkts))}
+	// Per bucket at most one reduction and one deferred update.
+	e := &hostEngine{dp: dp, work: make(chan hostJob, 2*len(dp.bkts))}
 	go e.loop()
 	return e
 }
@@ -337,9 +408,9 @@ func (e *hostEngine) loop() {
 		failed := e.err != nil
 		e.mu.Unlock()
 		if !failed {
-			if err := e.reduce(j.ctx, j.b); err != nil {
+			if err := e.run(j); err != nil {
 				e.mu.Lock()
-				e.err = fmt.Errorf("reduce bucket %d: %w", j.b, err)
+				e.err = fmt.Errorf("bucket %d: %w", j.b, err)
 				e.mu.Unlock()
 			}
 		}
@@ -347,15 +418,16 @@ func (e *hostEngine) loop() {
 	}
 }
 
-func (e *hostEngine) reduce(ctx context.Context, b int) error {
+func (e *hostEngine) run(j hostJob) error {
 	dp := e.dp
-	bk := dp.bkts[b]
-	buf := dp.grads.Slice(bk.Offset, bk.Offset+bk.Len)
-	g := buf.Float32s()
-	if err := e.reduceOnly(ctx, buf, g); err != nil {
-		return err
+	bk := dp.bkts[j.b]
+	if j.reduce {
+		buf := dp.grads.Slice(bk.Offset, bk.Offset+bk.Len)
+		if err := e.reduceOnly(j.ctx, buf, buf.Float32s()); err != nil {
+			return fmt.Errorf("reduce: %w", err)
+		}
 	}
-	if dp.cfg.AfterReduce != nil {
+	if j.update && dp.cfg.AfterReduce != nil {
 		return dp.cfg.AfterReduce(bk, 0)
 	}
 	return nil
@@ -398,9 +470,15 @@ func (e *hostEngine) reduceOnly(ctx context.Context, buf Buffer, g []float32) er
 	return nil
 }
 
-func (e *hostEngine) launch(ctx context.Context, b int) error {
+func (e *hostEngine) launch(ctx context.Context, b int, update bool) error {
 	e.wg.Add(1)
-	e.work <- hostJob{ctx, b}
+	e.work <- hostJob{ctx: ctx, b: b, reduce: true, update: update}
+	return nil
+}
+
+func (e *hostEngine) update(ctx context.Context, b int) error {
+	e.wg.Add(1)
+	e.work <- hostJob{ctx: ctx, b: b, update: true}
 	return nil
 }
 

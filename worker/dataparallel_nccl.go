@@ -23,6 +23,7 @@ type deviceEngine struct {
 	nc      *ncclcomm.Comm
 	compute cudadrv.Stream
 	readyEv []cudadrv.Event // per bucket
+	relEv   []cudadrv.Event // per bucket, with DeferUpdate: released
 	doneEv  cudadrv.Event
 	bf16    cudadrv.DevicePtr // staging of the largest bucket as bfloat16
 }
@@ -36,13 +37,18 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 		return nil, errors.New("worker: DataParallel: BF16 and AccumulationSteps > 1 on a GPU need DataParallelConfig.Kernels")
 	}
 	e := &deviceEngine{dp: dp, nc: nc, compute: cudadrv.Stream(dp.cfg.Stream), readyEv: make([]cudadrv.Event, len(dp.bkts))}
+	if dp.cfg.DeferUpdate && dp.cfg.AfterReduce != nil {
+		e.relEv = make([]cudadrv.Event, len(dp.bkts))
+	}
 	err := nc.Do(func() error {
-		for i := range e.readyEv {
-			ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
-			if err != nil {
-				return err
+		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv} {
+			for i := range evs {
+				ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
+				if err != nil {
+					return err
+				}
+				evs[i] = ev
 			}
-			e.readyEv[i] = ev
 		}
 		var err error
 		if e.doneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
@@ -66,7 +72,7 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 	return e, nil
 }
 
-func (e *deviceEngine) launch(ctx context.Context, b int) error {
+func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
 	dp := e.dp
 	bk := dp.bkts[b]
 	g := dp.grads.DevicePointer() + uintptr(4*bk.Offset)
@@ -81,10 +87,26 @@ func (e *deviceEngine) launch(ctx context.Context, b int) error {
 		if err := e.reduce(bk, g, s); err != nil {
 			return err
 		}
-		if dp.cfg.AfterReduce != nil {
+		if update {
 			return dp.cfg.AfterReduce(bk, uintptr(s))
 		}
 		return nil
+	})
+}
+
+// update enqueues bucket b's AfterReduce on the communication stream, after
+// its reduction (enqueued there before) and after the work enqueued on the
+// compute stream so far (the last reads of the bucket's parameters).
+func (e *deviceEngine) update(ctx context.Context, b int) error {
+	return e.nc.Do(func() error {
+		s := e.nc.Stream()
+		if err := e.relEv[b].Record(e.compute); err != nil {
+			return err
+		}
+		if err := s.WaitEvent(e.relEv[b]); err != nil {
+			return err
+		}
+		return e.dp.cfg.AfterReduce(e.dp.bkts[b], uintptr(s))
 	})
 }
 
@@ -137,7 +159,7 @@ func (e *deviceEngine) broadcast(ctx context.Context, params Buffer) error {
 func (e *deviceEngine) close() error {
 	return e.nc.Do(func() error {
 		e.nc.Stream().Synchronize()
-		for _, ev := range e.readyEv {
+		for _, ev := range append(e.readyEv, e.relEv...) {
 			if ev != 0 {
 				ev.Destroy()
 			}
