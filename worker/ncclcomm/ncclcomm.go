@@ -24,6 +24,12 @@ type Config struct {
 	Store      comm.Store   // rendezvous: rank 0 Puts the NCCL unique id, the others Get it
 	Tuning     Tuning       // stream priority and NCCL CTA limits (options.go); zero: defaults
 	Logger     *slog.Logger // may be nil (then discard)
+
+	// NoSplitShare gives the communicator of the collectives resources of
+	// its own instead of sharing the init communicator's (ncclConfig_t
+	// splitShare; see initNCCL). NCCL_COMM_SPLIT_SHARE_RESOURCES, when
+	// set, overrides both.
+	NoSplitShare bool
 }
 
 func (cfg *Config) validate() error {
@@ -78,6 +84,8 @@ type Comm struct {
 	rank, size int
 	device     int
 	tuning     Tuning
+	splitShare bool
+	times      Timings
 	log        *slog.Logger
 
 	lib    *nccl.Library
@@ -115,62 +123,90 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	}
 	c := &Comm{
 		name: cfg.Name, rank: cfg.Rank, size: cfg.Size, device: cfg.Device, tuning: cfg.Tuning,
+		splitShare: !cfg.NoSplitShare, times: Timings{Start: time.Now()},
 		log: log.With("comm", cfg.Name, "generation", cfg.Generation, "rank", cfg.Rank, "device", cfg.Device),
 	}
 	fail := func(format string, args ...any) (*Comm, error) {
 		return nil, fmt.Errorf("ncclcomm: rank %d: "+format, append([]any{c.rank}, args...)...)
 	}
+	// After Prewarm (worker.Init) the driver, NCCL and the primary context
+	// are loaded or being loaded: these calls then wait for it.
 	drv, err := cudadrv.Load()
 	if err != nil {
 		return fail("%w", err)
 	}
+	c.times.Driver = time.Now()
 	if c.lib, err = nccl.Load(); err != nil {
 		return fail("%w", err)
 	}
+	c.times.NCCL = time.Now()
 	if n, err := drv.DeviceCount(); err != nil {
 		return fail("count CUDA devices: %w", err)
 	} else if cfg.Device >= n {
 		return fail("CUDA device %d does not exist: this process sees %d device(s) (CUDA_VISIBLE_DEVICES limits them)", cfg.Device, n)
 	}
 
-	start := time.Now()
-	c.exec, err = newExecutor(func() error { return c.setupThread(drv) }, c.teardownThread)
-	if err != nil {
-		return fail("%w", err)
+	// The thread's setup (primary context, stream, memory) runs while the
+	// unique id is exchanged: neither needs the other.
+	type started struct {
+		e   *executor
+		err error
+		at  time.Time
 	}
-
-	var id nccl.UniqueID
-	key := IDKey(cfg.Name, cfg.Generation)
-	if c.rank == 0 {
-		if id, err = c.lib.GetUniqueID(); err != nil {
-			c.exec.stop()
-			return fail("%w", err)
-		}
-		if c.size > 1 {
-			if err := cfg.Store.Put(ctx, key, id[:]); err != nil {
-				c.exec.stop()
-				return fail("publish the NCCL unique id: %w", err)
-			}
-		}
-	} else {
-		b, err := cfg.Store.Get(ctx, key)
-		if err != nil {
-			c.exec.stop()
-			return fail("get the NCCL unique id from rank 0: %w", err)
-		}
-		if id, err = nccl.UniqueIDFromBytes(b); err != nil {
-			c.exec.stop()
-			return fail("the unique id under %q: %w", key, err)
-		}
+	setup := make(chan started, 1)
+	go func() {
+		e, err := newExecutor(func() error { return c.setupThread(drv) }, c.teardownThread)
+		setup <- started{e, err, time.Now()}
+	}()
+	id, idErr := c.uniqueID(ctx, cfg)
+	idAt := time.Now()
+	s := <-setup
+	c.exec, c.times.Context = s.e, s.at
+	switch {
+	case s.err != nil:
+		return fail("%w", s.err)
+	case idErr != nil:
+		c.exec.stop()
+		return fail("%w", idErr)
 	}
+	c.times.ID = idAt
 	commName := cfg.Name + "/" + strconv.FormatInt(cfg.Generation, 10)
 	err = c.exec.do(func() error { return c.initNCCL(ctx, id, commName) })
 	if err != nil {
 		c.exec.stop()
 		return fail("init NCCL communicator %q of %d ranks on device %d: %w", cfg.Name, c.size, c.device, err)
 	}
-	c.log.Debug("NCCL communicator ready", "nccl", c.lib.Version(), "took", time.Since(start))
+	c.times.Ready = time.Now()
+	c.times.WarmStart, c.times.WarmDriver, c.times.WarmContext = warmTimes(cfg.Device)
+	c.log.Debug("NCCL communicator ready", "nccl", c.lib.Version(), "took", c.times.Ready.Sub(c.times.Start))
 	return c, nil
+}
+
+// uniqueID returns NCCL's unique id of the communicator: rank 0 creates it
+// and Puts it under IDKey, the others Get it.
+func (c *Comm) uniqueID(ctx context.Context, cfg Config) (nccl.UniqueID, error) {
+	var id nccl.UniqueID
+	key := IDKey(cfg.Name, cfg.Generation)
+	if c.rank == 0 {
+		id, err := c.lib.GetUniqueID()
+		if err != nil {
+			return id, err
+		}
+		if c.size > 1 {
+			if err := cfg.Store.Put(ctx, key, id[:]); err != nil {
+				return id, fmt.Errorf("publish the NCCL unique id: %w", err)
+			}
+		}
+		return id, nil
+	}
+	b, err := cfg.Store.Get(ctx, key)
+	if err != nil {
+		return id, fmt.Errorf("get the NCCL unique id from rank 0: %w", err)
+	}
+	if id, err = nccl.UniqueIDFromBytes(b); err != nil {
+		return id, fmt.Errorf("the unique id under %q: %w", key, err)
+	}
+	return id, nil
 }
 
 // initNCCL creates the NCCL communicator on the executor's thread.
@@ -183,6 +219,18 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 // ncclCommSplit of all ranks into the communicator the collectives use, and
 // the first one is destroyed. NCCL older than 2.18 (no Split) gets one
 // blocking init, which ctx cannot interrupt.
+//
+// The split costs a second communicator setup. Unless Config.NoSplitShare,
+// the init communicator is created with splitShare=1, which is what lets a
+// split share its parent's resources (NCCL decides by the parent's config):
+// the proxy thread and its sockets, the streams and the peers' connection
+// buffers are made once instead of twice. NCCL counts the references to
+// shared resources, so destroying the init communicator leaves them to the
+// split one, which frees them when it is destroyed or aborted. The split
+// communicator gets at most as many channels as its parent, so the parent
+// gets the same CTA limits. The guarantee does not change: both steps are
+// polled against ctx, and the init communicator is aborted when the split
+// fails.
 func (c *Comm) initNCCL(ctx context.Context, id nccl.UniqueID, commName string) error {
 	if !c.lib.Has("ncclCommInitRankConfig") || !c.lib.Has("ncclCommSplit") {
 		c.log.Warn("NCCL predates ncclCommSplit (2.18): blocking init, which the context cannot interrupt", "nccl", c.lib.Version())
@@ -190,11 +238,13 @@ func (c *Comm) initNCCL(ctx context.Context, id nccl.UniqueID, commName string) 
 		c.nc = nc
 		return err
 	}
-	boot, err := c.lib.InitRankConfig(ctx, c.size, id, c.rank, &nccl.Config{NonBlocking: true, CommName: commName + "/init"})
+	boot, err := c.lib.InitRankConfig(ctx, c.size, id, c.rank, c.initConfig(commName))
 	if err != nil {
 		return err
 	}
+	c.times.Init = time.Now()
 	c.nc, err = boot.Split(ctx, 0, c.rank, c.tuning.ncclConfig(commName))
+	c.times.Split = time.Now()
 	if err != nil {
 		boot.Abort()
 		return fmt.Errorf("split the blocking communicator off: %w", err)
@@ -214,6 +264,17 @@ func (c *Comm) initNCCL(ctx context.Context, id nccl.UniqueID, commName string) 
 		c.log.Debug("destroy the init communicator", "err", err)
 	}
 	return nil
+}
+
+// initConfig returns the configuration of the non-blocking communicator
+// that initNCCL creates first, named after commName.
+func (c *Comm) initConfig(commName string) *nccl.Config {
+	cfg := c.tuning.ncclConfig(commName + "/init")
+	cfg.NonBlocking = true
+	if c.splitShare {
+		cfg.SplitShare = nccl.Set(1)
+	}
+	return cfg
 }
 
 // setupThread runs first on the executor's thread: the device's primary
