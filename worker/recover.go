@@ -46,6 +46,18 @@ type Generation struct {
 	// the one to restore state from; -1 when there is none (the job's first
 	// generation, or every process is new: restore from a checkpoint then).
 	Source int
+	// Recovery says when this process went through the steps of the
+	// recovery that led to this generation (zero times for steps it did not
+	// take: a new process only has CommReady), for start-up breakdowns.
+	Recovery RecoveryTimes
+}
+
+// RecoveryTimes are the wall-clock times of one in-process recovery.
+type RecoveryTimes struct {
+	Ended     time.Time // the agent said the previous generation ended
+	Aborted   time.Time // the previous generation's communicator was aborted and closed
+	Started   time.Time // the agent handed this generation over
+	CommReady time.Time // this generation's communicator was built
 }
 
 // Restore broadcasts bufs from Source to every rank, so that new processes
@@ -96,6 +108,7 @@ func (w *Worker) Run(ctx context.Context, name string, train func(ctx context.Co
 			return err
 		}
 		w.logger.Info("recovering in process", "from_generation", w.Generation, "to_generation", next.GetGeneration(), "err", err)
+		w.recovered.Ended, w.recovered.Started = w.recov.times()
 		w.adopt(next)
 		survivor = true
 	}
@@ -110,6 +123,11 @@ func (w *Worker) runGeneration(ctx context.Context, name string, survivor bool, 
 	if err != nil {
 		return err
 	}
+	rt := w.recovered
+	if !survivor {
+		rt = RecoveryTimes{}
+	}
+	rt.CommReady = time.Now()
 	stop := context.AfterFunc(gctx, func() { _ = comm.Abort(c) })
 	defer stop()
 
@@ -124,7 +142,7 @@ func (w *Worker) runGeneration(ctx context.Context, name string, survivor bool, 
 	}
 	g := &Generation{
 		Number: w.Generation, RestartCount: w.RestartCount, Rank: w.Rank, WorldSize: w.WorldSize,
-		Comm: c, Survivor: survivor, Source: int(v[0]),
+		Comm: c, Survivor: survivor, Source: int(v[0]), Recovery: rt,
 	}
 	if g.Source == w.WorldSize {
 		g.Source = -1
@@ -132,6 +150,7 @@ func (w *Worker) runGeneration(ctx context.Context, name string, survivor bool, 
 	if err := train(gctx, g); err != nil {
 		abort(c)
 		if cause := context.Cause(gctx); errors.Is(cause, ErrGenerationEnded) {
+			w.recovered = RecoveryTimes{Aborted: time.Now()}
 			return fmt.Errorf("%w: %w", cause, err)
 		}
 		return err
@@ -213,6 +232,14 @@ type recovery struct {
 	ended   int64                        // newest generation that ended; -1 for none
 	started *gotrainv1.GenerationStarted // newest generation handed over; nil for none
 	changed chan struct{}                // closed and replaced on every change
+	// When ended and started last changed.
+	endedAt, startedAt time.Time
+}
+
+func (r *recovery) times() (ended, started time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.endedAt, r.startedAt
 }
 
 func (r *recovery) initLocked() {
@@ -243,10 +270,10 @@ func (w *Worker) generationChanged(gc *gotrainv1.GenerationChange) {
 	defer r.mu.Unlock()
 	r.initLocked()
 	if e := gc.GetEnded(); e != nil && e.GetGeneration() > r.ended {
-		r.ended = e.GetGeneration()
+		r.ended, r.endedAt = e.GetGeneration(), time.Now()
 	}
 	if s := gc.GetStarted(); s != nil && (r.started == nil || s.GetGeneration() > r.started.GetGeneration()) {
-		r.started = s
+		r.started, r.startedAt = s, time.Now()
 	}
 	close(r.changed)
 	r.changed = make(chan struct{})

@@ -68,3 +68,25 @@ func TestAwaitNextGivesUpWhenCtxEnds(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+func TestRecoveryTimesFollowTheNewestChange(t *testing.T) {
+	w := &Worker{Generation: 2}
+	if e, s := w.recov.times(); !e.IsZero() || !s.IsZero() {
+		t.Fatalf("times before any change: %v, %v", e, s)
+	}
+	before := time.Now()
+	w.generationChanged(&gotrainv1.GenerationChange{Ended: &gotrainv1.GenerationEnded{Generation: 2}})
+	ended, started := w.recov.times()
+	if ended.Before(before) || !started.IsZero() {
+		t.Fatalf("after ended: %v, %v", ended, started)
+	}
+	// An older generation's end does not move the time.
+	w.generationChanged(&gotrainv1.GenerationChange{Ended: &gotrainv1.GenerationEnded{Generation: 1}})
+	if e, _ := w.recov.times(); !e.Equal(ended) {
+		t.Errorf("an older end moved the time: %v -> %v", ended, e)
+	}
+	w.generationChanged(&gotrainv1.GenerationChange{Started: &gotrainv1.GenerationStarted{Generation: 3}})
+	if _, s := w.recov.times(); s.Before(ended) {
+		t.Errorf("started %v before ended %v", s, ended)
+	}
+}

@@ -66,6 +66,9 @@ type Worker struct {
 	logger *slog.Logger
 	diag   *attachment // the control stream (attach.go)
 	recov  recovery    // generation changes for Run (recover.go)
+
+	noPrewarm bool          // WithoutPrewarm
+	recovered RecoveryTimes // of the last in-process recovery (recover.go)
 }
 
 // ErrNotLaunched means the program was started without `gotrain launch`.
@@ -76,6 +79,12 @@ type Option func(*Worker)
 
 // WithLogger gives the worker a logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(w *Worker) { w.logger = l } }
+
+// WithoutPrewarm keeps Init from loading the CUDA driver, the GPU's primary
+// context and NCCL in the background (ncclcomm.Prewarm) on the NCCL backend;
+// NewComm then loads them itself. The prewarm holds the primary context for
+// the life of the process.
+func WithoutPrewarm() Option { return func(w *Worker) { w.noPrewarm = true } }
 
 // Init reads the environment that `gotrain launch` set and connects to this
 // node's agent.
@@ -96,6 +105,11 @@ func Init(ctx context.Context, opts ...Option) (*Worker, error) {
 		o(w)
 	}
 	w.logger = w.logger.With("rank", w.Rank)
+	if w.Backend == "nccl" && !w.noPrewarm {
+		// The CUDA driver, the GPU's primary context and NCCL load in the
+		// background while the program starts up; NewComm waits for them.
+		ncclcomm.Prewarm(ncclcomm.DeviceFor(w.GPU, os.Getenv))
+	}
 	conn, err := grpc.NewClient("unix://"+vars.AgentSocket,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		token.DialOption(vars.JobToken))
