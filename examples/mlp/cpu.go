@@ -142,8 +142,14 @@ func (m *cpuModel) Step(ctx context.Context) error {
 		gy := general(rows, out, cur)
 		w, db, dw := m.weight(m.params, l), m.bias(m.grads, l), m.weight(m.grads, l)
 		// Input gradient first: W_l is not read after Ready (the optimizer
-		// may update it while backward goes on).
-		if l > 0 {
+		// may update it while backward goes on). With DeferUpdate the
+		// weight gradient comes first and Release after the input
+		// gradient lets the optimizer overwrite W_l.
+		weightFirst := m.cfg.DP.DeferUpdate
+		inputGrad := func() {
+			if l == 0 {
+				return
+			}
 			dx := next[:rows*in]
 			blas32.Gemm(blas.NoTrans, blas.NoTrans, 1, gy, general(out, in, w), 0, general(rows, in, dx))
 			y := m.acts[l]
@@ -152,6 +158,9 @@ func (m *cpuModel) Step(ctx context.Context) error {
 					dx[i] = 0
 				}
 			}
+		}
+		if !weightFirst {
+			inputGrad()
 		}
 		blas32.Gemm(blas.Trans, blas.NoTrans, 1, gy, general(rows, in, m.acts[l]), beta, general(out, in, dw))
 		for c := range out {
@@ -170,6 +179,17 @@ func (m *cpuModel) Step(ctx context.Context) error {
 		}
 		for k := range a.chunks(l) {
 			if err := m.dp.Ready(ctx, a.wIndex(l, k)); err != nil {
+				return err
+			}
+		}
+		if weightFirst {
+			inputGrad()
+		}
+		if err := m.dp.Release(ctx, a.bIndex(l)); err != nil {
+			return err
+		}
+		for k := range a.chunks(l) {
+			if err := m.dp.Release(ctx, a.wIndex(l, k)); err != nil {
 				return err
 			}
 		}

@@ -265,6 +265,13 @@ func (m *gpuModel) Step(ctx context.Context) error {
 	if m.dp.MicroStep() > 0 {
 		beta = 1
 	}
+	// With DeferUpdate the weight gradient comes first, so that its
+	// reduction starts one GEMM earlier and overlaps the input gradient,
+	// which reads W_l; Release then lets the optimizer (on the
+	// communication stream) overwrite W_l. Without it the input gradient
+	// comes first: W_l is not read after Ready, since the optimizer updates
+	// it right after the reduction.
+	weightFirst := m.dp.Syncing() && m.cfg.DP.DeferUpdate
 	cur, next, cur16, next16 := m.dA, m.dB, m.dA16, m.dB16
 	for l := L - 1; l >= 0; l-- {
 		in, out := a.in(l), a.out(l)
@@ -275,16 +282,23 @@ func (m *gpuModel) Step(ctx context.Context) error {
 		if err := m.dp.Ready(ctx, a.bIndex(l)); err != nil {
 			return err
 		}
+		if err := m.dp.Release(ctx, a.bIndex(l)); err != nil { // backward never reads b_l
+			return err
+		}
 		w, w16 := m.wAt(m.params, l, 4), m.wAt(m.p16, l, 2)
-		// Input gradient first: W_l is not read after Ready, since the
-		// optimizer updates it on the communication stream.
-		if l > 0 {
+		inputGrad := func() error {
+			if l == 0 {
+				return nil
+			}
 			// dX (rows×in) = G·W: column-major dXᶜ (in×rows) = Wᶜ·Gᶜ.
 			if err := m.gemm(cublas.N, cublas.N, in, rows, out, w, w16, in, cur, cur16, out, 0, next, in); err != nil {
 				return err
 			}
 			g, b := grid1D(rows * in)
-			if err := m.k.reluBwd.Launch(g, b, 0, s, next, m.acts[l], int64(rows*in), uintptr(next16)); err != nil {
+			return m.k.reluBwd.Launch(g, b, 0, s, next, m.acts[l], int64(rows*in), uintptr(next16))
+		}
+		if !weightFirst {
+			if err := inputGrad(); err != nil {
 				return err
 			}
 		}
@@ -302,6 +316,16 @@ func (m *gpuModel) Step(ctx context.Context) error {
 				return err
 			}
 			if err := m.dp.Ready(ctx, a.wIndex(l, k)); err != nil {
+				return err
+			}
+		}
+		if weightFirst {
+			if err := inputGrad(); err != nil {
+				return err
+			}
+		}
+		for k := range a.chunks(l) {
+			if err := m.dp.Release(ctx, a.wIndex(l, k)); err != nil {
 				return err
 			}
 		}

@@ -52,6 +52,10 @@ type options struct {
 	chunkMB   float64
 	accum     int
 	reduceBF  bool
+	commPrio  string // "normal" or "high"
+	minCTAs   int
+	maxCTAs   int
+	wgFirst   bool
 	seed      uint64
 	data      string
 	ptx       string
@@ -94,6 +98,10 @@ Flags:
 	fs.Float64Var(&o.chunkMB, "chunk-mb", 0, "split each weight's gradient into DataParallel parameters of about this many MiB, so that its all-reduce starts while the rest of it is computed (0: no split)")
 	fs.IntVar(&o.accum, "accum", 1, "gradient accumulation: micro-steps per all-reduce")
 	fs.BoolVar(&o.reduceBF, "reduce-bf16", false, "all-reduce the gradients in bfloat16")
+	fs.StringVar(&o.commPrio, "comm-priority", "normal", "priority of the NCCL communication stream: normal, or high (its collectives and optimizer steps take SMs ahead of the GEMMs)")
+	fs.IntVar(&o.minCTAs, "nccl-min-ctas", 0, "NCCL: at least this many CTAs per collective (ncclConfig_t minCTAs; 0: NCCL's choice)")
+	fs.IntVar(&o.maxCTAs, "nccl-max-ctas", 0, "NCCL: at most this many CTAs per collective, leaving SMs to the GEMMs beside it (ncclConfig_t maxCTAs; 0: NCCL's choice)")
+	fs.BoolVar(&o.wgFirst, "weight-grad-first", false, "backward computes each weight's gradient before the input gradient, so that its all-reduce starts a GEMM earlier (the optimizer waits for the input gradient: DataParallelConfig.DeferUpdate)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
 	fs.StringVar(&o.data, "data", "", "mnist: directory of the MNIST IDX .gz files (default: the GoMNIST module's data/)")
 	fs.StringVar(&o.ptx, "ptx", "", "load the CUDA kernels from this PTX file instead of the embedded one")
@@ -127,10 +135,26 @@ Flags:
 		return o, fmt.Errorf("--precision %q: want fp32 or bf16", o.precision)
 	case o.device != "" && o.device != "gpu" && o.device != "cpu":
 		return o, fmt.Errorf("--device %q: want gpu or cpu", o.device)
+	case o.commPrio != "normal" && o.commPrio != "high":
+		return o, fmt.Errorf("--comm-priority %q: want normal or high", o.commPrio)
+	case o.minCTAs < 0 || o.maxCTAs < 0 || (o.minCTAs > 0 && o.maxCTAs > 0 && o.minCTAs > o.maxCTAs):
+		return o, fmt.Errorf("--nccl-min-ctas %d, --nccl-max-ctas %d: want 0 (NCCL's choice) or more, min ≤ max", o.minCTAs, o.maxCTAs)
 	case o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0 || o.chunkMB < 0:
 		return o, errors.New("--layers, --hidden, --batch, --accum and --bucket-mb must be positive, --chunk-mb not negative")
 	}
 	return o, nil
+}
+
+// commOptions are the communicator's options the flags ask for.
+func (o options) commOptions() []worker.CommOption {
+	var opts []worker.CommOption
+	if o.commPrio == "high" {
+		opts = append(opts, worker.WithHighPriorityStream())
+	}
+	if o.minCTAs > 0 || o.maxCTAs > 0 {
+		opts = append(opts, worker.WithNCCLCTAs(o.minCTAs, o.maxCTAs))
+	}
+	return opts
 }
 
 func (o options) arch(in, classes int) arch {
@@ -161,7 +185,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.device == "gpu" && w.Backend != "nccl" {
 		return errors.New("--device gpu needs `gotrain launch --backend nccl`")
 	}
-	c, err := w.NewComm(ctx, "mlp")
+	c, err := w.NewComm(ctx, "mlp", o.commOptions()...)
 	if err != nil {
 		return err
 	}
@@ -186,6 +210,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Optim: optim{Kind: o.optimizer, LR: float32(o.lr), Momentum: float32(o.momentum), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
 		DP: worker.DataParallelConfig{
 			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
+			DeferUpdate: o.wgFirst,
 		},
 		Device: ncclcomm.DeviceFor(w.GPU, os.Getenv),
 	}
@@ -263,9 +288,9 @@ func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o opt
 	}
 	if c.Rank() == 0 {
 		stepMS := dt.Seconds() / float64(o.steps) * 1e3
-		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.2f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%t\n",
+		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%t comm_priority=%s nccl_ctas=%d..%d weight_grad_first=%t bucket_mb=%g\n",
 			c.Size(), a.numParams(), o.batch, stepMS, float64(o.batch*c.Size()*o.steps)/dt.Seconds(),
-			o.device, o.precision, o.reduceBF, a, first, last, agree)
+			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.wgFirst, o.bucketMB)
 	}
 	return nil
 }

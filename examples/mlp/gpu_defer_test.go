@@ -1,0 +1,70 @@
+//go:build cuda
+
+package main
+
+import (
+	"context"
+	"math"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/gotrain/gotrain/worker"
+)
+
+// With DeferUpdate (weight gradients first, the optimizer after Release) the
+// GPU weights are bitwise those of the plain order, and the same on every
+// rank.
+func TestGPUDeferUpdateSameWeights(t *testing.T) {
+	n := min(gpuCount(t), 2)
+	train := func(deferUpdate bool) [][]float32 {
+		cs := ncclComms(t, n)
+		final := make([][]float32, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for r, c := range cs {
+			wg.Go(func() {
+				errs[r] = func() error {
+					cfg := modelConfig{
+						Arch: arch{dims: []int{128, 512, 512, 64}}, Batch: 32, Seed: 20, Optim: optim{Kind: "momentum", LR: 0.05, Momentum: 0.9},
+						DP: worker.DataParallelConfig{BucketBytes: 256 << 10, DeferUpdate: deferUpdate}, Device: r, PTXPath: os.Getenv("MLP_PTX"),
+					}
+					m, err := newGPU(context.Background(), c, cfg)
+					if err != nil {
+						return err
+					}
+					defer m.Close()
+					x, y := testBatch(cfg.Arch, cfg.Batch, uint64(r+1))
+					if err := m.Load(x, y); err != nil {
+						return err
+					}
+					for range 20 {
+						if err := m.Step(t.Context()); err != nil {
+							return err
+						}
+					}
+					final[r], err = m.Params()
+					return err
+				}()
+			})
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		return final
+	}
+	want, got := train(false), train(true)
+	for r := range n {
+		for i := range want[0] {
+			if math.Float32bits(got[r][i]) != math.Float32bits(want[r][i]) {
+				t.Fatalf("rank %d parameter %d: %v with DeferUpdate, %v without", r, i, got[r][i], want[r][i])
+			}
+			if math.Float32bits(got[r][i]) != math.Float32bits(got[0][i]) {
+				t.Fatalf("rank %d parameter %d: %v, rank 0 %v", r, i, got[r][i], got[0][i])
+			}
+		}
+	}
+}
