@@ -149,8 +149,8 @@ func (w *Worker) runGeneration(ctx context.Context, name string, survivor bool, 
 	}
 	if err := train(gctx, g); err != nil {
 		abort(c)
+		w.recovered = RecoveryTimes{Aborted: time.Now()}
 		if cause := context.Cause(gctx); errors.Is(cause, ErrGenerationEnded) {
-			w.recovered = RecoveryTimes{Aborted: time.Now()}
 			return fmt.Errorf("%w: %w", cause, err)
 		}
 		return err

@@ -10,7 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gotrain/gotrain/worker"
+	"github.com/gotrain/gotrain/worker/ncclcomm"
 )
 
 // restartMode measures and checks restarts. In the job's first attempt,
@@ -20,6 +23,9 @@ import (
 // death its first all-reduce of the generation completed:
 //
 //	RESTART rank=R generation=G pid=P survivor=S recovered_in=SECONDS
+//
+// and a TIMING line of wall-clock times (unix ns, 0 for a step not taken)
+// of the steps between: see timingLine.
 //
 // With --inprocess the ranks run in worker.Run: survivors recover in
 // process, and --steps more all-reduces check that every rank ends with the
@@ -38,12 +44,15 @@ func restartMode(ctx context.Context, args []string) error {
 		return errors.New("restart: --mark is required")
 	}
 	tMain := time.Now()
+	tSpawn := processStart()
 	w, err := worker.Init(ctx)
 	if err != nil {
 		return err
 	}
 	tInit := time.Now()
 	var tComm time.Time // the generation's communicator is ready
+	var gc worker.Comm  // the generation's communicator, for its timings
+	var rt worker.RecoveryTimes
 	defer w.Close()
 	x := make([]float32, *size)
 	die := func() {
@@ -65,6 +74,8 @@ func restartMode(ctx context.Context, args []string) error {
 			return err
 		}
 		death := time.Unix(0, t0)
+		tFirst := time.Now()
+		fmt.Println(timingLine(w.Rank, gen, survivor, death, tSpawn, tMain, tInit, tComm, tFirst, gc, rt))
 		fmt.Printf("RESTART rank=%d generation=%d pid=%d survivor=%t recovered_in=%.3f\n",
 			w.Rank, gen, os.Getpid(), survivor, time.Since(death).Seconds())
 		// Where the time went, from the death: process start, worker.Init
@@ -80,7 +91,7 @@ func restartMode(ctx context.Context, args []string) error {
 			return err
 		}
 		defer c.Close()
-		tComm = time.Now()
+		tComm, gc = time.Now(), c
 		if err := c.AllReduce(ctx, worker.Host(x), worker.Host(x), worker.Sum); err != nil {
 			return err
 		}
@@ -108,7 +119,7 @@ func restartMode(ctx context.Context, args []string) error {
 		return nil
 	}
 	return w.Run(ctx, "restart", func(ctx context.Context, g *worker.Generation) error {
-		tComm = time.Now()
+		tComm, gc, rt = time.Now(), g.Comm, g.Recovery
 		if err := g.Restore(ctx, worker.Host(state)); err != nil {
 			return err
 		}
@@ -138,4 +149,85 @@ func restartMode(ctx context.Context, args []string) error {
 		fmt.Printf("rank %d done steps=%g value=%g\n", g.Rank, state[0], state[1])
 		return nil
 	})
+}
+
+// timingLine is the TIMING line of a rank in the new generation: the time of
+// death, then each step in order (unix ns; 0: not taken):
+//
+//	spawn       the process was created (/proc/self/stat, 10 ms resolution)
+//	main        main ran
+//	init        worker.Init returned (the NCCL backend's prewarm started in it)
+//	ended, aborted, handed
+//	            survivors of in-process recovery: the agent said the
+//	            generation ended; the old communicator was aborted and closed;
+//	            the agent handed the new generation over
+//	warm_start, warm_driver, warm_ctx
+//	            ncclcomm.Prewarm: started, cuInit done, primary context retained
+//	comm_start  NewComm called; then driver and nccl loaded, unique id in
+//	            hand (id), the comm's thread set up (ctx), the non-blocking
+//	            init done (boot), the split done (split), NewComm returns
+//	            (comm_ready)
+//	comm        worker.NewComm returned (any backend)
+//	first       the first collective of the generation completed
+func timingLine(rank int, gen int64, survivor bool, death, spawn, main, init, commDone, first time.Time, c worker.Comm, rt worker.RecoveryTimes) string {
+	var nt ncclcomm.Timings
+	if u, ok := c.(interface{ Unwrap() worker.Comm }); ok {
+		c = u.Unwrap()
+	}
+	if tc, ok := c.(interface{ Timings() ncclcomm.Timings }); ok {
+		nt = tc.Timings()
+	}
+	ns := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.UnixNano()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "TIMING rank=%d generation=%d survivor=%t", rank, gen, survivor)
+	for _, f := range []struct {
+		k string
+		t time.Time
+	}{
+		{"death", death}, {"spawn", spawn}, {"main", main}, {"init", init},
+		{"ended", rt.Ended}, {"aborted", rt.Aborted}, {"handed", rt.Started},
+		{"warm_start", nt.WarmStart}, {"warm_driver", nt.WarmDriver}, {"warm_ctx", nt.WarmContext},
+		{"comm_start", nt.Start}, {"driver", nt.Driver}, {"nccl", nt.NCCL}, {"id", nt.ID}, {"ctx", nt.Context},
+		{"boot", nt.Init}, {"split", nt.Split}, {"comm_ready", nt.Ready},
+		{"comm", commDone}, {"first", first},
+	} {
+		fmt.Fprintf(&b, " %s=%d", f.k, ns(f.t))
+	}
+	return b.String()
+}
+
+// processStart returns when this process was created, from its start time
+// in /proc/self/stat (clock ticks since boot) and the boot-time clock; zero
+// where that cannot be read.
+func processStart() time.Time {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return time.Time{}
+	}
+	// The command name (field 2) may hold spaces; fields count from after it.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return time.Time{}
+	}
+	f := strings.Fields(string(b[i+1:]))
+	const startField = 22 - 3 // starttime is field 22; f[0] is field 3
+	if len(f) <= startField {
+		return time.Time{}
+	}
+	ticks, err := strconv.ParseInt(f[startField], 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return time.Time{}
+	}
+	const clkTck = 100 // USER_HZ on Linux
+	age := time.Duration(ts.Nano()) - time.Duration(ticks)*time.Second/clkTck
+	return time.Now().Add(-age)
 }
