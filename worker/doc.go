@@ -47,3 +47,16 @@ package worker
 // result is the mean over k × ranks. BF16 halves the bytes on the wire:
 // gradients are rounded to bfloat16, summed in bfloat16 and scaled back into
 // float32 (RoundBF16 shows the rounding).
+//
+// AfterReduce runs per bucket right after its reduction (the optimizer step
+// of the bucket's parameters), so backward must not read a parameter after
+// marking it Ready. DeferUpdate lifts that: a bucket's AfterReduce then also
+// waits until backward has Released each of its parameters (Finish releases
+// the rest), so a layer can compute its weight gradient first, mark it
+// Ready, compute the input gradient that still reads the weight, and
+// Release it; the weight's reduction overlaps that input gradient. The
+// results are bitwise those of the plain order.
+//
+// On the NCCL backend, NewComm's options tune the communication stream:
+// WithHighPriorityStream (its kernels take SMs ahead of compute kernels) and
+// WithNCCLCTAs (bounds on the CTAs of each NCCL kernel).
