@@ -32,6 +32,7 @@ date=$(date -u +%Y-%m-%d)
 # Raw logs stay beside the results, so a run cut short still tells what happened.
 work="$RESULTS_DIR/restart-raw-$date-$BACKEND"
 mkdir -p "$RESULTS_DIR" "$work"
+: >"$work/timing.txt"
 
 # slowest FILE: the largest recovered_in of the RESTART lines in FILE.
 slowest() { grep -o 'recovered_in=[0-9.]*' "$1" | cut -d= -f2 | sort -g | tail -1; }
@@ -49,6 +50,7 @@ run_gotrain() { # NAME [testprog flags]
 		echo "$name run $i: exit $rc, slowest rank back after ${t:-?} s" >&2
 		grep -E 'RESTART|BREAKDOWN' "$work/$name-$i.out" >&2
 		grep BREAKDOWN "$work/$name-$i.out" | sed "s/^/$name run $i: /" >>"$work/breakdown.txt"
+		grep -h TIMING "$work/$name-$i.out" | sed "s/^\[rank [0-9]*\] /$name-$i /" >>"$work/timing.txt"
 		((rc == 0)) || tail -5 "$work/$name-$i.err" >&2
 		results[$name]+="${t:-fail} "
 	done
@@ -96,6 +98,10 @@ out="$RESULTS_DIR/restart-$date-$BACKEND.md"
 	echo '```'
 	cat "$work/breakdown.txt" 2>/dev/null
 	echo '```'
+	echo
+	echo "Each step of the new generation (testprog TIMING lines; bench/restart_timing.awk):"
+	echo
+	awk -f bench/restart_timing.awk "$work/timing.txt"
 	echo
 	echo "Reproduce: BACKEND=$BACKEND GPUS=$GPUS RUNS=$RUNS bash bench/restart.sh"
 } >"$out"
