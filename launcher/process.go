@@ -36,7 +36,21 @@ type workerProc struct {
 	evidence evidence
 	// pidNum is the worker's pid, kept because Process.Release forgets it.
 	pidNum int
+	// pipes are the read ends of stdout and stderr; wait closes them when
+	// a process outside the worker's group keeps them open.
+	pipes [2]*os.File
 }
+
+// drainGrace is how long the worker's descendants get to close its output
+// pipes after it exited, before its process group is killed; and how long
+// the pipes then get before they are closed on whatever still holds them.
+// drainOrphanWait is the wait when the group is already empty, so that only
+// processes that left it (setsid) hold the pipes: killing the group would
+// not reach them, and nothing the worker owns is left to wait for.
+const (
+	drainGrace      = 2 * time.Second
+	drainOrphanWait = 100 * time.Millisecond
+)
 
 // exitInfo says how a worker ended.
 type exitInfo struct {
@@ -117,6 +131,7 @@ func startWorker(spec workerSpec, stdout, stderr *console) (*workerProc, error) 
 		return nil, fmt.Errorf("start rank %d: %w", spec.rank, err)
 	}
 	p.pidNum = cmd.Process.Pid
+	p.pipes = [2]*os.File{outR, errR}
 	prefix := fmt.Sprintf("[rank %d] ", spec.rank)
 	p.pumps.Add(2)
 	go func() { defer p.pumps.Done(); defer outR.Close(); pump(outR, prefix, stdout, logW, nil) }()
@@ -141,12 +156,7 @@ func (p *workerProc) wait() {
 			break
 		}
 	}
-	select {
-	case <-pumpsDone:
-	case <-time.After(2 * time.Second):
-		_ = unix.Kill(-p.cmd.Process.Pid, unix.SIGKILL)
-		<-pumpsDone
-	}
+	p.drain(pumpsDone)
 	switch {
 	case err != nil:
 		p.exit = exitInfo{code: -1, err: err}
@@ -160,6 +170,48 @@ func (p *workerProc) wait() {
 	p.closeLog()
 	_ = p.cmd.Process.Release()
 	close(p.done)
+}
+
+// drain waits, after the worker exited, until its output pipes reach EOF.
+// Without descendants that is at once: the kernel closed the worker's ends
+// before wait4 returned. Descendants in its group get drainGrace, then the
+// group is killed; pipes that stay open after that, or that only processes
+// outside the group hold, are closed on them, so that a detached grandchild
+// can neither delay the exit's report nor block it forever.
+func (p *workerProc) drain(pumpsDone <-chan struct{}) {
+	select {
+	case <-pumpsDone:
+		return
+	default:
+	}
+	wait := drainGrace
+	if groupEmpty(p.pidNum) {
+		wait = drainOrphanWait
+	}
+	select {
+	case <-pumpsDone:
+		return
+	case <-time.After(wait):
+	}
+	if wait == drainGrace {
+		_ = unix.Kill(-p.pidNum, unix.SIGKILL)
+		select {
+		case <-pumpsDone:
+			return
+		case <-time.After(drainGrace):
+		}
+	}
+	for _, f := range p.pipes {
+		if f != nil {
+			_ = f.Close() // the pumps' reads end
+		}
+	}
+	<-pumpsDone
+}
+
+// groupEmpty reports whether process group pgid has no process left.
+func groupEmpty(pgid int) bool {
+	return errors.Is(unix.Kill(-pgid, 0), unix.ESRCH)
 }
 
 func (p *workerProc) closeLog() {
