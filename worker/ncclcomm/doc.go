@@ -24,7 +24,13 @@
 // cannot hang New past its context; then they split a blocking communicator
 // off it for the collectives (NCCL launches every non-blocking collective on a
 // new thread, which would cost tens of microseconds each) and destroy the
-// first.
+// first. The first is created with splitShare=1, so the split shares its
+// proxy, streams and connection buffers instead of making them again
+// (Config.NoSplitShare, or NCCL_COMM_SPLIT_SHARE_RESOURCES=0, turns that off).
+// The thread's CUDA setup runs while the unique id is exchanged, and
+// Prewarm (which worker.Init calls) loads the driver, the primary context
+// and NCCL in the background before New is called; New.Timings tells when
+// each step finished.
 //
 // # Threads
 //
