@@ -29,7 +29,7 @@
 // (Config.NoSplitShare, or NCCL_COMM_SPLIT_SHARE_RESOURCES=0, turns that off).
 // The thread's CUDA setup runs while the unique id is exchanged, and
 // Prewarm (which worker.Init calls) loads the driver, the primary context
-// and NCCL in the background before New is called; New.Timings tells when
+// and NCCL in the background before New is called; Comm.Timings tells when
 // each step finished.
 //
 // # Threads
