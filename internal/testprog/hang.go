@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -60,7 +61,7 @@ func hangMode(ctx context.Context, args []string) error {
 			case "count":
 				n++
 			case "stop":
-				if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+				if err := stopSelf(); err != nil {
 					return err
 				}
 			case "spin":
@@ -76,6 +77,18 @@ func hangMode(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("hang ok: %d steps\n", *steps)
 	return nil
+}
+
+// stopSelf stops the process with SIGSTOP before it returns. A signal sent
+// to the process (kill(getpid())) goes to whichever thread the kernel picks,
+// often the main thread, and the calling thread runs on until that one has
+// been scheduled and started the group stop: on a loaded machine long
+// enough to finish the next collective. Sent to the calling thread itself
+// (tgkill), the stop is taken on the way back from the system call.
+func stopSelf() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
 
 // otherWork stands for code that waits on something else than the collective.
