@@ -35,7 +35,13 @@ type WorkerHello struct {
 	Pid        int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
 	Generation int64                  `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	// The worker recovers in process (worker.Run) instead of being restarted.
-	Recoverable   bool `protobuf:"varint,4,opt,name=recoverable,proto3" json:"recoverable,omitempty"`
+	Recoverable bool `protobuf:"varint,4,opt,name=recoverable,proto3" json:"recoverable,omitempty"`
+	// A hot standby (gotrain launch --standby): started and warmed up ahead of
+	// need, without a rank (rank is -1); it waits on this stream for a
+	// StandbyAssignment.
+	Standby bool `protobuf:"varint,5,opt,name=standby,proto3" json:"standby,omitempty"`
+	// The local slot (local rank) the standby was started for.
+	StandbySlot   int32 `protobuf:"varint,6,opt,name=standby_slot,json=standbySlot,proto3" json:"standby_slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -96,6 +102,20 @@ func (x *WorkerHello) GetRecoverable() bool {
 		return x.Recoverable
 	}
 	return false
+}
+
+func (x *WorkerHello) GetStandby() bool {
+	if x != nil {
+		return x.Standby
+	}
+	return false
+}
+
+func (x *WorkerHello) GetStandbySlot() int32 {
+	if x != nil {
+		return x.StandbySlot
+	}
+	return 0
 }
 
 type StackDump struct {
@@ -347,12 +367,77 @@ func (x *GenerationChange) GetStarted() *GenerationStarted {
 	return nil
 }
 
+// StandbyAssignment turns a standby into rank `rank` of generation
+// `generation`: env holds the KEY=VALUE pairs a worker started for that rank
+// gets from gotrain (GOTRAIN_*, RANK, WORLD_SIZE, ...); the standby sets them
+// in its own environment and goes on as that worker.
+type StandbyAssignment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    *GenerationStarted     `protobuf:"bytes,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Rank          int32                  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	Env           []string               `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StandbyAssignment) Reset() {
+	*x = StandbyAssignment{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StandbyAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StandbyAssignment) ProtoMessage() {}
+
+func (x *StandbyAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StandbyAssignment.ProtoReflect.Descriptor instead.
+func (*StandbyAssignment) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *StandbyAssignment) GetGeneration() *GenerationStarted {
+	if x != nil {
+		return x.Generation
+	}
+	return nil
+}
+
+func (x *StandbyAssignment) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *StandbyAssignment) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
 type AgentMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
 	//
 	//	*AgentMessage_DumpStacks
 	//	*AgentMessage_Generation
+	//	*AgentMessage_Assign
 	Msg           isAgentMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -360,7 +445,7 @@ type AgentMessage struct {
 
 func (x *AgentMessage) Reset() {
 	*x = AgentMessage{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +457,7 @@ func (x *AgentMessage) String() string {
 func (*AgentMessage) ProtoMessage() {}
 
 func (x *AgentMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +470,7 @@ func (x *AgentMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentMessage.ProtoReflect.Descriptor instead.
 func (*AgentMessage) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{5}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AgentMessage) GetMsg() isAgentMessage_Msg {
@@ -413,6 +498,15 @@ func (x *AgentMessage) GetGeneration() *GenerationChange {
 	return nil
 }
 
+func (x *AgentMessage) GetAssign() *StandbyAssignment {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_Assign); ok {
+			return x.Assign
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Msg interface {
 	isAgentMessage_Msg()
 }
@@ -425,9 +519,15 @@ type AgentMessage_Generation struct {
 	Generation *GenerationChange `protobuf:"bytes,2,opt,name=generation,proto3,oneof"`
 }
 
+type AgentMessage_Assign struct {
+	Assign *StandbyAssignment `protobuf:"bytes,3,opt,name=assign,proto3,oneof"`
+}
+
 func (*AgentMessage_DumpStacks) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Generation) isAgentMessage_Msg() {}
+
+func (*AgentMessage_Assign) isAgentMessage_Msg() {}
 
 type GPU struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -442,7 +542,7 @@ type GPU struct {
 
 func (x *GPU) Reset() {
 	*x = GPU{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +554,7 @@ func (x *GPU) String() string {
 func (*GPU) ProtoMessage() {}
 
 func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +567,7 @@ func (x *GPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPU.ProtoReflect.Descriptor instead.
 func (*GPU) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{6}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GPU) GetIndex() int32 {
@@ -522,7 +622,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +634,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +647,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{7}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeInfo) GetHostname() string {
@@ -601,7 +701,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +713,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +726,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{8}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JoinRequest) GetNode() *NodeInfo {
@@ -647,7 +747,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +759,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +772,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{9}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JoinResponse) GetNodeId() string {
@@ -705,7 +805,7 @@ type WatchGenerationsRequest struct {
 
 func (x *WatchGenerationsRequest) Reset() {
 	*x = WatchGenerationsRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +817,7 @@ func (x *WatchGenerationsRequest) String() string {
 func (*WatchGenerationsRequest) ProtoMessage() {}
 
 func (x *WatchGenerationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +830,7 @@ func (x *WatchGenerationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGenerationsRequest.ProtoReflect.Descriptor instead.
 func (*WatchGenerationsRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{10}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchGenerationsRequest) GetNodeId() string {
@@ -755,7 +855,7 @@ type RankAssignment struct {
 
 func (x *RankAssignment) Reset() {
 	*x = RankAssignment{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +867,7 @@ func (x *RankAssignment) String() string {
 func (*RankAssignment) ProtoMessage() {}
 
 func (x *RankAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +880,7 @@ func (x *RankAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankAssignment.ProtoReflect.Descriptor instead.
 func (*RankAssignment) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{11}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RankAssignment) GetRank() int32 {
@@ -827,7 +927,7 @@ type GenerationStarted struct {
 
 func (x *GenerationStarted) Reset() {
 	*x = GenerationStarted{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +939,7 @@ func (x *GenerationStarted) String() string {
 func (*GenerationStarted) ProtoMessage() {}
 
 func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +952,7 @@ func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationStarted.ProtoReflect.Descriptor instead.
 func (*GenerationStarted) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{12}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GenerationStarted) GetGeneration() int64 {
@@ -936,7 +1036,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1048,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1061,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{13}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WorkerFailure) GetRank() int32 {
@@ -1052,7 +1152,7 @@ type GenerationEnded struct {
 
 func (x *GenerationEnded) Reset() {
 	*x = GenerationEnded{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1164,7 @@ func (x *GenerationEnded) String() string {
 func (*GenerationEnded) ProtoMessage() {}
 
 func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1177,7 @@ func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEnded.ProtoReflect.Descriptor instead.
 func (*GenerationEnded) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GenerationEnded) GetGeneration() int64 {
@@ -1113,7 +1213,7 @@ type JobFinished struct {
 
 func (x *JobFinished) Reset() {
 	*x = JobFinished{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1225,7 @@ func (x *JobFinished) String() string {
 func (*JobFinished) ProtoMessage() {}
 
 func (x *JobFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1238,7 @@ func (x *JobFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFinished.ProtoReflect.Descriptor instead.
 func (*JobFinished) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JobFinished) GetSucceeded() bool {
@@ -1184,7 +1284,7 @@ type GenerationEvent struct {
 
 func (x *GenerationEvent) Reset() {
 	*x = GenerationEvent{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1296,7 @@ func (x *GenerationEvent) String() string {
 func (*GenerationEvent) ProtoMessage() {}
 
 func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1309,7 @@ func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEvent.ProtoReflect.Descriptor instead.
 func (*GenerationEvent) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GenerationEvent) GetEvent() isGenerationEvent_Event {
@@ -1298,7 +1398,7 @@ type EvidenceRequest struct {
 
 func (x *EvidenceRequest) Reset() {
 	*x = EvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1410,7 @@ func (x *EvidenceRequest) String() string {
 func (*EvidenceRequest) ProtoMessage() {}
 
 func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1423,7 @@ func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvidenceRequest.ProtoReflect.Descriptor instead.
 func (*EvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EvidenceRequest) GetRequestId() int64 {
@@ -1367,7 +1467,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1479,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1492,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Evidence) GetRank() int32 {
@@ -1434,7 +1534,7 @@ type ReportEvidenceRequest struct {
 
 func (x *ReportEvidenceRequest) Reset() {
 	*x = ReportEvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1546,7 @@ func (x *ReportEvidenceRequest) String() string {
 func (*ReportEvidenceRequest) ProtoMessage() {}
 
 func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1559,7 @@ func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReportEvidenceRequest) GetNodeId() string {
@@ -1491,7 +1591,7 @@ type ReportEvidenceResponse struct {
 
 func (x *ReportEvidenceResponse) Reset() {
 	*x = ReportEvidenceResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1603,7 @@ func (x *ReportEvidenceResponse) String() string {
 func (*ReportEvidenceResponse) ProtoMessage() {}
 
 func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1616,7 @@ func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
 }
 
 // Culprit is a rank a verdict blames, and what it was doing.
@@ -1541,7 +1641,7 @@ type Culprit struct {
 
 func (x *Culprit) Reset() {
 	*x = Culprit{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1653,7 @@ func (x *Culprit) String() string {
 func (*Culprit) ProtoMessage() {}
 
 func (x *Culprit) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1666,7 @@ func (x *Culprit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Culprit.ProtoReflect.Descriptor instead.
 func (*Culprit) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Culprit) GetRank() int32 {
@@ -1656,7 +1756,7 @@ type HangVerdict struct {
 
 func (x *HangVerdict) Reset() {
 	*x = HangVerdict{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1768,7 @@ func (x *HangVerdict) String() string {
 func (*HangVerdict) ProtoMessage() {}
 
 func (x *HangVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1781,7 @@ func (x *HangVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangVerdict.ProtoReflect.Descriptor instead.
 func (*HangVerdict) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HangVerdict) GetId() int64 {
@@ -1776,7 +1876,7 @@ type DiagnoseRequest struct {
 
 func (x *DiagnoseRequest) Reset() {
 	*x = DiagnoseRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1888,7 @@ func (x *DiagnoseRequest) String() string {
 func (*DiagnoseRequest) ProtoMessage() {}
 
 func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +1901,7 @@ func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseRequest.ProtoReflect.Descriptor instead.
 func (*DiagnoseRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
 }
 
 type DiagnoseResponse struct {
@@ -1818,7 +1918,7 @@ type DiagnoseResponse struct {
 
 func (x *DiagnoseResponse) Reset() {
 	*x = DiagnoseResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1930,7 @@ func (x *DiagnoseResponse) String() string {
 func (*DiagnoseResponse) ProtoMessage() {}
 
 func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1943,7 @@ func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseResponse.ProtoReflect.Descriptor instead.
 func (*DiagnoseResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DiagnoseResponse) GetStatus() *JobStatus {
@@ -1884,7 +1984,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1996,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2009,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -1934,7 +2034,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2046,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2059,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
 }
 
 type KVGetRequest struct {
@@ -1973,7 +2073,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2085,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2098,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -2025,7 +2125,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2137,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2150,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KVGetResponse) GetFound() bool {
@@ -2078,7 +2178,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2190,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2203,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BarrierRequest) GetName() string {
@@ -2135,7 +2235,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2247,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2260,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
 }
 
 type CommProgress struct {
@@ -2189,7 +2289,7 @@ type CommProgress struct {
 
 func (x *CommProgress) Reset() {
 	*x = CommProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2301,7 @@ func (x *CommProgress) String() string {
 func (*CommProgress) ProtoMessage() {}
 
 func (x *CommProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2314,7 @@ func (x *CommProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommProgress.ProtoReflect.Descriptor instead.
 func (*CommProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CommProgress) GetComm() string {
@@ -2314,7 +2414,7 @@ type Collective struct {
 
 func (x *Collective) Reset() {
 	*x = Collective{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2426,7 @@ func (x *Collective) String() string {
 func (*Collective) ProtoMessage() {}
 
 func (x *Collective) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2439,7 @@ func (x *Collective) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Collective.ProtoReflect.Descriptor instead.
 func (*Collective) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Collective) GetSeq() int64 {
@@ -2429,7 +2529,7 @@ type RankProgress struct {
 
 func (x *RankProgress) Reset() {
 	*x = RankProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2541,7 @@ func (x *RankProgress) String() string {
 func (*RankProgress) ProtoMessage() {}
 
 func (x *RankProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2554,7 @@ func (x *RankProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankProgress.ProtoReflect.Descriptor instead.
 func (*RankProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RankProgress) GetRank() int32 {
@@ -2572,7 +2672,7 @@ type GPUSample struct {
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2684,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2697,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GPUSample) GetIndex() int32 {
@@ -2715,7 +2815,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2827,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +2840,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -2765,7 +2865,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2877,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2890,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
 }
 
 type ReportWorkerExitRequest struct {
@@ -2814,7 +2914,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +2926,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +2939,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -2927,7 +3027,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3039,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3052,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
 }
 
 type GetJobStatusRequest struct {
@@ -2963,7 +3063,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3075,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3088,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
 }
 
 type NodeStatus struct {
@@ -3002,7 +3102,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3014,7 +3114,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3027,7 +3127,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3069,7 +3169,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3181,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3194,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -3172,7 +3272,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3284,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3297,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -3268,14 +3368,16 @@ var File_gotrain_v1_gotrain_proto protoreflect.FileDescriptor
 const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"\x18gotrain/v1/gotrain.proto\x12\n" +
-	"gotrain.v1\"u\n" +
+	"gotrain.v1\"\xb2\x01\n" +
 	"\vWorkerHello\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x03R\n" +
 	"generation\x12 \n" +
-	"\vrecoverable\x18\x04 \x01(\bR\vrecoverable\"J\n" +
+	"\vrecoverable\x18\x04 \x01(\bR\vrecoverable\x12\x18\n" +
+	"\astandby\x18\x05 \x01(\bR\astandby\x12!\n" +
+	"\fstandby_slot\x18\x06 \x01(\x05R\vstandbySlot\"J\n" +
 	"\tStackDump\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x03R\trequestId\x12\x1e\n" +
@@ -3292,13 +3394,20 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\x03R\trequestId\"~\n" +
 	"\x10GenerationChange\x121\n" +
 	"\x05ended\x18\x01 \x01(\v2\x1b.gotrain.v1.GenerationEndedR\x05ended\x127\n" +
-	"\astarted\x18\x02 \x01(\v2\x1d.gotrain.v1.GenerationStartedR\astarted\"\x97\x01\n" +
+	"\astarted\x18\x02 \x01(\v2\x1d.gotrain.v1.GenerationStartedR\astarted\"x\n" +
+	"\x11StandbyAssignment\x12=\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\v2\x1d.gotrain.v1.GenerationStartedR\n" +
+	"generation\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x10\n" +
+	"\x03env\x18\x03 \x03(\tR\x03env\"\xd0\x01\n" +
 	"\fAgentMessage\x12@\n" +
 	"\vdump_stacks\x18\x01 \x01(\v2\x1d.gotrain.v1.DumpStacksRequestH\x00R\n" +
 	"dumpStacks\x12>\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\v2\x1c.gotrain.v1.GenerationChangeH\x00R\n" +
-	"generationB\x05\n" +
+	"generation\x127\n" +
+	"\x06assign\x18\x03 \x01(\v2\x1d.gotrain.v1.StandbyAssignmentH\x00R\x06assignB\x05\n" +
 	"\x03msg\"~\n" +
 	"\x03GPU\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
@@ -3597,122 +3706,125 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
 	(*WorkerMessage)(nil),            // 2: gotrain.v1.WorkerMessage
 	(*DumpStacksRequest)(nil),        // 3: gotrain.v1.DumpStacksRequest
 	(*GenerationChange)(nil),         // 4: gotrain.v1.GenerationChange
-	(*AgentMessage)(nil),             // 5: gotrain.v1.AgentMessage
-	(*GPU)(nil),                      // 6: gotrain.v1.GPU
-	(*NodeInfo)(nil),                 // 7: gotrain.v1.NodeInfo
-	(*JoinRequest)(nil),              // 8: gotrain.v1.JoinRequest
-	(*JoinResponse)(nil),             // 9: gotrain.v1.JoinResponse
-	(*WatchGenerationsRequest)(nil),  // 10: gotrain.v1.WatchGenerationsRequest
-	(*RankAssignment)(nil),           // 11: gotrain.v1.RankAssignment
-	(*GenerationStarted)(nil),        // 12: gotrain.v1.GenerationStarted
-	(*WorkerFailure)(nil),            // 13: gotrain.v1.WorkerFailure
-	(*GenerationEnded)(nil),          // 14: gotrain.v1.GenerationEnded
-	(*JobFinished)(nil),              // 15: gotrain.v1.JobFinished
-	(*GenerationEvent)(nil),          // 16: gotrain.v1.GenerationEvent
-	(*EvidenceRequest)(nil),          // 17: gotrain.v1.EvidenceRequest
-	(*Evidence)(nil),                 // 18: gotrain.v1.Evidence
-	(*ReportEvidenceRequest)(nil),    // 19: gotrain.v1.ReportEvidenceRequest
-	(*ReportEvidenceResponse)(nil),   // 20: gotrain.v1.ReportEvidenceResponse
-	(*Culprit)(nil),                  // 21: gotrain.v1.Culprit
-	(*HangVerdict)(nil),              // 22: gotrain.v1.HangVerdict
-	(*DiagnoseRequest)(nil),          // 23: gotrain.v1.DiagnoseRequest
-	(*DiagnoseResponse)(nil),         // 24: gotrain.v1.DiagnoseResponse
-	(*KVPutRequest)(nil),             // 25: gotrain.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 26: gotrain.v1.KVPutResponse
-	(*KVGetRequest)(nil),             // 27: gotrain.v1.KVGetRequest
-	(*KVGetResponse)(nil),            // 28: gotrain.v1.KVGetResponse
-	(*BarrierRequest)(nil),           // 29: gotrain.v1.BarrierRequest
-	(*BarrierResponse)(nil),          // 30: gotrain.v1.BarrierResponse
-	(*CommProgress)(nil),             // 31: gotrain.v1.CommProgress
-	(*Collective)(nil),               // 32: gotrain.v1.Collective
-	(*RankProgress)(nil),             // 33: gotrain.v1.RankProgress
-	(*GPUSample)(nil),                // 34: gotrain.v1.GPUSample
-	(*ReportProgressRequest)(nil),    // 35: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 36: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 37: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 38: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 39: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 40: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 41: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 42: gotrain.v1.JobStatus
+	(*StandbyAssignment)(nil),        // 5: gotrain.v1.StandbyAssignment
+	(*AgentMessage)(nil),             // 6: gotrain.v1.AgentMessage
+	(*GPU)(nil),                      // 7: gotrain.v1.GPU
+	(*NodeInfo)(nil),                 // 8: gotrain.v1.NodeInfo
+	(*JoinRequest)(nil),              // 9: gotrain.v1.JoinRequest
+	(*JoinResponse)(nil),             // 10: gotrain.v1.JoinResponse
+	(*WatchGenerationsRequest)(nil),  // 11: gotrain.v1.WatchGenerationsRequest
+	(*RankAssignment)(nil),           // 12: gotrain.v1.RankAssignment
+	(*GenerationStarted)(nil),        // 13: gotrain.v1.GenerationStarted
+	(*WorkerFailure)(nil),            // 14: gotrain.v1.WorkerFailure
+	(*GenerationEnded)(nil),          // 15: gotrain.v1.GenerationEnded
+	(*JobFinished)(nil),              // 16: gotrain.v1.JobFinished
+	(*GenerationEvent)(nil),          // 17: gotrain.v1.GenerationEvent
+	(*EvidenceRequest)(nil),          // 18: gotrain.v1.EvidenceRequest
+	(*Evidence)(nil),                 // 19: gotrain.v1.Evidence
+	(*ReportEvidenceRequest)(nil),    // 20: gotrain.v1.ReportEvidenceRequest
+	(*ReportEvidenceResponse)(nil),   // 21: gotrain.v1.ReportEvidenceResponse
+	(*Culprit)(nil),                  // 22: gotrain.v1.Culprit
+	(*HangVerdict)(nil),              // 23: gotrain.v1.HangVerdict
+	(*DiagnoseRequest)(nil),          // 24: gotrain.v1.DiagnoseRequest
+	(*DiagnoseResponse)(nil),         // 25: gotrain.v1.DiagnoseResponse
+	(*KVPutRequest)(nil),             // 26: gotrain.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 27: gotrain.v1.KVPutResponse
+	(*KVGetRequest)(nil),             // 28: gotrain.v1.KVGetRequest
+	(*KVGetResponse)(nil),            // 29: gotrain.v1.KVGetResponse
+	(*BarrierRequest)(nil),           // 30: gotrain.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 31: gotrain.v1.BarrierResponse
+	(*CommProgress)(nil),             // 32: gotrain.v1.CommProgress
+	(*Collective)(nil),               // 33: gotrain.v1.Collective
+	(*RankProgress)(nil),             // 34: gotrain.v1.RankProgress
+	(*GPUSample)(nil),                // 35: gotrain.v1.GPUSample
+	(*ReportProgressRequest)(nil),    // 36: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 37: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 38: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 39: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 40: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 41: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 42: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 43: gotrain.v1.JobStatus
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
-	33, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
+	34, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
 	1,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
-	14, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
-	12, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
-	3,  // 5: gotrain.v1.AgentMessage.dump_stacks:type_name -> gotrain.v1.DumpStacksRequest
-	4,  // 6: gotrain.v1.AgentMessage.generation:type_name -> gotrain.v1.GenerationChange
-	6,  // 7: gotrain.v1.NodeInfo.gpus:type_name -> gotrain.v1.GPU
-	7,  // 8: gotrain.v1.JoinRequest.node:type_name -> gotrain.v1.NodeInfo
-	11, // 9: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
-	13, // 10: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
-	13, // 11: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
-	12, // 12: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
-	14, // 13: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
-	15, // 14: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
-	17, // 15: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
-	22, // 16: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
-	18, // 17: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
-	32, // 18: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
-	32, // 19: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
-	21, // 20: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
-	18, // 21: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	42, // 22: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
-	22, // 23: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
-	32, // 24: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
-	31, // 25: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	34, // 26: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
-	33, // 27: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	7,  // 28: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	33, // 29: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	40, // 30: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	41, // 31: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	13, // 32: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	22, // 33: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	8,  // 34: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	10, // 35: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	25, // 36: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	27, // 37: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	29, // 38: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	35, // 39: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	37, // 40: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	39, // 41: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	19, // 42: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	23, // 43: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	25, // 44: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	27, // 45: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	29, // 46: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	35, // 47: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 48: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	9,  // 49: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	16, // 50: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	26, // 51: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	28, // 52: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	30, // 53: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	36, // 54: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	38, // 55: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	42, // 56: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	20, // 57: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	24, // 58: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	26, // 59: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	28, // 60: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	30, // 61: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	36, // 62: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	5,  // 63: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	49, // [49:64] is the sub-list for method output_type
-	34, // [34:49] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	15, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
+	13, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
+	13, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
+	3,  // 6: gotrain.v1.AgentMessage.dump_stacks:type_name -> gotrain.v1.DumpStacksRequest
+	4,  // 7: gotrain.v1.AgentMessage.generation:type_name -> gotrain.v1.GenerationChange
+	5,  // 8: gotrain.v1.AgentMessage.assign:type_name -> gotrain.v1.StandbyAssignment
+	7,  // 9: gotrain.v1.NodeInfo.gpus:type_name -> gotrain.v1.GPU
+	8,  // 10: gotrain.v1.JoinRequest.node:type_name -> gotrain.v1.NodeInfo
+	12, // 11: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
+	14, // 12: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
+	14, // 13: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
+	13, // 14: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
+	15, // 15: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
+	16, // 16: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
+	18, // 17: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
+	23, // 18: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
+	19, // 19: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
+	33, // 20: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
+	33, // 21: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
+	22, // 22: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
+	19, // 23: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
+	43, // 24: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	23, // 25: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	33, // 26: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	32, // 27: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	35, // 28: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	34, // 29: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	8,  // 30: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	34, // 31: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	41, // 32: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	42, // 33: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	14, // 34: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	23, // 35: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	9,  // 36: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	11, // 37: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	26, // 38: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	28, // 39: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	30, // 40: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	36, // 41: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	38, // 42: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	40, // 43: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	20, // 44: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	24, // 45: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	26, // 46: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	28, // 47: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	30, // 48: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	36, // 49: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 50: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	10, // 51: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	17, // 52: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	27, // 53: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	29, // 54: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	31, // 55: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	37, // 56: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	39, // 57: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	43, // 58: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	21, // 59: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	25, // 60: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	27, // 61: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	29, // 62: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	31, // 63: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	37, // 64: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	6,  // 65: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	51, // [51:66] is the sub-list for method output_type
+	36, // [36:51] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -3725,11 +3837,12 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*WorkerMessage_Progress)(nil),
 		(*WorkerMessage_Stacks)(nil),
 	}
-	file_gotrain_v1_gotrain_proto_msgTypes[5].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[6].OneofWrappers = []any{
 		(*AgentMessage_DumpStacks)(nil),
 		(*AgentMessage_Generation)(nil),
+		(*AgentMessage_Assign)(nil),
 	}
-	file_gotrain_v1_gotrain_proto_msgTypes[16].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[17].OneofWrappers = []any{
 		(*GenerationEvent_Started)(nil),
 		(*GenerationEvent_Ended)(nil),
 		(*GenerationEvent_Finished)(nil),
@@ -3741,7 +3854,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
