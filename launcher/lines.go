@@ -2,7 +2,9 @@ package launcher
 
 import (
 	"bufio"
+	"fmt"
 	"io"
+	"os"
 	"sync"
 )
 
@@ -49,52 +51,97 @@ func (t *tail) snapshot() []string {
 // maxLine bounds one line of worker output; longer lines are split.
 const maxLine = 1 << 20
 
-// pump copies r to the console line by line with prefix, and to logFile (when
-// not nil) unprefixed, remembering lines in t (when not nil). It returns when
-// r reaches EOF, that is when the worker and every process sharing its
-// output have exited.
-func pump(r io.Reader, prefix string, con *console, logFile *syncWriter, t *tail) {
+// pump copies r to the console line by line, and to the worker's log file
+// through rt, remembering lines in t (when not nil). It returns when r
+// reaches EOF, that is when the worker and every process sharing its output
+// have exited.
+func pump(r io.Reader, con *console, rt *route, t *tail) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var partial []byte
+	emit := func() {
+		rt.line(con, partial)
+		if t != nil {
+			t.add(string(partial))
+		}
+		partial = partial[:0]
+	}
 	for {
 		chunk, isPrefix, err := br.ReadLine()
 		if len(chunk) > 0 || (err == nil && !isPrefix) {
 			partial = append(partial, chunk...)
 			if !isPrefix || len(partial) >= maxLine {
-				con.writeLine(prefix, partial)
-				if logFile != nil {
-					logFile.writeLine(partial)
-				}
-				if t != nil {
-					t.add(string(partial))
-				}
-				partial = partial[:0]
+				emit()
 			}
 		}
 		if err != nil {
 			if len(partial) > 0 {
-				con.writeLine(prefix, partial)
-				if logFile != nil {
-					logFile.writeLine(partial)
-				}
-				if t != nil {
-					t.add(string(partial))
-				}
+				emit()
 			}
 			return
 		}
 	}
 }
 
-// syncWriter is a log file shared by a worker's stdout and stderr pumps.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+// route is where one worker's lines go: the console under a prefix, and its
+// log file. Both of a worker's pumps share it. A standby's route changes when
+// it becomes a rank (standby.go): until then its lines carry "[standby N] "
+// and are held for the rank's log file, which it gets then.
+type route struct {
+	mu      sync.Mutex
+	prefix  string
+	rank    int      // for the log file's last line
+	log     *os.File // nil: no log file (yet)
+	holding bool     // keep lines for a log file to come
+	held    [][]byte
+	dropped int // held lines dropped beyond maxHeld
 }
 
-func (s *syncWriter) writeLine(line []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, _ = s.w.Write(line)
-	_, _ = s.w.Write([]byte{'\n'})
+// maxHeld bounds the lines a standby holds for its log file.
+const maxHeld = 1000
+
+func (rt *route) line(con *console, b []byte) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	con.writeLine(rt.prefix, b)
+	switch {
+	case rt.log != nil:
+		_, _ = rt.log.Write(b)
+		_, _ = rt.log.Write([]byte{'\n'})
+	case rt.holding && len(rt.held) < maxHeld:
+		rt.held = append(rt.held, append([]byte(nil), b...))
+	case rt.holding:
+		rt.dropped++
+	}
 }
+
+// become gives the route its rank: a new prefix, and log (when not nil),
+// into which the held lines are written first.
+func (rt *route) become(rank int, log *os.File) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.prefix, rt.rank, rt.log = rankPrefix(rank), rank, log
+	if log != nil {
+		if rt.dropped > 0 {
+			fmt.Fprintf(log, "=== gotrain: %d earlier line(s) of the standby dropped\n", rt.dropped)
+		}
+		for _, l := range rt.held {
+			_, _ = log.Write(l)
+			_, _ = log.Write([]byte{'\n'})
+		}
+	}
+	rt.holding, rt.held, rt.dropped = false, nil, 0
+}
+
+// close writes the log file's last line and closes it.
+func (rt *route) close(exit exitInfo) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.log != nil {
+		fmt.Fprintf(rt.log, "=== gotrain: rank %d ended: %s\n", rt.rank, exit)
+		_ = rt.log.Close()
+		rt.log = nil
+	}
+	rt.holding, rt.held = false, nil
+}
+
+func rankPrefix(rank int) string { return fmt.Sprintf("[rank %d] ", rank) }

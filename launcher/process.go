@@ -21,6 +21,10 @@ type workerSpec struct {
 	args       []string
 	env        []string
 	logDir     string // "" for no log file
+	// standby: a hot standby for local slot `slot` (standby.go): no rank
+	// yet, its output under "[standby N] ", no log file until it has a rank.
+	standby bool
+	slot    int
 }
 
 // workerProc is a running worker. Its process group id equals its pid.
@@ -28,7 +32,7 @@ type workerProc struct {
 	spec    workerSpec
 	cmd     *exec.Cmd
 	stderr  *tail
-	logFile *os.File
+	out     *route // prefix and log file of its output (lines.go)
 	pumps   sync.WaitGroup
 	done    chan struct{} // closed once exit is set
 	exit    exitInfo
@@ -92,16 +96,16 @@ func startWorker(spec workerSpec, stdout, stderr *console) (*workerProc, error) 
 		// agent never does while forking.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	p := &workerProc{spec: spec, cmd: cmd, stderr: newTail(stderrTailLines), done: make(chan struct{})}
-	var logW *syncWriter
-	if spec.logDir != "" {
-		f, err := os.OpenFile(filepath.Join(spec.logDir, fmt.Sprintf("rank%d.log", spec.rank)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p := &workerProc{spec: spec, cmd: cmd, stderr: newTail(stderrTailLines), done: make(chan struct{}),
+		out: &route{prefix: rankPrefix(spec.rank), rank: spec.rank}}
+	if spec.standby {
+		p.out = &route{prefix: fmt.Sprintf("[standby %d] ", spec.slot), rank: -1, holding: spec.logDir != ""}
+	} else if spec.logDir != "" {
+		f, err := openRankLog(spec.logDir, spec.rank, spec.generation, "")
 		if err != nil {
-			return nil, fmt.Errorf("open rank %d's log file: %w", spec.rank, err)
+			return nil, err
 		}
-		fmt.Fprintf(f, "=== gotrain: rank %d, generation %d, started %s\n", spec.rank, spec.generation, time.Now().Format(time.RFC3339))
-		p.logFile = f
-		logW = &syncWriter{w: f}
+		p.out.log = f
 	}
 	// Our own pipes rather than exec's: the agent reaps the worker itself
 	// (see wait) and closes the read ends once they are drained.
@@ -132,10 +136,9 @@ func startWorker(spec workerSpec, stdout, stderr *console) (*workerProc, error) 
 	}
 	p.pidNum = cmd.Process.Pid
 	p.pipes = [2]*os.File{outR, errR}
-	prefix := fmt.Sprintf("[rank %d] ", spec.rank)
 	p.pumps.Add(2)
-	go func() { defer p.pumps.Done(); defer outR.Close(); pump(outR, prefix, stdout, logW, nil) }()
-	go func() { defer p.pumps.Done(); defer errR.Close(); pump(errR, prefix, stderr, logW, p.stderr) }()
+	go func() { defer p.pumps.Done(); defer outR.Close(); pump(outR, stdout, p.out, nil) }()
+	go func() { defer p.pumps.Done(); defer errR.Close(); pump(errR, stderr, p.out, p.stderr) }()
 	go p.wait()
 	return p, nil
 }
@@ -214,11 +217,20 @@ func groupEmpty(pgid int) bool {
 	return errors.Is(unix.Kill(-pgid, 0), unix.ESRCH)
 }
 
-func (p *workerProc) closeLog() {
-	if p.logFile != nil {
-		fmt.Fprintf(p.logFile, "=== gotrain: rank %d ended: %s\n", p.spec.rank, p.exit)
-		_ = p.logFile.Close()
+func (p *workerProc) closeLog() { p.out.close(p.exit) }
+
+// openRankLog opens (appending) rank's log file in dir and writes the
+// generation's header line; note, when not empty, ends the header.
+func openRankLog(dir string, rank int, generation int64, note string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("rank%d.log", rank)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open rank %d's log file: %w", rank, err)
 	}
+	if note != "" {
+		note = " " + note
+	}
+	fmt.Fprintf(f, "=== gotrain: rank %d, generation %d, started %s%s\n", rank, generation, time.Now().Format(time.RFC3339), note)
+	return f, nil
 }
 
 func (p *workerProc) pid() int { return p.pidNum }
