@@ -29,13 +29,13 @@ type workerSpec struct {
 
 // workerProc is a running worker. Its process group id equals its pid.
 type workerProc struct {
-	spec    workerSpec
-	cmd     *exec.Cmd
-	stderr  *tail
-	out     *route // prefix and log file of its output (lines.go)
-	pumps   sync.WaitGroup
-	done    chan struct{} // closed once exit is set
-	exit    exitInfo
+	spec   workerSpec
+	cmd    *exec.Cmd
+	stderr *tail
+	out    *route // prefix and log file of its output (lines.go)
+	pumps  sync.WaitGroup
+	done   chan struct{} // closed once exit is set
+	exit   exitInfo
 	// evidence is the node's state at the start, for the root-cause report.
 	evidence evidence
 	// pidNum is the worker's pid, kept because Process.Release forgets it.
