@@ -76,6 +76,19 @@ type Config struct {
 	// /metrics (e.g. 127.0.0.1:0 for a free port); empty: no metrics.
 	MetricsAddr string
 
+	// ReaperCommand starts the orphan reaper (see reaper.go), e.g.
+	// [gotrain, _reaper]. Empty: no reaper; workers are still killed by
+	// PDEATHSIG when the agent dies, but not the processes they started.
+	ReaperCommand []string
+
+	// Standby keeps one warmed-up spare process of the program per local
+	// slot and hands a rank that needs a new process to it (standby.go).
+	// The program must use package worker.
+	Standby bool
+	// StandbyTimeout is how long a standby may take to say hello before the
+	// program is taken not to support standbys (default 30s).
+	StandbyTimeout time.Duration
+
 	// Signals delivers the signals the agent received (SIGINT, SIGTERM stop
 	// the job; SIGUSR1, SIGUSR2 and SIGHUP are passed on to workers).
 	Signals <-chan os.Signal
@@ -113,6 +126,9 @@ func (c *Config) setDefaults() error {
 	if c.GracePeriod == 0 {
 		c.GracePeriod = 10 * time.Second
 	}
+	if c.StandbyTimeout == 0 {
+		c.StandbyTimeout = 30 * time.Second
+	}
 	if c.JobToken == "" {
 		if c.Coordinator != "" {
 			return errors.New("joining a coordinator needs its job token: pass --job-token or set " + jobenv.JobToken)
@@ -148,6 +164,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--max-restarts must not be negative, got %d", c.MaxRestarts)
 	case c.GracePeriod < 0:
 		return fmt.Errorf("--grace-period must not be negative, got %s", c.GracePeriod)
+	case c.StandbyTimeout < 0:
+		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
 	case c.RestartBackoff < 0:
 		return fmt.Errorf("--restart-backoff must not be negative, got %s", c.RestartBackoff)
 	case c.MetricsAddr != "" && c.Coordinator != "":
@@ -223,6 +241,7 @@ type agent struct {
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
 	socket string
+	reaper *reaper // nil without one
 	place  *placement // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
 	hub    *hub       // the ranks' progress, reported once a second (progress.go)
 	// metricsAddr is where the embedded coordinator serves /metrics; "" if not.
@@ -232,6 +251,7 @@ type agent struct {
 	workers  map[int]*workerProc          // by rank, current generation only
 	exits    chan *workerProc
 	stopping syscall.Signal // the signal that is stopping the job, 0 if none
+	sb       *standbys      // hot standbys (standby.go); nil without --standby
 }
 
 func (a *agent) run(ctx context.Context) error {
@@ -245,6 +265,12 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	defer os.RemoveAll(dir)
 	a.socket = filepath.Join(dir, "agent.sock")
+
+	if a.reaper, err = startReaper(a.cfg.ReaperCommand); err != nil {
+		a.log.Warn("no orphan reaper: processes started by workers may outlive a SIGKILLed agent", "err", err)
+	}
+	// Deferred before anything that stops workers, so it runs after them.
+	defer a.reaper.close()
 
 	coordAddr := a.cfg.Coordinator
 	if coordAddr == "" {
@@ -283,7 +309,9 @@ func (a *agent) run(ctx context.Context) error {
 	} else {
 		a.log.Warn("no run file for gotrain diagnose", "err", err)
 	}
-	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub})
+	stopStandbys := a.startStandbys(ctx) // standby.go
+	defer stopStandbys()
+	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, standby: a.sb})
 	go func() { _ = relaySrv.Serve(lis) }()
 	defer relaySrv.Stop()
 
@@ -450,8 +478,11 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 		if r.GetGpu() >= 0 {
 			env = append(env, WorkerGPUEnv(int(r.GetGpu()))...)
 		}
+		if a.fromStandby(g, r, vars) { // standby.go
+			continue
+		}
 		spec := workerSpec{rank: int(r.GetRank()), generation: g.GetGeneration(),
-			program: a.cfg.Program, args: a.cfg.Args, env: env, logDir: a.cfg.LogDir}
+			program: a.cfg.Program, args: a.cfg.Args, env: env, logDir: a.cfg.LogDir, reaper: a.reaper}
 		ev := snapshotEvidence()
 		p, err := startWorker(spec, a.stdout, a.stderr)
 		if err != nil {
@@ -468,6 +499,7 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 		a.hub.started(g.GetGeneration(), spec.rank, p.pid(), int(r.GetGpu()))
 		go func() { <-p.done; a.exits <- p }()
 	}
+	a.replenishStandbys(g) // standby.go
 }
 
 // endGeneration stops this node's workers of an ended generation; each
@@ -482,6 +514,9 @@ func (a *agent) endGeneration(e *gotrainv1.GenerationEnded) {
 }
 
 func (a *agent) workerExited(ctx context.Context, p *workerProc) {
+	if a.standbyExited(p) { // standby.go
+		return
+	}
 	if a.workers[p.spec.rank] == p {
 		delete(a.workers, p.spec.rank)
 	}

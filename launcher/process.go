@@ -25,6 +25,8 @@ type workerSpec struct {
 	// yet, its output under "[standby N] ", no log file until it has a rank.
 	standby bool
 	slot    int
+	// reaper is told about the worker's process group (reaper.go); may be nil.
+	reaper *reaper
 }
 
 // workerProc is a running worker. Its process group id equals its pid.
@@ -125,6 +127,9 @@ func startWorker(spec workerSpec, stdout, stderr *console) (*workerProc, error) 
 	err = cmd.Start()
 	_ = outW.Close()
 	_ = errW.Close()
+	if err == nil {
+		spec.reaper.add(cmd.Process.Pid)
+	}
 	if err != nil {
 		_ = outR.Close()
 		_ = errR.Close()
@@ -170,6 +175,7 @@ func (p *workerProc) wait() {
 	}
 	// The group may hold processes the worker started and left behind.
 	_ = unix.Kill(-p.cmd.Process.Pid, unix.SIGKILL)
+	p.spec.reaper.del(p.cmd.Process.Pid)
 	p.closeLog()
 	_ = p.cmd.Process.Release()
 	close(p.done)

@@ -47,7 +47,14 @@ Examples:
   gotrain launch --nnodes 2 --gpus 8 -- ./train
 `
 
+// reaperArg makes `gotrain launch` the agent's orphan reaper instead
+// (launcher.RunReaper): started by the agent, never by people.
+const reaperArg = "_reaper"
+
 func (c *launchCmd) run(ctx context.Context, args []string) error {
+	if len(args) == 1 && args[0] == reaperArg {
+		return launcher.RunReaper(os.Stdin)
+	}
 	fs := newFlagSet(c.name(), launchUsage)
 	var cfg launcher.Config
 	var verbose bool
@@ -117,6 +124,9 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 	if cfg.HangTimeout <= 0 {
 		return &usageError{msg: fmt.Sprintf("--hang-timeout %s", cfg.HangTimeout), hint: "Give a positive duration, e.g. --hang-timeout 5m."}
+	}
+	if self, err := os.Executable(); err == nil {
+		cfg.ReaperCommand = []string{self, "launch", reaperArg}
 	}
 	return launcher.Run(ctx, cfg)
 }

@@ -105,14 +105,16 @@ func TestSIGTERMToAgentLeavesNoProcess(t *testing.T) {
 	waitGone(t, pids, 0)
 }
 
-func TestSIGKILLToAgentLeavesNoWorker(t *testing.T) {
-	cmd, workers, _, _ := startSleepers(t, 3, false)
+func TestSIGKILLToAgentLeavesNoProcess(t *testing.T) {
+	cmd, workers, all, _ := startSleepers(t, 3, false)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	// Workers die through PR_SET_PDEATHSIG.
+	// Workers die through PR_SET_PDEATHSIG; the processes they started die
+	// when the agent's reaper sees the agent's pipe close.
 	waitGone(t, workers, 10*time.Second)
+	waitGone(t, all, 10*time.Second)
 }
 
 func TestWorkerIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {
