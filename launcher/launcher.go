@@ -241,7 +241,7 @@ type agent struct {
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
 	socket string
-	reaper *reaper // nil without one
+	reaper *reaper    // nil without one
 	place  *placement // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
 	hub    *hub       // the ranks' progress, reported once a second (progress.go)
 	// metricsAddr is where the embedded coordinator serves /metrics; "" if not.
@@ -310,10 +310,10 @@ func (a *agent) run(ctx context.Context) error {
 		a.log.Warn("no run file for gotrain diagnose", "err", err)
 	}
 	stopStandbys := a.startStandbys(ctx) // standby.go
-	defer stopStandbys()
 	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, standby: a.sb})
 	go func() { _ = relaySrv.Serve(lis) }()
 	defer relaySrv.Stop()
+	defer stopStandbys() // before the relay stops: standbys never see their agent go
 
 	stream, err := a.coord.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID})
 	if err != nil {

@@ -164,6 +164,9 @@ func (r *relay) Attach(stream gotrainv1.Agent_AttachServer) error {
 	if hello == nil {
 		return status.Error(codes.InvalidArgument, "attach: the first message must be a hello")
 	}
+	if hello.GetStandby() {
+		return r.standbyAttach(stream, hello) // standby.go
+	}
 	if r.hub == nil {
 		return status.Error(codes.Unavailable, "attach: this agent keeps no progress")
 	}

@@ -15,6 +15,8 @@ type relay struct {
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
 	hub    *hub // progress and stacks of attached workers (progress.go)
+	// standby is the pool of hot standbys (standby.go); nil without --standby.
+	standby *standbys
 }
 
 var _ gotrainv1.AgentServer = (*relay)(nil)

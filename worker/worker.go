@@ -10,11 +10,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
-	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 	"github.com/gotrain/gotrain/worker/comm"
 	"github.com/gotrain/gotrain/worker/cpucomm"
@@ -87,10 +85,19 @@ func WithLogger(l *slog.Logger) Option { return func(w *Worker) { w.logger = l }
 func WithoutPrewarm() Option { return func(w *Worker) { w.noPrewarm = true } }
 
 // Init reads the environment that `gotrain launch` set and connects to this
-// node's agent.
+// node's agent. In a hot standby (gotrain launch --standby) it first waits,
+// prewarmed, until the agent assigns the process a rank (standby.go); ctx
+// bounds that wait.
 func Init(ctx context.Context, opts ...Option) (*Worker, error) {
+	conn, err := awaitAssignment(ctx, opts) // nil unless this process is a standby
+	if err != nil {
+		return nil, err
+	}
 	vars, err := jobenv.FromEnv(os.Getenv)
 	if err != nil {
+		if conn != nil {
+			_ = conn.Close()
+		}
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w := &Worker{
@@ -110,11 +117,11 @@ func Init(ctx context.Context, opts ...Option) (*Worker, error) {
 		// background while the program starts up; NewComm waits for them.
 		ncclcomm.Prewarm(ncclcomm.DeviceFor(w.GPU, os.Getenv))
 	}
-	conn, err := grpc.NewClient("unix://"+vars.AgentSocket,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		token.DialOption(vars.JobToken))
-	if err != nil {
-		return nil, fmt.Errorf("worker: rank %d: connect to agent at %s: %w", w.Rank, vars.AgentSocket, err)
+	if conn == nil {
+		conn, err = dialAgent(vars.AgentSocket, vars.JobToken)
+		if err != nil {
+			return nil, fmt.Errorf("worker: rank %d: connect to agent at %s: %w", w.Rank, vars.AgentSocket, err)
+		}
 	}
 	w.conn = conn
 	w.agent = gotrainv1.NewAgentClient(conn)

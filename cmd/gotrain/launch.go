@@ -40,9 +40,21 @@ restarts are spent, gotrain prints the root cause (rank, host, exit code or
 signal, OOM kill, GPU XID errors, the last lines of stderr), writes it to
 DIR/root-cause.json with --log-dir, and exits with the failed rank's status.
 
+--standby (Go programs that use gotrain's worker library only) keeps one
+spare process of the program per GPU (or CPU rank) started and warmed up:
+its worker.Init loads the CUDA driver and the GPU's primary context, then
+waits. A rank that needs a new process (every rank after a restart, the
+failed rank after an in-process recovery) takes over its GPU's standby
+instead of starting from scratch, and a new standby starts behind it. A
+standby prints under "[standby N]" until it has a rank, holds a CUDA context
+(GPU memory) on its GPU, and never fails the job by itself. Programs that
+do not call worker.Init cannot be standbys: gotrain warns once and starts
+processes as without --standby.
+
 Examples:
   gotrain launch --gpus 8 -- ./train --epochs 3
   gotrain launch --nproc-per-node 4 --backend cpu -- ./bin/mnist
+  gotrain launch --gpus 8 --standby -- ./train   # faster restarts (Go workers)
   # two nodes: the first starts the coordinator and prints the second's command
   gotrain launch --nnodes 2 --gpus 8 -- ./train
 `
@@ -75,6 +87,8 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.OnHang, "on-hang", "report", "on a hang: report (log the verdict, keep waiting) or restart (end the generation like a failure; restarts while --max-restarts allows)")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to reach the coordinator")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve the coordinator's Prometheus /metrics on HOST:PORT (e.g. 127.0.0.1:0 for a free port, printed); default off")
+	fs.BoolVar(&cfg.Standby, "standby", false, "keep a warmed-up spare worker process per GPU that a restarted rank takes over (Go programs using gotrain's worker library only)")
+	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
 	fs.BoolVar(&verbose, "verbose", false, "log the agent's own steps to stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err

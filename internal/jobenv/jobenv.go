@@ -138,6 +138,7 @@ func Strip(env []string) []string {
 	for _, kv := range (Vars{}).Environ() {
 		set[kv[:strings.IndexByte(kv, '=')]] = true
 	}
+	set[Standby], set[StandbySlot] = true, true // standby.go
 	out := env[:0:0]
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")

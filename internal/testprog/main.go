@@ -8,6 +8,10 @@
 //	signals --pid-dir DIR   print the signals it gets; SIGINT/SIGTERM end it
 //	restart --mark FILE     rank 1 dies once; time the restart (restart.go)
 //	hang --fault F          a training loop where one rank misbehaves at one step (hang.go)
+//	plain --go FILE         rank 1 exits once FILE exists; no worker library (plain.go)
+//
+// Started as a hot standby (gotrain launch --standby), every mode first
+// prints "standby pid=P slot=S unix_ns=T".
 package main
 
 import (
@@ -32,6 +36,9 @@ func main() {
 		os.Exit(2)
 	}
 	ctx := context.Background()
+	if os.Getenv("GOTRAIN_STANDBY") == "1" {
+		fmt.Printf("standby pid=%d slot=%s unix_ns=%d\n", os.Getpid(), os.Getenv("GOTRAIN_STANDBY_SLOT"), time.Now().UnixNano())
+	}
 	var err error
 	switch mode, args := os.Args[1], os.Args[2:]; mode {
 	case "collectives":
@@ -46,6 +53,8 @@ func main() {
 		err = signalsMode(args)
 	case "restart":
 		err = restartMode(ctx, args)
+	case "plain":
+		err = plainMode(args)
 	case "env":
 		for _, kv := range os.Environ() {
 			if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "GOTRAIN_") || strings.HasPrefix(name, "TORCHELASTIC_") ||

@@ -39,6 +39,7 @@ func restartMode(ctx context.Context, args []string) error {
 	size := fs.Int("size", 1<<20, "float32 elements per all-reduce")
 	steps := fs.Int("steps", 20, "all-reduces of the state in all (with --inprocess)")
 	pre := fs.Int("pre", 5, "of which the first generation does (with --inprocess)")
+	awaitKill := fs.Bool("await-kill", false, "the victim prints \"victim rank=R pid=P\" and waits to be killed instead of dying; the killer writes --mark")
 	_ = fs.Parse(args)
 	if *mark == "" {
 		return errors.New("restart: --mark is required")
@@ -56,6 +57,10 @@ func restartMode(ctx context.Context, args []string) error {
 	defer w.Close()
 	x := make([]float32, *size)
 	die := func() {
+		if *awaitKill {
+			fmt.Printf("victim rank=%d pid=%d\n", w.Rank, os.Getpid())
+			select {}
+		}
 		time.Sleep(*delay)
 		now := strconv.FormatInt(time.Now().UnixNano(), 10)
 		if err := os.WriteFile(*mark+".tmp", []byte(now), 0o644); err == nil {
