@@ -3,7 +3,10 @@
 # generation, with the per-phase breakdown: gotrain process restart and
 # in-process recovery, once each, plus (SPLIT_AB=1, the default) the same two
 # with NCCL_COMM_SPLIT_SHARE_RESOURCES=0 (the split communicator gets its own
-# resources, as before splitShare) for an A/B of that change. torchrun is
+# resources, as before splitShare) for an A/B of that change, and (STANDBY=1,
+# the default) both modes with `gotrain launch --standby` (a warmed-up spare
+# process per GPU takes over the ranks that need new processes).
+# STANDBY_ONLY=1 runs just the two standby variants. torchrun is
 # left out (bench/restart.sh runs it). Every step has a timeout; the whole
 # script stops starting runs after BUDGET seconds (default 50), so it ends
 # within a minute.
@@ -25,6 +28,8 @@ BIN=${BIN:-bin/restart}
 GPUS=${GPUS:-2}
 BACKEND=${BACKEND:-nccl}
 SPLIT_AB=${SPLIT_AB:-1}
+STANDBY=${STANDBY:-1}
+STANDBY_ONLY=${STANDBY_ONLY:-0}
 BUDGET=${BUDGET:-50}
 RUN_TIMEOUT=${RUN_TIMEOUT:-20}
 RESULTS_DIR=${RESULTS_DIR:-bench/results}
@@ -43,11 +48,14 @@ done
 # ms NS_DEATH ISO_TIME: milliseconds from the death to an agent log time.
 ms() { local t; t=$(date -d "$2" +%s%N 2>/dev/null) || { echo "?"; return; }; echo $(((t - $1) / 1000000)); }
 
-run() { # NAME [env assignments ...] -- [testprog flags]
+run() { # NAME [env assignments ...] [--launch-flags ...] -- [testprog flags]
 	local name=$1
 	shift
-	local envs=()
-	while (($#)) && [[ $1 != -- ]]; do envs+=("$1"); shift; done
+	local envs=() lflags=()
+	while (($#)) && [[ $1 != -- ]]; do
+		if [[ $1 == --* ]]; then lflags+=("$1"); else envs+=("$1"); fi
+		shift
+	done
 	shift
 	if ((SECONDS - t0 > BUDGET)); then
 		echo "$name: skipped (past the ${BUDGET}s budget)" | tee -a "$work/summary.txt" >&2
@@ -56,7 +64,7 @@ run() { # NAME [env assignments ...] -- [testprog flags]
 	rm -f "$work/mark"
 	local start=$SECONDS
 	env "${envs[@]}" timeout -k 3 "$RUN_TIMEOUT" "$BIN"/gotrain launch --verbose --nproc-per-node "$GPUS" --backend "$BACKEND" \
-		--max-restarts 1 --grace-period 5s -- "$BIN"/testprog restart --mark "$work/mark" "$@" \
+		"${lflags[@]}" --max-restarts 1 --grace-period 5s -- "$BIN"/testprog restart --mark "$work/mark" "$@" \
 		>"$work/$name.out" 2>"$work/$name.err"
 	local rc=$?
 	local t
@@ -68,7 +76,7 @@ run() { # NAME [env assignments ...] -- [testprog flags]
 	local death
 	death=$(cat "$work/mark" 2>/dev/null)
 	if [[ -n $death ]]; then
-		grep -E 'msg="(worker exited|generation ended|generation started|worker parked|worker resumed in process)"' "$work/$name.err" |
+		grep -E 'msg="(worker exited|generation ended|generation started|worker parked|worker resumed in process|worker started from standby)"' "$work/$name.err" |
 			grep -v 'component=coordinator' | while read -r line; do
 			local ts msg gen rank
 			ts=$(grep -o '^time=[^ ]*' <<<"$line" | cut -d= -f2)
@@ -80,9 +88,15 @@ run() { # NAME [env assignments ...] -- [testprog flags]
 	fi
 }
 
-run process-restart -- 
+if ((!STANDBY_ONLY)); then
+run process-restart --
 run in-process -- --inprocess
-if ((SPLIT_AB)); then
+fi
+if ((STANDBY || STANDBY_ONLY)); then
+	run process-restart-standby --standby -- 
+	run in-process-standby --standby -- --inprocess
+fi
+if ((SPLIT_AB && !STANDBY_ONLY)); then
 	run process-restart-nosplitshare NCCL_COMM_SPLIT_SHARE_RESOURCES=0 --
 	run in-process-nosplitshare NCCL_COMM_SPLIT_SHARE_RESOURCES=0 -- --inprocess
 fi
@@ -97,6 +111,7 @@ out="$RESULTS_DIR/restart-quick-$date-$BACKEND.md"
 	echo
 	echo "Rank 1 dies (exit 1) 1 s after the first all-reduce (4 MiB float32). recovered_in: death to the"
 	echo "slowest rank's first all-reduce of the next generation. *-nosplitshare: NCCL_COMM_SPLIT_SHARE_RESOURCES=0."
+	echo "*-standby: gotrain launch --standby (new ranks are warmed-up standby processes: their spawn/main are before the death)."
 	echo
 	echo '```'
 	cat "$work/summary.txt"
