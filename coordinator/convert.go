@@ -77,6 +77,7 @@ func progressFromProto(p *gotrainv1.RankProgress) job.Progress {
 		hangFromProto(&out.Comms[len(out.Comms)-1], c) // hang.go
 	}
 	out.ProcState, out.Attached = p.GetProcessState(), p.GetAttached()
+	out.CommsSource, out.CommsNote = p.GetCommsSource(), p.GetCommsNote()
 	telemetryFromProto(&out, p) // telemetry.go
 	return out
 }
@@ -96,6 +97,7 @@ func progressToProto(p *job.Progress) *gotrainv1.RankProgress {
 		out.UnixNanos = p.Time.UnixNano()
 	}
 	out.ProcessState, out.Attached = p.ProcState, p.Attached
+	out.CommsSource, out.CommsNote = p.CommsSource, p.CommsNote
 	telemetryToProto(out, p) // telemetry.go
 	for _, c := range p.Comms {
 		out.Comms = append(out.Comms, &gotrainv1.CommProgress{

@@ -304,6 +304,7 @@ func (a *agent) run(ctx context.Context) error {
 	a.hub = newHub(a.log, a.coord, a.nodeID)
 	a.startGPUSampling(ctx) // gpusample.go
 	go a.hub.report(ctx)
+	a.startRASPoll(ctx) // raspoll.go
 	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: coordAddr, Token: a.cfg.JobToken, Metrics: a.metricsAddr}); err == nil {
 		defer f.Remove() // lets `gotrain diagnose` find this job
 	} else {
@@ -460,6 +461,8 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 	a.gen = g
 	a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
 	survivors := a.survivors(g) // recover.go
+	// RAS-derived progress spans the job's communicators (raspoll.go).
+	a.hub.ras.generation(g.GetGeneration(), int(g.GetWorldSize()))
 	for _, r := range g.GetRanks() {
 		if a.resume(g, r, survivors) {
 			continue

@@ -54,6 +54,7 @@ type hub struct {
 	nodeID string
 	gpus   map[int]int // rank -> GPU index, current generation
 	tel    *telemetry  // GPU samples and step rates (telemetry.go); nil: none
+	ras    *rasPoller  // NCCL RAS for ranks that do not attach (raspoll.go); nil: none
 
 	sendMu sync.Mutex // one ReportProgress at a time, in order
 
@@ -228,6 +229,9 @@ func (h *hub) batch() *gotrainv1.ReportProgressRequest {
 			p = &gotrainv1.RankProgress{Rank: int32(r), Generation: h.gen, Pid: int32(s.pid)}
 		}
 		p.Attached = s.progress != nil
+		if !p.Attached {
+			h.ras.annotate(h.gen, r, p) // raspoll.go
+		}
 		if g, ok := h.gpus[r]; ok {
 			h.tel.annotate(r, p, g)
 		}

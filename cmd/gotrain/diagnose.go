@@ -164,6 +164,7 @@ func printDiagnosis(w io.Writer, d *gotrainv1.DiagnoseResponse, stackLines int) 
 		}
 	}
 	tw.Flush()
+	printViewNotes(w, st.GetRanks())
 }
 
 func printVerdict(w io.Writer, title string, v *gotrainv1.HangVerdict, stackLines int) {
@@ -192,4 +193,22 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// printViewNotes says where the table's collectives of programs that do not
+// use the worker library come from, or why there are none.
+func printViewNotes(w io.Writer, ranks []*gotrainv1.RankStatus) {
+	var ras []string
+	for _, r := range ranks {
+		p := r.GetProgress()
+		switch {
+		case p.GetCommsSource() != "":
+			ras = append(ras, fmt.Sprint(r.GetRank()))
+		case p.GetCommsNote() != "":
+			fmt.Fprintf(w, "no collective-level view for rank %d: %s\n", r.GetRank(), p.GetCommsNote())
+		}
+	}
+	if len(ras) > 0 {
+		fmt.Fprintf(w, "rank(s) %s: collectives from NCCL RAS (launch counts per function; no dtype or count)\n", strings.Join(ras, ","))
+	}
 }

@@ -495,7 +495,29 @@ func (m *Machine) classify(name string, vs []rankView, since time.Time, postMort
 	for _, c := range v.Culprits {
 		v.Details = append(v.Details, fmt.Sprintf("%s: %s", who(c), c.Doing))
 	}
+	v.Details = append(v.Details, viewNotes(vs)...)
 	return v
+}
+
+// viewNotes says which ranks' collectives the detector saw only through
+// NCCL RAS, and which it did not see at all.
+func viewNotes(vs []rankView) []string {
+	var ras []int
+	var out []string
+	for _, rv := range vs {
+		switch {
+		case rv.p == nil:
+		case rv.p.CommsSource == "nccl-ras":
+			ras = append(ras, rv.rank)
+		case rv.p.CommsNote != "":
+			out = append(out, fmt.Sprintf("no collective-level view for rank %d: %s", rv.rank, rv.p.CommsNote))
+		}
+	}
+	if len(ras) > 0 {
+		out = append([]string{fmt.Sprintf("%s seen through NCCL RAS: launch counts per function (no dtype or count), a collective counts as completed once every rank launched it",
+			rankList(ras))}, out...)
+	}
+	return out
 }
 
 // culprit describes rank rv with respect to collective k.

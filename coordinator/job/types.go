@@ -119,6 +119,11 @@ type Progress struct {
 	GPU            GPUSample
 	StepsPerSecond float64
 	Advanced       time.Time
+	// CommsSource is "nccl-ras" when the agent derived Comms from NCCL's RAS
+	// reports (a rank that does not attach; launch counts only), "" when the
+	// worker reported them. CommsNote says why an unattached rank has no
+	// Comms (NCCL RAS unreachable); "" otherwise.
+	CommsSource, CommsNote string
 }
 
 // CommProgress is the progress of one communicator of a rank.

@@ -43,9 +43,13 @@ const maxReport = 4 << 20
 // ErrProtocol means the other side does not speak NCCL's RAS protocol.
 var ErrProtocol = errors.New("ncclras: unexpected answer")
 
+// ErrNoJSON means the RAS service refused SET FORMAT json: NCCL before
+// 2.28 speaks text only.
+var ErrNoJSON = errors.New("ncclras: no JSON format (NCCL older than 2.28?)")
+
 // Options of a query.
 type Options struct {
-	// Format is "text" (default) or "json" (NCCL 2.26 and later).
+	// Format is "text" (default) or "json" (NCCL 2.28 and later).
 	Format string
 	// Verbose asks for the verbose report.
 	Verbose bool
@@ -123,7 +127,7 @@ func exchange(rw io.ReadWriter, o Options) (*Report, error) {
 		if resp, err := say("SET FORMAT json"); err != nil {
 			return nil, err
 		} else if !strings.EqualFold(resp, "OK") {
-			return nil, fmt.Errorf("%w to SET FORMAT json (NCCL older than 2.26?): %q", ErrProtocol, resp)
+			return nil, fmt.Errorf("%w: %w to SET FORMAT json: %q", ErrNoJSON, ErrProtocol, resp)
 		}
 	}
 	cmd := "STATUS"

@@ -2523,8 +2523,15 @@ type RankProgress struct {
 	// completed collective moved), or when its process started if it has not
 	// advanced yet; 0 when unknown.
 	ProgressUnixNanos int64 `protobuf:"varint,12,opt,name=progress_unix_nanos,json=progressUnixNanos,proto3" json:"progress_unix_nanos,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set by the agent for a rank that does not attach: "nccl-ras" when its
+	// comms were derived from NCCL's RAS reports (launch counts only: no
+	// dtype or count, completion approximated), "" otherwise.
+	CommsSource string `protobuf:"bytes,13,opt,name=comms_source,json=commsSource,proto3" json:"comms_source,omitempty"`
+	// Set by the agent when it has no collective-level view of a rank that
+	// does not attach, saying why (NCCL RAS unreachable); "" otherwise.
+	CommsNote     string `protobuf:"bytes,14,opt,name=comms_note,json=commsNote,proto3" json:"comms_note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RankProgress) Reset() {
@@ -2639,6 +2646,20 @@ func (x *RankProgress) GetProgressUnixNanos() int64 {
 		return x.ProgressUnixNanos
 	}
 	return 0
+}
+
+func (x *RankProgress) GetCommsSource() string {
+	if x != nil {
+		return x.CommsSource
+	}
+	return ""
+}
+
+func (x *RankProgress) GetCommsNote() string {
+	if x != nil {
+		return x.CommsNote
+	}
+	return ""
 }
 
 // GPUSample is one GPU's state as the agent sampled it through NVML, about
@@ -3583,7 +3604,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x04root\x18\x05 \x01(\x05R\x04root\x12\x1b\n" +
 	"\treduce_op\x18\x06 \x01(\tR\breduceOp\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12.\n" +
-	"\x13enqueued_unix_nanos\x18\b \x01(\x03R\x11enqueuedUnixNanos\"\xa9\x03\n" +
+	"\x13enqueued_unix_nanos\x18\b \x01(\x03R\x11enqueuedUnixNanos\"\xeb\x03\n" +
 	"\fRankProgress\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1e\n" +
 	"\n" +
@@ -3600,7 +3621,10 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x03gpu\x18\n" +
 	" \x01(\v2\x15.gotrain.v1.GPUSampleR\x03gpu\x12(\n" +
 	"\x10steps_per_second\x18\v \x01(\x01R\x0estepsPerSecond\x12.\n" +
-	"\x13progress_unix_nanos\x18\f \x01(\x03R\x11progressUnixNanos\"\x94\x04\n" +
+	"\x13progress_unix_nanos\x18\f \x01(\x03R\x11progressUnixNanos\x12!\n" +
+	"\fcomms_source\x18\r \x01(\tR\vcommsSource\x12\x1d\n" +
+	"\n" +
+	"comms_note\x18\x0e \x01(\tR\tcommsNote\"\x94\x04\n" +
 	"\tGPUSample\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
