@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -29,6 +30,11 @@ const (
 	// stopGrace is how long Serve waits for calls in flight before it cuts
 	// them off.
 	stopGrace = 2 * time.Second
+	// keepaliveTime and keepaliveTimeout: the server pings a connection
+	// silent for keepaliveTime and drops it when no answer comes within
+	// keepaliveTimeout. Agents ping as often (KeepaliveTime).
+	keepaliveTime    = 10 * time.Second
+	keepaliveTimeout = 10 * time.Second
 	// maxKVWait bounds KVGet's wait_ms (the call's deadline still applies).
 	maxKVWait = 24 * time.Hour
 )
@@ -48,6 +54,9 @@ type Config struct {
 	// HangTimeout, OnHang: the hang detector (see coordinator/job).
 	HangTimeout time.Duration
 	OnHang      string
+	// RendezvousTimeout bounds the wait for all nodes to join, from when
+	// Serve starts; the job fails after it. 0 waits forever.
+	RendezvousTimeout time.Duration
 	// Logger receives the job's events; default: discard.
 	Logger *slog.Logger
 }
@@ -120,7 +129,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: token is empty: generate one with token.Generate and give it to every agent", ErrInvalidConfig)
 	}
 	m, err := job.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff,
-		HangTimeout: cfg.HangTimeout, OnHang: cfg.OnHang})
+		HangTimeout: cfg.HangTimeout, OnHang: cfg.OnHang, RendezvousTimeout: cfg.RendezvousTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -171,8 +180,13 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.serving = true
 	s.mu.Unlock()
 
-	gs := grpc.NewServer(token.ServerOptions(s.cfg.Token)...)
+	gs := grpc.NewServer(append(token.ServerOptions(s.cfg.Token), keepaliveOptions()...)...)
 	gotrainv1.RegisterCoordinatorServer(gs, s)
+	s.mu.Lock()
+	if err := s.step(job.Tick{}); err != nil { // the rendezvous clock starts now
+		s.log.Error("tick", "err", err)
+	}
+	s.mu.Unlock()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
 	tickDone := make(chan struct{})
@@ -366,11 +380,22 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 		select {
 		case <-o.wake:
 		case <-ctx.Done():
-			s.streamEnded(id, o, fmt.Sprintf("watch stream ended: %v", context.Cause(ctx)))
+			s.streamEnded(id, o, fmt.Sprintf("its agent disconnected (it exited or was killed, or the network to it failed): %v", context.Cause(ctx)))
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.stop.Done():
 			stopping = true
 		}
+	}
+}
+
+// keepaliveOptions make the server ping idle connections, so that a node that
+// vanishes without closing its connection (power loss, a network partition)
+// is lost within about keepaliveTime+keepaliveTimeout rather than when TCP
+// gives up, and allow the agents' own pings (launcher).
+func keepaliveOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 	}
 }
 

@@ -573,13 +573,30 @@ func TestStreamBreakIsNodeLost(t *testing.T) {
 		t.Errorf("result = %v", fin)
 	}
 	got := <-resA
-	if len(got.events) != 3 || !strings.HasPrefix(got.events[1], `ended gen=0 failure=rank 1 on host-b code 0 signal "" reason "watch stream ended`) ||
+	if len(got.events) != 3 || !strings.HasPrefix(got.events[1], `ended gen=0 failure=rank 1 on host-b code 0 signal "" reason "its agent disconnected`) ||
 		got.events[2] != "finished succeeded=false exit=1" || got.err != nil {
 		t.Errorf("host-a: events %q, err %v", got.events, got.err)
 	}
 	// The lost node is gone for good.
 	_, err := b.c.ReportWorkerExit(ctx, &gotrainv1.ReportWorkerExitRequest{NodeId: b.id, Generation: 0, Rank: 1})
 	wantCode(t, "report from the lost node", err, codes.NotFound)
+}
+
+// TestRendezvousTimeout: a job whose second node never joins ends, and the
+// node that joined hears why on its stream.
+func TestRendezvousTimeout(t *testing.T) {
+	srv, addr := startServer(t, Config{Nodes: 2, RendezvousTimeout: 200 * time.Millisecond}, testHooks{})
+	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 1, 2222)
+	got := <-runAgent(rpcCtx(t), a, func(context.Context, int64, *gotrainv1.RankAssignment) (int32, string, bool) {
+		return 0, "", true
+	})
+	wantEvents(t, "host-a", got, "finished succeeded=false exit=1")
+	fin := waitFinished(t, srv)
+	for _, want := range []string{"1 of 2 nodes joined within the rendezvous timeout of 200ms", "node-1 on host-a at 10.0.0.1", "--job-token"} {
+		if !strings.Contains(fin.GetMessage(), want) {
+			t.Errorf("message %q lacks %q", fin.GetMessage(), want)
+		}
+	}
 }
 
 func TestCallerMistakes(t *testing.T) {

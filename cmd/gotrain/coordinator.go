@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -26,7 +27,8 @@ Usage: gotrain coordinator [flags]
 Runs the job's coordinator on its own, for clusters where no node should hold
 it. Start an agent on every node with:
   gotrain launch --nnodes N --coordinator THIS_HOST:PORT --job-token TOKEN -- ./train
-It exits when the job finishes, with the job's exit status.
+It exits when the job finishes, with the job's exit status; when not every
+node has joined within --rendezvous-timeout, the job fails and it exits 1.
 `
 
 func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
@@ -39,6 +41,8 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	hangTimeout := fs.Duration("hang-timeout", 120*time.Second, "declare a hang when no collective completes for this long while a rank waits in one")
 	onHang := fs.String("on-hang", "report", "on a hang: report, or restart (end the generation like a failure)")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on HOST:PORT (e.g. 0.0.0.0:9400); default off")
+	restartBackoff := fs.Duration("restart-backoff", 0, "pause between the last worker of a failed generation stopping and the next generation starting")
+	rendezvous := fs.Duration("rendezvous-timeout", 10*time.Minute, "fail the job when not every node has joined by then (0: wait forever)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -51,9 +55,12 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	if *runID == "" {
 		*runID = "gotrain-" + (*tok)[:min(8, len(*tok))]
 	}
+	if *rendezvous < 0 || *restartBackoff < 0 {
+		return &usageError{msg: fmt.Sprintf("--rendezvous-timeout %s, --restart-backoff %s", *rendezvous, *restartBackoff), hint: "Give durations of 0 or more."}
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	srv, err := coordinator.New(coordinator.Config{RunID: *runID, Token: *tok, Nodes: *nodes, MaxRestarts: *maxRestarts, Logger: logger,
-		HangTimeout: *hangTimeout, OnHang: *onHang})
+		RestartBackoff: *restartBackoff, HangTimeout: *hangTimeout, OnHang: *onHang, RendezvousTimeout: *rendezvous})
 	if err != nil {
 		return err
 	}
@@ -61,8 +68,12 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (choose another with --listen)", *listen, err)
 	}
-	fmt.Fprintf(os.Stderr, "gotrain coordinator: run %s serving on %s for %d node(s); agents join with --coordinator HOST:%d --job-token %s\n",
-		*runID, lis.Addr(), *nodes, lis.Addr().(*net.TCPAddr).Port, *tok)
+	host := "THIS_HOST"
+	if ip := lis.Addr().(*net.TCPAddr).IP; !ip.IsUnspecified() {
+		host = ip.String()
+	}
+	fmt.Fprintf(os.Stderr, "gotrain coordinator: run %s serving on %s for %d node(s); start an agent on every node with: gotrain launch --nnodes %d --coordinator %s --job-token %s ...\n",
+		*runID, lis.Addr(), *nodes, *nodes, net.JoinHostPort(host, strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)), *tok)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	serveErr := make(chan error, 1)

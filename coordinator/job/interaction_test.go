@@ -18,7 +18,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 // a "----" line, and the expected output up to a blank line; lines starting
 // with # between blocks are comments. Commands:
 //
-//	config [run=ID] [nodes=N] [max-restarts=N] [backoff=D]  a new machine (before anything else)
+//	config [run=ID] [nodes=N] [max-restarts=N] [backoff=D] [rendezvous=D]  a new machine (before anything else)
 //	join id=ID host=H [addr=A] [nproc=N] [gpus=N] [port=P] [pid=P]
 //	lost id=ID [reason=TEXT]
 //	exit id=ID gen=G rank=R [code=C] [signal=S] [pid=P] [tail=LINE|LINE]
@@ -129,6 +129,9 @@ func (h *harness) run(cmd string) []string {
 			return []string{"bad command: " + err.Error()}
 		}
 		cfg.RestartBackoff = backoff
+		if cfg.RendezvousTimeout, err = time.ParseDuration(args.str("rendezvous", "0s")); err != nil {
+			return []string{"bad command: " + err.Error()}
+		}
 		if err := hangConfig(&cfg, args); err != nil {
 			return []string{"bad command: " + err.Error()}
 		}
@@ -222,7 +225,9 @@ func (h *harness) run(cmd string) []string {
 		return append(out, "error: "+err.Error())
 	}
 	if len(acts) == 0 {
-		if d, ok := h.m.Deadline(); ok {
+		if d, ok := h.m.Deadline(); ok && h.m.state == StateWaiting {
+			return append(out, fmt.Sprintf("ok (rendezvous ends at +%s)", d.Sub(h.t0)))
+		} else if ok {
 			return append(out, fmt.Sprintf("ok (next generation at +%s)", d.Sub(h.t0)))
 		}
 		return append(out, "ok")

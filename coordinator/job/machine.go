@@ -49,6 +49,10 @@ type Config struct {
 	// collective for one rank before it is named a straggler; default
 	// DefaultStragglerThreshold.
 	StragglerThreshold time.Duration
+	// RendezvousTimeout is how long the job waits for all its nodes to
+	// join, counted from the first event the machine sees; the first Tick
+	// after it fails the job, naming the nodes that joined. 0 waits forever.
+	RendezvousTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -71,6 +75,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: max restarts is %d: use 0 or more", ErrInvalidConfig, c.MaxRestarts)
 	case c.RestartBackoff < 0:
 		return fmt.Errorf("%w: restart backoff is %s: use 0 or more", ErrInvalidConfig, c.RestartBackoff)
+	case c.RendezvousTimeout < 0:
+		return fmt.Errorf("%w: rendezvous timeout is %s: use 0 (wait forever) or more", ErrInvalidConfig, c.RendezvousTimeout)
 	case c.HangTimeout < 0 || c.StragglerThreshold < 0:
 		return fmt.Errorf("%w: hang timeout %s, straggler threshold %s: use positive durations", ErrInvalidConfig, c.HangTimeout, c.StragglerThreshold)
 	case c.OnHang != OnHangReport && c.OnHang != OnHangRestart:
@@ -98,6 +104,7 @@ type Machine struct {
 	waiters  map[uint64]string   // waiting call -> barrier name
 
 	now            time.Time // the time of the event being stepped
+	waitingSince   time.Time // the first event's time: the rendezvous clock starts
 	pendingRestart bool      // the next generation starts at restartAt
 	restartAt      time.Time
 
@@ -157,6 +164,9 @@ func (m *Machine) Finished() bool {
 // machine did not change.
 func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 	m.now = now
+	if m.waitingSince.IsZero() {
+		m.waitingSince = now
+	}
 	switch ev := ev.(type) {
 	case NodeJoined:
 		return m.join(ev)
@@ -174,6 +184,9 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 	case ProgressReported:
 		return nil, m.progress(now, ev)
 	case Tick:
+		if acts := m.rendezvousTick(); acts != nil {
+			return acts, nil
+		}
 		return append(m.tick(), m.hangTick()...), nil
 	case EvidenceReported:
 		m.evidence(ev)
@@ -316,7 +329,7 @@ func (m *Machine) lost(ev NodeLost) ([]Action, error) {
 		Pid:      n.info.AgentPID,
 		Reason:   reason,
 	}
-	desc := fmt.Sprintf("node %s on %s (%s) was lost: %s", n.id, n.info.Hostname, rankList(lostRanks), reason)
+	desc := fmt.Sprintf("node %s on %s (%s, agent pid %d; %s) was lost: %s", n.id, n.info.Hostname, n.info.Address, n.info.AgentPID, rankList(lostRanks), reason)
 	return append(m.end(f, desc), m.afterEnd()...), nil
 }
 

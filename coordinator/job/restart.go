@@ -77,13 +77,18 @@ func (m *Machine) tick() []Action {
 }
 
 // Deadline returns when the machine next wants a [Tick] to make progress (a
-// restart waiting out its backoff), and false when no tick is due. Callers
+// restart waiting out its backoff, the end of the rendezvous), and false when no tick is due. Callers
 // that tick on a coarse interval use it to tick on time.
 func (m *Machine) Deadline() (time.Time, bool) {
-	if !m.pendingRestart || m.Finished() {
+	switch {
+	case m.Finished():
 		return time.Time{}, false
+	case m.pendingRestart:
+		return m.restartAt, true
+	case m.state == StateWaiting && m.cfg.RendezvousTimeout > 0 && !m.waitingSince.IsZero():
+		return m.waitingSince.Add(m.cfg.RendezvousTimeout), true
 	}
-	return m.restartAt, true
+	return time.Time{}, false
 }
 
 // survivorsOf returns the ranks of the ending generation that are parked.
