@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/coordinator"
@@ -54,6 +56,10 @@ type Config struct {
 	// JoinTimeout bounds how long the agent tries to reach the coordinator
 	// (default 60s).
 	JoinTimeout time.Duration
+	// RendezvousTimeout bounds how long an embedded coordinator waits for
+	// all Nodes to join; then the job fails, naming the nodes that did.
+	// 0 waits forever.
+	RendezvousTimeout time.Duration
 
 	// JobToken authenticates every call (default: a new random token, which
 	// only works when this agent starts the coordinator).
@@ -136,7 +142,7 @@ func (c *Config) setDefaults() error {
 		c.JobToken = token.Generate()
 	}
 	if c.RunID == "" {
-		c.RunID = "gotrain-" + c.JobToken[:8]
+		c.RunID = "gotrain-" + c.JobToken[:min(8, len(c.JobToken))]
 	}
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
@@ -168,6 +174,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
 	case c.RestartBackoff < 0:
 		return fmt.Errorf("--restart-backoff must not be negative, got %s", c.RestartBackoff)
+	case c.RendezvousTimeout < 0:
+		return fmt.Errorf("--rendezvous-timeout must not be negative, got %s", c.RendezvousTimeout)
 	case c.MetricsAddr != "" && c.Coordinator != "":
 		return errors.New("--metrics-addr is served by the coordinator, and this node joins one at --coordinator: pass --metrics-addr to the node or `gotrain coordinator` that runs it")
 	}
@@ -246,6 +254,9 @@ type agent struct {
 	hub    *hub       // the ranks' progress, reported once a second (progress.go)
 	// metricsAddr is where the embedded coordinator serves /metrics; "" if not.
 	metricsAddr string
+	// joinHint is the command line the other nodes run, printed once this
+	// node joined its embedded coordinator; "" for one node or without one.
+	joinHint string
 
 	gen      *gotrainv1.GenerationStarted // nil when no generation runs here
 	workers  map[int]*workerProc          // by rank, current generation only
@@ -284,7 +295,10 @@ func (a *agent) run(ctx context.Context) error {
 
 	conn, err := grpc.NewClient(coordAddr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		token.DialOption(a.cfg.JobToken))
+		token.DialOption(a.cfg.JobToken),
+		// Pings find a coordinator that vanished without closing the
+		// connection (its machine died, the network split).
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}))
 	if err != nil {
 		return fmt.Errorf("coordinator address %q: %w", coordAddr, err)
 	}
@@ -295,6 +309,11 @@ func (a *agent) run(ctx context.Context) error {
 		return err
 	}
 	a.log = a.log.With("node", a.nodeID)
+	if a.joinHint != "" {
+		// Printed after this node joined, so that it is the first node
+		// (node ids break ties in the rank order of nodes on one host).
+		fmt.Fprintln(a.cfg.Stderr, a.joinHint)
+	}
 
 	lis, err := net.Listen("unix", a.socket)
 	if err != nil {
@@ -344,7 +363,7 @@ func (a *agent) startCoordinator(ctx context.Context) (addr string, stop func(),
 	srv, err := coordinator.New(coordinator.Config{
 		RunID: a.cfg.RunID, Token: a.cfg.JobToken,
 		Nodes: a.cfg.Nodes, MaxRestarts: a.cfg.MaxRestarts, RestartBackoff: a.cfg.RestartBackoff,
-		HangTimeout: a.cfg.HangTimeout, OnHang: a.cfg.OnHang,
+		HangTimeout: a.cfg.HangTimeout, OnHang: a.cfg.OnHang, RendezvousTimeout: a.cfg.RendezvousTimeout,
 		Logger: a.log.With("component", "coordinator"),
 	})
 	if err != nil {
@@ -364,10 +383,21 @@ func (a *agent) startCoordinator(ctx context.Context) (addr string, stop func(),
 	}
 	addr = lis.Addr().String()
 	if a.cfg.Nodes > 1 {
-		fmt.Fprintf(a.cfg.Stderr, "gotrain: coordinator listening on %s; start the other %d node(s) with: gotrain launch --nnodes %d --coordinator %s:%d --job-token %s ...\n",
-			addr, a.cfg.Nodes-1, a.cfg.Nodes, a.cfg.NodeAddress, lis.Addr().(*net.TCPAddr).Port, a.cfg.JobToken)
+		a.joinHint = fmt.Sprintf("gotrain: coordinator listening on %s; start the other %d node(s) with: gotrain launch --nnodes %d --coordinator %s --job-token %s ...",
+			addr, a.cfg.Nodes-1, a.cfg.Nodes, joinAddress(lis.Addr().(*net.TCPAddr), a.cfg.NodeAddress), a.cfg.JobToken)
 	}
 	return addr, func() { cancel(); <-done }, nil
+}
+
+// joinAddress is where other nodes reach a coordinator listening on lis: the
+// listening address itself, or this node's address when it listens on all
+// interfaces.
+func joinAddress(lis *net.TCPAddr, nodeAddr string) string {
+	host := lis.IP.String()
+	if lis.IP.IsUnspecified() {
+		host = nodeAddr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(lis.Port))
 }
 
 // join registers this node, retrying while the coordinator is not up yet.
@@ -387,7 +417,15 @@ func (a *agent) join(ctx context.Context, coordAddr string) error {
 		resp, err := a.coord.Join(ctx, req)
 		if err == nil {
 			a.nodeID = resp.GetNodeId()
+			if id := resp.GetRunId(); id != "" && id != a.cfg.RunID {
+				a.log.Info("taking the coordinator's run id", "run_id", id, "ours", a.cfg.RunID)
+				a.cfg.RunID = id // every node's workers see the same TORCHELASTIC_RUN_ID
+			}
 			return nil
+		}
+		if status.Code(err) == codes.PermissionDenied {
+			return fmt.Errorf("join the coordinator at %s: wrong job token: pass the --job-token (or set %s) that the first node or `gotrain coordinator` printed: %w",
+				coordAddr, jobenv.JobToken, err)
 		}
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			return fmt.Errorf("join the coordinator at %s: %w", coordAddr, err)
@@ -593,6 +631,14 @@ func describeFailure(f *gotrainv1.JobFinished) string {
 	fl := f.GetFailure()
 	if fl == nil {
 		fmt.Fprintf(&b, "gotrain: job failed: %s", f.GetMessage())
+		return b.String()
+	}
+	if fl.GetReason() != "" && fl.GetNodeId() != "" && fl.GetSignal() == "" && len(fl.GetStderrTail()) == 0 {
+		// The whole node went away (the machine's NodeLost), not one worker.
+		fmt.Fprintf(&b, "gotrain: job failed: node %s on %s (agent pid %d) was lost: %s", fl.GetNodeId(), fl.GetHostname(), fl.GetPid(), fl.GetReason())
+		if m := f.GetMessage(); m != "" {
+			fmt.Fprintf(&b, "\n  %s", m)
+		}
 		return b.String()
 	}
 	cause := fmt.Sprintf("exit status %d", fl.GetExitCode())

@@ -57,6 +57,7 @@ Examples:
   gotrain launch --gpus 8 --standby -- ./train   # faster restarts (Go workers)
   # two nodes: the first starts the coordinator and prints the second's command
   gotrain launch --nnodes 2 --gpus 8 -- ./train
+  gotrain launch --nnodes 2 --gpus 8 --coordinator 10.0.0.1:29400 --job-token TOKEN -- ./train
 `
 
 // reaperArg makes `gotrain launch` the agent's orphan reaper instead
@@ -86,6 +87,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.HangTimeout, "hang-timeout", 120*time.Second, "declare a hang when no collective completes for this long while a rank waits in one; `gotrain diagnose` shows the verdict")
 	fs.StringVar(&cfg.OnHang, "on-hang", "report", "on a hang: report (log the verdict, keep waiting) or restart (end the generation like a failure; restarts while --max-restarts allows)")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to reach the coordinator")
+	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", 10*time.Minute, "with --nnodes > 1 on the node that starts the coordinator: fail the job when not every node has joined by then (0: wait forever)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve the coordinator's Prometheus /metrics on HOST:PORT (e.g. 127.0.0.1:0 for a free port, printed); default off")
 	fs.BoolVar(&cfg.Standby, "standby", false, "keep a warmed-up spare worker process per GPU that a restarted rank takes over (Go programs using gotrain's worker library only)")
 	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
