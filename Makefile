@@ -63,7 +63,7 @@ clean:
 GPU_TEST_PKGS ?= nccl internal/cudadrv worker/ncclcomm
 
 .PHONY: gpu
-gpu:
+gpu: cuda-stub
 	$(GO) build -o $(BIN)/gotrain ./cmd/gotrain
 	@for p in $(GPU_TEST_PKGS); do \
 		echo "$(GO) test -c -o $(BIN)/$$(echo $$p | tr / _).test ./$$p"; \
@@ -71,6 +71,24 @@ gpu:
 	done
 	$(GO) build -tags cuda -o $(BIN)/mlp ./examples/mlp
 	$(GO) test -c -tags cuda -o $(BIN)/examples_mlp.test ./examples/mlp
+	$(CUDA_ENV) $(GO) test -c -tags cuda -o $(BIN)/worker_cudago.test ./worker/cudago
+
+# The packages on gorgonia.org/cu (tag cuda) need cuda.h and a libcuda to
+# link against; cuda-stub fetches both into build/cuda when missing (Debian's
+# nvidia-cuda-dev, CUDA 11.8: ~30 s, see scripts/fetch-cuda-stub.sh).
+CUDA_STUB_DIR := $(CURDIR)/build/cuda
+CUDA_ENV      := CGO_CFLAGS="-I$(CUDA_STUB_DIR)/include" CGO_LDFLAGS="-L$(CUDA_STUB_DIR)/stubs"
+CUDA_GO_PKGS  := ./worker/cudago/...
+
+.PHONY: cuda-stub vet-cuda
+cuda-stub:
+	@bash scripts/fetch-cuda-stub.sh $(CUDA_STUB_DIR)
+
+# vet-cuda vets the gorgonia.org/cu packages and builds their test binary, so
+# they cannot rot; CI runs it (.ci/run) beside make test.
+vet-cuda: cuda-stub
+	$(CUDA_ENV) $(GO) vet -tags cuda $(CUDA_GO_PKGS)
+	$(CUDA_ENV) $(GO) test -c -tags cuda -o $(BIN)/worker_cudago.test ./worker/cudago
 
 # ptx regenerates the MLP example's PTX from its CUDA source with nvcc
 # (CUDA 12 or newer; the GPU machine has it). Without nvcc here, run it there
