@@ -40,16 +40,18 @@
 //	defer d.Close()
 //	s, err := d.NewStream()                // compute stream
 //	defer s.Close()
+//	commStream := d.WrapStream(uintptr(nc.Stream())) // ncclcomm's stream
+//	defer commStream.Close()
 //	grads, err := cudago.Alloc[float32](d, n)
 //	defer grads.Free()
 //
 //	// each step: compute on s (d.Do with cu calls on s.CU() and grads.Ptr()),
 //	// then order the communicator's stream after s and average in place
-//	err = d.WrapStream(uintptr(nc.Stream())).WaitFor(s)
+//	err = commStream.WaitFor(s)
 //	err = nc.AllReduce(ctx, grads.Buffer(), grads.Buffer(), comm.Avg)
 //	err = grads.CopyOutOn(s, host)         // or keep using grads on s
 //
 // The synchronous collectives of ncclcomm return when the result is in
 // device memory, so work enqueued on s afterwards sees it. For overlap, use
-// the Async collectives and s.WaitFor(d.WrapStream(uintptr(nc.Stream()))).
+// the Async collectives and s.WaitFor(commStream).
 package cudago

@@ -66,7 +66,9 @@ func Example() {
 		log.Fatal(err)
 	}
 	// The communicator's stream waits for s on the GPU, not the host.
-	if err := d.WrapStream(uintptr(nc.Stream())).WaitFor(s); err != nil {
+	commStream := d.WrapStream(uintptr(nc.Stream()))
+	defer commStream.Close()
+	if err := commStream.WaitFor(s); err != nil {
 		log.Fatal(err)
 	}
 	if err := nc.AllReduce(ctx, grads.Buffer(), grads.Buffer(), comm.Avg); err != nil {

@@ -272,7 +272,9 @@ func allReduceRank(ctx context.Context, store comm.Store, rank, size, n int) ([]
 	if err := b.CopyInOn(s, ramp(n, float32(rank+1))); err != nil {
 		return nil, err
 	}
-	if err := d.WrapStream(uintptr(c.Stream())).WaitFor(s); err != nil {
+	commStream := d.WrapStream(uintptr(c.Stream()))
+	defer commStream.Close()
+	if err := commStream.WaitFor(s); err != nil {
 		return nil, err
 	}
 	if err := c.AllReduce(ctx, b.Buffer(), b.Buffer(), comm.Sum); err != nil {
