@@ -43,7 +43,7 @@ step() {
 : >"$REPORT_DIR/steps.md"
 # The test binaries of `make gpu` (GPU_TEST_PKGS there), as package paths;
 # each runs in its package's directory, as go test runs it.
-GPU_TEST_PKGS=${GPU_TEST_PKGS:-nccl internal/cudadrv worker/ncclcomm}
+GPU_TEST_PKGS=${GPU_TEST_PKGS:-nccl internal/cudadrv worker/ncclcomm worker/cudago}
 for pkg in $GPU_TEST_PKGS; do
 	name=$(echo "$pkg" | tr / _)
 	if [[ ! -x $BIN/$name.test ]]; then
