@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
-	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -62,25 +60,11 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	if *addr == "" {
-		j, others, err := runfile.Newest()
-		if err != nil {
-			if errors.Is(err, runfile.ErrNoJob) {
-				return &usageError{msg: err.Error(), hint: "Pass --coordinator HOST:PORT and --job-token for a job launched elsewhere."}
-			}
-			return err
-		}
-		*addr = j.Coordinator
-		if *tok == "" || os.Getenv(jobenv.JobToken) == *tok {
-			*tok = j.Token
-		}
-		if others > 0 {
-			fmt.Fprintf(os.Stderr, "gotrain diagnose: %d other job(s) run on this machine; showing the newest, %s (pass --coordinator for another)\n", others, j.RunID)
-		}
+	coordAddr, jobToken, err := findJob(c.name(), *addr, *tok)
+	if err != nil {
+		return err
 	}
-	if *tok == "" {
-		return &usageError{msg: "no job token", hint: "Pass --job-token or set " + jobenv.JobToken + "."}
-	}
+	*addr, *tok = coordAddr, jobToken
 	ctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
 	defer cancel()
 	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()), token.DialOption(*tok))
