@@ -85,6 +85,8 @@ type Server struct {
 	// deadline is the machine deadline a timer is armed for (restart.go).
 	deadline      time.Time
 	deadlineArmed bool
+	// gossipPort is the coordinator's memberlist port (gossip.go); 0: none.
+	gossipPort int
 
 	hooks testHooks
 }
@@ -104,8 +106,9 @@ var _ gotrainv1.CoordinatorServer = (*Server)(nil)
 // still sees every event in order. Guarded by Server.mu.
 type outbox struct {
 	events   []*gotrainv1.GenerationEvent
-	closed   bool // the job finished; end the stream once events are sent
-	attached bool // a watch stream serves this outbox
+	closed   bool   // the job finished; end the stream once events are sent
+	attached bool   // a watch stream serves this outbox
+	lost     string // the node was lost by gossip (gossip.go): end the stream with this
 	wake     chan struct{}
 }
 
@@ -325,7 +328,7 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	s.outboxes[id] = newOutbox() // before apply: the start may include this node
 	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
 	s.apply(acts)
-	return &gotrainv1.JoinResponse{NodeId: id, RunId: s.cfg.RunID, MaxRestarts: int32(s.cfg.MaxRestarts)}, nil
+	return &gotrainv1.JoinResponse{NodeId: id, RunId: s.cfg.RunID, MaxRestarts: int32(s.cfg.MaxRestarts), GossipPort: int32(s.gossipPort)}, nil
 }
 
 // WatchGenerations streams the node's generation events. The stream is the
@@ -360,9 +363,13 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 		// Queued events go out first, also when the coordinator stops: the
 		// job's last words (finished) must reach the agents.
 		s.mu.Lock()
-		evs, closed := o.events, o.closed
+		evs, closed, lost := o.events, o.closed, o.lost
 		o.events = nil
 		s.mu.Unlock()
+		if lost != "" {
+			s.streamEnded(id, o, "")
+			return status.Errorf(codes.Aborted, "this node was lost (%s); its workers must stop", lost)
+		}
 		for _, ev := range evs {
 			if err := stream.Send(ev); err != nil {
 				s.streamEnded(id, o, fmt.Sprintf("watch stream broke: %v", err))

@@ -78,6 +78,13 @@ type Config struct {
 	// detector (defaults 120s and "report"; see coordinator/job).
 	HangTimeout time.Duration
 	OnHang      string
+	// GossipPort is this agent's memberlist port (default 0: any free port).
+	// The embedded coordinator gossips at its own port + 1 (gossip.go).
+	GossipPort int
+	// NoGossip turns gossip-based failure detection off: lost nodes are
+	// found by their broken streams and gRPC keepalive only (about 20 s).
+	// Jobs of one node never gossip.
+	NoGossip bool
 	// MetricsAddr is where the embedded coordinator serves Prometheus
 	// /metrics (e.g. 127.0.0.1:0 for a free port); empty: no metrics.
 	MetricsAddr string
@@ -174,6 +181,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
 	case c.RestartBackoff < 0:
 		return fmt.Errorf("--restart-backoff must not be negative, got %s", c.RestartBackoff)
+	case c.GossipPort < 0 || c.GossipPort > 65535:
+		return fmt.Errorf("--gossip-port must be between 0 and 65535, got %d", c.GossipPort)
 	case c.RendezvousTimeout < 0:
 		return fmt.Errorf("--rendezvous-timeout must not be negative, got %s", c.RendezvousTimeout)
 	case c.MetricsAddr != "" && c.Coordinator != "":
@@ -257,6 +266,8 @@ type agent struct {
 	// joinHint is the command line the other nodes run, printed once this
 	// node joined its embedded coordinator; "" for one node or without one.
 	joinHint string
+	// gossipPort is the coordinator's gossip port from Join; 0: no gossip.
+	gossipPort int
 
 	gen      *gotrainv1.GenerationStarted // nil when no generation runs here
 	workers  map[int]*workerProc          // by rank, current generation only
@@ -309,6 +320,7 @@ func (a *agent) run(ctx context.Context) error {
 		return err
 	}
 	a.log = a.log.With("node", a.nodeID)
+	defer a.startGossip(coordAddr)() // gossip.go
 	if a.joinHint != "" {
 		// Printed after this node joined, so that it is the first node
 		// (node ids break ties in the rank order of nodes on one host).
@@ -373,10 +385,12 @@ func (a *agent) startCoordinator(ctx context.Context) (addr string, stop func(),
 	if err != nil {
 		return "", nil, fmt.Errorf("start the coordinator on %s: %w (pick another with --coordinator-listen)", a.cfg.CoordinatorListen, err)
 	}
+	stopGossip := a.startCoordinatorGossip(srv, lis.Addr().(*net.TCPAddr)) // gossip.go; before any Join
 	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(srvCtx, lis) }()
 	if a.metricsAddr, err = a.serveMetrics(srvCtx, srv); err != nil { // metrics.go
+		stopGossip()
 		cancel()
 		<-done
 		return "", nil, err
@@ -386,7 +400,7 @@ func (a *agent) startCoordinator(ctx context.Context) (addr string, stop func(),
 		a.joinHint = fmt.Sprintf("gotrain: coordinator listening on %s; start the other %d node(s) with: gotrain launch --nnodes %d --coordinator %s --job-token %s ...",
 			addr, a.cfg.Nodes-1, a.cfg.Nodes, joinAddress(lis.Addr().(*net.TCPAddr), a.cfg.NodeAddress), a.cfg.JobToken)
 	}
-	return addr, func() { cancel(); <-done }, nil
+	return addr, func() { stopGossip(); cancel(); <-done }, nil
 }
 
 // joinAddress is where other nodes reach a coordinator listening on lis: the
@@ -417,6 +431,7 @@ func (a *agent) join(ctx context.Context, coordAddr string) error {
 		resp, err := a.coord.Join(ctx, req)
 		if err == nil {
 			a.nodeID = resp.GetNodeId()
+			a.gossipPort = int(resp.GetGossipPort())
 			if id := resp.GetRunId(); id != "" && id != a.cfg.RunID {
 				a.log.Info("taking the coordinator's run id", "run_id", id, "ours", a.cfg.RunID)
 				a.cfg.RunID = id // every node's workers see the same TORCHELASTIC_RUN_ID

@@ -43,6 +43,8 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on HOST:PORT (e.g. 0.0.0.0:9400); default off")
 	restartBackoff := fs.Duration("restart-backoff", 0, "pause between the last worker of a failed generation stopping and the next generation starting")
 	rendezvous := fs.Duration("rendezvous-timeout", 10*time.Minute, "fail the job when not every node has joined by then (0: wait forever)")
+	gossipPort := fs.Int("gossip-port", -1, "with --nnodes > 1: gossip (memberlist, UDP+TCP) port agents join to report dead nodes in seconds (default: the --listen port + 1; 0: any free port)")
+	noGossip := fs.Bool("no-gossip", false, "do not gossip; a dead node is then found by its broken connection only (about 20 s)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -67,6 +69,17 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	lis, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (choose another with --listen)", *listen, err)
+	}
+	if *nodes > 1 && !*noGossip {
+		port := *gossipPort
+		if port < 0 {
+			port = coordinator.DefaultGossipPort(*listen)
+		}
+		stopGossip, err := startGossip(srv, lis.Addr().(*net.TCPAddr), port) // gossip.go
+		if err != nil {
+			return err
+		}
+		defer stopGossip()
 	}
 	host := "THIS_HOST"
 	if ip := lis.Addr().(*net.TCPAddr).IP; !ip.IsUnspecified() {

@@ -91,6 +91,8 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve the coordinator's Prometheus /metrics on HOST:PORT (e.g. 127.0.0.1:0 for a free port, printed); default off")
 	fs.BoolVar(&cfg.Standby, "standby", false, "keep a warmed-up spare worker process per GPU that a restarted rank takes over (Go programs using gotrain's worker library only)")
 	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
+	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
+	fs.BoolVar(&cfg.NoGossip, "no-gossip", false, "with --nnodes > 1: do not gossip; a dead node is then found by its broken connection only (about 20 s)")
 	fs.BoolVar(&verbose, "verbose", false, "log the agent's own steps to stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err

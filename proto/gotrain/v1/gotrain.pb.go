@@ -737,10 +737,13 @@ func (x *JoinRequest) GetNode() *NodeInfo {
 }
 
 type JoinResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	MaxRestarts   int32                  `protobuf:"varint,3,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RunId       string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	MaxRestarts int32                  `protobuf:"varint,3,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
+	// gossip_port is the coordinator's memberlist port on the host the agent
+	// reached it at; 0: the job does not gossip (one node, or --no-gossip).
+	GossipPort    int32 `protobuf:"varint,4,opt,name=gossip_port,json=gossipPort,proto3" json:"gossip_port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -792,6 +795,13 @@ func (x *JoinResponse) GetRunId() string {
 func (x *JoinResponse) GetMaxRestarts() int32 {
 	if x != nil {
 		return x.MaxRestarts
+	}
+	return 0
+}
+
+func (x *JoinResponse) GetGossipPort() int32 {
+	if x != nil {
+		return x.GossipPort
 	}
 	return 0
 }
@@ -3445,11 +3455,13 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\tagent_pid\x18\x05 \x01(\x05R\bagentPid\x12\x1b\n" +
 	"\tfree_port\x18\x06 \x01(\x05R\bfreePort\"7\n" +
 	"\vJoinRequest\x12(\n" +
-	"\x04node\x18\x01 \x01(\v2\x14.gotrain.v1.NodeInfoR\x04node\"a\n" +
+	"\x04node\x18\x01 \x01(\v2\x14.gotrain.v1.NodeInfoR\x04node\"\x82\x01\n" +
 	"\fJoinResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12!\n" +
-	"\fmax_restarts\x18\x03 \x01(\x05R\vmaxRestarts\"2\n" +
+	"\fmax_restarts\x18\x03 \x01(\x05R\vmaxRestarts\x12\x1f\n" +
+	"\vgossip_port\x18\x04 \x01(\x05R\n" +
+	"gossipPort\"2\n" +
 	"\x17WatchGenerationsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"q\n" +
 	"\x0eRankAssignment\x12\x12\n" +

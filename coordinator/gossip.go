@@ -1,0 +1,163 @@
+package coordinator
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/internal/gossip"
+)
+
+// GossipConfig is where the coordinator's memberlist node listens.
+type GossipConfig struct {
+	// BindAddr is the host to listen on (UDP and TCP), e.g. the
+	// coordinator's listen host.
+	BindAddr string
+	// Port is the port; 0 picks a free one. Agents learn it from Join.
+	Port int
+	// AdvertiseAddr is the address the agents reach the coordinator at
+	// (default BindAddr; set it when BindAddr is 0.0.0.0).
+	AdvertiseAddr string
+}
+
+// StartGossip runs the coordinator's memberlist node, which the agents join
+// after Join (JoinResponse.gossip_port), so that a node whose agent stops
+// answering is lost within seconds (package internal/gossip), also when its
+// watch stream stays open. Call it before Serve; stop leaves the member
+// list. Without StartGossip the job does not gossip.
+func (s *Server) StartGossip(cfg GossipConfig) (port int, stop func(), err error) {
+	d := &gossipEvents{s: s, now: time.Now, heard: map[string]time.Time{}}
+	ml, err := gossip.Start(gossip.Options{
+		Name: gossip.CoordinatorName, BindAddr: cfg.BindAddr, Port: cfg.Port, AdvertiseAddr: cfg.AdvertiseAddr,
+		Token: s.cfg.Token, Events: d, Ping: d, Logger: s.log.With("component", "gossip"),
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	port = int(ml.LocalNode().Port)
+	s.mu.Lock()
+	s.gossipPort = port
+	s.mu.Unlock()
+	s.log.Info("gossip serving", "addr", net.JoinHostPort(ml.LocalNode().Addr.String(), fmt.Sprint(port)))
+	return port, func() {
+		s.mu.Lock()
+		s.gossipPort = 0
+		s.mu.Unlock()
+		_ = ml.Shutdown() // no Leave: agents act on nothing the coordinator says by gossip
+	}, nil
+}
+
+// gossipEvents turns the coordinator's member list into NodeLost events.
+// memberlist calls it from its own goroutines.
+type gossipEvents struct {
+	s   *Server
+	now func() time.Time
+
+	mu    sync.Mutex
+	heard map[string]time.Time // when each member last answered (or joined)
+}
+
+var (
+	_ memberlist.EventDelegate = (*gossipEvents)(nil)
+	_ memberlist.PingDelegate  = (*gossipEvents)(nil)
+)
+
+func (d *gossipEvents) NotifyJoin(n *memberlist.Node) { d.heardFrom(n.Name) }
+
+func (d *gossipEvents) NotifyUpdate(n *memberlist.Node) { d.heardFrom(n.Name) }
+
+func (d *gossipEvents) NotifyLeave(n *memberlist.Node) {
+	now := d.now()
+	d.mu.Lock()
+	last, ok := d.heard[n.Name]
+	delete(d.heard, n.Name)
+	d.mu.Unlock()
+	var silent time.Duration
+	if ok {
+		silent = now.Sub(last)
+	}
+	if ev, lost := gossipLost(n.Name, n.State, n.Addr.String(), silent); lost {
+		d.s.nodeLost(ev)
+	}
+}
+
+func (d *gossipEvents) AckPayload() []byte { return nil }
+
+func (d *gossipEvents) NotifyPingComplete(n *memberlist.Node, _ time.Duration, _ []byte) {
+	d.heardFrom(n.Name)
+}
+
+func (d *gossipEvents) heardFrom(name string) {
+	now := d.now()
+	d.mu.Lock()
+	d.heard[name] = now
+	d.mu.Unlock()
+}
+
+// gossipLost maps a member that left the list to the machine's event: an
+// agent declared dead is a lost node; the coordinator itself is not, nor a
+// member marked as having left on purpose. memberlist v0.7 hands
+// NotifyLeave a Node whose State is still the one it joined with (the
+// dead/left state lives in its private nodeState), so agents never Leave
+// (they only shut down: their watch stream says they went) and every leave
+// of an agent counts as dead. silent is how long the member had not
+// answered (0: unknown).
+func gossipLost(name string, state memberlist.NodeStateType, host string, silent time.Duration) (job.NodeLost, bool) {
+	if name == gossip.CoordinatorName || state == memberlist.StateLeft {
+		return job.NodeLost{}, false
+	}
+	reason := "gossip: no answer from " + host
+	if silent > 0 {
+		reason += " for " + silent.Round(100*time.Millisecond).String()
+	}
+	return job.NodeLost{NodeID: name, Reason: reason + " (declared dead by the other nodes)"}, true
+}
+
+// nodeLost loses a node found dead by other means than its watch stream.
+// Whichever comes first wins: a node already lost (or unknown) is left
+// alone, and its stream, once it ends, is ignored (streamEnded); a stream
+// still open is ended, so that an agent that comes back stops its workers.
+func (s *Server) nodeLost(ev job.NodeLost) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.outboxes[ev.NodeID]
+	if o == nil || s.m.Finished() || s.stop.Err() != nil {
+		return
+	}
+	delete(s.outboxes, ev.NodeID)
+	o.lost = ev.Reason
+	o.notify()
+	s.log.Warn("node lost", "node_id", ev.NodeID, "reason", ev.Reason)
+	if err := s.step(ev); err != nil {
+		s.log.Error("node lost", "node_id", ev.NodeID, "err", err)
+	}
+}
+
+// DefaultGossipPort is the coordinator's gossip port when none is given:
+// the port of listen (HOST:PORT) plus one, or 0 (any free port) when listen
+// takes any free port.
+func DefaultGossipPort(listen string) int {
+	_, p, err := net.SplitHostPort(listen)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n <= 0 || n >= 65535 {
+		return 0
+	}
+	return n + 1
+}
+
+// GossipBind is where a coordinator listening on lis gossips: its host, or
+// all interfaces advertised as advertise when it listens on all interfaces.
+func GossipBind(lis *net.TCPAddr, port int, advertise string) GossipConfig {
+	if lis.IP.IsUnspecified() {
+		return GossipConfig{BindAddr: "0.0.0.0", Port: port, AdvertiseAddr: advertise}
+	}
+	return GossipConfig{BindAddr: lis.IP.String(), Port: port}
+}

@@ -1,0 +1,68 @@
+package launcher
+
+import (
+	"net"
+	"strconv"
+
+	"github.com/gotrain/gotrain/coordinator"
+	"github.com/gotrain/gotrain/internal/gossip"
+)
+
+// gossips says whether an embedded coordinator gossips (package
+// internal/gossip): only with several nodes, and not with --no-gossip. A
+// joining agent follows its coordinator (Join's gossip port).
+func (c *Config) gossips() bool { return c.Nodes > 1 && !c.NoGossip }
+
+// startCoordinatorGossip runs the embedded coordinator's memberlist node on
+// its listen host, at the coordinator's port + 1 (any free port when that
+// is ephemeral). A failure costs only the fast detection: broken streams and
+// keepalive still find lost nodes.
+func (a *agent) startCoordinatorGossip(srv *coordinator.Server, lis *net.TCPAddr) (stop func()) {
+	if !a.cfg.gossips() {
+		return func() {}
+	}
+	_, stop, err := srv.StartGossip(coordinator.GossipBind(lis, coordinator.DefaultGossipPort(a.cfg.CoordinatorListen), a.cfg.NodeAddress))
+	if err != nil {
+		a.log.Warn("no gossip: lost nodes are found by their broken streams only (about 20 s for a dead machine)", "err", err)
+		return func() {}
+	}
+	return stop
+}
+
+// startGossip joins the coordinator's member list as this node (named by its
+// node id), so that the coordinator learns within seconds when this agent
+// stops answering. The coordinator is reached on the host this agent dialed
+// it at, at the gossip port Join returned (0: the job does not gossip).
+func (a *agent) startGossip(coordAddr string) (stop func()) {
+	if a.cfg.NoGossip || a.gossipPort == 0 {
+		return func() {}
+	}
+	host, _, err := net.SplitHostPort(coordAddr)
+	if err != nil {
+		a.log.Warn("no gossip", "err", err)
+		return func() {}
+	}
+	ml, err := gossip.Start(gossip.Options{
+		Name: a.nodeID, BindAddr: a.cfg.NodeAddress, Port: a.cfg.GossipPort,
+		Token: a.cfg.JobToken, Logger: a.log.With("component", "gossip"),
+	})
+	if err != nil {
+		a.log.Warn("no gossip: the coordinator finds this node lost by its stream only", "err", err)
+		return func() {}
+	}
+	peer := net.JoinHostPort(host, strconv.Itoa(a.gossipPort))
+	if _, err := ml.Join([]string{peer}); err != nil {
+		a.log.Warn("no gossip: cannot join the coordinator's member list (is its UDP/TCP gossip port open?)", "peer", peer, "err", err)
+		_ = ml.Shutdown()
+		return func() {}
+	}
+	a.log.Info("gossip joined", "peer", peer, "local", net.JoinHostPort(ml.LocalNode().Addr.String(), strconv.Itoa(int(ml.LocalNode().Port))))
+	// No Leave on the way out: the coordinator cannot tell a leave from a
+	// death (coordinator/gossip.go), and the watch stream ending says first
+	// that this agent went.
+	return func() { _ = ml.Shutdown() }
+}
+
+// OutboundAddress is this host's first non-loopback IPv4 address: what a
+// service listening on all interfaces advertises to other nodes.
+func OutboundAddress() (string, error) { return outboundAddress() }
