@@ -529,16 +529,11 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 			Backend: a.cfg.Backend, Host: a.cfg.NodeAddress, GPU: int(r.GetGpu()),
 			MasterAddr: g.GetMasterAddr(), MasterPort: int(g.GetMasterPort()),
 		}
-		env := append(jobenv.Strip(a.cfg.Env), vars.Environ()...)
-		env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
-		if r.GetGpu() >= 0 {
-			env = append(env, WorkerGPUEnv(int(r.GetGpu()))...)
-		}
 		if a.fromStandby(g, r, vars) { // standby.go
 			continue
 		}
 		spec := workerSpec{rank: int(r.GetRank()), generation: g.GetGeneration(),
-			program: a.cfg.Program, args: a.cfg.Args, env: env, logDir: a.cfg.LogDir, reaper: a.reaper}
+			program: a.cfg.Program, args: a.cfg.Args, env: a.workerEnv(vars.Environ(), int(r.GetGpu())), logDir: a.cfg.LogDir, reaper: a.reaper}
 		ev := snapshotEvidence()
 		p, err := startWorker(spec, a.stdout, a.stderr)
 		if err != nil {
@@ -556,6 +551,18 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 		go func() { <-p.done; a.exits <- p }()
 	}
 	a.replenishStandbys(g) // standby.go
+}
+
+// workerEnv is the environment of a worker or standby process: the base
+// environment without gotrain's variables, then vars (gotrain's), PyTorch's
+// flight recorder settings, and GPU gpu's variables when gpu >= 0.
+func (a *agent) workerEnv(vars []string, gpu int) []string {
+	env := append(jobenv.Strip(a.cfg.Env), vars...)
+	env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
+	if gpu >= 0 {
+		env = append(env, WorkerGPUEnv(gpu)...)
+	}
+	return env
 }
 
 // endGeneration stops this node's workers of an ended generation; each

@@ -126,12 +126,7 @@ func (a *agent) startStandby(slot, gpu int) {
 	}
 	vars := jobenv.StandbyVars{Slot: slot, AgentSocket: a.socket, JobToken: a.cfg.JobToken, RunID: a.cfg.RunID,
 		Backend: a.cfg.Backend, Host: a.cfg.NodeAddress, GPU: gpu}
-	env := append(jobenv.Strip(a.cfg.Env), vars.Environ()...)
-	env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
-	if gpu >= 0 {
-		env = append(env, WorkerGPUEnv(gpu)...)
-	}
-	spec := workerSpec{rank: -1, standby: true, slot: slot, program: a.cfg.Program, args: a.cfg.Args, env: env, logDir: a.cfg.LogDir, reaper: a.reaper}
+	spec := workerSpec{rank: -1, standby: true, slot: slot, program: a.cfg.Program, args: a.cfg.Args, env: a.workerEnv(vars.Environ(), gpu), logDir: a.cfg.LogDir, reaper: a.reaper}
 	go func() {
 		p, err := startWorker(spec, a.stdout, a.stderr)
 		a.sb.mu.Lock()
