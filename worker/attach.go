@@ -41,18 +41,19 @@ type attachment struct {
 	sent    chan struct{}                 // the sender ended
 	recvd   chan struct{}                 // the receiver ended
 
-	mu      sync.Mutex
-	flights []*flight.Recorder
-	step    int64
-	sps     float64
-	stepVer uint64
+	mu         sync.Mutex
+	generation int64 // the worker's, as reported; Run's adopt changes it (recover.go)
+	flights    []*flight.Recorder
+	step       int64
+	sps        float64
+	stepVer    uint64
 }
 
 // attach opens the control stream. Failures are logged, not returned.
 func (w *Worker) attach() *attachment {
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &attachment{
-		w: w, log: w.logger, cancel: cancel,
+		w: w, log: w.logger, cancel: cancel, generation: w.Generation,
 		urgent:  make(chan struct{}, 1),
 		replies: make(chan *gotrainv1.WorkerMessage, 4),
 		closing: make(chan struct{}),
@@ -95,7 +96,7 @@ func (a *attachment) progress() (*gotrainv1.RankProgress, uint64) {
 	a.mu.Lock()
 	flights := a.flights
 	p := &gotrainv1.RankProgress{
-		Rank: int32(a.w.Rank), Generation: a.w.Generation, Pid: int32(os.Getpid()),
+		Rank: int32(a.w.Rank), Generation: a.generation, Pid: int32(os.Getpid()),
 		Step: a.step, SamplesPerSecond: a.sps, UnixNanos: time.Now().UnixNano(), Attached: true,
 	}
 	ver := a.stepVer
@@ -128,8 +129,11 @@ func (a *attachment) progress() (*gotrainv1.RankProgress, uint64) {
 
 func (a *attachment) send(ctx context.Context, stream gotrainv1.Agent_AttachClient) {
 	defer close(a.sent)
+	a.mu.Lock()
+	gen := a.generation
+	a.mu.Unlock()
 	hello := &gotrainv1.WorkerMessage{Msg: &gotrainv1.WorkerMessage_Hello{Hello: &gotrainv1.WorkerHello{
-		Rank: int32(a.w.Rank), Pid: int32(os.Getpid()), Generation: a.w.Generation,
+		Rank: int32(a.w.Rank), Pid: int32(os.Getpid()), Generation: gen,
 	}}}
 	if err := stream.Send(hello); err != nil {
 		a.log.Debug("attach: hello", "err", err)
@@ -240,5 +244,13 @@ func (w *Worker) ReportStep(step int64, samplesPerSecond float64) {
 	a.mu.Lock()
 	a.step, a.sps = step, samplesPerSecond
 	a.stepVer++
+	a.mu.Unlock()
+}
+
+// setGeneration is what progress reports say from now on: the sender
+// goroutine reads it while Run adopts a new generation.
+func (a *attachment) setGeneration(g int64) {
+	a.mu.Lock()
+	a.generation = g
 	a.mu.Unlock()
 }

@@ -223,6 +223,9 @@ func (w *Worker) adopt(s *gotrainv1.GenerationStarted) {
 	}
 	w.LocalWorldSize = len(s.GetRanks())
 	w.vars.Generation, w.vars.RestartCount, w.vars.WorldSize = w.Generation, w.RestartCount, w.WorldSize
+	if w.diag != nil {
+		w.diag.setGeneration(w.Generation)
+	}
 }
 
 // recovery is what the agent said about generation changes.
