@@ -304,8 +304,8 @@ func (h *hub) rankOfGPU(gpu int) (int, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	best, found := 0, false
-	for r, g := range h.gpus {
-		if g == gpu && (!found || r < best) {
+	for r, s := range h.ranks {
+		if s.gpu == gpu && (!found || r < best) {
 			best, found = r, true
 		}
 	}
@@ -317,9 +317,9 @@ func (h *hub) usedGPUs() []int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []int
-	for _, g := range h.gpus {
-		if g >= 0 && !slices.Contains(out, g) {
-			out = append(out, g)
+	for _, s := range h.ranks {
+		if s.gpu >= 0 && !slices.Contains(out, s.gpu) {
+			out = append(out, s.gpu)
 		}
 	}
 	slices.Sort(out)

@@ -52,7 +52,6 @@ type hub struct {
 	log    *slog.Logger
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
-	gpus   map[int]int // rank -> GPU index, current generation
 	tel    *telemetry  // GPU samples and step rates (telemetry.go); nil: none
 	ras    *rasPoller  // NCCL RAS for ranks that do not attach (raspoll.go); nil: none
 
@@ -68,6 +67,7 @@ type hub struct {
 type rankSlot struct {
 	rank     int
 	pid      int
+	gpu      int // NVML index, -1 for none
 	exited   bool
 	progress *gotrainv1.RankProgress // the worker's latest report; nil if none
 	worker   *attachedWorker         // nil when not attached
@@ -85,7 +85,7 @@ type attachedWorker struct {
 }
 
 func newHub(log *slog.Logger, coord gotrainv1.CoordinatorClient, nodeID string) *hub {
-	return &hub{log: log, coord: coord, nodeID: nodeID, ranks: map[int]*rankSlot{}, gpus: map[int]int{}}
+	return &hub{log: log, coord: coord, nodeID: nodeID, ranks: map[int]*rankSlot{}}
 }
 
 // started records a worker of generation gen; a new generation forgets the
@@ -94,10 +94,9 @@ func (h *hub) started(gen int64, rank, pid, gpu int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if gen != h.gen {
-		h.gen, h.ranks, h.gpus = gen, map[int]*rankSlot{}, map[int]int{}
+		h.gen, h.ranks = gen, map[int]*rankSlot{}
 	}
-	h.ranks[rank] = &rankSlot{rank: rank, pid: pid}
-	h.gpus[rank] = gpu
+	h.ranks[rank] = &rankSlot{rank: rank, pid: pid, gpu: gpu}
 	h.tel.started(gen, rank)
 }
 
@@ -232,9 +231,7 @@ func (h *hub) batch() *gotrainv1.ReportProgressRequest {
 		if !p.Attached {
 			h.ras.annotate(h.gen, r, p) // raspoll.go
 		}
-		if g, ok := h.gpus[r]; ok {
-			h.tel.annotate(r, p, g)
-		}
+		h.tel.annotate(r, p, s.gpu)
 		if !s.exited {
 			p.ProcessState = procState(s.pid)
 		}
@@ -355,9 +352,8 @@ func (h *hub) collect(ctx context.Context, req *gotrainv1.EvidenceRequest, logDi
 		var pid, gpu int
 		var w *attachedWorker
 		if s != nil {
-			pid, w = s.pid, s.worker
+			pid, gpu, w = s.pid, s.gpu, s.worker
 		}
-		gpu, hasGPU := h.gpus[int(r)]
 		h.mu.Unlock()
 		if s == nil {
 			continue
@@ -379,7 +375,7 @@ func (h *hub) collect(ctx context.Context, req *gotrainv1.EvidenceRequest, logDi
 			add("py-spy", dump)
 		}
 		add("proc", procEvidence(pid))
-		if hasGPU && gpu >= 0 {
+		if gpu >= 0 {
 			if g := gpuEvidence(gpu); g != "" {
 				add("gpu", g)
 			}

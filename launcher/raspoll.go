@@ -106,11 +106,7 @@ func (h *hub) rasRanks() (int64, []rasRank) {
 	defer h.mu.Unlock()
 	out := make([]rasRank, 0, len(h.ranks))
 	for r, s := range h.ranks {
-		g, ok := h.gpus[r]
-		if !ok {
-			g = -1
-		}
-		out = append(out, rasRank{rank: r, pid: s.pid, gpu: g, attached: s.progress != nil || s.worker != nil, exited: s.exited})
+		out = append(out, rasRank{rank: r, pid: s.pid, gpu: s.gpu, attached: s.progress != nil || s.worker != nil, exited: s.exited})
 	}
 	slices.SortFunc(out, func(a, b rasRank) int { return a.rank - b.rank })
 	return h.gen, out
