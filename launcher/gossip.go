@@ -62,7 +62,3 @@ func (a *agent) startGossip(coordAddr string) (stop func()) {
 	// that this agent went.
 	return func() { _ = ml.Shutdown() }
 }
-
-// OutboundAddress is this host's first non-loopback IPv4 address: what a
-// service listening on all interfaces advertises to other nodes.
-func OutboundAddress() (string, error) { return outboundAddress() }

@@ -126,7 +126,7 @@ func (c *Config) setDefaults() error {
 		if single {
 			c.NodeAddress = "127.0.0.1"
 		} else {
-			addr, err := outboundAddress()
+			addr, err := OutboundAddress()
 			if err != nil {
 				return err
 			}

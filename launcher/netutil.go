@@ -18,9 +18,10 @@ func freePort(host string) (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// outboundAddress returns an address other nodes can likely reach this one
-// at: the first non-loopback IPv4 address of an interface that is up.
-func outboundAddress() (string, error) {
+// OutboundAddress returns an address other nodes can likely reach this one
+// at: the first non-loopback IPv4 address of an interface that is up. A
+// service listening on all interfaces advertises it to other nodes.
+func OutboundAddress() (string, error) {
 	ifaces, err := net.Interfaces()
 	if err != nil {
 		return "", fmt.Errorf("list network interfaces: %w", err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -70,7 +71,7 @@ func nodePlacement(cfg *Config, log *slog.Logger) *placement {
 	defer nv.Close()
 	env := map[string]string{}
 	for _, kv := range cfg.Env {
-		if k, v, ok := cutEnv(kv); ok {
+		if k, v, ok := strings.Cut(kv, "="); ok {
 			env[k] = v
 		}
 	}
@@ -83,15 +84,6 @@ func nodePlacement(cfg *Config, log *slog.Logger) *placement {
 		fmt.Fprintf(cfg.Stderr, "gotrain: warning: %s\n", w)
 	}
 	return p
-}
-
-func cutEnv(kv string) (string, string, bool) {
-	for i := 0; i < len(kv); i++ {
-		if kv[i] == '=' {
-			return kv[:i], kv[i+1:], true
-		}
-	}
-	return "", "", false
 }
 
 // joinGPUs is the node's GPUs for the coordinator, in NVLink order; nil

@@ -127,9 +127,6 @@ func startWorker(spec workerSpec, stdout, stderr *console) (*workerProc, error) 
 	err = cmd.Start()
 	_ = outW.Close()
 	_ = errW.Close()
-	if err == nil {
-		spec.reaper.add(cmd.Process.Pid)
-	}
 	if err != nil {
 		_ = outR.Close()
 		_ = errR.Close()
@@ -140,6 +137,7 @@ func startWorker(spec workerSpec, stdout, stderr *console) (*workerProc, error) 
 		return nil, fmt.Errorf("start rank %d: %w", spec.rank, err)
 	}
 	p.pidNum = cmd.Process.Pid
+	spec.reaper.add(p.pidNum)
 	p.pipes = [2]*os.File{outR, errR}
 	p.pumps.Add(2)
 	go func() { defer p.pumps.Done(); defer outR.Close(); pump(outR, stdout, p.out, nil) }()
@@ -159,7 +157,7 @@ func (p *workerProc) wait() {
 	var err error
 	for {
 		// Wait4 on the pid alone leaves the pipes to the pumps.
-		_, err = unix.Wait4(p.cmd.Process.Pid, &ws, 0, nil)
+		_, err = unix.Wait4(p.pidNum, &ws, 0, nil)
 		if !errors.Is(err, unix.EINTR) {
 			break
 		}
@@ -174,8 +172,8 @@ func (p *workerProc) wait() {
 		p.exit = exitInfo{code: ws.ExitStatus()}
 	}
 	// The group may hold processes the worker started and left behind.
-	_ = unix.Kill(-p.cmd.Process.Pid, unix.SIGKILL)
-	p.spec.reaper.del(p.cmd.Process.Pid)
+	_ = unix.Kill(-p.pidNum, unix.SIGKILL)
+	p.spec.reaper.del(p.pidNum)
 	p.closeLog()
 	_ = p.cmd.Process.Release()
 	close(p.done)

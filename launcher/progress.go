@@ -65,7 +65,6 @@ type hub struct {
 
 // rankSlot is one local rank of the current generation.
 type rankSlot struct {
-	rank     int
 	pid      int
 	gpu      int // NVML index, -1 for none
 	exited   bool
@@ -96,7 +95,7 @@ func (h *hub) started(gen int64, rank, pid, gpu int) {
 	if gen != h.gen {
 		h.gen, h.ranks = gen, map[int]*rankSlot{}
 	}
-	h.ranks[rank] = &rankSlot{rank: rank, pid: pid, gpu: gpu}
+	h.ranks[rank] = &rankSlot{pid: pid, gpu: gpu}
 	h.tel.started(gen, rank)
 }
 
@@ -280,28 +279,33 @@ func (h *hub) report(ctx context.Context) {
 // procState returns the state letter of /proc/PID/stat ("R", "S", "D",
 // "T", "Z"), "" when it cannot be read.
 func procState(pid int) string {
+	if f := procStat(pid); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+// procStat returns the fields of /proc/PID/stat after the command name
+// (state, ppid, ...); nil when it cannot be read.
+func procStat(pid int) []string {
 	if pid <= 0 {
-		return ""
+		return nil
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return ""
+		return nil
 	}
-	return parseProcState(string(b))
+	return parseProcStat(string(b))
 }
 
-// parseProcState reads the state field of /proc/PID/stat: the first field
-// after the command name, which is in parentheses and may contain anything.
-func parseProcState(stat string) string {
+// parseProcStat splits /proc/PID/stat after the command name, which is in
+// parentheses and may contain anything.
+func parseProcStat(stat string) []string {
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
-		return ""
+		return nil
 	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) == 0 {
-		return ""
-	}
-	return f[0]
+	return strings.Fields(stat[i+1:])
 }
 
 // onHang prints the verdict and, for the ranks named that run here,
@@ -486,12 +490,7 @@ func writeEvidenceFile(dir string, req *gotrainv1.EvidenceRequest, rank int32, e
 // rasEvidence asks NCCL's RAS service on this node how NCCL sees the job:
 // dead or missing ranks, communicators whose ranks disagree, errors.
 func rasEvidence(ctx context.Context, rank int32, env []string) *gotrainv1.Evidence {
-	addr := ncclras.DefaultAddr
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "NCCL_RAS_ADDR="); ok && v != "" {
-			addr = v
-		}
-	}
+	addr := rasAddr(env)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ev := &gotrainv1.Evidence{Rank: rank, Kind: "nccl-ras"}

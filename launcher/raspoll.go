@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,14 +111,20 @@ func (h *hub) rasRanks() (int64, []rasRank) {
 	return h.gen, out
 }
 
-func newRASPoller(log *slog.Logger, src rasSource, env []string) *rasPoller {
+// rasAddr is where NCCL's RAS service listens for the workers' environment
+// env: its NCCL_RAS_ADDR, else NCCL's default.
+func rasAddr(env []string) string {
 	addr := ncclras.DefaultAddr
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "NCCL_RAS_ADDR="); ok && v != "" {
 			addr = v
 		}
 	}
-	return &rasPoller{addr: addr, log: log, src: src, query: ncclras.Query, now: time.Now,
+	return addr
+}
+
+func newRASPoller(log *slog.Logger, src rasSource, env []string) *rasPoller {
+	return &rasPoller{addr: rasAddr(env), log: log, src: src, query: ncclras.Query, now: time.Now,
 		parents: parentPid, local: isLocalAddr, tracker: ncclras.NewTracker(),
 		first: map[int]time.Time{}, results: map[int][]*gotrainv1.CommProgress{}}
 }
@@ -364,16 +369,7 @@ func (p *rasPoller) annotate(gen int64, rank int, rp *gotrainv1.RankProgress) {
 
 // parentPid reads a process's parent from /proc/PID/stat; 0 when unknown.
 func parentPid(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
+	f := procStat(pid)
 	if len(f) < 2 {
 		return 0
 	}
