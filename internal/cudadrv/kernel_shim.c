@@ -4,11 +4,8 @@
 
 //go:build cgo
 
-#include <dlfcn.h>
-#include <stdio.h>
-#include <string.h>
-
 #include "kernel_shim.h"
+#include "shim.h"
 
 #define GTK_NOT_LOADED (-1)
 
@@ -31,25 +28,15 @@ int gtk_open(const char *path, char *err, size_t errlen) {
 	if (fk.handle != NULL) {
 		return 0;
 	}
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (h == NULL) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e != NULL ? e : "dlopen failed");
-		return -1;
-	}
-	*(void **)(&fk.moduleLoadDataEx) = dlsym(h, "cuModuleLoadDataEx");
-	*(void **)(&fk.moduleGetFunction) = dlsym(h, "cuModuleGetFunction");
-	*(void **)(&fk.moduleUnload) = dlsym(h, "cuModuleUnload");
-	*(void **)(&fk.launchKernel) = dlsym(h, "cuLaunchKernel");
-	if (fk.moduleLoadDataEx == NULL || fk.moduleGetFunction == NULL || fk.moduleUnload == NULL ||
-	    fk.launchKernel == NULL) {
-		snprintf(err, errlen, "%s lacks cuModuleLoadDataEx, cuModuleGetFunction, cuModuleUnload or cuLaunchKernel", path);
-		memset(&fk, 0, sizeof fk);
-		dlclose(h);
-		return -1;
-	}
-	fk.handle = h;
-	return 0;
+	const gtc_sym syms[] = {
+		{(void **)&fk.moduleLoadDataEx, "cuModuleLoadDataEx"},
+		{(void **)&fk.moduleGetFunction, "cuModuleGetFunction"},
+		{(void **)&fk.moduleUnload, "cuModuleUnload"},
+		{(void **)&fk.launchKernel, "cuLaunchKernel"},
+	};
+	fk.handle = gtc_dlopen_syms(path, syms, sizeof syms / sizeof syms[0],
+				    "cuModuleLoadDataEx, cuModuleGetFunction, cuModuleUnload or cuLaunchKernel", err, errlen);
+	return fk.handle != NULL ? 0 : -1;
 }
 
 int gtk_module_load_data(uintptr_t *mod, const char *image, char *log, size_t loglen) {

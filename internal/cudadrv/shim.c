@@ -59,6 +59,35 @@ static void *sym(void *h, const char *plain, const char *versioned) {
 	return p != NULL ? p : dlsym(h, plain);
 }
 
+void *gtc_dlopen(const char *path, char *err, size_t errlen) {
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		const char *e = dlerror();
+		snprintf(err, errlen, "%s", e != NULL ? e : "dlopen failed");
+	}
+	return h;
+}
+
+void *gtc_dlopen_syms(const char *path, const gtc_sym *syms, int n, const char *lacks, char *err,
+		      size_t errlen) {
+	void *h = gtc_dlopen(path, err, errlen);
+	if (h == NULL) {
+		return NULL;
+	}
+	for (int i = 0; i < n; i++) {
+		*syms[i].slot = dlsym(h, syms[i].name);
+		if (*syms[i].slot == NULL) {
+			snprintf(err, errlen, "%s lacks %s", path, lacks);
+			for (int j = 0; j < n; j++) {
+				*syms[j].slot = NULL;
+			}
+			dlclose(h);
+			return NULL;
+		}
+	}
+	return h;
+}
+
 #define RESOLVE(field, plain, versioned)                                        \
 	do {                                                                    \
 		*(void **)(&fn.field) = sym(h, plain, versioned);               \
@@ -72,10 +101,8 @@ int gtc_open(const char *path, char *err, size_t errlen) {
 	if (fn.handle != NULL) {
 		return 0;
 	}
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	void *h = gtc_dlopen(path, err, errlen);
 	if (h == NULL) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e != NULL ? e : "dlopen failed");
 		return -1;
 	}
 	RESOLVE(init, "cuInit", NULL);

@@ -13,6 +13,25 @@
 
 int gtc_open(const char *path, char *err, size_t errlen);
 
+// For the other parts of the shim (kernel_shim.c, stream_shim.c), which
+// resolve their own symbols from the library gtc_open opened.
+
+// gtc_sym is one symbol to resolve and the function-pointer field it goes to.
+typedef struct {
+	void **slot;
+	const char *name;
+} gtc_sym;
+
+// gtc_dlopen dlopens path, or writes the loader's reason into err and
+// returns NULL.
+void *gtc_dlopen(const char *path, char *err, size_t errlen);
+
+// gtc_dlopen_syms dlopens path and resolves the n syms into their slots. When
+// one is missing it writes "<path> lacks <lacks>" into err, clears the slots,
+// closes the library and returns NULL.
+void *gtc_dlopen_syms(const char *path, const gtc_sym *syms, int n, const char *lacks, char *err,
+		      size_t errlen);
+
 int gtc_init(unsigned int flags);
 int gtc_driver_get_version(int *v);
 int gtc_get_error_name(int res, const char **s);

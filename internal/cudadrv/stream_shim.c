@@ -3,10 +3,7 @@
 
 //go:build cgo
 
-#include <dlfcn.h>
-#include <stdio.h>
-#include <string.h>
-
+#include "shim.h"
 #include "stream_shim.h"
 
 #define GTS_NOT_LOADED (-1)
@@ -25,25 +22,16 @@ int gts_open(const char *path, char *err, size_t errlen) {
 	if (fs.handle != NULL) {
 		return 0;
 	}
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (h == NULL) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e != NULL ? e : "dlopen failed");
-		return -1;
-	}
-	*(void **)(&fs.streamWaitEvent) = dlsym(h, "cuStreamWaitEvent");
-	*(void **)(&fs.memcpyDtoDAsync) = dlsym(h, "cuMemcpyDtoDAsync_v2");
-	*(void **)(&fs.streamCreateWithPriority) = dlsym(h, "cuStreamCreateWithPriority");
-	*(void **)(&fs.ctxGetStreamPriorityRange) = dlsym(h, "cuCtxGetStreamPriorityRange");
-	if (fs.streamWaitEvent == NULL || fs.memcpyDtoDAsync == NULL || fs.streamCreateWithPriority == NULL ||
-	    fs.ctxGetStreamPriorityRange == NULL) {
-		snprintf(err, errlen, "%s lacks cuStreamWaitEvent, cuMemcpyDtoDAsync_v2, cuStreamCreateWithPriority or cuCtxGetStreamPriorityRange", path);
-		memset(&fs, 0, sizeof fs);
-		dlclose(h);
-		return -1;
-	}
-	fs.handle = h;
-	return 0;
+	const gtc_sym syms[] = {
+		{(void **)&fs.streamWaitEvent, "cuStreamWaitEvent"},
+		{(void **)&fs.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
+		{(void **)&fs.streamCreateWithPriority, "cuStreamCreateWithPriority"},
+		{(void **)&fs.ctxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange"},
+	};
+	fs.handle = gtc_dlopen_syms(path, syms, sizeof syms / sizeof syms[0],
+				    "cuStreamWaitEvent, cuMemcpyDtoDAsync_v2, cuStreamCreateWithPriority or cuCtxGetStreamPriorityRange",
+				    err, errlen);
+	return fs.handle != NULL ? 0 : -1;
 }
 
 int gts_stream_wait_event(uintptr_t stream, uintptr_t event) {
