@@ -223,6 +223,7 @@ func Run(ctx context.Context, cfg Config) error {
 		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr},
 		workers: map[int]*workerProc{}, exits: make(chan *workerProc, 64)}
 	a.place = nodePlacement(&a.cfg, a.log)
+	a.oomFile = agentMemoryEventsFile()
 	return a.run(ctx)
 }
 
@@ -260,6 +261,9 @@ type agent struct {
 	socket string
 	reaper *reaper    // nil without one
 	place  *placement // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
+	// oomFile holds the workers' memory cgroup's oom_kill counter
+	// (rootcause.go); "" when there is none.
+	oomFile string
 	hub    *hub       // the ranks' progress, reported once a second (progress.go)
 	// metricsAddr is where the embedded coordinator serves /metrics; "" if not.
 	metricsAddr string
@@ -534,7 +538,7 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 		}
 		spec := workerSpec{rank: int(r.GetRank()), generation: g.GetGeneration(),
 			program: a.cfg.Program, args: a.cfg.Args, env: a.workerEnv(vars.Environ(), int(r.GetGpu())), logDir: a.cfg.LogDir, reaper: a.reaper}
-		ev := snapshotEvidence()
+		ev := snapshotEvidence(a.oomFile)
 		p, err := startWorker(spec, a.stdout, a.stderr)
 		if err != nil {
 			fmt.Fprintf(a.cfg.Stderr, "gotrain: %v\n", err)

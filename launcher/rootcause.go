@@ -35,12 +35,19 @@ type evidence struct {
 	monoStart  time.Duration // CLOCK_MONOTONIC at start: kernel log timestamps use it
 }
 
-// snapshotEvidence reads the counters a failure report compares against.
-func snapshotEvidence() evidence {
+// agentMemoryEventsFile is memoryEventsFile of the agent's own cgroup, which
+// its workers share; found once per agent (Run), not per worker.
+func agentMemoryEventsFile() string {
+	return memoryEventsFile("/proc/self/cgroup", "/sys/fs/cgroup")
+}
+
+// snapshotEvidence reads the counters a failure report compares against;
+// cgroupFile is agentMemoryEventsFile's, "" for none.
+func snapshotEvidence(cgroupFile string) evidence {
 	e := evidence{oomKills: -1, monoStart: monotonicNow()}
-	if f := memoryEventsFile("/proc/self/cgroup", "/sys/fs/cgroup"); f != "" {
-		if n, ok := readOOMKills(f); ok {
-			e.cgroupFile, e.oomKills = f, n
+	if cgroupFile != "" {
+		if n, ok := readOOMKills(cgroupFile); ok {
+			e.cgroupFile, e.oomKills = cgroupFile, n
 		}
 	}
 	return e

@@ -219,7 +219,7 @@ func (a *agent) fromStandby(g *gotrainv1.GenerationStarted, r *gotrainv1.RankAss
 		logFile = f
 	}
 	p.out.become(rank, logFile)
-	p.evidence = snapshotEvidence()
+	p.evidence = snapshotEvidence(a.oomFile)
 	a.workers[rank] = p
 	a.log.Info("worker started from standby", "rank", rank, "slot", slot, "pid", p.pid(), "generation", g.GetGeneration())
 	return true
