@@ -261,10 +261,10 @@ type agent struct {
 	socket string
 	reaper *reaper    // nil without one
 	place  *placement // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
+	hub    *hub       // the ranks' progress, reported once a second (progress.go)
 	// oomFile holds the workers' memory cgroup's oom_kill counter
 	// (rootcause.go); "" when there is none.
 	oomFile string
-	hub    *hub       // the ranks' progress, reported once a second (progress.go)
 	// metricsAddr is where the embedded coordinator serves /metrics; "" if not.
 	metricsAddr string
 	// joinHint is the command line the other nodes run, printed once this

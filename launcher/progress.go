@@ -52,8 +52,8 @@ type hub struct {
 	log    *slog.Logger
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
-	tel    *telemetry  // GPU samples and step rates (telemetry.go); nil: none
-	ras    *rasPoller  // NCCL RAS for ranks that do not attach (raspoll.go); nil: none
+	tel    *telemetry // GPU samples and step rates (telemetry.go); nil: none
+	ras    *rasPoller // NCCL RAS for ranks that do not attach (raspoll.go); nil: none
 
 	sendMu sync.Mutex // one ReportProgress at a time, in order
 
