@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/gotrain/gotrain/internal/osthread"
 	"gorgonia.org/cu"
 )
 
@@ -17,7 +18,7 @@ type Device struct {
 	ordinal int
 	dev     cu.Device
 	ctx     cu.CUContext
-	exec    *executor
+	exec    *osthread.Executor
 
 	closeOnce  sync.Once
 	releaseErr error // set by teardown, on the thread
@@ -33,7 +34,7 @@ func OnDevice(ordinal int) (*Device, error) {
 		return nil, fmt.Errorf("cudago: device %d: want a CUDA device ordinal (0 or more)", ordinal)
 	}
 	d := &Device{ordinal: ordinal}
-	e, err := newExecutor(d.setup, d.teardown)
+	e, err := osthread.Start(d.setup, d.teardown)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +85,16 @@ func (d *Device) Context() cu.CUContext { return d.ctx }
 // Function.Launch, …). Do returns fn's error, or ErrClosed after Close. fn
 // must not call the methods of d, its streams or its buffers (they would
 // wait for fn); it may use their handles (Stream.CU, DeviceBuffer.Ptr).
-func (d *Device) Do(fn func() error) error { return d.exec.do(fn) }
+func (d *Device) Do(fn func() error) error { return d.run(fn) }
+
+// run runs fn on the device's thread (a panic in fn is raised again in the
+// caller) and returns its error, or ErrClosed once the thread has stopped.
+func (d *Device) run(fn func() error) error {
+	if err := d.exec.Do(fn); err != osthread.ErrStopped {
+		return err
+	}
+	return ErrClosed
+}
 
 // Synchronize waits until the device has finished all work in the context,
 // on every stream.
@@ -94,7 +104,7 @@ func (d *Device) Synchronize() error {
 
 // do runs fn on the thread and names the device and op in its error.
 func (d *Device) do(op string, fn func() error) error {
-	if err := d.exec.do(fn); err != nil {
+	if err := d.run(fn); err != nil {
 		if err == ErrClosed {
 			return err
 		}
@@ -107,6 +117,6 @@ func (d *Device) do(op string, fn func() error) error {
 // buffers and close the streams first: the primary context lives on while
 // anyone else (an ncclcomm.Comm) retains it, and so would they.
 func (d *Device) Close() error {
-	d.closeOnce.Do(d.exec.stop)
+	d.closeOnce.Do(d.exec.Stop)
 	return d.releaseErr
 }

@@ -107,7 +107,7 @@ func (c *Comm) Synchronize(ctx context.Context) error {
 		return comm.ErrClosed
 	}
 	defer c.abortWhenDone(ctx)()
-	err := c.exec.do(func() error { return c.wait(ctx) })
+	err := c.exec.Do(func() error { return c.wait(ctx) })
 	if err != nil {
 		return c.errorf("Synchronize", c.seq.Load(), err)
 	}
@@ -194,7 +194,7 @@ func (c *Comm) enqueue(op string, send, recv comm.Buffer, l launchFn, err error)
 		err = comm.ErrClosed
 	}
 	if err == nil {
-		err = c.exec.do(func() error {
+		err = c.exec.Do(func() error {
 			return c.launch(context.Background(), l, send.DevicePointer(), recv.DevicePointer())
 		})
 	}
@@ -213,7 +213,7 @@ func (c *Comm) run(ctx context.Context, op string, send, recv comm.Buffer, inPla
 		return c.errorf(op, seq, comm.ErrClosed)
 	}
 	defer c.abortWhenDone(ctx)()
-	err := c.exec.do(func() error {
+	err := c.exec.Do(func() error {
 		sp, rp, err := c.stage(send, recv, inPlace)
 		if err != nil {
 			return err
@@ -372,7 +372,7 @@ func (c *Comm) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	err := c.exec.do(func() error {
+	err := c.exec.Do(func() error {
 		if c.nc.Handle() == 0 {
 			return nil // aborted
 		}
@@ -386,7 +386,7 @@ func (c *Comm) Close() error {
 		}
 		return c.nc.Destroy()
 	})
-	c.exec.stop()
+	c.exec.Stop()
 	if err != nil {
 		return fmt.Errorf("ncclcomm: rank %d: close comm %q: %w", c.rank, c.name, err)
 	}

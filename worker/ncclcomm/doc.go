@@ -40,7 +40,7 @@
 // the communicator's stream; every CUDA and NCCL call of the Comm runs there.
 // Calls reach that thread through an atomic hand-off, polled for a few tens
 // of microseconds before either side sleeps, so back-to-back calls cost well
-// under a microsecond each instead of a futex wake-up (see executor.go).
+// under a microsecond each instead of a futex wake-up (see internal/osthread).
 // Do runs any function on the thread: several collectives back to back,
 // events and copies on Stream.
 //

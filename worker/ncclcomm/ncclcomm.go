@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/internal/osthread"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker/comm"
 )
@@ -89,7 +90,7 @@ type Comm struct {
 	log        *slog.Logger
 
 	lib    *nccl.Library
-	exec   *executor
+	exec   *osthread.Executor
 	dev    cudadrv.Device
 	ctx    cudadrv.Context
 	stream cudadrv.Stream
@@ -149,13 +150,13 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	// The thread's setup (primary context, stream, memory) runs while the
 	// unique id is exchanged: neither needs the other.
 	type started struct {
-		e   *executor
+		e   *osthread.Executor
 		err error
 		at  time.Time
 	}
 	setup := make(chan started, 1)
 	go func() {
-		e, err := newExecutor(func() error { return c.setupThread(drv) }, c.teardownThread)
+		e, err := osthread.Start(func() error { return c.setupThread(drv) }, c.teardownThread)
 		setup <- started{e, err, time.Now()}
 	}()
 	id, idErr := c.uniqueID(ctx, cfg)
@@ -166,14 +167,14 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	case s.err != nil:
 		return fail("%w", s.err)
 	case idErr != nil:
-		c.exec.stop()
+		c.exec.Stop()
 		return fail("%w", idErr)
 	}
 	c.times.ID = idAt
 	commName := cfg.Name + "/" + strconv.FormatInt(cfg.Generation, 10)
-	err = c.exec.do(func() error { return c.initNCCL(ctx, id, commName) })
+	err = c.exec.Do(func() error { return c.initNCCL(ctx, id, commName) })
 	if err != nil {
-		c.exec.stop()
+		c.exec.Stop()
 		return fail("init NCCL communicator %q of %d ranks on device %d: %w", cfg.Name, c.size, c.device, err)
 	}
 	c.times.Ready = time.Now()
@@ -342,7 +343,7 @@ func (c *Comm) Do(fn func() error) error {
 	if c.closed.Load() {
 		return comm.ErrClosed
 	}
-	return c.exec.do(fn)
+	return c.exec.Do(fn)
 }
 
 // errorf names the rank, the collective and the communicator.
