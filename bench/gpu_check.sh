@@ -53,8 +53,9 @@ for pkg in $GPU_TEST_PKGS; do
 	fi
 	step "test-$name" bash -c 'cd "$1" && "$2" -test.v -test.count=1 -test.timeout 230s' _ "$pkg" "$(readlink -f "$BIN/$name.test")"
 done
-if [[ -x "$BIN"/worker_ncclcomm.test ]]; then
-	step bench-executor bash -c 'cd worker/ncclcomm && "$1" -test.run "^$" -test.bench Executor -test.benchtime 2s' _ "$(readlink -f "$BIN"/worker_ncclcomm.test)"
+# The hand-off to a communicator's thread (internal/osthread, ncclcomm's executor).
+if [[ -x "$BIN"/internal_osthread.test ]]; then
+	step bench-executor bash -c 'cd internal/osthread && "$1" -test.run "^$" -test.bench Executor -test.benchtime 2s' _ "$(readlink -f "$BIN"/internal_osthread.test)"
 fi
 for op in all_gather reduce_scatter broadcast; do
 	step "bench-$op" "$BIN"/gotrain bench "$op" --gpus "$GPUS" --max 1G
