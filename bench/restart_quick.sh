@@ -6,7 +6,11 @@
 # resources, as before splitShare) for an A/B of that change, and (STANDBY=1,
 # the default) both modes with `gotrain launch --standby` (a warmed-up spare
 # process per GPU takes over the ranks that need new processes).
-# STANDBY_ONLY=1 runs just the two standby variants. torchrun is
+# STANDBY_ONLY=1 runs just the two standby variants. WARM_AB=1 adds both
+# standby variants with GOTRAIN_STANDBY_WARM_COMM=0 (the standby skips its
+# one-rank NCCL warm-up communicator), and NCCL_INFO=1 one more in-process
+# standby run with NCCL_DEBUG=INFO, whose "Init timings" lines (NCCL's own
+# breakdown of each communicator's init) go into the report. torchrun is
 # left out (bench/restart.sh runs it). Every step has a timeout; the whole
 # script stops starting runs after BUDGET seconds (default 50), so it ends
 # within a minute.
@@ -30,6 +34,8 @@ BACKEND=${BACKEND:-nccl}
 SPLIT_AB=${SPLIT_AB:-1}
 STANDBY=${STANDBY:-1}
 STANDBY_ONLY=${STANDBY_ONLY:-0}
+WARM_AB=${WARM_AB:-0}
+NCCL_INFO=${NCCL_INFO:-0}
 BUDGET=${BUDGET:-50}
 RUN_TIMEOUT=${RUN_TIMEOUT:-20}
 RESULTS_DIR=${RESULTS_DIR:-bench/results}
@@ -96,6 +102,14 @@ if ((STANDBY || STANDBY_ONLY)); then
 	run process-restart-standby --standby -- 
 	run in-process-standby --standby -- --inprocess
 fi
+if ((WARM_AB)); then
+	run process-restart-standby-nowarm GOTRAIN_STANDBY_WARM_COMM=0 --standby --
+	run in-process-standby-nowarm GOTRAIN_STANDBY_WARM_COMM=0 --standby -- --inprocess
+fi
+if ((NCCL_INFO)); then
+	run in-process-standby-ncclinfo NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT --standby -- --inprocess
+	run in-process-standby-nowarm-ncclinfo GOTRAIN_STANDBY_WARM_COMM=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT --standby -- --inprocess
+fi
 if ((SPLIT_AB && !STANDBY_ONLY)); then
 	run process-restart-nosplitshare NCCL_COMM_SPLIT_SHARE_RESOURCES=0 --
 	run in-process-nosplitshare NCCL_COMM_SPLIT_SHARE_RESOURCES=0 -- --inprocess
@@ -121,6 +135,17 @@ out="$RESULTS_DIR/restart-quick-$date-$BACKEND.md"
 	echo
 	awk -f bench/restart_timing.awk "$work/timing.txt"
 	echo
+	if ((NCCL_INFO)); then
+		echo "## NCCL's own init breakdown (NCCL_DEBUG=INFO runs; seconds)"
+		echo
+		echo '```'
+		for f in "$work"/*-ncclinfo.out; do
+			[[ -e $f ]] || continue
+			grep -h "Init timings" "$f" "${f%.out}.err" | sed "s|^|$(basename "$f" .out) |"
+		done
+		echo '```'
+		echo
+	fi
 	echo "## Agent (gotrain launch --verbose), ms after the death (log times have 1 ms steps)"
 	echo
 	echo "| run | ms | event | generation | rank |"

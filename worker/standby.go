@@ -52,7 +52,14 @@ func awaitAssignment(ctx context.Context, opts []Option) (*grpc.ClientConn, erro
 	}
 	log := o.logger.With("standby_slot", sv.Slot)
 	if sv.Backend == "nccl" && !o.noPrewarm {
-		ncclcomm.Prewarm(ncclcomm.DeviceFor(sv.GPU, os.Getenv))
+		// A standby has time to spare: it also does NCCL's once-per-process
+		// work (GOTRAIN_STANDBY_WARM_COMM=0 leaves it to the first real
+		// communicator, for A/B measurements).
+		if os.Getenv(jobenv.StandbyWarmComm) == "0" {
+			ncclcomm.Prewarm(ncclcomm.DeviceFor(sv.GPU, os.Getenv))
+		} else {
+			ncclcomm.PrewarmComm(ncclcomm.DeviceFor(sv.GPU, os.Getenv))
+		}
 	}
 	conn, err := dialAgent(sv.AgentSocket, sv.JobToken)
 	if err != nil {

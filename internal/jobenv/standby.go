@@ -14,6 +14,11 @@ import (
 const (
 	Standby     = "GOTRAIN_STANDBY"      // "1" in a standby
 	StandbySlot = "GOTRAIN_STANDBY_SLOT" // the local slot (local rank) it waits for
+
+	// StandbyWarmComm is the user's: "0" keeps a standby on the NCCL
+	// backend from making its one-rank warm-up communicator
+	// (ncclcomm.PrewarmComm), for A/B measurements of it.
+	StandbyWarmComm = "GOTRAIN_STANDBY_WARM_COMM"
 )
 
 // StandbyVars is what a standby knows before it has a rank.

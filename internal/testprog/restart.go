@@ -168,6 +168,7 @@ func restartMode(ctx context.Context, args []string) error {
 //	            the agent handed the new generation over
 //	warm_start, warm_driver, warm_ctx
 //	            ncclcomm.Prewarm: started, cuInit done, primary context retained
+//	warm_comm   ncclcomm.PrewarmComm (standbys): the one-rank communicator done
 //	comm_start  NewComm called; then driver and nccl loaded, unique id in
 //	            hand (id), the comm's thread set up (ctx), the non-blocking
 //	            init done (boot), the split done (split), NewComm returns
@@ -196,7 +197,7 @@ func timingLine(rank int, gen int64, survivor bool, death, spawn, main, init, co
 	}{
 		{"death", death}, {"spawn", spawn}, {"main", main}, {"init", init},
 		{"ended", rt.Ended}, {"aborted", rt.Aborted}, {"handed", rt.Started},
-		{"warm_start", nt.WarmStart}, {"warm_driver", nt.WarmDriver}, {"warm_ctx", nt.WarmContext},
+		{"warm_start", nt.WarmStart}, {"warm_driver", nt.WarmDriver}, {"warm_ctx", nt.WarmContext}, {"warm_comm", nt.WarmComm},
 		{"comm_start", nt.Start}, {"driver", nt.Driver}, {"nccl", nt.NCCL}, {"id", nt.ID}, {"ctx", nt.Context},
 		{"boot", nt.Init}, {"split", nt.Split}, {"comm_ready", nt.Ready},
 		{"comm", commDone}, {"first", first},

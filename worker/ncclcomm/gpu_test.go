@@ -423,3 +423,27 @@ func TestGPUCollectiveTimeout(t *testing.T) {
 		t.Error("Barrier after Abort succeeded")
 	}
 }
+
+// PrewarmComm makes and destroys its one-rank communicator, and a
+// communicator made afterwards works and reports when the warm-up ended.
+func TestGPUPrewarmComm(t *testing.T) {
+	gpus(t, 1)
+	warmMu.Lock()
+	delete(warms, 0) // a warm-up by an earlier test would make this one a no-op
+	warmMu.Unlock()
+	start := time.Now()
+	PrewarmComm(0)
+	c, err := New(t.Context(), Config{Name: "after-warm", Rank: 0, Size: 1, Device: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tm := c.Timings()
+	if tm.WarmComm.IsZero() {
+		t.Fatal("Timings().WarmComm is zero: the warm-up communicator was not made (or New did not wait for it)")
+	}
+	if tm.Init.Before(tm.WarmComm) {
+		t.Errorf("New's init ended at %v, before the warm-up's communicator (%v): New must wait for it", tm.Init, tm.WarmComm)
+	}
+	t.Logf("warm-up communicator done after %v; New's init took %v", tm.WarmComm.Sub(start).Round(time.Millisecond), tm.Init.Sub(tm.ID).Round(time.Millisecond))
+}

@@ -172,13 +172,14 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	}
 	c.times.ID = idAt
 	commName := cfg.Name + "/" + strconv.FormatInt(cfg.Generation, 10)
+	awaitWarmup(ctx, cfg.Device)
 	err = c.exec.Do(func() error { return c.initNCCL(ctx, id, commName) })
 	if err != nil {
 		c.exec.Stop()
 		return fail("init NCCL communicator %q of %d ranks on device %d: %w", cfg.Name, c.size, c.device, err)
 	}
 	c.times.Ready = time.Now()
-	c.times.WarmStart, c.times.WarmDriver, c.times.WarmContext = warmTimes(cfg.Device)
+	c.times.WarmStart, c.times.WarmDriver, c.times.WarmContext, c.times.WarmComm = warmTimes(cfg.Device)
 	c.log.Debug("NCCL communicator ready", "nccl", c.lib.Version(), "took", c.times.Ready.Sub(c.times.Start))
 	return c, nil
 }

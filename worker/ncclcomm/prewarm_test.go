@@ -35,6 +35,20 @@ func TestWarmupWithoutDriver(t *testing.T) {
 	}
 }
 
+// PrewarmComm's communicator needs the context: without a driver it is
+// never attempted, and nothing is recorded for it.
+func TestWarmupCommNeedsTheContext(t *testing.T) {
+	called := false
+	w := &warmup{start: time.Now(), done: make(chan struct{}),
+		comm: func(cudadrv.Context, *nccl.Library) error { called = true; return nil }}
+	w.run(0,
+		func() (*cudadrv.Driver, error) { return nil, errors.New("no driver here") },
+		func() (*nccl.Library, error) { return nil, nil })
+	if called || !w.commDone.IsZero() {
+		t.Errorf("comm called=%v at %v without a driver: want neither", called, w.commDone)
+	}
+}
+
 // Without a driver, Prewarm does nothing and New still says what is missing,
 // the same words as without Prewarm.
 func TestPrewarmWithoutDriverNewReportsIt(t *testing.T) {
@@ -52,8 +66,8 @@ func TestPrewarmWithoutDriverNewReportsIt(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the prewarm did not end")
 	}
-	if start, drv, ctx := warmTimes(0); start.IsZero() || !drv.IsZero() || !ctx.IsZero() {
-		t.Errorf("warmTimes = %v, %v, %v: want a start and no driver or context", start, drv, ctx)
+	if start, drv, ctx, comm := warmTimes(0); start.IsZero() || !drv.IsZero() || !ctx.IsZero() || !comm.IsZero() {
+		t.Errorf("warmTimes = %v, %v, %v, %v: want a start and no driver, context or communicator", start, drv, ctx, comm)
 	}
 	_, err := New(t.Context(), Config{Name: "x", Rank: 1, Size: 2, Device: 0, Store: commtest.NewMemStore()})
 	if err == nil {
