@@ -82,11 +82,12 @@ run() { # NAME [env assignments ...] [--launch-flags ...] -- [testprog flags]
 	local death
 	death=$(cat "$work/mark" 2>/dev/null)
 	if [[ -n $death ]]; then
-		grep -E 'msg="(worker exited|generation ended|generation started|worker parked|worker resumed in process|worker started from standby)"' "$work/$name.err" |
+		grep -E 'msg="(worker exited|worker output closed|generation ended|generation started|worker parked|worker resumed in process|worker started from standby)"' "$work/$name.err" |
 			grep -v 'component=coordinator' | while read -r line; do
 			local ts msg gen rank
 			ts=$(grep -o '^time=[^ ]*' <<<"$line" | cut -d= -f2)
 			msg=$(grep -o 'msg="[^"]*"' <<<"$line" | cut -d'"' -f2)
+			msg+=$(grep -o ' before_reaped=[^ ]*' <<<"$line")
 			gen=$(grep -o ' generation=[0-9]*' <<<"$line" | cut -d= -f2)
 			rank=$(grep -o ' rank=[0-9]*' <<<"$line" | cut -d= -f2)
 			echo "| $name | $(ms "$death" "$ts") | $msg | ${gen:--} | ${rank:--} |"

@@ -590,6 +590,10 @@ func (a *agent) workerExited(ctx context.Context, p *workerProc) {
 	if p.exit.ExitCode() != 0 && a.stopping == 0 {
 		a.log.Info("worker exited", "rank", p.spec.rank, "pid", p.pid(), "exit", p.exit.String())
 	}
+	if !p.outputClosed.IsZero() && a.log.Enabled(ctx, slog.LevelDebug) {
+		a.log.Debug("worker output closed", "rank", p.spec.rank,
+			"before_reaped", p.reaped.Sub(p.outputClosed), "at", p.outputClosed.Format("15:04:05.000000"))
+	}
 	if a.stopping != 0 {
 		return // the job is being stopped by a signal; nothing to decide
 	}

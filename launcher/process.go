@@ -45,6 +45,11 @@ type workerProc struct {
 	// pipes are the read ends of stdout and stderr; wait closes them when
 	// a process outside the worker's group keeps them open.
 	pipes [2]*os.File
+	// outputClosed and reaped are when both pipes reached EOF and when
+	// wait4 returned: an exiting process closes its descriptors before the
+	// kernel has torn the rest of it down (a CUDA context takes tens of
+	// milliseconds), which the --verbose log shows.
+	outputClosed, reaped time.Time
 }
 
 // drainGrace is how long the worker's descendants get to close its output
@@ -152,7 +157,8 @@ func (p *workerProc) wait() {
 	// is gone, so a worker's children can keep the drain open: after the
 	// worker itself exits they get a grace period, then the group is killed.
 	pumpsDone := make(chan struct{})
-	go func() { p.pumps.Wait(); close(pumpsDone) }()
+	var closedAt time.Time // written before pumpsDone closes
+	go func() { p.pumps.Wait(); closedAt = time.Now(); close(pumpsDone) }()
 	var ws unix.WaitStatus
 	var err error
 	for {
@@ -162,7 +168,13 @@ func (p *workerProc) wait() {
 			break
 		}
 	}
+	p.reaped = time.Now()
 	p.drain(pumpsDone)
+	select {
+	case <-pumpsDone:
+		p.outputClosed = closedAt
+	default: // closed on whatever held them
+	}
 	switch {
 	case err != nil:
 		p.exit = exitInfo{code: -1, err: err}
