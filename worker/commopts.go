@@ -24,6 +24,12 @@ func WithNCCLCTAs(minCTAs, maxCTAs int) CommOption {
 	return func(o *commOptions) { o.nccl.MinCTAs, o.nccl.MaxCTAs = minCTAs, maxCTAs }
 }
 
+// WithNCCLCTAPolicy sets the NCCL communicator's CTA policy
+// (ncclConfig_t CTAPolicy, NCCL 2.27 and newer); see ncclcomm.Tuning.
+func WithNCCLCTAPolicy(p ncclcomm.CTAPolicy) CommOption {
+	return func(o *commOptions) { o.nccl.CTAPolicy = p }
+}
+
 func newCommOptions(opts []CommOption) commOptions {
 	var o commOptions
 	for _, f := range opts {

@@ -25,6 +25,47 @@ type Tuning struct {
 	// running beside the collectives, at some bandwidth. 0 leaves the
 	// choice to NCCL (or its NCCL_MIN_CTAS / NCCL_MAX_CTAS variables).
 	MinCTAs, MaxCTAs int
+	// CTAPolicy is ncclConfig_t CTAPolicy (NCCL 2.27 and newer; older ones
+	// ignore it): CTAPolicyEfficiency asks NCCL for the fewest CTAs that
+	// still give decent bandwidth, for collectives that overlap compute;
+	// CTAPolicyZero (2.28) for none where NCCL can use the copy engines.
+	// CTAPolicyDefault leaves NCCL's.
+	CTAPolicy CTAPolicy
+}
+
+// CTAPolicy is one of NCCL's NCCL_CTA_POLICY_* values.
+type CTAPolicy int
+
+// The NCCL_CTA_POLICY_* values of nccl.h.
+const (
+	CTAPolicyDefault    CTAPolicy = 0
+	CTAPolicyEfficiency CTAPolicy = 1
+	CTAPolicyZero       CTAPolicy = 2
+)
+
+// ParseCTAPolicy reads "default", "efficiency" or "zero".
+func ParseCTAPolicy(s string) (CTAPolicy, error) {
+	switch s {
+	case "", "default":
+		return CTAPolicyDefault, nil
+	case "efficiency":
+		return CTAPolicyEfficiency, nil
+	case "zero":
+		return CTAPolicyZero, nil
+	}
+	return 0, fmt.Errorf("NCCL CTA policy %q: want default, efficiency or zero", s)
+}
+
+func (p CTAPolicy) String() string {
+	switch p {
+	case CTAPolicyDefault:
+		return "default"
+	case CTAPolicyEfficiency:
+		return "efficiency"
+	case CTAPolicyZero:
+		return "zero"
+	}
+	return fmt.Sprintf("CTAPolicy(%d)", int(p))
 }
 
 func (t Tuning) validate() error {
@@ -33,6 +74,8 @@ func (t Tuning) validate() error {
 		return fmt.Errorf("ncclcomm: CTA limits min %d, max %d: want 0 (NCCL's choice) or more", t.MinCTAs, t.MaxCTAs)
 	case t.MinCTAs > 0 && t.MaxCTAs > 0 && t.MinCTAs > t.MaxCTAs:
 		return fmt.Errorf("ncclcomm: at least %d CTAs but at most %d: want min ≤ max", t.MinCTAs, t.MaxCTAs)
+	case t.CTAPolicy < CTAPolicyDefault || t.CTAPolicy > CTAPolicyZero:
+		return fmt.Errorf("ncclcomm: %v: want default, efficiency or zero", t.CTAPolicy)
 	}
 	return nil
 }
@@ -46,6 +89,9 @@ func (t Tuning) ncclConfig(name string) *nccl.Config {
 	}
 	if t.MaxCTAs > 0 {
 		cfg.MaxCTAs = nccl.Set(t.MaxCTAs)
+	}
+	if t.CTAPolicy != CTAPolicyDefault {
+		cfg.CTAPolicy = nccl.Set(int(t.CTAPolicy))
 	}
 	return cfg
 }

@@ -23,6 +23,8 @@ func TestTuningValidate(t *testing.T) {
 		{Tuning{MinCTAs: -1}, "want 0"},
 		{Tuning{MaxCTAs: -3}, "want 0"},
 		{Tuning{MinCTAs: 16, MaxCTAs: 8}, "want min ≤ max"},
+		{Tuning{CTAPolicy: CTAPolicyEfficiency}, ""},
+		{Tuning{CTAPolicy: 7}, "want default, efficiency or zero"},
 	} {
 		err := (&Config{Name: "x", Size: 1, Tuning: tc.tun}).validate()
 		switch {
@@ -54,6 +56,27 @@ func TestTuningNCCLConfig(t *testing.T) {
 	}
 	if cfg.NonBlocking {
 		t.Error("the collectives' communicator must be blocking")
+	}
+	if _, ok := cfg.CTAPolicy.Value(); ok {
+		t.Error("CTAPolicy set without a policy: want it left to NCCL")
+	}
+	cfg = Tuning{CTAPolicy: CTAPolicyEfficiency}.ncclConfig("x")
+	if v, ok := cfg.CTAPolicy.Value(); !ok || v != 1 {
+		t.Errorf("CTAPolicy = %d, %t; want NCCL_CTA_POLICY_EFFICIENCY (1)", v, ok)
+	}
+}
+
+func TestParseCTAPolicy(t *testing.T) {
+	for in, want := range map[string]CTAPolicy{"": CTAPolicyDefault, "default": CTAPolicyDefault, "efficiency": CTAPolicyEfficiency, "zero": CTAPolicyZero} {
+		if got, err := ParseCTAPolicy(in); err != nil || got != want {
+			t.Errorf("ParseCTAPolicy(%q) = %v, %v; want %v", in, got, err, want)
+		}
+		if in != "" && want.String() != in {
+			t.Errorf("%v.String() = %q, want %q", want, want.String(), in)
+		}
+	}
+	if _, err := ParseCTAPolicy("fast"); err == nil || !strings.Contains(err.Error(), "want default, efficiency or zero") {
+		t.Errorf("ParseCTAPolicy(fast): %v", err)
 	}
 }
 
