@@ -15,6 +15,23 @@
 // and runs the optimizer there per bucket, so communication and the update
 // overlap the rest of backward.
 //
+// # Diagnostics (GPU path)
+//
+// --trace N records CUDA events through the last N timed steps of --mode
+// synthetic (forward, softmax, each backward piece per layer, the end of
+// backward and the compute stream's wait for DataParallel; on the
+// communication stream each bucket's "reduced" and "updated") and each rank
+// prints them after the run, in µs since its step's start:
+//
+//	trace rank=R step=K at_us=T what=LABEL [bytes=N]
+//	trace_summary rank=R steps=N fwd_us=… bwd_us=… tail_us=… step_us=…
+//
+// --no-reduce runs the step with no all-reduce (each rank applies its own
+// gradients on the compute stream; the result line says reduce=off and
+// ranks_agree=n/a). --blas-sm-target N caps cuBLAS at about N SMs while
+// backward's GEMMs are enqueued (cublasSetSmCountTarget), leaving the rest
+// to NCCL.
+//
 // # CPU path
 //
 // The same network in gonum's float32 BLAS (as examples/mnist), with the

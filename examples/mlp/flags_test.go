@@ -37,3 +37,38 @@ func TestTuningFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestDiagnosticFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args string
+		err  string // "" for none
+	}{
+		{"--trace 5 --no-reduce --blas-sm-target 100", ""},
+		{"--device gpu --trace 100", ""},
+		{"--mode mnist --blas-sm-target 64", ""},
+		{"--trace -1", "want 0 (off) or more"},
+		{"--blas-sm-target -8", "want 0 (off) or more"},
+		{"--steps 10 --trace 11", "at most --steps"},
+		{"--mode mnist --trace 2", "--mode synthetic"},
+		{"--mode mnist --no-reduce", "--mode synthetic"},
+		{"--no-reduce --accum 2", "--accum"},
+		{"--device cpu --trace 2", "--trace is for the GPU path"},
+		{"--device cpu --no-reduce", "--no-reduce is for the GPU path"},
+		{"--device cpu --blas-sm-target 8", "--blas-sm-target is for the GPU path"},
+	} {
+		_, err := parseFlags(strings.Fields(tc.args), io.Discard)
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%q: %v", tc.args, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: %v, want an error with %q", tc.args, err, tc.err)
+		}
+	}
+	var help strings.Builder
+	parseFlags([]string{"--help"}, &help)
+	for _, f := range []string{"-trace", "-no-reduce", "-blas-sm-target"} {
+		if !strings.Contains(help.String(), f) {
+			t.Errorf("--help does not describe %s", f)
+		}
+	}
+}

@@ -46,6 +46,9 @@ type gpuModel struct {
 	lossRows   cudadrv.DevicePtr // float32 × Batch
 	lastRows   int
 	retained   bool
+
+	nParams int
+	tr      *stepTracer // --trace; nil when off
 }
 
 // newGPUModel locks the calling goroutine to its OS thread (it stays
@@ -94,11 +97,20 @@ func newGPU(ctx context.Context, c worker.Comm, cfg modelConfig) (_ *gpuModel, e
 	if err = m.blas.SetStream(uintptr(m.stream)); err != nil {
 		return nil, err
 	}
+	if cfg.BlasSMTarget > 0 { // fail here, not in the first step, on a cuBLAS without it
+		if err = m.blas.SetSmCountTarget(cfg.BlasSMTarget); err != nil {
+			return nil, err
+		}
+		if err = m.blas.SetSmCountTarget(0); err != nil {
+			return nil, err
+		}
+	}
 	if m.k, err = loadKernels(cfg.PTXPath); err != nil {
 		return nil, err
 	}
 	a := m.a
 	n := a.numParams()
+	m.nParams = n
 	m.params, m.grads = m.alloc(4*n), m.alloc(4*n)
 	if cfg.BF16GEMM {
 		m.p16 = m.alloc(2 * n)
@@ -142,6 +154,11 @@ func newGPU(ctx context.Context, c worker.Comm, cfg modelConfig) (_ *gpuModel, e
 	dpc.AfterReduce = m.afterReduce
 	if m.dp, err = worker.NewDataParallel(c, a.sizes(), comm.Device(uintptr(m.grads), n, comm.Float32), dpc); err != nil {
 		return nil, err
+	}
+	if cfg.Trace.Steps > 0 {
+		if m.tr, err = newStepTracer(cfg.Trace, a, m.dp.Buckets(), m.stream); err != nil {
+			return nil, err
+		}
 	}
 	host := make([]float32, n)
 	initParams(a, host, m.dp.Offset, cfg.Seed)
@@ -242,9 +259,11 @@ func (m *gpuModel) Step(ctx context.Context) error {
 	rows, a := m.rows, m.a
 	L := a.layers()
 	s := m.stream
+	m.tr.mark(tpStart, 0, 0)
 	if err := m.forward(rows); err != nil {
 		return err
 	}
+	m.tr.mark(tpForward, 0, 0)
 	classes := a.dims[L]
 	threads := uint32(32)
 	for threads < 1024 && int(threads) < classes {
@@ -255,6 +274,7 @@ func (m *gpuModel) Step(ctx context.Context) error {
 		m.acts[L], m.labels, m.dA, m.lossRows, rows, classes, 1/float32(rows)); err != nil {
 		return err
 	}
+	m.tr.mark(tpSoftmax, 0, 0)
 	m.lastRows = rows
 	if m.cfg.BF16GEMM {
 		if err := m.k.ToBF16(uintptr(m.dA16), uintptr(m.dA), rows*classes, uintptr(s)); err != nil {
@@ -273,16 +293,20 @@ func (m *gpuModel) Step(ctx context.Context) error {
 	// it right after the reduction.
 	weightFirst := m.dp.Syncing() && m.cfg.DP.DeferUpdate
 	cur, next, cur16, next16 := m.dA, m.dB, m.dA16, m.dB16
+	if err := m.smTarget(m.cfg.BlasSMTarget); err != nil {
+		return err
+	}
 	for l := L - 1; l >= 0; l-- {
 		in, out := a.in(l), a.out(l)
 		if err := m.k.biasGrad.Launch(cudadrv.Dim3{X: uint32((out + 31) / 32)}, cudadrv.Dim3{X: 32, Y: 8}, 0, s,
 			m.bAt(m.grads, l, 4), cur, rows, out, beta); err != nil {
 			return err
 		}
-		if err := m.dp.Ready(ctx, a.bIndex(l)); err != nil {
+		m.tr.mark(tpBiasGrad, l, 0)
+		if err := m.ready(ctx, a.bIndex(l)); err != nil {
 			return err
 		}
-		if err := m.dp.Release(ctx, a.bIndex(l)); err != nil { // backward never reads b_l
+		if err := m.release(ctx, a.bIndex(l)); err != nil { // backward never reads b_l
 			return err
 		}
 		w, w16 := m.wAt(m.params, l, 4), m.wAt(m.p16, l, 2)
@@ -295,7 +319,11 @@ func (m *gpuModel) Step(ctx context.Context) error {
 				return err
 			}
 			g, b := grid1D(rows * in)
-			return m.k.reluBwd.Launch(g, b, 0, s, next, m.acts[l], int64(rows*in), uintptr(next16))
+			if err := m.k.reluBwd.Launch(g, b, 0, s, next, m.acts[l], int64(rows*in), uintptr(next16)); err != nil {
+				return err
+			}
+			m.tr.mark(tpDX, l, 0)
+			return nil
 		}
 		if !weightFirst {
 			if err := inputGrad(); err != nil {
@@ -315,7 +343,8 @@ func (m *gpuModel) Step(ctx context.Context) error {
 			if err := m.gemm(cublas.N, cublas.T, in, r1-r0, rows, m.acts[l], m.acts16[l], in, g, g16, out, beta, dw+cudadrv.DevicePtr(4*r0*in), in); err != nil {
 				return err
 			}
-			if err := m.dp.Ready(ctx, a.wIndex(l, k)); err != nil {
+			m.tr.mark(tpDW, l, k)
+			if err := m.ready(ctx, a.wIndex(l, k)); err != nil {
 				return err
 			}
 		}
@@ -325,25 +354,71 @@ func (m *gpuModel) Step(ctx context.Context) error {
 			}
 		}
 		for k := range a.chunks(l) {
-			if err := m.dp.Release(ctx, a.wIndex(l, k)); err != nil {
+			if err := m.release(ctx, a.wIndex(l, k)); err != nil {
 				return err
 			}
 		}
 		cur, next, cur16, next16 = next, cur, next16, cur16
 	}
+	if err := m.smTarget(0); err != nil {
+		return err
+	}
+	m.tr.mark(tpBackward, 0, 0)
+	if m.cfg.NoReduce { // this rank's own gradients, updated on the compute stream
+		if err := m.update(worker.Bucket{Len: m.nParams}, uintptr(s)); err != nil {
+			return err
+		}
+		m.t++
+		m.tr.mark(tpFinish, 0, 0)
+		return nil
+	}
 	synced, err := m.dp.Finish(ctx)
 	if err != nil {
 		return err
 	}
+	m.tr.mark(tpFinish, 0, 0) // the compute stream now waits for every reduction and update
 	if synced {
 		m.t++
 	}
 	return nil
 }
 
+// ready and release hand parameter i to DataParallel, except with NoReduce.
+func (m *gpuModel) ready(ctx context.Context, i int) error {
+	if m.cfg.NoReduce {
+		return nil
+	}
+	return m.dp.Ready(ctx, i)
+}
+
+func (m *gpuModel) release(ctx context.Context, i int) error {
+	if m.cfg.NoReduce {
+		return nil
+	}
+	return m.dp.Release(ctx, i)
+}
+
+// smTarget sets cuBLAS's SM count target to n when --blas-sm-target is set.
+func (m *gpuModel) smTarget(n int) error {
+	if m.cfg.BlasSMTarget == 0 {
+		return nil
+	}
+	return m.blas.SetSmCountTarget(n)
+}
+
 // afterReduce enqueues the optimizer step of one bucket on the
 // communication stream, right after its all-reduce.
 func (m *gpuModel) afterReduce(b worker.Bucket, s uintptr) error {
+	m.tr.markBucket(b, s, false)
+	if err := m.update(b, s); err != nil {
+		return err
+	}
+	m.tr.markBucket(b, s, true)
+	return nil
+}
+
+// update enqueues the optimizer step of the parameters of b on stream s.
+func (m *gpuModel) update(b worker.Bucket, s uintptr) error {
 	off := uintptr(b.Offset)
 	p, g := uintptr(m.params)+4*off, uintptr(m.grads)+4*off
 	var p16 uintptr
@@ -441,6 +516,7 @@ func (m *gpuModel) Close() error {
 	if m.dp != nil {
 		m.dp.Close()
 	}
+	m.tr.close()
 	for _, p := range m.allocs {
 		if p != 0 {
 			p.Free()

@@ -61,6 +61,9 @@ type options struct {
 	seed      uint64
 	data      string
 	ptx       string
+	trace     int  // GPU, synthetic: event timeline of the last trace timed steps
+	noReduce  bool // GPU, synthetic: no all-reduce (diagnostic)
+	blasSM    int  // GPU: cuBLAS SM count target during backward (0: cuBLAS's choice)
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -107,6 +110,9 @@ Flags:
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
 	fs.StringVar(&o.data, "data", "", "mnist: directory of the MNIST IDX .gz files (default: the GoMNIST module's data/)")
 	fs.StringVar(&o.ptx, "ptx", "", "load the CUDA kernels from this PTX file instead of the embedded one")
+	fs.IntVar(&o.trace, "trace", 0, "synthetic, GPU: each rank prints a CUDA event timeline of the last N timed steps (forward, backward per layer, each bucket's all-reduce and update) and a summary (0: off)")
+	fs.BoolVar(&o.noReduce, "no-reduce", false, "synthetic, GPU, diagnostic: never all-reduce the gradients; each rank applies its own, so the ranks diverge (the step without communication)")
+	fs.IntVar(&o.blasSM, "blas-sm-target", 0, "GPU: cuBLAS SM count target for backward's GEMMs, leaving the other SMs to NCCL (cublasSetSmCountTarget, cuBLAS 11.3+; 0: cuBLAS's choice)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -143,8 +149,32 @@ Flags:
 		return o, fmt.Errorf("--nccl-min-ctas %d, --nccl-max-ctas %d: want 0 (NCCL's choice) or more, min ≤ max", o.minCTAs, o.maxCTAs)
 	case o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0 || o.chunkMB < 0:
 		return o, errors.New("--layers, --hidden, --batch, --accum and --bucket-mb must be positive, --chunk-mb not negative")
+	case o.trace < 0 || o.blasSM < 0:
+		return o, fmt.Errorf("--trace %d, --blas-sm-target %d: want 0 (off) or more", o.trace, o.blasSM)
+	case o.trace > o.steps:
+		return o, fmt.Errorf("--trace %d: at most --steps (%d)", o.trace, o.steps)
+	case (o.trace > 0 || o.noReduce) && o.mode != "synthetic":
+		return o, errors.New("--trace and --no-reduce are for --mode synthetic")
+	case o.noReduce && o.accum > 1:
+		return o, errors.New("--no-reduce takes no --accum")
 	}
-	return o, nil
+	return o, o.checkDevice()
+}
+
+// checkDevice rejects the GPU diagnostics on the CPU path.
+func (o options) checkDevice() error {
+	if o.device != "cpu" {
+		return nil
+	}
+	for _, f := range []struct {
+		set  bool
+		name string
+	}{{o.trace > 0, "--trace"}, {o.noReduce, "--no-reduce"}, {o.blasSM > 0, "--blas-sm-target"}} {
+		if f.set {
+			return fmt.Errorf("%s is for the GPU path (--device gpu)", f.name)
+		}
+	}
+	return nil
 }
 
 // commOptions are the communicator's options the flags ask for.
@@ -187,6 +217,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.device == "gpu" && w.Backend != "nccl" {
 		return errors.New("--device gpu needs `gotrain launch --backend nccl`")
 	}
+	if err := o.checkDevice(); err != nil {
+		return err
+	}
 	c, err := w.NewComm(ctx, "mlp", o.commOptions()...)
 	if err != nil {
 		return err
@@ -214,7 +247,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
 			DeferUpdate: o.wgFirst,
 		},
-		Device: ncclcomm.DeviceFor(w.GPU, os.Getenv),
+		Device:   ncclcomm.DeviceFor(w.GPU, os.Getenv),
+		NoReduce: o.noReduce, BlasSMTarget: o.blasSM,
+	}
+	if o.trace > 0 {
+		cfg.Trace = traceConfig{Steps: o.trace, Skip: o.warmup + o.steps - o.trace, First: o.steps - o.trace}
 	}
 	if err := cfg.Optim.validate(); err != nil {
 		return err
@@ -284,17 +321,31 @@ func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o opt
 	if err != nil {
 		return err
 	}
-	agree, err := ranksAgree(ctx, c, m)
-	if err != nil {
-		return err
+	agree, reduce := "n/a", "off" // --no-reduce: the ranks diverge by design
+	if !o.noReduce {
+		same, err := ranksAgree(ctx, c, m)
+		if err != nil {
+			return err
+		}
+		agree, reduce = fmt.Sprint(same), "on"
 	}
 	if c.Rank() == 0 {
 		stepMS := dt.Seconds() / float64(o.steps) * 1e3
-		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%t comm_priority=%s nccl_ctas=%d..%d weight_grad_first=%t bucket_mb=%g\n",
+		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%s comm_priority=%s nccl_ctas=%d..%d weight_grad_first=%t bucket_mb=%g reduce=%s blas_sm_target=%d trace=%d\n",
 			c.Size(), a.numParams(), o.batch, stepMS, float64(o.batch*c.Size()*o.steps)/dt.Seconds(),
-			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.wgFirst, o.bucketMB)
+			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.wgFirst, o.bucketMB,
+			reduce, o.blasSM, o.trace)
+	}
+	if tw, ok := m.(traceWriter); ok && o.trace > 0 {
+		return tw.WriteTrace(out, c.Rank())
 	}
 	return nil
+}
+
+// traceWriter is a model that recorded a --trace timeline (the GPU model).
+type traceWriter interface {
+	// WriteTrace prints the timeline and its summary; call it after Sync.
+	WriteTrace(w io.Writer, rank int) error
 }
 
 // ranksAgree reports whether every rank holds bitwise the same parameters.

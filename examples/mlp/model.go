@@ -174,4 +174,16 @@ type modelConfig struct {
 	PTXPath    string // GPU: load kernels from this file instead of the embedded PTX
 	Device     int    // GPU: CUDA device ordinal
 	NoBcast    bool   // skip the broadcast of rank 0's initial parameters
+
+	// GPU diagnostics (--trace, --no-reduce, --blas-sm-target).
+	Trace        traceConfig
+	NoReduce     bool // never all-reduce: each rank updates with its own gradients, on the compute stream
+	BlasSMTarget int  // cublasSetSmCountTarget while backward's GEMMs are enqueued (0: cuBLAS's choice)
+}
+
+// traceConfig asks the GPU model for a CUDA event timeline of some steps.
+type traceConfig struct {
+	Steps int // Step calls traced (0: none)
+	Skip  int // Step calls before the first traced one
+	First int // the number printed for the first traced step
 }

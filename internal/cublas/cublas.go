@@ -1,5 +1,5 @@
 // Package cublas is the part of cuBLAS that gotrain's GPU examples use:
-// handles bound to a stream, the math mode, Sgemm and GemmEx (bfloat16
+// handles bound to a stream, the math mode, the SM count target, Sgemm and GemmEx (bfloat16
 // inputs, float32 accumulation). Like packages nccl and cudadrv it dlopens
 // the library at run time with gotrain's own declarations, so it builds
 // without CUDA; Load returns one line saying what is missing.
@@ -16,7 +16,13 @@ import (
 	"sync"
 )
 
-const notLoaded = -1
+const (
+	notLoaded     = -1 // GTB_NOT_LOADED
+	missingSymbol = -2 // GTB_MISSING: an optional entry point the library lacks
+)
+
+// needs names the cuBLAS that brings each optional entry point.
+var needs = map[string]string{"cublasSetSmCountTarget": "cuBLAS 11.3"}
 
 // Op says whether a GEMM operand is used as stored or transposed (cublasOperation_t).
 type Op int
@@ -89,6 +95,8 @@ func check(op string, r int) error {
 		return nil
 	case notLoaded:
 		return ErrNotLoaded
+	case missingSymbol:
+		return fmt.Errorf("cublas: %s is not in the loaded cuBLAS (%s or newer needed)", op, needs[op])
 	}
 	return &Status{Op: op, Code: r}
 }
@@ -190,6 +198,13 @@ func (h Handle) SetStream(stream uintptr) error {
 // SetMathMode sets h's math mode (cublasSetMathMode).
 func (h Handle) SetMathMode(m MathMode) error {
 	return check("cublasSetMathMode", cSetMathMode(uintptr(h), int(m)))
+}
+
+// SetSmCountTarget makes the kernels h enqueues from now on aim at n SMs,
+// leaving the others to kernels running beside them; 0 restores cuBLAS's
+// choice (cublasSetSmCountTarget, cuBLAS 11.3 or newer).
+func (h Handle) SetSmCountTarget(n int) error {
+	return check("cublasSetSmCountTarget", cSetSmCountTarget(uintptr(h), n))
 }
 
 // Sgemm enqueues C = alpha·op(A)·op(B) + beta·C on float32 matrices in

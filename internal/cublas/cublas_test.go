@@ -30,6 +30,17 @@ func TestCallsBeforeLoad(t *testing.T) {
 	if err := Handle(0).Sgemm(N, N, 1, 1, 1, 1, 0, 1, 0, 1, 0, 0, 1); !errors.Is(err, ErrNotLoaded) {
 		t.Errorf("Sgemm before Load: %v, want ErrNotLoaded", err)
 	}
+	if err := Handle(0).SetSmCountTarget(8); !errors.Is(err, ErrNotLoaded) {
+		t.Errorf("SetSmCountTarget before Load: %v, want ErrNotLoaded", err)
+	}
+}
+
+// An optional entry point missing from an older cuBLAS says which one is needed.
+func TestMissingSymbolNamesVersion(t *testing.T) {
+	err := check("cublasSetSmCountTarget", missingSymbol)
+	if err == nil || !strings.Contains(err.Error(), "cublasSetSmCountTarget") || !strings.Contains(err.Error(), "cuBLAS 11.3") {
+		t.Errorf("got %v, want an error naming cublasSetSmCountTarget and cuBLAS 11.3", err)
+	}
 }
 
 func TestStatusText(t *testing.T) {

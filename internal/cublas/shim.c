@@ -17,6 +17,7 @@ static struct {
 	int (*destroy)(ptr_t);
 	int (*setStream)(ptr_t, ptr_t);
 	int (*setMathMode)(ptr_t, int);
+	int (*setSmCountTarget)(ptr_t, int); /* cuBLAS 11.3+; NULL in older ones */
 	int (*sgemm)(ptr_t, int, int, int, int, int, const float *, const void *, int, const void *,
 		     int, const float *, void *, int);
 	int (*gemmEx)(ptr_t, int, int, int, int, int, const void *, const void *, int, int,
@@ -40,6 +41,7 @@ int gtb_open(const char *path, char *err, size_t errlen) {
 	*(void **)(&fb.setMathMode) = dlsym(h, "cublasSetMathMode");
 	*(void **)(&fb.sgemm) = dlsym(h, "cublasSgemm_v2");
 	*(void **)(&fb.gemmEx) = dlsym(h, "cublasGemmEx");
+	*(void **)(&fb.setSmCountTarget) = dlsym(h, "cublasSetSmCountTarget"); /* optional */
 	if (fb.getVersion == NULL || fb.create == NULL || fb.destroy == NULL || fb.setStream == NULL ||
 	    fb.setMathMode == NULL || fb.sgemm == NULL || fb.gemmEx == NULL) {
 		snprintf(err, errlen, "%s lacks one of cublasCreate_v2, cublasSetMathMode, cublasSgemm_v2, cublasGemmEx (cuBLAS 11 or newer needed)", path);
@@ -77,6 +79,12 @@ int gtb_set_stream(uintptr_t h, uintptr_t stream) {
 int gtb_set_math_mode(uintptr_t h, int mode) {
 	if (fb.handle == NULL) return GTB_NOT_LOADED;
 	return fb.setMathMode((ptr_t)h, mode);
+}
+
+int gtb_set_sm_count_target(uintptr_t h, int n) {
+	if (fb.handle == NULL) return GTB_NOT_LOADED;
+	if (fb.setSmCountTarget == NULL) return GTB_MISSING;
+	return fb.setSmCountTarget((ptr_t)h, n);
 }
 
 int gtb_sgemm(uintptr_t h, int ta, int tb, int m, int n, int k, float alpha, uint64_t a, int lda,

@@ -40,6 +40,10 @@ func cSetMathMode(h uintptr, mode int) int {
 	return int(C.gtb_set_math_mode(C.uintptr_t(h), C.int(mode)))
 }
 
+func cSetSmCountTarget(h uintptr, n int) int {
+	return int(C.gtb_set_sm_count_target(C.uintptr_t(h), C.int(n)))
+}
+
 func cSgemm(h uintptr, ta, tb Op, m, n, k int, alpha float32, a uintptr, lda int, b uintptr, ldb int, beta float32, c uintptr, ldc int) int {
 	return int(C.gtb_sgemm(C.uintptr_t(h), C.int(ta), C.int(tb), C.int(m), C.int(n), C.int(k), C.float(alpha),
 		C.uint64_t(a), C.int(lda), C.uint64_t(b), C.int(ldb), C.float(beta), C.uint64_t(c), C.int(ldc)))
