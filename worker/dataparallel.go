@@ -43,8 +43,10 @@ type DataParallelConfig struct {
 	// step of the bucket's parameters, which then overlaps the rest of
 	// backward (backward must not read a parameter after marking it Ready).
 	// On the host it runs on DataParallel's goroutine; on a GPU it runs on
-	// the communicator's thread and must only enqueue work on stream (the
-	// communication stream), which the compute stream waits for at Finish.
+	// the communicator's thread and must only enqueue work on stream (a
+	// stream of DataParallel's that waits for the bucket's reduction; the
+	// communication stream with SerialUpdate), which the compute stream
+	// waits for at Finish.
 	AfterReduce func(b Bucket, stream uintptr) error
 	// DeferUpdate holds a bucket's AfterReduce until backward has also
 	// Released every parameter of the bucket (Finish releases the rest):
@@ -54,7 +56,12 @@ type DataParallelConfig struct {
 	// earlier. On a GPU, a bucket released after its launch has its
 	// AfterReduce wait for one more event, recorded on Stream at the release.
 	DeferUpdate bool
-	Logger      *slog.Logger // may be nil (then discard)
+	// SerialUpdate runs AfterReduce on the communication stream, behind its
+	// bucket's reduction and ahead of the next one's, instead of on a stream
+	// of its own that overlaps the next reductions (GPU only; for A/B
+	// measurements of that overlap).
+	SerialUpdate bool
+	Logger       *slog.Logger // may be nil (then discard)
 }
 
 // DeviceKernels is the element-wise GPU work DataParallel needs beyond NCCL,

@@ -18,6 +18,14 @@ import (
 // compute stream waits for. Every CUDA and NCCL call runs on the
 // communicator's thread (ncclcomm.Comm.Do), where the device's primary
 // context is current.
+//
+// AfterReduce (the optimizer) runs on a third stream of its own, which waits
+// for the bucket's reduction (and, with DeferUpdate, its release): on the
+// communication stream it would hold the next bucket's all-reduce back by
+// the update's length, and the last buckets' updates and reductions, which
+// nothing else overlaps, would queue behind each other at the end of the
+// step (measured on 2 × H200: ~60 µs of the ~260 µs after backward).
+// DataParallelConfig.SerialUpdate keeps the old order.
 type deviceEngine struct {
 	dp      *DataParallel
 	nc      *ncclcomm.Comm
@@ -26,6 +34,13 @@ type deviceEngine struct {
 	relEv   []cudadrv.Event // per bucket, with DeferUpdate: released
 	doneEv  cudadrv.Event
 	bf16    cudadrv.DevicePtr // staging of the largest bucket as bfloat16
+
+	// The update stream (0: updates run on the communication stream), the
+	// event after each bucket's reduction that it waits for, and the
+	// event after its last update that the compute stream waits for.
+	upd       cudadrv.Stream
+	reducedEv []cudadrv.Event
+	updDoneEv cudadrv.Event
 }
 
 func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
@@ -40,8 +55,21 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 	if dp.cfg.DeferUpdate && dp.cfg.AfterReduce != nil {
 		e.relEv = make([]cudadrv.Event, len(dp.bkts))
 	}
+	separate := dp.cfg.AfterReduce != nil && !dp.cfg.SerialUpdate
+	if separate {
+		e.reducedEv = make([]cudadrv.Event, len(dp.bkts))
+	}
 	err := nc.Do(func() error {
-		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv} {
+		if separate {
+			var err error
+			if e.upd, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+				return fmt.Errorf("create the update stream: %w", err)
+			}
+			if e.updDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
+				return err
+			}
+		}
+		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv} {
 			for i := range evs {
 				ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
 				if err != nil {
@@ -87,19 +115,38 @@ func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
 		if err := e.reduce(bk, g, s); err != nil {
 			return err
 		}
-		if update {
-			return dp.cfg.AfterReduce(bk, uintptr(s))
+		if e.upd == 0 {
+			if update {
+				return dp.cfg.AfterReduce(bk, uintptr(s))
+			}
+			return nil
 		}
-		return nil
+		if err := e.reducedEv[b].Record(s); err != nil {
+			return err
+		}
+		if !update {
+			return nil
+		}
+		if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
+			return err
+		}
+		return dp.cfg.AfterReduce(bk, uintptr(e.upd))
 	})
 }
 
-// update enqueues bucket b's AfterReduce on the communication stream, after
-// its reduction (enqueued there before) and after the work enqueued on the
-// compute stream so far (the last reads of the bucket's parameters).
+// update enqueues bucket b's AfterReduce after its reduction (enqueued
+// before) and after the work enqueued on the compute stream so far (the last
+// reads of the bucket's parameters): on the update stream, or behind the
+// reduction on the communication stream with SerialUpdate.
 func (e *deviceEngine) update(ctx context.Context, b int) error {
 	return e.nc.Do(func() error {
 		s := e.nc.Stream()
+		if e.upd != 0 {
+			if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
+				return err
+			}
+			s = e.upd
+		}
 		if err := e.relEv[b].Record(e.compute); err != nil {
 			return err
 		}
@@ -145,7 +192,16 @@ func (e *deviceEngine) finish(ctx context.Context) error {
 		if err := e.doneEv.Record(e.nc.Stream()); err != nil {
 			return err
 		}
-		return e.compute.WaitEvent(e.doneEv)
+		if err := e.compute.WaitEvent(e.doneEv); err != nil {
+			return err
+		}
+		if e.upd == 0 {
+			return nil
+		}
+		if err := e.updDoneEv.Record(e.upd); err != nil {
+			return err
+		}
+		return e.compute.WaitEvent(e.updDoneEv)
 	})
 }
 
@@ -159,13 +215,16 @@ func (e *deviceEngine) broadcast(ctx context.Context, params Buffer) error {
 func (e *deviceEngine) close() error {
 	return e.nc.Do(func() error {
 		e.nc.Stream().Synchronize()
-		for _, ev := range append(e.readyEv, e.relEv...) {
-			if ev != 0 {
-				ev.Destroy()
-			}
+		if e.upd != 0 {
+			e.upd.Synchronize()
+			e.upd.Destroy()
 		}
-		if e.doneEv != 0 {
-			e.doneEv.Destroy()
+		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, {e.doneEv, e.updDoneEv}} {
+			for _, ev := range evs {
+				if ev != 0 {
+					ev.Destroy()
+				}
+			}
 		}
 		if e.bf16 != 0 {
 			e.bf16.Free()

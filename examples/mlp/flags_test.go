@@ -20,6 +20,9 @@ func TestTuningFlags(t *testing.T) {
 		{"--comm-priority urgent", 0, false, "want normal or high"},
 		{"--nccl-max-ctas -1", 0, false, "min ≤ max"},
 		{"--nccl-min-ctas 16 --nccl-max-ctas 8", 0, false, "min ≤ max"},
+		{"--nccl-cta-policy efficiency", 1, false, ""},
+		{"--nccl-cta-policy default --serial-update", 0, false, ""},
+		{"--nccl-cta-policy fast", 0, false, "want default, efficiency or zero"},
 	} {
 		o, err := parseFlags(strings.Fields(tc.args), io.Discard)
 		if tc.err != "" {

@@ -58,6 +58,8 @@ type options struct {
 	minCTAs   int
 	maxCTAs   int
 	wgFirst   bool
+	serialUpd bool   // GPU: optimizer behind the reductions on the comm stream (A/B)
+	ctaPolicy string // NCCL CTA policy: default, efficiency or zero
 	seed      uint64
 	data      string
 	ptx       string
@@ -107,6 +109,8 @@ Flags:
 	fs.IntVar(&o.minCTAs, "nccl-min-ctas", 0, "NCCL: at least this many CTAs per collective (ncclConfig_t minCTAs; 0: NCCL's choice)")
 	fs.IntVar(&o.maxCTAs, "nccl-max-ctas", 0, "NCCL: at most this many CTAs per collective, leaving SMs to the GEMMs beside it (ncclConfig_t maxCTAs; 0: NCCL's choice)")
 	fs.BoolVar(&o.wgFirst, "weight-grad-first", false, "backward computes each weight's gradient before the input gradient, so that its all-reduce starts a GEMM earlier (the optimizer waits for the input gradient: DataParallelConfig.DeferUpdate)")
+	fs.BoolVar(&o.serialUpd, "serial-update", false, "GPU: run each bucket's optimizer step on the communication stream, behind its all-reduce and ahead of the next (DataParallelConfig.SerialUpdate; default: a stream of its own that overlaps the next all-reduces)")
+	fs.StringVar(&o.ctaPolicy, "nccl-cta-policy", "default", "NCCL CTA policy (ncclConfig_t CTAPolicy, NCCL 2.27+): default, efficiency (fewest CTAs with decent bandwidth, for overlap with compute) or zero")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
 	fs.StringVar(&o.data, "data", "", "mnist: directory of the MNIST IDX .gz files (default: the GoMNIST module's data/)")
 	fs.StringVar(&o.ptx, "ptx", "", "load the CUDA kernels from this PTX file instead of the embedded one")
@@ -147,6 +151,8 @@ Flags:
 		return o, fmt.Errorf("--comm-priority %q: want normal or high", o.commPrio)
 	case o.minCTAs < 0 || o.maxCTAs < 0 || (o.minCTAs > 0 && o.maxCTAs > 0 && o.minCTAs > o.maxCTAs):
 		return o, fmt.Errorf("--nccl-min-ctas %d, --nccl-max-ctas %d: want 0 (NCCL's choice) or more, min ≤ max", o.minCTAs, o.maxCTAs)
+	case !validCTAPolicy(o.ctaPolicy):
+		return o, fmt.Errorf("--nccl-cta-policy %q: want default, efficiency or zero", o.ctaPolicy)
 	case o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0 || o.chunkMB < 0:
 		return o, errors.New("--layers, --hidden, --batch, --accum and --bucket-mb must be positive, --chunk-mb not negative")
 	case o.trace < 0 || o.blasSM < 0:
@@ -186,7 +192,15 @@ func (o options) commOptions() []worker.CommOption {
 	if o.minCTAs > 0 || o.maxCTAs > 0 {
 		opts = append(opts, worker.WithNCCLCTAs(o.minCTAs, o.maxCTAs))
 	}
+	if p, err := ncclcomm.ParseCTAPolicy(o.ctaPolicy); err == nil && p != ncclcomm.CTAPolicyDefault {
+		opts = append(opts, worker.WithNCCLCTAPolicy(p))
+	}
 	return opts
+}
+
+func validCTAPolicy(s string) bool {
+	_, err := ncclcomm.ParseCTAPolicy(s)
+	return err == nil
 }
 
 func (o options) arch(in, classes int) arch {
@@ -245,7 +259,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Optim: optim{Kind: o.optimizer, LR: float32(o.lr), Momentum: float32(o.momentum), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
 		DP: worker.DataParallelConfig{
 			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
-			DeferUpdate: o.wgFirst,
+			DeferUpdate: o.wgFirst, SerialUpdate: o.serialUpd,
 		},
 		Device:   ncclcomm.DeviceFor(w.GPU, os.Getenv),
 		NoReduce: o.noReduce, BlasSMTarget: o.blasSM,
@@ -331,10 +345,10 @@ func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o opt
 	}
 	if c.Rank() == 0 {
 		stepMS := dt.Seconds() / float64(o.steps) * 1e3
-		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%s comm_priority=%s nccl_ctas=%d..%d weight_grad_first=%t bucket_mb=%g reduce=%s blas_sm_target=%d trace=%d\n",
+		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%s comm_priority=%s nccl_ctas=%d..%d cta_policy=%s weight_grad_first=%t serial_update=%t bucket_mb=%g chunk_mb=%g reduce=%s blas_sm_target=%d trace=%d\n",
 			c.Size(), a.numParams(), o.batch, stepMS, float64(o.batch*c.Size()*o.steps)/dt.Seconds(),
-			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.wgFirst, o.bucketMB,
-			reduce, o.blasSM, o.trace)
+			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.ctaPolicy, o.wgFirst, o.serialUpd, o.bucketMB,
+			o.chunkMB, reduce, o.blasSM, o.trace)
 	}
 	if tw, ok := m.(traceWriter); ok && o.trace > 0 {
 		return tw.WriteTrace(out, c.Rank())

@@ -153,10 +153,11 @@ func (t *stepTracer) record(p tracePoint, l, k int) {
 	}
 }
 
-// markBucket records on the communication stream s, in afterReduce, that
-// bucket b's all-reduce is done (before its update is enqueued) or that its
-// update is (updated). With DeferUpdate, "reduced" also waits for backward's
-// release of the bucket.
+// markBucket records on stream s, in afterReduce (DataParallel's update
+// stream, or the communication stream with --serial-update), that bucket b's
+// all-reduce is done (before its update is enqueued) or that its update is
+// (updated). With DeferUpdate, "reduced" also waits for backward's release
+// of the bucket.
 func (t *stepTracer) markBucket(b worker.Bucket, s uintptr, updated bool) {
 	if t == nil || t.cur == nil {
 		return
