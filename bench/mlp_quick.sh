@@ -20,6 +20,7 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 BIN=${BIN:-bin}
 STEPS=${STEPS:-200}
 WARMUP=${WARMUP:-20}
+TRACE=${TRACE:-3}  # each run's last TRACE steps are traced (CUDA events; no visible cost)
 BUDGET=${BUDGET:-58} # seconds for everything
 RUN_TIMEOUT=${RUN_TIMEOUT:-12}
 start=$(date +%s.%N)
@@ -43,7 +44,7 @@ run() { # NAME GPUS [mlp flags]: sets LAST to ms/step ("" on failure)
 		return
 	fi
 	out=$(timeout -k 2 "$RUN_TIMEOUT" "$BIN/gotrain" launch --nproc-per-node "$n" --backend nccl -- \
-		"$BIN/mlp" --mode synthetic --steps "$STEPS" --warmup "$WARMUP" "$@" 2>&1)
+		"$BIN/mlp" --mode synthetic --steps "$STEPS" --warmup "$WARMUP" --trace "$TRACE" "$@" 2>&1)
 	local rc=$?
 	line=$(echo "$out" | grep 'gotrain world=' | sed 's/^\[rank 0\] //' | tail -1)
 	LAST=$(echo "$line" | sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p')
@@ -53,7 +54,7 @@ run() { # NAME GPUS [mlp flags]: sets LAST to ms/step ("" on failure)
 		return
 	fi
 	local agree
-	agree=$(echo "$line" | sed -n 's/.*ranks_agree=\([a-z]*\).*/\1/p')
+	agree=$(echo "$line" | sed -n 's/.*ranks_agree=\([a-z/]*\).*/\1/p')
 	if [ -n "${T1:-}" ]; then
 		printf '%-34s gpus=%d  %7.3f ms/step  scaling %5.1f %%  ranks_agree=%s  (%ss)\n' "$name" "$n" "$LAST" \
 			"$(awk -v a="$T1" -v b="$LAST" 'BEGIN { print 100 * a / b }')" "$agree" "$(elapsed)"
@@ -61,6 +62,10 @@ run() { # NAME GPUS [mlp flags]: sets LAST to ms/step ("" on failure)
 		printf '%-34s gpus=%d  %7.3f ms/step  ranks_agree=%s  (%ss)\n' "$name" "$n" "$LAST" "$agree" "$(elapsed)"
 	fi
 	echo "    $line"
+	echo "$out" | grep 'trace_summary rank=0' | sed 's/^\[rank [0-9]*\] /    /'
+	if [ -n "${TRACE_DIR:-}" ]; then
+		mkdir -p "$TRACE_DIR" && echo "$out" >"$TRACE_DIR/$name.txt"
+	fi
 }
 
 T1=""
@@ -71,14 +76,22 @@ if [ "$NGPU" -lt 2 ]; then
 	echo "only $NGPU GPU(s): no 2-GPU runs"
 	exit 0
 fi
+# Each bucket's optimizer step runs on a stream of its own (default) or
+# behind its all-reduce on the communication stream (--serial-update, the
+# order before 2026-11-30); weight gradients first; weights split into
+# chunks and smaller buckets (a shorter tail after backward); NCCL's CTA
+# policy and caps (fewer SMs taken from the GEMMs).
+run "2gpu-serial-update" 2 --serial-update
 run "2gpu-default" 2
-run "2gpu-prio" 2 --comm-priority high
 run "2gpu-wgfirst" 2 --weight-grad-first
-run "2gpu-wgfirst-prio" 2 --weight-grad-first --comm-priority high
-run "2gpu-wgfirst-prio-maxcta16" 2 --weight-grad-first --comm-priority high --nccl-max-ctas 16
-run "2gpu-wgfirst-prio-maxcta8" 2 --weight-grad-first --comm-priority high --nccl-max-ctas 8
-run "1gpu-wgfirst-prio" 1 --weight-grad-first --comm-priority high
-run "2gpu-wgfirst-prio-bucket8" 2 --weight-grad-first --comm-priority high --bucket-mb 8
+run "2gpu-wgfirst-chunk16" 2 --weight-grad-first --chunk-mb 16
+run "2gpu-wgfirst-chunk8-bucket8" 2 --weight-grad-first --chunk-mb 8 --bucket-mb 8
+run "2gpu-wgfirst-chunk4-bucket8" 2 --weight-grad-first --chunk-mb 4 --bucket-mb 8
+run "2gpu-wgfirst-ctaeff" 2 --weight-grad-first --nccl-cta-policy efficiency
+run "2gpu-wgfirst-chunk8-bucket8-ctaeff" 2 --weight-grad-first --chunk-mb 8 --bucket-mb 8 --nccl-cta-policy efficiency
+run "2gpu-wgfirst-chunk8-bucket8-maxcta16" 2 --weight-grad-first --chunk-mb 8 --bucket-mb 8 --nccl-max-ctas 16
+run "2gpu-wgfirst-chunk8-bucket8-prio" 2 --weight-grad-first --chunk-mb 8 --bucket-mb 8 --comm-priority high
+run "1gpu-wgfirst-chunk8-bucket8" 1 --weight-grad-first --chunk-mb 8 --bucket-mb 8
 
 # DeferUpdate keeps the weights bitwise (GPU tests, 2 GPUs), if time is left.
 if [ -x "$BIN/examples_mlp.test" ] && fits 15; then

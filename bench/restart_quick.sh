@@ -110,6 +110,7 @@ fi
 if ((NCCL_INFO)); then
 	run in-process-standby-ncclinfo NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT --standby -- --inprocess
 	run in-process-standby-nowarm-ncclinfo GOTRAIN_STANDBY_WARM_COMM=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT --standby -- --inprocess
+	run in-process-standby-connectatinit-ncclinfo NCCL_RUNTIME_CONNECT=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT --standby -- --inprocess
 fi
 if ((SPLIT_AB && !STANDBY_ONLY)); then
 	run process-restart-nosplitshare NCCL_COMM_SPLIT_SHARE_RESOURCES=0 --
