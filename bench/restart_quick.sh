@@ -10,7 +10,10 @@
 # standby variants with GOTRAIN_STANDBY_WARM_COMM=0 (the standby skips its
 # one-rank NCCL warm-up communicator), and NCCL_INFO=1 one more in-process
 # standby run with NCCL_DEBUG=INFO, whose "Init timings" lines (NCCL's own
-# breakdown of each communicator's init) go into the report. torchrun is
+# breakdown of each communicator's init) go into the report. EXTRA runs more
+# in-process standby variants with environment settings of their own:
+# EXTRA="cumem0:NCCL_CUMEM_ENABLE=0 ch16:NCCL_MAX_NCHANNELS=16,NCCL_X=1"
+# (NAME:VAR=VALUE[,VAR=VALUE...] each). torchrun is
 # left out (bench/restart.sh runs it). Every step has a timeout; the whole
 # script stops starting runs after BUDGET seconds (default 50), so it ends
 # within a minute.
@@ -82,12 +85,12 @@ run() { # NAME [env assignments ...] [--launch-flags ...] -- [testprog flags]
 	local death
 	death=$(cat "$work/mark" 2>/dev/null)
 	if [[ -n $death ]]; then
-		grep -E 'msg="(worker exited|worker output closed|generation ended|generation started|worker parked|worker resumed in process|worker started from standby)"' "$work/$name.err" |
+		grep -E 'msg="(worker exited|generation ended|generation started|worker parked|worker resumed in process|worker started from standby)"' "$work/$name.err" |
 			grep -v 'component=coordinator' | while read -r line; do
 			local ts msg gen rank
 			ts=$(grep -o '^time=[^ ]*' <<<"$line" | cut -d= -f2)
 			msg=$(grep -o 'msg="[^"]*"' <<<"$line" | cut -d'"' -f2)
-			msg+=$(grep -o ' before_reaped=[^ ]*' <<<"$line")
+			msg+=$(grep -o ' output_closed_before=[^ ]*' <<<"$line")
 			gen=$(grep -o ' generation=[0-9]*' <<<"$line" | cut -d= -f2)
 			rank=$(grep -o ' rank=[0-9]*' <<<"$line" | cut -d= -f2)
 			echo "| $name | $(ms "$death" "$ts") | $msg | ${gen:--} | ${rank:--} |"
@@ -112,6 +115,10 @@ if ((NCCL_INFO)); then
 	run in-process-standby-nowarm-ncclinfo GOTRAIN_STANDBY_WARM_COMM=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT --standby -- --inprocess
 	run in-process-standby-connectatinit-ncclinfo NCCL_RUNTIME_CONNECT=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT --standby -- --inprocess
 fi
+for x in ${EXTRA:-}; do
+	IFS=, read -ra xenv <<<"${x#*:}"
+	run "in-process-standby-${x%%:*}" "${xenv[@]}" --standby -- --inprocess
+done
 if ((SPLIT_AB && !STANDBY_ONLY)); then
 	run process-restart-nosplitshare NCCL_COMM_SPLIT_SHARE_RESOURCES=0 --
 	run in-process-nosplitshare NCCL_COMM_SPLIT_SHARE_RESOURCES=0 -- --inprocess

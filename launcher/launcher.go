@@ -588,11 +588,14 @@ func (a *agent) workerExited(ctx context.Context, p *workerProc) {
 		delete(a.workers, p.spec.rank)
 	}
 	if p.exit.ExitCode() != 0 && a.stopping == 0 {
-		a.log.Info("worker exited", "rank", p.spec.rank, "pid", p.pid(), "exit", p.exit.String())
-	}
-	if !p.outputClosed.IsZero() && a.log.Enabled(ctx, slog.LevelDebug) {
-		a.log.Debug("worker output closed", "rank", p.spec.rank,
-			"before_reaped", p.reaped.Sub(p.outputClosed), "at", p.outputClosed.Format("15:04:05.000000"))
+		// output_closed: how long before wait4 reaped the worker its output
+		// pipes had closed (an exiting process closes its descriptors
+		// before the kernel has torn the rest of it down).
+		var closedBefore time.Duration
+		if !p.outputClosed.IsZero() {
+			closedBefore = p.reaped.Sub(p.outputClosed)
+		}
+		a.log.Info("worker exited", "rank", p.spec.rank, "pid", p.pid(), "exit", p.exit.String(), "output_closed_before", closedBefore)
 	}
 	if a.stopping != 0 {
 		return // the job is being stopped by a signal; nothing to decide

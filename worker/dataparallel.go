@@ -61,7 +61,10 @@ type DataParallelConfig struct {
 	// of its own that overlaps the next reductions (GPU only; for A/B
 	// measurements of that overlap).
 	SerialUpdate bool
-	Logger       *slog.Logger // may be nil (then discard)
+	// NormalPriorityUpdate gives that stream of its own normal priority
+	// instead of the device's greatest (GPU only; for A/B measurements).
+	NormalPriorityUpdate bool
+	Logger               *slog.Logger // may be nil (then discard)
 }
 
 // DeviceKernels is the element-wise GPU work DataParallel needs beyond NCCL,

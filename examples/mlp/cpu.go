@@ -32,7 +32,7 @@ type cpuModel struct {
 }
 
 func newCPUModel(ctx context.Context, c worker.Comm, cfg modelConfig) (*cpuModel, error) {
-	a := cfg.Arch.withChunks(cfg.ChunkBytes)
+	a := cfg.Arch.withChunks(cfg.ChunkBytes, cfg.FirstChunk)
 	n := a.numParams()
 	m := &cpuModel{cfg: cfg, a: a, params: make([]float32, n), grads: make([]float32, n)}
 	dpc := cfg.DP

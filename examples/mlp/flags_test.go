@@ -23,6 +23,9 @@ func TestTuningFlags(t *testing.T) {
 		{"--nccl-cta-policy efficiency", 1, false, ""},
 		{"--nccl-cta-policy default --serial-update", 0, false, ""},
 		{"--nccl-cta-policy fast", 0, false, "want default, efficiency or zero"},
+		{"--update-priority normal --chunk-first-mb 4", 0, false, ""},
+		{"--update-priority urgent", 0, false, "want normal or high"},
+		{"--chunk-first-mb -1", 0, false, "must not be negative"},
 	} {
 		o, err := parseFlags(strings.Fields(tc.args), io.Discard)
 		if tc.err != "" {

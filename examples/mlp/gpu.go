@@ -68,7 +68,7 @@ func newGPU(ctx context.Context, c worker.Comm, cfg modelConfig) (_ *gpuModel, e
 	if err != nil {
 		return nil, err
 	}
-	m := &gpuModel{cfg: cfg, a: cfg.Arch.withChunks(cfg.ChunkBytes)}
+	m := &gpuModel{cfg: cfg, a: cfg.Arch.withChunks(cfg.ChunkBytes, cfg.FirstChunk)}
 	defer func() {
 		if err != nil {
 			m.Close()

@@ -52,6 +52,8 @@ type options struct {
 	momentum  float64
 	bucketMB  float64
 	chunkMB   float64
+	chunk0MB  float64 // the first layer's weight only
+	updPrio   string  // GPU: priority of DataParallel's update stream
 	accum     int
 	reduceBF  bool
 	commPrio  string // "normal" or "high"
@@ -103,6 +105,8 @@ Flags:
 	fs.Float64Var(&o.momentum, "momentum", 0.9, "momentum of --optimizer momentum")
 	fs.Float64Var(&o.bucketMB, "bucket-mb", 25, "gradient bucket size in MiB")
 	fs.Float64Var(&o.chunkMB, "chunk-mb", 0, "split each weight's gradient into DataParallel parameters of about this many MiB, so that its all-reduce starts while the rest of it is computed (0: no split)")
+	fs.Float64Var(&o.chunk0MB, "chunk-first-mb", 0, "split only the first layer's weight gradient (the last one backward computes, whose all-reduce nothing overlaps) into DataParallel parameters of about this many MiB; with a --bucket-mb as small, each piece's all-reduce starts while the next is computed (0: as --chunk-mb)")
+	fs.StringVar(&o.updPrio, "update-priority", "high", "GPU: priority of the stream of the per-bucket optimizer steps: high (they run as soon as their all-reduce is done) or normal (DataParallelConfig.NormalPriorityUpdate)")
 	fs.IntVar(&o.accum, "accum", 1, "gradient accumulation: micro-steps per all-reduce")
 	fs.BoolVar(&o.reduceBF, "reduce-bf16", false, "all-reduce the gradients in bfloat16")
 	fs.StringVar(&o.commPrio, "comm-priority", "normal", "priority of the NCCL communication stream: normal, or high (its collectives and optimizer steps take SMs ahead of the GEMMs)")
@@ -151,6 +155,10 @@ Flags:
 		return o, fmt.Errorf("--comm-priority %q: want normal or high", o.commPrio)
 	case o.minCTAs < 0 || o.maxCTAs < 0 || (o.minCTAs > 0 && o.maxCTAs > 0 && o.minCTAs > o.maxCTAs):
 		return o, fmt.Errorf("--nccl-min-ctas %d, --nccl-max-ctas %d: want 0 (NCCL's choice) or more, min ≤ max", o.minCTAs, o.maxCTAs)
+	case o.updPrio != "normal" && o.updPrio != "high":
+		return o, fmt.Errorf("--update-priority %q: want normal or high", o.updPrio)
+	case o.chunk0MB < 0:
+		return o, errors.New("--chunk-first-mb must not be negative")
 	case !validCTAPolicy(o.ctaPolicy):
 		return o, fmt.Errorf("--nccl-cta-policy %q: want default, efficiency or zero", o.ctaPolicy)
 	case o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0 || o.chunkMB < 0:
@@ -255,11 +263,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := modelConfig{
 		Arch: o.arch(in, classes), Batch: o.batch, Seed: o.seed, PTXPath: o.ptx,
-		BF16GEMM: o.precision == "bf16", ChunkBytes: int(o.chunkMB * (1 << 20)),
+		BF16GEMM: o.precision == "bf16", ChunkBytes: int(o.chunkMB * (1 << 20)), FirstChunk: int(o.chunk0MB * (1 << 20)),
 		Optim: optim{Kind: o.optimizer, LR: float32(o.lr), Momentum: float32(o.momentum), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
 		DP: worker.DataParallelConfig{
 			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
-			DeferUpdate: o.wgFirst, SerialUpdate: o.serialUpd,
+			DeferUpdate: o.wgFirst, SerialUpdate: o.serialUpd, NormalPriorityUpdate: o.updPrio == "normal",
 		},
 		Device:   ncclcomm.DeviceFor(w.GPU, os.Getenv),
 		NoReduce: o.noReduce, BlasSMTarget: o.blasSM,
@@ -345,10 +353,10 @@ func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o opt
 	}
 	if c.Rank() == 0 {
 		stepMS := dt.Seconds() / float64(o.steps) * 1e3
-		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%s comm_priority=%s nccl_ctas=%d..%d cta_policy=%s weight_grad_first=%t serial_update=%t bucket_mb=%g chunk_mb=%g reduce=%s blas_sm_target=%d trace=%d\n",
+		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%s comm_priority=%s nccl_ctas=%d..%d cta_policy=%s weight_grad_first=%t serial_update=%t update_priority=%s bucket_mb=%g chunk_mb=%g chunk_first_mb=%g reduce=%s blas_sm_target=%d trace=%d\n",
 			c.Size(), a.numParams(), o.batch, stepMS, float64(o.batch*c.Size()*o.steps)/dt.Seconds(),
-			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.ctaPolicy, o.wgFirst, o.serialUpd, o.bucketMB,
-			o.chunkMB, reduce, o.blasSM, o.trace)
+			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.ctaPolicy, o.wgFirst, o.serialUpd, o.updPrio, o.bucketMB,
+			o.chunkMB, o.chunk0MB, reduce, o.blasSM, o.trace)
 	}
 	if tw, ok := m.(traceWriter); ok && o.trace > 0 {
 		return tw.WriteTrace(out, c.Rank())

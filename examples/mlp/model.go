@@ -53,13 +53,20 @@ func (a arch) wIndex(l, k int) int { return a.base(l) + a.chunks(l) - 1 - k }
 func (a arch) bIndex(l int) int    { return a.base(l) + a.chunks(l) }
 
 // withChunks returns a with every weight split into chunks of about
-// chunkBytes (no split when chunkBytes is 0).
-func (a arch) withChunks(chunkBytes int) arch {
+// chunkBytes (no split when chunkBytes is 0), except the first layer's,
+// which firstBytes splits when it is not 0: backward computes that weight's
+// gradient last, so its all-reduce is the one nothing overlaps, and only
+// splitting it shortens the end of the step without making the large
+// GEMMs of the other layers smaller (and slower).
+func (a arch) withChunks(chunkBytes, firstBytes int) arch {
 	a.split = make([]int, a.layers())
 	for l := range a.split {
-		n := 1
-		if chunkBytes > 0 {
-			n = max(1, a.out(l)*a.in(l)*4/chunkBytes)
+		n, bytes := 1, chunkBytes
+		if l == 0 && firstBytes > 0 {
+			bytes = firstBytes
+		}
+		if bytes > 0 {
+			n = max(1, a.out(l)*a.in(l)*4/bytes)
 		}
 		n = min(n, a.out(l))
 		per := (a.out(l) + n - 1) / n
@@ -168,6 +175,7 @@ type modelConfig struct {
 	Batch      int // rows per Step
 	Optim      optim
 	ChunkBytes int  // split each weight into DataParallel parameters of about this many bytes (0: no split)
+	FirstChunk int  // split the first layer's weight into parameters of about this many bytes (0: as ChunkBytes)
 	BF16GEMM   bool // GPU: bfloat16 GEMM inputs, float32 accumulation and master weights
 	DP         worker.DataParallelConfig
 	Seed       uint64

@@ -173,7 +173,7 @@ func TestCPURanksIdentical(t *testing.T) {
 
 // Training on a learnable synthetic task lowers the loss.
 func TestArchChunks(t *testing.T) {
-	a := arch{dims: []int{12, 16, 8, 5}}.withChunks(256)
+	a := arch{dims: []int{12, 16, 8, 5}}.withChunks(256, 0)
 	if want := []int{3, 2, 1}; !slices.Equal(a.split, want) {
 		t.Fatalf("split %v, want %v", a.split, want)
 	}
@@ -213,5 +213,27 @@ func TestCPULearns(t *testing.T) {
 	last, _ = m.Loss()
 	if !(last < first/4) {
 		t.Errorf("loss %v -> %v after 200 steps on one batch", first, last)
+	}
+}
+
+// --chunk-first-mb splits only the first layer's weight; --chunk-mb the
+// others unless the first has its own size.
+func TestChunksFirstLayer(t *testing.T) {
+	a := arch{dims: []int{12, 16, 8, 5}}
+	for _, tc := range []struct {
+		chunk, first int
+		want         []int
+	}{
+		{0, 0, []int{1, 1, 1}},
+		{0, 192, []int{4, 1, 1}}, // W_0: 16×12×4 = 768 bytes
+		{256, 0, []int{3, 2, 1}},
+		{256, 384, []int{2, 2, 1}},
+	} {
+		got := a.withChunks(tc.chunk, tc.first)
+		for l, w := range tc.want {
+			if got.chunks(l) != w {
+				t.Errorf("withChunks(%d, %d): layer %d has %d chunks, want %d", tc.chunk, tc.first, l, got.chunks(l), w)
+			}
+		}
 	}
 }
