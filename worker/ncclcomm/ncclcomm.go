@@ -130,6 +130,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	fail := func(format string, args ...any) (*Comm, error) {
 		return nil, fmt.Errorf("ncclcomm: rank %d: "+format, append([]any{c.rank}, args...)...)
 	}
+	applyNCCLDefaults()
 	// After Prewarm (worker.Init) the driver, NCCL and the primary context
 	// are loaded or being loaded: these calls then wait for it.
 	drv, err := cudadrv.Load()

@@ -45,6 +45,7 @@ func prewarm(device int, comm func(cudadrv.Context, *nccl.Library) error) {
 	if device < 0 {
 		return
 	}
+	applyNCCLDefaults()
 	warmMu.Lock()
 	defer warmMu.Unlock()
 	if warms[device] != nil {
