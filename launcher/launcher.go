@@ -96,8 +96,11 @@ type Config struct {
 
 	// Standby keeps one warmed-up spare process of the program per local
 	// slot and hands a rank that needs a new process to it (standby.go).
-	// The program must use package worker.
-	Standby bool
+	// The program must use package worker. StandbyAuto, the default of
+	// gotrain launch, does so on the NCCL backend once every worker of the
+	// node has attached with package worker, so that other programs never
+	// get a spare; the zero value is StandbyOff.
+	Standby StandbyMode
 	// StandbyTimeout is how long a standby may take to say hello before the
 	// program is taken not to support standbys (default 30s).
 	StandbyTimeout time.Duration
@@ -177,6 +180,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--max-restarts must not be negative, got %d", c.MaxRestarts)
 	case c.GracePeriod < 0:
 		return fmt.Errorf("--grace-period must not be negative, got %s", c.GracePeriod)
+	case c.Standby != StandbyOff && c.Standby != StandbyOn && c.Standby != StandbyAuto && c.Standby != "":
+		return fmt.Errorf("--standby must be on, off or auto, got %q", string(c.Standby))
 	case c.StandbyTimeout < 0:
 		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
 	case c.RestartBackoff < 0:
@@ -276,6 +281,7 @@ type agent struct {
 	gen      *gotrainv1.GenerationStarted // nil when no generation runs here
 	workers  map[int]*workerProc          // by rank, current generation only
 	exits    chan *workerProc
+	attached chan struct{}  // a worker attached (hub.onAttach); buffered, coalesced
 	stopping syscall.Signal // the signal that is stopping the job, 0 if none
 	sb       *standbys      // hot standbys (standby.go); nil without --standby
 }
@@ -337,6 +343,13 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	relaySrv := grpc.NewServer(token.ServerOptions(a.cfg.JobToken)...)
 	a.hub = newHub(a.log, a.coord, a.nodeID)
+	a.attached = make(chan struct{}, 1)
+	a.hub.onAttach = func() {
+		select {
+		case a.attached <- struct{}{}:
+		default: // one pending wake-up is enough
+		}
+	}
 	a.startGPUSampling(ctx) // gpusample.go
 	go a.hub.report(ctx)
 	a.startRASPoll(ctx) // raspoll.go
@@ -475,6 +488,8 @@ func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEve
 				a.recordRootCause(e.Finished)
 				return a.finish(e.Finished)
 			}
+		case <-a.attached:
+			a.workersAttached() // standby.go
 		case p := <-a.exits:
 			a.workerExited(ctx, p)
 			if a.stopping != 0 && len(a.workers) == 0 {

@@ -61,6 +61,8 @@ type hub struct {
 	gen     int64
 	ranks   map[int]*rankSlot
 	nextReq int64
+	// onAttach, when set, is called (without mu) after a worker attached.
+	onAttach func()
 }
 
 // rankSlot is one local rank of the current generation.
@@ -70,6 +72,7 @@ type rankSlot struct {
 	exited   bool
 	progress *gotrainv1.RankProgress // the worker's latest report; nil if none
 	worker   *attachedWorker         // nil when not attached
+	attached bool                    // the worker said hello at least once
 }
 
 // attachedWorker is a worker's open Attach stream.
@@ -113,11 +116,31 @@ func (h *hub) attach(hello *gotrainv1.WorkerHello) *attachedWorker {
 	w := &attachedWorker{rank: int(hello.GetRank()), pid: int(hello.GetPid()), gen: hello.GetGeneration(),
 		out: make(chan *gotrainv1.AgentMessage, 8), stacks: map[int64]chan string{}, recoverable: hello.GetRecoverable()}
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if s := h.ranks[w.rank]; s != nil && h.gen == w.gen {
-		s.worker = w
+		s.worker, s.attached = w, true
+	}
+	notify := h.onAttach
+	h.mu.Unlock()
+	if notify != nil {
+		notify()
 	}
 	return w
+}
+
+// allAttached says whether the n workers of generation gen on this node
+// have each attached at least once.
+func (h *hub) allAttached(gen int64, n int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if gen != h.gen || len(h.ranks) < n {
+		return false
+	}
+	for _, s := range h.ranks {
+		if !s.attached {
+			return false
+		}
+	}
+	return true
 }
 
 func (h *hub) detach(w *attachedWorker) {

@@ -40,21 +40,25 @@ restarts are spent, gotrain prints the root cause (rank, host, exit code or
 signal, OOM kill, GPU XID errors, the last lines of stderr), writes it to
 DIR/root-cause.json with --log-dir, and exits with the failed rank's status.
 
---standby (Go programs that use gotrain's worker library only) keeps one
-spare process of the program per GPU (or CPU rank) started and warmed up:
-its worker.Init loads the CUDA driver and the GPU's primary context, then
-waits. A rank that needs a new process (every rank after a restart, the
-failed rank after an in-process recovery) takes over its GPU's standby
-instead of starting from scratch, and a new standby starts behind it. A
-standby prints under "[standby N]" until it has a rank, holds a CUDA context
-(GPU memory) on its GPU, and never fails the job by itself. Programs that
-do not call worker.Init cannot be standbys: gotrain warns once and starts
-processes as without --standby.
+Hot standbys (Go programs that use gotrain's worker library only) are
+spare processes of the program, one per GPU (or CPU rank), started and
+warmed up: their worker.Init loads the CUDA driver, the GPU's primary
+context and NCCL's kernels, then waits. A rank that needs a new process
+(every rank after a restart, the failed rank after an in-process recovery)
+takes over its GPU's standby instead of starting from scratch (on 2 × H200:
+0.7 s from crash to training instead of 1.3 s), and a new standby starts
+behind it. A standby prints under "[standby N]" until it has a rank, holds
+a CUDA context (~0.5 GiB of GPU memory) on its GPU, and never fails the job
+by itself. --standby=auto (the default) starts them with --backend nccl
+once every worker of the node has attached with the worker library, so
+other programs (PyTorch) never get one; --standby (=on) starts them at
+once on any backend, and a program that never calls worker.Init then
+gets a warning and ranks start as without; --standby=off never.
 
 Examples:
   gotrain launch --gpus 8 -- ./train --epochs 3
   gotrain launch --nproc-per-node 4 --backend cpu -- ./bin/mnist
-  gotrain launch --gpus 8 --standby -- ./train   # faster restarts (Go workers)
+  gotrain launch --gpus 8 --standby=off -- ./train   # no spare processes (GPU memory is tight)
   # two nodes: the first starts the coordinator and prints the second's command
   gotrain launch --nnodes 2 --gpus 8 -- ./train
   gotrain launch --nnodes 2 --gpus 8 --coordinator 10.0.0.1:29400 --job-token TOKEN -- ./train
@@ -89,7 +93,8 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to reach the coordinator")
 	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", 10*time.Minute, "with --nnodes > 1 on the node that starts the coordinator: fail the job when not every node has joined by then (0: wait forever)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve the coordinator's Prometheus /metrics on HOST:PORT (e.g. 127.0.0.1:0 for a free port, printed); default off")
-	fs.BoolVar(&cfg.Standby, "standby", false, "keep a warmed-up spare worker process per GPU that a restarted rank takes over (Go programs using gotrain's worker library only)")
+	cfg.Standby = launcher.StandbyAuto
+	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU that a restarted rank takes over (Go programs using gotrain's worker library only): on, off, or auto (with --backend nccl, once every worker attached with the worker library)")
 	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
 	fs.BoolVar(&cfg.NoGossip, "no-gossip", false, "with --nnodes > 1: do not gossip; a dead node is then found by its broken connection only (about 20 s)")
@@ -155,4 +160,19 @@ func hostnameOr(def string) string {
 		return def
 	}
 	return h
+}
+
+// standbyFlag is --standby: a bare --standby means on, and
+// --standby=on|off|auto picks the mode.
+type standbyFlag launcher.StandbyMode
+
+func (f *standbyFlag) String() string   { return string(*f) }
+func (f *standbyFlag) IsBoolFlag() bool { return true }
+func (f *standbyFlag) Set(s string) error {
+	m, err := launcher.ParseStandbyMode(s)
+	if err != nil {
+		return err
+	}
+	*f = standbyFlag(m)
+	return nil
 }
