@@ -90,7 +90,7 @@ run() { # NAME [env assignments ...] [--launch-flags ...] -- [testprog flags]
 			local ts msg gen rank
 			ts=$(grep -o '^time=[^ ]*' <<<"$line" | cut -d= -f2)
 			msg=$(grep -o 'msg="[^"]*"' <<<"$line" | cut -d'"' -f2)
-			msg+=$(grep -o ' output_closed_before=[^ ]*' <<<"$line")
+			msg+=$(grep -o ' early=[a-z]*' <<<"$line")
 			gen=$(grep -o ' generation=[0-9]*' <<<"$line" | cut -d= -f2)
 			rank=$(grep -o ' rank=[0-9]*' <<<"$line" | cut -d= -f2)
 			echo "| $name | $(ms "$death" "$ts") | $msg | ${gen:--} | ${rank:--} |"

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -282,6 +283,7 @@ type agent struct {
 	workers  map[int]*workerProc          // by rank, current generation only
 	exits    chan *workerProc
 	attached chan struct{}  // a worker attached (hub.onAttach); buffered, coalesced
+	procs    sync.WaitGroup // every worker and standby process started, until reaped
 	stopping syscall.Signal // the signal that is stopping the job, 0 if none
 	sb       *standbys      // hot standbys (standby.go); nil without --standby
 }
@@ -303,6 +305,9 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	// Deferred before anything that stops workers, so it runs after them.
 	defer a.reaper.close()
+	// A worker's exit can be known before the kernel has finished with it
+	// (exitearly.go): the job ends only once every process is reaped.
+	defer a.procs.Wait()
 
 	coordAddr := a.cfg.Coordinator
 	if coordAddr == "" {
@@ -567,9 +572,23 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 		p.evidence = ev
 		a.workers[spec.rank] = p
 		a.hub.started(g.GetGeneration(), spec.rank, p.pid(), int(r.GetGpu()))
-		go func() { <-p.done; a.exits <- p }()
+		a.watch(p)
 	}
 	a.replenishStandbys(g) // standby.go
+}
+
+// watch sends p to the loop once its exit is known, and counts it in procs
+// until it is reaped. Only the loop's goroutine calls it.
+func (a *agent) watch(p *workerProc) {
+	a.countUntilReaped(p)
+	go func() { <-p.exited; a.exits <- p }()
+}
+
+// countUntilReaped counts p in procs until it is reaped. Only the loop's
+// goroutine calls it, so no Add races the Wait at the end of run.
+func (a *agent) countUntilReaped(p *workerProc) {
+	a.procs.Add(1)
+	go func() { <-p.done; a.procs.Done() }()
 }
 
 // workerEnv is the environment of a worker or standby process: the base
@@ -603,14 +622,8 @@ func (a *agent) workerExited(ctx context.Context, p *workerProc) {
 		delete(a.workers, p.spec.rank)
 	}
 	if p.exit.ExitCode() != 0 && a.stopping == 0 {
-		// output_closed: how long before wait4 reaped the worker its output
-		// pipes had closed (an exiting process closes its descriptors
-		// before the kernel has torn the rest of it down).
-		var closedBefore time.Duration
-		if !p.outputClosed.IsZero() {
-			closedBefore = p.reaped.Sub(p.outputClosed)
-		}
-		a.log.Info("worker exited", "rank", p.spec.rank, "pid", p.pid(), "exit", p.exit.String(), "output_closed_before", closedBefore)
+		// early: seen when its output closed while exiting, before wait4
+		a.log.Info("worker exited", "rank", p.spec.rank, "pid", p.pid(), "exit", p.exit.String(), "early", p.early)
 	}
 	if a.stopping != 0 {
 		return // the job is being stopped by a signal; nothing to decide

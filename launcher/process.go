@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,8 +37,14 @@ type workerProc struct {
 	stderr *tail
 	out    *route // prefix and log file of its output (lines.go)
 	pumps  sync.WaitGroup
-	done   chan struct{} // closed once exit is set
-	exit   exitInfo
+	// exited is closed once exit is set: when wait4 reaped the worker, or
+	// earlier, when its output closed while it was exiting (exitearly.go).
+	// done is closed once it is reaped and its group killed.
+	exited   chan struct{}
+	done     chan struct{}
+	exitOnce sync.Once
+	exit     exitInfo
+	early    bool // exit came from /proc before wait4
 	// evidence is the node's state at the start, for the root-cause report.
 	evidence evidence
 	// pidNum is the worker's pid, kept because Process.Release forgets it.
@@ -45,11 +52,8 @@ type workerProc struct {
 	// pipes are the read ends of stdout and stderr; wait closes them when
 	// a process outside the worker's group keeps them open.
 	pipes [2]*os.File
-	// outputClosed and reaped are when both pipes reached EOF and when
-	// wait4 returned: an exiting process closes its descriptors before the
-	// kernel has torn the rest of it down (a CUDA context takes tens of
-	// milliseconds), which the --verbose log shows.
-	outputClosed, reaped time.Time
+	// reaped is set once wait4 returned for the pid (exitearly.go reads it).
+	reaped atomic.Bool
 }
 
 // drainGrace is how long the worker's descendants get to close its output
@@ -103,7 +107,7 @@ func startWorker(spec workerSpec, stdout, stderr *console) (*workerProc, error) 
 		// agent never does while forking.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	p := &workerProc{spec: spec, cmd: cmd, stderr: newTail(stderrTailLines), done: make(chan struct{}),
+	p := &workerProc{spec: spec, cmd: cmd, stderr: newTail(stderrTailLines), exited: make(chan struct{}), done: make(chan struct{}),
 		out: &route{prefix: rankPrefix(spec.rank), rank: spec.rank}}
 	if spec.standby {
 		p.out = &route{prefix: fmt.Sprintf("[standby %d] ", spec.slot), rank: -1, holding: spec.logDir != ""}
@@ -157,8 +161,11 @@ func (p *workerProc) wait() {
 	// is gone, so a worker's children can keep the drain open: after the
 	// worker itself exits they get a grace period, then the group is killed.
 	pumpsDone := make(chan struct{})
-	var closedAt time.Time // written before pumpsDone closes
-	go func() { p.pumps.Wait(); closedAt = time.Now(); close(pumpsDone) }()
+	go func() {
+		p.pumps.Wait()
+		close(pumpsDone)
+		p.exitEarly() // exitearly.go
+	}()
 	var ws unix.WaitStatus
 	var err error
 	for {
@@ -168,27 +175,35 @@ func (p *workerProc) wait() {
 			break
 		}
 	}
-	p.reaped = time.Now()
+	p.reaped.Store(true)
 	p.drain(pumpsDone)
-	select {
-	case <-pumpsDone:
-		p.outputClosed = closedAt
-	default: // closed on whatever held them
-	}
-	switch {
-	case err != nil:
-		p.exit = exitInfo{code: -1, err: err}
-	case ws.Signaled():
-		p.exit = exitInfo{code: -1, signal: ws.Signal()}
-	default:
-		p.exit = exitInfo{code: ws.ExitStatus()}
-	}
+	p.setExit(exitFromStatus(ws, err), false)
 	// The group may hold processes the worker started and left behind.
 	_ = unix.Kill(-p.pidNum, unix.SIGKILL)
 	p.spec.reaper.del(p.pidNum)
 	p.closeLog()
 	_ = p.cmd.Process.Release()
 	close(p.done)
+}
+
+// exitFromStatus turns what wait4 (or /proc) says into an exitInfo.
+func exitFromStatus(ws unix.WaitStatus, err error) exitInfo {
+	switch {
+	case err != nil:
+		return exitInfo{code: -1, err: err}
+	case ws.Signaled():
+		return exitInfo{code: -1, signal: ws.Signal()}
+	}
+	return exitInfo{code: ws.ExitStatus()}
+}
+
+// setExit records how the worker ended, the first time it is called, and
+// closes exited.
+func (p *workerProc) setExit(e exitInfo, early bool) {
+	p.exitOnce.Do(func() {
+		p.exit, p.early = e, early
+		close(p.exited)
+	})
 }
 
 // drain waits, after the worker exited, until its output pipes reach EOF.
@@ -261,15 +276,17 @@ func (p *workerProc) signal(sig syscall.Signal) {
 }
 
 // stop asks the worker to end with SIGTERM and kills its group with SIGKILL
-// after grace. It returns once the worker has exited.
+// after grace. It returns once the worker has exited (its exit is known: it
+// runs no more code of its own, though the kernel may still be tearing it
+// down; done says when it is gone).
 func (p *workerProc) stop(sig syscall.Signal, grace time.Duration) {
 	p.signal(sig)
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
-	case <-p.done:
+	case <-p.exited:
 	case <-t.C:
 		p.signal(syscall.SIGKILL)
-		<-p.done
+		<-p.exited
 	}
 }

@@ -55,7 +55,7 @@ func generationChange(gc *gotrainv1.GenerationChange) *gotrainv1.AgentMessage {
 // caller stops the worker.
 func (a *agent) park(p *workerProc, e *gotrainv1.GenerationEnded) bool {
 	select {
-	case <-p.done:
+	case <-p.exited:
 		return false
 	default:
 	}
@@ -100,7 +100,7 @@ func (a *agent) resume(g *gotrainv1.GenerationStarted, r *gotrainv1.RankAssignme
 		return false
 	}
 	select {
-	case <-p.done:
+	case <-p.exited:
 		return false
 	default:
 	}

@@ -178,7 +178,7 @@ func (a *agent) startStandby(slot, gpu int) {
 		}
 		kill := a.sb.pool.started(res, p, time.Now())
 		a.sb.mu.Unlock()
-		go func() { <-p.done; a.exits <- p }()
+		go func() { <-p.exited; a.exits <- p }()
 		if kill {
 			p.signal(syscall.SIGKILL)
 			return
@@ -232,10 +232,11 @@ func (a *agent) fromStandby(g *gotrainv1.GenerationStarted, r *gotrainv1.RankAss
 	}
 	p := s.proc
 	select {
-	case <-p.done:
+	case <-p.exited:
 		return false // it just died: its exit is on the way
 	default:
 	}
+	a.countUntilReaped(p) // a rank's process now: the job waits for it
 	// The hub knows the rank's new pid before the process attaches as it.
 	a.hub.started(g.GetGeneration(), rank, p.pid(), gpu)
 	msg := &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_Assign{Assign: &gotrainv1.StandbyAssignment{
