@@ -4,6 +4,8 @@
 #   gotrain, process restart:  all workers are stopped and started again
 #   gotrain, in process:       survivors recover inside worker.Run; only the
 #                              dead rank's process is started again
+# (each with gotrain launch's default --standby=auto, new processes being
+# warmed-up spares, and with --standby=off, new processes from scratch)
 #   torchrun --max-restarts 1: the anchor anchors/torch_restart.py
 # In the first generation rank 1 dies (exit 1) one second after the first
 # all-reduce of 4 MiB, writing the time of death; in the next generation each
@@ -38,13 +40,13 @@ mkdir -p "$RESULTS_DIR" "$work"
 slowest() { grep -o 'recovered_in=[0-9.]*' "$1" | cut -d= -f2 | sort -g | tail -1; }
 
 declare -A results
-run_gotrain() { # NAME [testprog flags]
-	local name=$1
-	shift
+run_gotrain() { # NAME STANDBY [testprog flags]
+	local name=$1 standby=$2
+	shift 2
 	for i in $(seq "$RUNS"); do
 		rm -f "$work/mark"
 		timeout -k 5 40 "$BIN"/gotrain launch --nproc-per-node "$GPUS" --backend "$BACKEND" --max-restarts 1 --grace-period 5s \
-			-- "$BIN"/testprog restart --mark "$work/mark" "$@" >"$work/$name-$i.out" 2>"$work/$name-$i.err"
+			--standby="$standby" -- "$BIN"/testprog restart --mark "$work/mark" "$@" >"$work/$name-$i.out" 2>"$work/$name-$i.err"
 		local rc=$? t
 		t=$(slowest "$work/$name-$i.out")
 		echo "$name run $i: exit $rc, slowest rank back after ${t:-?} s" >&2
@@ -56,8 +58,13 @@ run_gotrain() { # NAME [testprog flags]
 	done
 }
 
-run_gotrain "gotrain-process-restart"
-run_gotrain "gotrain-in-process" --inprocess
+# gotrain launch's default, --standby=auto, keeps a warmed-up spare process
+# per GPU on the NCCL backend; --standby=off starts every new process from
+# scratch.
+run_gotrain "gotrain-process-restart" auto
+run_gotrain "gotrain-in-process" auto --inprocess
+run_gotrain "gotrain-process-restart-nostandby" off
+run_gotrain "gotrain-in-process-nostandby" off --inprocess
 
 if ((TORCH)); then
 	for i in $(seq "$RUNS"); do
@@ -86,7 +93,7 @@ out="$RESULTS_DIR/restart-$date-$BACKEND.md"
 	echo
 	echo "| launcher | runs (s) | median (s) |"
 	echo "|---|---|---|"
-	for k in gotrain-process-restart gotrain-in-process torchrun; do
+	for k in gotrain-process-restart gotrain-in-process gotrain-process-restart-nostandby gotrain-in-process-nostandby torchrun; do
 		[[ -n "${results[$k]:-}" ]] || continue
 		med=$(echo "${results[$k]}" | tr ' ' '\n' | grep -v '^$' | grep -v fail | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}')
 		echo "| $k | ${results[$k]}| $med |"
