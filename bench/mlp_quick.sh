@@ -76,22 +76,21 @@ if [ "$NGPU" -lt 2 ]; then
 	echo "only $NGPU GPU(s): no 2-GPU runs"
 	exit 0
 fi
-# Each bucket's optimizer step runs on a stream of its own of the greatest
-# priority (default), of normal priority (--update-priority normal), or
-# behind its all-reduce on the communication stream (--serial-update, the
-# order before 2026-11-30); weight gradients first; the first layer's
-# weight (the last gradient of backward) split into pieces with buckets as
-# small, so that the all-reduce nothing overlaps is short; NCCL's CTA policy.
+# examples/mlp's defaults: weight gradients first (--weight-grad-first),
+# each bucket's optimizer step on a stream of its own of normal priority.
+# Against them: backward's plain order; the optimizer behind each all-reduce
+# on the communication stream (--serial-update, the order before
+# 2026-11-30); the update stream or the communication stream at the
+# greatest priority; the two big weights split in two (their all-reduce
+# starts half a GEMM earlier); bfloat16 all-reduce; NCCL's CTA policy.
 run "2gpu-default" 2
-run "2gpu-wgfirst" 2 --weight-grad-first
-run "2gpu-wgfirst-updnormal" 2 --weight-grad-first --update-priority normal
-run "2gpu-wgfirst-serial" 2 --weight-grad-first --serial-update
-run "2gpu-wgfirst-first4-bucket4" 2 --weight-grad-first --chunk-first-mb 4 --bucket-mb 4
-run "2gpu-wgfirst-first2-bucket2" 2 --weight-grad-first --chunk-first-mb 2 --bucket-mb 2
-run "2gpu-wgfirst-first8-bucket8" 2 --weight-grad-first --chunk-first-mb 8 --bucket-mb 8
-run "2gpu-wgfirst-first4-bucket4-ctaeff" 2 --weight-grad-first --chunk-first-mb 4 --bucket-mb 4 --nccl-cta-policy efficiency
-run "2gpu-wgfirst-first4-bucket4-bf16" 2 --weight-grad-first --chunk-first-mb 4 --bucket-mb 4 --reduce-bf16
-run "1gpu-wgfirst-first4-bucket4" 1 --weight-grad-first --chunk-first-mb 4 --bucket-mb 4
+run "2gpu-plain-order" 2 --weight-grad-first=false
+run "2gpu-serial-update" 2 --serial-update
+run "2gpu-update-high" 2 --update-priority high
+run "2gpu-comm-high" 2 --comm-priority high
+run "2gpu-chunk32" 2 --chunk-mb 32
+run "2gpu-reduce-bf16" 2 --reduce-bf16
+run "2gpu-ctaeff" 2 --nccl-cta-policy efficiency
 
 # DeferUpdate keeps the weights bitwise (GPU tests, 2 GPUs), if time is left.
 if [ -x "$BIN/examples_mlp.test" ] && fits 15; then

@@ -61,9 +61,11 @@ type DataParallelConfig struct {
 	// of its own that overlaps the next reductions (GPU only; for A/B
 	// measurements of that overlap).
 	SerialUpdate bool
-	// NormalPriorityUpdate gives that stream of its own normal priority
-	// instead of the device's greatest (GPU only; for A/B measurements).
-	NormalPriorityUpdate bool
+	// HighPriorityUpdate gives that stream of its own the device's greatest
+	// priority instead of the normal one (GPU only). On 2 × H200 it made the
+	// MLP's step ~50 µs slower: the urgent updates take SMs from the weight
+	// GEMMs they overlap (bench/results/mlp-quick-*.txt).
+	HighPriorityUpdate bool
 	Logger               *slog.Logger // may be nil (then discard)
 }
 

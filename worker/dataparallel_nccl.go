@@ -24,10 +24,9 @@ import (
 // communication stream it would hold the next bucket's all-reduce back by
 // the update's length, and the last buckets' updates and reductions, which
 // nothing else overlaps, would queue behind each other at the end of the
-// step (measured on 2 × H200: ~60 µs of the ~260 µs after backward). The
-// stream has the device's greatest priority (see newUpdateStream).
-// DataParallelConfig.SerialUpdate keeps the old order, NormalPriorityUpdate
-// the normal priority.
+// step (measured on 2 × H200: ~60 µs of the ~260 µs after backward).
+// DataParallelConfig.SerialUpdate keeps the old order; HighPriorityUpdate
+// gives the stream the device's greatest priority (see newUpdateStream).
 type deviceEngine struct {
 	dp      *DataParallel
 	nc      *ncclcomm.Comm
@@ -64,7 +63,7 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 	err := nc.Do(func() error {
 		if separate {
 			var err error
-			if e.upd, err = newUpdateStream(!dp.cfg.NormalPriorityUpdate); err != nil {
+			if e.upd, err = newUpdateStream(dp.cfg.HighPriorityUpdate); err != nil {
 				return fmt.Errorf("create the update stream: %w", err)
 			}
 			if e.updDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
@@ -137,10 +136,9 @@ func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
 }
 
 // newUpdateStream creates the stream of the buckets' updates, with the
-// device's greatest priority when urgent. The updates are short kernels
-// that the next step's forward waits for; at normal priority each one
-// waits for the GEMM running beside it to hand out its last blocks, and
-// they pile up at the end of the step (2 × H200: tens of µs).
+// device's greatest priority when urgent: each update then runs as soon as
+// its reduction is done instead of waiting for the GEMM beside it to hand
+// out its last blocks, but takes its SMs from that GEMM.
 func newUpdateStream(urgent bool) (cudadrv.Stream, error) {
 	if !urgent {
 		return cudadrv.NewStream(cudadrv.StreamNonBlocking)

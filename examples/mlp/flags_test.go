@@ -13,17 +13,18 @@ func TestTuningFlags(t *testing.T) {
 		wgFirst bool   // --weight-grad-first
 		err     string // "" for none
 	}{
-		{"", 0, false, ""},
-		{"--comm-priority high", 1, false, ""},
-		{"--comm-priority normal --nccl-max-ctas 16", 1, false, ""},
+		{"", 0, true, ""}, // weight gradients first by default
+		{"--weight-grad-first=false", 0, false, ""},
+		{"--comm-priority high", 1, true, ""},
+		{"--comm-priority normal --nccl-max-ctas 16", 1, true, ""},
 		{"--comm-priority high --nccl-min-ctas 4 --nccl-max-ctas 16 --weight-grad-first", 2, true, ""},
 		{"--comm-priority urgent", 0, false, "want normal or high"},
 		{"--nccl-max-ctas -1", 0, false, "min ≤ max"},
 		{"--nccl-min-ctas 16 --nccl-max-ctas 8", 0, false, "min ≤ max"},
-		{"--nccl-cta-policy efficiency", 1, false, ""},
-		{"--nccl-cta-policy default --serial-update", 0, false, ""},
+		{"--nccl-cta-policy efficiency", 1, true, ""},
+		{"--nccl-cta-policy default --serial-update", 0, true, ""},
 		{"--nccl-cta-policy fast", 0, false, "want default, efficiency or zero"},
-		{"--update-priority normal --chunk-first-mb 4", 0, false, ""},
+		{"--update-priority high --chunk-first-mb 4", 0, true, ""},
 		{"--update-priority urgent", 0, false, "want normal or high"},
 		{"--chunk-first-mb -1", 0, false, "must not be negative"},
 	} {

@@ -106,13 +106,13 @@ Flags:
 	fs.Float64Var(&o.bucketMB, "bucket-mb", 25, "gradient bucket size in MiB")
 	fs.Float64Var(&o.chunkMB, "chunk-mb", 0, "split each weight's gradient into DataParallel parameters of about this many MiB, so that its all-reduce starts while the rest of it is computed (0: no split)")
 	fs.Float64Var(&o.chunk0MB, "chunk-first-mb", 0, "split only the first layer's weight gradient (the last one backward computes, whose all-reduce nothing overlaps) into DataParallel parameters of about this many MiB; with a --bucket-mb as small, each piece's all-reduce starts while the next is computed (0: as --chunk-mb)")
-	fs.StringVar(&o.updPrio, "update-priority", "high", "GPU: priority of the stream of the per-bucket optimizer steps: high (they run as soon as their all-reduce is done) or normal (DataParallelConfig.NormalPriorityUpdate)")
+	fs.StringVar(&o.updPrio, "update-priority", "normal", "GPU: priority of the stream of the per-bucket optimizer steps: normal, or high (they run as soon as their all-reduce is done, taking SMs from the GEMMs: DataParallelConfig.HighPriorityUpdate)")
 	fs.IntVar(&o.accum, "accum", 1, "gradient accumulation: micro-steps per all-reduce")
 	fs.BoolVar(&o.reduceBF, "reduce-bf16", false, "all-reduce the gradients in bfloat16")
 	fs.StringVar(&o.commPrio, "comm-priority", "normal", "priority of the NCCL communication stream: normal, or high (its collectives and optimizer steps take SMs ahead of the GEMMs)")
 	fs.IntVar(&o.minCTAs, "nccl-min-ctas", 0, "NCCL: at least this many CTAs per collective (ncclConfig_t minCTAs; 0: NCCL's choice)")
 	fs.IntVar(&o.maxCTAs, "nccl-max-ctas", 0, "NCCL: at most this many CTAs per collective, leaving SMs to the GEMMs beside it (ncclConfig_t maxCTAs; 0: NCCL's choice)")
-	fs.BoolVar(&o.wgFirst, "weight-grad-first", false, "backward computes each weight's gradient before the input gradient, so that its all-reduce starts a GEMM earlier (the optimizer waits for the input gradient: DataParallelConfig.DeferUpdate)")
+	fs.BoolVar(&o.wgFirst, "weight-grad-first", true, "backward computes each weight's gradient before the input gradient, so that its all-reduce starts a GEMM earlier (the optimizer waits for the input gradient: DataParallelConfig.DeferUpdate)")
 	fs.BoolVar(&o.serialUpd, "serial-update", false, "GPU: run each bucket's optimizer step on the communication stream, behind its all-reduce and ahead of the next (DataParallelConfig.SerialUpdate; default: a stream of its own that overlaps the next all-reduces)")
 	fs.StringVar(&o.ctaPolicy, "nccl-cta-policy", "default", "NCCL CTA policy (ncclConfig_t CTAPolicy, NCCL 2.27+): default, efficiency (fewest CTAs with decent bandwidth, for overlap with compute) or zero")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
@@ -267,7 +267,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Optim: optim{Kind: o.optimizer, LR: float32(o.lr), Momentum: float32(o.momentum), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
 		DP: worker.DataParallelConfig{
 			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
-			DeferUpdate: o.wgFirst, SerialUpdate: o.serialUpd, NormalPriorityUpdate: o.updPrio == "normal",
+			DeferUpdate: o.wgFirst, SerialUpdate: o.serialUpd, HighPriorityUpdate: o.updPrio == "high",
 		},
 		Device:   ncclcomm.DeviceFor(w.GPU, os.Getenv),
 		NoReduce: o.noReduce, BlasSMTarget: o.blasSM,
