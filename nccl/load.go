@@ -183,6 +183,10 @@ var Since = map[string]Version{
 	"ncclCommFinalize":         MakeVersion(2, 14, 0),
 	"ncclCommSplit":            MakeVersion(2, 18, 0),
 	"ncclCommInitRankScalable": MakeVersion(2, 23, 0),
+	"ncclMemAlloc":             MakeVersion(2, 19, 0),
+	"ncclMemFree":              MakeVersion(2, 19, 0),
+	"ncclCommWindowRegister":   MakeVersion(2, 27, 0),
+	"ncclCommWindowDeregister": MakeVersion(2, 27, 0),
 }
 
 // newLibrary describes the NCCL that cOpen just opened.

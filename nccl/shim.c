@@ -40,6 +40,10 @@ static struct {
 	int (*commFinalize)(comm_t);
 	int (*commSplit)(comm_t, int, int, comm_t *, gtn_config *);
 	int (*commInitRankScalable)(comm_t *, int, int, int, gtn_uid *, gtn_config *);
+	int (*memAlloc)(void **, size_t);
+	int (*memFree)(void *);
+	int (*commWindowRegister)(comm_t, void *, size_t, void **, int);
+	int (*commWindowDeregister)(comm_t, void *);
 } fn;
 
 static const char *optional_names[GTN_OPT_COUNT] = {
@@ -48,6 +52,10 @@ static const char *optional_names[GTN_OPT_COUNT] = {
 	"ncclCommFinalize",
 	"ncclCommSplit",
 	"ncclCommInitRankScalable",
+	"ncclMemAlloc",
+	"ncclMemFree",
+	"ncclCommWindowRegister",
+	"ncclCommWindowDeregister",
 };
 
 #define REQUIRE(field, name)                                                   \
@@ -101,6 +109,10 @@ int gtn_open(const char *path, char *err, size_t errlen) {
 	OPTIONAL(commFinalize, optional_names[GTN_OPT_FINALIZE]);
 	OPTIONAL(commSplit, optional_names[GTN_OPT_SPLIT]);
 	OPTIONAL(commInitRankScalable, optional_names[GTN_OPT_INIT_RANK_SCALABLE]);
+	OPTIONAL(memAlloc, optional_names[GTN_OPT_MEM_ALLOC]);
+	OPTIONAL(memFree, optional_names[GTN_OPT_MEM_FREE]);
+	OPTIONAL(commWindowRegister, optional_names[GTN_OPT_WINDOW_REGISTER]);
+	OPTIONAL(commWindowDeregister, optional_names[GTN_OPT_WINDOW_DEREGISTER]);
 	fn.handle = h;
 	return 0;
 fail:
@@ -127,6 +139,10 @@ int gtn_optional_present(int i) {
 	case GTN_OPT_FINALIZE: return fn.commFinalize != NULL;
 	case GTN_OPT_SPLIT: return fn.commSplit != NULL;
 	case GTN_OPT_INIT_RANK_SCALABLE: return fn.commInitRankScalable != NULL;
+	case GTN_OPT_MEM_ALLOC: return fn.memAlloc != NULL;
+	case GTN_OPT_MEM_FREE: return fn.memFree != NULL;
+	case GTN_OPT_WINDOW_REGISTER: return fn.commWindowRegister != NULL;
+	case GTN_OPT_WINDOW_DEREGISTER: return fn.commWindowDeregister != NULL;
 	}
 	return 0;
 }
@@ -175,6 +191,26 @@ int gtn_comm_get_async_error(uintptr_t comm, int *state) { return fn.commGetAsyn
 int gtn_comm_count(uintptr_t comm, int *n) { return fn.commCount((comm_t)comm, n); }
 int gtn_comm_cu_device(uintptr_t comm, int *dev) { return fn.commCuDevice((comm_t)comm, dev); }
 int gtn_comm_user_rank(uintptr_t comm, int *rank) { return fn.commUserRank((comm_t)comm, rank); }
+
+int gtn_mem_alloc(uintptr_t *ptr, size_t size) {
+	if (fn.memAlloc == NULL) return GTN_MISSING;
+	return fn.memAlloc((void **)ptr, size);
+}
+
+int gtn_mem_free(uintptr_t ptr) {
+	if (fn.memFree == NULL) return GTN_MISSING;
+	return fn.memFree((void *)ptr);
+}
+
+int gtn_comm_window_register(uintptr_t comm, uintptr_t buf, size_t size, uintptr_t *win, int flags) {
+	if (fn.commWindowRegister == NULL) return GTN_MISSING;
+	return fn.commWindowRegister((comm_t)comm, (void *)buf, size, (void **)win, flags);
+}
+
+int gtn_comm_window_deregister(uintptr_t comm, uintptr_t win) {
+	if (fn.commWindowDeregister == NULL) return GTN_MISSING;
+	return fn.commWindowDeregister((comm_t)comm, (void *)win);
+}
 
 int gtn_all_reduce(uintptr_t send, uintptr_t recv, size_t count, int dtype, int op, uintptr_t comm, uintptr_t stream) {
 	return fn.allReduce((const void *)send, (void *)recv, count, dtype, op, (comm_t)comm, (stream_t)stream);

@@ -48,6 +48,10 @@ enum {
 	GTN_OPT_FINALIZE,
 	GTN_OPT_SPLIT,
 	GTN_OPT_INIT_RANK_SCALABLE,
+	GTN_OPT_MEM_ALLOC,
+	GTN_OPT_MEM_FREE,
+	GTN_OPT_WINDOW_REGISTER,
+	GTN_OPT_WINDOW_DEREGISTER,
 	GTN_OPT_COUNT
 };
 
@@ -72,6 +76,12 @@ int gtn_comm_get_async_error(uintptr_t comm, int *state);
 int gtn_comm_count(uintptr_t comm, int *n);
 int gtn_comm_cu_device(uintptr_t comm, int *dev);
 int gtn_comm_user_rank(uintptr_t comm, int *rank);
+
+// NCCL 2.27: memory for symmetric windows, and window registration.
+int gtn_mem_alloc(uintptr_t *ptr, size_t size);
+int gtn_mem_free(uintptr_t ptr);
+int gtn_comm_window_register(uintptr_t comm, uintptr_t buf, size_t size, uintptr_t *win, int flags);
+int gtn_comm_window_deregister(uintptr_t comm, uintptr_t win);
 
 int gtn_all_reduce(uintptr_t send, uintptr_t recv, size_t count, int dtype, int op, uintptr_t comm, uintptr_t stream);
 int gtn_broadcast(uintptr_t send, uintptr_t recv, size_t count, int dtype, int root, uintptr_t comm, uintptr_t stream);

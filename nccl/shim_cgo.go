@@ -160,6 +160,24 @@ func cRecv(buf uintptr, count int, dt DataType, peer int, comm, stream uintptr) 
 	return Result(C.gtn_recv(C.uintptr_t(buf), C.size_t(count), C.int(dt), C.int(peer), C.uintptr_t(comm), C.uintptr_t(stream)))
 }
 
+func cMemAlloc(bytes int) (uintptr, Result) {
+	var p C.uintptr_t
+	r := C.gtn_mem_alloc(&p, C.size_t(bytes))
+	return uintptr(p), Result(r)
+}
+
+func cMemFree(p uintptr) Result { return Result(C.gtn_mem_free(C.uintptr_t(p))) }
+
+func cWindowRegister(comm, buf uintptr, bytes int, flags int) (uintptr, Result) {
+	var w C.uintptr_t
+	r := C.gtn_comm_window_register(C.uintptr_t(comm), C.uintptr_t(buf), C.size_t(bytes), &w, C.int(flags))
+	return uintptr(w), Result(r)
+}
+
+func cWindowDeregister(comm, win uintptr) Result {
+	return Result(C.gtn_comm_window_deregister(C.uintptr_t(comm), C.uintptr_t(win)))
+}
+
 func cGroupStart() Result { return Result(C.gtn_group_start()) }
 func cGroupEnd() Result   { return Result(C.gtn_group_end()) }
 

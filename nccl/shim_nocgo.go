@@ -70,3 +70,8 @@ func cInitRank(slot, int, *UniqueID, int) Result                    { unreachabl
 func cInitRankConfig(slot, int, *UniqueID, int, *cConfig) Result    { unreachable(); return 0 }
 func cInitRankScalable(slot, int, int, []UniqueID, *cConfig) Result { unreachable(); return 0 }
 func cSplit(uintptr, int, int, slot, *cConfig) Result               { unreachable(); return 0 }
+
+func cMemAlloc(int) (uintptr, Result)                              { unreachable(); return 0, 0 }
+func cMemFree(uintptr) Result                                      { unreachable(); return 0 }
+func cWindowRegister(uintptr, uintptr, int, int) (uintptr, Result) { unreachable(); return 0, 0 }
+func cWindowDeregister(uintptr, uintptr) Result                    { unreachable(); return 0 }

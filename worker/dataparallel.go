@@ -66,7 +66,7 @@ type DataParallelConfig struct {
 	// MLP's step ~50 µs slower: the urgent updates take SMs from the weight
 	// GEMMs they overlap (bench/results/mlp-quick-*.txt).
 	HighPriorityUpdate bool
-	Logger               *slog.Logger // may be nil (then discard)
+	Logger             *slog.Logger // may be nil (then discard)
 }
 
 // DeviceKernels is the element-wise GPU work DataParallel needs beyond NCCL,

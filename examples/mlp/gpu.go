@@ -13,6 +13,7 @@ import (
 	"github.com/gotrain/gotrain/internal/cudadrv"
 	"github.com/gotrain/gotrain/worker"
 	"github.com/gotrain/gotrain/worker/comm"
+	"github.com/gotrain/gotrain/worker/ncclcomm"
 )
 
 const gpuBuilt = true
@@ -46,6 +47,8 @@ type gpuModel struct {
 	lossRows   cudadrv.DevicePtr // float32 × Batch
 	lastRows   int
 	retained   bool
+
+	freeSymmetric func() error // frees the gradients' symmetric window (--nccl-symmetric)
 
 	nParams int
 	tr      *stepTracer // --trace; nil when off
@@ -111,7 +114,14 @@ func newGPU(ctx context.Context, c worker.Comm, cfg modelConfig) (_ *gpuModel, e
 	a := m.a
 	n := a.numParams()
 	m.nParams = n
-	m.params, m.grads = m.alloc(4*n), m.alloc(4*n)
+	m.params = m.alloc(4 * n)
+	if cfg.Symmetric {
+		if m.grads, err = m.allocSymmetric(c, 4*n); err != nil {
+			return nil, err
+		}
+	} else {
+		m.grads = m.alloc(4 * n)
+	}
 	if cfg.BF16GEMM {
 		m.p16 = m.alloc(2 * n)
 	}
@@ -181,6 +191,28 @@ func newGPU(ctx context.Context, c worker.Comm, cfg modelConfig) (_ *gpuModel, e
 
 // alloc allocates bytes of device memory, recording 0 on failure (checked
 // by the caller once).
+// allocSymmetric allocates the gradients in an NCCL symmetric window of c's
+// NCCL communicator (every rank at once: registration is collective).
+func (m *gpuModel) allocSymmetric(c worker.Comm, bytes int) (cudadrv.DevicePtr, error) {
+	for {
+		u, ok := c.(interface{ Unwrap() worker.Comm })
+		if !ok {
+			break
+		}
+		c = u.Unwrap()
+	}
+	nc, ok := c.(*ncclcomm.Comm)
+	if !ok {
+		return 0, fmt.Errorf("--nccl-symmetric needs the NCCL backend (the communicator is %T)", c)
+	}
+	p, free, err := nc.AllocSymmetric(bytes)
+	if err != nil {
+		return 0, err
+	}
+	m.freeSymmetric = free
+	return cudadrv.DevicePtr(p), nil
+}
+
 func (m *gpuModel) alloc(bytes int) cudadrv.DevicePtr {
 	p, err := cudadrv.MemAlloc(bytes)
 	if err != nil {
@@ -515,6 +547,9 @@ func (m *gpuModel) Close() error {
 	}
 	if m.dp != nil {
 		m.dp.Close()
+	}
+	if m.freeSymmetric != nil {
+		m.freeSymmetric()
 	}
 	m.tr.close()
 	for _, p := range m.allocs {

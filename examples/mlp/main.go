@@ -62,6 +62,7 @@ type options struct {
 	wgFirst   bool
 	serialUpd bool   // GPU: optimizer behind the reductions on the comm stream (A/B)
 	ctaPolicy string // NCCL CTA policy: default, efficiency or zero
+	symmetric bool   // GPU: gradients in an NCCL symmetric window
 	seed      uint64
 	data      string
 	ptx       string
@@ -115,6 +116,7 @@ Flags:
 	fs.BoolVar(&o.wgFirst, "weight-grad-first", true, "backward computes each weight's gradient before the input gradient, so that its all-reduce starts a GEMM earlier (the optimizer waits for the input gradient: DataParallelConfig.DeferUpdate)")
 	fs.BoolVar(&o.serialUpd, "serial-update", false, "GPU: run each bucket's optimizer step on the communication stream, behind its all-reduce and ahead of the next (DataParallelConfig.SerialUpdate; default: a stream of its own that overlaps the next all-reduces)")
 	fs.StringVar(&o.ctaPolicy, "nccl-cta-policy", "default", "NCCL CTA policy (ncclConfig_t CTAPolicy, NCCL 2.27+): default, efficiency (fewest CTAs with decent bandwidth, for overlap with compute) or zero")
+	fs.BoolVar(&o.symmetric, "nccl-symmetric", false, "GPU: allocate the gradients with ncclMemAlloc and register them as a symmetric window (NCCL 2.27+), so NCCL may reduce them with its symmetric-memory kernels; needs NCCL_CUMEM_ENABLE=1 in the environment")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
 	fs.StringVar(&o.data, "data", "", "mnist: directory of the MNIST IDX .gz files (default: the GoMNIST module's data/)")
 	fs.StringVar(&o.ptx, "ptx", "", "load the CUDA kernels from this PTX file instead of the embedded one")
@@ -183,7 +185,7 @@ func (o options) checkDevice() error {
 	for _, f := range []struct {
 		set  bool
 		name string
-	}{{o.trace > 0, "--trace"}, {o.noReduce, "--no-reduce"}, {o.blasSM > 0, "--blas-sm-target"}} {
+	}{{o.trace > 0, "--trace"}, {o.noReduce, "--no-reduce"}, {o.blasSM > 0, "--blas-sm-target"}, {o.symmetric, "--nccl-symmetric"}} {
 		if f.set {
 			return fmt.Errorf("%s is for the GPU path (--device gpu)", f.name)
 		}
@@ -270,7 +272,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			DeferUpdate: o.wgFirst, SerialUpdate: o.serialUpd, HighPriorityUpdate: o.updPrio == "high",
 		},
 		Device:   ncclcomm.DeviceFor(w.GPU, os.Getenv),
-		NoReduce: o.noReduce, BlasSMTarget: o.blasSM,
+		NoReduce: o.noReduce, BlasSMTarget: o.blasSM, Symmetric: o.symmetric,
 	}
 	if o.trace > 0 {
 		cfg.Trace = traceConfig{Steps: o.trace, Skip: o.warmup + o.steps - o.trace, First: o.steps - o.trace}
@@ -353,9 +355,9 @@ func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o opt
 	}
 	if c.Rank() == 0 {
 		stepMS := dt.Seconds() / float64(o.steps) * 1e3
-		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%s comm_priority=%s nccl_ctas=%d..%d cta_policy=%s weight_grad_first=%t serial_update=%t update_priority=%s bucket_mb=%g chunk_mb=%g chunk_first_mb=%g reduce=%s blas_sm_target=%d trace=%d\n",
+		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%s comm_priority=%s nccl_ctas=%d..%d cta_policy=%s symmetric=%t weight_grad_first=%t serial_update=%t update_priority=%s bucket_mb=%g chunk_mb=%g chunk_first_mb=%g reduce=%s blas_sm_target=%d trace=%d\n",
 			c.Size(), a.numParams(), o.batch, stepMS, float64(o.batch*c.Size()*o.steps)/dt.Seconds(),
-			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.ctaPolicy, o.wgFirst, o.serialUpd, o.updPrio, o.bucketMB,
+			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.ctaPolicy, o.symmetric, o.wgFirst, o.serialUpd, o.updPrio, o.bucketMB,
 			o.chunkMB, o.chunk0MB, reduce, o.blasSM, o.trace)
 	}
 	if tw, ok := m.(traceWriter); ok && o.trace > 0 {

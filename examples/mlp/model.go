@@ -187,6 +187,7 @@ type modelConfig struct {
 	Trace        traceConfig
 	NoReduce     bool // never all-reduce: each rank updates with its own gradients, on the compute stream
 	BlasSMTarget int  // cublasSetSmCountTarget while backward's GEMMs are enqueued (0: cuBLAS's choice)
+	Symmetric    bool // GPU: gradients in an NCCL symmetric window (ncclcomm.Comm.AllocSymmetric)
 }
 
 // traceConfig asks the GPU model for a CUDA event timeline of some steps.

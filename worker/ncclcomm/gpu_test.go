@@ -447,3 +447,46 @@ func TestGPUPrewarmComm(t *testing.T) {
 	}
 	t.Logf("warm-up communicator done after %v; New's init took %v", tm.WarmComm.Sub(start).Round(time.Millisecond), tm.Init.Sub(tm.ID).Round(time.Millisecond))
 }
+
+// AllocSymmetric gives every rank a registered buffer that an in-place
+// all-reduce sums correctly, and frees it (deregistration is collective).
+func TestGPUAllocSymmetric(t *testing.T) {
+	n := gpus(t, 2)
+	comms := newComms(t, n, "symmetric")
+	if !comms[0].Library().Has("ncclCommWindowRegister") {
+		t.Skipf("skipping: NCCL %s predates ncclCommWindowRegister (2.27)", comms[0].Library().Version())
+	}
+	const count = 1 << 20
+	err := onAll(n, func(r int) error {
+		c := comms[r]
+		p, free, err := c.AllocSymmetric(4 * count)
+		if err != nil {
+			return err
+		}
+		buf := cudadrv.DevicePtr(p)
+		if err := c.Do(func() error { return cudadrv.CopyToDevice(buf, fill[float32](r, count)) }); err != nil {
+			return err
+		}
+		b := comm.Device(p, count, comm.Float32)
+		if err := c.AllReduce(t.Context(), b, b, comm.Sum); err != nil {
+			return err
+		}
+		got := make([]float32, count)
+		if err := c.Do(func() error { return cudadrv.CopyFromDevice(got, buf) }); err != nil {
+			return err
+		}
+		if err := checkSlice(got, func(i int) float64 {
+			s := 0.0
+			for q := range n {
+				s += val(q, i)
+			}
+			return s
+		}); err != nil {
+			return fmt.Errorf("rank %d: all-reduce in a symmetric window: %w", r, err)
+		}
+		return free()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
