@@ -79,9 +79,7 @@ func warmComm(ctx cudadrv.Context, lib *nccl.Library) error {
 // has: a communicator initialised while PrewarmComm's own is being made
 // would compete with it for the same once-per-process work.
 func awaitWarmup(ctx context.Context, device int) {
-	warmMu.Lock()
-	w := warms[device]
-	warmMu.Unlock()
+	w := warmupOf(device)
 	if w == nil {
 		return
 	}
@@ -89,6 +87,13 @@ func awaitWarmup(ctx context.Context, device int) {
 	case <-w.done:
 	case <-ctx.Done():
 	}
+}
+
+// warmupOf returns the device's warm-up, nil when none was started.
+func warmupOf(device int) *warmup {
+	warmMu.Lock()
+	defer warmMu.Unlock()
+	return warms[device]
 }
 
 var (
@@ -160,9 +165,7 @@ func (w *warmup) run(device int, loadDriver func() (*cudadrv.Driver, error), loa
 
 // warmTimes returns what Prewarm did for device so far, without waiting.
 func warmTimes(device int) (start, driver, context, comm time.Time) {
-	warmMu.Lock()
-	w := warms[device]
-	warmMu.Unlock()
+	w := warmupOf(device)
 	if w == nil {
 		return
 	}
