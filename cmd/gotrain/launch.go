@@ -46,10 +46,10 @@ warmed up: their worker.Init loads the CUDA driver, the GPU's primary
 context and NCCL's kernels, then waits. A rank that needs a new process
 (every rank after a restart, the failed rank after an in-process recovery)
 takes over its GPU's standby instead of starting from scratch (on 2 × H200:
-0.7 s from crash to training instead of 1.3 s), and a new standby starts
-behind it. A standby prints under "[standby N]" until it has a rank, holds
-a CUDA context (~0.5 GiB of GPU memory) on its GPU, and never fails the job
-by itself. --standby=auto (the default) starts them with --backend nccl
+0.55–0.75 s from a crash to every rank's first collective instead of
+~1.4 s), and a new standby starts behind it. A standby prints under
+"[standby N]" until it has a rank, holds a CUDA context (GPU memory) on
+its GPU, and never fails the job by itself. --standby=auto (the default) starts them with --backend nccl
 once every worker of the node has attached with the worker library, so
 other programs (PyTorch) never get one; --standby (=on) starts them at
 once on any backend, and a program that never calls worker.Init then
