@@ -538,6 +538,7 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 	a.gen = g
 	a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
 	survivors := a.survivors(g) // recover.go
+	gpus := localGPUs(g)
 	// RAS-derived progress spans the job's communicators (raspoll.go).
 	a.hub.ras.generation(g.GetGeneration(), int(g.GetWorldSize()))
 	for _, r := range g.GetRanks() {
@@ -557,7 +558,7 @@ func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStar
 			continue
 		}
 		spec := workerSpec{rank: int(r.GetRank()), generation: g.GetGeneration(),
-			program: a.cfg.Program, args: a.cfg.Args, env: a.workerEnv(vars.Environ(), int(r.GetGpu())), logDir: a.cfg.LogDir, reaper: a.reaper}
+			program: a.cfg.Program, args: a.cfg.Args, env: a.workerEnv(vars.Environ(), gpus), logDir: a.cfg.LogDir, reaper: a.reaper}
 		ev := snapshotEvidence(a.oomFile)
 		p, err := startWorker(spec, a.stdout, a.stderr)
 		if err != nil {
@@ -593,14 +594,29 @@ func (a *agent) countUntilReaped(p *workerProc) {
 
 // workerEnv is the environment of a worker or standby process: the base
 // environment without gotrain's variables, then vars (gotrain's), PyTorch's
-// flight recorder settings, and GPU gpu's variables when gpu >= 0.
-func (a *agent) workerEnv(vars []string, gpu int) []string {
+// flight recorder settings, and the GPUs' variables (WorkerGPUEnv) when
+// gpus is not empty.
+func (a *agent) workerEnv(vars []string, gpus []int) []string {
 	env := append(jobenv.Strip(a.cfg.Env), vars...)
 	env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
-	if gpu >= 0 {
-		env = append(env, WorkerGPUEnv(gpu)...)
+	if len(gpus) > 0 {
+		env = append(env, WorkerGPUEnv(gpus)...)
 	}
 	return env
+}
+
+// localGPUs returns the GPUs of generation g's ranks on this node in
+// local-rank order, nil when they have none (the CPU backend).
+func localGPUs(g *gotrainv1.GenerationStarted) []int {
+	gpus := make([]int, len(g.GetRanks()))
+	for _, r := range g.GetRanks() {
+		lr := int(r.GetLocalRank())
+		if r.GetGpu() < 0 || lr < 0 || lr >= len(gpus) {
+			return nil
+		}
+		gpus[lr] = int(r.GetGpu())
+	}
+	return gpus
 }
 
 // endGeneration stops this node's workers of an ended generation; each

@@ -13,13 +13,22 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// WorkerGPUEnv returns the variables that give a worker GPU gpu (NVML's
-// index): CUDA_VISIBLE_DEVICES, with CUDA_DEVICE_ORDER=PCI_BUS_ID so that
-// CUDA numbers GPUs as NVML does (CUDA's default order puts the fastest GPU
-// first, which can differ). `gotrain doctor` starts its placement probe with
-// the same variables.
-func WorkerGPUEnv(gpu int) []string {
-	return []string{"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=" + strconv.Itoa(gpu)}
+// WorkerGPUEnv returns the variables that show a worker the node's GPUs of
+// the job, gpus (NVML indices) in local-rank order: CUDA_VISIBLE_DEVICES
+// lists them, so that CUDA device i is local rank i's GPU, as torchrun's
+// workers expect (PyTorch programs call torch.cuda.set_device(LOCAL_RANK)),
+// and CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA number GPUs as NVML does
+// (CUDA's default order puts the fastest GPU first, which can differ).
+// Package worker finds its own GPU (GOTRAIN_GPU) in the list
+// (ncclcomm.DeviceFor). A standby, which cannot know its rank before CUDA
+// starts, sees only its slot's GPU. `gotrain doctor` starts its placement
+// probe with the same variables.
+func WorkerGPUEnv(gpus []int) []string {
+	ids := make([]string, len(gpus))
+	for i, g := range gpus {
+		ids[i] = strconv.Itoa(g)
+	}
+	return []string{"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=" + strings.Join(ids, ",")}
 }
 
 // placement is where this node's workers go: the GPUs in NVLink order (the

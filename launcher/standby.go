@@ -166,7 +166,7 @@ func (a *agent) startStandby(slot, gpu int) {
 	}
 	vars := jobenv.StandbyVars{Slot: slot, AgentSocket: a.socket, JobToken: a.cfg.JobToken, RunID: a.cfg.RunID,
 		Backend: a.cfg.Backend, Host: a.cfg.NodeAddress, GPU: gpu}
-	spec := workerSpec{rank: -1, standby: true, slot: slot, program: a.cfg.Program, args: a.cfg.Args, env: a.workerEnv(vars.Environ(), gpu), logDir: a.cfg.LogDir, reaper: a.reaper}
+	spec := workerSpec{rank: -1, standby: true, slot: slot, program: a.cfg.Program, args: a.cfg.Args, env: a.workerEnv(vars.Environ(), standbyGPUs(gpu)), logDir: a.cfg.LogDir, reaper: a.reaper}
 	go func() {
 		p, err := startWorker(spec, a.stdout, a.stderr)
 		a.sb.mu.Lock()
@@ -329,4 +329,14 @@ func (a *agent) workersAttached() {
 	a.sb.waitAttach = false
 	a.log.Info("every worker attached with package worker: starting hot standbys (--standby auto)")
 	a.replenishStandbys(a.gen)
+}
+
+// standbyGPUs is what a standby for a slot on gpu sees: that GPU alone (it
+// is CUDA device 0, which package worker finds by itself), nothing for a
+// CPU slot.
+func standbyGPUs(gpu int) []int {
+	if gpu < 0 {
+		return nil
+	}
+	return []int{gpu}
 }

@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
 	"github.com/gotrain/gotrain/internal/doctor"
 	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/worker/ncclcomm"
 )
 
 type doctorCmd struct{}
@@ -36,8 +39,9 @@ really runs on GPU i. Each problem comes with a fix.
 Exits 0 when every check passes (warnings allowed), 1 otherwise.
 `
 
-// doctorProbeEnv makes `gotrain doctor` print the PCI bus id of CUDA device
-// 0 and exit: the worker-placement probe doctor starts of itself.
+// doctorProbeEnv makes `gotrain doctor` print the PCI bus id of the CUDA
+// device a worker for GOTRAIN_GPU would use (ncclcomm.DeviceFor) and exit:
+// the worker-placement probe doctor starts of itself.
 const doctorProbeEnv = "GOTRAIN_DOCTOR_PROBE"
 
 // doctorExit is doctor's failure: the report said it; only the status is left.
@@ -88,9 +92,10 @@ func (c *doctorCmd) run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// probeWorkerGPU starts this binary as a worker for GPU gpu would be started
-// (launcher.WorkerGPUEnv) and returns the bus id of the device it sees.
-func probeWorkerGPU(ctx context.Context, gpu int) (string, error) {
+// probeWorkerGPU starts this binary as a worker for GPU gpu among gpus would
+// be started (launcher.WorkerGPUEnv, GOTRAIN_GPU) and returns the bus id of
+// the device it picks.
+func probeWorkerGPU(ctx context.Context, gpu int, gpus []int) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", err
@@ -104,7 +109,7 @@ func probeWorkerGPU(ctx context.Context, gpu int) (string, error) {
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(append(env, doctorProbeEnv+"=1"), launcher.WorkerGPUEnv(gpu)...)
+	cmd.Env = append(append(env, doctorProbeEnv+"=1", jobenv.GPU+"="+strconv.Itoa(gpu)), launcher.WorkerGPUEnv(gpus)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -114,13 +119,18 @@ func probeWorkerGPU(ctx context.Context, gpu int) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// doctorProbe is the probe's side: print the bus id of CUDA device 0.
+// doctorProbe is the probe's side: print the bus id of the CUDA device a
+// worker for GOTRAIN_GPU uses.
 func doctorProbe() error {
 	drv, err := cudadrv.Load()
 	if err != nil {
 		return err
 	}
-	dev, err := drv.Device(0)
+	gpu, err := strconv.Atoi(os.Getenv(jobenv.GPU))
+	if err != nil {
+		return fmt.Errorf("doctor probe: %s=%q: %w", jobenv.GPU, os.Getenv(jobenv.GPU), err)
+	}
+	dev, err := drv.Device(ncclcomm.DeviceFor(gpu, os.Getenv))
 	if err != nil {
 		return err
 	}

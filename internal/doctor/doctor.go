@@ -101,8 +101,10 @@ type Config struct {
 	// all-reduce too (Smoke does it for real).
 	Smoke func(ctx context.Context, gpus []gpuinfo.Device, withNCCL bool) (*SmokeResult, error)
 	// Probe starts a worker the way `gotrain launch` starts one for GPU gpu
-	// and returns the PCI bus id of the device the worker got.
-	Probe func(ctx context.Context, gpu int) (string, error)
+	// among the node's GPUs listed in order (gpus, as launch lists them in
+	// CUDA_VISIBLE_DEVICES) and returns the PCI bus id of the device the
+	// worker got.
+	Probe func(ctx context.Context, gpu int, gpus []int) (string, error)
 	// Getenv reads the environment workers will inherit (default os.Getenv).
 	Getenv func(string) string
 	// MinNCCL is the oldest NCCL gotrain supports (default 2.18.0).
@@ -487,8 +489,15 @@ func byteSize(b int) string {
 
 func checkPlacement(ctx context.Context, rep *Report, cfg Config, devs []gpuinfo.Device) {
 	var bad, good []string
+	// The node's GPUs listed last to first, so that a GPU's position in the
+	// list differs from its index and both the ordering and the lookup by
+	// position are checked.
+	var order []int
+	for i := len(devs) - 1; i >= 0; i-- {
+		order = append(order, devs[i].Index)
+	}
 	for _, d := range devs {
-		got, err := cfg.Probe(ctx, d.Index)
+		got, err := cfg.Probe(ctx, d.Index, order)
 		switch {
 		case err != nil:
 			bad = append(bad, fmt.Sprintf("GPU%d: worker probe failed: %v", d.Index, err))

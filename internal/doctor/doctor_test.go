@@ -29,7 +29,7 @@ func healthy(f *gpuinfo.Fake) Config {
 			}
 			return res, nil
 		},
-		Probe: func(_ context.Context, gpu int) (string, error) {
+		Probe: func(_ context.Context, gpu int, _ []int) (string, error) {
 			d, _ := f.Device(gpu)
 			return strings.Replace(d.PCIBusID, "00000000:", "0000:", 1), nil // CUDA's form
 		},
@@ -163,7 +163,7 @@ func TestProblems(t *testing.T) {
 		{
 			name: "wrong GPU",
 			change: func(_ *gpuinfo.Fake, c *Config) {
-				c.Probe = func(context.Context, int) (string, error) { return "0000:18:00.0", nil }
+				c.Probe = func(context.Context, int, []int) (string, error) { return "0000:18:00.0", nil }
 			},
 			check: "worker placement", status: Fail, detail: "GPU1 (00000000:19:00.0): the worker got the device at 0000:18:00.0", fix: "CUDA_VISIBLE_DEVICES",
 		},

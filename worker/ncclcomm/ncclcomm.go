@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,23 +58,26 @@ func IDKey(name string, generation int64) string {
 }
 
 // DeviceFor returns the CUDA device ordinal a worker uses for the node's GPU
-// index gpu: 0 when CUDA_VISIBLE_DEVICES (as getenv reads it) names a
-// single device, as `gotrain launch` sets it for each worker, since the
-// process then sees only its own GPU; otherwise gpu itself (0 when negative).
+// index gpu. `gotrain launch` lists the job's GPUs of the node in
+// CUDA_VISIBLE_DEVICES (as getenv reads it) in local-rank order, so the
+// device is gpu's position in that list; a list of one (a standby's) makes
+// it 0. Without the variable, or without gpu in it, it is gpu itself (0
+// when negative).
 func DeviceFor(gpu int, getenv func(string) string) int {
-	if v := getenv("CUDA_VISIBLE_DEVICES"); v != "" && !containsComma(v) {
+	v := getenv("CUDA_VISIBLE_DEVICES")
+	if v == "" {
+		return max(gpu, 0)
+	}
+	ids := strings.Split(v, ",")
+	if len(ids) == 1 {
 		return 0
 	}
-	return max(gpu, 0)
-}
-
-func containsComma(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == ',' {
-			return true
+	for i, id := range ids {
+		if n, err := strconv.Atoi(strings.TrimSpace(id)); err == nil && n == gpu {
+			return i
 		}
 	}
-	return false
+	return max(gpu, 0)
 }
 
 // Comm is a communicator of the NCCL backend. It owns an OS thread with its

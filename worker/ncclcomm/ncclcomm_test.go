@@ -12,6 +12,9 @@ func TestDeviceFor(t *testing.T) {
 		want    int
 	}{
 		{3, "3", 0}, {3, "", 3}, {-1, "", 0}, {1, "0,1", 1}, {2, "GPU-abc", 0},
+		// gotrain launch lists the node's GPUs in local-rank order.
+		{5, "4,5,7,6", 1}, {6, "4,5,7,6", 3}, {4, "4, 5", 0},
+		{2, "4,5", 2}, // not in the list: the index itself
 	} {
 		got := DeviceFor(tc.gpu, func(k string) string {
 			if k == "CUDA_VISIBLE_DEVICES" {
