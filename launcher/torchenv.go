@@ -13,7 +13,10 @@ const torchTraceEntries = "2000"
 // recorder of their NCCL collectives and dump it when a collective times out:
 // the dump goes to logDir/nccl_trace_rank_N (PyTorch appends the rank), or
 // PyTorch's default (/tmp) without a log dir. Variables the user set in base
-// are left alone.
+// are left alone. The names are PyTorch 2.6's and later's (TORCH_FR_*):
+// PyTorch 2.11 warns on every rank when the older TORCH_NCCL_TRACE_BUFFER_SIZE
+// or TORCH_NCCL_DEBUG_INFO_TEMP_FILE are set, so older PyTorch gets no
+// flight recorder unless the user sets those.
 func torchDebugEnv(base []string, logDir string) []string {
 	set := map[string]bool{}
 	for _, kv := range base {
@@ -26,15 +29,14 @@ func torchDebugEnv(base []string, logDir string) []string {
 			env = append(env, k+"="+v)
 		}
 	}
-	add("TORCH_NCCL_TRACE_BUFFER_SIZE", torchTraceEntries)
+	add("TORCH_FR_BUFFER_SIZE", torchTraceEntries)
 	add("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
 	if logDir != "" {
 		if abs, err := filepath.Abs(logDir); err == nil {
 			logDir = abs
 		}
 		prefix := filepath.Join(logDir, "nccl_trace_rank_")
-		add("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix) // PyTorch before 2.6
-		add("TORCH_FR_DUMP_TEMP_FILE", prefix)         // PyTorch 2.6 and later
+		add("TORCH_FR_DUMP_TEMP_FILE", prefix)
 	}
 	return env
 }
