@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"fmt"
+	"os"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -16,8 +18,9 @@ import (
 // exit status is final (/proc/PID/stat's exit_code, as waitpid reports it),
 // and the agent acts on it without waiting for wait4: the generation ends
 // and the next one starts that much sooner. A worker that closed its output
-// and runs on is not exiting and is left to wait4, as is one whose children
-// hold its pipes (they have not reached EOF). workerProc.done still closes
+// and runs on is not exiting (every thread must be in do_exit) and is left
+// to wait4, as is one whose children hold its pipes (they have not reached
+// EOF). workerProc.done still closes
 // only when the worker is reaped and its group killed.
 
 // pfExiting is the kernel's PF_EXITING task flag: the task is in do_exit.
@@ -31,10 +34,42 @@ func (p *workerProc) exitEarly() {
 		return
 	}
 	ws, ok := exitingStatus(procStat(p.pidNum))
-	if !ok || p.reaped.Load() {
+	if !ok || !allThreadsExiting(p.pidNum) || p.reaped.Load() {
 		return
 	}
 	p.setExit(exitFromStatus(ws, nil), true)
+}
+
+// allThreadsExiting says whether every thread of pid still listed is in
+// do_exit: a main thread that ended alone (pthread_exit) leaves a zombie
+// leader while the other threads run on, which is no exit.
+func allThreadsExiting(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if !threadExiting(parseProcStat(string(b))) {
+			return false
+		}
+	}
+	return true
+}
+
+// threadExiting reads the fields of a thread's stat after the command name.
+func threadExiting(f []string) bool {
+	if len(f) < 7 {
+		return false
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return true
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
 }
 
 // exitingStatus reads the fields of /proc/PID/stat after the command name
@@ -45,11 +80,7 @@ func exitingStatus(f []string) (unix.WaitStatus, bool) {
 	if len(f) < 50 {
 		return 0, false
 	}
-	flags, err := strconv.ParseUint(f[6], 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	if state := f[0]; state != "Z" && state != "X" && flags&pfExiting == 0 {
+	if !threadExiting(f) {
 		return 0, false
 	}
 	code, err := strconv.Atoi(f[49])

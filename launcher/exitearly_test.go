@@ -117,3 +117,16 @@ func TestExitEarly(t *testing.T) {
 	default:
 	}
 }
+
+// A running process's threads are not all exiting; a zombie's are.
+func TestAllThreadsExiting(t *testing.T) {
+	if allThreadsExiting(unix.Getpid()) {
+		t.Error("this test process's threads read as exiting")
+	}
+	if allThreadsExiting(-1) {
+		t.Error("a missing process reads as exiting")
+	}
+	if !threadExiting(statFields("R", 0x404, 0)) || threadExiting(statFields("S", 0x400, 0)) || !threadExiting(statFields("Z", 0, 0)) {
+		t.Error("threadExiting misreads the state and PF_EXITING")
+	}
+}
