@@ -356,6 +356,10 @@ func (c *Comm) Abort() error {
 	if c.nc == nil {
 		return nil
 	}
+	// Close waits for an abort in flight before it tears down the stream
+	// and the thread (ncclCommAbort may take a while to join NCCL's threads).
+	c.abortMu.Lock()
+	defer c.abortMu.Unlock()
 	if err := c.nc.Abort(); err != nil && !errors.Is(err, nccl.ErrClosed) {
 		return fmt.Errorf("ncclcomm: rank %d: abort: %w", c.rank, err)
 	}
@@ -386,6 +390,8 @@ func (c *Comm) Close() error {
 		}
 		return c.nc.Destroy()
 	})
+	c.abortMu.Lock() // an Abort from another goroutine has finished
+	c.abortMu.Unlock()
 	c.exec.Stop()
 	if err != nil {
 		return fmt.Errorf("ncclcomm: rank %d: close comm %q: %w", c.rank, c.name, err)

@@ -106,6 +106,7 @@ type Comm struct {
 	barrier      cudadrv.DevicePtr // one int32 for Barrier
 
 	seq     atomic.Uint64
+	abortMu sync.Mutex // held while ncclCommAbort runs
 	closeMu sync.Mutex
 	closed  atomic.Bool
 }
