@@ -333,6 +333,29 @@ func (c *Comm) Abort() error {
 	return nil
 }
 
+// AbortAsync is Abort with ncclCommAbort on a goroutine of its own: c is
+// closed to its callers at once (ErrClosed), and the channel gets the
+// abort's result. ncclCommAbort raises the communicator's abort flag first,
+// which ends its kernels; joining NCCL's threads afterwards can take half a
+// second, which nothing needs to wait for.
+func (c *Comm) AbortAsync() <-chan error {
+	done := make(chan error, 1)
+	h := c.h.Swap(0)
+	if h == 0 {
+		done <- ErrClosed
+		return done
+	}
+	go func() {
+		defer c.release()
+		if r := cAbort(h); r != Success {
+			done <- newError("ncclCommAbort", r, 0)
+			return
+		}
+		done <- nil
+	}()
+	return done
+}
+
 // release frees the C memory c held for NCCL.
 func (c *Comm) release() {
 	c.cfg.free()

@@ -215,3 +215,11 @@ func TestUniqueIDFromBytes(t *testing.T) {
 		t.Error("a 64-byte id should fail")
 	}
 }
+
+// AbortAsync of a communicator already closed answers ErrClosed at once.
+func TestAbortAsyncClosed(t *testing.T) {
+	var c Comm
+	if err := <-c.AbortAsync(); !errors.Is(err, ErrClosed) {
+		t.Errorf("AbortAsync of a closed communicator: %v, want ErrClosed", err)
+	}
+}

@@ -308,9 +308,27 @@ func (c *Comm) abortWhenDone(ctx context.Context) (stop func()) {
 	}
 	s := context.AfterFunc(ctx, func() {
 		c.log.Warn("context ended during a collective: aborting the NCCL communicator", "err", ctx.Err())
-		c.nc.Abort()
+		c.abortInBackground()
 	})
 	return func() { s() }
+}
+
+// abortInBackground starts ncclCommAbort and returns at once: the
+// communicator is closed to collectives from now on and its kernels stop as
+// soon as NCCL raises its abort flag, but the rest of ncclCommAbort (joining
+// NCCL's threads, now and then half a second) runs on a goroutine, so that
+// a failed collective returns and recovery starts without waiting for it.
+// abortMu is held until it is done; Close waits for it. Nothing is started
+// when an abort is already running.
+func (c *Comm) abortInBackground() {
+	if !c.abortMu.TryLock() {
+		return // an abort is in flight
+	}
+	done := c.nc.AbortAsync()
+	go func() {
+		<-done
+		c.abortMu.Unlock()
+	}()
 }
 
 // wait polls the stream until its work is complete, like nccl-tests: a
@@ -335,11 +353,11 @@ func (c *Comm) wait(ctx context.Context) error {
 			start = time.Now()
 		}
 		if err := ctx.Err(); err != nil {
-			c.nc.Abort()
+			c.abortInBackground()
 			return fmt.Errorf("collective did not complete: %w (the NCCL communicator was aborted)", err)
 		}
 		if err := c.nc.AsyncError(); err != nil && !errors.Is(err, nccl.InProgress) {
-			c.nc.Abort()
+			c.abortInBackground()
 			return fmt.Errorf("%w (the NCCL communicator was aborted)", err)
 		}
 		if time.Since(start) > pollSpin {
