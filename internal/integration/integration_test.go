@@ -189,3 +189,17 @@ func TestLaunchHelpDocumentsEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+// A worker that closes its output and runs on has not exited: the agent
+// waits for its real exit status instead of taking the pipes' EOF for it
+// (launcher/exitearly.go checks /proc).
+func TestClosedOutputIsNoExit(t *testing.T) {
+	r := launch(t, time.Minute, "launch", "--nproc-per-node", "1", "--backend", "cpu", "--max-restarts", "0", "--",
+		bin.testprog, "closeout", "--code", "4", "--after", "1s")
+	if r.code != 4 {
+		t.Fatalf("exit %d, want 4 (the worker's status after it closed its output)\nstderr:\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "exit status 4") {
+		t.Errorf("stderr does not name exit status 4:\n%s", r.stderr)
+	}
+}

@@ -9,6 +9,7 @@
 //	restart --mark FILE     rank 1 dies once; time the restart (restart.go)
 //	hang --fault F          a training loop where one rank misbehaves at one step (hang.go)
 //	plain --go FILE         rank 1 exits once FILE exists; no worker library (plain.go)
+//	closeout --code C       close stdout and stderr, run on a while, then exit with C
 //
 // Started as a hot standby (gotrain launch --standby), every mode first
 // prints "standby pid=P slot=S unix_ns=T".
@@ -55,6 +56,8 @@ func main() {
 		err = restartMode(ctx, args)
 	case "plain":
 		err = plainMode(args)
+	case "closeout":
+		err = closeoutMode(args)
 	case "env":
 		for _, kv := range os.Environ() {
 			if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "GOTRAIN_") || strings.HasPrefix(name, "TORCHELASTIC_") ||
@@ -114,5 +117,21 @@ func sleepMode(args []string) error {
 	}
 	fmt.Println("sleeping")
 	time.Sleep(time.Hour)
+	return nil
+}
+
+// closeoutMode closes its output pipes and runs on before it exits with
+// --code: the agent sees the pipes' EOF while the process is alive, which
+// must not pass for its exit (launcher/exitearly.go).
+func closeoutMode(args []string) error {
+	fs := flag.NewFlagSet("closeout", flag.ExitOnError)
+	code := fs.Int("code", 4, "exit status")
+	after := fs.Duration("after", time.Second, "how long to run on after closing the output")
+	_ = fs.Parse(args)
+	fmt.Println("closing stdout and stderr")
+	_ = syscall.Close(1)
+	_ = syscall.Close(2)
+	time.Sleep(*after)
+	os.Exit(*code)
 	return nil
 }
