@@ -68,6 +68,21 @@ if [[ -x "$BIN"/mnist && -n ${MNIST_DATA:-} ]]; then
 	step mnist-nccl "$BIN"/gotrain launch --gpus "$GPUS" --backend nccl -- "$BIN"/mnist --data "$MNIST_DATA" --epochs 1 --limit 20000
 fi
 step bench-allreduce-compare env BIN="$BIN" GPUS="$GPUS" RESULTS_DIR="$REPORT_DIR" bash bench/gpu_allreduce.sh
+# examples/mlp on the GPU (one step matches the CPU, ranks bitwise equal).
+if [[ -x "$BIN"/examples_mlp.test ]]; then
+	step test-examples_mlp bash -c 'cd examples/mlp && "$1" -test.v -test.count=1' _ "$(readlink -f "$BIN"/examples_mlp.test)"
+fi
+# Restarts (both modes, with the default hot standbys): one quick run each.
+if [[ -x "$BIN"/testprog ]]; then
+	step restart-quick env BIN="$BIN" GPUS="$GPUS" STANDBY=0 SPLIT_AB=0 BUDGET=30 RESULTS_DIR="$REPORT_DIR" bash bench/restart_quick.sh
+fi
+# PyTorch, unchanged, under gotrain launch: torchrun's set_device(LOCAL_RANK)
+# idiom and a restart (the anchor), and a hang named from NCCL's RAS alone.
+PY=${PY:-/opt/torch/.venv/bin/python}
+if "$PY" -c 'import torch' 2>/dev/null; then
+	step torch-restart bash -c 'rm -f /tmp/gt_crash_ts; "$1" launch --gpus "$2" --max-restarts 1 --grace-period 5s -- "$3" bench/anchors/torch_restart.py' _ "$BIN/gotrain" "$GPUS" "$PY"
+	step torch-hang env BIN="$BIN" PY="$PY" RESULT="$REPORT_DIR/hang-torch.md" bash bench/hang_torch.sh
+fi
 
 {
 	echo "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')"
