@@ -2,7 +2,10 @@
 # Everything GPU that CI cannot run, in one go on the GPU machine: the GPU test
 # binaries `make gpu` built (bin/*.test), the hand-off overhead of the NCCL
 # backend, `gotrain bench` for every collective and several dtypes and ops
-# (results checked), and the all-reduce comparison of bench/gpu_allreduce.sh.
+# (results checked), the all-reduce comparison of bench/gpu_allreduce.sh,
+# examples/mlp's GPU tests, one quick restart run of each mode, and, where
+# python has torch, an unchanged PyTorch program under gotrain launch (a
+# restart, and a hang named from NCCL's RAS).
 # Writes REPORT_DIR/report.md (default bench/results/gpu-check) with one log
 # per step beside it, and exits non-zero when anything failed.
 #
