@@ -283,9 +283,9 @@ type agent struct {
 	workers  map[int]*workerProc          // by rank, current generation only
 	exits    chan *workerProc
 	attached chan struct{}  // a worker attached (hub.onAttach); buffered, coalesced
-	procs    sync.WaitGroup // every worker and standby process started, until reaped
+	procs    sync.WaitGroup // every rank's process (spawned or taken from a standby), until reaped
 	stopping syscall.Signal // the signal that is stopping the job, 0 if none
-	sb       *standbys      // hot standbys (standby.go); nil without --standby
+	sb       *standbys      // hot standbys (standby.go); nil when they are off
 }
 
 func (a *agent) run(ctx context.Context) error {

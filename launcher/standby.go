@@ -87,12 +87,13 @@ type standbys struct {
 	log  *slog.Logger
 	warn io.Writer // where the user reads warnings
 	// waitAttach (StandbyAuto): no standby starts until every worker of a
-	// generation has attached; the agent's loop clears it (auto.go's
-	// confirmAttached). Owned by the agent's loop.
+	// generation has attached; the agent's loop clears it
+	// (workersAttached). Owned by the agent's loop.
 	waitAttach bool
 }
 
-// startStandbys turns the pool on (with --standby) and returns the function
+// startStandbys turns the pool on (--standby on, or auto on the NCCL
+// backend) and returns the function
 // that kills every unassigned standby and waits for them, for the end of
 // the job.
 func (a *agent) startStandbys(ctx context.Context) (stop func()) {

@@ -368,27 +368,28 @@ func eccNote(rep *Report) string {
 }
 
 func tempSummary(rep *Report) string {
-	var parts []string
-	for _, g := range rep.GPUs {
-		if g.Sample.TempC >= 0 {
-			parts = append(parts, fmt.Sprintf("GPU%d %d °C (slowdown %d °C)", g.Index, g.Sample.TempC, g.Sample.SlowdownTempC))
-		}
-	}
-	if len(parts) == 0 {
-		return "temperature not reported"
-	}
-	return strings.Join(parts, ", ")
+	return perGPU(rep, "temperature not reported", func(g GPU) (string, bool) {
+		return fmt.Sprintf("GPU%d %d °C (slowdown %d °C)", g.Index, g.Sample.TempC, g.Sample.SlowdownTempC), g.Sample.TempC >= 0
+	})
 }
 
 func powerSummary(rep *Report) string {
+	return perGPU(rep, "power not reported", func(g GPU) (string, bool) {
+		return fmt.Sprintf("GPU%d %.0f W / %.0f W", g.Index, g.Sample.PowerW, g.Sample.PowerLimitW), g.Sample.PowerW >= 0
+	})
+}
+
+// perGPU joins what part says of each GPU that reports it, or returns none
+// when no GPU does.
+func perGPU(rep *Report, none string, part func(GPU) (string, bool)) string {
 	var parts []string
 	for _, g := range rep.GPUs {
-		if g.Sample.PowerW >= 0 {
-			parts = append(parts, fmt.Sprintf("GPU%d %.0f W / %.0f W", g.Index, g.Sample.PowerW, g.Sample.PowerLimitW))
+		if p, ok := part(g); ok {
+			parts = append(parts, p)
 		}
 	}
 	if len(parts) == 0 {
-		return "power not reported"
+		return none
 	}
 	return strings.Join(parts, ", ")
 }
