@@ -66,7 +66,47 @@ type DataParallelConfig struct {
 	// MLP's step ~50 µs slower: the urgent updates take SMs from the weight
 	// GEMMs they overlap (bench/results/mlp-quick-*.txt).
 	HighPriorityUpdate bool
-	Logger             *slog.Logger // may be nil (then discard)
+	// Transport is how device buffers travel between ranks: TransportAuto
+	// (the zero value) uses the copy engines for two ranks on one node that
+	// can map each other's memory and NCCL otherwise; see Transport.
+	Transport Transport
+	Logger    *slog.Logger // may be nil (then discard)
+}
+
+// Transport chooses how DataParallel moves device gradients.
+type Transport int
+
+const (
+	// TransportAuto: TransportCopyEngine where it works (two ranks of one
+	// node, fp32 reduction), else TransportNCCL.
+	TransportAuto Transport = iota
+	// TransportNCCL: NCCL's all-reduce (its kernels, on SMs).
+	TransportNCCL
+	// TransportCopyEngine: for two ranks of one node, each copies its
+	// gradients into the other GPU's memory with a copy engine and a small
+	// kernel adds them (package pairreduce): SMs only for the addition.
+	// NewDataParallel and Close are then collective. An error when the two
+	// ranks cannot map each other's memory, or with BF16.
+	TransportCopyEngine
+)
+
+var transportNames = [...]string{TransportAuto: "auto", TransportNCCL: "nccl", TransportCopyEngine: "copy-engine"}
+
+func (t Transport) String() string {
+	if int(t) < len(transportNames) {
+		return transportNames[t]
+	}
+	return fmt.Sprintf("Transport(%d)", int(t))
+}
+
+// ParseTransport parses "auto", "nccl" or "copy-engine".
+func ParseTransport(s string) (Transport, error) {
+	for t, name := range transportNames {
+		if s == name {
+			return Transport(t), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown transport %q: want auto, nccl or copy-engine", s)
 }
 
 // DeviceKernels is the element-wise GPU work DataParallel needs beyond NCCL,
@@ -94,6 +134,10 @@ func (cfg *DataParallelConfig) validate() error {
 		return fmt.Errorf("worker: DataParallel: bucket size %d bytes, want more than 0", cfg.BucketBytes)
 	case cfg.AccumulationSteps < 0:
 		return fmt.Errorf("worker: DataParallel: %d accumulation steps, want 1 or more", cfg.AccumulationSteps)
+	case cfg.Transport < TransportAuto || cfg.Transport > TransportCopyEngine:
+		return fmt.Errorf("worker: DataParallel: unknown %v", cfg.Transport)
+	case cfg.Transport == TransportCopyEngine && cfg.BF16:
+		return errors.New("worker: DataParallel: the copy-engine transport moves float32 gradients; drop BF16 or use the NCCL transport")
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/gotrain/gotrain/internal/cudadrv"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
+	"github.com/gotrain/gotrain/worker/pairreduce"
 )
 
 // deviceEngine reduces device buffers with NCCL on the communicator's
@@ -42,6 +43,14 @@ type deviceEngine struct {
 	upd       cudadrv.Stream
 	reducedEv []cudadrv.Event
 	updDoneEv cudadrv.Event
+
+	// The copy-engine transport (nil: NCCL): the stream of the copies to
+	// the peer, the event after each bucket's copy, and the abort hook
+	// that releases streams waiting for a peer that is gone.
+	pair       *pairreduce.Pair
+	copyStream cudadrv.Stream
+	sentEv     []cudadrv.Event
+	removeHook func()
 }
 
 func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
@@ -53,12 +62,20 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 		return nil, errors.New("worker: DataParallel: BF16 and AccumulationSteps > 1 on a GPU need DataParallelConfig.Kernels")
 	}
 	e := &deviceEngine{dp: dp, nc: nc, compute: cudadrv.Stream(dp.cfg.Stream), readyEv: make([]cudadrv.Event, len(dp.bkts))}
+	if err := e.openPair(); err != nil {
+		return nil, err
+	}
 	if dp.cfg.DeferUpdate && dp.cfg.AfterReduce != nil {
 		e.relEv = make([]cudadrv.Event, len(dp.bkts))
 	}
-	separate := dp.cfg.AfterReduce != nil && !dp.cfg.SerialUpdate
+	// The pair's sums run on the update stream too, with or without an
+	// AfterReduce.
+	separate := e.pair != nil || (dp.cfg.AfterReduce != nil && !dp.cfg.SerialUpdate)
 	if separate {
 		e.reducedEv = make([]cudadrv.Event, len(dp.bkts))
+	}
+	if e.pair != nil {
+		e.sentEv = make([]cudadrv.Event, len(dp.bkts))
 	}
 	err := nc.Do(func() error {
 		if separate {
@@ -70,7 +87,13 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 				return err
 			}
 		}
-		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv} {
+		if e.pair != nil {
+			var err error
+			if e.copyStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+				return fmt.Errorf("create the copy stream: %w", err)
+			}
+		}
+		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv} {
 			for i := range evs {
 				ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
 				if err != nil {
@@ -102,6 +125,9 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 }
 
 func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
+	if e.pair != nil {
+		return e.launchPair(b, update)
+	}
 	dp := e.dp
 	bk := dp.bkts[b]
 	g := dp.grads.DevicePointer() + uintptr(4*bk.Offset)
@@ -158,8 +184,10 @@ func (e *deviceEngine) update(ctx context.Context, b int) error {
 	return e.nc.Do(func() error {
 		s := e.nc.Stream()
 		if e.upd != 0 {
-			if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
-				return err
+			if e.pair == nil { // the pair's sum is on the update stream already
+				if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
+					return err
+				}
 			}
 			s = e.upd
 		}
@@ -205,7 +233,12 @@ func (e *deviceEngine) reduce(bk Bucket, g uintptr, s cudadrv.Stream) error {
 
 func (e *deviceEngine) finish(ctx context.Context) error {
 	return e.nc.Do(func() error {
-		if err := e.doneEv.Record(e.nc.Stream()); err != nil {
+		last := e.nc.Stream()
+		if e.pair != nil {
+			e.pair.Next()
+			last = e.copyStream
+		}
+		if err := e.doneEv.Record(last); err != nil {
 			return err
 		}
 		if err := e.compute.WaitEvent(e.doneEv); err != nil {
@@ -229,13 +262,18 @@ func (e *deviceEngine) broadcast(ctx context.Context, params Buffer) error {
 }
 
 func (e *deviceEngine) close() error {
+	e.closePair()
 	return e.nc.Do(func() error {
 		e.nc.Stream().Synchronize()
 		if e.upd != 0 {
 			e.upd.Synchronize()
 			e.upd.Destroy()
 		}
-		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, {e.doneEv, e.updDoneEv}} {
+		if e.copyStream != 0 {
+			e.copyStream.Synchronize()
+			e.copyStream.Destroy()
+		}
+		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, {e.doneEv, e.updDoneEv}} {
 			for _, ev := range evs {
 				if ev != 0 {
 					ev.Destroy()

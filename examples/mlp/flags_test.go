@@ -27,6 +27,9 @@ func TestTuningFlags(t *testing.T) {
 		{"--update-priority high --chunk-first-mb 4", 0, true, ""},
 		{"--update-priority urgent", 0, false, "want normal or high"},
 		{"--chunk-first-mb -1", 0, false, "must not be negative"},
+		{"--transport copy-engine", 0, true, ""},
+		{"--transport nccl --nccl-max-ctas 8", 1, true, ""},
+		{"--transport ce", 0, false, "want auto, nccl or copy-engine"},
 	} {
 		o, err := parseFlags(strings.Fields(tc.args), io.Discard)
 		if tc.err != "" {

@@ -140,7 +140,9 @@ func TestGPURanksIdentical(t *testing.T) {
 		o    optim
 		dp   worker.DataParallelConfig
 	}{
-		{"fp32-sgd", false, optim{Kind: "sgd", LR: 0.1}, worker.DataParallelConfig{BucketBytes: 64 << 10}},
+		{"fp32-sgd-nccl", false, optim{Kind: "sgd", LR: 0.1}, worker.DataParallelConfig{BucketBytes: 64 << 10, Transport: worker.TransportNCCL}},
+		{"fp32-sgd-copy-engine", false, optim{Kind: "sgd", LR: 0.1}, worker.DataParallelConfig{BucketBytes: 64 << 10, Transport: worker.TransportCopyEngine}},
+		{"accum3-momentum-copy-engine", false, optim{Kind: "momentum", LR: 0.05, Momentum: 0.9}, worker.DataParallelConfig{BucketBytes: 64 << 10, AccumulationSteps: 3, Transport: worker.TransportCopyEngine}},
 		{"reduce-bf16-accum2-momentum", false, optim{Kind: "momentum", LR: 0.05, Momentum: 0.9}, worker.DataParallelConfig{BucketBytes: 64 << 10, BF16: true, AccumulationSteps: 2}},
 		{"bf16-gemm-adam", true, optim{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, worker.DataParallelConfig{}},
 	} {

@@ -63,6 +63,7 @@ type options struct {
 	serialUpd bool   // GPU: optimizer behind the reductions on the comm stream (A/B)
 	ctaPolicy string // NCCL CTA policy: default, efficiency or zero
 	symmetric bool   // GPU: gradients in an NCCL symmetric window
+	transport string // GPU: auto, nccl or copy-engine
 	seed      uint64
 	data      string
 	ptx       string
@@ -116,6 +117,7 @@ Flags:
 	fs.BoolVar(&o.wgFirst, "weight-grad-first", true, "backward computes each weight's gradient before the input gradient, so that its all-reduce starts a GEMM earlier (the optimizer waits for the input gradient: DataParallelConfig.DeferUpdate)")
 	fs.BoolVar(&o.serialUpd, "serial-update", false, "GPU: run each bucket's optimizer step on the communication stream, behind its all-reduce and ahead of the next (DataParallelConfig.SerialUpdate; default: a stream of its own that overlaps the next all-reduces)")
 	fs.StringVar(&o.ctaPolicy, "nccl-cta-policy", "default", "NCCL CTA policy (ncclConfig_t CTAPolicy, NCCL 2.27+): default, efficiency (fewest CTAs with decent bandwidth, for overlap with compute) or zero")
+	fs.StringVar(&o.transport, "transport", "auto", "GPU: how the gradients travel: auto (copy-engine for two ranks of one node, else nccl), nccl (NCCL's all-reduce), or copy-engine (each GPU copies its gradients into the other's memory with a copy engine and adds them: DataParallelConfig.Transport)")
 	fs.BoolVar(&o.symmetric, "nccl-symmetric", false, "GPU: allocate the gradients with ncclMemAlloc and register them as a symmetric window (NCCL 2.27+), so NCCL may reduce them with its symmetric-memory kernels; needs NCCL_CUMEM_ENABLE=1 in the environment")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
 	fs.StringVar(&o.data, "data", "", "mnist: directory of the MNIST IDX .gz files (default: the GoMNIST module's data/)")
@@ -161,6 +163,8 @@ Flags:
 		return o, fmt.Errorf("--update-priority %q: want normal or high", o.updPrio)
 	case o.chunk0MB < 0:
 		return o, errors.New("--chunk-first-mb must not be negative")
+	case !validTransport(o.transport):
+		return o, fmt.Errorf("--transport %q: want auto, nccl or copy-engine", o.transport)
 	case !validCTAPolicy(o.ctaPolicy):
 		return o, fmt.Errorf("--nccl-cta-policy %q: want default, efficiency or zero", o.ctaPolicy)
 	case o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0 || o.chunkMB < 0:
@@ -206,6 +210,17 @@ func (o options) commOptions() []worker.CommOption {
 		opts = append(opts, worker.WithNCCLCTAPolicy(p))
 	}
 	return opts
+}
+
+func validTransport(s string) bool {
+	_, err := worker.ParseTransport(s)
+	return err == nil
+}
+
+// transport is the parsed --transport (validated by parseFlags).
+func transport(s string) worker.Transport {
+	t, _ := worker.ParseTransport(s)
+	return t
 }
 
 func validCTAPolicy(s string) bool {
@@ -270,6 +285,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		DP: worker.DataParallelConfig{
 			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
 			DeferUpdate: o.wgFirst, SerialUpdate: o.serialUpd, HighPriorityUpdate: o.updPrio == "high",
+			Transport: transport(o.transport),
 		},
 		Device:   ncclcomm.DeviceFor(w.GPU, os.Getenv),
 		NoReduce: o.noReduce, BlasSMTarget: o.blasSM, Symmetric: o.symmetric,

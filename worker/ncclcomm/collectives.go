@@ -324,6 +324,7 @@ func (c *Comm) abortInBackground() {
 	if !c.abortMu.TryLock() {
 		return // an abort is in flight
 	}
+	c.runAbortHooks()
 	done := c.nc.AbortAsync()
 	go func() {
 		<-done
@@ -378,6 +379,7 @@ func (c *Comm) Abort() error {
 	// and the thread (ncclCommAbort may take a while to join NCCL's threads).
 	c.abortMu.Lock()
 	defer c.abortMu.Unlock()
+	c.runAbortHooks()
 	if err := c.nc.Abort(); err != nil && !errors.Is(err, nccl.ErrClosed) {
 		return fmt.Errorf("ncclcomm: rank %d: abort: %w", c.rank, err)
 	}

@@ -107,6 +107,7 @@ type Comm struct {
 
 	seq     atomic.Uint64
 	abortMu sync.Mutex // held while ncclCommAbort runs
+	onAbort abortHooks
 	closeMu sync.Mutex
 	closed  atomic.Bool
 }

@@ -1,0 +1,118 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/worker/pairreduce"
+)
+
+// The copy-engine transport of deviceEngine (package pairreduce): each
+// bucket is copied to the peer on the copy stream as soon as backward has
+// produced it; its sum with the peer's copy, and then AfterReduce, run on
+// the update stream once the peer's copy has arrived and this rank's own
+// has left (the sum overwrites the gradients the copy reads).
+
+// pairCloseWait bounds how long close waits for the streams before it
+// releases them (the peer is gone) and for the peer to reach its own close.
+const pairCloseWait = 5 * time.Second
+
+// openPair sets up the copy-engine transport when the config allows it and
+// the ranks can map each other's memory; with TransportAuto, falls back to
+// NCCL (and says why) when they cannot.
+func (e *deviceEngine) openPair() error {
+	dp := e.dp
+	want := dp.cfg.Transport
+	if want == TransportNCCL || (want == TransportAuto && (dp.c.Size() != 2 || dp.cfg.BF16)) {
+		return nil
+	}
+	p, err := pairreduce.Open(context.Background(), e.nc, e.nc.Do, dp.grads.Len(), len(dp.bkts))
+	var unavailable *pairreduce.UnavailableError
+	switch {
+	case err == nil:
+		e.pair = p
+		e.removeHook = e.nc.OnAbort(p.Release)
+		dp.log.Info("gradients are averaged over the copy engines", "rank", dp.c.Rank(), "transport", TransportCopyEngine)
+		return nil
+	case errors.As(err, &unavailable) && want == TransportAuto:
+		dp.log.Info("gradients are averaged with NCCL", "rank", dp.c.Rank(), "transport", TransportNCCL, "why_not_copy_engine", unavailable.Reason)
+		return nil
+	default:
+		return fmt.Errorf("worker: DataParallel: %w", err)
+	}
+}
+
+func (e *deviceEngine) launchPair(b int, update bool) error {
+	dp := e.dp
+	bk := dp.bkts[b]
+	g := cudadrv.DevicePtr(dp.grads.DevicePointer())
+	scale := float32(1 / float64(dp.c.Size()*dp.cfg.AccumulationSteps))
+	return e.nc.Do(func() error {
+		if err := e.readyEv[b].Record(e.compute); err != nil {
+			return err
+		}
+		if err := e.copyStream.WaitEvent(e.readyEv[b]); err != nil {
+			return err
+		}
+		if err := e.pair.Send(b, bk.Offset, bk.Len, g, e.copyStream); err != nil {
+			return err
+		}
+		if err := e.sentEv[b].Record(e.copyStream); err != nil {
+			return err
+		}
+		if err := e.upd.WaitEvent(e.sentEv[b]); err != nil {
+			return err
+		}
+		if err := e.pair.Sum(b, bk.Offset, bk.Len, g, scale, e.upd); err != nil {
+			return err
+		}
+		if !update {
+			return nil
+		}
+		return dp.cfg.AfterReduce(bk, uintptr(e.upd))
+	})
+}
+
+// closePair waits for this rank's copies and sums (releasing them if the
+// peer is gone), then for the peer to get as far (a barrier, which fails at
+// once on an aborted communicator), so that neither rank frees memory the
+// other still writes into.
+func (e *deviceEngine) closePair() {
+	if e.pair == nil {
+		return
+	}
+	e.removeHook()
+	deadline := time.Now().Add(pairCloseWait)
+	idle := func() bool {
+		var done bool
+		_ = e.nc.Do(func() error {
+			a, _ := e.copyStream.Done()
+			b, _ := e.upd.Done()
+			done = a && b
+			return nil
+		})
+		return done
+	}
+	for !idle() {
+		if time.Now().After(deadline) {
+			e.dp.log.Warn("the copy-engine transport's streams still wait for the peer: releasing them", "rank", e.dp.c.Rank())
+			e.pair.Release()
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pairCloseWait)
+	defer cancel()
+	if err := e.nc.Barrier(ctx); err != nil {
+		e.dp.log.Debug("no barrier with the peer before freeing the inbox", "err", err)
+	}
+	_ = e.nc.Do(func() error {
+		_ = e.copyStream.Synchronize()
+		_ = e.upd.Synchronize()
+		return e.pair.Close()
+	})
+	e.pair = nil
+}

@@ -1,0 +1,213 @@
+package pairreduce
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/worker/comm/commtest"
+	"github.com/gotrain/gotrain/worker/ncclcomm"
+)
+
+// The GPU tests need two GPUs and skip without them (make gpu builds the
+// binary; bench/gpu_check.sh runs it). Both ranks run in this process, so
+// they share pointers; examples/mlp's runs under gotrain launch take the
+// CUDA IPC path between processes.
+
+func twoRanks(t *testing.T) []*ncclcomm.Comm {
+	t.Helper()
+	drv, err := cudadrv.Load()
+	if err != nil {
+		t.Skip(err)
+	}
+	if n, err := drv.DeviceCount(); err != nil || n < 2 {
+		t.Skip("needs 2 GPUs")
+	}
+	store := commtest.NewMemStore()
+	cs := make([]*ncclcomm.Comm, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			cs[r], errs[r] = ncclcomm.New(t.Context(), ncclcomm.Config{Name: "pair-test", Rank: r, Size: 2, Device: r, Store: store})
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	})
+	return cs
+}
+
+func openBoth(t *testing.T, cs []*ncclcomm.Comm, n, buckets int) []*Pair {
+	t.Helper()
+	ps := make([]*Pair, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Go(func() { ps[r], errs[r] = Open(t.Context(), c, c.Do, n, buckets) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return ps
+}
+
+// value is rank r's gradient element i at step s: different on each rank
+// and step, with a fraction, so that the sum rounds.
+func value(r, s, i int) float32 {
+	return float32(math.Sin(float64(i+1)*0.37+float64(s)) * float64(1+r) * 1.3e-3)
+}
+
+// Several steps over uneven buckets (one not a multiple of four elements,
+// one at an odd offset): every element is (own + peer's) / 2 as float32
+// arithmetic computes it, on both ranks, bitwise.
+func TestGPUPairAverages(t *testing.T) {
+	cs := twoRanks(t)
+	sizes := []int{1<<20 + 3, 4096, 777_777}
+	n := 0
+	for _, s := range sizes {
+		n += s
+	}
+	ps := openBoth(t, cs, n, len(sizes))
+	const steps = 4
+	got := make([][]float32, 2)
+	errs := make([]error, 2)
+	for s := 1; s <= steps; s++ {
+		var wg sync.WaitGroup
+		for r, c := range cs {
+			wg.Go(func() {
+				got[r] = make([]float32, n)
+				errs[r] = c.Do(func() error {
+					return runStep(ps[r], r, s, sizes, got[r])
+				})
+			})
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("step %d rank %d: %v", s, r, err)
+			}
+		}
+		for i := range n {
+			want := (value(0, s, i) + value(1, s, i)) * 0.5
+			if math.Float32bits(got[0][i]) != math.Float32bits(want) || math.Float32bits(got[1][i]) != math.Float32bits(want) {
+				t.Fatalf("step %d element %d: rank 0 %v, rank 1 %v, want %v", s, i, got[0][i], got[1][i], want)
+			}
+		}
+	}
+	for r, c := range cs {
+		if err := c.Do(ps[r].Close); err != nil {
+			t.Errorf("rank %d: close: %v", r, err)
+		}
+	}
+}
+
+// runStep fills rank r's gradients for step s, reduces them bucket by
+// bucket as DataParallel does (copies on one stream, sums on another) and
+// reads the result back into out.
+func runStep(p *Pair, r, s int, sizes []int, out []float32) error {
+	n := len(out)
+	host := make([]float32, n)
+	for i := range host {
+		host[i] = value(r, s, i)
+	}
+	g, err := cudadrv.MemAlloc(4 * n)
+	if err != nil {
+		return err
+	}
+	defer g.Free()
+	if err := cudadrv.CopyToDevice(g, host); err != nil {
+		return err
+	}
+	cp, err := cudadrv.NewStream(cudadrv.StreamNonBlocking)
+	if err != nil {
+		return err
+	}
+	defer cp.Destroy()
+	sum, err := cudadrv.NewStream(cudadrv.StreamNonBlocking)
+	if err != nil {
+		return err
+	}
+	defer sum.Destroy()
+	off := 0
+	for b, size := range sizes {
+		if err := p.Send(b, off, size, g, cp); err != nil {
+			return err
+		}
+		sent, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
+		if err != nil {
+			return err
+		}
+		defer sent.Destroy()
+		if err := sent.Record(cp); err != nil {
+			return err
+		}
+		if err := sum.WaitEvent(sent); err != nil {
+			return err
+		}
+		if err := p.Sum(b, off, size, g, 0.5, sum); err != nil {
+			return err
+		}
+		off += size
+	}
+	p.Next()
+	if err := sum.Synchronize(); err != nil {
+		return err
+	}
+	return cudadrv.CopyFromDevice(out, g)
+}
+
+// A rank whose peer never sends waits on the device; Release (what an
+// abort of the communicator runs) lets it go on.
+func TestGPUPairReleaseUnblocks(t *testing.T) {
+	cs := twoRanks(t)
+	ps := openBoth(t, cs, 1024, 1)
+	var sum cudadrv.Stream
+	err := cs[0].Do(func() error {
+		var err error
+		if sum, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+			return err
+		}
+		g, err := cudadrv.MemAlloc(4 * 1024)
+		if err != nil {
+			return err
+		}
+		return ps[0].Sum(0, 0, 1024, g, 0.5, sum)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := func() bool {
+		var d bool
+		cs[0].Do(func() error { d, err = sum.Done(); return err })
+		return d
+	}
+	time.Sleep(100 * time.Millisecond)
+	if done() {
+		t.Fatal("the sum ran although the peer never sent its gradients")
+	}
+	ps[0].Release()
+	deadline := time.Now().Add(10 * time.Second)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream still waits 10 s after Release")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for r, c := range cs {
+		c.Do(ps[r].Close)
+	}
+}

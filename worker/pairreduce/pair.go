@@ -1,0 +1,364 @@
+// Package pairreduce averages a float32 gradient buffer between the two GPUs
+// of a two-rank job on one node with the GPUs' copy engines instead of
+// NCCL's kernels. Each rank copies a bucket of its gradients into an inbox
+// in the other GPU's memory (cuMemcpyDtoDAsync over NVLink or PCIe peer to
+// peer: a copy engine, no SM), raises a flag there (cuStreamWriteValue32),
+// and once the peer's copy has arrived (cuStreamWaitValue32 on its own
+// flag) adds the two with one small kernel, g = (g + inbox) / 2. For two
+// ranks that moves the same bytes as NCCL's ring all-reduce, but the SMs
+// are needed only for the addition: NCCL keeps up to 24 CTAs resident for
+// the whole transfer, and on 2 × H200 they slowed the backward GEMMs they
+// overlap by up to 45 % (bench/results/mlp-trace-2026-11-30.txt).
+//
+// It is written here because no library offers it: NCCL has no all-reduce
+// without CTAs (its zero-CTA mode covers copies only, on symmetric
+// windows, from 2.28 on), and Go has no CUDA IPC binding.
+//
+// Flags are per bucket and count steps, so nothing is reset between steps:
+// a rank's copy of bucket b for step s waits until the peer has consumed
+// bucket b of step s-1 (its inbox is free), and its addition waits until
+// the peer's copy of step s has arrived. Both ranks compute own + peer's,
+// the same two numbers (IEEE addition is commutative), so their gradients
+// stay bitwise identical.
+package pairreduce
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+
+	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/worker/comm"
+)
+
+// pairPTX is kernels/pair.cu compiled by `make ptx`.
+//
+//go:embed kernels/pair.ptx
+var pairPTX string
+
+// processID tells two ranks of one process (tests, or a program driving
+// both GPUs) from two processes: the first share pointers directly, the
+// second through CUDA IPC, which cannot open a process's own handles.
+var processID = rand.Uint64()
+
+// UnavailableError is Open's answer when the two ranks cannot map each
+// other's memory; the caller reduces with NCCL instead. Both ranks get one.
+type UnavailableError struct {
+	Rank   int    // the rank that reports it
+	Reason string // why, e.g. "rank 1 is on another node"
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("pairreduce: rank %d: the copy-engine reduction is not available: %s", e.Rank, e.Reason)
+}
+
+// Pair is one rank's side of the reduction. Its methods other than Open
+// and Release run on the thread where the device's context is current (the
+// do function Open was given) and enqueue without waiting.
+type Pair struct {
+	rank, buckets int
+	cuctx         cudadrv.Context
+
+	alloc    cudadrv.DevicePtr // inbox, then the flags: arrived[buckets], consumed[buckets]
+	flagsOff int               // bytes from the allocation's start to the flags
+	peer     cudadrv.DevicePtr // the peer's allocation, mapped here
+	mapped   bool              // peer came from IPCOpenMemHandle (else a pointer of this process)
+	retained *cudadrv.Device   // the peer's device, whose primary context we retained
+
+	mod cudadrv.Module
+	sum cudadrv.Function
+	sms int
+
+	step     atomic.Uint32 // the step being reduced, from 1
+	released atomic.Bool
+}
+
+// record is what a rank tells its peer: how to map its allocation and where
+// it runs.
+type record struct {
+	handle  cudadrv.IPCMemHandle
+	ptr     uint64
+	node    uint64 // hash of host name and boot id
+	process uint64
+	busID   string
+}
+
+const (
+	recordBytes = 64 + 8 + 8 + 8 + 24
+	busIDBytes  = 24
+)
+
+func (r record) encode() []int32 {
+	b := make([]byte, 0, recordBytes)
+	b = append(b, r.handle[:]...)
+	b = binary.LittleEndian.AppendUint64(b, r.ptr)
+	b = binary.LittleEndian.AppendUint64(b, r.node)
+	b = binary.LittleEndian.AppendUint64(b, r.process)
+	var bus [busIDBytes]byte
+	copy(bus[:], r.busID)
+	b = append(b, bus[:]...)
+	out := make([]int32, recordBytes/4)
+	for i := range out {
+		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+func decode(w []int32) record {
+	b := make([]byte, 0, recordBytes)
+	for _, v := range w {
+		b = binary.LittleEndian.AppendUint32(b, uint32(v))
+	}
+	var r record
+	copy(r.handle[:], b[:64])
+	r.ptr = binary.LittleEndian.Uint64(b[64:])
+	r.node = binary.LittleEndian.Uint64(b[72:])
+	r.process = binary.LittleEndian.Uint64(b[80:])
+	r.busID = strings.TrimRight(string(b[88:88+busIDBytes]), "\x00")
+	return r
+}
+
+// nodeID identifies this boot of this machine: ranks with equal ids can
+// share device memory.
+func nodeID() uint64 {
+	h := fnv.New64a()
+	host, _ := os.Hostname()
+	h.Write([]byte(host))
+	if boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		h.Write(boot)
+	}
+	return h.Sum64()
+}
+
+// Open sets up rank c.Rank()'s side of the reduction of a gradient buffer
+// of elements float32 in buckets buckets: an inbox as large in device
+// memory, mapped by the peer. It is collective: both ranks of c (which must
+// have two) call it. do runs a function on the thread where the device's
+// context is current. An *UnavailableError means the peer's memory cannot
+// be mapped (another node, a GPU this process does not see, no peer path):
+// reduce with NCCL instead.
+func Open(ctx context.Context, c comm.Comm, do func(func() error) error, elements, buckets int) (*Pair, error) {
+	if c.Size() != 2 {
+		return nil, &UnavailableError{Rank: c.Rank(), Reason: fmt.Sprintf("it needs exactly 2 ranks, the communicator has %d", c.Size())}
+	}
+	if elements <= 0 || buckets <= 0 {
+		return nil, fmt.Errorf("pairreduce: %d elements in %d buckets", elements, buckets)
+	}
+	p := &Pair{rank: c.Rank(), buckets: buckets}
+	p.step.Store(1)
+	p.flagsOff = (4*elements + 255) &^ 255
+	var mine record
+	var dev cudadrv.Device
+	err := do(func() error {
+		var err error
+		if p.cuctx, err = cudadrv.CurrentContext(); err != nil {
+			return err
+		}
+		if dev, err = cudadrv.CurrentDevice(); err != nil {
+			return err
+		}
+		if mine.busID, err = dev.PCIBusID(); err != nil {
+			return err
+		}
+		if p.sms, err = dev.Attribute(cudadrv.AttrMultiprocessorCount); err != nil {
+			return err
+		}
+		if p.alloc, err = cudadrv.MemAlloc(p.flagsOff + 8*buckets); err != nil {
+			return fmt.Errorf("allocate the %d MB inbox: %w", p.flagsOff>>20, err)
+		}
+		if err = cudadrv.MemsetD32(p.alloc+cudadrv.DevicePtr(p.flagsOff), 0, 2*buckets); err != nil {
+			return err
+		}
+		if mine.handle, err = cudadrv.IPCGetMemHandle(p.alloc); err != nil {
+			return err
+		}
+		if p.mod, err = cudadrv.LoadModule(pairPTX); err != nil {
+			return fmt.Errorf("load the pair kernel: %w", err)
+		}
+		p.sum, err = p.mod.Function("pair_sum")
+		return err
+	})
+	if err != nil {
+		p.free(do)
+		return nil, fmt.Errorf("pairreduce: rank %d: %w", p.rank, err)
+	}
+	mine.ptr, mine.node, mine.process = uint64(p.alloc), nodeID(), processID
+
+	all := make([]int32, 2*recordBytes/4)
+	if err := c.AllGather(ctx, comm.Host(mine.encode()), comm.Host(all)); err != nil {
+		p.free(do)
+		return nil, fmt.Errorf("pairreduce: rank %d: exchange memory handles: %w", p.rank, err)
+	}
+	peerRank := 1 - p.rank
+	peer := decode(all[peerRank*recordBytes/4 : (peerRank+1)*recordBytes/4])
+	reason := ""
+	if err := do(func() error { reason = p.mapPeer(dev, peer, mine, peerRank); return nil }); err != nil {
+		reason = err.Error()
+	}
+	ok := []int32{1}
+	if reason != "" {
+		ok[0] = 0
+	}
+	if err := c.AllReduce(ctx, comm.Host(ok), comm.Host(ok), comm.Min); err != nil {
+		p.free(do)
+		return nil, fmt.Errorf("pairreduce: rank %d: agree on the transport: %w", p.rank, err)
+	}
+	if ok[0] == 0 {
+		p.free(do)
+		if reason == "" {
+			reason = fmt.Sprintf("rank %d cannot map this rank's memory", peerRank)
+		}
+		return nil, &UnavailableError{Rank: p.rank, Reason: reason}
+	}
+	return p, nil
+}
+
+// mapPeer maps the peer's allocation, or says why it cannot.
+func (p *Pair) mapPeer(dev cudadrv.Device, peer, mine record, peerRank int) string {
+	if peer.node != mine.node {
+		return fmt.Sprintf("rank %d is on another node", peerRank)
+	}
+	peerDev, err := cudadrv.DeviceByPCIBusID(peer.busID)
+	if err != nil {
+		return fmt.Sprintf("rank %d's GPU %s is not visible to this process (CUDA_VISIBLE_DEVICES): %v", peerRank, peer.busID, err)
+	}
+	if peerDev != dev {
+		can, err := dev.CanAccessPeer(peerDev)
+		if err != nil || !can {
+			return fmt.Sprintf("GPU %s cannot access GPU %s of rank %d peer to peer (%v)", mine.busID, peer.busID, peerRank, err)
+		}
+	}
+	if peer.process == mine.process {
+		if peerDev != dev {
+			pctx, err := peerDev.RetainPrimaryContext()
+			if err != nil {
+				return err.Error()
+			}
+			p.retained = &peerDev
+			if err := cudadrv.EnablePeerAccess(pctx); err != nil {
+				return fmt.Sprintf("enable peer access to GPU %s: %v", peer.busID, err)
+			}
+		}
+		p.peer = cudadrv.DevicePtr(peer.ptr)
+		return ""
+	}
+	ptr, err := cudadrv.IPCOpenMemHandle(peer.handle)
+	if err != nil {
+		return fmt.Sprintf("map rank %d's memory on GPU %s: %v", peerRank, peer.busID, err)
+	}
+	p.peer, p.mapped = ptr, true
+	return ""
+}
+
+// The flags, as uint32 counters of steps: arrived[b] is raised by the
+// peer when its copy of bucket b is in this rank's inbox, consumed[b] when
+// the peer has added this rank's copy from its inbox.
+func (p *Pair) arrived(base cudadrv.DevicePtr, b int) cudadrv.DevicePtr {
+	return base + cudadrv.DevicePtr(p.flagsOff+4*b)
+}
+
+func (p *Pair) consumed(base cudadrv.DevicePtr, b int) cudadrv.DevicePtr {
+	return base + cudadrv.DevicePtr(p.flagsOff+4*(p.buckets+b))
+}
+
+// Send enqueues on s the copy of elements [off, off+n) of grads into the
+// same range of the peer's inbox, once the peer has consumed bucket b of
+// the previous step, then raises the peer's arrived flag of b. grads must
+// not change until the copy is done (an event recorded on s after Send).
+func (p *Pair) Send(b, off, n int, grads cudadrv.DevicePtr, s cudadrv.Stream) error {
+	step := p.step.Load()
+	if err := s.WaitValue32(p.consumed(p.alloc, b), step-1); err != nil {
+		return err
+	}
+	at := cudadrv.DevicePtr(4 * off)
+	if err := cudadrv.CopyDeviceToDeviceAsync(p.peer+at, grads+at, 4*n, s); err != nil {
+		return err
+	}
+	return s.WriteValue32(p.arrived(p.peer, b), step)
+}
+
+// Sum enqueues on s, once the peer's bucket b of this step has arrived,
+// grads[off:off+n] = (grads + inbox) × scale, then tells the peer that its
+// copy has been consumed.
+func (p *Pair) Sum(b, off, n int, grads cudadrv.DevicePtr, scale float32, s cudadrv.Stream) error {
+	step := p.step.Load()
+	if err := s.WaitValue32(p.arrived(p.alloc, b), step); err != nil {
+		return err
+	}
+	const block = 256
+	grid := min((n/4+block-1)/block, 4*p.sms)
+	at := cudadrv.DevicePtr(4 * off)
+	err := p.sum.Launch(cudadrv.Dim3{X: uint32(max(grid, 1))}, cudadrv.Dim3{X: block}, 0, s,
+		grads+at, p.alloc+at, int64(n), scale)
+	if err != nil {
+		return err
+	}
+	return s.WriteValue32(p.consumed(p.peer, b), step)
+}
+
+// Next ends a step: later Sends and Sums belong to the next one.
+func (p *Pair) Next() { p.step.Add(1) }
+
+// Release lets every stream waiting on this rank's flags go on, as if the
+// peer had done its part for a billion steps: for an abort, when the peer
+// is gone. The sums that then run add whatever the inbox holds. It runs on
+// a thread of its own (the device's thread may be the one waiting) and can
+// be called from any goroutine.
+func (p *Pair) Release() {
+	if p.released.Swap(true) {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// The thread is never unlocked: it ends with the goroutine, and
+		// the context current on it with it.
+		runtime.LockOSThread()
+		if p.cuctx.SetCurrent() != nil {
+			return
+		}
+		s, err := cudadrv.NewStream(cudadrv.StreamNonBlocking)
+		if err != nil {
+			return
+		}
+		v := p.step.Load() + 1<<30
+		for b := range p.buckets {
+			_ = s.WriteValue32(p.arrived(p.alloc, b), v)
+			_ = s.WriteValue32(p.consumed(p.alloc, b), v)
+		}
+		_ = s.Synchronize()
+		_ = s.Destroy()
+	}()
+	<-done
+}
+
+// Close unmaps the peer's memory and frees this rank's. Call it through
+// do once neither rank will write into the other's memory again (both
+// ranks' streams done).
+func (p *Pair) Close() error {
+	var errs []error
+	if p.mapped {
+		errs = append(errs, cudadrv.IPCCloseMemHandle(p.peer))
+	}
+	if p.retained != nil {
+		errs = append(errs, p.retained.ReleasePrimaryContext())
+	}
+	if p.mod != 0 {
+		errs = append(errs, p.mod.Unload())
+	}
+	if p.alloc != 0 {
+		errs = append(errs, p.alloc.Free())
+	}
+	p.mapped, p.retained, p.mod, p.alloc = false, nil, 0, 0
+	return errors.Join(errs...)
+}
+
+func (p *Pair) free(do func(func() error) error) { _ = do(p.Close) }

@@ -1,0 +1,59 @@
+package pairreduce
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/gotrain/gotrain/worker/comm/commtest"
+	"github.com/gotrain/gotrain/worker/cpucomm"
+)
+
+func TestRecordRoundTrip(t *testing.T) {
+	var r record
+	for i := range r.handle {
+		r.handle[i] = byte(255 - i)
+	}
+	r.ptr, r.node, r.process, r.busID = 0x7f00_1234_5000, 0xdead_beef_cafe_f00d, 42, "0000:00:07.0"
+	w := r.encode()
+	if len(w) != recordBytes/4 {
+		t.Fatalf("encoded to %d words, want %d", len(w), recordBytes/4)
+	}
+	if got := decode(w); got != r {
+		t.Fatalf("decode(encode(r)) = %+v, want %+v", got, r)
+	}
+}
+
+func TestNodeIDStable(t *testing.T) {
+	if a, b := nodeID(), nodeID(); a != b || a == 0 {
+		t.Fatalf("nodeID %x then %x, want one non-zero id", a, b)
+	}
+}
+
+// Three ranks cannot pair: every rank gets an UnavailableError before any
+// CUDA call, so a job of any size can ask for the transport and fall back.
+func TestOpenNeedsTwoRanks(t *testing.T) {
+	const size = 3
+	store := commtest.NewMemStore()
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		wg.Go(func() {
+			c, err := cpucomm.New(t.Context(), cpucomm.Config{Name: "pair", Rank: r, Size: size, Host: "127.0.0.1", Store: store})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer c.Close()
+			_, errs[r] = Open(context.Background(), c, func(f func() error) error { return f() }, 1024, 1)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		var un *UnavailableError
+		if !errors.As(err, &un) || un.Rank != r {
+			t.Errorf("rank %d: %v, want an UnavailableError of rank %d", r, err, r)
+		}
+	}
+}
