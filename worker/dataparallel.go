@@ -70,7 +70,11 @@ type DataParallelConfig struct {
 	// (the zero value) uses the copy engines for two ranks on one node that
 	// can map each other's memory and NCCL otherwise; see Transport.
 	Transport Transport
-	Logger    *slog.Logger // may be nil (then discard)
+	// CopyEngineLanes is how many streams (and so copy engines) each
+	// bucket's copy is split over with TransportCopyEngine; 0 means
+	// pairreduce.DefaultLanes.
+	CopyEngineLanes int
+	Logger          *slog.Logger // may be nil (then discard)
 }
 
 // Transport chooses how DataParallel moves device gradients.
@@ -136,6 +140,8 @@ func (cfg *DataParallelConfig) validate() error {
 		return fmt.Errorf("worker: DataParallel: %d accumulation steps, want 1 or more", cfg.AccumulationSteps)
 	case cfg.Transport < TransportAuto || cfg.Transport > TransportCopyEngine:
 		return fmt.Errorf("worker: DataParallel: unknown %v", cfg.Transport)
+	case cfg.CopyEngineLanes < 0:
+		return fmt.Errorf("worker: DataParallel: %d copy-engine lanes, want 0 (the default) or more", cfg.CopyEngineLanes)
 	case cfg.Transport == TransportCopyEngine && cfg.BF16:
 		return errors.New("worker: DataParallel: the copy-engine transport moves float32 gradients; drop BF16 or use the NCCL transport")
 	}

@@ -29,7 +29,8 @@ func (e *deviceEngine) openPair() error {
 	if want == TransportNCCL || (want == TransportAuto && (dp.c.Size() != 2 || dp.cfg.BF16)) {
 		return nil
 	}
-	p, err := pairreduce.Open(context.Background(), e.nc, e.nc.Do, dp.grads.Len(), len(dp.bkts))
+	p, err := pairreduce.Open(context.Background(), e.nc, e.nc.Do,
+		pairreduce.Config{Elements: dp.grads.Len(), Buckets: len(dp.bkts), Lanes: dp.cfg.CopyEngineLanes})
 	var unavailable *pairreduce.UnavailableError
 	switch {
 	case err == nil:

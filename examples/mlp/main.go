@@ -64,6 +64,7 @@ type options struct {
 	ctaPolicy string // NCCL CTA policy: default, efficiency or zero
 	symmetric bool   // GPU: gradients in an NCCL symmetric window
 	transport string // GPU: auto, nccl or copy-engine
+	ceLanes   int    // GPU: copy-engine lanes
 	seed      uint64
 	data      string
 	ptx       string
@@ -118,6 +119,7 @@ Flags:
 	fs.BoolVar(&o.serialUpd, "serial-update", false, "GPU: run each bucket's optimizer step on the communication stream, behind its all-reduce and ahead of the next (DataParallelConfig.SerialUpdate; default: a stream of its own that overlaps the next all-reduces)")
 	fs.StringVar(&o.ctaPolicy, "nccl-cta-policy", "default", "NCCL CTA policy (ncclConfig_t CTAPolicy, NCCL 2.27+): default, efficiency (fewest CTAs with decent bandwidth, for overlap with compute) or zero")
 	fs.StringVar(&o.transport, "transport", "auto", "GPU: how the gradients travel: auto (copy-engine for two ranks of one node, else nccl), nccl (NCCL's all-reduce), or copy-engine (each GPU copies its gradients into the other's memory with a copy engine and adds them: DataParallelConfig.Transport)")
+	fs.IntVar(&o.ceLanes, "ce-lanes", 0, "GPU, copy-engine transport: streams (copy engines) each bucket's copy is split over (0: the default, 4)")
 	fs.BoolVar(&o.symmetric, "nccl-symmetric", false, "GPU: allocate the gradients with ncclMemAlloc and register them as a symmetric window (NCCL 2.27+), so NCCL may reduce them with its symmetric-memory kernels; needs NCCL_CUMEM_ENABLE=1 in the environment")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
 	fs.StringVar(&o.data, "data", "", "mnist: directory of the MNIST IDX .gz files (default: the GoMNIST module's data/)")
@@ -169,6 +171,8 @@ Flags:
 		return o, fmt.Errorf("--nccl-cta-policy %q: want default, efficiency or zero", o.ctaPolicy)
 	case o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0 || o.chunkMB < 0:
 		return o, errors.New("--layers, --hidden, --batch, --accum and --bucket-mb must be positive, --chunk-mb not negative")
+	case o.ceLanes < 0:
+		return o, fmt.Errorf("--ce-lanes %d: want 0 (the default) or more", o.ceLanes)
 	case o.trace < 0 || o.blasSM < 0:
 		return o, fmt.Errorf("--trace %d, --blas-sm-target %d: want 0 (off) or more", o.trace, o.blasSM)
 	case o.trace > o.steps:
@@ -285,7 +289,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		DP: worker.DataParallelConfig{
 			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
 			DeferUpdate: o.wgFirst, SerialUpdate: o.serialUpd, HighPriorityUpdate: o.updPrio == "high",
-			Transport: transport(o.transport),
+			Transport: transport(o.transport), CopyEngineLanes: o.ceLanes,
 		},
 		Device:   ncclcomm.DeviceFor(w.GPU, os.Getenv),
 		NoReduce: o.noReduce, BlasSMTarget: o.blasSM, Symmetric: o.symmetric,

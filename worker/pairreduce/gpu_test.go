@@ -1,6 +1,7 @@
 package pairreduce
 
 import (
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -16,7 +17,7 @@ import (
 // they share pointers; examples/mlp's runs under gotrain launch take the
 // CUDA IPC path between processes.
 
-func twoRanks(t *testing.T) []*ncclcomm.Comm {
+func twoRanks(t testing.TB) []*ncclcomm.Comm {
 	t.Helper()
 	drv, err := cudadrv.Load()
 	if err != nil {
@@ -48,13 +49,13 @@ func twoRanks(t *testing.T) []*ncclcomm.Comm {
 	return cs
 }
 
-func openBoth(t *testing.T, cs []*ncclcomm.Comm, n, buckets int) []*Pair {
+func openBoth(t testing.TB, cs []*ncclcomm.Comm, cfg Config) []*Pair {
 	t.Helper()
 	ps := make([]*Pair, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r, c := range cs {
-		wg.Go(func() { ps[r], errs[r] = Open(t.Context(), c, c.Do, n, buckets) })
+		wg.Go(func() { ps[r], errs[r] = Open(t.Context(), c, c.Do, cfg) })
 	}
 	wg.Wait()
 	for r, err := range errs {
@@ -81,7 +82,13 @@ func TestGPUPairAverages(t *testing.T) {
 	for _, s := range sizes {
 		n += s
 	}
-	ps := openBoth(t, cs, n, len(sizes))
+	for _, lanes := range []int{1, 3} {
+		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) { testAverages(t, cs, sizes, n, lanes) })
+	}
+}
+
+func testAverages(t *testing.T, cs []*ncclcomm.Comm, sizes []int, n, lanes int) {
+	ps := openBoth(t, cs, Config{Elements: n, Buckets: len(sizes), Lanes: lanes})
 	const steps = 4
 	got := make([][]float32, 2)
 	errs := make([]error, 2)
@@ -174,7 +181,7 @@ func runStep(p *Pair, r, s int, sizes []int, out []float32) error {
 // abort of the communicator runs) lets it go on.
 func TestGPUPairReleaseUnblocks(t *testing.T) {
 	cs := twoRanks(t)
-	ps := openBoth(t, cs, 1024, 1)
+	ps := openBoth(t, cs, Config{Elements: 1024, Buckets: 1})
 	var sum cudadrv.Stream
 	err := cs[0].Do(func() error {
 		var err error
@@ -209,5 +216,133 @@ func TestGPUPairReleaseUnblocks(t *testing.T) {
 	}
 	for r, c := range cs {
 		c.Do(ps[r].Close)
+	}
+}
+
+// BenchmarkGPUPairReduce averages 64 MiB between the two GPUs, both ranks
+// at once as in training, over 1 to 8 copy lanes: what one bucket costs
+// with nothing beside it. b.SetBytes counts one rank's gradients.
+func BenchmarkGPUPairReduce(b *testing.B) {
+	cs := twoRanks(b)
+	const n = 16 << 20
+	for _, lanes := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("lanes=%d", lanes), func(b *testing.B) {
+			ps := openBoth(b, cs, Config{Elements: n, Buckets: 1, Lanes: lanes})
+			bufs := make([]cudadrv.DevicePtr, 2)
+			streams := make([][2]cudadrv.Stream, 2)
+			for r, c := range cs {
+				err := c.Do(func() error {
+					var err error
+					if bufs[r], err = cudadrv.MemAlloc(4 * n); err != nil {
+						return err
+					}
+					for i := range streams[r] {
+						if streams[r][i], err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+							return err
+						}
+					}
+					return cudadrv.MemsetD32(bufs[r], 0x3f800000, n)
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.SetBytes(4 * n)
+			b.ResetTimer()
+			for range b.N {
+				var wg sync.WaitGroup
+				for r, c := range cs {
+					wg.Go(func() {
+						err := c.Do(func() error {
+							cp, sum := streams[r][0], streams[r][1]
+							if err := ps[r].Send(0, 0, n, bufs[r], cp); err != nil {
+								return err
+							}
+							if err := cp.Synchronize(); err != nil {
+								return err
+							}
+							if err := ps[r].Sum(0, 0, n, bufs[r], 1, sum); err != nil {
+								return err
+							}
+							ps[r].Next()
+							return sum.Synchronize()
+						})
+						if err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			b.StopTimer()
+			for r, c := range cs {
+				c.Do(func() error {
+					for _, s := range streams[r] {
+						s.Destroy()
+					}
+					bufs[r].Free()
+					return ps[r].Close()
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkGPUPeerCopy is the copy alone, one direction or both at once,
+// over 1 to 8 lanes: the copy engines' share of BenchmarkGPUPairReduce.
+func BenchmarkGPUPeerCopy(b *testing.B) {
+	cs := twoRanks(b)
+	const n = 16 << 20
+	for _, both := range []bool{false, true} {
+		for _, lanes := range []int{1, 2, 4, 8} {
+			b.Run(fmt.Sprintf("both=%t/lanes=%d", both, lanes), func(b *testing.B) {
+				ps := openBoth(b, cs, Config{Elements: n, Buckets: 1, Lanes: lanes})
+				bufs := make([]cudadrv.DevicePtr, 2)
+				streams := make([]cudadrv.Stream, 2)
+				for r, c := range cs {
+					err := c.Do(func() error {
+						var err error
+						if bufs[r], err = cudadrv.MemAlloc(4 * n); err != nil {
+							return err
+						}
+						streams[r], err = cudadrv.NewStream(cudadrv.StreamNonBlocking)
+						return err
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.SetBytes(4 * n)
+				b.ResetTimer()
+				for range b.N {
+					var wg sync.WaitGroup
+					for r, c := range cs {
+						if r == 1 && !both {
+							continue
+						}
+						wg.Go(func() {
+							err := c.Do(func() error {
+								if err := ps[r].copyOut(0, n, bufs[r], streams[r]); err != nil {
+									return err
+								}
+								return streams[r].Synchronize()
+							})
+							if err != nil {
+								b.Error(err)
+							}
+						})
+					}
+					wg.Wait()
+				}
+				b.StopTimer()
+				for r, c := range cs {
+					c.Do(func() error {
+						streams[r].Destroy()
+						bufs[r].Free()
+						return ps[r].Close()
+					})
+				}
+			})
+		}
 	}
 }

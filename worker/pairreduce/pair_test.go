@@ -46,7 +46,7 @@ func TestOpenNeedsTwoRanks(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			_, errs[r] = Open(context.Background(), c, func(f func() error) error { return f() }, 1024, 1)
+			_, errs[r] = Open(context.Background(), c, func(f func() error) error { return f() }, Config{Elements: 1024, Buckets: 1})
 		})
 	}
 	wg.Wait()
