@@ -85,12 +85,12 @@ fi
 # plain order, other bucket sizes, the update stream at high priority.
 run "2gpu-default" 2
 run "2gpu-nccl" 2 --transport nccl
-run "2gpu-ce-lanes1" 2 --transport copy-engine --ce-lanes 1
 run "2gpu-ce-lanes2" 2 --transport copy-engine --ce-lanes 2
-run "2gpu-ce-lanes8" 2 --transport copy-engine --ce-lanes 8
 run "2gpu-ce-bucket10" 2 --transport copy-engine --bucket-mb 10
-run "2gpu-ce-bucket10-lanes8" 2 --transport copy-engine --bucket-mb 10 --ce-lanes 8
-run "2gpu-ce-plain-order" 2 --transport copy-engine --weight-grad-first=false
+run "2gpu-ce-bucket40" 2 --transport copy-engine --bucket-mb 40
+run "2gpu-ce-update-high" 2 --transport copy-engine --update-priority high
+run "2gpu-ce-first-halves" 2 --transport copy-engine --chunk-first-mb 8.5 --bucket-mb 8
+run "2gpu-ce-chunk34" 2 --transport copy-engine --chunk-mb 34 --bucket-mb 30
 
 # DeferUpdate keeps the weights bitwise (GPU tests, 2 GPUs), if time is left.
 if [ -x "$BIN/examples_mlp.test" ] && fits 15; then

@@ -45,10 +45,12 @@ type deviceEngine struct {
 	updDoneEv cudadrv.Event
 
 	// The copy-engine transport (nil: NCCL): the stream of the copies to
-	// the peer, the event after each bucket's copy, and the abort hook
-	// that releases streams waiting for a peer that is gone.
+	// the peer, the stream of the sums (each records reducedEv), the event
+	// after each bucket's copy, and the abort hook that releases streams
+	// waiting for a peer that is gone.
 	pair       *pairreduce.Pair
 	copyStream cudadrv.Stream
+	sumStream  cudadrv.Stream
 	sentEv     []cudadrv.Event
 	removeHook func()
 }
@@ -68,8 +70,7 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 	if dp.cfg.DeferUpdate && dp.cfg.AfterReduce != nil {
 		e.relEv = make([]cudadrv.Event, len(dp.bkts))
 	}
-	// The pair's sums run on the update stream too, with or without an
-	// AfterReduce.
+	// The pair's reducedEv events are recorded on its sum stream.
 	separate := e.pair != nil || (dp.cfg.AfterReduce != nil && !dp.cfg.SerialUpdate)
 	if separate {
 		e.reducedEv = make([]cudadrv.Event, len(dp.bkts))
@@ -91,6 +92,9 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 			var err error
 			if e.copyStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
 				return fmt.Errorf("create the copy stream: %w", err)
+			}
+			if e.sumStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+				return fmt.Errorf("create the sum stream: %w", err)
 			}
 		}
 		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv} {
@@ -184,10 +188,8 @@ func (e *deviceEngine) update(ctx context.Context, b int) error {
 	return e.nc.Do(func() error {
 		s := e.nc.Stream()
 		if e.upd != 0 {
-			if e.pair == nil { // the pair's sum is on the update stream already
-				if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
-					return err
-				}
+			if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
+				return err
 			}
 			s = e.upd
 		}
@@ -236,7 +238,7 @@ func (e *deviceEngine) finish(ctx context.Context) error {
 		last := e.nc.Stream()
 		if e.pair != nil {
 			e.pair.Next()
-			last = e.copyStream
+			last = e.sumStream // which waited for every copy
 		}
 		if err := e.doneEv.Record(last); err != nil {
 			return err
@@ -269,9 +271,11 @@ func (e *deviceEngine) close() error {
 			e.upd.Synchronize()
 			e.upd.Destroy()
 		}
-		if e.copyStream != 0 {
-			e.copyStream.Synchronize()
-			e.copyStream.Destroy()
+		for _, s := range []cudadrv.Stream{e.copyStream, e.sumStream} {
+			if s != 0 {
+				s.Synchronize()
+				s.Destroy()
+			}
 		}
 		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, {e.doneEv, e.updDoneEv}} {
 			for _, ev := range evs {

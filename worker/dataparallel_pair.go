@@ -12,9 +12,10 @@ import (
 
 // The copy-engine transport of deviceEngine (package pairreduce): each
 // bucket is copied to the peer on the copy stream as soon as backward has
-// produced it; its sum with the peer's copy, and then AfterReduce, run on
-// the update stream once the peer's copy has arrived and this rank's own
-// has left (the sum overwrites the gradients the copy reads).
+// produced it; its sum with the peer's copy runs on the sum stream once the
+// peer's copy has arrived and this rank's own has left (the sum overwrites
+// the gradients the copy reads), and AfterReduce after it on the update
+// stream.
 
 // pairCloseWait bounds how long close waits for the streams before it
 // releases them (the peer is gone) and for the peer to reach its own close.
@@ -64,14 +65,23 @@ func (e *deviceEngine) launchPair(b int, update bool) error {
 		if err := e.sentEv[b].Record(e.copyStream); err != nil {
 			return err
 		}
-		if err := e.upd.WaitEvent(e.sentEv[b]); err != nil {
+		// The sum has a stream of its own: behind the previous bucket's
+		// update on the update stream, the last bucket's sum would wait
+		// for an update that overlaps backward's last GEMM.
+		if err := e.sumStream.WaitEvent(e.sentEv[b]); err != nil {
 			return err
 		}
-		if err := e.pair.Sum(b, bk.Offset, bk.Len, g, scale, e.upd); err != nil {
+		if err := e.pair.Sum(b, bk.Offset, bk.Len, g, scale, e.sumStream); err != nil {
+			return err
+		}
+		if err := e.reducedEv[b].Record(e.sumStream); err != nil {
 			return err
 		}
 		if !update {
 			return nil
+		}
+		if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
+			return err
 		}
 		return dp.cfg.AfterReduce(bk, uintptr(e.upd))
 	})
@@ -91,8 +101,9 @@ func (e *deviceEngine) closePair() {
 		var done bool
 		_ = e.nc.Do(func() error {
 			a, _ := e.copyStream.Done()
-			b, _ := e.upd.Done()
-			done = a && b
+			b, _ := e.sumStream.Done()
+			c, _ := e.upd.Done()
+			done = a && b && c
 			return nil
 		})
 		return done
@@ -112,6 +123,7 @@ func (e *deviceEngine) closePair() {
 	}
 	_ = e.nc.Do(func() error {
 		_ = e.copyStream.Synchronize()
+		_ = e.sumStream.Synchronize()
 		_ = e.upd.Synchronize()
 		return e.pair.Close()
 	})

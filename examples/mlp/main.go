@@ -119,7 +119,7 @@ Flags:
 	fs.BoolVar(&o.serialUpd, "serial-update", false, "GPU: run each bucket's optimizer step on the communication stream, behind its all-reduce and ahead of the next (DataParallelConfig.SerialUpdate; default: a stream of its own that overlaps the next all-reduces)")
 	fs.StringVar(&o.ctaPolicy, "nccl-cta-policy", "default", "NCCL CTA policy (ncclConfig_t CTAPolicy, NCCL 2.27+): default, efficiency (fewest CTAs with decent bandwidth, for overlap with compute) or zero")
 	fs.StringVar(&o.transport, "transport", "auto", "GPU: how the gradients travel: auto (copy-engine for two ranks of one node, else nccl), nccl (NCCL's all-reduce), or copy-engine (each GPU copies its gradients into the other's memory with a copy engine and adds them: DataParallelConfig.Transport)")
-	fs.IntVar(&o.ceLanes, "ce-lanes", 0, "GPU, copy-engine transport: streams (copy engines) each bucket's copy is split over (0: the default, 4)")
+	fs.IntVar(&o.ceLanes, "ce-lanes", 0, "GPU, copy-engine transport: streams (copy engines) each bucket's copy is split over (0: the default, 1)")
 	fs.BoolVar(&o.symmetric, "nccl-symmetric", false, "GPU: allocate the gradients with ncclMemAlloc and register them as a symmetric window (NCCL 2.27+), so NCCL may reduce them with its symmetric-memory kernels; needs NCCL_CUMEM_ENABLE=1 in the environment")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
 	fs.StringVar(&o.data, "data", "", "mnist: directory of the MNIST IDX .gz files (default: the GoMNIST module's data/)")

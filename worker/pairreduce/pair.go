@@ -77,9 +77,10 @@ type Pair struct {
 	sum cudadrv.Function
 	sms int
 
-	// Each copy is split over the lanes' streams, which the driver spreads
-	// over several copy engines: one engine alone moved ~130-170 GB/s of
-	// NVLink's ~370 on H200 (bench/results/mlp-quick-*-copy-engine*).
+	// With more than one lane each copy is split over the lanes' streams,
+	// which the driver may give to several copy engines. On 2 × H200 one
+	// engine already moves 358 GB/s (NV18; 345 each way with both ways at
+	// once) and more lanes were slower (BenchmarkGPUPeerCopy).
 	lanes  []cudadrv.Stream
 	forkEv cudadrv.Event
 	joinEv []cudadrv.Event
@@ -146,8 +147,8 @@ func nodeID() uint64 {
 }
 
 // DefaultLanes is how many copies a bucket's copy is split into when
-// Config.Lanes is 0.
-const DefaultLanes = 4
+// Config.Lanes is 0: one, the fastest on 2 × H200.
+const DefaultLanes = 1
 
 // Config sizes a Pair.
 type Config struct {
