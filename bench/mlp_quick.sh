@@ -20,6 +20,7 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 BIN=${BIN:-bin}
 STEPS=${STEPS:-200}
 WARMUP=${WARMUP:-20}
+MLP_EXTRA=${MLP_EXTRA:-} # flags for every run, e.g. --ptx FILE
 TRACE=${TRACE:-3}  # each run's last TRACE steps are traced (CUDA events; no visible cost)
 BUDGET=${BUDGET:-90} # seconds for everything
 RUN_TIMEOUT=${RUN_TIMEOUT:-12}
@@ -44,7 +45,7 @@ run() { # NAME GPUS [mlp flags]: sets LAST to ms/step ("" on failure)
 		return
 	fi
 	out=$(timeout -k 2 "$RUN_TIMEOUT" "$BIN/gotrain" launch --nproc-per-node "$n" --backend nccl -- \
-		"$BIN/mlp" --mode synthetic --steps "$STEPS" --warmup "$WARMUP" --trace "$TRACE" "$@" 2>&1)
+		"$BIN/mlp" --mode synthetic --steps "$STEPS" --warmup "$WARMUP" --trace "$TRACE" ${MLP_EXTRA:-} "$@" 2>&1)
 	local rc=$?
 	line=$(echo "$out" | grep 'gotrain world=' | sed 's/^\[rank 0\] //' | tail -1)
 	LAST=$(echo "$line" | sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p')
@@ -85,18 +86,17 @@ fi
 # plain order, other bucket sizes, the update stream at high priority.
 run "2gpu-default" 2
 run "2gpu-nccl" 2 --transport nccl
-run "2gpu-ce-lanes2" 2 --transport copy-engine --ce-lanes 2
+run "2gpu-ce-unfused" 2 --transport copy-engine --fused-sum=false
 run "2gpu-ce-bucket10" 2 --transport copy-engine --bucket-mb 10
 run "2gpu-ce-bucket40" 2 --transport copy-engine --bucket-mb 40
-run "2gpu-ce-update-high" 2 --transport copy-engine --update-priority high
 run "2gpu-ce-first-halves" 2 --transport copy-engine --chunk-first-mb 8.5 --bucket-mb 8
-run "2gpu-ce-chunk34" 2 --transport copy-engine --chunk-mb 34 --bucket-mb 30
+run "2gpu-default-again" 2
 
 # DeferUpdate keeps the weights bitwise (GPU tests, 2 GPUs), if time is left.
 if [ -x "$BIN/examples_mlp.test" ] && fits 15; then
 	left=$(awk -v e="$(elapsed)" -v b="$BUDGET" 'BEGIN { printf "%d", b - e - 1 }')
 	echo "# examples_mlp.test -test.run 'DeferUpdate|RanksIdentical|StepMatches' (timeout ${left}s)"
-	timeout -k 2 "$left" "$BIN/examples_mlp.test" -test.run 'DeferUpdate|RanksIdentical|StepMatches' -test.v 2>&1 |
+	MLP_PTX=${MLP_PTX:-} timeout -k 2 "$left" "$BIN/examples_mlp.test" -test.run 'DeferUpdate|RanksIdentical|StepMatches' -test.v 2>&1 |
 		grep -E '^(--- |ok|FAIL|PASS|panic)' | head -20
 else
 	echo "# GPU tests skipped (no $BIN/examples_mlp.test or no time left: $(elapsed)s used)"

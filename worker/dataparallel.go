@@ -70,6 +70,13 @@ type DataParallelConfig struct {
 	// (the zero value) uses the copy engines for two ranks on one node that
 	// can map each other's memory and NCCL otherwise; see Transport.
 	Transport Transport
+	// FusedSum, with the copy-engine transport, leaves the addition of the
+	// peer's gradients to AfterReduce (see Bucket.Peer), which reads both
+	// anyway: one pass over the gradients less per step, and the last
+	// bucket's update starts as soon as the peer's copy is in. The
+	// gradient buffer then never holds the average. Needs AfterReduce;
+	// without the copy-engine transport it changes nothing.
+	FusedSum bool
 	// CopyEngineLanes is how many streams (and so copy engines) each
 	// bucket's copy is split over with TransportCopyEngine; 0 means
 	// pairreduce.DefaultLanes.
@@ -140,6 +147,8 @@ func (cfg *DataParallelConfig) validate() error {
 		return fmt.Errorf("worker: DataParallel: %d accumulation steps, want 1 or more", cfg.AccumulationSteps)
 	case cfg.Transport < TransportAuto || cfg.Transport > TransportCopyEngine:
 		return fmt.Errorf("worker: DataParallel: unknown %v", cfg.Transport)
+	case cfg.FusedSum && cfg.AfterReduce == nil:
+		return errors.New("worker: DataParallel: FusedSum needs an AfterReduce that adds Bucket.Peer")
 	case cfg.CopyEngineLanes < 0:
 		return fmt.Errorf("worker: DataParallel: %d copy-engine lanes, want 0 (the default) or more", cfg.CopyEngineLanes)
 	case cfg.Transport == TransportCopyEngine && cfg.BF16:
@@ -154,6 +163,13 @@ func (cfg *DataParallelConfig) validate() error {
 type Bucket struct {
 	First, Last int // parameter indices
 	Offset, Len int // elements of the gradient buffer
+	// Peer, when not 0, is a device pointer to the peer's gradients of the
+	// bucket (Len float32) that have not been added: the averaged gradient
+	// is then (own + peer) × Scale, computed as __fmul_rn(__fadd_rn(own,
+	// peer), Scale) to keep every rank bitwise equal. AfterReduce sees it
+	// only with DataParallelConfig.FusedSum; it must not keep the pointer.
+	Peer  uintptr
+	Scale float32
 }
 
 // DataParallel averages gradients over the ranks of a communicator while

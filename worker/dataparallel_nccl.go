@@ -52,6 +52,7 @@ type deviceEngine struct {
 	copyStream cudadrv.Stream
 	sumStream  cudadrv.Stream
 	sentEv     []cudadrv.Event
+	sentDoneEv cudadrv.Event // the copy stream's end of a step
 	removeHook func()
 }
 
@@ -95,6 +96,9 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 			}
 			if e.sumStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
 				return fmt.Errorf("create the sum stream: %w", err)
+			}
+			if e.sentDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
+				return err
 			}
 		}
 		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv} {
@@ -187,9 +191,12 @@ func newUpdateStream(urgent bool) (cudadrv.Stream, error) {
 func (e *deviceEngine) update(ctx context.Context, b int) error {
 	return e.nc.Do(func() error {
 		s := e.nc.Stream()
+		fused := e.pair != nil && e.dp.cfg.FusedSum
 		if e.upd != 0 {
-			if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
-				return err
+			if !fused { // else fusedUpdate waits for the peer's copy
+				if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
+					return err
+				}
 			}
 			s = e.upd
 		}
@@ -198,6 +205,9 @@ func (e *deviceEngine) update(ctx context.Context, b int) error {
 		}
 		if err := s.WaitEvent(e.relEv[b]); err != nil {
 			return err
+		}
+		if fused {
+			return e.fusedUpdate(b)
 		}
 		return e.dp.cfg.AfterReduce(e.dp.bkts[b], uintptr(s))
 	})
@@ -238,7 +248,15 @@ func (e *deviceEngine) finish(ctx context.Context) error {
 		last := e.nc.Stream()
 		if e.pair != nil {
 			e.pair.Next()
-			last = e.sumStream // which waited for every copy
+			// Every copy is done (the sums waited for them; with FusedSum
+			// there are none, and the copy stream is waited for here).
+			if err := e.sentDoneEv.Record(e.copyStream); err != nil {
+				return err
+			}
+			if err := e.compute.WaitEvent(e.sentDoneEv); err != nil {
+				return err
+			}
+			last = e.sumStream
 		}
 		if err := e.doneEv.Record(last); err != nil {
 			return err
@@ -277,7 +295,7 @@ func (e *deviceEngine) close() error {
 				s.Destroy()
 			}
 		}
-		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, {e.doneEv, e.updDoneEv}} {
+		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, {e.doneEv, e.updDoneEv, e.sentDoneEv}} {
 			for _, ev := range evs {
 				if ev != 0 {
 					ev.Destroy()

@@ -65,6 +65,12 @@ func (e *deviceEngine) launchPair(b int, update bool) error {
 		if err := e.sentEv[b].Record(e.copyStream); err != nil {
 			return err
 		}
+		if dp.cfg.FusedSum {
+			if !update {
+				return nil // update (after the release) does it all
+			}
+			return e.fusedUpdate(b)
+		}
 		// The sum has a stream of its own: behind the previous bucket's
 		// update on the update stream, the last bucket's sum would wait
 		// for an update that overlaps backward's last GEMM.
@@ -85,6 +91,25 @@ func (e *deviceEngine) launchPair(b int, update bool) error {
 		}
 		return dp.cfg.AfterReduce(bk, uintptr(e.upd))
 	})
+}
+
+// fusedUpdate enqueues on the update stream, once the peer's copy of
+// bucket b has arrived, AfterReduce with the peer's gradients in
+// Bucket.Peer, then tells the peer its copy has been read. The update does
+// not write the gradients, so it need not wait for this rank's copy to
+// leave (finish orders the next backward after it).
+func (e *deviceEngine) fusedUpdate(b int) error {
+	dp := e.dp
+	if err := e.pair.Arrived(b, e.upd); err != nil {
+		return err
+	}
+	bk := dp.bkts[b]
+	bk.Peer = uintptr(e.pair.Inbox(bk.Offset))
+	bk.Scale = float32(1 / float64(dp.c.Size()*dp.cfg.AccumulationSteps))
+	if err := dp.cfg.AfterReduce(bk, uintptr(e.upd)); err != nil {
+		return err
+	}
+	return e.pair.Consumed(b, e.upd)
 }
 
 // closePair waits for this rank's copies and sums (releasing them if the

@@ -75,9 +75,9 @@ func TestDataParallelBuckets(t *testing.T) {
 		want        []Bucket
 	}{
 		{4 * 15, []Bucket{{First: 3, Last: 1, Offset: 0, Len: 32}, {First: 0, Last: 0, Offset: 32, Len: 10}}},
-		{4 * 7, []Bucket{{3, 3, 0, 7}, {2, 1, 7, 25}, {0, 0, 32, 10}}},
-		{4, []Bucket{{3, 3, 0, 7}, {2, 2, 7, 5}, {1, 1, 12, 20}, {0, 0, 32, 10}}},
-		{0, []Bucket{{3, 0, 0, 42}}},
+		{4 * 7, []Bucket{{First: 3, Last: 3, Offset: 0, Len: 7}, {First: 2, Last: 1, Offset: 7, Len: 25}, {First: 0, Last: 0, Offset: 32, Len: 10}}},
+		{4, []Bucket{{First: 3, Last: 3, Offset: 0, Len: 7}, {First: 2, Last: 2, Offset: 7, Len: 5}, {First: 1, Last: 1, Offset: 12, Len: 20}, {First: 0, Last: 0, Offset: 32, Len: 10}}},
+		{0, []Bucket{{First: 3, Last: 0, Offset: 0, Len: 42}}},
 	}
 	for _, tt := range tests {
 		grads := make([]float32, 42)

@@ -459,16 +459,17 @@ func (m *gpuModel) update(b worker.Bucket, s uintptr) error {
 	}
 	n := int64(b.Len)
 	o := m.cfg.Optim
+	gp, gs := b.Peer, b.Scale // the peer's gradients to add (FusedSum), or 0
 	switch o.Kind {
 	case "sgd":
-		return m.k.elementwise(m.k.sgd, b.Len, s, p, g, o.LR, n, p16)
+		return m.k.elementwise(m.k.sgd, b.Len, s, p, g, gp, gs, o.LR, n, p16)
 	case "momentum":
-		return m.k.elementwise(m.k.sgdMomentum, b.Len, s, p, g, uintptr(m.state1)+4*off, o.LR, o.Momentum, n, p16)
+		return m.k.elementwise(m.k.sgdMomentum, b.Len, s, p, g, gp, gs, uintptr(m.state1)+4*off, o.LR, o.Momentum, n, p16)
 	case "adam":
 		t := float64(m.t + 1)
 		c1 := float32(1 - math.Pow(float64(o.Beta1), t))
 		c2 := float32(1 - math.Pow(float64(o.Beta2), t))
-		return m.k.elementwise(m.k.adam, b.Len, s, p, g, uintptr(m.state1)+4*off, uintptr(m.state2)+4*off,
+		return m.k.elementwise(m.k.adam, b.Len, s, p, g, gp, gs, uintptr(m.state1)+4*off, uintptr(m.state2)+4*off,
 			o.LR, o.Beta1, o.Beta2, o.Eps, c1, c2, n, p16)
 	}
 	return errors.New("unknown optimizer " + o.Kind)

@@ -12,12 +12,13 @@ import (
 	"github.com/gotrain/gotrain/worker"
 )
 
-// With DeferUpdate (weight gradients first, the optimizer after Release) the
-// GPU weights are bitwise those of the plain order, and the same on every
-// rank.
+// With DeferUpdate (weight gradients first, the optimizer after Release),
+// and with FusedSum (the optimizer adds the peer's gradients), the GPU
+// weights are bitwise those of the plain order and a separate sum, and the
+// same on every rank.
 func TestGPUDeferUpdateSameWeights(t *testing.T) {
 	n := min(gpuCount(t), 2)
-	train := func(deferUpdate bool) [][]float32 {
+	train := func(dp worker.DataParallelConfig) [][]float32 {
 		cs := ncclComms(t, n)
 		final := make([][]float32, n)
 		errs := make([]error, n)
@@ -27,7 +28,7 @@ func TestGPUDeferUpdateSameWeights(t *testing.T) {
 				errs[r] = func() error {
 					cfg := modelConfig{
 						Arch: arch{dims: []int{128, 512, 512, 64}}, Batch: 32, Seed: 20, Optim: optim{Kind: "momentum", LR: 0.05, Momentum: 0.9},
-						DP: worker.DataParallelConfig{BucketBytes: 256 << 10, DeferUpdate: deferUpdate}, Device: r, PTXPath: os.Getenv("MLP_PTX"),
+						DP: dp, Device: r, PTXPath: os.Getenv("MLP_PTX"),
 					}
 					m, err := newGPU(context.Background(), c, cfg)
 					if err != nil {
@@ -56,14 +57,23 @@ func TestGPUDeferUpdateSameWeights(t *testing.T) {
 		}
 		return final
 	}
-	want, got := train(false), train(true)
-	for r := range n {
-		for i := range want[0] {
-			if math.Float32bits(got[r][i]) != math.Float32bits(want[r][i]) {
-				t.Fatalf("rank %d parameter %d: %v with DeferUpdate, %v without", r, i, got[r][i], want[r][i])
-			}
-			if math.Float32bits(got[r][i]) != math.Float32bits(got[0][i]) {
-				t.Fatalf("rank %d parameter %d: %v, rank 0 %v", r, i, got[r][i], got[0][i])
+	plain := worker.DataParallelConfig{BucketBytes: 256 << 10}
+	want := train(plain)
+	for _, tc := range []struct {
+		name            string
+		deferUpd, fused bool
+	}{{"DeferUpdate", true, false}, {"FusedSum", false, true}, {"DeferUpdate+FusedSum", true, true}} {
+		dp := plain
+		dp.DeferUpdate, dp.FusedSum = tc.deferUpd, tc.fused
+		got := train(dp)
+		for r := range n {
+			for i := range want[0] {
+				if math.Float32bits(got[r][i]) != math.Float32bits(want[r][i]) {
+					t.Fatalf("rank %d parameter %d: %v with %s, %v without", r, i, got[r][i], tc.name, want[r][i])
+				}
+				if math.Float32bits(got[r][i]) != math.Float32bits(got[0][i]) {
+					t.Fatalf("%s: rank %d parameter %d: %v, rank 0 %v", tc.name, r, i, got[r][i], got[0][i])
+				}
 			}
 		}
 	}

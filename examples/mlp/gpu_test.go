@@ -142,6 +142,7 @@ func TestGPURanksIdentical(t *testing.T) {
 	}{
 		{"fp32-sgd-nccl", false, optim{Kind: "sgd", LR: 0.1}, worker.DataParallelConfig{BucketBytes: 64 << 10, Transport: worker.TransportNCCL}},
 		{"fp32-sgd-copy-engine", false, optim{Kind: "sgd", LR: 0.1}, worker.DataParallelConfig{BucketBytes: 64 << 10, Transport: worker.TransportCopyEngine}},
+		{"adam-copy-engine-fused", false, optim{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, worker.DataParallelConfig{BucketBytes: 64 << 10, Transport: worker.TransportCopyEngine, FusedSum: true, DeferUpdate: true}},
 		{"accum3-momentum-copy-engine", false, optim{Kind: "momentum", LR: 0.05, Momentum: 0.9}, worker.DataParallelConfig{BucketBytes: 64 << 10, AccumulationSteps: 3, Transport: worker.TransportCopyEngine}},
 		{"reduce-bf16-accum2-momentum", false, optim{Kind: "momentum", LR: 0.05, Momentum: 0.9}, worker.DataParallelConfig{BucketBytes: 64 << 10, BF16: true, AccumulationSteps: 2}},
 		{"bf16-gemm-adam", true, optim{Kind: "adam", LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, worker.DataParallelConfig{}},

@@ -65,6 +65,7 @@ type options struct {
 	symmetric bool   // GPU: gradients in an NCCL symmetric window
 	transport string // GPU: auto, nccl or copy-engine
 	ceLanes   int    // GPU: copy-engine lanes
+	fusedSum  bool   // GPU: the optimizer adds the peer's gradients
 	seed      uint64
 	data      string
 	ptx       string
@@ -119,6 +120,7 @@ Flags:
 	fs.BoolVar(&o.serialUpd, "serial-update", false, "GPU: run each bucket's optimizer step on the communication stream, behind its all-reduce and ahead of the next (DataParallelConfig.SerialUpdate; default: a stream of its own that overlaps the next all-reduces)")
 	fs.StringVar(&o.ctaPolicy, "nccl-cta-policy", "default", "NCCL CTA policy (ncclConfig_t CTAPolicy, NCCL 2.27+): default, efficiency (fewest CTAs with decent bandwidth, for overlap with compute) or zero")
 	fs.StringVar(&o.transport, "transport", "auto", "GPU: how the gradients travel: auto (copy-engine for two ranks of one node, else nccl), nccl (NCCL's all-reduce), or copy-engine (each GPU copies its gradients into the other's memory with a copy engine and adds them: DataParallelConfig.Transport)")
+	fs.BoolVar(&o.fusedSum, "fused-sum", true, "GPU, copy-engine transport: the optimizer adds the peer's gradients as it reads them instead of a separate sum kernel (DataParallelConfig.FusedSum)")
 	fs.IntVar(&o.ceLanes, "ce-lanes", 0, "GPU, copy-engine transport: streams (copy engines) each bucket's copy is split over (0: the default, 1)")
 	fs.BoolVar(&o.symmetric, "nccl-symmetric", false, "GPU: allocate the gradients with ncclMemAlloc and register them as a symmetric window (NCCL 2.27+), so NCCL may reduce them with its symmetric-memory kernels; needs NCCL_CUMEM_ENABLE=1 in the environment")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
@@ -289,7 +291,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		DP: worker.DataParallelConfig{
 			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
 			DeferUpdate: o.wgFirst, SerialUpdate: o.serialUpd, HighPriorityUpdate: o.updPrio == "high",
-			Transport: transport(o.transport), CopyEngineLanes: o.ceLanes,
+			Transport: transport(o.transport), CopyEngineLanes: o.ceLanes, FusedSum: o.fusedSum,
 		},
 		Device:   ncclcomm.DeviceFor(w.GPU, os.Getenv),
 		NoReduce: o.noReduce, BlasSMTarget: o.blasSM, Symmetric: o.symmetric,

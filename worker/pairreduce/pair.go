@@ -366,8 +366,7 @@ func (p *Pair) copyOut(off, n int, grads cudadrv.DevicePtr, s cudadrv.Stream) er
 // grads[off:off+n] = (grads + inbox) × scale, then tells the peer that its
 // copy has been consumed.
 func (p *Pair) Sum(b, off, n int, grads cudadrv.DevicePtr, scale float32, s cudadrv.Stream) error {
-	step := p.step.Load()
-	if err := s.WaitValue32(p.arrived(p.alloc, b), step); err != nil {
+	if err := p.Arrived(b, s); err != nil {
 		return err
 	}
 	const block = 256
@@ -378,8 +377,26 @@ func (p *Pair) Sum(b, off, n int, grads cudadrv.DevicePtr, scale float32, s cuda
 	if err != nil {
 		return err
 	}
-	return s.WriteValue32(p.consumed(p.peer, b), step)
+	return p.Consumed(b, s)
 }
+
+// Arrived makes the work enqueued on s from now on wait until the peer's
+// copy of bucket b of this step is in the inbox: for a caller that reads
+// the inbox itself instead of calling Sum (an optimizer that adds the two
+// as it reads them), and then calls Consumed.
+func (p *Pair) Arrived(b int, s cudadrv.Stream) error {
+	return s.WaitValue32(p.arrived(p.alloc, b), p.step.Load())
+}
+
+// Consumed tells the peer, once the work enqueued on s so far is done, that
+// its copy of bucket b has been read and the inbox may take the next step's.
+func (p *Pair) Consumed(b int, s cudadrv.Stream) error {
+	return s.WriteValue32(p.consumed(p.peer, b), p.step.Load())
+}
+
+// Inbox returns where the peer's copy of element off of the gradient
+// buffer arrives, in this GPU's memory.
+func (p *Pair) Inbox(off int) cudadrv.DevicePtr { return p.alloc + cudadrv.DevicePtr(4*off) }
 
 // Next ends a step: later Sends and Sums belong to the next one.
 func (p *Pair) Next() { p.step.Add(1) }

@@ -108,21 +108,31 @@ extern "C" __global__ void bias_grad(float *db, const float *dy, int rows, int c
 	}
 }
 
+// The optimizers read the gradient through grad_at: g[i], or, when gp is
+// not null, (g[i] + gp[i]) × gs: the peer's gradients in this GPU's memory,
+// added and averaged as the optimizer reads them (worker.DataParallel's
+// FusedSum), in the order and rounding of package pairreduce's sum kernel,
+// so both ranks, and a fused and an unfused step, agree bitwise.
+__device__ __forceinline__ float grad_at(const float *g, const float *gp, float gs, long long i) {
+	return gp ? __fmul_rn(__fadd_rn(g[i], gp[i]), gs) : g[i];
+}
+
 // Plain SGD: p -= lr × g. When p16 is not null it receives the new p as
 // bfloat16 (the weights of bfloat16 GEMMs).
-extern "C" __global__ void sgd(float *p, const float *g, float lr, long long n, unsigned short *p16) {
+extern "C" __global__ void sgd(float *p, const float *g, const float *gp, float gs, float lr, long long n,
+			       unsigned short *p16) {
 	GRID_STRIDE(i, n) {
-		float v = p[i] - lr * g[i];
+		float v = p[i] - lr * grad_at(g, gp, gs, i);
 		p[i] = v;
 		if (p16) p16[i] = f32_bf16_bits(v);
 	}
 }
 
 // SGD with momentum (PyTorch's form): v = mu × v + g; p -= lr × v.
-extern "C" __global__ void sgd_momentum(float *p, const float *g, float *v, float lr, float mu,
-					long long n, unsigned short *p16) {
+extern "C" __global__ void sgd_momentum(float *p, const float *g, const float *gp, float gs, float *v, float lr,
+					float mu, long long n, unsigned short *p16) {
 	GRID_STRIDE(i, n) {
-		float m = mu * v[i] + g[i];
+		float m = mu * v[i] + grad_at(g, gp, gs, i);
 		v[i] = m;
 		float w = p[i] - lr * m;
 		p[i] = w;
@@ -132,10 +142,10 @@ extern "C" __global__ void sgd_momentum(float *p, const float *g, float *v, floa
 
 // Adam: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;
 // p -= lr × (m / c1) / (sqrt(v / c2) + eps), with c1 = 1-b1^t, c2 = 1-b2^t.
-extern "C" __global__ void adam(float *p, const float *g, float *m, float *v, float lr, float b1,
-				float b2, float eps, float c1, float c2, long long n, unsigned short *p16) {
+extern "C" __global__ void adam(float *p, const float *g, const float *gp, float gs, float *m, float *v, float lr,
+				float b1, float b2, float eps, float c1, float c2, long long n, unsigned short *p16) {
 	GRID_STRIDE(i, n) {
-		float gi = g[i];
+		float gi = grad_at(g, gp, gs, i);
 		float mi = b1 * m[i] + (1.0f - b1) * gi;
 		float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
 		m[i] = mi;
