@@ -89,7 +89,7 @@ run "2gpu-nccl" 2 --transport nccl
 run "2gpu-ce-unfused" 2 --transport copy-engine --fused-sum=false
 run "2gpu-ce-bucket10" 2 --transport copy-engine --bucket-mb 10
 run "2gpu-ce-bucket40" 2 --transport copy-engine --bucket-mb 40
-run "2gpu-ce-first-halves" 2 --transport copy-engine --chunk-first-mb 8.5 --bucket-mb 8
+run "2gpu-ce-first-halves" 2 --transport copy-engine --chunk-first-mb 8 --bucket-mb 8
 run "2gpu-default-again" 2
 
 # DeferUpdate keeps the weights bitwise (GPU tests, 2 GPUs), if time is left.
