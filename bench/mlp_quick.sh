@@ -56,6 +56,9 @@ run() { # NAME GPUS [mlp flags]: sets LAST to ms/step ("" on failure)
 	fi
 	local agree
 	agree=$(echo "$line" | sed -n 's/.*ranks_agree=\([a-z/]*\).*/\1/p')
+	local transport
+	transport=$(echo "$line" | sed -n 's/.*transport=\([a-z-]*\).*/\1/p')
+	agree="$agree transport=${transport:-?}"
 	if [ -n "${T1:-}" ]; then
 		printf '%-34s gpus=%d  %7.3f ms/step  scaling %5.1f %%  ranks_agree=%s  (%ss)\n' "$name" "$n" "$LAST" \
 			"$(awk -v a="$T1" -v b="$LAST" 'BEGIN { print 100 * a / b }')" "$agree" "$(elapsed)"

@@ -293,6 +293,21 @@ func (dp *DataParallel) resetMicro() {
 	dp.nReady, dp.started = 0, 0
 }
 
+// Transport returns how gradients in device memory travel: TransportCopyEngine
+// or TransportNCCL, as chosen at NewDataParallel; TransportAuto for host
+// buffers (the communicator's own collectives).
+func (dp *DataParallel) Transport() Transport {
+	e, ok := dp.eng.(*deviceEngine)
+	switch {
+	case !ok:
+		return TransportAuto
+	case e.pair != nil:
+		return TransportCopyEngine
+	default:
+		return TransportNCCL
+	}
+}
+
 // Buckets returns the buckets, in the order they are reduced.
 func (dp *DataParallel) Buckets() []Bucket { return append([]Bucket(nil), dp.bkts...) }
 

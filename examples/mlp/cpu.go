@@ -284,6 +284,7 @@ func (m *cpuModel) Predict(x []float32, rows int) ([]int32, error) {
 
 func (m *cpuModel) Params() ([]float32, error) { return append([]float32(nil), m.params...), nil }
 func (m *cpuModel) Grads() ([]float32, error)  { return append([]float32(nil), m.grads...), nil }
+func (m *cpuModel) Transport() string          { return "host" }
 func (m *cpuModel) Sync() error                { return nil }
 func (m *cpuModel) SetLR(lr float32)           { m.cfg.Optim.LR = lr }
 func (m *cpuModel) Close() error               { return m.dp.Close() }

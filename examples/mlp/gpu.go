@@ -539,6 +539,7 @@ func (m *gpuModel) copyOut(p cudadrv.DevicePtr) ([]float32, error) {
 
 func (m *gpuModel) Params() ([]float32, error) { return m.copyOut(m.params) }
 func (m *gpuModel) Grads() ([]float32, error)  { return m.copyOut(m.grads) }
+func (m *gpuModel) Transport() string          { return m.dp.Transport().String() }
 func (m *gpuModel) Sync() error                { return m.stream.Synchronize() }
 func (m *gpuModel) SetLR(lr float32)           { m.cfg.Optim.LR = lr }
 

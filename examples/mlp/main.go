@@ -377,10 +377,10 @@ func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o opt
 	}
 	if c.Rank() == 0 {
 		stepMS := dt.Seconds() / float64(o.steps) * 1e3
-		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%s comm_priority=%s nccl_ctas=%d..%d cta_policy=%s symmetric=%t weight_grad_first=%t serial_update=%t update_priority=%s bucket_mb=%g chunk_mb=%g chunk_first_mb=%g reduce=%s blas_sm_target=%d trace=%d\n",
+		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%s comm_priority=%s nccl_ctas=%d..%d cta_policy=%s symmetric=%t weight_grad_first=%t serial_update=%t update_priority=%s bucket_mb=%g chunk_mb=%g chunk_first_mb=%g reduce=%s blas_sm_target=%d trace=%d transport=%s fused_sum=%t\n",
 			c.Size(), a.numParams(), o.batch, stepMS, float64(o.batch*c.Size()*o.steps)/dt.Seconds(),
 			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.ctaPolicy, o.symmetric, o.wgFirst, o.serialUpd, o.updPrio, o.bucketMB,
-			o.chunkMB, o.chunk0MB, reduce, o.blasSM, o.trace)
+			o.chunkMB, o.chunk0MB, reduce, o.blasSM, o.trace, m.Transport(), o.fusedSum)
 	}
 	if tw, ok := m.(traceWriter); ok && o.trace > 0 {
 		return tw.WriteTrace(out, c.Rank())
@@ -479,7 +479,7 @@ func trainMNIST(ctx context.Context, c comm.Comm, m model, ds *mnistdata.Dataset
 		return err
 	}
 	if rank == 0 {
-		fmt.Fprintf(out, "final test_accuracy=%.4f ranks_agree=%t\n", acc, agree)
+		fmt.Fprintf(out, "final test_accuracy=%.4f ranks_agree=%t transport=%s\n", acc, agree, m.Transport())
 	}
 	return nil
 }

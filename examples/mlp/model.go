@@ -164,6 +164,9 @@ type model interface {
 	Grads() ([]float32, error)
 	// Sync waits for the work enqueued so far.
 	Sync() error
+	// Transport says how the gradients travel: copy-engine or nccl on a
+	// GPU, host on the CPU.
+	Transport() string
 	// SetLR sets the learning rate of the next Step.
 	SetLR(lr float32)
 	Close() error
