@@ -20,8 +20,8 @@ import (
 // and CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA number GPUs as NVML does
 // (CUDA's default order puts the fastest GPU first, which can differ).
 // Package worker finds its own GPU (GOTRAIN_GPU) in the list
-// (ncclcomm.DeviceFor). A standby, which cannot know its rank before CUDA
-// starts, sees only its slot's GPU. `gotrain doctor` starts its placement
+// (ncclcomm.DeviceFor); so does a standby, which sees the same list
+// (standbyGPUs). `gotrain doctor` starts its placement
 // probe with the same variables.
 func WorkerGPUEnv(gpus []int) []string {
 	ids := make([]string, len(gpus))

@@ -132,8 +132,14 @@ func TestLocalGPUs(t *testing.T) {
 	if got := localGPUs(cpu); got != nil {
 		t.Errorf("localGPUs of a CPU job = %v, want nil", got)
 	}
-	if got := standbyGPUs(3); !slices.Equal(got, []int{3}) || standbyGPUs(-1) != nil {
-		t.Errorf("standbyGPUs(3) = %v, standbyGPUs(-1) = %v", got, standbyGPUs(-1))
+	if got := standbyGPUs(0, []int{2, 0}); !slices.Equal(got, []int{2, 0}) {
+		t.Errorf("standbyGPUs(0, [2 0]) = %v, want the node's list", got)
+	}
+	if got := standbyGPUs(3, []int{2, 0}); !slices.Equal(got, []int{3}) {
+		t.Errorf("standbyGPUs(3, [2 0]) = %v, want [3] (not in the list)", got)
+	}
+	if got := standbyGPUs(3, nil); !slices.Equal(got, []int{3}) || standbyGPUs(-1, []int{2}) != nil {
+		t.Errorf("standbyGPUs(3, nil) = %v, standbyGPUs(-1, [2]) = %v", got, standbyGPUs(-1, []int{2}))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -22,7 +23,7 @@ import (
 // has the other (worker/standby.go), and standbypool.go the bookkeeping.
 //
 // Once a generation runs, the agent starts per local slot one spare process
-// of the worker program, bound to the slot's GPU (CUDA_VISIBLE_DEVICES),
+// of the worker program, bound to the slot's GPU (found in the node's CUDA_VISIBLE_DEVICES list),
 // with GOTRAIN_STANDBY=1 and the job-wide variables but no rank. Its
 // worker.Init prewarms the GPU, attaches with hello{standby} and waits. When
 // a later generation needs a new process for a rank (every rank after a
@@ -167,7 +168,7 @@ func (a *agent) startStandby(slot, gpu int) {
 	}
 	vars := jobenv.StandbyVars{Slot: slot, AgentSocket: a.socket, JobToken: a.cfg.JobToken, RunID: a.cfg.RunID,
 		Backend: a.cfg.Backend, Host: a.cfg.NodeAddress, GPU: gpu}
-	spec := workerSpec{rank: -1, standby: true, slot: slot, program: a.cfg.Program, args: a.cfg.Args, env: a.workerEnv(vars.Environ(), standbyGPUs(gpu)), logDir: a.cfg.LogDir, reaper: a.reaper}
+	spec := workerSpec{rank: -1, standby: true, slot: slot, program: a.cfg.Program, args: a.cfg.Args, env: a.workerEnv(vars.Environ(), standbyGPUs(gpu, localGPUs(a.gen))), logDir: a.cfg.LogDir, reaper: a.reaper}
 	go func() {
 		p, err := startWorker(spec, a.stdout, a.stderr)
 		a.sb.mu.Lock()
@@ -332,12 +333,17 @@ func (a *agent) workersAttached() {
 	a.replenishStandbys(a.gen)
 }
 
-// standbyGPUs is what a standby for a slot on gpu sees: that GPU alone (it
-// is CUDA device 0, which package worker finds by itself), nothing for a
-// CPU slot.
-func standbyGPUs(gpu int) []int {
-	if gpu < 0 {
+// standbyGPUs is what a standby for a slot on gpu sees: the node's GPUs of
+// the job in local-rank order as the workers do (node, from localGPUs),
+// when gpu is one of them, so that a rank it takes over can map its
+// neighbours' memory (worker/pairreduce); else that GPU alone. Package
+// worker finds its own GPU in the list. Nothing for a CPU slot.
+func standbyGPUs(gpu int, node []int) []int {
+	switch {
+	case gpu < 0:
 		return nil
+	case slices.Contains(node, gpu):
+		return node
 	}
 	return []int{gpu}
 }
