@@ -54,6 +54,8 @@ func main() {
 		err = signalsMode(args)
 	case "restart":
 		err = restartMode(ctx, args)
+	case "dataparallel":
+		err = dataParallelMode(ctx, args)
 	case "plain":
 		err = plainMode(args)
 	case "closeout":
