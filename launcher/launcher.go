@@ -625,6 +625,7 @@ func (a *agent) endGeneration(e *gotrainv1.GenerationEnded) {
 	a.log.Info("generation ended", "generation", e.GetGeneration(), "reason", e.GetReason())
 	for _, p := range a.workers {
 		if p.spec.generation == e.GetGeneration() && !a.park(p, e) {
+			a.tellEnded(p, e) // recover.go
 			go p.stop(syscall.SIGTERM, a.cfg.GracePeriod)
 		}
 	}

@@ -27,13 +27,41 @@ func (h *hub) rehello(w *attachedWorker, hello *gotrainv1.WorkerHello) {
 // recoverableWorker returns the attached stream of rank's process pid in
 // generation gen, when that worker recovers in process; nil otherwise.
 func (h *hub) recoverableWorker(gen int64, rank, pid int) *attachedWorker {
+	w := h.attachedWorker(gen, rank, pid)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w == nil || !w.recoverable {
+		return nil
+	}
+	return w
+}
+
+// attachedWorker returns the control stream of process pid as rank in
+// generation gen, nil when it has none (it never attached, or is gone).
+func (h *hub) attachedWorker(gen int64, rank, pid int) *attachedWorker {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.ranks[rank]
-	if s == nil || h.gen != gen || s.worker == nil || !s.worker.recoverable || s.worker.pid != pid {
+	if s == nil || h.gen != gen || s.worker == nil || s.worker.pid != pid {
 		return nil
 	}
 	return s.worker
+}
+
+// tellEnded tells worker p, when it is attached, that its generation ended,
+// before the agent stops it: package worker then aborts its communicators,
+// which releases GPU work waiting for a dead peer (a stream that waits on
+// the device does not end with the SIGTERM that follows: without this the
+// worker only went at --grace-period's SIGKILL).
+func (a *agent) tellEnded(p *workerProc, e *gotrainv1.GenerationEnded) {
+	w := a.hub.attachedWorker(e.GetGeneration(), p.spec.rank, p.pid())
+	if w == nil {
+		return
+	}
+	select {
+	case w.out <- generationChange(&gotrainv1.GenerationChange{Ended: e}):
+	default: // its stream is stuck: the signals still come
+	}
 }
 
 // rebind attaches a surviving worker's stream to its rank in generation gen.

@@ -44,6 +44,7 @@ type attachment struct {
 	mu         sync.Mutex
 	generation int64 // the worker's, as reported; Run's adopt changes it (recover.go)
 	flights    []*flight.Recorder
+	comms      []comm.Comm // every communicator tracked, for abortAll
 	step       int64
 	sps        float64
 	stepVer    uint64
@@ -87,8 +88,28 @@ func (a *attachment) track(name string, c comm.Comm) *flight.Comm {
 	})
 	a.mu.Lock()
 	a.flights = append(a.flights, rec)
+	a.comms = append(a.comms, c)
 	a.mu.Unlock()
 	return flight.Wrap(c, rec)
+}
+
+// abortAll aborts every communicator of this process: the agent said the
+// generation ended and a SIGTERM follows, but a stream waiting on the GPU
+// for a dead peer (an NCCL kernel, DataParallel's copy-engine flags) would
+// keep the program's thread blocked in CUDA past it; the abort releases
+// them, so the program sees its context end and exits. Programs in
+// worker.Run recover instead (recover.go).
+func (a *attachment) abortAll() {
+	a.mu.Lock()
+	comms := a.comms
+	a.comms = nil
+	a.mu.Unlock()
+	if len(comms) > 0 {
+		a.log.Info("the generation ended: aborting this process's communicators", "comms", len(comms))
+	}
+	for _, c := range comms {
+		_ = comm.Abort(c)
+	}
 }
 
 // progress builds the report and the version of what it reports.
@@ -193,6 +214,9 @@ func (a *attachment) receive(stream gotrainv1.Agent_AttachClient) {
 			}}})
 		case *gotrainv1.AgentMessage_Generation:
 			a.w.generationChanged(msg.Generation) // recover.go
+			if msg.Generation.GetEnded() != nil && !a.w.recov.enabled() {
+				go a.abortAll()
+			}
 		default:
 			a.log.Debug("attach: message not handled", "type", msg)
 		}

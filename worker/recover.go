@@ -275,6 +275,12 @@ func (r *recovery) enable() {
 	r.on = true
 }
 
+func (r *recovery) enabled() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.on
+}
+
 func (r *recovery) state() (ended int64, started *gotrainv1.GenerationStarted, changed <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
