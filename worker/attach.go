@@ -105,7 +105,7 @@ func (a *attachment) abortAll() {
 	a.comms = nil
 	a.mu.Unlock()
 	if len(comms) > 0 {
-		a.log.Warn("the generation ended: aborting this process's communicators", "comms", len(comms))
+		a.log.Info("the generation ended: aborting this process's communicators", "comms", len(comms))
 	}
 	for _, c := range comms {
 		_ = comm.Abort(c)

@@ -3,8 +3,6 @@ package cudadrv
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
-	"unsafe"
 )
 
 // The peer calls: device memory one process shares with another (legacy
@@ -136,46 +134,4 @@ func (s Stream) WaitValue32(addr DevicePtr, v uint32) error {
 		return err
 	}
 	return check("cuStreamWaitValue32", cStreamWaitValue32(s, addr, v, 0))
-}
-
-// HostWord is one 32-bit word of pinned host memory that the device can
-// read (cuMemHostAlloc with CU_MEMHOSTALLOC_DEVICEMAP): the host sets it
-// with a plain store, no CUDA call, and a stream can wait for it
-// (WaitValue32 on Dev). That is how a thread releases GPU work while
-// another thread of the process is blocked inside a CUDA call.
-type HostWord struct {
-	p   unsafe.Pointer
-	Dev DevicePtr // the word's device address
-}
-
-// NewHostWord allocates a HostWord, 0, in the current context.
-func NewHostWord() (*HostWord, error) {
-	if err := openPeerCalls(); err != nil {
-		return nil, err
-	}
-	// CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
-	p, r := cMemHostAlloc(64, 0x1|0x2)
-	if err := check("cuMemHostAlloc", r); err != nil {
-		return nil, err
-	}
-	w := &HostWord{p: p}
-	w.Store(0)
-	d, r := cMemHostGetDevicePointer(p)
-	if err := check("cuMemHostGetDevicePointer", r); err != nil {
-		cMemFreeHost(p)
-		return nil, err
-	}
-	w.Dev = d
-	return w, nil
-}
-
-// Store sets the word; any goroutine, no CUDA call.
-func (w *HostWord) Store(v uint32) { atomic.StoreUint32((*uint32)(w.p), v) }
-
-// Free frees the word (cuMemFreeHost).
-func (w *HostWord) Free() error {
-	if err := openPeerCalls(); err != nil {
-		return err
-	}
-	return check("cuMemFreeHost", cMemFreeHost(w.p))
 }

@@ -67,17 +67,3 @@ func cStreamWriteValue32(s Stream, addr DevicePtr, v uint32, flags uint32) int {
 func cStreamWaitValue32(s Stream, addr DevicePtr, v uint32, flags uint32) int {
 	return int(C.gtp_stream_wait_value32(C.uintptr_t(s), C.uint64_t(addr), C.uint32_t(v), C.uint(flags)))
 }
-
-func cMemHostAlloc(bytes int, flags uint32) (unsafe.Pointer, int) {
-	var p unsafe.Pointer
-	r := C.gtp_mem_host_alloc(&p, C.size_t(bytes), C.uint(flags))
-	return p, int(r)
-}
-
-func cMemFreeHost(p unsafe.Pointer) int { return int(C.gtp_mem_free_host(p)) }
-
-func cMemHostGetDevicePointer(p unsafe.Pointer) (DevicePtr, int) {
-	var d C.uint64_t
-	r := C.gtp_mem_host_get_device_pointer(&d, p)
-	return DevicePtr(d), int(r)
-}

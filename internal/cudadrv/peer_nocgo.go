@@ -2,8 +2,6 @@
 
 package cudadrv
 
-import "unsafe"
-
 func cPeerOpen(string) string {
 	return "this binary was built without cgo (CGO_ENABLED=0); rebuild it with cgo to use the CUDA driver"
 }
@@ -16,6 +14,3 @@ func cDeviceByPCIBusID(string) (Device, int)                    { return 0, notL
 func cCtxEnablePeerAccess(Context) int                          { return notLoaded }
 func cStreamWriteValue32(Stream, DevicePtr, uint32, uint32) int { return notLoaded }
 func cStreamWaitValue32(Stream, DevicePtr, uint32, uint32) int  { return notLoaded }
-func cMemHostAlloc(int, uint32) (unsafe.Pointer, int)           { return nil, notLoaded }
-func cMemFreeHost(unsafe.Pointer) int                           { return notLoaded }
-func cMemHostGetDevicePointer(unsafe.Pointer) (DevicePtr, int)  { return 0, notLoaded }

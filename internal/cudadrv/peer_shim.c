@@ -28,9 +28,6 @@ static struct {
 	int (*ctxEnablePeerAccess)(ptr_t, unsigned);
 	int (*streamWriteValue32)(ptr_t, uint64_t, uint32_t, unsigned);
 	int (*streamWaitValue32)(ptr_t, uint64_t, uint32_t, unsigned);
-	int (*memHostAlloc)(void **, size_t, unsigned);
-	int (*memFreeHost)(void *);
-	int (*memHostGetDevicePointer)(uint64_t *, void *, unsigned);
 } fp;
 
 int gtp_open(const char *path, char *err, size_t errlen) {
@@ -50,12 +47,9 @@ int gtp_open(const char *path, char *err, size_t errlen) {
 		{(void **)&fp.ctxEnablePeerAccess, "cuCtxEnablePeerAccess"},
 		{(void **)&fp.streamWriteValue32, "cuStreamWriteValue32_v2"},
 		{(void **)&fp.streamWaitValue32, "cuStreamWaitValue32_v2"},
-		{(void **)&fp.memHostAlloc, "cuMemHostAlloc"},
-		{(void **)&fp.memFreeHost, "cuMemFreeHost"},
-		{(void **)&fp.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"},
 	};
 	fp.handle = gtc_dlopen_syms(path, syms, sizeof syms / sizeof syms[0],
-				    "the CUDA IPC, peer access, stream memory operation or mapped host memory calls (driver for CUDA 12 or newer needed)",
+				    "the CUDA IPC, peer access or stream memory operation calls (driver for CUDA 12 or newer needed)",
 				    err, errlen);
 	return fp.handle != NULL ? 0 : -1;
 }
@@ -110,19 +104,4 @@ int gtp_stream_write_value32(uintptr_t stream, uint64_t addr, uint32_t value, un
 int gtp_stream_wait_value32(uintptr_t stream, uint64_t addr, uint32_t value, unsigned flags) {
 	if (fp.handle == NULL) return GTP_NOT_LOADED;
 	return fp.streamWaitValue32((ptr_t)stream, addr, value, flags);
-}
-
-int gtp_mem_host_alloc(void **p, size_t bytes, unsigned flags) {
-	if (fp.handle == NULL) return GTP_NOT_LOADED;
-	return fp.memHostAlloc(p, bytes, flags);
-}
-
-int gtp_mem_free_host(void *p) {
-	if (fp.handle == NULL) return GTP_NOT_LOADED;
-	return fp.memFreeHost(p);
-}
-
-int gtp_mem_host_get_device_pointer(uint64_t *dptr, void *p) {
-	if (fp.handle == NULL) return GTP_NOT_LOADED;
-	return fp.memHostGetDevicePointer(dptr, p, 0);
 }

@@ -20,8 +20,5 @@ int gtp_device_by_pci_bus_id(int *dev, const char *id);
 int gtp_ctx_enable_peer_access(uintptr_t peer_ctx);
 int gtp_stream_write_value32(uintptr_t stream, uint64_t addr, uint32_t value, unsigned flags);
 int gtp_stream_wait_value32(uintptr_t stream, uint64_t addr, uint32_t value, unsigned flags);
-int gtp_mem_host_alloc(void **p, size_t bytes, unsigned flags);
-int gtp_mem_free_host(void *p);
-int gtp_mem_host_get_device_pointer(uint64_t *dptr, void *p);
 
 #endif

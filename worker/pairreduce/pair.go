@@ -31,6 +31,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 
@@ -84,20 +85,9 @@ type Pair struct {
 	forkEv cudadrv.Event
 	joinEv []cudadrv.Event
 
-	step atomic.Uint32 // the step being reduced, from 1
-
-	// Release: a stream that waits, from Open on, for trigger (pinned host
-	// memory) and then sets every local flag to releasedFlag; Release is a
-	// plain store into trigger. A CUDA call there could block for good:
-	// the thread that needs releasing may hold the context inside a kernel
-	// launch, waiting for a full launch queue to drain (seen with the MLP).
-	trigger   *cudadrv.HostWord
-	relStream cudadrv.Stream
+	step     atomic.Uint32 // the step being reduced, from 1
+	released atomic.Bool
 }
-
-// releasedFlag satisfies every wait of steps 0 to 2³¹-1 (the waits compare
-// as serial numbers: int32(flag - step) >= 0).
-const releasedFlag = 1<<31 - 1
 
 // record is what a rank tells its peer: how to map its allocation and where
 // it runs.
@@ -218,9 +208,6 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 		}
 		if p.sum, err = p.mod.Function("pair_sum"); err != nil {
 			return err
-		}
-		if err := p.armRelease(); err != nil {
-			return fmt.Errorf("prepare the release of its streams: %w", err)
 		}
 		if cfg.Lanes == 1 {
 			return nil
@@ -414,39 +401,37 @@ func (p *Pair) Inbox(off int) cudadrv.DevicePtr { return p.alloc + cudadrv.Devic
 // Next ends a step: later Sends and Sums belong to the next one.
 func (p *Pair) Next() { p.step.Add(1) }
 
-// armRelease enqueues, on a stream of its own, a wait for the trigger and
-// then the writes that satisfy every wait on this rank's flags.
-func (p *Pair) armRelease() error {
-	var err error
-	if p.trigger, err = cudadrv.NewHostWord(); err != nil {
-		return err
-	}
-	if p.relStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
-		return err
-	}
-	if err := p.relStream.WaitValue32(p.trigger.Dev, 1); err != nil {
-		return err
-	}
-	for b := range p.buckets {
-		if err := p.relStream.WriteValue32(p.arrived(p.alloc, b), releasedFlag); err != nil {
-			return err
-		}
-		if err := p.relStream.WriteValue32(p.consumed(p.alloc, b), releasedFlag); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Release lets every stream waiting on this rank's flags go on, as if the
-// peer had done its part for every step to come: for an abort, when the
-// peer is gone. The sums that then run add whatever the inbox holds, and
-// the pair is of no more use. Release makes no CUDA call (the GPU acts on
-// it on its own), so it never blocks; any goroutine may call it.
+// peer had done its part for a billion steps: for an abort, when the peer
+// is gone. The sums that then run add whatever the inbox holds. It runs on
+// a thread of its own (the device's thread may be the one waiting) and can
+// be called from any goroutine.
 func (p *Pair) Release() {
-	if p.trigger != nil {
-		p.trigger.Store(1)
+	if p.released.Swap(true) {
+		return
 	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// The thread is never unlocked: it ends with the goroutine, and
+		// the context current on it with it.
+		runtime.LockOSThread()
+		if p.cuctx.SetCurrent() != nil {
+			return
+		}
+		s, err := cudadrv.NewStream(cudadrv.StreamNonBlocking)
+		if err != nil {
+			return
+		}
+		v := p.step.Load() + 1<<30
+		for b := range p.buckets {
+			_ = s.WriteValue32(p.arrived(p.alloc, b), v)
+			_ = s.WriteValue32(p.consumed(p.alloc, b), v)
+		}
+		_ = s.Synchronize()
+		_ = s.Destroy()
+	}()
+	<-done
 }
 
 // Close unmaps the peer's memory and frees this rank's. Call it through
@@ -454,14 +439,6 @@ func (p *Pair) Release() {
 // ranks' streams done).
 func (p *Pair) Close() error {
 	var errs []error
-	if p.relStream != 0 {
-		p.Release() // ends the release stream's wait
-		errs = append(errs, p.relStream.Synchronize(), p.relStream.Destroy())
-	}
-	if p.trigger != nil {
-		errs = append(errs, p.trigger.Free())
-	}
-	p.relStream, p.trigger = 0, nil
 	for i, ls := range p.lanes {
 		errs = append(errs, ls.Synchronize(), ls.Destroy(), p.joinEv[i].Destroy())
 	}
