@@ -53,6 +53,11 @@ type deviceEngine struct {
 	sumStream  cudadrv.Stream
 	sentEv     []cudadrv.Event
 	sentDoneEv cudadrv.Event // the copy stream's end of a step
+	// The compute stream's end of communication of the last two steps:
+	// finish waits for the one before, so the host never runs more than a
+	// step ahead (see boundRunAhead).
+	stepEv     [2]cudadrv.Event
+	steps      int
 	removeHook func()
 }
 
@@ -99,6 +104,11 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 			}
 			if e.sentDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
 				return err
+			}
+			for i := range e.stepEv {
+				if e.stepEv[i], err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
+					return err
+				}
 			}
 		}
 		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv} {
@@ -244,7 +254,7 @@ func (e *deviceEngine) reduce(bk Bucket, g uintptr, s cudadrv.Stream) error {
 }
 
 func (e *deviceEngine) finish(ctx context.Context) error {
-	return e.nc.Do(func() error {
+	err := e.nc.Do(func() error {
 		last := e.nc.Stream()
 		if e.pair != nil {
 			e.pair.Next()
@@ -272,6 +282,10 @@ func (e *deviceEngine) finish(ctx context.Context) error {
 		}
 		return e.compute.WaitEvent(e.updDoneEv)
 	})
+	if err != nil || e.pair == nil {
+		return err
+	}
+	return e.boundRunAhead(ctx)
 }
 
 func (e *deviceEngine) broadcast(ctx context.Context, params Buffer) error {
@@ -295,7 +309,7 @@ func (e *deviceEngine) close() error {
 				s.Destroy()
 			}
 		}
-		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, {e.doneEv, e.updDoneEv, e.sentDoneEv}} {
+		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, {e.doneEv, e.updDoneEv, e.sentDoneEv, e.stepEv[0], e.stepEv[1]}} {
 			for _, ev := range evs {
 				if ev != 0 {
 					ev.Destroy()
