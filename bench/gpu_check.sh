@@ -46,7 +46,7 @@ step() {
 : >"$REPORT_DIR/steps.md"
 # The test binaries of `make gpu` (GPU_TEST_PKGS there), as package paths;
 # each runs in its package's directory, as go test runs it.
-GPU_TEST_PKGS=${GPU_TEST_PKGS:-nccl internal/cudadrv worker/ncclcomm worker/cudago}
+GPU_TEST_PKGS=${GPU_TEST_PKGS:-nccl internal/cudadrv worker/ncclcomm worker/pairreduce worker/cudago}
 for pkg in $GPU_TEST_PKGS; do
 	name=$(echo "$pkg" | tr / _)
 	if [[ ! -x $BIN/$name.test ]]; then
@@ -74,6 +74,11 @@ step bench-allreduce-compare env BIN="$BIN" GPUS="$GPUS" RESULTS_DIR="$REPORT_DI
 # examples/mlp on the GPU (one step matches the CPU, ranks bitwise equal).
 if [[ -x "$BIN"/examples_mlp.test ]]; then
 	step test-examples_mlp bash -c 'cd examples/mlp && "$1" -test.v -test.count=1' _ "$(readlink -f "$BIN"/examples_mlp.test)"
+fi
+# DataParallel on device gradients through an in-process recovery (the
+# copy-engine transport on two GPUs of one node, NCCL otherwise).
+if [[ -x "$BIN"/testprog ]]; then
+	step dataparallel-recovery "$BIN"/gotrain launch --gpus "$GPUS" --backend nccl --max-restarts 1 -- "$BIN"/testprog dataparallel
 fi
 # Restarts (both modes, with the default hot standbys): one quick run each.
 if [[ -x "$BIN"/testprog ]]; then
