@@ -60,8 +60,12 @@ func dataParallelMode(ctx context.Context, args []string) error {
 		}
 		defer t.close()
 		fmt.Printf("DP rank=%d generation=%d transport=%s\n", g.Rank, g.Number, t.dp.Transport())
+		victim := *victim
+		if victim >= g.WorldSize {
+			victim = -1 // one rank: nothing to recover from
+		}
 		upTo := *steps
-		if g.Number == 0 && *victim >= 0 {
+		if g.Number == 0 && victim >= 0 {
 			upTo = *pre
 		}
 		for int(state[0]) < upTo {
@@ -70,11 +74,11 @@ func dataParallelMode(ctx context.Context, args []string) error {
 			}
 			state[0]++
 		}
-		if g.Number > 0 || *victim < 0 {
+		if g.Number > 0 || victim < 0 {
 			fmt.Printf("DP rank=%d done steps=%g\n", g.Rank, state[0])
 			return nil
 		}
-		if g.Rank == *victim {
+		if g.Rank == victim {
 			time.Sleep(*delay)
 			fmt.Fprintf(os.Stderr, "rank %d dies on purpose\n", g.Rank)
 			os.Exit(1)
