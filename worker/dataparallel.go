@@ -455,6 +455,12 @@ func (dp *DataParallel) Finish(ctx context.Context) (synced bool, err error) {
 // does not close the communicator.
 func (dp *DataParallel) Close() error { return dp.eng.close() }
 
+// meanScale turns the sum over the ranks of k micro-steps' gradients into
+// their mean: 1/(ranks × k).
+func (dp *DataParallel) meanScale() float32 {
+	return float32(1 / float64(dp.c.Size()*dp.cfg.AccumulationSteps))
+}
+
 // scale returns the factor that turns a reduced sum or average into the
 // mean over k × ranks micro-batches: 1/k after Avg.
 func (dp *DataParallel) postScale() float32 {

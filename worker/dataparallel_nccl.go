@@ -166,17 +166,24 @@ func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
 			}
 			return nil
 		}
-		if err := e.reducedEv[b].Record(s); err != nil {
-			return err
-		}
-		if !update {
-			return nil
-		}
-		if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
-			return err
-		}
-		return dp.cfg.AfterReduce(bk, uintptr(e.upd))
+		return e.afterReduced(b, s, update)
 	})
+}
+
+// afterReduced marks bucket b reduced by the work enqueued on s so far and,
+// when update is set, enqueues its AfterReduce on the update stream behind
+// that mark. It runs inside Do.
+func (e *deviceEngine) afterReduced(b int, s cudadrv.Stream, update bool) error {
+	if err := e.reducedEv[b].Record(s); err != nil {
+		return err
+	}
+	if !update {
+		return nil
+	}
+	if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
+		return err
+	}
+	return e.dp.cfg.AfterReduce(e.dp.bkts[b], uintptr(e.upd))
 }
 
 // newUpdateStream creates the stream of the buckets' updates, with the
@@ -249,7 +256,7 @@ func (e *deviceEngine) reduce(bk Bucket, g uintptr, s cudadrv.Stream) error {
 	if err := comm.AllReduce(h, h, bk.Len, nccl.BFloat16, nccl.Sum, uintptr(s)); err != nil {
 		return err
 	}
-	scale := float32(1 / float64(dp.c.Size()*dp.cfg.AccumulationSteps))
+	scale := dp.meanScale()
 	return dp.cfg.Kernels.FromBF16(g, h, bk.Len, scale, uintptr(s))
 }
 

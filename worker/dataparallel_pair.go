@@ -51,7 +51,7 @@ func (e *deviceEngine) launchPair(b int, update bool) error {
 	dp := e.dp
 	bk := dp.bkts[b]
 	g := cudadrv.DevicePtr(dp.grads.DevicePointer())
-	scale := float32(1 / float64(dp.c.Size()*dp.cfg.AccumulationSteps))
+	scale := dp.meanScale()
 	return e.nc.Do(func() error {
 		if err := e.readyEv[b].Record(e.compute); err != nil {
 			return err
@@ -80,16 +80,7 @@ func (e *deviceEngine) launchPair(b int, update bool) error {
 		if err := e.pair.Sum(b, bk.Offset, bk.Len, g, scale, e.sumStream); err != nil {
 			return err
 		}
-		if err := e.reducedEv[b].Record(e.sumStream); err != nil {
-			return err
-		}
-		if !update {
-			return nil
-		}
-		if err := e.upd.WaitEvent(e.reducedEv[b]); err != nil {
-			return err
-		}
-		return dp.cfg.AfterReduce(bk, uintptr(e.upd))
+		return e.afterReduced(b, e.sumStream, update)
 	})
 }
 
@@ -105,7 +96,7 @@ func (e *deviceEngine) fusedUpdate(b int) error {
 	}
 	bk := dp.bkts[b]
 	bk.Peer = uintptr(e.pair.Inbox(bk.Offset))
-	bk.Scale = float32(1 / float64(dp.c.Size()*dp.cfg.AccumulationSteps))
+	bk.Scale = dp.meanScale()
 	if err := dp.cfg.AfterReduce(bk, uintptr(e.upd)); err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 )
 
 // Module is a CUmodule: code loaded into the current context.
@@ -17,31 +16,10 @@ type Function uintptr
 // Dim3 is a grid or block size.
 type Dim3 struct{ X, Y, Z uint32 }
 
-var (
-	kernelMu     sync.Mutex
-	kernelLoaded bool
-)
+// kernelCalls are the module and launch entry points.
+var kernelCalls = callSet{open: cKernelOpen}
 
-// openKernelCalls resolves the module and launch entry points from the
-// driver Load opened.
-func openKernelCalls() error {
-	loadMu.Lock()
-	d := loaded
-	loadMu.Unlock()
-	if d == nil {
-		return ErrNotLoaded
-	}
-	kernelMu.Lock()
-	defer kernelMu.Unlock()
-	if kernelLoaded {
-		return nil
-	}
-	if msg := cKernelOpen(d.path); msg != "" {
-		return fmt.Errorf("cudadrv: %s", msg)
-	}
-	kernelLoaded = true
-	return nil
-}
+func openKernelCalls() error { return kernelCalls.ensure() }
 
 // LoadModule loads PTX (or a cubin) into the current context
 // (cuModuleLoadDataEx); the driver compiles PTX for the device. A PTX error

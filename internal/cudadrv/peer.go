@@ -1,38 +1,13 @@
 package cudadrv
 
-import (
-	"fmt"
-	"sync"
-)
-
 // The peer calls: device memory one process shares with another (legacy
 // CUDA IPC), peer access between the devices of one node, and the stream
 // memory operations with which a stream writes a flag in a peer's memory
 // and another stream waits for it, neither host nor SM involved.
 
-var (
-	peerMu     sync.Mutex
-	peerLoaded bool
-)
+var peerCalls = callSet{open: cPeerOpen}
 
-func openPeerCalls() error {
-	loadMu.Lock()
-	d := loaded
-	loadMu.Unlock()
-	if d == nil {
-		return ErrNotLoaded
-	}
-	peerMu.Lock()
-	defer peerMu.Unlock()
-	if peerLoaded {
-		return nil
-	}
-	if msg := cPeerOpen(d.path); msg != "" {
-		return fmt.Errorf("cudadrv: %s", msg)
-	}
-	peerLoaded = true
-	return nil
-}
+func openPeerCalls() error { return peerCalls.ensure() }
 
 // cudaErrorPeerAccessAlreadyEnabled is CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED.
 const cudaErrorPeerAccessAlreadyEnabled = 704

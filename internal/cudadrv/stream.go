@@ -1,36 +1,11 @@
 package cudadrv
 
-import (
-	"fmt"
-	"sync"
-)
-
 // The stream-ordering calls: what overlapping communication with computation
 // needs on top of streams and events.
 
-var (
-	streamMu     sync.Mutex
-	streamLoaded bool
-)
+var streamCalls = callSet{open: cStreamOpen}
 
-func openStreamCalls() error {
-	loadMu.Lock()
-	d := loaded
-	loadMu.Unlock()
-	if d == nil {
-		return ErrNotLoaded
-	}
-	streamMu.Lock()
-	defer streamMu.Unlock()
-	if streamLoaded {
-		return nil
-	}
-	if msg := cStreamOpen(d.path); msg != "" {
-		return fmt.Errorf("cudadrv: %s", msg)
-	}
-	streamLoaded = true
-	return nil
-}
+func openStreamCalls() error { return streamCalls.ensure() }
 
 // WaitEvent makes the work enqueued on s after this call wait until e's last
 // record has completed (cuStreamWaitEvent); the host does not wait.
