@@ -562,7 +562,7 @@ func (e *hostEngine) reduceOnly(ctx context.Context, buf Buffer, g []float32) er
 	if err := dp.c.AllReduce(ctx, buf, buf, Sum); err != nil {
 		return err
 	}
-	s := float32(1 / float64(dp.c.Size()*dp.cfg.AccumulationSteps))
+	s := dp.meanScale()
 	for i, v := range g {
 		g[i] = RoundBF16(v) * s
 	}
