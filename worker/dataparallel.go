@@ -133,7 +133,7 @@ type DeviceKernels interface {
 	Scale(p uintptr, n int, s float32, stream uintptr) error
 }
 
-func (cfg *DataParallelConfig) validate() error {
+func (cfg *DataParallelConfig) validate(deviceGrads bool) error {
 	if cfg.BucketBytes == 0 {
 		cfg.BucketBytes = DefaultBucketBytes
 	}
@@ -151,6 +151,8 @@ func (cfg *DataParallelConfig) validate() error {
 		return errors.New("worker: DataParallel: FusedSum needs an AfterReduce that adds Bucket.Peer")
 	case cfg.CopyEngineLanes < 0:
 		return fmt.Errorf("worker: DataParallel: %d copy-engine lanes, want 0 (the default) or more", cfg.CopyEngineLanes)
+	case cfg.Transport == TransportCopyEngine && !deviceGrads:
+		return errors.New("worker: DataParallel: the copy-engine transport moves gradients in device memory; these are in host memory (use the default transport)")
 	case cfg.Transport == TransportCopyEngine && cfg.BF16:
 		return errors.New("worker: DataParallel: the copy-engine transport moves float32 gradients; drop BF16 or use the NCCL transport")
 	}
@@ -224,7 +226,7 @@ type engine interface {
 //
 // Device buffers need the NCCL backend and cfg.Stream.
 func NewDataParallel(c Comm, sizes []int, grads Buffer, cfg DataParallelConfig) (*DataParallel, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate(grads.OnDevice()); err != nil {
 		return nil, err
 	}
 	if grads.DType() != Float32 {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,11 +101,17 @@ func TestDataParallelBuckets(t *testing.T) {
 
 func TestDataParallelConfigErrors(t *testing.T) {
 	c := cpuRanks(t, 1)[0]
+	after := func(Bucket, uintptr) error { return nil }
 	for _, tc := range []struct {
 		sizes []int
 		grads Buffer
 		cfg   DataParallelConfig
 	}{
+		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{Transport: TransportCopyEngine}}, // host gradients
+		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{Transport: Transport(7)}},
+		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{Transport: TransportCopyEngine, BF16: true, AfterReduce: after}},
+		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{FusedSum: true}}, // no AfterReduce to add
+		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{CopyEngineLanes: -1}},
 		{[]int{3}, Host(make([]float32, 4)), DataParallelConfig{}},
 		{[]int{0, 4}, Host(make([]float32, 4)), DataParallelConfig{}},
 		{[]int{4}, Host(make([]float64, 4)), DataParallelConfig{}},
@@ -114,6 +121,30 @@ func TestDataParallelConfigErrors(t *testing.T) {
 		if _, err := NewDataParallel(c, tc.sizes, tc.grads, tc.cfg); err == nil {
 			t.Errorf("NewDataParallel(%v, %v, %+v) succeeded", tc.sizes, tc.grads.DType(), tc.cfg)
 		}
+	}
+}
+
+func TestParseTransport(t *testing.T) {
+	for _, tr := range []Transport{TransportAuto, TransportNCCL, TransportCopyEngine} {
+		if got, err := ParseTransport(tr.String()); err != nil || got != tr {
+			t.Errorf("ParseTransport(%q) = %v, %v", tr.String(), got, err)
+		}
+	}
+	if _, err := ParseTransport("nvlink"); err == nil || !strings.Contains(err.Error(), "auto, nccl or copy-engine") {
+		t.Errorf("ParseTransport(nvlink): %v, want an error naming the choices", err)
+	}
+}
+
+// Host gradients have no transport of their own (the communicator's
+// collectives move them): Transport says auto.
+func TestDataParallelHostTransport(t *testing.T) {
+	dp, err := NewDataParallel(cpuRanks(t, 1)[0], []int{4}, Host(make([]float32, 4)), DataParallelConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	if got := dp.Transport(); got != TransportAuto {
+		t.Errorf("Transport() = %v, want auto", got)
 	}
 }
 
