@@ -469,6 +469,14 @@ func (dp *DataParallel) postScale() float32 {
 	return float32(1 / float64(dp.cfg.AccumulationSteps))
 }
 
+// recorderOf returns the flight recorder c records into, nil if none.
+func recorderOf(c Comm) *flight.Recorder {
+	if w, ok := c.(*flight.Comm); ok {
+		return w.Recorder()
+	}
+	return nil
+}
+
 // unwrap returns the backend under the flight recorder's wrapper.
 func unwrap(c Comm) Comm {
 	for {

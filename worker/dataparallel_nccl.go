@@ -56,8 +56,13 @@ type deviceEngine struct {
 	// The compute stream's end of communication of the last two steps:
 	// finish waits for the one before, so the host never runs more than a
 	// step ahead (see boundRunAhead).
-	stepEv     [2]cudadrv.Event
-	steps      int
+	stepEv [2]cudadrv.Event
+	steps  int
+
+	// tracker records the reductions in the flight recorder (nil when the
+	// communicator has none); trackEv are its step marks.
+	tracker    *reduceTracker
+	trackEv    []cudadrv.Event
 	removeHook func()
 }
 
@@ -135,6 +140,9 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 		}
 		return nil
 	})
+	if err == nil {
+		err = e.startTracker()
+	}
 	if err != nil {
 		e.close()
 		return nil, fmt.Errorf("worker: DataParallel: %w", err)
@@ -142,7 +150,39 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 	return e, nil
 }
 
+// trackedSteps is how many steps' reductions the tracker follows at once.
+const trackedSteps = 8
+
+// startTracker starts recording the reductions in the communicator's
+// flight recorder, when it has one (package worker's communicators do).
+func (e *deviceEngine) startTracker() error {
+	rec := recorderOf(e.dp.c)
+	if rec == nil {
+		return nil
+	}
+	e.trackEv = make([]cudadrv.Event, trackedSteps)
+	marks := make([]stepMark, trackedSteps)
+	err := e.nc.Do(func() error {
+		for i := range e.trackEv {
+			ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
+			if err != nil {
+				return err
+			}
+			e.trackEv[i], marks[i] = ev, ev
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	e.tracker = newReduceTracker(rec, e.nc.Do, marks)
+	return nil
+}
+
 func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
+	if e.tracker != nil {
+		e.tracker.launched(e.dp.bkts[b].Len, uintptr(e.nc.Stream()))
+	}
 	if e.pair != nil {
 		return e.launchPair(b, update)
 	}
@@ -281,13 +321,18 @@ func (e *deviceEngine) finish(ctx context.Context) error {
 		if err := e.compute.WaitEvent(e.doneEv); err != nil {
 			return err
 		}
-		if e.upd == 0 {
+		if e.upd != 0 {
+			if err := e.updDoneEv.Record(e.upd); err != nil {
+				return err
+			}
+			if err := e.compute.WaitEvent(e.updDoneEv); err != nil {
+				return err
+			}
+		}
+		if e.tracker == nil {
 			return nil
 		}
-		if err := e.updDoneEv.Record(e.upd); err != nil {
-			return err
-		}
-		return e.compute.WaitEvent(e.updDoneEv)
+		return e.tracker.stepEnd(func(m stepMark) error { return m.(cudadrv.Event).Record(e.compute) })
 	})
 	if err != nil || e.pair == nil {
 		return err
@@ -303,6 +348,9 @@ func (e *deviceEngine) broadcast(ctx context.Context, params Buffer) error {
 }
 
 func (e *deviceEngine) close() error {
+	if e.tracker != nil {
+		e.tracker.close()
+	}
 	e.closePair()
 	return e.nc.Do(func() error {
 		e.nc.Stream().Synchronize()
@@ -316,7 +364,7 @@ func (e *deviceEngine) close() error {
 				s.Destroy()
 			}
 		}
-		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, {e.doneEv, e.updDoneEv, e.sentDoneEv, e.stepEv[0], e.stepEv[1]}} {
+		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, e.trackEv, {e.doneEv, e.updDoneEv, e.sentDoneEv, e.stepEv[0], e.stepEv[1]}} {
 			for _, ev := range evs {
 				if ev != 0 {
 					ev.Destroy()

@@ -27,6 +27,10 @@ import (
 //
 //	DP rank=R generation=G transport=T
 //	DP rank=R done steps=N
+//
+// With --hang-rank R, rank R stops calling DataParallel at step --hang-at
+// (and --victim is ignored): the others wait for it inside their next
+// reductions, on the GPU, which the hang detector must name.
 func dataParallelMode(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dataparallel", flag.ExitOnError)
 	steps := fs.Int("steps", 30, "steps in all")
@@ -35,6 +39,8 @@ func dataParallelMode(ctx context.Context, args []string) error {
 	delay := fs.Duration("victim-delay", 200*time.Millisecond, "how long the victim waits after its last step before it dies")
 	elements := fs.Int("elements", 3<<20+5, "float32 gradients (the buckets are 4 MiB)")
 	transport := fs.String("transport", "auto", "auto, nccl or copy-engine")
+	hangRank := fs.Int("hang-rank", -1, "rank that stops calling DataParallel at step --hang-at of generation 0 and sleeps (a hang for the detector); -1: none")
+	hangAt := fs.Int("hang-at", 5, "the step at which --hang-rank stops")
 	_ = fs.Parse(args)
 	tr, err := worker.ParseTransport(*transport)
 	if err != nil {
@@ -61,7 +67,7 @@ func dataParallelMode(ctx context.Context, args []string) error {
 		defer t.close()
 		fmt.Printf("DP rank=%d generation=%d transport=%s\n", g.Rank, g.Number, t.dp.Transport())
 		victim := *victim
-		if victim >= g.WorldSize {
+		if victim >= g.WorldSize || *hangRank >= 0 {
 			victim = -1 // one rank: nothing to recover from
 		}
 		upTo := *steps
@@ -69,6 +75,11 @@ func dataParallelMode(ctx context.Context, args []string) error {
 			upTo = *pre
 		}
 		for int(state[0]) < upTo {
+			if g.Number == 0 && g.Rank == *hangRank && int(state[0]) == *hangAt {
+				fmt.Printf("DP rank=%d stops at step %d pid=%d\n", g.Rank, *hangAt, os.Getpid())
+				<-ctx.Done()
+				return ctx.Err()
+			}
 			if err := t.step(ctx, g, int(state[0])); err != nil {
 				return err
 			}
