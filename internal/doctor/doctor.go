@@ -68,6 +68,18 @@ type SmokeResult struct {
 	// GPUs has one entry per GPU tested, by NVML index.
 	GPUs      []SmokeGPU       `json:"gpus"`
 	AllReduce *AllReduceResult `json:"all_reduce,omitempty"`
+	// Peers has, for every pair of GPUs tested, whether each can map the
+	// other's memory (cuDeviceCanAccessPeer both ways): what DataParallel's
+	// copy-engine transport needs for two ranks on them.
+	Peers []PeerAccess `json:"peers,omitempty"`
+}
+
+// PeerAccess is whether two GPUs (NVML indices) can access each other's
+// memory.
+type PeerAccess struct {
+	A, B  int
+	OK    bool
+	Error string `json:"error,omitempty"`
 }
 
 // SmokeGPU is the smoke test of one GPU: allocate, run a kernel, check.
@@ -476,6 +488,32 @@ func checkSmoke(ctx context.Context, rep *Report, cfg Config, devs []gpuinfo.Dev
 		rep.add(Check{Name: "smoke all-reduce", Status: OK, Detail: fmt.Sprintf("all-reduce of %s float32 across %d GPU(s): %.0f µs, algbw %.1f GB/s, busbw %.1f GB/s",
 			byteSize(ar.Bytes), ar.GPUs, float64(ar.Time)/float64(time.Microsecond), ar.AlgBW, ar.BusBW)})
 	}
+	checkPeers(rep, res.Peers)
+}
+
+// checkPeers says whether two-rank jobs can average gradients over the
+// copy engines (worker/pairreduce) on every pair of GPUs.
+func checkPeers(rep *Report, peers []PeerAccess) {
+	if len(peers) == 0 {
+		rep.add(Check{Name: "peer access", Status: Skip, Detail: "fewer than two GPUs tested"})
+		return
+	}
+	var bad []string
+	for _, p := range peers {
+		if !p.OK {
+			why := "no peer-to-peer path"
+			if p.Error != "" {
+				why = p.Error
+			}
+			bad = append(bad, fmt.Sprintf("GPU%d↔GPU%d: %s", p.A, p.B, why))
+		}
+	}
+	if len(bad) > 0 {
+		rep.add(Check{Name: "peer access", Status: Warn, Detail: strings.Join(bad, "; "),
+			Fix: "DataParallel falls back to NCCL for two ranks on these GPUs (slower beside compute); peer access needs NVLink or PCIe P2P enabled (IOMMU/ACS settings, nvidia-smi topo -p2p r)"})
+		return
+	}
+	rep.add(Check{Name: "peer access", Status: OK, Detail: fmt.Sprintf("every pair of the %d GPU pair(s) maps each other's memory: two-rank jobs on them average gradients over the copy engines", len(peers))})
 }
 
 func byteSize(b int) string {

@@ -27,6 +27,11 @@ func healthy(f *gpuinfo.Fake) Config {
 			if withNCCL {
 				res.AllReduce = &AllReduceResult{GPUs: len(gpus), Bytes: 256 << 20, Time: 900_000, AlgBW: 298, BusBW: 298, Correct: true}
 			}
+			for i := range gpus {
+				for _, b := range gpus[i+1:] {
+					res.Peers = append(res.Peers, PeerAccess{A: gpus[i].Index, B: b.Index, OK: true})
+				}
+			}
 			return res, nil
 		},
 		Probe: func(_ context.Context, gpu int, _ []int) (string, error) {
@@ -47,6 +52,27 @@ func find(r *Report, name string) Check {
 	return Check{Name: name, Status: "missing"}
 }
 
+// GPUs that cannot map each other's memory are a warning that says what
+// it costs (NCCL instead of the copy engines) and what to look at.
+func TestPeerAccessMissing(t *testing.T) {
+	f := gpuinfo.NewFakeNVLinked(2, 18, 32, "NVIDIA H200")
+	cfg := healthy(f)
+	smoke := cfg.Smoke
+	cfg.Smoke = func(ctx context.Context, gpus []gpuinfo.Device, withNCCL bool) (*SmokeResult, error) {
+		res, err := smoke(ctx, gpus, withNCCL)
+		res.Peers[0].OK = false
+		return res, err
+	}
+	rep := Run(t.Context(), cfg)
+	c := find(rep, "peer access")
+	if c.Status != Warn || !strings.Contains(c.Detail, "GPU0↔GPU1") || !strings.Contains(c.Fix, "falls back to NCCL") {
+		t.Errorf("peer access: %+v, want a warning naming GPU0↔GPU1 and the NCCL fallback", c)
+	}
+	if !rep.Healthy {
+		t.Error("a missing peer path made the node unhealthy; it only costs speed")
+	}
+}
+
 func TestHealthy(t *testing.T) {
 	f := gpuinfo.NewFakeNVLinked(2, 18, 32, "NVIDIA H200")
 	rep := Run(t.Context(), healthy(f))
@@ -58,7 +84,7 @@ func TestHealthy(t *testing.T) {
 			t.Errorf("check %s: %s %s", c.Name, c.Status, c.Detail)
 		}
 	}
-	for _, name := range []string{"driver", "GPU0", "GPU1", "processes", "nccl", "ecc", "throttle", "temperature", "power", "topology", "smoke kernel", "smoke all-reduce", "worker placement", "xid"} {
+	for _, name := range []string{"driver", "GPU0", "GPU1", "processes", "nccl", "ecc", "throttle", "temperature", "power", "topology", "smoke kernel", "smoke all-reduce", "peer access", "worker placement", "xid"} {
 		if c := find(rep, name); c.Status != OK {
 			t.Errorf("check %s: %s", name, c.Status)
 		}

@@ -124,6 +124,7 @@ func smoke(gpus []gpuinfo.Device, withNCCL bool) (*SmokeResult, error) {
 		}
 		threads = append(threads, g)
 	}
+	res.Peers = peerAccess(threads)
 	kernelOK := make([]error, len(threads))
 	var wg sync.WaitGroup
 	for i, g := range threads {
@@ -151,6 +152,28 @@ func smoke(gpus []gpuinfo.Device, withNCCL bool) (*SmokeResult, error) {
 }
 
 func envOr(k string) string { return os.Getenv(k) }
+
+// peerAccess asks CUDA, for every pair of GPUs, whether each can map the
+// other's memory.
+func peerAccess(threads []*gpuThread) []PeerAccess {
+	var out []PeerAccess
+	for i, a := range threads {
+		for _, b := range threads[i+1:] {
+			p := PeerAccess{A: a.index, B: b.index}
+			ab, err := a.dev.CanAccessPeer(b.dev)
+			if err == nil {
+				var ba bool
+				ba, err = b.dev.CanAccessPeer(a.dev)
+				p.OK = ab && ba
+			}
+			if err != nil {
+				p.Error = err.Error()
+			}
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 // loop runs g's work on one locked OS thread with the primary context current.
 func (g *gpuThread) loop(ready chan<- error) {
