@@ -513,7 +513,7 @@ func checkPeers(rep *Report, peers []PeerAccess) {
 			Fix: "DataParallel falls back to NCCL for two ranks on these GPUs (slower beside compute); peer access needs NVLink or PCIe P2P enabled (IOMMU/ACS settings, nvidia-smi topo -p2p r)"})
 		return
 	}
-	rep.add(Check{Name: "peer access", Status: OK, Detail: fmt.Sprintf("every pair of the %d GPU pair(s) maps each other's memory: two-rank jobs on them average gradients over the copy engines", len(peers))})
+	rep.add(Check{Name: "peer access", Status: OK, Detail: fmt.Sprintf("every GPU pair (%d) maps each other's memory: two-rank jobs on them average gradients over the copy engines", len(peers))})
 }
 
 func byteSize(b int) string {
