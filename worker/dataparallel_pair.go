@@ -36,7 +36,10 @@ func (e *deviceEngine) openPair() error {
 	switch {
 	case err == nil:
 		e.pair = p
-		e.removeHook = e.nc.OnAbort(p.Release)
+		e.removeHook = e.nc.OnAbort(func() {
+			dp.log.Warn("the communicator was aborted: releasing the copy-engine transport's waits on the GPU", "rank", dp.c.Rank())
+			p.Release()
+		})
 		dp.log.Info("gradients are averaged over the copy engines", "rank", dp.c.Rank(), "transport", TransportCopyEngine)
 		return nil
 	case errors.As(err, &unavailable) && want == TransportAuto:
