@@ -33,6 +33,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
@@ -85,8 +86,11 @@ type Pair struct {
 	forkEv cudadrv.Event
 	joinEv []cudadrv.Event
 
-	step     atomic.Uint32 // the step being reduced, from 1
-	released atomic.Bool
+	step atomic.Uint32 // the step being reduced, from 1
+
+	// relMu orders Release (from an abort, any goroutine) against Close.
+	relMu            sync.Mutex
+	released, closed bool
 }
 
 // record is what a rank tells its peer: how to map its allocation and where
@@ -407,9 +411,12 @@ func (p *Pair) Next() { p.step.Add(1) }
 // a thread of its own (the device's thread may be the one waiting) and can
 // be called from any goroutine.
 func (p *Pair) Release() {
-	if p.released.Swap(true) {
+	p.relMu.Lock()
+	defer p.relMu.Unlock()
+	if p.released || p.closed {
 		return
 	}
+	p.released = true
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -428,6 +435,8 @@ func (p *Pair) Release() {
 			_ = s.WriteValue32(p.arrived(p.alloc, b), v)
 			_ = s.WriteValue32(p.consumed(p.alloc, b), v)
 		}
+		// Done before Release returns, so that Close never frees the
+		// flags under a pending write.
 		_ = s.Synchronize()
 		_ = s.Destroy()
 	}()
@@ -438,6 +447,9 @@ func (p *Pair) Release() {
 // do once neither rank will write into the other's memory again (both
 // ranks' streams done).
 func (p *Pair) Close() error {
+	p.relMu.Lock()
+	p.closed = true // a Release in progress has finished its writes
+	p.relMu.Unlock()
 	var errs []error
 	for i, ls := range p.lanes {
 		errs = append(errs, ls.Synchronize(), ls.Destroy(), p.joinEv[i].Destroy())
