@@ -11,8 +11,7 @@ import (
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
 	"github.com/gotrain/gotrain/worker"
-	"github.com/gotrain/gotrain/worker/comm/commtest"
-	"github.com/gotrain/gotrain/worker/ncclcomm"
+	"github.com/gotrain/gotrain/worker/ncclcomm/nccltest"
 )
 
 // These tests need GPUs: build with `go test -c -tags cuda` and run the
@@ -34,27 +33,10 @@ func gpuCount(t *testing.T) int {
 
 // ncclComms starts size NCCL ranks in this process, rank r on device r.
 func ncclComms(t *testing.T, size int) []worker.Comm {
-	t.Helper()
-	store := commtest.NewMemStore()
 	cs := make([]worker.Comm, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			cs[r], errs[r] = ncclcomm.New(t.Context(), ncclcomm.Config{Name: "mlp-test", Rank: r, Size: size, Device: r, Store: store})
-		})
+	for r, c := range nccltest.Comms(t, size, "mlp-test") {
+		cs[r] = c
 	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, c := range cs {
-			c.Close()
-		}
-	})
 	return cs
 }
 

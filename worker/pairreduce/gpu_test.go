@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
-	"github.com/gotrain/gotrain/worker/comm/commtest"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
+	"github.com/gotrain/gotrain/worker/ncclcomm/nccltest"
 )
 
 // The GPU tests need two GPUs and skip without them (make gpu builds the
@@ -17,37 +17,7 @@ import (
 // they share pointers; examples/mlp's runs under gotrain launch take the
 // CUDA IPC path between processes.
 
-func twoRanks(t testing.TB) []*ncclcomm.Comm {
-	t.Helper()
-	drv, err := cudadrv.Load()
-	if err != nil {
-		t.Skip(err)
-	}
-	if n, err := drv.DeviceCount(); err != nil || n < 2 {
-		t.Skip("needs 2 GPUs")
-	}
-	store := commtest.NewMemStore()
-	cs := make([]*ncclcomm.Comm, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Go(func() {
-			cs[r], errs[r] = ncclcomm.New(t.Context(), ncclcomm.Config{Name: "pair-test", Rank: r, Size: 2, Device: r, Store: store})
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, c := range cs {
-			c.Close()
-		}
-	})
-	return cs
-}
+func twoRanks(t testing.TB) []*ncclcomm.Comm { return nccltest.Comms(t, 2, "pair-test") }
 
 func openBoth(t testing.TB, cs []*ncclcomm.Comm, cfg Config) []*Pair {
 	t.Helper()
