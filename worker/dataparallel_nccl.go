@@ -53,17 +53,16 @@ type deviceEngine struct {
 	sumStream  cudadrv.Stream
 	sentEv     []cudadrv.Event
 	sentDoneEv cudadrv.Event // the copy stream's end of a step
-	// The compute stream's end of communication of the last two steps:
-	// finish waits for the one before, so the host never runs more than a
-	// step ahead (see boundRunAhead).
-	stepEv [2]cudadrv.Event
-	steps  int
-
-	// tracker records the reductions in the flight recorder (nil when the
-	// communicator has none); trackEv are its step marks.
-	tracker    *reduceTracker
-	trackEv    []cudadrv.Event
 	removeHook func()
+
+	// stepEv is a ring of marks of the compute stream's end of a step's
+	// communication, recorded at each finish (steps so far): the flight
+	// recorder's tracker completes a step's reductions when its mark has
+	// passed, and with the pair finish waits for the previous step's
+	// (boundRunAhead). Empty when neither is needed.
+	stepEv  []cudadrv.Event
+	steps   int
+	tracker *reduceTracker // nil when the communicator has no recorder
 }
 
 func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
@@ -89,6 +88,10 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 	if e.pair != nil {
 		e.sentEv = make([]cudadrv.Event, len(dp.bkts))
 	}
+	rec := recorderOf(dp.c)
+	if rec != nil || e.pair != nil {
+		e.stepEv = make([]cudadrv.Event, stepMarks)
+	}
 	err := nc.Do(func() error {
 		if separate {
 			var err error
@@ -110,13 +113,8 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 			if e.sentDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
 				return err
 			}
-			for i := range e.stepEv {
-				if e.stepEv[i], err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
-					return err
-				}
-			}
 		}
-		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv} {
+		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, e.stepEv} {
 			for i := range evs {
 				ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
 				if err != nil {
@@ -140,44 +138,19 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 		}
 		return nil
 	})
-	if err == nil {
-		err = e.startTracker()
-	}
 	if err != nil {
 		e.close()
 		return nil, fmt.Errorf("worker: DataParallel: %w", err)
 	}
+	if rec != nil {
+		e.tracker = newReduceTracker(rec, e.nc.Do, stepMarks)
+	}
 	return e, nil
 }
 
-// trackedSteps is how many steps' reductions the tracker follows at once.
-const trackedSteps = 8
-
-// startTracker starts recording the reductions in the communicator's
-// flight recorder, when it has one (package worker's communicators do).
-func (e *deviceEngine) startTracker() error {
-	rec := recorderOf(e.dp.c)
-	if rec == nil {
-		return nil
-	}
-	e.trackEv = make([]cudadrv.Event, trackedSteps)
-	marks := make([]stepMark, trackedSteps)
-	err := e.nc.Do(func() error {
-		for i := range e.trackEv {
-			ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
-			if err != nil {
-				return err
-			}
-			e.trackEv[i], marks[i] = ev, ev
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	e.tracker = newReduceTracker(rec, e.nc.Do, marks)
-	return nil
-}
+// stepMarks is how many steps' end marks the engine keeps: as many steps'
+// reductions as the flight recorder's tracker follows at once.
+const stepMarks = 8
 
 func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
 	if e.tracker != nil {
@@ -329,10 +302,18 @@ func (e *deviceEngine) finish(ctx context.Context) error {
 				return err
 			}
 		}
-		if e.tracker == nil {
+		if len(e.stepEv) == 0 {
 			return nil
 		}
-		return e.tracker.stepEnd(func(m stepMark) error { return m.(cudadrv.Event).Record(e.compute) })
+		mark := e.stepEv[e.steps%len(e.stepEv)]
+		e.steps++
+		if err := mark.Record(e.compute); err != nil {
+			return err
+		}
+		if e.tracker != nil {
+			e.tracker.stepEnd(mark)
+		}
+		return nil
 	})
 	if err != nil || e.pair == nil {
 		return err
@@ -364,7 +345,7 @@ func (e *deviceEngine) close() error {
 				s.Destroy()
 			}
 		}
-		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, e.trackEv, {e.doneEv, e.updDoneEv, e.sentDoneEv, e.stepEv[0], e.stepEv[1]}} {
+		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, e.stepEv, {e.doneEv, e.updDoneEv, e.sentDoneEv}} {
 			for _, ev := range evs {
 				if ev != 0 {
 					ev.Destroy()

@@ -149,26 +149,20 @@ func (e *deviceEngine) closePair() {
 	e.pair = nil
 }
 
-// boundRunAhead records the end of this step's communication on the compute
-// stream and waits, polling, until the previous step's has passed: the host
-// stays at most one step ahead of the GPU. Without a bound a program
-// enqueues until CUDA's launch queue is full and then blocks inside a
-// kernel launch, holding the context; if the peer dies then, Release (a
-// CUDA call on another thread) blocks behind it and the streams waiting for
-// the peer's flags are never let go. Polling here instead keeps the host
-// out of CUDA and lets ctx end the wait. One step of look-ahead keeps the
-// GPU fed: a step is milliseconds of GPU work and microseconds of launches.
+// boundRunAhead waits, polling, until the previous step's mark (finish
+// records one per step) has passed: the host stays at most one step ahead
+// of the GPU. Without a bound a program enqueues until CUDA's launch queue
+// is full and then blocks inside a kernel launch, holding the context; if
+// the peer dies then, Release (a CUDA call on another thread) blocks behind
+// it and the streams waiting for the peer's flags are never let go.
+// Polling here instead keeps the host out of CUDA and lets ctx end the
+// wait. One step of look-ahead keeps the GPU fed: a step is milliseconds of
+// GPU work and microseconds of launches.
 func (e *deviceEngine) boundRunAhead(ctx context.Context) error {
-	cur := e.stepEv[e.steps%2]
-	prev := e.stepEv[(e.steps+1)%2]
-	first := e.steps == 0
-	e.steps++
-	if err := e.nc.Do(func() error { return cur.Record(e.compute) }); err != nil {
-		return err
-	}
-	if first {
+	if e.steps < 2 {
 		return nil
 	}
+	prev := e.stepEv[(e.steps-2)%len(e.stepEv)]
 	for i := 0; ; i++ {
 		var done bool
 		err := e.nc.Do(func() error {

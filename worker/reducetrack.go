@@ -22,8 +22,6 @@ type reduceTracker struct {
 	// do runs a function on the thread where the marks may be queried
 	// (the communicator's).
 	do    func(func() error) error
-	marks []stepMark // a ring: one per step in flight
-	next  int
 	jobs  chan trackJob
 	stop  chan struct{}
 	cur   []uint64 // seqs launched in this step
@@ -44,11 +42,10 @@ type trackJob struct {
 // trackerPoll bounds the pause between two polls of a mark.
 const trackerPoll = 2 * time.Millisecond
 
-// newReduceTracker starts tracking with the marks given (their number is
-// how many steps may be in flight before their seqs ride on a later
-// step's mark).
-func newReduceTracker(rec *flight.Recorder, do func(func() error) error, marks []stepMark) *reduceTracker {
-	t := &reduceTracker{rec: rec, do: do, marks: marks, jobs: make(chan trackJob, len(marks)), stop: make(chan struct{})}
+// newReduceTracker starts tracking; steps is how many steps may wait for
+// the poller before their seqs ride on a later step's mark.
+func newReduceTracker(rec *flight.Recorder, do func(func() error) error, steps int) *reduceTracker {
+	t := &reduceTracker{rec: rec, do: do, jobs: make(chan trackJob, steps), stop: make(chan struct{})}
 	t.wg.Add(1)
 	go t.loop()
 	return t
@@ -59,26 +56,19 @@ func (t *reduceTracker) launched(count int, stream uintptr) {
 	t.cur = append(t.cur, t.rec.Enqueue(flight.OpAllReduce, comm.Float32, comm.Avg, int64(count), -1, stream, false))
 }
 
-// stepEnd records the step's mark with record (on the compute stream,
-// after the step's reductions) and hands its seqs to the poller. It runs
-// where record may run (inside do).
-func (t *reduceTracker) stepEnd(record func(stepMark) error) error {
+// stepEnd hands the poller the seqs launched since the last call, to
+// complete when m (recorded after them) has passed.
+func (t *reduceTracker) stepEnd(m stepMark) {
 	if len(t.cur) == 0 {
-		return nil
-	}
-	m := t.marks[t.next%len(t.marks)]
-	t.next++
-	if err := record(m); err != nil {
-		return err
+		return
 	}
 	seqs := append(t.carry, t.cur...)
 	t.cur, t.carry = nil, nil
 	select {
 	case t.jobs <- trackJob{m, seqs}:
-	default: // the poller is len(marks) steps behind: a later mark covers these
+	default: // the poller is behind: a later mark covers these
 		t.carry = seqs
 	}
-	return nil
 }
 
 func (t *reduceTracker) loop() {

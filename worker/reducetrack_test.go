@@ -39,18 +39,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestReduceTrackerCompletesAtTheMark(t *testing.T) {
 	rec := flight.NewRecorder("grads", 64)
 	m1, m2 := &fakeMark{}, &fakeMark{}
-	tr := newReduceTracker(rec, direct, []stepMark{m1, m2})
+	tr := newReduceTracker(rec, direct, 2)
 	defer tr.close()
 	for range 3 {
 		tr.launched(1000, 0)
 	}
-	if err := tr.stepEnd(func(stepMark) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	tr.stepEnd(m1)
 	tr.launched(1000, 0)
-	if err := tr.stepEnd(func(stepMark) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	tr.stepEnd(m2)
 	time.Sleep(20 * time.Millisecond)
 	if s := rec.Snapshot(); s.Entered != 4 || s.Completed != 0 || !s.HasPending || s.Pending.Seq != 1 || s.Pending.Op != flight.OpAllReduce {
 		t.Fatalf("before the marks pass: %+v, want 4 entered, none completed, #1 allreduce pending", s)
@@ -71,16 +67,12 @@ func TestReduceTrackerFailsAndStops(t *testing.T) {
 	bad, stuck := &fakeMark{}, &fakeMark{}
 	e := errors.New("device lost")
 	bad.err.Store(&e)
-	tr := newReduceTracker(rec, direct, []stepMark{bad, stuck})
+	tr := newReduceTracker(rec, direct, 2)
 	tr.launched(10, 0)
-	if err := tr.stepEnd(func(stepMark) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	tr.stepEnd(bad)
 	waitFor(t, "the failure recorded", func() bool { return rec.Snapshot().ErrSeq == 1 })
 	tr.launched(10, 0)
-	if err := tr.stepEnd(func(stepMark) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	tr.stepEnd(stuck)
 	done := make(chan struct{})
 	go func() { tr.close(); close(done) }()
 	select {
