@@ -100,9 +100,11 @@ func dataParallelMode(ctx context.Context, args []string) error {
 	})
 }
 
+// unwrapComm returns the backend under package worker's wrappers (the
+// flight recorder).
 func unwrapComm(c worker.Comm) worker.Comm {
 	for {
-		u, ok := c.(interface{ Unwrap() worker.Comm })
+		u, ok := c.(comm.Unwrapper)
 		if !ok {
 			return c
 		}

@@ -177,10 +177,7 @@ func restartMode(ctx context.Context, args []string) error {
 //	first       the first collective of the generation completed
 func timingLine(rank int, gen int64, survivor bool, death, spawn, main, init, commDone, first time.Time, c worker.Comm, rt worker.RecoveryTimes) string {
 	var nt ncclcomm.Timings
-	if u, ok := c.(interface{ Unwrap() worker.Comm }); ok {
-		c = u.Unwrap()
-	}
-	if tc, ok := c.(interface{ Timings() ncclcomm.Timings }); ok {
+	if tc, ok := unwrapComm(c).(interface{ Timings() ncclcomm.Timings }); ok {
 		nt = tc.Timings()
 	}
 	ns := func(t time.Time) int64 {
