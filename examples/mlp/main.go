@@ -72,6 +72,9 @@ type options struct {
 	trace     int  // GPU, synthetic: event timeline of the last trace timed steps
 	noReduce  bool // GPU, synthetic: no all-reduce (diagnostic)
 	blasSM    int  // GPU: cuBLAS SM count target during backward (0: cuBLAS's choice)
+
+	// Parsed from the strings above.
+	dpTransport worker.Transport
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -152,6 +155,10 @@ Flags:
 	if o.lr == 0 {
 		o.lr = map[bool]float64{true: 0.05, false: 1e-3}[o.mode == "mnist"]
 	}
+	var err error
+	if o.dpTransport, err = worker.ParseTransport(o.transport); err != nil {
+		return o, fmt.Errorf("--transport %q: want auto, nccl or copy-engine", o.transport)
+	}
 	switch {
 	case o.mode != "synthetic" && o.mode != "mnist":
 		return o, fmt.Errorf("--mode %q: want synthetic or mnist", o.mode)
@@ -167,8 +174,6 @@ Flags:
 		return o, fmt.Errorf("--update-priority %q: want normal or high", o.updPrio)
 	case o.chunk0MB < 0:
 		return o, errors.New("--chunk-first-mb must not be negative")
-	case !validTransport(o.transport):
-		return o, fmt.Errorf("--transport %q: want auto, nccl or copy-engine", o.transport)
 	case !validCTAPolicy(o.ctaPolicy):
 		return o, fmt.Errorf("--nccl-cta-policy %q: want default, efficiency or zero", o.ctaPolicy)
 	case o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0 || o.chunkMB < 0:
@@ -216,17 +221,6 @@ func (o options) commOptions() []worker.CommOption {
 		opts = append(opts, worker.WithNCCLCTAPolicy(p))
 	}
 	return opts
-}
-
-func validTransport(s string) bool {
-	_, err := worker.ParseTransport(s)
-	return err == nil
-}
-
-// transport is the parsed --transport (validated by parseFlags).
-func transport(s string) worker.Transport {
-	t, _ := worker.ParseTransport(s)
-	return t
 }
 
 func validCTAPolicy(s string) bool {
@@ -291,7 +285,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		DP: worker.DataParallelConfig{
 			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
 			DeferUpdate: o.wgFirst, SerialUpdate: o.serialUpd, HighPriorityUpdate: o.updPrio == "high",
-			Transport: transport(o.transport), CopyEngineLanes: o.ceLanes, FusedSum: o.fusedSum,
+			Transport: o.dpTransport, CopyEngineLanes: o.ceLanes, FusedSum: o.fusedSum,
 		},
 		Device:   ncclcomm.DeviceFor(w.GPU, os.Getenv),
 		NoReduce: o.noReduce, BlasSMTarget: o.blasSM, Symmetric: o.symmetric,
