@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"math"
-	"sync"
 	"testing"
 
 	"github.com/gotrain/gotrain/worker"
@@ -15,36 +14,18 @@ func trainRanks(t *testing.T, size, steps int, cfg modelConfig) [][]float32 {
 	t.Helper()
 	cs := cpuComms(t, size)
 	final := make([][]float32, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r, c := range cs {
-		wg.Go(func() {
-			errs[r] = func() error {
-				m, err := newCPUModel(context.Background(), c, cfg)
-				if err != nil {
-					return err
-				}
-				defer m.Close()
-				for s := range steps {
-					x, y := testBatch(cfg.Arch, cfg.Batch, uint64(100*r+s))
-					if err := m.Load(x, y); err != nil {
-						return err
-					}
-					if err := m.Step(t.Context()); err != nil {
-						return err
-					}
-				}
-				final[r], err = m.Params()
-				return err
-			}()
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
+	onRanks(t, cs, func(r int, c worker.Comm) error {
+		m, err := newCPUModel(context.Background(), c, cfg)
 		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+			return err
 		}
-	}
+		defer m.Close()
+		if err := trainSteps(t.Context(), m, cfg.Arch, cfg.Batch, r, steps); err != nil {
+			return err
+		}
+		final[r], err = m.Params()
+		return err
+	})
 	return final
 }
 

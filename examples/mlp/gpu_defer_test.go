@@ -6,7 +6,6 @@ import (
 	"context"
 	"math"
 	"os"
-	"sync"
 	"testing"
 
 	"github.com/gotrain/gotrain/worker"
@@ -21,40 +20,28 @@ func TestGPUDeferUpdateSameWeights(t *testing.T) {
 	train := func(dp worker.DataParallelConfig) [][]float32 {
 		cs := ncclComms(t, n)
 		final := make([][]float32, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for r, c := range cs {
-			wg.Go(func() {
-				errs[r] = func() error {
-					cfg := modelConfig{
-						Arch: arch{dims: []int{128, 512, 512, 64}}, Batch: 32, Seed: 20, Optim: optim{Kind: "momentum", LR: 0.05, Momentum: 0.9},
-						DP: dp, Device: r, PTXPath: os.Getenv("MLP_PTX"),
-					}
-					m, err := newGPU(context.Background(), c, cfg)
-					if err != nil {
-						return err
-					}
-					defer m.Close()
-					x, y := testBatch(cfg.Arch, cfg.Batch, uint64(r+1))
-					if err := m.Load(x, y); err != nil {
-						return err
-					}
-					for range 20 {
-						if err := m.Step(t.Context()); err != nil {
-							return err
-						}
-					}
-					final[r], err = m.Params()
-					return err
-				}()
-			})
-		}
-		wg.Wait()
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("rank %d: %v", r, err)
+		onRanks(t, cs, func(r int, c worker.Comm) error {
+			cfg := modelConfig{
+				Arch: arch{dims: []int{128, 512, 512, 64}}, Batch: 32, Seed: 20, Optim: optim{Kind: "momentum", LR: 0.05, Momentum: 0.9},
+				DP: dp, Device: r, PTXPath: os.Getenv("MLP_PTX"),
 			}
-		}
+			m, err := newGPU(context.Background(), c, cfg)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			x, y := testBatch(cfg.Arch, cfg.Batch, uint64(r+1))
+			if err := m.Load(x, y); err != nil {
+				return err
+			}
+			for range 20 {
+				if err := m.Step(t.Context()); err != nil {
+					return err
+				}
+			}
+			final[r], err = m.Params()
+			return err
+		})
 		return final
 	}
 	plain := worker.DataParallelConfig{BucketBytes: 256 << 10}

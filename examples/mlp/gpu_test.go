@@ -6,7 +6,6 @@ import (
 	"context"
 	"math"
 	"os"
-	"sync"
 	"testing"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
@@ -134,44 +133,32 @@ func TestGPURanksIdentical(t *testing.T) {
 			cs := ncclComms(t, size)
 			final := make([][]float32, size)
 			losses := make([][2]float32, size)
-			errs := make([]error, size)
-			var wg sync.WaitGroup
-			for r, c := range cs {
-				wg.Go(func() {
-					errs[r] = func() error {
-						cfg := modelConfig{
-							Arch: arch{dims: []int{128, 512, 512, 64}}, Batch: 32, Seed: uint64(20 + r), Optim: tc.o, ChunkBytes: 128 << 10,
-							BF16GEMM: tc.bf16, DP: tc.dp, Device: r, PTXPath: os.Getenv("MLP_PTX"),
-						}
-						m, err := newGPU(context.Background(), c, cfg)
-						if err != nil {
-							return err
-						}
-						defer m.Close()
-						x, y := testBatch(cfg.Arch, cfg.Batch, uint64(r+1))
-						if err := m.Load(x, y); err != nil {
-							return err
-						}
-						for s := range 30 {
-							if err := m.Step(t.Context()); err != nil {
-								return err
-							}
-							if s == 0 {
-								losses[r][0], _ = m.Loss()
-							}
-						}
-						losses[r][1], _ = m.Loss()
-						final[r], err = m.Params()
-						return err
-					}()
-				})
-			}
-			wg.Wait()
-			for r, err := range errs {
-				if err != nil {
-					t.Fatalf("rank %d: %v", r, err)
+			onRanks(t, cs, func(r int, c worker.Comm) error {
+				cfg := modelConfig{
+					Arch: arch{dims: []int{128, 512, 512, 64}}, Batch: 32, Seed: uint64(20 + r), Optim: tc.o, ChunkBytes: 128 << 10,
+					BF16GEMM: tc.bf16, DP: tc.dp, Device: r, PTXPath: os.Getenv("MLP_PTX"),
 				}
-			}
+				m, err := newGPU(context.Background(), c, cfg)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				x, y := testBatch(cfg.Arch, cfg.Batch, uint64(r+1))
+				if err := m.Load(x, y); err != nil {
+					return err
+				}
+				for s := range 30 {
+					if err := m.Step(t.Context()); err != nil {
+						return err
+					}
+					if s == 0 {
+						losses[r][0], _ = m.Loss()
+					}
+				}
+				losses[r][1], _ = m.Loss()
+				final[r], err = m.Params()
+				return err
+			})
 			for i := range final[0] {
 				if math.Float32bits(final[1][i]) != math.Float32bits(final[0][i]) {
 					t.Fatalf("parameter %d: rank 1 %v, rank 0 %v", i, final[1][i], final[0][i])

@@ -13,6 +13,38 @@ import (
 	"github.com/gotrain/gotrain/worker/cpucomm"
 )
 
+// onRanks runs f for every rank at once and fails the test with the first
+// failing rank's error.
+func onRanks(t *testing.T, cs []worker.Comm, f func(r int, c worker.Comm) error) {
+	t.Helper()
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Go(func() { errs[r] = f(r, c) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// trainSteps runs steps steps of m, rank r's batch of step s drawn with
+// seed 100r+s.
+func trainSteps(ctx context.Context, m model, a arch, batch, r, steps int) error {
+	for s := range steps {
+		x, y := testBatch(a, batch, uint64(100*r+s))
+		if err := m.Load(x, y); err != nil {
+			return err
+		}
+		if err := m.Step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // cpuComms starts size CPU-backend ranks in this process.
 func cpuComms(t *testing.T, size int) []worker.Comm {
 	t.Helper()
@@ -117,38 +149,20 @@ func TestCPURanksIdentical(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := cpuComms(t, 3)
 			final := make([][]float32, len(cs))
-			var wg sync.WaitGroup
-			errs := make([]error, len(cs))
-			for r, c := range cs {
-				wg.Go(func() {
-					errs[r] = func() error {
-						cfg := smallConfig(4)
-						cfg.Optim, cfg.DP, cfg.Seed = tc.optim, tc.dp, uint64(10+r) // rank 0's weights win
-						m, err := newCPUModel(context.Background(), c, cfg)
-						if err != nil {
-							return err
-						}
-						defer m.Close()
-						for s := range 8 {
-							x, y := testBatch(cfg.Arch, 4, uint64(100*r+s))
-							if err := m.Load(x, y); err != nil {
-								return err
-							}
-							if err := m.Step(t.Context()); err != nil {
-								return err
-							}
-						}
-						final[r], _ = m.Params()
-						return nil
-					}()
-				})
-			}
-			wg.Wait()
-			for r, err := range errs {
+			onRanks(t, cs, func(r int, c worker.Comm) error {
+				cfg := smallConfig(4)
+				cfg.Optim, cfg.DP, cfg.Seed = tc.optim, tc.dp, uint64(10+r) // rank 0's weights win
+				m, err := newCPUModel(context.Background(), c, cfg)
 				if err != nil {
-					t.Fatalf("rank %d: %v", r, err)
+					return err
 				}
-			}
+				defer m.Close()
+				if err := trainSteps(t.Context(), m, cfg.Arch, 4, r, 8); err != nil {
+					return err
+				}
+				final[r], _ = m.Params()
+				return nil
+			})
 			moved := false
 			for r := 1; r < len(cs); r++ {
 				for i := range final[0] {
