@@ -189,6 +189,65 @@ func TestGPUPairReleaseUnblocks(t *testing.T) {
 	}
 }
 
+// benchSide is one rank's pair, gradients (1.0 everywhere) and two streams
+// in a benchmark; benchSides frees them when the benchmark ends.
+type benchSide struct {
+	p   *Pair
+	buf cudadrv.DevicePtr
+	s   [2]cudadrv.Stream
+}
+
+func benchSides(b *testing.B, cs []*ncclcomm.Comm, n, lanes int) []benchSide {
+	ps := openBoth(b, cs, Config{Elements: n, Buckets: 1, Lanes: lanes})
+	sides := make([]benchSide, len(cs))
+	for r, c := range cs {
+		sd := &sides[r]
+		sd.p = ps[r]
+		err := c.Do(func() error {
+			var err error
+			if sd.buf, err = cudadrv.MemAlloc(4 * n); err != nil {
+				return err
+			}
+			for i := range sd.s {
+				if sd.s[i], err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+					return err
+				}
+			}
+			return cudadrv.MemsetD32(sd.buf, 0x3f800000, n)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Cleanup(func() {
+		for r, c := range cs {
+			sd := sides[r]
+			c.Do(func() error {
+				for _, s := range sd.s {
+					s.Destroy()
+				}
+				sd.buf.Free()
+				return sd.p.Close()
+			})
+		}
+	})
+	return sides
+}
+
+// onSides runs f for ranks 0 to n-1 at once, each on its communicator's
+// thread.
+func onSides(b *testing.B, cs []*ncclcomm.Comm, n int, f func(r int) error) {
+	var wg sync.WaitGroup
+	for r, c := range cs[:n] {
+		wg.Go(func() {
+			if err := c.Do(func() error { return f(r) }); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // BenchmarkGPUPairReduce averages 64 MiB between the two GPUs, both ranks
 // at once as in training, over 1 to 8 copy lanes: what one bucket costs
 // with nothing beside it. b.SetBytes counts one rank's gradients.
@@ -197,63 +256,27 @@ func BenchmarkGPUPairReduce(b *testing.B) {
 	const n = 16 << 20
 	for _, lanes := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("lanes=%d", lanes), func(b *testing.B) {
-			ps := openBoth(b, cs, Config{Elements: n, Buckets: 1, Lanes: lanes})
-			bufs := make([]cudadrv.DevicePtr, 2)
-			streams := make([][2]cudadrv.Stream, 2)
-			for r, c := range cs {
-				err := c.Do(func() error {
-					var err error
-					if bufs[r], err = cudadrv.MemAlloc(4 * n); err != nil {
-						return err
-					}
-					for i := range streams[r] {
-						if streams[r][i], err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
-							return err
-						}
-					}
-					return cudadrv.MemsetD32(bufs[r], 0x3f800000, n)
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
+			sides := benchSides(b, cs, n, lanes)
 			b.SetBytes(4 * n)
 			b.ResetTimer()
 			for range b.N {
-				var wg sync.WaitGroup
-				for r, c := range cs {
-					wg.Go(func() {
-						err := c.Do(func() error {
-							cp, sum := streams[r][0], streams[r][1]
-							if err := ps[r].Send(0, 0, n, bufs[r], cp); err != nil {
-								return err
-							}
-							if err := cp.Synchronize(); err != nil {
-								return err
-							}
-							if err := ps[r].Sum(0, 0, n, bufs[r], 1, sum); err != nil {
-								return err
-							}
-							ps[r].Next()
-							return sum.Synchronize()
-						})
-						if err != nil {
-							b.Error(err)
-						}
-					})
-				}
-				wg.Wait()
-			}
-			b.StopTimer()
-			for r, c := range cs {
-				c.Do(func() error {
-					for _, s := range streams[r] {
-						s.Destroy()
+				onSides(b, cs, 2, func(r int) error {
+					sd := sides[r]
+					cp, sum := sd.s[0], sd.s[1]
+					if err := sd.p.Send(0, 0, n, sd.buf, cp); err != nil {
+						return err
 					}
-					bufs[r].Free()
-					return ps[r].Close()
+					if err := cp.Synchronize(); err != nil {
+						return err
+					}
+					if err := sd.p.Sum(0, 0, n, sd.buf, 1, sum); err != nil {
+						return err
+					}
+					sd.p.Next()
+					return sum.Synchronize()
 				})
 			}
+			b.StopTimer()
 		})
 	}
 }
@@ -266,52 +289,23 @@ func BenchmarkGPUPeerCopy(b *testing.B) {
 	for _, both := range []bool{false, true} {
 		for _, lanes := range []int{1, 2, 4, 8} {
 			b.Run(fmt.Sprintf("both=%t/lanes=%d", both, lanes), func(b *testing.B) {
-				ps := openBoth(b, cs, Config{Elements: n, Buckets: 1, Lanes: lanes})
-				bufs := make([]cudadrv.DevicePtr, 2)
-				streams := make([]cudadrv.Stream, 2)
-				for r, c := range cs {
-					err := c.Do(func() error {
-						var err error
-						if bufs[r], err = cudadrv.MemAlloc(4 * n); err != nil {
-							return err
-						}
-						streams[r], err = cudadrv.NewStream(cudadrv.StreamNonBlocking)
-						return err
-					})
-					if err != nil {
-						b.Fatal(err)
-					}
+				sides := benchSides(b, cs, n, lanes)
+				ranks := 1
+				if both {
+					ranks = 2
 				}
 				b.SetBytes(4 * n)
 				b.ResetTimer()
 				for range b.N {
-					var wg sync.WaitGroup
-					for r, c := range cs {
-						if r == 1 && !both {
-							continue
+					onSides(b, cs, ranks, func(r int) error {
+						sd := sides[r]
+						if err := sd.p.copyOut(0, n, sd.buf, sd.s[0]); err != nil {
+							return err
 						}
-						wg.Go(func() {
-							err := c.Do(func() error {
-								if err := ps[r].copyOut(0, n, bufs[r], streams[r]); err != nil {
-									return err
-								}
-								return streams[r].Synchronize()
-							})
-							if err != nil {
-								b.Error(err)
-							}
-						})
-					}
-					wg.Wait()
-				}
-				b.StopTimer()
-				for r, c := range cs {
-					c.Do(func() error {
-						streams[r].Destroy()
-						bufs[r].Free()
-						return ps[r].Close()
+						return sd.s[0].Synchronize()
 					})
 				}
+				b.StopTimer()
 			})
 		}
 	}
