@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,12 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 
-	"github.com/gotrain/gotrain/coordinator"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/token"
@@ -390,90 +386,6 @@ func (a *agent) run(ctx context.Context) error {
 		}
 	}()
 	return a.loop(ctx, events, streamErr, coordAddr)
-}
-
-// startCoordinator runs the job's coordinator inside this agent.
-func (a *agent) startCoordinator(ctx context.Context) (addr string, stop func(), err error) {
-	srv, err := coordinator.New(coordinator.Config{
-		RunID: a.cfg.RunID, Token: a.cfg.JobToken,
-		Nodes: a.cfg.Nodes, MaxRestarts: a.cfg.MaxRestarts, RestartBackoff: a.cfg.RestartBackoff,
-		HangTimeout: a.cfg.HangTimeout, OnHang: a.cfg.OnHang, RendezvousTimeout: a.cfg.RendezvousTimeout,
-		Logger: a.log.With("component", "coordinator"),
-	})
-	if err != nil {
-		return "", nil, err
-	}
-	lis, err := net.Listen("tcp", a.cfg.CoordinatorListen)
-	if err != nil {
-		return "", nil, fmt.Errorf("start the coordinator on %s: %w (pick another with --coordinator-listen)", a.cfg.CoordinatorListen, err)
-	}
-	stopGossip := a.startCoordinatorGossip(srv, lis.Addr().(*net.TCPAddr)) // gossip.go; before any Join
-	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(srvCtx, lis) }()
-	if a.metricsAddr, err = a.serveMetrics(srvCtx, srv); err != nil { // metrics.go
-		stopGossip()
-		cancel()
-		<-done
-		return "", nil, err
-	}
-	addr = lis.Addr().String()
-	if a.cfg.Nodes > 1 {
-		a.joinHint = fmt.Sprintf("gotrain: coordinator listening on %s; start the other %d node(s) with: gotrain launch --nnodes %d --coordinator %s --job-token %s ...",
-			addr, a.cfg.Nodes-1, a.cfg.Nodes, joinAddress(lis.Addr().(*net.TCPAddr), a.cfg.NodeAddress), a.cfg.JobToken)
-	}
-	return addr, func() { stopGossip(); cancel(); <-done }, nil
-}
-
-// joinAddress is where other nodes reach a coordinator listening on lis: the
-// listening address itself, or this node's address when it listens on all
-// interfaces.
-func joinAddress(lis *net.TCPAddr, nodeAddr string) string {
-	host := lis.IP.String()
-	if lis.IP.IsUnspecified() {
-		host = nodeAddr
-	}
-	return net.JoinHostPort(host, strconv.Itoa(lis.Port))
-}
-
-// join registers this node, retrying while the coordinator is not up yet.
-func (a *agent) join(ctx context.Context, coordAddr string) error {
-	port, err := freePort(a.cfg.NodeAddress)
-	if err != nil {
-		return err
-	}
-	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
-		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),
-		AgentPid: int32(os.Getpid()), FreePort: int32(port), Gpus: a.place.joinGPUs(),
-	}}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.JoinTimeout)
-	defer cancel()
-	backoff := 50 * time.Millisecond
-	for {
-		resp, err := a.coord.Join(ctx, req)
-		if err == nil {
-			a.nodeID = resp.GetNodeId()
-			a.gossipPort = int(resp.GetGossipPort())
-			if id := resp.GetRunId(); id != "" && id != a.cfg.RunID {
-				a.log.Info("taking the coordinator's run id", "run_id", id, "ours", a.cfg.RunID)
-				a.cfg.RunID = id // every node's workers see the same TORCHELASTIC_RUN_ID
-			}
-			return nil
-		}
-		if status.Code(err) == codes.PermissionDenied {
-			return fmt.Errorf("join the coordinator at %s: wrong job token: pass the --job-token (or set %s) that the first node or `gotrain coordinator` printed: %w",
-				coordAddr, jobenv.JobToken, err)
-		}
-		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			return fmt.Errorf("join the coordinator at %s: %w", coordAddr, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("join the coordinator at %s: not reachable within %s (is it running? check --coordinator): %w", coordAddr, a.cfg.JoinTimeout, err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
 }
 
 func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEvent, streamErr <-chan error, coordAddr string) error {

@@ -2,12 +2,13 @@ package launcher
 
 import (
 	"fmt"
-	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 	"log/slog"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 
 	"github.com/gotrain/gotrain/internal/gpuinfo"
 	"golang.org/x/sys/unix"
