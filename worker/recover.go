@@ -110,7 +110,9 @@ func (w *Worker) Run(ctx context.Context, name string, train func(ctx context.Co
 		}
 		w.logger.Info("recovering in process", "from_generation", w.Generation, "to_generation", next.GetGeneration(), "err", err)
 		w.recovered.Ended, w.recovered.Started = w.recov.times()
-		w.adopt(next)
+		if aerr := w.adoptGeneration(next, os.Setenv, os.Unsetenv); aerr != nil { // identity.go
+			return errors.Join(err, aerr)
+		}
 		survivor = true
 	}
 }
@@ -226,22 +228,6 @@ func (w *Worker) awaitNext(ctx context.Context, gen int64) (*gotrainv1.Generatio
 		case <-gone:
 			return nil, fmt.Errorf("worker: rank %d: the agent's control stream ended", w.Rank)
 		}
-	}
-}
-
-// adopt makes s this worker's generation.
-func (w *Worker) adopt(s *gotrainv1.GenerationStarted) {
-	w.Generation, w.RestartCount, w.WorldSize = s.GetGeneration(), int(s.GetRestartCount()), int(s.GetWorldSize())
-	w.GroupRank = int(s.GetGroupRank())
-	for _, r := range s.GetRanks() {
-		if int(r.GetRank()) == w.Rank {
-			w.LocalRank = int(r.GetLocalRank())
-		}
-	}
-	w.LocalWorldSize = len(s.GetRanks())
-	w.vars.Generation, w.vars.RestartCount, w.vars.WorldSize = w.Generation, w.RestartCount, w.WorldSize
-	if w.diag != nil {
-		w.diag.setGeneration(w.Generation)
 	}
 }
 

@@ -32,7 +32,10 @@ func TestAwaitNextTakesTheNextGeneration(t *testing.T) {
 		if s.GetGeneration() != 4 {
 			t.Fatalf("got generation %d", s.GetGeneration())
 		}
-		w.adopt(s)
+		env := map[string]string{}
+		if err := w.adoptGeneration(s, func(k, v string) error { env[k] = v; return nil }, func(string) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
 		if w.Generation != 4 || w.RestartCount != 2 || w.LocalRank != 0 || w.LocalWorldSize != 2 || w.vars.Generation != 4 {
 			t.Errorf("adopt: %+v", w)
 		}

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/jobenv/genwire"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
@@ -66,12 +66,17 @@ func awaitAssignment(ctx context.Context, opts []Option) (*grpc.ClientConn, erro
 		return nil, fmt.Errorf("worker: standby for slot %d: connect to agent at %s: %w", sv.Slot, sv.AgentSocket, err)
 	}
 	log.Debug("standby waiting for a rank")
-	env, err := waitForRank(ctx, gotrainv1.NewAgentClient(conn), sv.Slot)
+	assign, err := waitForRank(ctx, gotrainv1.NewAgentClient(conn), sv.Slot)
 	if err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("worker: standby for slot %d: %w", sv.Slot, err)
 	}
-	if err := adoptEnv(env, os.Setenv, os.Unsetenv); err != nil {
+	v, ok := jobenv.Identity(genwire.Generation(assign.GetGeneration()), int(assign.GetRank()), sv.Node())
+	if !ok {
+		_ = conn.Close()
+		return nil, fmt.Errorf("worker: standby for slot %d: assigned rank %d, which generation %d does not run on this node", sv.Slot, assign.GetRank(), assign.GetGeneration().GetGeneration())
+	}
+	if err := adoptIdentity(v, os.Setenv, os.Unsetenv); err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("worker: standby for slot %d: %w", sv.Slot, err)
 	}
@@ -80,8 +85,8 @@ func awaitAssignment(ctx context.Context, opts []Option) (*grpc.ClientConn, erro
 }
 
 // waitForRank says hello{standby} on a control stream of its own and
-// returns the environment of the rank the agent assigns.
-func waitForRank(ctx context.Context, agent gotrainv1.AgentClient, slot int) ([]string, error) {
+// returns the agent's assignment: a rank and its generation.
+func waitForRank(ctx context.Context, agent gotrainv1.AgentClient, slot int) (*gotrainv1.StandbyAssignment, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := agent.Attach(sctx)
@@ -104,27 +109,7 @@ func waitForRank(ctx context.Context, agent gotrainv1.AgentClient, slot int) ([]
 		}
 		if a := m.GetAssign(); a != nil {
 			_ = stream.CloseSend()
-			return a.GetEnv(), nil
+			return a, nil
 		}
 	}
-}
-
-// adoptEnv sets the assigned rank's variables (KEY=VALUE pairs) and unsets
-// the standby's own.
-func adoptEnv(env []string, setenv func(k, v string) error, unsetenv func(k string) error) error {
-	for _, kv := range env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("bad variable %q in the assignment", kv)
-		}
-		if err := setenv(k, v); err != nil {
-			return fmt.Errorf("set %s: %w", k, err)
-		}
-	}
-	for _, k := range []string{jobenv.Standby, jobenv.StandbySlot} {
-		if err := unsetenv(k); err != nil {
-			return fmt.Errorf("unset %s: %w", k, err)
-		}
-	}
-	return nil
 }

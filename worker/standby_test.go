@@ -2,23 +2,86 @@ package worker
 
 import (
 	"maps"
+	"strings"
 	"testing"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/jobenv/genwire"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-func TestAdoptEnvSetsTheRanksVariablesAndDropsTheStandbys(t *testing.T) {
-	env := map[string]string{jobenv.Standby: "1", jobenv.StandbySlot: "1", "HOME": "/root", "RANK": "stale"}
-	set := func(k, v string) error { env[k] = v; return nil }
-	unset := func(k string) error { delete(env, k); return nil }
-	if err := adoptEnv([]string{"RANK=3", "GOTRAIN_RANK=3", "MASTER_ADDR=a=b"}, set, unset); err != nil {
+// fakeEnv is a process environment for adoptIdentity.
+type fakeEnv map[string]string
+
+func envOf(kvs []string) fakeEnv {
+	e := fakeEnv{}
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		e[k] = v
+	}
+	return e
+}
+
+func (e fakeEnv) set(k, v string) error { e[k] = v; return nil }
+func (e fakeEnv) unset(k string) error  { delete(e, k); return nil }
+
+var testNode = jobenv.Node{AgentSocket: "/tmp/a.sock", JobToken: "tok", RunID: "run", Backend: "cpu", Host: "10.0.0.1"}
+
+// gen is generation n of a job whose node runs ranks 2 and 3.
+func gen(n int64, restarts int, survivor bool) *gotrainv1.GenerationStarted {
+	return &gotrainv1.GenerationStarted{Generation: n, WorldSize: 4, GroupRank: 1, RestartCount: int32(restarts),
+		MasterAddr: "10.0.0.9", MasterPort: int32(29500 + n),
+		Ranks: []*gotrainv1.RankAssignment{{Rank: 2, LocalRank: 0, Gpu: -1, Survivor: survivor}, {Rank: 3, LocalRank: 1, Gpu: -1}}}
+}
+
+// freshEnv is the environment the agent gives a process started for rank in g.
+func freshEnv(t *testing.T, g *gotrainv1.GenerationStarted, rank int) fakeEnv {
+	t.Helper()
+	v, ok := jobenv.Identity(genwire.Generation(g), rank, testNode)
+	if !ok {
+		t.Fatalf("rank %d not in generation %d", rank, g.GetGeneration())
+	}
+	env := envOf(v.Environ())
+	env["HOME"] = "/root"
+	return env
+}
+
+func TestASurvivorsEnvironmentEqualsAFreshWorkers(t *testing.T) {
+	env := freshEnv(t, gen(1, 0, false), 2)
+	v, err := jobenv.FromEnv(func(k string) string { return env[k] })
+	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"HOME": "/root", "RANK": "3", "GOTRAIN_RANK": "3", "MASTER_ADDR": "a=b"}
-	if !maps.Equal(env, want) {
-		t.Errorf("env = %v, want %v", env, want)
+	w := &Worker{}
+	w.setVars(v)
+	next := gen(2, 1, true)
+	if err := w.adoptGeneration(next, env.set, env.unset); err != nil {
+		t.Fatal(err)
 	}
-	if err := adoptEnv([]string{"NOEQUALS"}, set, unset); err == nil {
-		t.Error("a variable without = was accepted")
+	want := freshEnv(t, next, 2)
+	if !maps.Equal(env, want) {
+		t.Errorf("survivor's environment\n%v\nwant a fresh worker's\n%v", env, want)
+	}
+	fresh, _ := jobenv.FromEnv(func(k string) string { return want[k] })
+	if w.vars != fresh || w.Generation != 2 || w.RestartCount != 1 || w.LocalWorldSize != 2 {
+		t.Errorf("survivor's identity %+v, want %+v", w.vars, fresh)
+	}
+}
+
+func TestAStandbysEnvironmentEqualsAFreshWorkers(t *testing.T) {
+	sv := jobenv.StandbyVars{Slot: 1, AgentSocket: testNode.AgentSocket, JobToken: testNode.JobToken, RunID: testNode.RunID,
+		Backend: testNode.Backend, Host: testNode.Host, GPU: -1}
+	env := envOf(sv.Environ())
+	env["HOME"] = "/root"
+	g := gen(3, 2, false)
+	v, ok := jobenv.Identity(genwire.Generation(g), 3, sv.Node())
+	if !ok {
+		t.Fatal("rank 3 not found")
+	}
+	if err := adoptIdentity(v, env.set, env.unset); err != nil {
+		t.Fatal(err)
+	}
+	if want := freshEnv(t, g, 3); !maps.Equal(env, want) {
+		t.Errorf("standby's environment\n%v\nwant a fresh worker's\n%v", env, want)
 	}
 }

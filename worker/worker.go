@@ -100,14 +100,8 @@ func Init(ctx context.Context, opts ...Option) (*Worker, error) {
 		}
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	w := &Worker{
-		Rank: vars.Rank, WorldSize: vars.WorldSize,
-		LocalRank: vars.LocalRank, LocalWorldSize: vars.LocalWorldSize,
-		GroupRank: vars.GroupRank, Generation: vars.Generation,
-		RestartCount: vars.RestartCount, Backend: vars.Backend, GPU: vars.GPU,
-		vars:   vars,
-		logger: slog.New(slog.DiscardHandler),
-	}
+	w := &Worker{logger: slog.New(slog.DiscardHandler)}
+	w.setVars(vars) // identity.go
 	for _, o := range opts {
 		o(w)
 	}
