@@ -1,139 +1,121 @@
-package job
+package job_test
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/gotrain/gotrain/coordinator/job"
 )
 
-// Transcript commands of the hang detector (see TestInteraction):
+// The hang detector's transcript commands (see [commands]):
 //
-//	config ... [hang-timeout=D] [on-hang=report|restart] [straggler=D]
 //	report id=ID gen=G rank=R [pid=P] [state=S] [at=+D]
 //	       [comm=NAME entered=E completed=C [done-at=+D] [wait=D]
 //	        [op=OP] [dtype=T] [count=N] [root=R] [redop=O] [since=+D] [error=TEXT]]
-//	                        a rank's progress with one communicator; times are
-//	                        offsets from the transcript's start. A rank with
-//	                        entered > completed has collective completed+1
-//	                        pending: op (default allreduce) entered at since.
+//	                        a rank's progress with one communicator. A rank
+//	                        with entered > completed has collective
+//	                        completed+1 pending: op (default allreduce)
+//	                        entered at since.
 //	verdicts                the verdicts in force
 //	suspect                 what Diagnose would say now
-//	evidence id=ID verdict=V rank=R kind=K text=T
+//	evidence id=ID verdict=V rank=R [kind=K] [text=T]
 
-// transcriptT0 is the harness's start time.
-var transcriptT0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func hangConfig(cfg *Config, a args) error {
-	for _, f := range []struct {
-		key string
-		dst *time.Duration
-	}{{"hang-timeout", &cfg.HangTimeout}, {"straggler", &cfg.StragglerThreshold}} {
-		if s := a.str(f.key, ""); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				return err
-			}
-			*f.dst = d
-		}
+func (e *env) report(t *testing.T, d *datadriven.TestData) string {
+	var id string
+	p := job.Progress{Time: e.now, ProcState: "S", Attached: true}
+	d.ScanArgs(t, "id", &id)
+	d.ScanArgs(t, "gen", &p.Generation)
+	d.ScanArgs(t, "rank", &p.Rank)
+	p.Pid = 1000 + p.Rank
+	d.MaybeScanArgs(t, "pid", &p.Pid)
+	d.MaybeScanArgs(t, "state", &p.ProcState)
+	scanOffset(t, d, "at", &p.Time)
+	if d.HasArg("comm") {
+		p.Comms = []job.CommProgress{scanComm(t, d, p.Time)}
 	}
-	cfg.OnHang = a.str("on-hang", "")
-	return nil
+	return e.step(job.ProgressReported{NodeID: id, Ranks: []job.Progress{p}})
 }
 
-func (h *harness) offset(a args, key string, def time.Time) (time.Time, error) {
-	s := a.str(key, "")
-	if s == "" {
-		return def, nil
+// scanComm reads report's comm arguments; the pending collective was entered
+// at (unless since says otherwise).
+func scanComm(t *testing.T, d *datadriven.TestData, at time.Time) job.CommProgress {
+	var c job.CommProgress
+	d.ScanArgs(t, "comm", &c.Comm)
+	d.ScanArgs(t, "entered", &c.EnteredSeq)
+	d.ScanArgs(t, "completed", &c.CompletedSeq)
+	d.MaybeScanArgs(t, "error", &c.Error)
+	d.MaybeScanArgs(t, "wait", &c.Wait)
+	scanOffset(t, d, "done-at", &c.CompletedTime)
+	pend := job.Collective{Seq: c.CompletedSeq + 1, Op: "allreduce", DType: "float32", Count: 1024, Root: -1, State: "started", Enqueued: at}
+	d.MaybeScanArgs(t, "op", &pend.Op)
+	if pend.Op == "allreduce" || pend.Op == "reducescatter" {
+		pend.ReduceOp = "sum"
 	}
-	d, err := time.ParseDuration(strings.TrimPrefix(s, "+"))
-	if err != nil {
-		return time.Time{}, err
+	d.MaybeScanArgs(t, "redop", &pend.ReduceOp)
+	d.MaybeScanArgs(t, "dtype", &pend.DType)
+	d.MaybeScanArgs(t, "count", &pend.Count)
+	d.MaybeScanArgs(t, "root", &pend.Root)
+	scanOffset(t, d, "since", &pend.Enqueued)
+	if c.Error != "" {
+		pend.State = "failed"
+		c.ErrorSeq = pend.Seq
 	}
-	return h.t0.Add(d), nil
+	if c.EnteredSeq > c.CompletedSeq {
+		c.Pending = &pend
+	}
+	return c
 }
 
-func (h *harness) hangCommand(name string, a args) (Event, []string) {
-	switch name {
-	case "verdicts":
-		var out []string
-		for _, v := range h.m.Verdicts() {
-			out = append(out, formatVerdict("Verdict", v)...)
-		}
-		if len(out) == 0 {
-			out = []string{"no verdicts"}
-		}
-		return nil, out
-	case "suspect":
-		var out []string
-		for _, v := range h.m.Suspected(h.now) {
-			out = append(out, formatVerdict("Suspected", v)...)
-		}
-		if len(out) == 0 {
-			out = []string{"nothing suspected"}
-		}
-		return nil, out
-	case "evidence":
-		return EvidenceReported{
-			NodeID:    a.str("id", ""),
-			VerdictID: int64(a.int("verdict", 0)),
-			Evidence:  []Evidence{{Rank: a.int("rank", 0), Pid: 1000 + a.int("rank", 0), Kind: a.str("kind", "goroutines"), Text: a.str("text", "")}},
-		}, nil
+// scanOffset reads key, a time written as +D since transcriptT0, into dst if
+// it is given.
+func scanOffset(t *testing.T, d *datadriven.TestData, key string, dst *time.Time) {
+	var off time.Duration
+	if d.MaybeScanArgs(t, key, &off) {
+		*dst = transcriptT0.Add(off)
 	}
-	// report
-	at, err := h.offset(a, "at", h.now)
-	if err != nil {
-		return nil, []string{"bad command: " + err.Error()}
-	}
-	rank := a.int("rank", 0)
-	p := Progress{
-		Rank:       rank,
-		Generation: int64(a.int("gen", 0)),
-		Time:       at,
-		Pid:        a.int("pid", 1000+rank),
-		ProcState:  a.str("state", "S"),
-		Attached:   true,
-	}
-	if comm := a.str("comm", ""); comm != "" {
-		c := CommProgress{
-			Comm:         comm,
-			EnteredSeq:   int64(a.int("entered", 0)),
-			CompletedSeq: int64(a.int("completed", 0)),
-			Error:        a.str("error", ""),
-		}
-		if c.CompletedTime, err = h.offset(a, "done-at", time.Time{}); err != nil {
-			return nil, []string{"bad command: " + err.Error()}
-		}
-		if s := a.str("wait", ""); s != "" {
-			if c.Wait, err = time.ParseDuration(s); err != nil {
-				return nil, []string{"bad command: " + err.Error()}
-			}
-		}
-		op := a.str("op", "allreduce")
-		redop := ""
-		if op == "allreduce" || op == "reducescatter" {
-			redop = "sum"
-		}
-		pend := Collective{
-			Seq: c.CompletedSeq + 1, Op: op, DType: a.str("dtype", "float32"), Count: int64(a.int("count", 1024)),
-			Root: a.int("root", -1), ReduceOp: a.str("redop", redop), State: "started",
-		}
-		if pend.Enqueued, err = h.offset(a, "since", at); err != nil {
-			return nil, []string{"bad command: " + err.Error()}
-		}
-		if c.Error != "" {
-			pend.State = "failed"
-			c.ErrorSeq = pend.Seq
-		}
-		if c.EnteredSeq > c.CompletedSeq {
-			c.Pending = &pend
-		}
-		p.Comms = []CommProgress{c}
-	}
-	return ProgressReported{NodeID: a.str("id", ""), Ranks: []Progress{p}}, nil
 }
 
-func formatHang(a HangDetected) []string {
+func (e *env) verdicts(t *testing.T, d *datadriven.TestData) string {
+	var out []string
+	for _, v := range e.m.Verdicts() {
+		out = append(out, formatVerdict("Verdict", v)...)
+	}
+	if len(out) == 0 {
+		return "no verdicts"
+	}
+	return strings.Join(out, "\n")
+}
+
+func (e *env) suspect(t *testing.T, d *datadriven.TestData) string {
+	var out []string
+	for _, v := range e.m.Suspected(e.now) {
+		out = append(out, formatVerdict("Suspected", v)...)
+	}
+	if len(out) == 0 {
+		return "nothing suspected"
+	}
+	return strings.Join(out, "\n")
+}
+
+func (e *env) evidence(t *testing.T, d *datadriven.TestData) string {
+	var ev job.EvidenceReported
+	x := job.Evidence{Kind: "goroutines"}
+	d.ScanArgs(t, "id", &ev.NodeID)
+	d.ScanArgs(t, "verdict", &ev.VerdictID)
+	d.ScanArgs(t, "rank", &x.Rank)
+	x.Pid = 1000 + x.Rank
+	d.MaybeScanArgs(t, "kind", &x.Kind)
+	d.MaybeScanArgs(t, "text", &x.Text)
+	ev.Evidence = []job.Evidence{x}
+	return e.step(ev)
+}
+
+func formatHang(a job.HangDetected) []string {
 	out := formatVerdict("HangDetected", a.Verdict)
 	if a.PostMortem {
 		out[0] += " post-mortem"
@@ -144,16 +126,16 @@ func formatHang(a HangDetected) []string {
 	return out
 }
 
-func formatVerdict(what string, v Verdict) []string {
+func formatVerdict(what string, v job.Verdict) []string {
 	out := []string{
 		fmt.Sprintf("%s id=%d kind=%s gen=%d comm=%s at=%q since=+%s detected=+%s waiting=%v",
-			what, v.ID, v.Kind, v.Generation, v.Comm, seqName(v.Collective), v.Since.Sub(transcriptT0), v.Detected.Sub(transcriptT0), v.Waiting),
+			what, v.ID, v.Kind, v.Generation, v.Comm, collectiveName(v.Collective), v.Since.Sub(transcriptT0), v.Detected.Sub(transcriptT0), v.Waiting),
 		"  summary: " + v.Summary,
 	}
 	for _, c := range v.Culprits {
 		coll := "-"
 		if c.Collective != nil {
-			coll = seqName(*c.Collective)
+			coll = collectiveName(*c.Collective)
 		}
 		out = append(out, fmt.Sprintf("  culprit rank=%d node=%s host=%s pid=%d gpu=%d/%s state=%s collective=%q",
 			c.Rank, c.NodeID, c.Hostname, c.Pid, c.GPU, c.GPUUUID, strconv.Quote(c.ProcState), coll))
@@ -165,4 +147,14 @@ func formatVerdict(what string, v Verdict) []string {
 		out = append(out, fmt.Sprintf("  evidence rank=%d pid=%d kind=%s text=%q", e.Rank, e.Pid, e.Kind, e.Text))
 	}
 	return out
+}
+
+// collectiveName is "allreduce #3 (float32 sum, 1024 elements)", or
+// "collective #3" when the op is unknown.
+func collectiveName(c job.Collective) string {
+	if c.Op == "" {
+		return fmt.Sprintf("collective #%d", c.Seq)
+	}
+	op, rest, _ := strings.Cut(c.Shape(), " ")
+	return strings.TrimSpace(fmt.Sprintf("%s #%d %s", op, c.Seq, rest))
 }

@@ -1,246 +1,235 @@
-package job
+package job_test
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/internal/ncclras"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actual output")
-
-// TestInteraction runs the transcripts in testdata/. Each block is one command,
-// a "----" line, and the expected output up to a blank line; lines starting
-// with # between blocks are comments. Commands:
-//
-//	config [run=ID] [nodes=N] [max-restarts=N] [backoff=D] [rendezvous=D]  a new machine (before anything else)
-//	join id=ID host=H [addr=A] [nproc=N] [gpus=N] [port=P] [pid=P]
-//	lost id=ID [reason=TEXT]
-//	exit id=ID gen=G rank=R [code=C] [signal=S] [pid=P] [tail=LINE|LINE]
-//	park id=ID gen=G rank=R [pid=P]
-//	barrier name=N gen=G rank=R waiter=W
-//	cancel waiter=W
-//	progress id=ID gen=G rank=R step=S [sps=X]
-//	tick [d=DURATION]                                  advances the clock, then steps Tick
-//	status
-//
-// Values with spaces are double-quoted Go strings. Run with -rewrite to
-// regenerate the expected output. In StartGeneration, a rank marked * is a
-// survivor.
+// TestInteraction runs the transcripts in testdata/ (datadriven's format: a
+// command line, "----", the output it gives). Every file starts a fresh env
+// whose clock stands at transcriptT0; run with -rewrite to regenerate the
+// outputs. The commands are in [commands]; a rank marked * in
+// StartGeneration is a survivor.
 func TestInteraction(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no transcripts in testdata/")
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			runTranscript(t, file)
-		})
-	}
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		e := &env{now: transcriptT0, ras: ncclras.NewTracker()}
+		datadriven.RunTest(t, path, e.handle)
+	})
 }
 
-type block struct {
-	pre  []string // comments and blank lines before the command
-	cmd  string
-	line int
-	want []string
+// transcriptT0 is where a transcript's clock starts; times in transcripts
+// (+D) are offsets from it.
+var transcriptT0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// env is one transcript's machine and clock.
+type env struct {
+	m   *job.Machine
+	now time.Time
+	ras *ncclras.Tracker // ras_test.go
 }
 
-func parseTranscript(t *testing.T, file string) (blocks []block, tail []string) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	var pre []string
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			pre = append(pre, l)
-			continue
-		}
-		b := block{pre: pre, cmd: l, line: i + 1}
-		pre = nil
-		if i+1 >= len(lines) || lines[i+1] != "----" {
-			t.Fatalf("%s:%d: command %q is not followed by ----", file, i+1, l)
-		}
-		i += 2
-		for ; i < len(lines) && lines[i] != ""; i++ {
-			b.want = append(b.want, lines[i])
-		}
-		blocks = append(blocks, b)
-	}
-	return blocks, pre
+type command struct {
+	args string // the arguments it takes; any other is a typo and fails the test
+	run  func(e *env, t *testing.T, d *datadriven.TestData) string
 }
 
-func runTranscript(t *testing.T, file string) {
-	blocks, tail := parseTranscript(t, file)
-	h := &harness{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-	h.t0 = h.now
-	var out strings.Builder
-	for i, b := range blocks {
-		got := h.run(b.cmd)
-		if !*rewrite && strings.Join(got, "\n") != strings.Join(b.want, "\n") {
-			t.Errorf("%s:%d: %s\n got:\n%s\nwant:\n%s", file, b.line, b.cmd, strings.Join(got, "\n"), strings.Join(b.want, "\n"))
-		}
-		for _, l := range b.pre {
-			out.WriteString(l + "\n")
-		}
-		out.WriteString(b.cmd + "\n----\n")
-		for _, l := range got {
-			out.WriteString(l + "\n")
-		}
-		if i < len(blocks)-1 || len(tail) > 0 {
-			out.WriteString("\n")
+// commands of the transcripts. Values with spaces are written (like this);
+// lists (a, b).
+var commands = map[string]command{
+	// A new machine; before anything else, else the first command makes one
+	// with the defaults.
+	"config":   {"run nodes max-restarts backoff rendezvous hang-timeout on-hang straggler", (*env).config},
+	"join":     {"id host addr nproc gpus port pid", (*env).join},
+	"lost":     {"id reason", (*env).lost},
+	"exit":     {"id gen rank code signal pid tail", (*env).exit},
+	"park":     {"id gen rank pid", (*env).park},
+	"barrier":  {"name gen rank waiter", (*env).barrier},
+	"cancel":   {"waiter", (*env).cancel},
+	"progress": {"id gen rank step sps", (*env).progress},
+	// tick advances the clock (by 1s unless d is given), then steps Tick.
+	"tick":   {"d", (*env).tick},
+	"status": {"", (*env).status},
+	// hang_test.go
+	"report":   {"id gen rank pid state at comm entered completed done-at wait op dtype count root redop since error", (*env).report},
+	"verdicts": {"", (*env).verdicts},
+	"suspect":  {"", (*env).suspect},
+	"evidence": {"id verdict rank kind text", (*env).evidence},
+	// ras_test.go
+	"ras": {"id gen file pids state", (*env).rasReport},
+}
+
+func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
+	c, ok := commands[d.Cmd]
+	if !ok {
+		d.Fatalf(t, "unknown command %q", d.Cmd)
+	}
+	for _, a := range d.CmdArgs {
+		if !slices.Contains(strings.Fields(c.args), a.Key) {
+			d.Fatalf(t, "%s takes [%s], not %s", d.Cmd, c.args, a.Key)
 		}
 	}
-	for _, l := range tail {
-		out.WriteString(l + "\n")
-	}
-	if *rewrite {
-		if err := os.WriteFile(file, []byte(out.String()), 0o644); err != nil {
+	if e.m == nil && d.Cmd != "config" {
+		m, err := job.New(job.Config{RunID: "run-1"})
+		if err != nil {
 			t.Fatal(err)
 		}
+		e.m = m
 	}
+	return c.run(e, t, d)
 }
 
-type harness struct {
-	m       *Machine
-	now, t0 time.Time
-}
-
-func (h *harness) run(cmd string) []string {
-	name, args, err := parseCommand(cmd)
+// step steps the machine at the env's clock and prints its actions, or "ok"
+// and the deadline it waits for, or the error.
+func (e *env) step(ev job.Event) string {
+	acts, err := e.m.Step(e.now, ev)
 	if err != nil {
-		return []string{"bad command: " + err.Error()}
-	}
-	if name == "config" {
-		cfg := Config{RunID: args.str("run", "run-1"), Nodes: args.int("nodes", 0), MaxRestarts: args.int("max-restarts", 0)}
-		backoff, err := time.ParseDuration(args.str("backoff", "0s"))
-		if err != nil {
-			return []string{"bad command: " + err.Error()}
-		}
-		cfg.RestartBackoff = backoff
-		if cfg.RendezvousTimeout, err = time.ParseDuration(args.str("rendezvous", "0s")); err != nil {
-			return []string{"bad command: " + err.Error()}
-		}
-		if err := hangConfig(&cfg, args); err != nil {
-			return []string{"bad command: " + err.Error()}
-		}
-		m, err := New(cfg)
-		if err != nil {
-			return []string{"error: " + err.Error()}
-		}
-		h.m = m
-		return append(args.unused(), "ok")
-	}
-	if h.m == nil {
-		if m, err := New(Config{RunID: "run-1"}); err == nil {
-			h.m = m
-		}
-	}
-	var ev Event
-	switch name {
-	case "join":
-		in := NodeInfo{
-			Hostname: args.str("host", ""),
-			Nproc:    args.int("nproc", 1),
-			FreePort: args.int("port", 29500),
-			AgentPID: args.int("pid", 100),
-		}
-		in.Address = args.str("addr", in.Hostname)
-		for i := range args.int("gpus", 0) {
-			in.GPUs = append(in.GPUs, GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", in.Hostname, i)})
-		}
-		ev = NodeJoined{NodeID: args.str("id", ""), Info: in}
-	case "lost":
-		ev = NodeLost{NodeID: args.str("id", ""), Reason: args.str("reason", "")}
-	case "exit":
-		var tail []string
-		if s := args.str("tail", ""); s != "" {
-			tail = strings.Split(s, "|")
-		}
-		ev = WorkerExited{
-			NodeID:     args.str("id", ""),
-			Generation: int64(args.int("gen", 0)),
-			Rank:       args.int("rank", 0),
-			Pid:        args.int("pid", 1000+args.int("rank", 0)),
-			ExitCode:   args.int("code", 0),
-			Signal:     args.str("signal", ""),
-			StderrTail: tail,
-		}
-	case "park":
-		ev = WorkerParked{
-			NodeID:     args.str("id", ""),
-			Generation: int64(args.int("gen", 0)),
-			Rank:       args.int("rank", 0),
-			Pid:        args.int("pid", 1000+args.int("rank", 0)),
-		}
-	case "barrier":
-		ev = BarrierArrived{
-			Name:       args.str("name", ""),
-			Generation: int64(args.int("gen", 0)),
-			Rank:       args.int("rank", 0),
-			Waiter:     uint64(args.int("waiter", 0)),
-		}
-	case "cancel":
-		ev = BarrierCanceled{Waiter: uint64(args.int("waiter", 0))}
-	case "progress":
-		sps, _ := strconv.ParseFloat(args.str("sps", "0"), 64)
-		ev = ProgressReported{NodeID: args.str("id", ""), Ranks: []Progress{{
-			Rank:             args.int("rank", 0),
-			Generation:       int64(args.int("gen", 0)),
-			Step:             int64(args.int("step", 0)),
-			SamplesPerSecond: sps,
-		}}}
-	case "tick":
-		d, err := time.ParseDuration(args.str("d", "1s"))
-		if err != nil {
-			return []string{"bad command: " + err.Error()}
-		}
-		h.now = h.now.Add(d)
-		ev = Tick{}
-	case "status":
-		return append(args.unused(), h.status()...)
-	case "report", "verdicts", "suspect", "evidence": // hang_test.go
-		e, out := h.hangCommand(name, args)
-		if e == nil {
-			return append(args.unused(), out...)
-		}
-		ev = e
-	default:
-		return []string{"bad command: unknown command " + name}
-	}
-	out := args.unused()
-	acts, err := h.m.Step(h.now, ev)
-	if err != nil {
-		return append(out, "error: "+err.Error())
+		return "error: " + err.Error()
 	}
 	if len(acts) == 0 {
-		if d, ok := h.m.Deadline(); ok && h.m.state == StateWaiting {
-			return append(out, fmt.Sprintf("ok (rendezvous ends at +%s)", d.Sub(h.t0)))
-		} else if ok {
-			return append(out, fmt.Sprintf("ok (next generation at +%s)", d.Sub(h.t0)))
+		d, ok := e.m.Deadline()
+		switch {
+		case !ok:
+			return "ok"
+		case e.m.Status().State == job.StateWaiting:
+			return fmt.Sprintf("ok (rendezvous ends at +%s)", d.Sub(transcriptT0))
+		default:
+			return fmt.Sprintf("ok (next generation at +%s)", d.Sub(transcriptT0))
 		}
-		return append(out, "ok")
 	}
+	var out []string
 	for _, a := range acts {
 		out = append(out, formatAction(a)...)
 	}
-	return out
+	return strings.Join(out, "\n")
 }
 
-func formatAction(a Action) []string {
+func (e *env) config(t *testing.T, d *datadriven.TestData) string {
+	cfg := job.Config{RunID: "run-1"}
+	d.MaybeScanArgs(t, "run", &cfg.RunID)
+	d.MaybeScanArgs(t, "nodes", &cfg.Nodes)
+	d.MaybeScanArgs(t, "max-restarts", &cfg.MaxRestarts)
+	d.MaybeScanArgs(t, "backoff", &cfg.RestartBackoff)
+	d.MaybeScanArgs(t, "rendezvous", &cfg.RendezvousTimeout)
+	d.MaybeScanArgs(t, "hang-timeout", &cfg.HangTimeout)
+	d.MaybeScanArgs(t, "on-hang", &cfg.OnHang)
+	d.MaybeScanArgs(t, "straggler", &cfg.StragglerThreshold)
+	m, err := job.New(cfg)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	e.m = m
+	return "ok"
+}
+
+func (e *env) join(t *testing.T, d *datadriven.TestData) string {
+	var id string
+	in := job.NodeInfo{Nproc: 1, FreePort: 29500, AgentPID: 100}
+	d.ScanArgs(t, "id", &id)
+	d.ScanArgs(t, "host", &in.Hostname)
+	in.Address = in.Hostname
+	d.MaybeScanArgs(t, "addr", &in.Address)
+	d.MaybeScanArgs(t, "nproc", &in.Nproc)
+	d.MaybeScanArgs(t, "port", &in.FreePort)
+	d.MaybeScanArgs(t, "pid", &in.AgentPID)
+	var gpus int
+	d.MaybeScanArgs(t, "gpus", &gpus)
+	for i := range gpus {
+		in.GPUs = append(in.GPUs, job.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", in.Hostname, i)})
+	}
+	return e.step(job.NodeJoined{NodeID: id, Info: in})
+}
+
+func (e *env) lost(t *testing.T, d *datadriven.TestData) string {
+	var ev job.NodeLost
+	d.ScanArgs(t, "id", &ev.NodeID)
+	d.MaybeScanArgs(t, "reason", &ev.Reason)
+	return e.step(ev)
+}
+
+func (e *env) exit(t *testing.T, d *datadriven.TestData) string {
+	var ev job.WorkerExited
+	d.ScanArgs(t, "id", &ev.NodeID)
+	d.ScanArgs(t, "gen", &ev.Generation)
+	d.ScanArgs(t, "rank", &ev.Rank)
+	ev.Pid = 1000 + ev.Rank
+	d.MaybeScanArgs(t, "pid", &ev.Pid)
+	d.MaybeScanArgs(t, "code", &ev.ExitCode)
+	d.MaybeScanArgs(t, "signal", &ev.Signal)
+	d.MaybeScanArgs(t, "tail", &ev.StderrTail)
+	return e.step(ev)
+}
+
+func (e *env) park(t *testing.T, d *datadriven.TestData) string {
+	var ev job.WorkerParked
+	d.ScanArgs(t, "id", &ev.NodeID)
+	d.ScanArgs(t, "gen", &ev.Generation)
+	d.ScanArgs(t, "rank", &ev.Rank)
+	ev.Pid = 1000 + ev.Rank
+	d.MaybeScanArgs(t, "pid", &ev.Pid)
+	return e.step(ev)
+}
+
+func (e *env) barrier(t *testing.T, d *datadriven.TestData) string {
+	var ev job.BarrierArrived
+	d.ScanArgs(t, "name", &ev.Name)
+	d.ScanArgs(t, "gen", &ev.Generation)
+	d.ScanArgs(t, "rank", &ev.Rank)
+	d.ScanArgs(t, "waiter", &ev.Waiter)
+	return e.step(ev)
+}
+
+func (e *env) cancel(t *testing.T, d *datadriven.TestData) string {
+	var ev job.BarrierCanceled
+	d.ScanArgs(t, "waiter", &ev.Waiter)
+	return e.step(ev)
+}
+
+func (e *env) progress(t *testing.T, d *datadriven.TestData) string {
+	var id string
+	var p job.Progress
+	d.ScanArgs(t, "id", &id)
+	d.ScanArgs(t, "gen", &p.Generation)
+	d.ScanArgs(t, "rank", &p.Rank)
+	d.ScanArgs(t, "step", &p.Step)
+	d.MaybeScanArgs(t, "sps", &p.SamplesPerSecond)
+	return e.step(job.ProgressReported{NodeID: id, Ranks: []job.Progress{p}})
+}
+
+func (e *env) tick(t *testing.T, d *datadriven.TestData) string {
+	by := time.Second
+	d.MaybeScanArgs(t, "d", &by)
+	e.now = e.now.Add(by)
+	return e.step(job.Tick{})
+}
+
+func (e *env) status(t *testing.T, d *datadriven.TestData) string {
+	st := e.m.Status()
+	out := []string{fmt.Sprintf("status run=%s state=%s gen=%d world=%d restarts=%d", st.RunID, st.State, st.Generation, st.WorldSize, st.RestartCount)}
+	for _, n := range st.Nodes {
+		out = append(out, fmt.Sprintf("  node %s group=%d host=%s addr=%s nproc=%d gpus=%d port=%d pid=%d",
+			n.NodeID, n.GroupRank, n.Info.Hostname, n.Info.Address, n.Info.Nproc, len(n.Info.GPUs), n.Info.FreePort, n.Info.AgentPID))
+	}
+	for _, r := range st.Ranks {
+		l := fmt.Sprintf("  rank %d node=%s host=%s local=%d state=%s code=%d signal=%q", r.Rank, r.NodeID, r.Hostname, r.LocalRank, r.State, r.ExitCode, r.Signal)
+		if p := r.Progress; p != nil {
+			l += fmt.Sprintf(" progress(gen=%d step=%d sps=%g received=+%s)", p.Generation, p.Step, p.SamplesPerSecond, p.Received.Sub(transcriptT0))
+		}
+		out = append(out, l)
+	}
+	return strings.Join(append(out, formatFailure(st.Failure)...), "\n")
+}
+
+func formatAction(a job.Action) []string {
 	switch a := a.(type) {
-	case StartGeneration:
+	case job.StartGeneration:
 		out := []string{fmt.Sprintf("StartGeneration gen=%d world=%d restarts=%d master=%s:%d",
 			a.Generation, a.WorldSize, a.RestartCount, a.MasterAddr, a.MasterPort)}
 		for _, n := range a.Nodes {
@@ -255,101 +244,24 @@ func formatAction(a Action) []string {
 			out = append(out, fmt.Sprintf("  node %s group=%d rank/local/gpu=%s", n.NodeID, n.GroupRank, strings.Join(rs, " ")))
 		}
 		return out
-	case EndGeneration:
+	case job.EndGeneration:
 		return append([]string{fmt.Sprintf("EndGeneration gen=%d reason=%q", a.Generation, a.Reason)}, formatFailure(a.Failure)...)
-	case FinishJob:
+	case job.FinishJob:
 		return append([]string{fmt.Sprintf("FinishJob succeeded=%t exit=%d message=%q", a.Succeeded, a.ExitCode, a.Message)}, formatFailure(a.Failure)...)
-	case ReleaseBarrier:
+	case job.ReleaseBarrier:
 		return []string{fmt.Sprintf("ReleaseBarrier name=%s gen=%d waiters=%v", a.Name, a.Generation, a.Waiters)}
-	case HangDetected:
+	case job.HangDetected:
 		return formatHang(a)
-	case FailBarrier:
+	case job.FailBarrier:
 		return []string{fmt.Sprintf("FailBarrier name=%s gen=%d waiters=%v reason=%q", a.Name, a.Generation, a.Waiters, a.Reason)}
 	}
 	return []string{fmt.Sprintf("unknown action %T", a)}
 }
 
-func formatFailure(f *Failure) []string {
+func formatFailure(f *job.Failure) []string {
 	if f == nil {
 		return nil
 	}
 	return []string{fmt.Sprintf("  failure rank=%d node=%s host=%s pid=%d code=%d signal=%q reason=%q tail=%q",
 		f.Rank, f.NodeID, f.Hostname, f.Pid, f.ExitCode, f.Signal, f.Reason, f.StderrTail)}
-}
-
-func (h *harness) status() []string {
-	st := h.m.Status()
-	out := []string{fmt.Sprintf("status run=%s state=%s gen=%d world=%d restarts=%d", st.RunID, st.State, st.Generation, st.WorldSize, st.RestartCount)}
-	for _, n := range st.Nodes {
-		out = append(out, fmt.Sprintf("  node %s group=%d host=%s addr=%s nproc=%d gpus=%d port=%d pid=%d",
-			n.NodeID, n.GroupRank, n.Info.Hostname, n.Info.Address, n.Info.Nproc, len(n.Info.GPUs), n.Info.FreePort, n.Info.AgentPID))
-	}
-	for _, r := range st.Ranks {
-		l := fmt.Sprintf("  rank %d node=%s host=%s local=%d state=%s code=%d signal=%q", r.Rank, r.NodeID, r.Hostname, r.LocalRank, r.State, r.ExitCode, r.Signal)
-		if p := r.Progress; p != nil {
-			l += fmt.Sprintf(" progress(gen=%d step=%d sps=%g received=+%s)", p.Generation, p.Step, p.SamplesPerSecond, p.Received.Sub(h.t0))
-		}
-		out = append(out, l)
-	}
-	return append(out, formatFailure(st.Failure)...)
-}
-
-// args are a command's key=value arguments; reading one marks it used.
-type args map[string]*arg
-
-type arg struct {
-	val  string
-	used bool
-}
-
-func (a args) str(k, def string) string {
-	v, ok := a[k]
-	if !ok {
-		return def
-	}
-	v.used = true
-	return v.val
-}
-
-func (a args) int(k string, def int) int {
-	n, err := strconv.Atoi(a.str(k, strconv.Itoa(def)))
-	if err != nil {
-		return -999999 // shows up in the output
-	}
-	return n
-}
-
-// unused reports arguments the command did not read: typos in transcripts.
-func (a args) unused() []string {
-	var out []string
-	for k, v := range a {
-		if !v.used {
-			out = append(out, "bad command: unknown argument "+k)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-func parseCommand(line string) (string, args, error) {
-	name, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
-	a := args{}
-	for rest = strings.TrimSpace(rest); rest != ""; rest = strings.TrimSpace(rest) {
-		k, v, ok := strings.Cut(rest, "=")
-		if !ok || strings.Contains(k, " ") {
-			return "", nil, fmt.Errorf("want key=value at %q", rest)
-		}
-		if strings.HasPrefix(v, `"`) {
-			q, err := strconv.QuotedPrefix(v)
-			if err != nil {
-				return "", nil, fmt.Errorf("argument %s: %w", k, err)
-			}
-			s, _ := strconv.Unquote(q)
-			a[k], rest = &arg{val: s}, v[len(q):]
-			continue
-		}
-		val, after, _ := strings.Cut(v, " ")
-		a[k], rest = &arg{val: val}, after
-	}
-	return name, a, nil
 }

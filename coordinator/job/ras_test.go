@@ -1,130 +1,79 @@
-package job
+package job_test
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/internal/ncclras"
 )
 
-// Transcripts of PyTorch-style jobs: ranks that never attach, whose progress
-// the agent derives from NCCL RAS reports (launcher/raspoll.go). They live in
-// testdata/ras/ and add one command to the hang detector's:
+// Transcripts of PyTorch-style jobs (testdata/ras/): ranks that never attach,
+// whose progress the agent derives from NCCL RAS reports
+// (launcher/raspoll.go). They add one command to the hang detector's:
 //
-//	ras id=ID gen=G file=F pids=RANK:PID,... [state=RANK:S,...]
-//	        reads the RAS report internal/ncclras/testdata/F through one
-//	        Tracker per transcript (at the harness's clock), maps RAS ranks
-//	        to gotrain ranks by pid and reports them, unattached, for node ID.
+//	ras id=ID gen=G file=F pids=(RANK:PID, ...) [state=(RANK:S, ...)]
+//	        reads the RAS report internal/ncclras/testdata/F through the
+//	        transcript's Tracker (at its clock), maps RAS ranks to gotrain
+//	        ranks by pid and reports them, unattached, for node ID.
 //
 // The mapping to CommProgress mirrors launcher/rasCommProgress, which
 // launcher/raspoll_test.go checks on the wire.
-func TestRASTranscripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/ras/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no transcripts in testdata/ras/: %v", err)
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			runRASTranscript(t, file)
-		})
-	}
-}
-
-func runRASTranscript(t *testing.T, file string) {
-	blocks, tail := parseTranscript(t, file)
-	h := &harness{now: transcriptT0, t0: transcriptT0}
-	tr := ncclras.NewTracker()
-	var out strings.Builder
-	for i, b := range blocks {
-		var got []string
-		if strings.HasPrefix(b.cmd, "ras ") {
-			got = h.rasCommand(tr, b.cmd)
-		} else {
-			got = h.run(b.cmd)
-		}
-		if !*rewrite && strings.Join(got, "\n") != strings.Join(b.want, "\n") {
-			t.Errorf("%s:%d: %s\n got:\n%s\nwant:\n%s", file, b.line, b.cmd, strings.Join(got, "\n"), strings.Join(b.want, "\n"))
-		}
-		for _, l := range b.pre {
-			out.WriteString(l + "\n")
-		}
-		out.WriteString(b.cmd + "\n----\n")
-		for _, l := range got {
-			out.WriteString(l + "\n")
-		}
-		if i < len(blocks)-1 || len(tail) > 0 {
-			out.WriteString("\n")
-		}
-	}
-	for _, l := range tail {
-		out.WriteString(l + "\n")
-	}
-	if *rewrite {
-		if err := os.WriteFile(file, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func (h *harness) rasCommand(tr *ncclras.Tracker, cmd string) []string {
-	_, a, err := parseCommand(cmd)
+func (e *env) rasReport(t *testing.T, d *datadriven.TestData) string {
+	var id, file string
+	var gen int64
+	var pids, states []string
+	d.ScanArgs(t, "id", &id)
+	d.ScanArgs(t, "gen", &gen)
+	d.ScanArgs(t, "file", &file)
+	d.ScanArgs(t, "pids", &pids)
+	d.MaybeScanArgs(t, "state", &states)
+	raw, err := os.ReadFile(filepath.Join("..", "..", "internal", "ncclras", "testdata", file))
 	if err != nil {
-		return []string{"bad command: " + err.Error()}
-	}
-	name := a.str("file", "")
-	raw, err := os.ReadFile(filepath.Join("..", "..", "internal", "ncclras", "testdata", name))
-	if err != nil {
-		return []string{"bad command: " + err.Error()}
+		t.Fatal(err)
 	}
 	format := "text"
-	if strings.HasSuffix(name, ".json") {
+	if strings.HasSuffix(file, ".json") {
 		format = "json"
 	}
 	st, err := ncclras.ParseStatus(format, string(raw))
 	if err != nil {
-		return []string{"bad command: " + err.Error()}
+		d.Fatalf(t, "%v", err)
 	}
-	byPid := map[int]int{}
-	for _, kv := range strings.Split(a.str("pids", ""), ",") {
-		r, pid, _ := strings.Cut(kv, ":")
-		ri, err1 := strconv.Atoi(r)
-		pi, err2 := strconv.Atoi(pid)
-		if err1 != nil || err2 != nil {
-			return []string{"bad command: pids=" + a.str("pids", "")}
+	rankOf := map[int]int{} // by pid
+	progress := map[int]*job.Progress{}
+	for _, kv := range pids {
+		r, pid := rankPair(t, d, kv)
+		p, err := strconv.Atoi(pid)
+		if err != nil {
+			d.Fatalf(t, "pids: %v", err)
 		}
-		byPid[pi] = ri
+		rankOf[p] = r
+		progress[r] = &job.Progress{Rank: r, Generation: gen, Pid: p, ProcState: "S", Time: e.now, CommsSource: "nccl-ras"}
 	}
-	states := map[int]string{}
-	for _, kv := range strings.Split(a.str("state", ""), ",") {
-		if r, s, ok := strings.Cut(kv, ":"); ok {
-			ri, _ := strconv.Atoi(r)
-			states[ri] = s
-		}
+	for _, kv := range states {
+		r, s := rankPair(t, d, kv)
+		progress[r].ProcState = s
 	}
-	gen := int64(a.int("gen", 0))
-	progress := map[int]*Progress{}
-	for pid, r := range byPid {
-		st := "S"
-		if s, ok := states[r]; ok {
-			st = s
-		}
-		progress[r] = &Progress{Rank: r, Generation: gen, Pid: pid, ProcState: st, Time: h.now, CommsSource: "nccl-ras"}
-	}
-	for _, v := range tr.Update(h.now, st) {
+	for _, v := range e.ras.Update(e.now, st) {
 		for _, rv := range v.Ranks {
-			r, ok := byPid[rv.Rank.Pid]
+			r, ok := rankOf[rv.Rank.Pid]
 			if !ok || v.Unknown {
 				continue
 			}
-			c := CommProgress{Comm: v.Hash, EnteredSeq: rv.Entered, CompletedSeq: rv.Completed, CompletedTime: rv.CompletedAt, Error: rv.Error}
+			c := job.CommProgress{Comm: v.Hash, EnteredSeq: rv.Entered, CompletedSeq: rv.Completed, CompletedTime: rv.CompletedAt, Error: rv.Error}
 			if rv.Error != "" {
 				c.ErrorSeq = rv.Completed + 1
 			}
 			if rv.Pending && !rv.Ambiguous && (rv.PendingOp != "" || rv.Error != "") {
-				c.Pending = &Collective{Seq: rv.Completed + 1, Op: rv.PendingOp, Root: -1, State: "enqueued", Enqueued: rv.PendingSince}
+				c.Pending = &job.Collective{Seq: rv.Completed + 1, Op: rv.PendingOp, Root: -1, State: "enqueued", Enqueued: rv.PendingSince}
 				if rv.Error != "" {
 					c.Pending.State = "failed"
 				}
@@ -132,22 +81,19 @@ func (h *harness) rasCommand(tr *ncclras.Tracker, cmd string) []string {
 			progress[r].Comms = append(progress[r].Comms, c)
 		}
 	}
-	ev := ProgressReported{NodeID: a.str("id", "")}
-	for r := range len(h.m.ranks) {
-		if p, ok := progress[r]; ok {
-			ev.Ranks = append(ev.Ranks, *p)
-		}
+	ev := job.ProgressReported{NodeID: id}
+	for _, r := range slices.Sorted(maps.Keys(progress)) {
+		ev.Ranks = append(ev.Ranks, *progress[r])
 	}
-	out := a.unused()
-	acts, err := h.m.Step(h.now, ev)
+	return e.step(ev)
+}
+
+// rankPair splits "RANK:X".
+func rankPair(t *testing.T, d *datadriven.TestData, kv string) (int, string) {
+	r, x, _ := strings.Cut(kv, ":")
+	rank, err := strconv.Atoi(r)
 	if err != nil {
-		return append(out, "error: "+err.Error())
+		d.Fatalf(t, "want RANK:X, not %q", kv)
 	}
-	for _, act := range acts {
-		out = append(out, formatAction(act)...)
-	}
-	if len(out) == 0 {
-		out = []string{"ok"}
-	}
-	return out
+	return rank, x
 }
