@@ -693,8 +693,11 @@ func (x *NodeInfo) GetFreePort() int32 {
 }
 
 type JoinRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// settings are the job-wide settings this agent was given explicitly; the
+	// coordinator refuses the Join when one contradicts the job's (or warns).
+	Settings      *JobSettings `protobuf:"bytes,2,opt,name=settings,proto3" json:"settings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -736,6 +739,108 @@ func (x *JoinRequest) GetNode() *NodeInfo {
 	return nil
 }
 
+func (x *JoinRequest) GetSettings() *JobSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+// JobSettings are job-wide settings as one agent was given them on its command
+// line. A field is present only when its flag was given, so that an agent's
+// defaults are never compared with the job's values.
+type JobSettings struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Nodes               *int32                 `protobuf:"varint,1,opt,name=nodes,proto3,oneof" json:"nodes,omitempty"`                                                          // --nnodes
+	MaxRestarts         *int32                 `protobuf:"varint,2,opt,name=max_restarts,json=maxRestarts,proto3,oneof" json:"max_restarts,omitempty"`                           // --max-restarts
+	RestartBackoffMs    *int64                 `protobuf:"varint,3,opt,name=restart_backoff_ms,json=restartBackoffMs,proto3,oneof" json:"restart_backoff_ms,omitempty"`          // --restart-backoff
+	HangTimeoutMs       *int64                 `protobuf:"varint,4,opt,name=hang_timeout_ms,json=hangTimeoutMs,proto3,oneof" json:"hang_timeout_ms,omitempty"`                   // --hang-timeout
+	OnHang              *string                `protobuf:"bytes,5,opt,name=on_hang,json=onHang,proto3,oneof" json:"on_hang,omitempty"`                                           // --on-hang
+	RendezvousTimeoutMs *int64                 `protobuf:"varint,6,opt,name=rendezvous_timeout_ms,json=rendezvousTimeoutMs,proto3,oneof" json:"rendezvous_timeout_ms,omitempty"` // --rendezvous-timeout
+	RunId               *string                `protobuf:"bytes,7,opt,name=run_id,json=runId,proto3,oneof" json:"run_id,omitempty"`                                              // --run-id
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *JobSettings) Reset() {
+	*x = JobSettings{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobSettings) ProtoMessage() {}
+
+func (x *JobSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobSettings.ProtoReflect.Descriptor instead.
+func (*JobSettings) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *JobSettings) GetNodes() int32 {
+	if x != nil && x.Nodes != nil {
+		return *x.Nodes
+	}
+	return 0
+}
+
+func (x *JobSettings) GetMaxRestarts() int32 {
+	if x != nil && x.MaxRestarts != nil {
+		return *x.MaxRestarts
+	}
+	return 0
+}
+
+func (x *JobSettings) GetRestartBackoffMs() int64 {
+	if x != nil && x.RestartBackoffMs != nil {
+		return *x.RestartBackoffMs
+	}
+	return 0
+}
+
+func (x *JobSettings) GetHangTimeoutMs() int64 {
+	if x != nil && x.HangTimeoutMs != nil {
+		return *x.HangTimeoutMs
+	}
+	return 0
+}
+
+func (x *JobSettings) GetOnHang() string {
+	if x != nil && x.OnHang != nil {
+		return *x.OnHang
+	}
+	return ""
+}
+
+func (x *JobSettings) GetRendezvousTimeoutMs() int64 {
+	if x != nil && x.RendezvousTimeoutMs != nil {
+		return *x.RendezvousTimeoutMs
+	}
+	return 0
+}
+
+func (x *JobSettings) GetRunId() string {
+	if x != nil && x.RunId != nil {
+		return *x.RunId
+	}
+	return ""
+}
+
 type JoinResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -743,14 +848,17 @@ type JoinResponse struct {
 	MaxRestarts int32                  `protobuf:"varint,3,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
 	// gossip_port is the coordinator's memberlist port on the host the agent
 	// reached it at; 0: the job does not gossip (one node, or --no-gossip).
-	GossipPort    int32 `protobuf:"varint,4,opt,name=gossip_port,json=gossipPort,proto3" json:"gossip_port,omitempty"`
+	GossipPort int32 `protobuf:"varint,4,opt,name=gossip_port,json=gossipPort,proto3" json:"gossip_port,omitempty"`
+	// warnings name settings of the request that differ from the job's in
+	// ways the job can run with (the job's values apply); the agent prints them.
+	Warnings      []string `protobuf:"bytes,5,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +870,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +883,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{10}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JoinResponse) GetNodeId() string {
@@ -806,6 +914,13 @@ func (x *JoinResponse) GetGossipPort() int32 {
 	return 0
 }
 
+func (x *JoinResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
 type WatchGenerationsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -815,7 +930,7 @@ type WatchGenerationsRequest struct {
 
 func (x *WatchGenerationsRequest) Reset() {
 	*x = WatchGenerationsRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +942,7 @@ func (x *WatchGenerationsRequest) String() string {
 func (*WatchGenerationsRequest) ProtoMessage() {}
 
 func (x *WatchGenerationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +955,7 @@ func (x *WatchGenerationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGenerationsRequest.ProtoReflect.Descriptor instead.
 func (*WatchGenerationsRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{11}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchGenerationsRequest) GetNodeId() string {
@@ -865,7 +980,7 @@ type RankAssignment struct {
 
 func (x *RankAssignment) Reset() {
 	*x = RankAssignment{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +992,7 @@ func (x *RankAssignment) String() string {
 func (*RankAssignment) ProtoMessage() {}
 
 func (x *RankAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1005,7 @@ func (x *RankAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankAssignment.ProtoReflect.Descriptor instead.
 func (*RankAssignment) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{12}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RankAssignment) GetRank() int32 {
@@ -937,7 +1052,7 @@ type GenerationStarted struct {
 
 func (x *GenerationStarted) Reset() {
 	*x = GenerationStarted{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1064,7 @@ func (x *GenerationStarted) String() string {
 func (*GenerationStarted) ProtoMessage() {}
 
 func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1077,7 @@ func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationStarted.ProtoReflect.Descriptor instead.
 func (*GenerationStarted) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{13}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GenerationStarted) GetGeneration() int64 {
@@ -1046,7 +1161,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1173,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1186,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkerFailure) GetRank() int32 {
@@ -1162,7 +1277,7 @@ type GenerationEnded struct {
 
 func (x *GenerationEnded) Reset() {
 	*x = GenerationEnded{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1289,7 @@ func (x *GenerationEnded) String() string {
 func (*GenerationEnded) ProtoMessage() {}
 
 func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1302,7 @@ func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEnded.ProtoReflect.Descriptor instead.
 func (*GenerationEnded) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GenerationEnded) GetGeneration() int64 {
@@ -1223,7 +1338,7 @@ type JobFinished struct {
 
 func (x *JobFinished) Reset() {
 	*x = JobFinished{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1350,7 @@ func (x *JobFinished) String() string {
 func (*JobFinished) ProtoMessage() {}
 
 func (x *JobFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1363,7 @@ func (x *JobFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFinished.ProtoReflect.Descriptor instead.
 func (*JobFinished) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobFinished) GetSucceeded() bool {
@@ -1294,7 +1409,7 @@ type GenerationEvent struct {
 
 func (x *GenerationEvent) Reset() {
 	*x = GenerationEvent{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1421,7 @@ func (x *GenerationEvent) String() string {
 func (*GenerationEvent) ProtoMessage() {}
 
 func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1434,7 @@ func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEvent.ProtoReflect.Descriptor instead.
 func (*GenerationEvent) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GenerationEvent) GetEvent() isGenerationEvent_Event {
@@ -1408,7 +1523,7 @@ type EvidenceRequest struct {
 
 func (x *EvidenceRequest) Reset() {
 	*x = EvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1535,7 @@ func (x *EvidenceRequest) String() string {
 func (*EvidenceRequest) ProtoMessage() {}
 
 func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1548,7 @@ func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvidenceRequest.ProtoReflect.Descriptor instead.
 func (*EvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EvidenceRequest) GetRequestId() int64 {
@@ -1477,7 +1592,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1604,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1617,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Evidence) GetRank() int32 {
@@ -1544,7 +1659,7 @@ type ReportEvidenceRequest struct {
 
 func (x *ReportEvidenceRequest) Reset() {
 	*x = ReportEvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1671,7 @@ func (x *ReportEvidenceRequest) String() string {
 func (*ReportEvidenceRequest) ProtoMessage() {}
 
 func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1684,7 @@ func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReportEvidenceRequest) GetNodeId() string {
@@ -1601,7 +1716,7 @@ type ReportEvidenceResponse struct {
 
 func (x *ReportEvidenceResponse) Reset() {
 	*x = ReportEvidenceResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1728,7 @@ func (x *ReportEvidenceResponse) String() string {
 func (*ReportEvidenceResponse) ProtoMessage() {}
 
 func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1741,7 @@ func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
 }
 
 // Culprit is a rank a verdict blames, and what it was doing.
@@ -1651,7 +1766,7 @@ type Culprit struct {
 
 func (x *Culprit) Reset() {
 	*x = Culprit{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1778,7 @@ func (x *Culprit) String() string {
 func (*Culprit) ProtoMessage() {}
 
 func (x *Culprit) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1791,7 @@ func (x *Culprit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Culprit.ProtoReflect.Descriptor instead.
 func (*Culprit) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Culprit) GetRank() int32 {
@@ -1766,7 +1881,7 @@ type HangVerdict struct {
 
 func (x *HangVerdict) Reset() {
 	*x = HangVerdict{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +1893,7 @@ func (x *HangVerdict) String() string {
 func (*HangVerdict) ProtoMessage() {}
 
 func (x *HangVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +1906,7 @@ func (x *HangVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangVerdict.ProtoReflect.Descriptor instead.
 func (*HangVerdict) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HangVerdict) GetId() int64 {
@@ -1886,7 +2001,7 @@ type DiagnoseRequest struct {
 
 func (x *DiagnoseRequest) Reset() {
 	*x = DiagnoseRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2013,7 @@ func (x *DiagnoseRequest) String() string {
 func (*DiagnoseRequest) ProtoMessage() {}
 
 func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2026,7 @@ func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseRequest.ProtoReflect.Descriptor instead.
 func (*DiagnoseRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
 }
 
 type DiagnoseResponse struct {
@@ -1928,7 +2043,7 @@ type DiagnoseResponse struct {
 
 func (x *DiagnoseResponse) Reset() {
 	*x = DiagnoseResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2055,7 @@ func (x *DiagnoseResponse) String() string {
 func (*DiagnoseResponse) ProtoMessage() {}
 
 func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2068,7 @@ func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseResponse.ProtoReflect.Descriptor instead.
 func (*DiagnoseResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DiagnoseResponse) GetStatus() *JobStatus {
@@ -1994,7 +2109,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2121,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2134,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -2044,7 +2159,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2171,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2184,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
 }
 
 type KVGetRequest struct {
@@ -2083,7 +2198,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2210,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2223,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -2135,7 +2250,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2262,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2275,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KVGetResponse) GetFound() bool {
@@ -2188,7 +2303,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2315,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2328,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BarrierRequest) GetName() string {
@@ -2245,7 +2360,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2372,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2385,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
 }
 
 type CommProgress struct {
@@ -2299,7 +2414,7 @@ type CommProgress struct {
 
 func (x *CommProgress) Reset() {
 	*x = CommProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2426,7 @@ func (x *CommProgress) String() string {
 func (*CommProgress) ProtoMessage() {}
 
 func (x *CommProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2439,7 @@ func (x *CommProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommProgress.ProtoReflect.Descriptor instead.
 func (*CommProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CommProgress) GetComm() string {
@@ -2424,7 +2539,7 @@ type Collective struct {
 
 func (x *Collective) Reset() {
 	*x = Collective{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2551,7 @@ func (x *Collective) String() string {
 func (*Collective) ProtoMessage() {}
 
 func (x *Collective) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2564,7 @@ func (x *Collective) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Collective.ProtoReflect.Descriptor instead.
 func (*Collective) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Collective) GetSeq() int64 {
@@ -2546,7 +2661,7 @@ type RankProgress struct {
 
 func (x *RankProgress) Reset() {
 	*x = RankProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2673,7 @@ func (x *RankProgress) String() string {
 func (*RankProgress) ProtoMessage() {}
 
 func (x *RankProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2686,7 @@ func (x *RankProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankProgress.ProtoReflect.Descriptor instead.
 func (*RankProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RankProgress) GetRank() int32 {
@@ -2703,7 +2818,7 @@ type GPUSample struct {
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +2830,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +2843,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GPUSample) GetIndex() int32 {
@@ -2846,7 +2961,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +2973,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +2986,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -2896,7 +3011,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3023,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3036,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
 }
 
 type ReportWorkerExitRequest struct {
@@ -2945,7 +3060,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2957,7 +3072,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2970,7 +3085,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -3058,7 +3173,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3185,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3198,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
 }
 
 type GetJobStatusRequest struct {
@@ -3094,7 +3209,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3221,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3234,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
 }
 
 type NodeStatus struct {
@@ -3133,7 +3248,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3260,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3273,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3200,7 +3315,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3212,7 +3327,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3225,7 +3340,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -3303,7 +3418,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3315,7 +3430,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3328,7 +3443,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -3453,15 +3568,33 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05nproc\x18\x03 \x01(\x05R\x05nproc\x12#\n" +
 	"\x04gpus\x18\x04 \x03(\v2\x0f.gotrain.v1.GPUR\x04gpus\x12\x1b\n" +
 	"\tagent_pid\x18\x05 \x01(\x05R\bagentPid\x12\x1b\n" +
-	"\tfree_port\x18\x06 \x01(\x05R\bfreePort\"7\n" +
+	"\tfree_port\x18\x06 \x01(\x05R\bfreePort\"l\n" +
 	"\vJoinRequest\x12(\n" +
-	"\x04node\x18\x01 \x01(\v2\x14.gotrain.v1.NodeInfoR\x04node\"\x82\x01\n" +
+	"\x04node\x18\x01 \x01(\v2\x14.gotrain.v1.NodeInfoR\x04node\x123\n" +
+	"\bsettings\x18\x02 \x01(\v2\x17.gotrain.v1.JobSettingsR\bsettings\"\x9a\x03\n" +
+	"\vJobSettings\x12\x19\n" +
+	"\x05nodes\x18\x01 \x01(\x05H\x00R\x05nodes\x88\x01\x01\x12&\n" +
+	"\fmax_restarts\x18\x02 \x01(\x05H\x01R\vmaxRestarts\x88\x01\x01\x121\n" +
+	"\x12restart_backoff_ms\x18\x03 \x01(\x03H\x02R\x10restartBackoffMs\x88\x01\x01\x12+\n" +
+	"\x0fhang_timeout_ms\x18\x04 \x01(\x03H\x03R\rhangTimeoutMs\x88\x01\x01\x12\x1c\n" +
+	"\aon_hang\x18\x05 \x01(\tH\x04R\x06onHang\x88\x01\x01\x127\n" +
+	"\x15rendezvous_timeout_ms\x18\x06 \x01(\x03H\x05R\x13rendezvousTimeoutMs\x88\x01\x01\x12\x1a\n" +
+	"\x06run_id\x18\a \x01(\tH\x06R\x05runId\x88\x01\x01B\b\n" +
+	"\x06_nodesB\x0f\n" +
+	"\r_max_restartsB\x15\n" +
+	"\x13_restart_backoff_msB\x12\n" +
+	"\x10_hang_timeout_msB\n" +
+	"\n" +
+	"\b_on_hangB\x18\n" +
+	"\x16_rendezvous_timeout_msB\t\n" +
+	"\a_run_id\"\x9e\x01\n" +
 	"\fJoinResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12!\n" +
 	"\fmax_restarts\x18\x03 \x01(\x05R\vmaxRestarts\x12\x1f\n" +
 	"\vgossip_port\x18\x04 \x01(\x05R\n" +
-	"gossipPort\"2\n" +
+	"gossipPort\x12\x1a\n" +
+	"\bwarnings\x18\x05 \x03(\tR\bwarnings\"2\n" +
 	"\x17WatchGenerationsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"q\n" +
 	"\x0eRankAssignment\x12\x12\n" +
@@ -3742,7 +3875,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
@@ -3754,113 +3887,115 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*GPU)(nil),                      // 7: gotrain.v1.GPU
 	(*NodeInfo)(nil),                 // 8: gotrain.v1.NodeInfo
 	(*JoinRequest)(nil),              // 9: gotrain.v1.JoinRequest
-	(*JoinResponse)(nil),             // 10: gotrain.v1.JoinResponse
-	(*WatchGenerationsRequest)(nil),  // 11: gotrain.v1.WatchGenerationsRequest
-	(*RankAssignment)(nil),           // 12: gotrain.v1.RankAssignment
-	(*GenerationStarted)(nil),        // 13: gotrain.v1.GenerationStarted
-	(*WorkerFailure)(nil),            // 14: gotrain.v1.WorkerFailure
-	(*GenerationEnded)(nil),          // 15: gotrain.v1.GenerationEnded
-	(*JobFinished)(nil),              // 16: gotrain.v1.JobFinished
-	(*GenerationEvent)(nil),          // 17: gotrain.v1.GenerationEvent
-	(*EvidenceRequest)(nil),          // 18: gotrain.v1.EvidenceRequest
-	(*Evidence)(nil),                 // 19: gotrain.v1.Evidence
-	(*ReportEvidenceRequest)(nil),    // 20: gotrain.v1.ReportEvidenceRequest
-	(*ReportEvidenceResponse)(nil),   // 21: gotrain.v1.ReportEvidenceResponse
-	(*Culprit)(nil),                  // 22: gotrain.v1.Culprit
-	(*HangVerdict)(nil),              // 23: gotrain.v1.HangVerdict
-	(*DiagnoseRequest)(nil),          // 24: gotrain.v1.DiagnoseRequest
-	(*DiagnoseResponse)(nil),         // 25: gotrain.v1.DiagnoseResponse
-	(*KVPutRequest)(nil),             // 26: gotrain.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 27: gotrain.v1.KVPutResponse
-	(*KVGetRequest)(nil),             // 28: gotrain.v1.KVGetRequest
-	(*KVGetResponse)(nil),            // 29: gotrain.v1.KVGetResponse
-	(*BarrierRequest)(nil),           // 30: gotrain.v1.BarrierRequest
-	(*BarrierResponse)(nil),          // 31: gotrain.v1.BarrierResponse
-	(*CommProgress)(nil),             // 32: gotrain.v1.CommProgress
-	(*Collective)(nil),               // 33: gotrain.v1.Collective
-	(*RankProgress)(nil),             // 34: gotrain.v1.RankProgress
-	(*GPUSample)(nil),                // 35: gotrain.v1.GPUSample
-	(*ReportProgressRequest)(nil),    // 36: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 37: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 38: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 39: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 40: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 41: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 42: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 43: gotrain.v1.JobStatus
+	(*JobSettings)(nil),              // 10: gotrain.v1.JobSettings
+	(*JoinResponse)(nil),             // 11: gotrain.v1.JoinResponse
+	(*WatchGenerationsRequest)(nil),  // 12: gotrain.v1.WatchGenerationsRequest
+	(*RankAssignment)(nil),           // 13: gotrain.v1.RankAssignment
+	(*GenerationStarted)(nil),        // 14: gotrain.v1.GenerationStarted
+	(*WorkerFailure)(nil),            // 15: gotrain.v1.WorkerFailure
+	(*GenerationEnded)(nil),          // 16: gotrain.v1.GenerationEnded
+	(*JobFinished)(nil),              // 17: gotrain.v1.JobFinished
+	(*GenerationEvent)(nil),          // 18: gotrain.v1.GenerationEvent
+	(*EvidenceRequest)(nil),          // 19: gotrain.v1.EvidenceRequest
+	(*Evidence)(nil),                 // 20: gotrain.v1.Evidence
+	(*ReportEvidenceRequest)(nil),    // 21: gotrain.v1.ReportEvidenceRequest
+	(*ReportEvidenceResponse)(nil),   // 22: gotrain.v1.ReportEvidenceResponse
+	(*Culprit)(nil),                  // 23: gotrain.v1.Culprit
+	(*HangVerdict)(nil),              // 24: gotrain.v1.HangVerdict
+	(*DiagnoseRequest)(nil),          // 25: gotrain.v1.DiagnoseRequest
+	(*DiagnoseResponse)(nil),         // 26: gotrain.v1.DiagnoseResponse
+	(*KVPutRequest)(nil),             // 27: gotrain.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 28: gotrain.v1.KVPutResponse
+	(*KVGetRequest)(nil),             // 29: gotrain.v1.KVGetRequest
+	(*KVGetResponse)(nil),            // 30: gotrain.v1.KVGetResponse
+	(*BarrierRequest)(nil),           // 31: gotrain.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 32: gotrain.v1.BarrierResponse
+	(*CommProgress)(nil),             // 33: gotrain.v1.CommProgress
+	(*Collective)(nil),               // 34: gotrain.v1.Collective
+	(*RankProgress)(nil),             // 35: gotrain.v1.RankProgress
+	(*GPUSample)(nil),                // 36: gotrain.v1.GPUSample
+	(*ReportProgressRequest)(nil),    // 37: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 38: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 39: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 40: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 41: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 42: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 43: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 44: gotrain.v1.JobStatus
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
-	34, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
+	35, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
 	1,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
-	15, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
-	13, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
-	13, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
+	16, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
+	14, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
+	14, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
 	3,  // 6: gotrain.v1.AgentMessage.dump_stacks:type_name -> gotrain.v1.DumpStacksRequest
 	4,  // 7: gotrain.v1.AgentMessage.generation:type_name -> gotrain.v1.GenerationChange
 	5,  // 8: gotrain.v1.AgentMessage.assign:type_name -> gotrain.v1.StandbyAssignment
 	7,  // 9: gotrain.v1.NodeInfo.gpus:type_name -> gotrain.v1.GPU
 	8,  // 10: gotrain.v1.JoinRequest.node:type_name -> gotrain.v1.NodeInfo
-	12, // 11: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
-	14, // 12: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
-	14, // 13: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
-	13, // 14: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
-	15, // 15: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
-	16, // 16: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
-	18, // 17: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
-	23, // 18: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
-	19, // 19: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
-	33, // 20: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
-	33, // 21: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
-	22, // 22: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
-	19, // 23: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	43, // 24: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
-	23, // 25: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
-	33, // 26: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
-	32, // 27: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	35, // 28: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
-	34, // 29: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	8,  // 30: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	34, // 31: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	41, // 32: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	42, // 33: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	14, // 34: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	23, // 35: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	9,  // 36: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	11, // 37: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	26, // 38: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	28, // 39: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	30, // 40: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	36, // 41: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	38, // 42: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	40, // 43: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	20, // 44: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	24, // 45: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	26, // 46: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	28, // 47: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	30, // 48: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	36, // 49: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 50: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	10, // 51: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	17, // 52: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	27, // 53: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	29, // 54: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	31, // 55: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	37, // 56: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	39, // 57: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	43, // 58: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	21, // 59: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	25, // 60: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	27, // 61: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	29, // 62: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	31, // 63: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	37, // 64: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	6,  // 65: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	51, // [51:66] is the sub-list for method output_type
-	36, // [36:51] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	10, // 11: gotrain.v1.JoinRequest.settings:type_name -> gotrain.v1.JobSettings
+	13, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
+	15, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
+	15, // 14: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
+	14, // 15: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
+	16, // 16: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
+	17, // 17: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
+	19, // 18: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
+	24, // 19: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
+	20, // 20: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
+	34, // 21: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
+	34, // 22: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
+	23, // 23: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
+	20, // 24: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
+	44, // 25: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	24, // 26: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	34, // 27: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	33, // 28: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	36, // 29: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	35, // 30: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	8,  // 31: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	35, // 32: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	42, // 33: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	43, // 34: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	15, // 35: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	24, // 36: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	9,  // 37: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	12, // 38: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	27, // 39: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	29, // 40: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	31, // 41: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	37, // 42: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	39, // 43: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	41, // 44: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	21, // 45: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	25, // 46: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	27, // 47: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	29, // 48: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	31, // 49: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	37, // 50: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 51: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	11, // 52: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	18, // 53: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	28, // 54: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	30, // 55: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	32, // 56: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	38, // 57: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	40, // 58: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	44, // 59: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	22, // 60: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	26, // 61: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	28, // 62: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	30, // 63: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	32, // 64: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	38, // 65: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	6,  // 66: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	52, // [52:67] is the sub-list for method output_type
+	37, // [37:52] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -3878,7 +4013,8 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*AgentMessage_Generation)(nil),
 		(*AgentMessage_Assign)(nil),
 	}
-	file_gotrain_v1_gotrain_proto_msgTypes[17].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[10].OneofWrappers = []any{}
+	file_gotrain_v1_gotrain_proto_msgTypes[18].OneofWrappers = []any{
 		(*GenerationEvent_Started)(nil),
 		(*GenerationEvent_Ended)(nil),
 		(*GenerationEvent_Finished)(nil),
@@ -3890,7 +4026,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
