@@ -41,7 +41,7 @@ type Config struct {
 	RestartBackoff time.Duration
 	// HangTimeout is how long a communicator's lowest completed collective
 	// may stand still while work is pending before the hang detector fires
-	// (hang.go); default DefaultHangTimeout.
+	// (hang_detect.go); default DefaultHangTimeout.
 	HangTimeout time.Duration
 	// OnHang is OnHangReport (default) or OnHangRestart.
 	OnHang string
@@ -108,7 +108,7 @@ type Machine struct {
 	pendingRestart bool      // the next generation starts at restartAt
 	restartAt      time.Time
 
-	hang hangState // the hang detector (hang.go)
+	hang hangState // the hang detector (hang_detect.go)
 }
 
 type node struct {
@@ -430,7 +430,7 @@ func (m *Machine) afterEnd() []Action {
 			return nil
 		}
 	}
-	pm := m.postMortem() // hang.go: a mismatch behind the failure
+	pm := m.postMortem() // hang_detect.go: a mismatch behind the failure
 	var why string
 	switch {
 	case len(m.nodes) < m.cfg.Nodes:

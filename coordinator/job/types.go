@@ -273,7 +273,7 @@ type Status struct {
 	Ranks        []RankStatus
 	// Failure is the root cause of the latest generation's end, if any.
 	Failure *Failure
-	// Verdicts are the hang detector's findings in force (hang.go).
+	// Verdicts are the hang detector's findings in force (hang_detect.go).
 	Verdicts []Verdict
 }
 
