@@ -15,7 +15,10 @@
 // the caller should wait for the next generation. Mistakes by the caller come
 // back as InvalidArgument, NotFound (unknown node), AlreadyExists (duplicate
 // agent, second stream, KV conflict) or FailedPrecondition (joining a started
-// job); calls that wait end with Unavailable when the coordinator stops.
+// job, or with a job-wide setting that contradicts the job's: see
+// checkSettings; settings that differ only in timing come back as
+// JoinResponse.warnings); calls that wait end with Unavailable when the
+// coordinator stops.
 //
 // # Usage
 //

@@ -317,9 +317,17 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	info := nodeInfoFromProto(req.GetNode())
+	warnings, err := checkSettings(s.m.Config(), req.GetSettings()) // settings.go
+	if err != nil {
+		s.log.Warn("join rejected", "hostname", info.Hostname, "err", err)
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	for _, w := range warnings {
+		s.log.Warn("join", "hostname", info.Hostname, "warning", w)
+	}
 	s.nodeSeq++
 	id := fmt.Sprintf("node-%d", s.nodeSeq)
-	info := nodeInfoFromProto(req.GetNode())
 	acts, err := s.m.Step(s.now(), job.NodeJoined{NodeID: id, Info: info})
 	if err != nil {
 		s.log.Warn("join rejected", "hostname", info.Hostname, "err", err)
@@ -328,7 +336,7 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	s.outboxes[id] = newOutbox() // before apply: the start may include this node
 	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
 	s.apply(acts)
-	return &gotrainv1.JoinResponse{NodeId: id, RunId: s.cfg.RunID, MaxRestarts: int32(s.cfg.MaxRestarts), GossipPort: int32(s.gossipPort)}, nil
+	return &gotrainv1.JoinResponse{NodeId: id, RunId: s.cfg.RunID, MaxRestarts: int32(s.cfg.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: warnings}, nil
 }
 
 // WatchGenerations streams the node's generation events. The stream is the
