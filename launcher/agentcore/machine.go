@@ -1,0 +1,525 @@
+package agentcore
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/jobenv"
+)
+
+// ErrInvalidEvent is returned by Step for an event it does not know.
+var ErrInvalidEvent = errors.New("agentcore: invalid event")
+
+// Machine is the agent's state. It is not safe for concurrent use: the
+// shell calls Step from one goroutine.
+type Machine struct {
+	cfg  Config
+	now  time.Time
+	gen  *jobenv.NodeGeneration // the current generation; nil before the first
+	next ProcID                 // the last ProcID handed out
+
+	procs   map[ProcID]*proc
+	workers map[int]ProcID // rank → its process in the latest generation that ran it here
+	pool    *standbyPool   // nil when standbys are off
+
+	stopping  syscall.Signal // SIGINT/SIGTERM that stops the job; 0 if none
+	killAllAt time.Time      // when stopping by signal: SIGKILL every worker then
+	finishing *Finish        // the result, once the job is over and workers are stopping
+	finished  bool
+}
+
+// proc is one process the machine asked for.
+type proc struct {
+	id       ProcID
+	pid      int // 0 until Spawned
+	standby  bool
+	slot     int // local slot (standbys)
+	gpu      int
+	rank     int   // -1 for a standby
+	gen      int64 // the generation it runs (workers)
+	exited   bool
+	handover handover // what was last handed to it and may fail
+	// attached: its control stream is open; attachedOnce: it said hello as
+	// its rank at least once; recoverable: it runs worker.Run.
+	attached, attachedOnce, recoverable bool
+	// stopping: it was sent SIGTERM to end; killAt is when SIGKILL is due
+	// (zero once sent).
+	stopping bool
+	killAt   time.Time
+	// prevGen is the generation it ran before a Resume, restored when the
+	// Resume fails: its exit is then the old generation's.
+	prevGen int64
+}
+
+// handover is the last message the machine had the shell deliver to a
+// process, to undo when the shell says it failed.
+type handover int
+
+const (
+	handNone handover = iota
+	handPark
+	handResume
+	handStandby
+)
+
+// New returns a machine for cfg.
+func New(cfg Config) *Machine {
+	m := &Machine{cfg: cfg, procs: map[ProcID]*proc{}, workers: map[int]ProcID{}}
+	if cfg.Standby.Enabled(cfg.Node.Backend) {
+		m.pool = newStandbyPool(cfg.StandbyTimeout, cfg.Standby == StandbyAuto)
+	}
+	return m
+}
+
+// Step takes one event at time now and returns the actions to carry out, in
+// order.
+func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
+	m.now = now
+	if m.finished {
+		return nil, nil
+	}
+	var out []Action
+	switch ev := ev.(type) {
+	case GenerationStarted:
+		out = m.generationStarted(ev.Gen)
+	case GenerationEnded:
+		out = m.generationEnded(ev)
+	case JobFinished:
+		code := 0
+		if !ev.Succeeded {
+			code = ev.ExitCode
+			if code <= 0 || code > 255 {
+				code = 1
+			}
+		}
+		out = m.finish(Finish{Code: code, Why: FinishedJob})
+	case CoordinatorLost:
+		if m.stopping != 0 {
+			return nil, nil // leaving anyway
+		}
+		out = m.finish(Finish{Code: 1, Why: FinishedLost})
+	case Canceled:
+		out = m.finish(Finish{Code: 1, Why: FinishedCancel})
+	case Spawned:
+		out = m.spawned(ev)
+	case SpawnFailed:
+		out = m.spawnFailed(ev)
+	case Exited:
+		out = m.exited(ev)
+	case Attached:
+		out = m.attached(ev)
+	case Detached:
+		for _, p := range m.procs {
+			if p.pid == ev.Pid && !p.standby {
+				p.attached = false
+			}
+		}
+	case StandbyHello:
+		out = m.standbyHello(ev)
+	case StandbyDetached:
+		if m.pool != nil {
+			m.pool.detached(ev.Slot, ev.Pid)
+		}
+	case HandoverFailed:
+		out = m.handoverFailed(ev.Proc)
+	case Signaled:
+		out = m.signaled(ev.Sig)
+	case Tick:
+		out = m.tick()
+	default:
+		return nil, fmt.Errorf("%w: unknown event type %T", ErrInvalidEvent, ev)
+	}
+	return append(out, m.maybeFinish()...), nil
+}
+
+// Stopping returns the signal that is stopping the job, 0 if none.
+func (m *Machine) Stopping() syscall.Signal { return m.stopping }
+
+// newProc records a process to ask the shell for.
+func (m *Machine) newProc(p proc) *proc {
+	m.next++
+	p.id = m.next
+	m.procs[p.id] = &p
+	return &p
+}
+
+// live returns the worker process of rank, nil when it has none.
+func (m *Machine) worker(rank int) *proc {
+	id, ok := m.workers[rank]
+	if !ok {
+		return nil
+	}
+	return m.procs[id]
+}
+
+// ranks returns the ranks that have a worker, in order.
+func (m *Machine) ranks() []int { return slices.Sorted(maps.Keys(m.workers)) }
+
+func (m *Machine) identity(rank int) jobenv.Vars {
+	v, _ := jobenv.Identity(*m.gen, rank, m.cfg.Node)
+	return v
+}
+
+func (m *Machine) generationStarted(g jobenv.NodeGeneration) []Action {
+	m.gen = &g
+	var out []Action
+	for _, r := range g.Ranks {
+		out = append(out, m.startRank(r)...)
+	}
+	return append(out, m.replenishStandbys()...)
+}
+
+// startRank gives rank r of the current generation a process: its
+// survivor, its slot's standby or a new one.
+func (m *Machine) startRank(r jobenv.Assignment) []Action {
+	var out []Action
+	if p := m.worker(r.Rank); p != nil && !p.exited {
+		if r.Survivor && p.resumable() {
+			p.prevGen, p.gen, p.handover = p.gen, m.gen.Number, handResume
+			return []Action{Resume{Proc: p.id, Vars: m.identity(r.Rank)}}
+		}
+		// Left over and cannot take the generation: stop it.
+		out = append(out, m.stop(p)...)
+	}
+	delete(m.workers, r.Rank)
+	return append(out, m.newWorker(r)...)
+}
+
+// newWorker gives rank r a process that did not run it before: its slot's
+// ready standby, or a new one.
+func (m *Machine) newWorker(r jobenv.Assignment) []Action {
+	var out []Action
+	vars := m.identity(r.Rank)
+	if m.pool != nil && m.stopping == 0 {
+		s, stale := m.pool.take(r.LocalRank, r.GPU)
+		if stale != nil {
+			out = append(out, Signal{Proc: stale.proc, Sig: syscall.SIGKILL})
+		}
+		if s != nil {
+			if p := m.procs[s.proc]; p != nil && !p.exited {
+				p.standby, p.rank, p.gen, p.handover = false, r.Rank, m.gen.Number, handStandby
+				m.workers[r.Rank] = p.id
+				return append(out, HandToStandby{Proc: p.id, Vars: vars})
+			}
+		}
+	}
+	p := m.newProc(proc{rank: r.Rank, gen: m.gen.Number, gpu: r.GPU})
+	m.workers[r.Rank] = p.id
+	return append(out, Spawn{Proc: p.id, Vars: vars, GPUs: m.gen.GPUs()})
+}
+
+// replenishStandbys asks for a standby for every local slot of the current
+// generation that has none.
+func (m *Machine) replenishStandbys() []Action {
+	if m.pool == nil || m.stopping != 0 || m.finishing != nil || m.pool.waitAttach || m.gen == nil {
+		return nil
+	}
+	var out []Action
+	for _, r := range m.gen.Ranks {
+		out = append(out, m.startStandby(r.LocalRank, r.GPU)...)
+	}
+	return out
+}
+
+func (m *Machine) startStandby(slot, gpu int) []Action {
+	id := m.next + 1
+	if !m.pool.reserve(slot, gpu, id) {
+		return nil
+	}
+	p := m.newProc(proc{standby: true, slot: slot, gpu: gpu, rank: -1})
+	n := m.cfg.Node
+	var node []int
+	if m.gen != nil {
+		node = m.gen.GPUs()
+	}
+	return []Action{SpawnStandby{Proc: p.id, Slot: slot, GPU: gpu, GPUs: standbyGPUs(gpu, node),
+		Vars: jobenv.StandbyVars{Slot: slot, AgentSocket: n.AgentSocket, JobToken: n.JobToken, RunID: n.RunID, Backend: n.Backend, Host: n.Host, GPU: gpu}}}
+}
+
+func (m *Machine) generationEnded(e GenerationEnded) []Action {
+	var out []Action
+	for _, rank := range m.ranks() {
+		p := m.worker(rank)
+		if p == nil || p.exited || p.gen != e.Generation {
+			continue
+		}
+		if p.resumable() {
+			p.handover = handPark
+			out = append(out, Park{Proc: p.id, Rank: rank, Generation: e.Generation, Reason: e.Reason})
+			continue
+		}
+		if p.attached {
+			out = append(out, TellEnded{Proc: p.id, Generation: e.Generation, Reason: e.Reason})
+		}
+		out = append(out, m.stop(p)...)
+	}
+	return out
+}
+
+// resumable says whether p can be handed the end of its generation and the
+// next one instead of being stopped: it runs worker.Run, its control
+// stream is open, and nothing is stopping it.
+func (p *proc) resumable() bool { return p.attached && p.recoverable && !p.stopping && !p.exited }
+
+// stop asks p to end: SIGTERM now, SIGKILL after the grace period (tick).
+// A process being stopped already is left to that.
+func (m *Machine) stop(p *proc) []Action {
+	if p.exited || p.stopping {
+		return nil
+	}
+	p.stopping, p.killAt = true, m.now.Add(m.cfg.Grace)
+	return []Action{Signal{Proc: p.id, Sig: syscall.SIGTERM}}
+}
+
+func (m *Machine) spawned(ev Spawned) []Action {
+	p := m.procs[ev.Proc]
+	if p == nil {
+		return nil
+	}
+	p.pid = ev.Pid
+	if p.standby && m.pool != nil && m.pool.started(p.id, ev.Pid, m.now) {
+		return []Action{Signal{Proc: p.id, Sig: syscall.SIGKILL}}
+	}
+	return nil
+}
+
+func (m *Machine) spawnFailed(ev SpawnFailed) []Action {
+	p := m.procs[ev.Proc]
+	if p == nil {
+		return nil
+	}
+	delete(m.procs, p.id)
+	if p.standby {
+		if m.pool == nil {
+			return nil
+		}
+		return m.killStandbys(m.pool.startFailed(p.id, ev.Err))
+	}
+	if m.workers[p.rank] == p.id {
+		delete(m.workers, p.rank)
+	}
+	out := []Action{Print{Text: "gotrain: " + ev.Err}}
+	if m.stopping == 0 && m.finishing == nil {
+		out = append(out, ReportExit{Generation: p.gen, Rank: p.rank, Code: 127, SpawnErr: ev.Err})
+	}
+	return out
+}
+
+// killStandbys kills the standbys the pool let go and prints its warning.
+func (m *Machine) killStandbys(kill []ProcID, warn string) []Action {
+	var out []Action
+	if warn != "" {
+		out = append(out, Print{Text: "gotrain: warning: " + warn})
+	}
+	for _, id := range kill {
+		out = append(out, Signal{Proc: id, Sig: syscall.SIGKILL})
+	}
+	return out
+}
+
+func (m *Machine) exited(ev Exited) []Action {
+	p := m.procs[ev.Proc]
+	if p == nil || p.exited {
+		return nil
+	}
+	p.exited = true
+	delete(m.procs, p.id)
+	if p.standby {
+		return m.standbyExited(p, ev)
+	}
+	if m.workers[p.rank] == p.id {
+		delete(m.workers, p.rank)
+	}
+	if m.stopping != 0 || m.finishing != nil {
+		return nil // the job is being stopped: nothing to decide
+	}
+	return []Action{ReportExit{Proc: p.id, Generation: p.gen, Rank: p.rank, Code: ev.Code, Signal: ev.Signal}}
+}
+
+func (m *Machine) standbyExited(p *proc, ev Exited) []Action {
+	if m.pool == nil {
+		return nil
+	}
+	how := fmt.Sprintf("exit status %d", ev.Code)
+	if ev.Signal != 0 {
+		how = "killed by " + SignalName(ev.Signal)
+	}
+	res := m.pool.exited(p.id, how)
+	if !res.known {
+		return nil // the pool let it go and killed it
+	}
+	out := m.killStandbys(res.kill, res.warn)
+	if res.replace && m.stopping == 0 && m.finishing == nil {
+		out = append(out, m.startStandby(res.slot, res.gpu)...)
+	}
+	return out
+}
+
+func (m *Machine) attached(ev Attached) []Action {
+	for _, p := range m.procs {
+		if p.pid != ev.Pid || p.standby {
+			continue
+		}
+		p.attached, p.recoverable = true, ev.Recoverable
+		if ev.Generation == p.gen && ev.Rank == p.rank {
+			p.attachedOnce = true
+		}
+	}
+	return m.startStandbysOnceAttached()
+}
+
+// startStandbysOnceAttached (StandbyAuto): once every worker of the current
+// generation on this node has attached, the program is known to use package
+// worker, and the standbys start.
+func (m *Machine) startStandbysOnceAttached() []Action {
+	if m.pool == nil || !m.pool.waitAttach || m.gen == nil {
+		return nil
+	}
+	for _, r := range m.gen.Ranks {
+		p := m.worker(r.Rank)
+		if p == nil || p.gen != m.gen.Number || !p.attachedOnce {
+			return nil
+		}
+	}
+	m.pool.waitAttach = false
+	return append([]Action{Print{Text: "gotrain: every worker attached with package worker: starting hot standbys (--standby auto)"}}, m.replenishStandbys()...)
+}
+
+func (m *Machine) standbyHello(ev StandbyHello) []Action {
+	if m.pool == nil {
+		return []Action{RejectStandby{Slot: ev.Slot, Pid: ev.Pid, Reason: "this agent keeps no standbys (gotrain launch --standby)"}}
+	}
+	if err := m.pool.hello(ev.Slot, ev.Pid); err != nil {
+		return []Action{RejectStandby{Slot: ev.Slot, Pid: ev.Pid, Reason: err.Error()}}
+	}
+	return []Action{AcceptStandby{Slot: ev.Slot, Pid: ev.Pid}}
+}
+
+// handoverFailed undoes a Park, Resume or HandToStandby that did not reach
+// its process: a worker that cannot be parked or resumed is stopped, a
+// standby that cannot take its rank is killed, and the rank gets a new
+// process.
+func (m *Machine) handoverFailed(id ProcID) []Action {
+	p := m.procs[id]
+	if p == nil || p.exited {
+		return nil
+	}
+	h := p.handover
+	p.handover = handNone
+	switch h {
+	case handPark:
+		return m.stop(p)
+	case handResume, handStandby:
+		if m.workers[p.rank] == p.id {
+			delete(m.workers, p.rank)
+		}
+		rank := p.rank
+		var out []Action
+		if h == handResume {
+			p.gen = p.prevGen // its exit is the old generation's
+			out = m.stop(p)
+		} else {
+			// Still a standby, one the pool let go: its exit is nobody's.
+			p.standby, p.rank = true, -1
+			out = []Action{Signal{Proc: p.id, Sig: syscall.SIGKILL}}
+		}
+		if m.gen == nil || m.stopping != 0 || m.finishing != nil {
+			return out
+		}
+		if r, ok := m.gen.Assignment(rank); ok {
+			p := m.newProc(proc{rank: r.Rank, gen: m.gen.Number, gpu: r.GPU})
+			m.workers[r.Rank] = p.id
+			out = append(out, Spawn{Proc: p.id, Vars: m.identity(r.Rank), GPUs: m.gen.GPUs()})
+		}
+		return out
+	}
+	return nil
+}
+
+// signaled: SIGINT and SIGTERM stop the job (the workers get it, then
+// SIGKILL after the grace period; a second one kills at once); any other
+// signal is passed on to the workers.
+func (m *Machine) signaled(sig syscall.Signal) []Action {
+	switch sig {
+	case syscall.SIGINT, syscall.SIGTERM:
+		if m.stopping != 0 {
+			return m.signalAll(syscall.SIGKILL)
+		}
+		m.stopping = sig
+		m.killAllAt = m.now.Add(m.cfg.Grace)
+		out := []Action{Print{Text: fmt.Sprintf("gotrain: %s received: stopping %d worker(s) (SIGKILL in %s; press Ctrl-C again to kill now)",
+			SignalName(sig), len(m.workers), m.cfg.Grace)}}
+		return append(out, m.signalAll(sig)...)
+	}
+	return m.signalAll(sig)
+}
+
+// signalAll sends sig to every worker.
+func (m *Machine) signalAll(sig syscall.Signal) []Action {
+	var out []Action
+	for _, rank := range m.ranks() {
+		if p := m.worker(rank); p != nil && !p.exited {
+			out = append(out, Signal{Proc: p.id, Sig: sig})
+		}
+	}
+	return out
+}
+
+func (m *Machine) tick() []Action {
+	var out []Action
+	if !m.killAllAt.IsZero() && !m.now.Before(m.killAllAt) {
+		m.killAllAt = time.Time{}
+		out = append(out, m.signalAll(syscall.SIGKILL)...)
+	}
+	for _, id := range slices.Sorted(maps.Keys(m.procs)) {
+		p := m.procs[id]
+		if !p.killAt.IsZero() && !m.now.Before(p.killAt) {
+			p.killAt = time.Time{}
+			out = append(out, Signal{Proc: p.id, Sig: syscall.SIGKILL})
+		}
+	}
+	if m.pool != nil {
+		out = append(out, m.killStandbys(m.pool.tick(m.now))...)
+	}
+	return out
+}
+
+// finish ends the job with f once every worker has exited: the workers
+// still running are stopped first.
+func (m *Machine) finish(f Finish) []Action {
+	if m.finishing != nil {
+		return nil
+	}
+	m.finishing = &f
+	var out []Action
+	for _, rank := range m.ranks() {
+		out = append(out, m.stop(m.worker(rank))...)
+	}
+	return out
+}
+
+// maybeFinish emits Finish once the job is over and no worker is left:
+// standbys are killed, and the agent is done.
+func (m *Machine) maybeFinish() []Action {
+	var f Finish
+	switch {
+	case m.finished:
+		return nil
+	case m.finishing != nil && len(m.workers) == 0:
+		f = *m.finishing
+	case m.stopping != 0 && len(m.workers) == 0:
+		f = Finish{Code: 128 + int(m.stopping), Why: FinishedSignal}
+	default:
+		return nil
+	}
+	m.finished = true
+	var out []Action
+	if m.pool != nil {
+		out = m.killStandbys(m.pool.close(), "")
+	}
+	return append(out, f)
+}

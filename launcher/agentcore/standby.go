@@ -1,0 +1,222 @@
+package agentcore
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// standbyPool is the bookkeeping of hot standbys: at most one spare process
+// of the worker program per local slot (local rank), bound to that slot's
+// GPU.
+//
+// A standby's life: reserve (the slot is being filled) → started (the
+// process runs) → hello (it said hello{standby}: ready) → take (handed a
+// rank: no longer the pool's). It leaves the pool without being taken when
+// it exits, when the pool turns off, or at close.
+//
+// The pool turns off, for good, when the program shows that it does not
+// support standbys (a standby exited, or was still silent after
+// helloTimeout, without ever saying hello) or when standbys keep dying
+// (maxStandbyDeaths in a row that said hello and were never used). Ranks then
+// get new processes as without standbys.
+type standbyPool struct {
+	helloTimeout time.Duration
+	slots        map[int]*standby
+	off          bool // turned off; see offReason
+	offReason    string
+	closed       bool // the job ends: nothing new starts
+	deaths       int  // standbys that said hello and died unused, in a row
+	// waitAttach (StandbyAuto): no standby starts until every worker of a
+	// generation has attached.
+	waitAttach bool
+}
+
+// maxStandbyDeaths is how many standbys may die unused in a row before the
+// pool turns off rather than restarting them forever.
+const maxStandbyDeaths = 3
+
+// standby is one spare process.
+type standby struct {
+	slot, gpu int
+	proc      ProcID
+	pid       int // 0 until it started
+	spawned   time.Time
+	helloed   bool // it said hello once
+	stream    bool // its stream is open
+}
+
+func newStandbyPool(helloTimeout time.Duration, waitAttach bool) *standbyPool {
+	return &standbyPool{helloTimeout: helloTimeout, slots: map[int]*standby{}, waitAttach: waitAttach}
+}
+
+// ready reports whether s can take a rank now.
+func (s *standby) ready() bool { return s.pid != 0 && s.stream }
+
+// reserve claims slot for a new standby process proc on gpu. It reports
+// false when the slot has one (starting or running) or the pool is off or
+// closed.
+func (sp *standbyPool) reserve(slot, gpu int, proc ProcID) bool {
+	if sp.off || sp.closed || sp.slots[slot] != nil {
+		return false
+	}
+	sp.slots[slot] = &standby{slot: slot, gpu: gpu, proc: proc}
+	return true
+}
+
+// find returns the standby of process proc, nil when the pool has none.
+func (sp *standbyPool) find(proc ProcID) *standby {
+	for _, s := range sp.slots {
+		if s.proc == proc {
+			return s
+		}
+	}
+	return nil
+}
+
+// started records that proc runs as pid. It reports whether the caller must
+// kill it at once: the reservation was dropped meanwhile.
+func (sp *standbyPool) started(proc ProcID, pid int, now time.Time) (kill bool) {
+	s := sp.find(proc)
+	if s == nil {
+		return true
+	}
+	s.pid, s.spawned = pid, now
+	return false
+}
+
+// startFailed gives up proc, whose process could not be started, and turns
+// the pool off: it returns the other standbys to kill and the warning.
+func (sp *standbyPool) startFailed(proc ProcID, err string) (kill []ProcID, warn string) {
+	if s := sp.find(proc); s != nil {
+		delete(sp.slots, s.slot)
+	}
+	return sp.turnOff(fmt.Sprintf("a standby could not be started: %s", err))
+}
+
+// hello makes slot's standby, process pid, ready.
+func (sp *standbyPool) hello(slot, pid int) error {
+	s := sp.slots[slot]
+	if s == nil || s.pid == 0 || s.pid != pid {
+		if sp.off {
+			return fmt.Errorf("standbys are off: %s", sp.offReason)
+		}
+		return fmt.Errorf("no standby of slot %d has pid %d", slot, pid)
+	}
+	s.helloed, s.stream = true, true
+	return nil
+}
+
+// detached records that slot's standby pid has no stream any more.
+func (sp *standbyPool) detached(slot, pid int) {
+	if s := sp.slots[slot]; s != nil && s.pid == pid {
+		s.stream = false
+	}
+}
+
+// take hands slot's standby over to a rank on gpu. It returns nil when the
+// slot has no ready standby. stale, when not nil, is a standby of the slot
+// bound to another GPU: the caller kills it.
+func (sp *standbyPool) take(slot, gpu int) (s, stale *standby) {
+	s = sp.slots[slot]
+	switch {
+	case s == nil:
+		return nil, nil
+	case s.gpu != gpu:
+		delete(sp.slots, slot)
+		return nil, s
+	case !s.ready():
+		return nil, nil
+	}
+	delete(sp.slots, slot)
+	sp.deaths = 0
+	return s, nil
+}
+
+// standbyExit is what the pool makes of a standby's exit.
+type standbyExit struct {
+	known     bool // it was in the pool (not let go by it)
+	slot, gpu int
+	replace   bool     // start another for its slot
+	kill      []ProcID // the pool turned off: the other standbys to kill
+	warn      string   // and the warning for the user, once
+}
+
+// exited records that standby process proc ended before it was taken;
+// how says how.
+func (sp *standbyPool) exited(proc ProcID, how string) standbyExit {
+	s := sp.find(proc)
+	if s == nil {
+		return standbyExit{}
+	}
+	delete(sp.slots, s.slot)
+	out := standbyExit{known: true, slot: s.slot, gpu: s.gpu}
+	switch {
+	case !s.helloed:
+		out.kill, out.warn = sp.turnOff(fmt.Sprintf("the standby for slot %d (pid %d) exited (%s) without saying hello: the program does not use gotrain's worker library (worker.Init)", s.slot, s.pid, how))
+	case sp.deaths+1 >= maxStandbyDeaths:
+		out.kill, out.warn = sp.turnOff(fmt.Sprintf("%d standbys in a row exited unused (the last: slot %d, pid %d, %s)", maxStandbyDeaths, s.slot, s.pid, how))
+	default:
+		sp.deaths++
+		out.replace = !sp.closed
+	}
+	return out
+}
+
+// tick turns the pool off when a standby has been running helloTimeout
+// without saying hello. It returns the processes to kill and, when it
+// turned off, the warning.
+func (sp *standbyPool) tick(now time.Time) (kill []ProcID, warn string) {
+	if sp.off || sp.closed {
+		return nil, ""
+	}
+	for _, slot := range slices.Sorted(maps.Keys(sp.slots)) {
+		s := sp.slots[slot]
+		if s.pid != 0 && !s.helloed && now.Sub(s.spawned) >= sp.helloTimeout {
+			return sp.turnOff(fmt.Sprintf("the standby for slot %d (pid %d) did not say hello within %s: the program does not use gotrain's worker library (worker.Init), or starts slower than --standby-timeout", s.slot, s.pid, sp.helloTimeout))
+		}
+	}
+	return nil, ""
+}
+
+// turnOff turns the pool off for reason, returning every standby to kill
+// and the warning (empty when it was off already).
+func (sp *standbyPool) turnOff(reason string) (kill []ProcID, warn string) {
+	kill = sp.drain()
+	if sp.off {
+		return kill, ""
+	}
+	sp.off, sp.offReason = true, reason
+	return kill, "--standby is off: " + reason + "; ranks start new processes as without --standby"
+}
+
+// close ends the pool with the job: it returns every standby to kill.
+func (sp *standbyPool) close() []ProcID {
+	sp.closed = true
+	return sp.drain()
+}
+
+// drain empties the pool, returning the standbys that were started.
+func (sp *standbyPool) drain() []ProcID {
+	var out []ProcID
+	for _, slot := range slices.Sorted(maps.Keys(sp.slots)) {
+		out = append(out, sp.slots[slot].proc)
+	}
+	clear(sp.slots)
+	return out
+}
+
+// standbyGPUs is what a standby for a slot on gpu sees: the node's GPUs of
+// the job in local-rank order as the workers do (node), when gpu is one of
+// them, so that a rank it takes over can map its neighbours' memory
+// (worker/pairreduce); else that GPU alone. Nothing for a CPU slot.
+func standbyGPUs(gpu int, node []int) []int {
+	switch {
+	case gpu < 0:
+		return nil
+	case slices.Contains(node, gpu):
+		return node
+	}
+	return []int{gpu}
+}
