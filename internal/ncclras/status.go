@@ -3,6 +3,7 @@ package ncclras
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -199,212 +200,240 @@ type textGroup struct {
 // ParseText parses a text report. It never fails: what it does not
 // recognize it skips.
 func ParseText(raw string) *Status {
-	st := &Status{Format: "text"}
-	type commAcc struct {
-		comm   *Comm
-		ranks  map[int]*Rank
-		groups map[string][]*textGroup
-	}
-	var accs []*commAcc
-	var cur *commAcc
-	kind := ""    // the block's kind: MISMATCH, INCOMPLETE, ERROR
-	fn := ""      // MISMATCH: the function whose counts differ; "" in a status block
-	errKind := "" // ERROR: "Initialization" or "Asynchronous"
-	errText := "" // ERROR: the error of the current group
-	var group *textGroup
-	rankOf := func(r int, where string) *Rank {
-		rk := cur.ranks[r]
-		if rk == nil {
-			rk = &Rank{Rank: r, Pid: -1, CudaDev: -1, NvmlDev: -1, Counts: map[string]int64{}}
-			cur.ranks[r] = rk
-		}
-		if m := reWhere.FindStringSubmatch(strings.TrimSpace(where)); m != nil {
-			rk.CudaDev, _ = strconv.Atoi(m[1])
-			rk.NvmlDev = rk.CudaDev
-			if m[2] != "" {
-				rk.NvmlDev, _ = strconv.Atoi(m[2])
-			}
-			rk.Pid, _ = strconv.Atoi(m[3])
-			rk.Host = m[4]
-		}
-		return rk
-	}
+	var p textParser
 	for _, line := range strings.Split(raw, "\n") {
-		t := strings.TrimSpace(line)
-		if t == "" {
-			continue
-		}
-		if m := reCommHead.FindStringSubmatch(t); m != nil {
-			h, _ := normHash(m[1])
-			cur = nil
-			for _, a := range accs {
-				if a.comm.Hash == h {
-					cur = a
-				}
-			}
-			if cur == nil {
-				cur = &commAcc{comm: &Comm{Hash: h}, ranks: map[int]*Rank{}, groups: map[string][]*textGroup{}}
-				accs = append(accs, cur)
-			}
-			kind, fn, errKind, errText, group = m[2], "", "", "", nil
-			if strings.Contains(kind, ",") { // INCOMPLETE,MISMATCH etc. are not printed as heads, but be lenient
-				kind = strings.Split(kind, ",")[0]
-			}
-			continue
-		}
-		if !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "\t") {
-			cur = nil // a heading or a top-level block (DEAD, INCOMPLETE, TIMEOUT)
-			continue
-		}
-		if cur == nil {
-			continue
-		}
-		switch kind {
-		case "MISMATCH":
-			if m := reDiffers.FindStringSubmatch(t); m != nil {
-				fn, group = strings.ToLower(m[1]), nil
-				continue
-			}
-			if strings.HasPrefix(t, "Communicator ranks have different status") {
-				fn, group = "", nil
-				continue
-			}
-			if fn == "" {
-				continue
-			}
-			if m := reGroup.FindStringSubmatch(t); m != nil {
-				n, _ := strconv.Atoi(m[1])
-				v, _ := strconv.ParseInt(m[2], 10, 64)
-				group = &textGroup{count: n, value: v}
-				cur.groups[fn] = append(cur.groups[fn], group)
-				continue
-			}
-			if m := reRankOps.FindStringSubmatch(t); m != nil {
-				r, _ := strconv.Atoi(m[1])
-				v, _ := strconv.ParseInt(m[2], 10, 64)
-				rk := rankOf(r, m[3])
-				rk.Counts[fn] = v
-				cur.groups[fn] = append(cur.groups[fn], &textGroup{count: 1, value: v, named: []int{r}})
-				group = nil
-				continue
-			}
-			if m := reRankOnly.FindStringSubmatch(t); m != nil && group != nil {
-				r, _ := strconv.Atoi(m[1])
-				rk := rankOf(r, m[2])
-				rk.Counts[fn] = group.value
-				group.named = append(group.named, r)
-			}
-		case "INCOMPLETE":
-			if m := reRankOnly.FindStringSubmatch(t); m != nil {
-				r, _ := strconv.Atoi(m[1])
-				rk := rankOf(r, m[2])
-				rk.Unresponsive = true
-			}
-		case "ERROR":
-			if m := reErrKind.FindStringSubmatch(t); m != nil {
-				errKind, errText = m[1], ""
-				continue
-			}
-			if m := reReported.FindStringSubmatch(t); m != nil {
-				errText = m[2]
-				continue
-			}
-			what := ""
-			var r int
-			var where string
-			if m := reRankErr.FindStringSubmatch(t); m != nil {
-				r, _ = strconv.Atoi(m[1])
-				what, where = m[2], m[3]
-			} else if m := reRankOnly.FindStringSubmatch(t); m != nil && errText != "" {
-				r, _ = strconv.Atoi(m[1])
-				what, where = errText, m[2]
-			} else {
-				continue
-			}
-			rk := rankOf(r, where)
-			if errKind == "Initialization" {
-				what = "initialization: " + what
-			}
-			rk.Error = what
-		}
+		p.line(line)
 	}
-	for _, a := range accs {
-		c := a.comm
-		var missing, present []int
-		for r, rk := range a.ranks {
-			if rk.Unresponsive {
-				missing = append(missing, r)
-			} else {
-				present = append(present, r)
-			}
-		}
-		slices.Sort(missing)
-		slices.Sort(present)
-		for _, r := range present {
-			c.Ranks = append(c.Ranks, *a.ranks[r])
-		}
-		for _, r := range missing {
-			rk := *a.ranks[r]
-			rk.Counts = nil
-			c.Missing = append(c.Missing, rk)
-		}
-		// The ranks the report does not name: for each function, the one
-		// group with fewer named ranks than its count. Every function's
-		// groups add up to the ranks that answered.
-		responded := 0
-		ok := true
-		fns := make([]string, 0, len(a.groups))
-		for f := range a.groups {
-			fns = append(fns, f)
-		}
-		slices.Sort(fns)
-		for i, f := range fns {
-			total, unnamed := 0, 0
-			var other *textGroup
-			for _, g := range a.groups[f] {
-				total += g.count
-				if len(g.named) < g.count {
-					unnamed += g.count - len(g.named)
-					if other != nil {
-						ok = false // two groups with unnamed ranks: who is where?
-					}
-					other = g
-				}
-			}
-			if i == 0 {
-				responded = total
-				c.OthersCount = unnamed
-			} else if total != responded || unnamed != c.OthersCount {
-				ok = false
-			}
-			if other != nil {
-				if c.Others == nil {
-					c.Others = map[string]int64{}
-				}
-				c.Others[f] = other.value
-			}
-		}
-		if !ok {
-			c.Others, c.OthersCount = nil, -1
-		}
-		if c.OthersCount > 0 && len(c.Others) < len(fns) {
-			// Unnamed ranks, but some function names all its ranks: the
-			// unnamed ones are named there; inconsistent, give up on them.
-			c.Others, c.OthersCount = nil, -1
-		}
-		if responded > 0 && ok {
-			c.Size = responded + len(missing)
-		}
-		// A named rank that a function does not name is in its unnamed
-		// group.
-		for i := range c.Ranks {
-			for f, n := range c.Others {
-				if _, ok := c.Ranks[i].Counts[f]; !ok {
-					c.Ranks[i].Counts[f] = n
-				}
-			}
-		}
-		st.Comms = append(st.Comms, *c)
+	st := &Status{Format: "text"}
+	for _, c := range p.comms {
+		st.Comms = append(st.Comms, c.finish())
 	}
 	return st
+}
+
+// textParser is ParseText's state: the communicators read so far, and where
+// in a communicator's block the current line is.
+type textParser struct {
+	comms   []*textComm
+	cur     *textComm  // the block's communicator; nil outside one
+	kind    string     // the block's kind: MISMATCH, INCOMPLETE, ERROR
+	fn      string     // MISMATCH: the function whose counts differ; "" in a status block
+	group   *textGroup // MISMATCH: the group the next "Rank N -- ..." lines are in
+	errKind string     // ERROR: "Initialization" or "Asynchronous"
+	errText string     // ERROR: the error of the current group
+}
+
+// textComm is one communicator as the text report names it, possibly in
+// several blocks.
+type textComm struct {
+	comm   Comm
+	ranks  map[int]*Rank
+	groups map[string][]*textGroup // by function
+}
+
+// line reads one line of the report.
+func (p *textParser) line(line string) {
+	t := strings.TrimSpace(line)
+	if t == "" {
+		return
+	}
+	if m := reCommHead.FindStringSubmatch(t); m != nil {
+		p.commHead(m[1], m[2])
+		return
+	}
+	if !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "\t") {
+		p.cur = nil // a heading or a top-level block (DEAD, INCOMPLETE, TIMEOUT)
+		return
+	}
+	if p.cur == nil {
+		return
+	}
+	switch p.kind {
+	case "MISMATCH":
+		p.mismatchLine(t)
+	case "INCOMPLETE":
+		if m := reRankOnly.FindStringSubmatch(t); m != nil {
+			p.rank(m[1], m[2]).Unresponsive = true
+		}
+	case "ERROR":
+		p.errorLine(t)
+	}
+}
+
+// commHead starts a block of communicator hash: "#0-0 (e029a0dad4bf726e)
+// MISMATCH".
+func (p *textParser) commHead(hash, kind string) {
+	h, _ := normHash(hash)
+	p.cur = nil
+	for _, c := range p.comms {
+		if c.comm.Hash == h {
+			p.cur = c
+		}
+	}
+	if p.cur == nil {
+		p.cur = &textComm{comm: Comm{Hash: h}, ranks: map[int]*Rank{}, groups: map[string][]*textGroup{}}
+		p.comms = append(p.comms, p.cur)
+	}
+	// INCOMPLETE,MISMATCH etc. are not printed as heads, but be lenient.
+	kind, _, _ = strings.Cut(kind, ",")
+	p.kind, p.fn, p.errKind, p.errText, p.group = kind, "", "", "", nil
+}
+
+// mismatchLine reads a line of a MISMATCH block: which function's counts
+// differ, then its groups of ranks and the ranks named in them.
+func (p *textParser) mismatchLine(t string) {
+	if m := reDiffers.FindStringSubmatch(t); m != nil {
+		p.fn, p.group = strings.ToLower(m[1]), nil
+		return
+	}
+	if strings.HasPrefix(t, "Communicator ranks have different status") {
+		p.fn, p.group = "", nil
+		return
+	}
+	if p.fn == "" {
+		return
+	}
+	if m := reGroup.FindStringSubmatch(t); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		v, _ := strconv.ParseInt(m[2], 10, 64)
+		p.group = &textGroup{count: n, value: v}
+		p.cur.groups[p.fn] = append(p.cur.groups[p.fn], p.group)
+		return
+	}
+	if m := reRankOps.FindStringSubmatch(t); m != nil {
+		v, _ := strconv.ParseInt(m[2], 10, 64)
+		rk := p.rank(m[1], m[3])
+		rk.Counts[p.fn] = v
+		p.cur.groups[p.fn] = append(p.cur.groups[p.fn], &textGroup{count: 1, value: v, named: []int{rk.Rank}})
+		p.group = nil
+		return
+	}
+	if m := reRankOnly.FindStringSubmatch(t); m != nil && p.group != nil {
+		rk := p.rank(m[1], m[2])
+		rk.Counts[p.fn] = p.group.value
+		p.group.named = append(p.group.named, rk.Rank)
+	}
+}
+
+// errorLine reads a line of an ERROR block: the kind of errors, then groups
+// of ranks that reported one error, or ranks with their own.
+func (p *textParser) errorLine(t string) {
+	if m := reErrKind.FindStringSubmatch(t); m != nil {
+		p.errKind, p.errText = m[1], ""
+		return
+	}
+	if m := reReported.FindStringSubmatch(t); m != nil {
+		p.errText = m[2]
+		return
+	}
+	var rk *Rank
+	what := p.errText
+	if m := reRankErr.FindStringSubmatch(t); m != nil {
+		rk, what = p.rank(m[1], m[3]), m[2]
+	} else if m := reRankOnly.FindStringSubmatch(t); m != nil && p.errText != "" {
+		rk = p.rank(m[1], m[2])
+	} else {
+		return
+	}
+	if p.errKind == "Initialization" {
+		what = "initialization: " + what
+	}
+	rk.Error = what
+}
+
+// rank returns rank r (decimal digits) of the current communicator, adding
+// it, and records where it runs when where says: "GPU 0 (NVML 0) managed by
+// process 579 on node 10.0.0.1".
+func (p *textParser) rank(r, where string) *Rank {
+	n, _ := strconv.Atoi(r)
+	rk := p.cur.ranks[n]
+	if rk == nil {
+		rk = &Rank{Rank: n, Pid: -1, CudaDev: -1, NvmlDev: -1, Counts: map[string]int64{}}
+		p.cur.ranks[n] = rk
+	}
+	if m := reWhere.FindStringSubmatch(strings.TrimSpace(where)); m != nil {
+		rk.CudaDev, _ = strconv.Atoi(m[1])
+		rk.NvmlDev = rk.CudaDev
+		if m[2] != "" {
+			rk.NvmlDev, _ = strconv.Atoi(m[2])
+		}
+		rk.Pid, _ = strconv.Atoi(m[3])
+		rk.Host = m[4]
+	}
+	return rk
+}
+
+// finish returns the communicator: its ranks in order, the missing ones
+// apart, and the ranks the report does not name summed up in Others.
+func (c *textComm) finish() Comm {
+	out := c.comm
+	for _, r := range slices.Sorted(maps.Keys(c.ranks)) {
+		rk := *c.ranks[r]
+		if rk.Unresponsive {
+			rk.Counts = nil
+			out.Missing = append(out.Missing, rk)
+		} else {
+			out.Ranks = append(out.Ranks, rk)
+		}
+	}
+	responded, ok := c.others(&out)
+	if responded > 0 && ok {
+		out.Size = responded + len(out.Missing)
+	}
+	// A named rank that a function does not name is in its unnamed group.
+	for i := range out.Ranks {
+		for f, n := range out.Others {
+			if _, named := out.Ranks[i].Counts[f]; !named {
+				out.Ranks[i].Counts[f] = n
+			}
+		}
+	}
+	return out
+}
+
+// others sets out.Others and out.OthersCount from the ranks the report does
+// not name: for each function, the one group with fewer named ranks than its
+// count. Every function's groups add up to the ranks that answered: it
+// returns how many, and false when the functions disagree (then Others is
+// nil and OthersCount -1).
+func (c *textComm) others(out *Comm) (responded int, ok bool) {
+	ok = true
+	fns := slices.Sorted(maps.Keys(c.groups))
+	for i, f := range fns {
+		total, unnamed, other, single := unnamedGroup(c.groups[f])
+		ok = ok && single
+		if i == 0 {
+			responded, out.OthersCount = total, unnamed
+		} else if total != responded || unnamed != out.OthersCount {
+			ok = false
+		}
+		if other != nil {
+			if out.Others == nil {
+				out.Others = map[string]int64{}
+			}
+			out.Others[f] = other.value
+		}
+	}
+	// Unnamed ranks, but some function names all its ranks: the unnamed
+	// ones are named there; inconsistent, give up on them.
+	if !ok || out.OthersCount > 0 && len(out.Others) < len(fns) {
+		out.Others, out.OthersCount = nil, -1
+	}
+	return responded, ok
+}
+
+// unnamedGroup sums one function's groups: the ranks they count, how many
+// of those the report does not name, and the group they are in; single is
+// false when two groups have unnamed ranks (who is where?).
+func unnamedGroup(gs []*textGroup) (total, unnamed int, other *textGroup, single bool) {
+	single = true
+	for _, g := range gs {
+		total += g.count
+		if len(g.named) < g.count {
+			unnamed += g.count - len(g.named)
+			single = single && other == nil
+			other = g
+		}
+	}
+	return total, unnamed, other, single
 }
