@@ -84,8 +84,8 @@ func (r *Reaper) send(line string) {
 	_, _ = io.WriteString(r.w, line+"\n")
 }
 
-func (r *Reaper) addGroup(pgid int)             { r.send(fmt.Sprintf("add %d", pgid)) }
-func (r *Reaper) delGroup(pgid int)             { r.send(fmt.Sprintf("del %d", pgid)) }
+func (r *Reaper) addGroup(pgid int)            { r.send(fmt.Sprintf("add %d", pgid)) }
+func (r *Reaper) delGroup(pgid int)            { r.send(fmt.Sprintf("del %d", pgid)) }
 func (r *Reaper) addPid(pid int, start uint64) { r.send(fmt.Sprintf("addpid %d %d", pid, start)) }
 func (r *Reaper) delPid(pid int)               { r.send(fmt.Sprintf("delpid %d", pid)) }
 

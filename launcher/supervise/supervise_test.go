@@ -356,7 +356,9 @@ func TestGroupKilledAfterExit(t *testing.T) {
 // are killed and reaped before Done.
 func TestEscapedDescendantsGone(t *testing.T) {
 	needSetsid(t)
-	s := newSupervisor(t, Config{})
+	// A short grace: a setsid child that still was in the group when the
+	// process exited holds the drain for two of them.
+	s := newSupervisor(t, Config{DrainGrace: 200 * time.Millisecond})
 	for _, tc := range []struct{ name, script string }{
 		{"setsid", "setsid sleep 300 >/dev/null 2>&1 & echo $!"},
 		{"setsid holding the pipes", "setsid sleep 300 & echo $!"},
