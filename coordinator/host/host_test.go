@@ -1,0 +1,315 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gotrain/gotrain/internal/token"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+const testToken = "test-token"
+
+// rpcTimeout bounds every call a test makes.
+const rpcTimeout = 30 * time.Second
+
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.JobToken, cfg.RunID, cfg.Listen = testToken, "run-test", "127.0.0.1:0"
+	return cfg
+}
+
+func client(t *testing.T, addr string) (gotrainv1.CoordinatorClient, func()) {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), token.DialOption(testToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gotrainv1.NewCoordinatorClient(cc), func() { _ = cc.Close() }
+}
+
+func node(host string) *gotrainv1.NodeInfo {
+	return &gotrainv1.NodeInfo{Hostname: host, Address: "127.0.0.1", Nproc: 1, FreePort: 1, AgentPid: 4000}
+}
+
+// The standalone host starts, serves gRPC and /metrics, and stops with no
+// goroutine left behind.
+func TestStartServeStop(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := testConfig()
+	cfg.MetricsAddr = "127.0.0.1:0"
+	c, err := Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Config().MaxRestarts != DefaultMaxRestarts || c.GossipPort() != 0 {
+		t.Errorf("config %+v, gossip port %d", c.Config(), c.GossipPort())
+	}
+	coord, closeConn := client(t, c.Addr().String())
+	ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+	defer cancel()
+	resp, err := coord.Join(ctx, &gotrainv1.JoinRequest{Node: node("host-a")})
+	if err != nil || resp.GetRunId() != "run-test" || resp.GetMaxRestarts() != DefaultMaxRestarts {
+		t.Fatalf("join: %v, %v", resp, err)
+	}
+	st, err := coord.GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
+	if err != nil || st.GetState() != "running" {
+		t.Fatalf("status: %v, %v", st, err)
+	}
+	if c.MetricsAddr() == "" {
+		t.Fatal("no metrics address")
+	}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	res, err := hc.Get("http://" + c.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if !strings.Contains(string(body), `gotrain_job_world_size{run_id="run-test"} 1`) {
+		t.Errorf("metrics lack the world size:\n%s", body)
+	}
+	closeConn()
+
+	if err := c.Stop(); err != nil {
+		t.Errorf("Stop = %v", err)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Error("Done not closed after Stop")
+	}
+	if err := c.Stop(); err != nil {
+		t.Errorf("second Stop = %v", err)
+	}
+}
+
+// Start's ctx ends serving: Done closes and Stop returns nil.
+func TestContextStops(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	c, err := Start(ctx, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-c.Done()
+	if err := c.Stop(); err != nil {
+		t.Errorf("Stop = %v", err)
+	}
+}
+
+// With several nodes the coordinator gossips, Join hands out the port, and
+// Stop takes the member list down too.
+func TestGossip(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := testConfig()
+	cfg.Nodes, cfg.GossipPort = 2, 0
+	c, err := Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	if c.GossipPort() <= 0 {
+		t.Fatalf("gossip port %d", c.GossipPort())
+	}
+	coord, closeConn := client(t, c.Addr().String())
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+	defer cancel()
+	resp, err := coord.Join(ctx, &gotrainv1.JoinRequest{Node: node("host-a")})
+	if err != nil || int(resp.GetGossipPort()) != c.GossipPort() {
+		t.Fatalf("join: %v, %v; want gossip port %d", resp, err, c.GossipPort())
+	}
+}
+
+// A gossip that cannot start fails Start, unless it is best effort (the
+// embedded coordinator): then the job runs without it.
+func TestGossipFailure(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := testConfig()
+	cfg.Nodes, cfg.Listen, cfg.GossipPort = 2, "0.0.0.0:0", 0
+	cfg.AdvertiseAddr = func() (string, error) { return "", errors.New("no non-loopback IPv4 address found") }
+	if c, err := Start(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), "pass --no-gossip") {
+		t.Errorf("Start = %v, want the gossip error naming --no-gossip", err)
+		if c != nil {
+			_ = c.Stop()
+		}
+	}
+	cfg.GossipBestEffort = true
+	c, err := Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GossipPort() != 0 {
+		t.Errorf("gossip port %d, want 0 (none)", c.GossipPort())
+	}
+	if err := c.Stop(); err != nil {
+		t.Error(err)
+	}
+}
+
+// A metrics address that is taken fails Start, naming the flag, and leaves
+// nothing running (the gRPC listener is closed again).
+func TestStartFailsCleanly(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg := testConfig()
+	cfg.MetricsAddr = taken.Addr().String()
+	c, err := Start(t.Context(), cfg)
+	if err == nil {
+		_ = c.Stop()
+		t.Fatal("Start succeeded on a taken metrics address")
+	}
+	if !strings.Contains(err.Error(), "choose another with --metrics-addr") {
+		t.Errorf("err = %v", err)
+	}
+
+	cfg = testConfig()
+	cfg.Listen, cfg.ListenFlag = taken.Addr().String(), "--coordinator-listen"
+	if _, err := Start(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), "choose another with --coordinator-listen") {
+		t.Errorf("Start on a taken listen address = %v", err)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	d := DefaultConfig()
+	want := JobSettings{Nodes: 1, MaxRestarts: 3, HangTimeout: 120 * time.Second, OnHang: "report", RendezvousTimeout: 10 * time.Minute}
+	if d.JobSettings != want || d.Listen != "0.0.0.0:29400" || d.GossipPort != GossipPortFromListen || d.ListenFlag != "--listen" {
+		t.Errorf("DefaultConfig() = %+v", d)
+	}
+	if err := d.validate(); err != nil {
+		t.Errorf("the defaults do not validate: %v", err)
+	}
+	// Built in code: the zero values with a default other than zero get it,
+	// the token is made, the run id derived from it.
+	c := Config{}.withDefaults()
+	if c.Nodes != 1 || c.HangTimeout != DefaultHangTimeout || c.OnHang != "report" || c.MaxRestarts != 0 ||
+		c.JobToken == "" || c.RunID != DefaultRunID(c.JobToken) || c.Listen != DefaultListen || c.Logger == nil {
+		t.Errorf("Config{}.withDefaults() = %+v", c)
+	}
+	if err := c.validate(); err != nil {
+		t.Errorf("Config{}.withDefaults() does not validate: %v", err)
+	}
+	if got := DefaultRunID("abc"); got != "gotrain-abc" {
+		t.Errorf("DefaultRunID(abc) = %q", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		change func(*Config)
+		msg    string
+		// zeroDefaults: Start (withDefaults) takes this zero as the
+		// default; only the flags' validation refuses it.
+		zeroDefaults bool
+	}{
+		{func(c *Config) { c.Nodes = 0 }, "--nnodes 0", true},
+		{func(c *Config) { c.MaxRestarts = -1 }, "--max-restarts -1", false},
+		{func(c *Config) { c.RestartBackoff = -time.Second }, "--restart-backoff -1s", false},
+		{func(c *Config) { c.HangTimeout = 0 }, "--hang-timeout 0s", true},
+		{func(c *Config) { c.OnHang = "never" }, `--on-hang "never"`, false},
+		{func(c *Config) { c.RendezvousTimeout = -time.Second }, "--rendezvous-timeout -1s", false},
+		{func(c *Config) { c.Listen = "29400" }, `--listen "29400"`, false},
+		{func(c *Config) { c.Listen, c.ListenFlag = "x", "--coordinator-listen" }, `--coordinator-listen "x"`, false},
+		{func(c *Config) { c.MetricsAddr = "9400" }, `--metrics-addr "9400"`, false},
+		{func(c *Config) { c.GossipPort = 70000 }, "--gossip-port 70000", false},
+		{func(c *Config) { c.GossipPort = -2 }, "--gossip-port -2", false},
+	} {
+		cfg := testConfig()
+		tc.change(&cfg)
+		err := cfg.validate()
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Msg != tc.msg || ce.Hint == "" {
+			t.Errorf("validate() = %#v, want a ConfigError %q with a hint", err, tc.msg)
+		}
+		if tc.zeroDefaults {
+			continue
+		}
+		if _, err := Start(t.Context(), cfg); !errors.As(err, &ce) {
+			t.Errorf("Start = %v, want the ConfigError", err)
+		}
+	}
+}
+
+func TestJoinAddress(t *testing.T) {
+	for _, tc := range []struct {
+		lis  *net.TCPAddr
+		node string
+		want string
+	}{
+		{&net.TCPAddr{IP: net.IPv4zero, Port: 29400}, "10.0.0.1", "10.0.0.1:29400"},
+		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 29400}, "10.0.0.1", "10.0.0.1:29400"},
+		{&net.TCPAddr{IP: net.ParseIP("192.168.1.5"), Port: 1234}, "10.0.0.1", "192.168.1.5:1234"},
+		{&net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 41000}, "127.0.0.1", "127.0.0.1:41000"},
+		{&net.TCPAddr{IP: net.IPv6zero, Port: 29400}, "fd00::1", "[fd00::1]:29400"},
+		{&net.TCPAddr{IP: net.IPv4zero, Port: 29400}, "THIS_HOST", "THIS_HOST:29400"},
+	} {
+		if got := JoinAddress(tc.lis, tc.node); got != tc.want {
+			t.Errorf("JoinAddress(%s, %s) = %s, want %s", tc.lis, tc.node, got, tc.want)
+		}
+	}
+}
+
+// Given sends exactly the settings whose flags were given, whatever their
+// values (a default given explicitly is still given).
+func TestGiven(t *testing.T) {
+	s := DefaultJobSettings()
+	s.MaxRestarts, s.RunID = 5, "run-x"
+	for _, tc := range []struct {
+		given map[string]bool
+		want  *gotrainv1.JobSettings
+	}{
+		{nil, nil},
+		{map[string]bool{"gpus": true, FlagJobToken: true, FlagMetricsAddr: true, FlagNoGossip: true}, nil},
+		{map[string]bool{FlagMaxRestarts: true}, &gotrainv1.JobSettings{MaxRestarts: proto.Int32(5)}},
+		{map[string]bool{FlagNodes: true, FlagHangTimeout: true, FlagOnHang: true},
+			&gotrainv1.JobSettings{Nodes: proto.Int32(1), HangTimeoutMs: proto.Int64(120_000), OnHang: proto.String("report")}},
+		{map[string]bool{FlagRestartBackoff: true, FlagRendezvousTimeout: true, FlagRunID: true},
+			&gotrainv1.JobSettings{RestartBackoffMs: proto.Int64(0), RendezvousTimeoutMs: proto.Int64(600_000), RunId: proto.String("run-x")}},
+	} {
+		if got := s.Given(tc.given); !proto.Equal(got, tc.want) || (got == nil) != (tc.want == nil) {
+			t.Errorf("Given(%v) = %v, want %v", tc.given, got, tc.want)
+		}
+	}
+}
+
+// RegisterJobFlags gives every flag DefaultJobSettings' value, and parsing
+// fills the settings.
+func TestRegisterJobFlags(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	var s JobSettings
+	RegisterJobFlags(fs, &s, "env-token")
+	want := DefaultJobSettings()
+	want.JobToken = "env-token"
+	if s != want {
+		t.Errorf("before parsing: %+v, want %+v", s, want)
+	}
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n != 10 {
+		t.Errorf("%d flags, want 10", n)
+	}
+	if err := fs.Parse([]string{"--nnodes", "2", "--max-restarts", "0", "--hang-timeout", "5m", "--on-hang", "restart", "--no-gossip"}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Nodes != 2 || s.MaxRestarts != 0 || s.HangTimeout != 5*time.Minute || s.OnHang != "restart" || !s.NoGossip {
+		t.Errorf("after parsing: %+v", s)
+	}
+}

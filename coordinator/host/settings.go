@@ -1,0 +1,153 @@
+package host
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// The defaults of the job-wide settings, for `gotrain coordinator` and
+// `gotrain launch` alike.
+const (
+	DefaultNodes             = 1
+	DefaultMaxRestarts       = 3
+	DefaultHangTimeout       = 120 * time.Second
+	DefaultOnHang            = "report"
+	DefaultRendezvousTimeout = 10 * time.Minute
+)
+
+// JobSettings are the settings of the whole job, which the coordinator
+// holds: given to `gotrain coordinator`, or to the `gotrain launch` whose
+// agent embeds the coordinator. A joining agent sends those it was given
+// explicitly (Given), and the coordinator refuses a Join that contradicts
+// the job (package coordinator, checkSettings).
+//
+// DefaultJobSettings has the defaults. Of the zero value, Nodes, HangTimeout
+// and OnHang take their defaults (WithDefaults); every other zero means what
+// it says: no restarts, no backoff, no rendezvous bound, no metrics.
+type JobSettings struct {
+	// Nodes is how many nodes (agents) the job waits for.
+	Nodes int
+	// JobToken is the secret every agent and worker presents.
+	JobToken string
+	// RunID names the job (default DefaultRunID(JobToken)).
+	RunID string
+	// MaxRestarts is how many times the job restarts after a failure.
+	MaxRestarts int
+	// RestartBackoff is the pause between a failed generation's last
+	// worker stopping and the next generation starting.
+	RestartBackoff time.Duration
+	// HangTimeout and OnHang configure the hang detector (coordinator/job).
+	HangTimeout time.Duration
+	OnHang      string
+	// RendezvousTimeout bounds the wait for all Nodes to join; then the job
+	// fails, naming the nodes that did. 0 waits forever.
+	RendezvousTimeout time.Duration
+	// MetricsAddr is where the coordinator serves Prometheus /metrics
+	// (HOST:PORT; port 0 picks a free one); empty: no metrics.
+	MetricsAddr string
+	// NoGossip turns gossip-based failure detection off: lost nodes are
+	// found by their broken streams and gRPC keepalive only (about 20 s).
+	// Jobs of one node never gossip.
+	NoGossip bool
+}
+
+// DefaultJobSettings returns the job-wide settings' defaults: those of the
+// flags of both commands (RegisterJobFlags).
+func DefaultJobSettings() JobSettings {
+	return JobSettings{
+		Nodes:             DefaultNodes,
+		MaxRestarts:       DefaultMaxRestarts,
+		HangTimeout:       DefaultHangTimeout,
+		OnHang:            DefaultOnHang,
+		RendezvousTimeout: DefaultRendezvousTimeout,
+	}
+}
+
+// WithDefaults fills the zero fields that have a default other than zero
+// (Nodes, HangTimeout, OnHang) and a RunID derived from JobToken.
+func (s JobSettings) WithDefaults() JobSettings {
+	s.Nodes = cmp.Or(s.Nodes, DefaultNodes)
+	s.HangTimeout = cmp.Or(s.HangTimeout, DefaultHangTimeout)
+	s.OnHang = cmp.Or(s.OnHang, DefaultOnHang)
+	if s.RunID == "" && s.JobToken != "" {
+		s.RunID = DefaultRunID(s.JobToken)
+	}
+	return s
+}
+
+// DefaultRunID is a job's run id when none is given: derived from its token.
+func DefaultRunID(token string) string { return "gotrain-" + token[:min(8, len(token))] }
+
+// ConfigError is a setting that cannot work, named by its flag, and what to
+// do instead.
+type ConfigError struct {
+	Msg  string // e.g. `--on-hang "never"`
+	Hint string // e.g. "Use --on-hang report or --on-hang restart."
+}
+
+func (e *ConfigError) Error() string { return e.Msg + ": " + e.Hint }
+
+// Validate reports the first setting that cannot work as a *ConfigError.
+// It takes the settings as given: a zero Nodes or HangTimeout is an error
+// (WithDefaults first for a Config built in code).
+func (s JobSettings) Validate() error {
+	bad := func(msg, hint string) error { return &ConfigError{Msg: msg, Hint: hint} }
+	switch {
+	case s.Nodes < 1:
+		return bad(fmt.Sprintf("--nnodes %d", s.Nodes), "Give at least 1.")
+	case s.MaxRestarts < 0:
+		return bad(fmt.Sprintf("--max-restarts %d", s.MaxRestarts), "Give 0 or more (0: the first failure ends the job).")
+	case s.RestartBackoff < 0:
+		return bad(fmt.Sprintf("--restart-backoff %s", s.RestartBackoff), "Give a duration of 0 or more.")
+	case s.HangTimeout <= 0:
+		return bad(fmt.Sprintf("--hang-timeout %s", s.HangTimeout), "Give a positive duration, e.g. --hang-timeout 5m.")
+	case s.OnHang != "report" && s.OnHang != "restart":
+		return bad(fmt.Sprintf("--on-hang %q", s.OnHang), "Use --on-hang report or --on-hang restart.")
+	case s.RendezvousTimeout < 0:
+		return bad(fmt.Sprintf("--rendezvous-timeout %s", s.RendezvousTimeout), "Give a duration of 0 or more (0: wait forever).")
+	}
+	return nil
+}
+
+// Given returns the settings whose flags are in given (flag names, from
+// flag.FlagSet.Visit), for a joining agent's JoinRequest; nil when none is.
+// Only settings that the coordinator checks are sent.
+func (s JobSettings) Given(given map[string]bool) *gotrainv1.JobSettings {
+	var p gotrainv1.JobSettings
+	set := false
+	ms := func(d time.Duration) *int64 { set = true; v := d.Milliseconds(); return &v }
+	if given[FlagNodes] {
+		set = true
+		p.Nodes = ptr(int32(s.Nodes))
+	}
+	if given[FlagMaxRestarts] {
+		set = true
+		p.MaxRestarts = ptr(int32(s.MaxRestarts))
+	}
+	if given[FlagRestartBackoff] {
+		p.RestartBackoffMs = ms(s.RestartBackoff)
+	}
+	if given[FlagHangTimeout] {
+		p.HangTimeoutMs = ms(s.HangTimeout)
+	}
+	if given[FlagOnHang] {
+		set = true
+		p.OnHang = ptr(s.OnHang)
+	}
+	if given[FlagRendezvousTimeout] {
+		p.RendezvousTimeoutMs = ms(s.RendezvousTimeout)
+	}
+	if given[FlagRunID] {
+		set = true
+		p.RunId = ptr(s.RunID)
+	}
+	if !set {
+		return nil
+	}
+	return &p
+}
+
+func ptr[T any](v T) *T { return &v }
