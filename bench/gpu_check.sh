@@ -16,6 +16,9 @@ cd "$(dirname "$0")/.."
 
 # NVLink multicast can take a shared host's GPUs down: never enable it.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+# Here every GPU test must run: a GPU test that would skip (no driver, too
+# few GPUs, no NCCL) fails instead (internal/gputest).
+export GOTRAIN_REQUIRE_GPU=1
 
 # BIN is where `make gpu` put the binaries.
 BIN=${BIN:-bin}
@@ -26,17 +29,50 @@ mkdir -p "$REPORT_DIR"
 report="$REPORT_DIR/report.md"
 failed=0
 
-# step NAME CMD...: runs CMD, logs it to NAME.log, records PASS/FAIL.
+# gotest_problem LOG KIND: why the log of a go test binary (KIND tests: run
+# with -test.v; bench: benchmarks only) does not show a pass, or nothing.
+# Exit 0 is not enough: a binary whose tests all skipped, or that ran none,
+# exits 0 too.
+gotest_problem() {
+	local log=$1 kind=$2 n
+	n=$(grep -c -- '--- SKIP' "$log")
+	if ((n > 0)); then
+		echo "$n test(s) skipped"
+	elif grep -q 'no tests to run' "$log"; then
+		echo "no tests to run"
+	elif grep -q -- '--- FAIL' "$log"; then
+		echo "a test failed"
+	elif [[ $kind == tests ]] && ! grep -qE -- '^(--- PASS|ok )' "$log"; then
+		echo "no test passed"
+	elif [[ $kind == bench ]] && ! grep -qE '^Benchmark.* ns/op' "$log"; then
+		echo "no benchmark ran"
+	fi
+}
+
+# step [--tests|--bench] NAME CMD...: runs CMD, logs it to NAME.log, records
+# PASS/FAIL. With --tests or --bench, CMD runs a go test binary and passes
+# only when its output shows tests (benchmarks) that ran and passed.
 step() {
+	local kind=
+	case $1 in
+	--tests) kind=tests; shift ;;
+	--bench) kind=bench; shift ;;
+	esac
 	local name=$1
 	shift
 	local start=$SECONDS
 	echo "== $name: $*" >&2
 	timeout -k 10 "${STEP_TIMEOUT:-240}" "$@" >"$REPORT_DIR/$name.log" 2>&1
 	local rc=$?
-	local verdict=PASS
+	local verdict=PASS problem=
+	if [[ -n $kind ]]; then
+		problem=$(gotest_problem "$REPORT_DIR/$name.log" "$kind")
+	fi
 	if ((rc != 0)); then
 		verdict="FAIL (exit $rc)"
+		failed=1
+	elif [[ -n $problem ]]; then
+		verdict="FAIL ($problem)"
 		failed=1
 	fi
 	printf '| %s | %s | %ds | `%s` |\n' "$name" "$verdict" $((SECONDS - start)) "$*" >>"$REPORT_DIR/steps.md"
@@ -47,6 +83,11 @@ step() {
 # The test binaries of `make gpu` (GPU_TEST_PKGS there), as package paths;
 # each runs in its package's directory, as go test runs it.
 GPU_TEST_PKGS=${GPU_TEST_PKGS:-nccl internal/cudadrv worker/ncclcomm worker/pairreduce worker/cudago}
+# Tests that skip on a GPU machine by design, left out here (CI runs them):
+# the no-driver checks (TestCallsBeforeLoad and TestLaunchBeforeLoad need the
+# driver not loaded yet, TestPrewarmWithoutDriverNewReportsIt no driver at
+# all) and TestGotrainBinaryDoesNotLinkCu, which needs the go tool.
+NOT_ON_GPU=${NOT_ON_GPU:-'^(TestCallsBeforeLoad|TestLaunchBeforeLoad|TestPrewarmWithoutDriverNewReportsIt|TestGotrainBinaryDoesNotLinkCu)$'}
 for pkg in $GPU_TEST_PKGS; do
 	name=$(echo "$pkg" | tr / _)
 	if [[ ! -x $BIN/$name.test ]]; then
@@ -54,11 +95,11 @@ for pkg in $GPU_TEST_PKGS; do
 		failed=1
 		continue
 	fi
-	step "test-$name" bash -c 'cd "$1" && "$2" -test.v -test.count=1 -test.timeout 230s' _ "$pkg" "$(readlink -f "$BIN/$name.test")"
+	step --tests "test-$name" bash -c 'cd "$1" && "$2" -test.v -test.count=1 -test.timeout 230s -test.skip "$3"' _ "$pkg" "$(readlink -f "$BIN/$name.test")" "$NOT_ON_GPU"
 done
 # The hand-off to a communicator's thread (internal/osthread, ncclcomm's executor).
 if [[ -x "$BIN"/internal_osthread.test ]]; then
-	step bench-executor bash -c 'cd internal/osthread && "$1" -test.run "^$" -test.bench Executor -test.benchtime 2s' _ "$(readlink -f "$BIN"/internal_osthread.test)"
+	step --bench bench-executor bash -c 'cd internal/osthread && "$1" -test.run "^$" -test.bench Executor -test.benchtime 2s' _ "$(readlink -f "$BIN"/internal_osthread.test)"
 fi
 for op in all_gather reduce_scatter broadcast; do
 	step "bench-$op" "$BIN"/gotrain bench "$op" --gpus "$GPUS" --max 1G
@@ -73,7 +114,7 @@ fi
 step bench-allreduce-compare env BIN="$BIN" GPUS="$GPUS" RESULTS_DIR="$REPORT_DIR" bash bench/gpu_allreduce.sh
 # examples/mlp on the GPU (one step matches the CPU, ranks bitwise equal).
 if [[ -x "$BIN"/examples_mlp.test ]]; then
-	step test-examples_mlp bash -c 'cd examples/mlp && "$1" -test.v -test.count=1' _ "$(readlink -f "$BIN"/examples_mlp.test)"
+	step --tests test-examples_mlp bash -c 'cd examples/mlp && "$1" -test.v -test.count=1' _ "$(readlink -f "$BIN"/examples_mlp.test)"
 fi
 # DataParallel on device gradients through an in-process recovery (the
 # copy-engine transport on two GPUs of one node, NCCL otherwise).

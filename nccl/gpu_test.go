@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/internal/gputest"
 )
 
 // rank is one GPU's thread.
@@ -59,15 +60,15 @@ func gpuSetup(t *testing.T) (*Library, []*rank) {
 	t.Helper()
 	drv, err := cudadrv.Load()
 	if err != nil {
-		t.Skipf("skipping: needs the CUDA driver and 2 GPUs: %v", err)
+		gputest.Skipf(t, "needs the CUDA driver and 2 GPUs: %v", err)
 	}
 	n, err := drv.DeviceCount()
 	if err != nil || n < 2 {
-		t.Skipf("skipping: needs 2 GPUs, found %d (%v)", n, err)
+		gputest.Skipf(t, "needs 2 GPUs, found %d (%v)", n, err)
 	}
 	lib, err := Load()
 	if err != nil {
-		t.Skipf("skipping: needs NCCL: %v", err)
+		gputest.Skipf(t, "needs NCCL: %v", err)
 	}
 	ranks := make([]*rank, n)
 	for i := range ranks {
@@ -625,7 +626,7 @@ func TestGPUConfigSplitScalable(t *testing.T) {
 	lib, ranks := gpuSetup(t)
 	n := len(ranks)
 	if !lib.Has("ncclCommInitRankConfig") {
-		t.Skipf("skipping: NCCL %s lacks ncclCommInitRankConfig", lib.Version())
+		gputest.Skipf(t, "NCCL %s lacks ncclCommInitRankConfig", lib.Version())
 	}
 	id, err := lib.GetUniqueID()
 	if err != nil {

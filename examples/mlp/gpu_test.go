@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/internal/gputest"
 	"github.com/gotrain/gotrain/worker"
 	"github.com/gotrain/gotrain/worker/ncclcomm/nccltest"
 )
@@ -21,11 +22,11 @@ func gpuCount(t *testing.T) int {
 	t.Helper()
 	drv, err := cudadrv.Load()
 	if err != nil {
-		t.Skip(err)
+		gputest.Skip(t, err)
 	}
 	n, err := drv.DeviceCount()
 	if err != nil || n == 0 {
-		t.Skip("no GPU")
+		gputest.Skip(t, "no GPU")
 	}
 	return n
 }
@@ -113,7 +114,7 @@ func TestGPUStepMatchesCPU(t *testing.T) {
 func TestGPURanksIdentical(t *testing.T) {
 	n := gpuCount(t)
 	if n < 2 {
-		t.Skip("needs 2 GPUs")
+		gputest.Skip(t, "needs 2 GPUs")
 	}
 	for _, tc := range []struct {
 		name string

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/gputest"
 )
 
 func TestOpenNotFoundIsOneLine(t *testing.T) {
@@ -56,11 +58,11 @@ func TestLoad(t *testing.T) {
 func TestGPU(t *testing.T) {
 	d, err := Load()
 	if err != nil {
-		t.Skipf("skipping: needs the CUDA driver and a GPU: %v", err)
+		gputest.Skipf(t, "needs the CUDA driver and a GPU: %v", err)
 	}
 	n, err := d.DeviceCount()
 	if err != nil || n == 0 {
-		t.Skipf("skipping: no GPU (%d, %v)", n, err)
+		gputest.Skipf(t, "no GPU (%d, %v)", n, err)
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

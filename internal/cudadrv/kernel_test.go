@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/gotrain/gotrain/internal/gputest"
 )
 
 func TestAXPYPTX(t *testing.T) {
@@ -35,7 +37,7 @@ func TestLaunchBeforeLoad(t *testing.T) {
 func TestGPUKernel(t *testing.T) {
 	d, err := Load()
 	if err != nil {
-		t.Skipf("skipping: needs the CUDA driver and a GPU: %v", err)
+		gputest.Skipf(t, "needs the CUDA driver and a GPU: %v", err)
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

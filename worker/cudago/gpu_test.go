@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/gputest"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker/comm"
 	"github.com/gotrain/gotrain/worker/comm/commtest"
@@ -28,7 +29,7 @@ func gpus(t *testing.T, min int) int {
 	t.Helper()
 	n, err := cu.NumDevices()
 	if err != nil || n < min {
-		t.Skipf("skipping: needs %d GPU(s), found %d (%v)", min, n, err)
+		gputest.Skipf(t, "needs %d GPU(s), found %d (%v)", min, n, err)
 	}
 	return n
 }
@@ -211,7 +212,7 @@ func TestClosedDevice(t *testing.T) {
 func TestAllReduceThroughNCCL(t *testing.T) {
 	size := min(gpus(t, 1), 2)
 	if _, err := nccl.Load(); err != nil {
-		t.Skipf("skipping: needs NCCL: %v", err)
+		gputest.Skipf(t, "needs NCCL: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/internal/gputest"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker/comm"
 	"github.com/gotrain/gotrain/worker/comm/commtest"
@@ -25,15 +26,15 @@ func gpus(t testing.TB, min int) int {
 	t.Helper()
 	drv, err := cudadrv.Load()
 	if err != nil {
-		t.Skipf("skipping: needs the CUDA driver and %d GPU(s): %v", min, err)
+		gputest.Skipf(t, "needs the CUDA driver and %d GPU(s): %v", min, err)
 	}
 	n, err := drv.DeviceCount()
 	if err != nil || n < min {
-		t.Skipf("skipping: needs %d GPU(s), found %d (%v)", min, n, err)
+		gputest.Skipf(t, "needs %d GPU(s), found %d (%v)", min, n, err)
 	}
 	lib, err := nccl.Load()
 	if err != nil {
-		t.Skipf("skipping: needs NCCL: %v", err)
+		gputest.Skipf(t, "needs NCCL: %v", err)
 	}
 	t.Logf("NCCL %s, %d GPUs, CUDA driver %s", lib.Version(), n, drv.VersionString())
 	return n
@@ -454,7 +455,7 @@ func TestGPUAllocSymmetric(t *testing.T) {
 	n := gpus(t, 2)
 	comms := newComms(t, n, "symmetric")
 	if !comms[0].Library().Has("ncclCommWindowRegister") {
-		t.Skipf("skipping: NCCL %s predates ncclCommWindowRegister (2.27)", comms[0].Library().Version())
+		gputest.Skipf(t, "NCCL %s predates ncclCommWindowRegister (2.27)", comms[0].Library().Version())
 	}
 	const count = 1 << 20
 	err := onAll(n, func(r int) error {

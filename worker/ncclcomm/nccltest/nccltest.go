@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/internal/gputest"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker/comm/commtest"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
@@ -23,13 +24,13 @@ func Comms(t testing.TB, size int, name string) []*ncclcomm.Comm {
 	t.Helper()
 	drv, err := cudadrv.Load()
 	if err != nil {
-		t.Skipf("skipping: needs the CUDA driver and %d GPU(s): %v", size, err)
+		gputest.Skipf(t, "needs the CUDA driver and %d GPU(s): %v", size, err)
 	}
 	if n, err := drv.DeviceCount(); err != nil || n < size {
-		t.Skipf("skipping: needs %d GPU(s), found %d (%v)", size, n, err)
+		gputest.Skipf(t, "needs %d GPU(s), found %d (%v)", size, n, err)
 	}
 	if _, err := nccl.Load(); err != nil {
-		t.Skipf("skipping: needs NCCL: %v", err)
+		gputest.Skipf(t, "needs NCCL: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
