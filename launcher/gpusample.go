@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gotrain/gotrain/internal/gpuinfo"
@@ -281,7 +282,7 @@ func xidMeaning(code uint64) string {
 // startGPUSampling turns GPU sampling on when NVML is there: the hub's
 // telemetry gets a sampler of the GPUs of this node's ranks. Without a
 // driver it stays off.
-func (a *agent) startGPUSampling(ctx context.Context) {
+func (a *agent) startGPUSampling(ctx context.Context, g *errgroup.Group) {
 	tel := newTelemetry(time.Now)
 	a.hub.tel = tel
 	nv, err := openNVML()
@@ -293,10 +294,11 @@ func (a *agent) startGPUSampling(ctx context.Context) {
 		a.stderr.writeLine("gotrain: warning: ", []byte(msg))
 		a.log.Info("GPU warning", "msg", msg)
 	}, a.hub.rankOfGPU)
-	go func() {
+	g.Go(func() error {
 		defer nv.Close()
 		tel.gpus.run(ctx, a.hub.usedGPUs)
-	}()
+		return nil
+	})
 }
 
 // rankOfGPU returns the rank of the current generation that uses GPU gpu.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/gotrain/gotrain/internal/gpuinfo"
@@ -178,7 +179,9 @@ func TestGPUSamplingOffWithoutDriver(t *testing.T) {
 	coord := &reportCatcher{}
 	a := &agent{log: slog.New(slog.DiscardHandler), host: "h"}
 	a.hub = newHub(a.log, coord, "node-1")
-	a.startGPUSampling(t.Context())
+	var g errgroup.Group
+	a.startGPUSampling(t.Context(), &g)
+	defer g.Wait()
 	if a.hub.tel == nil || a.hub.tel.gpus != nil {
 		t.Fatalf("telemetry = %+v, want one without a GPU sampler", a.hub.tel)
 	}

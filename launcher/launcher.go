@@ -12,14 +12,17 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/jobenv/genwire"
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/token"
+	"github.com/gotrain/gotrain/launcher/agentcore"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -52,8 +55,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	a := &agent{cfg: cfg, log: cfg.Logger, host: hostname(),
-		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr},
-		workers: map[int]*workerProc{}, exits: make(chan *workerProc, 64)}
+		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr}}
 	a.place = nodePlacement(&a.cfg, a.log)
 	a.oomFile = agentMemoryEventsFile()
 	return a.run(ctx)
@@ -105,19 +107,35 @@ type agent struct {
 	// gossipPort is the coordinator's gossip port from Join; 0: no gossip.
 	gossipPort int
 
-	gen      *gotrainv1.GenerationStarted // nil when no generation runs here
-	workers  map[int]*workerProc          // by rank, current generation only
-	exits    chan *workerProc
-	attached chan struct{}  // a worker attached (hub.onAttach); buffered, coalesced
-	procs    sync.WaitGroup // every rank's process (spawned or taken from a standby), until reaped
-	stopping syscall.Signal // the signal that is stopping the job, 0 if none
-	sb       *standbys      // hot standbys (standby.go); nil when they are off
+	// The machine decides (launcher/agentcore); the loop's goroutine alone
+	// steps it and carries out its actions (actions.go).
+	m *agentcore.Machine
+	// procs are the processes the machine asked for, until their exit was
+	// stepped. Only the loop's goroutine uses it.
+	procs map[agentcore.ProcID]*workerProc
+	// gen is the current generation as the coordinator sent it (handed to
+	// survivors and standbys as it is); nil before the first.
+	gen *gotrainv1.GenerationStarted
+	// finished is the coordinator's verdict, once it came.
+	finished *gotrainv1.JobFinished
+	// inbox carries events from the agent's other goroutines to the loop;
+	// loopDone closes when the loop returned, so that nothing blocks on it.
+	inbox    chan agentcore.Event
+	loopDone chan struct{}
+	// waits counts what must end before the agent returns: every process
+	// until it is reaped, and the goroutine that forwards its exit.
+	waits sync.WaitGroup
+
+	links   *standbyLinks                           // standbys' open streams (standby.go)
+	reports chan *gotrainv1.ReportWorkerExitRequest // to the reporter (report.go)
+	hangs   chan *gotrainv1.EvidenceRequest         // to the evidence collector (progress.go)
 }
 
-func (a *agent) run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// tickEvery is how often the loop gives the machine the time (grace
+// periods, standbys' hello timeout).
+const tickEvery = 100 * time.Millisecond
 
+func (a *agent) run(ctx context.Context) error {
 	// A private directory for the workers' socket: its mode keeps other users out.
 	dir, err := os.MkdirTemp("", "gotrain-agent-")
 	if err != nil {
@@ -129,11 +147,8 @@ func (a *agent) run(ctx context.Context) error {
 	if a.reaper, err = startReaper(a.cfg.ReaperCommand); err != nil {
 		a.log.Warn("no orphan reaper: processes started by workers may outlive a SIGKILLed agent", "err", err)
 	}
-	// Deferred before anything that stops workers, so it runs after them.
+	// Closed once every process is gone (runWorkers waits for them).
 	defer a.reaper.close()
-	// A worker's exit can be known before the kernel has finished with it
-	// (exitearly.go): the job ends only once every process is reaped.
-	defer a.procs.Wait()
 
 	coordAddr := a.cfg.Coordinator
 	if coordAddr == "" {
@@ -167,171 +182,184 @@ func (a *agent) run(ctx context.Context) error {
 		// (node ids break ties in the rank order of nodes on one host).
 		fmt.Fprintln(a.cfg.Stderr, a.joinHint)
 	}
-
-	lis, err := net.Listen("unix", a.socket)
-	if err != nil {
-		return fmt.Errorf("listen on the workers' socket: %w", err)
-	}
-	relaySrv := grpc.NewServer(token.ServerOptions(a.cfg.JobToken)...)
-	a.hub = newHub(a.log, a.coord, a.nodeID)
-	a.attached = make(chan struct{}, 1)
-	a.hub.onAttach = func() {
-		select {
-		case a.attached <- struct{}{}:
-		default: // one pending wake-up is enough
-		}
-	}
-	a.startGPUSampling(ctx) // gpusample.go
-	go a.hub.report(ctx)
-	a.startRASPoll(ctx) // raspoll.go
 	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: coordAddr, Token: a.cfg.JobToken, Metrics: a.metricsAddr}); err == nil {
 		defer f.Remove() // lets `gotrain diagnose` find this job
 	} else {
 		a.log.Warn("no run file for gotrain diagnose", "err", err)
 	}
-	stopStandbys := a.startStandbys(ctx) // standby.go
-	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, standby: a.sb})
-	go func() { _ = relaySrv.Serve(lis) }()
-	defer relaySrv.Stop()
-	defer stopStandbys() // before the relay stops: standbys never see their agent go
+	return a.runWorkers(ctx, coordAddr)
+}
 
-	stream, err := a.coord.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID})
+// runWorkers runs the node's part of the job once it joined: the agent's
+// subsystems, each a goroutine under one errgroup, and the loop that steps
+// the machine. Everything it starts has ended when it returns.
+func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
+	lis, err := net.Listen("unix", a.socket)
 	if err != nil {
+		return fmt.Errorf("listen on the workers' socket: %w", err)
+	}
+	a.m = agentcore.New(agentcore.Config{
+		Node:  jobenv.Node{AgentSocket: a.socket, JobToken: a.cfg.JobToken, RunID: a.cfg.RunID, Backend: a.cfg.Backend, Host: a.cfg.NodeAddress},
+		Grace: a.cfg.GracePeriod, Standby: a.cfg.Standby, StandbyTimeout: a.cfg.StandbyTimeout,
+	})
+	a.procs = map[agentcore.ProcID]*workerProc{}
+	a.inbox, a.loopDone = make(chan agentcore.Event), make(chan struct{})
+	a.links = newStandbyLinks()
+	a.reports = make(chan *gotrainv1.ReportWorkerExitRequest, 256)
+	a.hangs = make(chan *gotrainv1.EvidenceRequest, 8)
+	a.hub = newHub(a.log, a.coord, a.nodeID)
+	a.hub.onAttach = func(w *attachedWorker, recoverable bool) {
+		a.post(agentcore.Attached{Pid: w.pid, Rank: w.rank, Generation: w.gen, Recoverable: recoverable})
+	}
+	a.hub.onDetach = func(w *attachedWorker) { a.post(agentcore.Detached{Pid: w.pid}) }
+
+	subCtx, stopSubsystems := context.WithCancel(ctx)
+	defer stopSubsystems()
+	g, gctx := errgroup.WithContext(subCtx)
+	relaySrv := grpc.NewServer(token.ServerOptions(a.cfg.JobToken)...)
+	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, agent: a})
+	g.Go(func() error { return relaySrv.Serve(lis) })
+	g.Go(func() error { a.hub.report(gctx); return nil })
+	a.startGPUSampling(gctx, g)                                // gpusample.go
+	a.startRASPoll(gctx, g)                                    // raspoll.go
+	g.Go(func() error { a.sendReports(gctx); return nil })     // report.go
+	g.Go(func() error { a.collectEvidence(gctx); return nil }) // progress.go
+
+	stream, err := a.coord.WatchGenerations(gctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID})
+	if err != nil {
+		relaySrv.Stop()
+		stopSubsystems()
+		_ = g.Wait()
 		return fmt.Errorf("watch the coordinator at %s: %w", coordAddr, err)
 	}
 	events := make(chan *gotrainv1.GenerationEvent)
 	streamErr := make(chan error, 1)
-	go func() {
+	g.Go(func() error {
 		for {
 			ev, err := stream.Recv()
 			if err != nil {
 				streamErr <- err
-				return
+				return nil
 			}
 			select {
 			case events <- ev:
-			case <-ctx.Done():
-				return
+			case <-gctx.Done():
+				return nil
 			}
 		}
-	}()
-	return a.loop(ctx, events, streamErr, coordAddr)
+	})
+
+	f, lost := a.loop(ctx, events, streamErr)
+	close(a.loopDone)
+	// Every process is reaped before the relay stops: standbys, killed by
+	// now, never see their agent go first.
+	a.waits.Wait()
+	relaySrv.Stop()
+	stopSubsystems()
+	_ = g.Wait()
+
+	switch f.Why {
+	case agentcore.FinishedJob:
+		a.recordRootCause(a.finished)
+		return a.finish(a.finished)
+	case agentcore.FinishedSignal:
+		sig := syscall.Signal(f.Code - 128)
+		return &ExitError{Code: f.Code, Message: fmt.Sprintf("gotrain: stopped by %s", unix.SignalName(sig))}
+	case agentcore.FinishedLost:
+		return fmt.Errorf("lost the coordinator at %s: %w; workers on %s were stopped", coordAddr, lost, a.host)
+	}
+	return ctx.Err()
 }
 
-func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEvent, streamErr <-chan error, coordAddr string) error {
-	var killTimer <-chan time.Time
+// post hands ev to the loop; it gives up once the loop returned.
+func (a *agent) post(ev agentcore.Event) {
+	select {
+	case a.inbox <- ev:
+	case <-a.loopDone:
+	}
+}
+
+// loop feeds the machine every event until it says the agent is done, and
+// returns its Finish and, when the coordinator was lost, why.
+func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEvent, streamErr <-chan error) (agentcore.Finish, error) {
+	tick := time.NewTicker(tickEvery)
+	defer tick.Stop()
+	done := ctx.Done()
+	var lost error
 	for {
+		var ev agentcore.Event
 		select {
-		case ev := <-events:
-			switch e := ev.Event.(type) {
-			case *gotrainv1.GenerationEvent_Started:
-				a.startGeneration(ctx, e.Started)
-			case *gotrainv1.GenerationEvent_Ended:
-				a.endGeneration(e.Ended)
-			case *gotrainv1.GenerationEvent_Evidence:
-				a.onHang(ctx, e.Evidence)
-			case *gotrainv1.GenerationEvent_Finished:
-				a.stopAll(syscall.SIGTERM)
-				a.recordRootCause(e.Finished)
-				return a.finish(e.Finished)
-			}
-		case <-a.attached:
-			a.workersAttached() // standby.go
-		case p := <-a.exits:
-			a.workerExited(ctx, p)
-			if a.stopping != 0 && len(a.workers) == 0 {
-				return &ExitError{Code: 128 + int(a.stopping), Message: fmt.Sprintf("gotrain: stopped by %s", unix.SignalName(a.stopping))}
-			}
+		case gev := <-events:
+			ev = a.fromCoordinator(gev)
+		case ev = <-a.inbox:
 		case sig := <-a.cfg.Signals:
 			s, _ := sig.(syscall.Signal)
-			switch s {
-			case syscall.SIGINT, syscall.SIGTERM:
-				if a.stopping != 0 {
-					// A second Ctrl-C: no more grace.
-					a.signalAll(syscall.SIGKILL)
-					continue
-				}
-				a.stopping = s
-				fmt.Fprintf(a.cfg.Stderr, "gotrain: %s received: stopping %d worker(s) (SIGKILL in %s; press Ctrl-C again to kill now)\n", unix.SignalName(s), len(a.workers), a.cfg.GracePeriod)
-				a.signalAll(s)
-				killTimer = time.After(a.cfg.GracePeriod)
-				if len(a.workers) == 0 {
-					return &ExitError{Code: 128 + int(s), Message: fmt.Sprintf("gotrain: stopped by %s", unix.SignalName(s))}
-				}
-			default:
-				a.signalAll(s)
-			}
-		case <-killTimer:
-			a.signalAll(syscall.SIGKILL)
+			ev = agentcore.Signaled{Sig: s}
+		case <-tick.C:
+			ev = agentcore.Tick{}
 		case err := <-streamErr:
-			if a.stopping != 0 {
-				continue // we are leaving anyway
+			lost, streamErr = err, nil
+			ev = agentcore.CoordinatorLost{Err: err.Error()}
+		case <-done:
+			done = nil
+			ev = agentcore.Canceled{}
+		}
+		if ev == nil {
+			continue
+		}
+		if f := a.feed(ev); f != nil {
+			return *f, lost
+		}
+	}
+}
+
+// fromCoordinator turns the coordinator's event into the machine's; nil
+// for what the shell handles alone (a hang verdict's evidence request).
+func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
+	switch e := ev.Event.(type) {
+	case *gotrainv1.GenerationEvent_Started:
+		g := e.Started
+		a.gen = g
+		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
+		// RAS-derived progress spans the job's communicators (raspoll.go).
+		a.hub.ras.generation(g.GetGeneration(), int(g.GetWorldSize()))
+		return agentcore.GenerationStarted{Gen: genwire.Generation(g)}
+	case *gotrainv1.GenerationEvent_Ended:
+		a.log.Info("generation ended", "generation", e.Ended.GetGeneration(), "reason", e.Ended.GetReason())
+		return agentcore.GenerationEnded{Generation: e.Ended.GetGeneration(), Reason: e.Ended.GetReason()}
+	case *gotrainv1.GenerationEvent_Evidence:
+		a.onHang(e.Evidence) // progress.go
+	case *gotrainv1.GenerationEvent_Finished:
+		a.finished = e.Finished
+		return agentcore.JobFinished{Succeeded: e.Finished.GetSucceeded(), ExitCode: exitCodeOf(e.Finished)}
+	}
+	return nil
+}
+
+// feed steps the machine with ev and carries out its actions; the events
+// an action causes (a process started, a hand-over failed) are fed at once,
+// before the next action. It returns the machine's Finish, nil until then.
+func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
+	acts, err := a.m.Step(time.Now(), ev)
+	if err != nil {
+		a.log.Error("agent machine", "err", err)
+		return nil
+	}
+	if ex, ok := ev.(agentcore.Exited); ok {
+		// Its exit is decided on: the process is the machine's no more.
+		defer delete(a.procs, ex.Proc)
+	}
+	for _, act := range acts {
+		if f, ok := act.(agentcore.Finish); ok {
+			return &f
+		}
+		for _, next := range a.do(act) {
+			if f := a.feed(next); f != nil {
+				return f
 			}
-			a.stopAll(syscall.SIGTERM)
-			return fmt.Errorf("lost the coordinator at %s: %w; workers on %s were stopped", coordAddr, err, a.host)
-		case <-ctx.Done():
-			a.stopAll(syscall.SIGTERM)
-			return ctx.Err()
 		}
 	}
-}
-
-func (a *agent) startGeneration(ctx context.Context, g *gotrainv1.GenerationStarted) {
-	a.gen = g
-	a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
-	survivors := a.survivors(g) // recover.go
-	gpus := localGPUs(g)
-	// RAS-derived progress spans the job's communicators (raspoll.go).
-	a.hub.ras.generation(g.GetGeneration(), int(g.GetWorldSize()))
-	for _, r := range g.GetRanks() {
-		if a.resume(g, r, survivors) {
-			continue
-		}
-		vars := jobenv.Vars{
-			Rank: int(r.GetRank()), WorldSize: int(g.GetWorldSize()),
-			LocalRank: int(r.GetLocalRank()), LocalWorldSize: len(g.GetRanks()),
-			GroupRank: int(g.GetGroupRank()), Generation: g.GetGeneration(),
-			RestartCount: int(g.GetRestartCount()),
-			AgentSocket:  a.socket, JobToken: a.cfg.JobToken, RunID: a.cfg.RunID,
-			Backend: a.cfg.Backend, Host: a.cfg.NodeAddress, GPU: int(r.GetGpu()),
-			MasterAddr: g.GetMasterAddr(), MasterPort: int(g.GetMasterPort()),
-		}
-		if a.fromStandby(g, r, vars) { // standby.go
-			continue
-		}
-		spec := workerSpec{rank: int(r.GetRank()), generation: g.GetGeneration(),
-			program: a.cfg.Program, args: a.cfg.Args, env: a.workerEnv(vars.Environ(), gpus), logDir: a.cfg.LogDir, reaper: a.reaper}
-		ev := snapshotEvidence(a.oomFile)
-		p, err := startWorker(spec, a.stdout, a.stderr)
-		if err != nil {
-			fmt.Fprintf(a.cfg.Stderr, "gotrain: %v\n", err)
-			a.report(ctx, &gotrainv1.ReportWorkerExitRequest{
-				Generation: g.GetGeneration(), Rank: r.GetRank(), ExitCode: 127,
-				StderrTail: []string{err.Error()},
-			})
-			continue
-		}
-		a.place.pin(p.pid(), int(r.GetGpu()), a.log)
-		p.evidence = ev
-		a.workers[spec.rank] = p
-		a.hub.started(g.GetGeneration(), spec.rank, p.pid(), int(r.GetGpu()))
-		a.watch(p)
-	}
-	a.replenishStandbys(g) // standby.go
-}
-
-// watch sends p to the loop once its exit is known, and counts it in procs
-// until it is reaped. Only the loop's goroutine calls it.
-func (a *agent) watch(p *workerProc) {
-	a.countUntilReaped(p)
-	go func() { <-p.exited; a.exits <- p }()
-}
-
-// countUntilReaped counts p in procs until it is reaped. Only the loop's
-// goroutine calls it, so no Add races the Wait at the end of run.
-func (a *agent) countUntilReaped(p *workerProc) {
-	a.procs.Add(1)
-	go func() { <-p.done; a.procs.Done() }()
+	return nil
 }
 
 // workerEnv is the environment of a worker or standby process: the base
@@ -345,89 +373,6 @@ func (a *agent) workerEnv(vars []string, gpus []int) []string {
 		env = append(env, WorkerGPUEnv(gpus)...)
 	}
 	return env
-}
-
-// localGPUs returns the GPUs of generation g's ranks on this node in
-// local-rank order, nil when they have none (the CPU backend).
-func localGPUs(g *gotrainv1.GenerationStarted) []int {
-	gpus := make([]int, len(g.GetRanks()))
-	for _, r := range g.GetRanks() {
-		lr := int(r.GetLocalRank())
-		if r.GetGpu() < 0 || lr < 0 || lr >= len(gpus) {
-			return nil
-		}
-		gpus[lr] = int(r.GetGpu())
-	}
-	return gpus
-}
-
-// endGeneration stops this node's workers of an ended generation; each
-// exit is reported as it happens.
-func (a *agent) endGeneration(e *gotrainv1.GenerationEnded) {
-	a.log.Info("generation ended", "generation", e.GetGeneration(), "reason", e.GetReason())
-	for _, p := range a.workers {
-		if p.spec.generation == e.GetGeneration() && !a.park(p, e) {
-			a.tellEnded(p, e) // recover.go
-			go p.stop(syscall.SIGTERM, a.cfg.GracePeriod)
-		}
-	}
-}
-
-func (a *agent) workerExited(ctx context.Context, p *workerProc) {
-	if a.standbyExited(p) { // standby.go
-		return
-	}
-	if a.workers[p.spec.rank] == p {
-		delete(a.workers, p.spec.rank)
-	}
-	if p.exit.ExitCode() != 0 && a.stopping == 0 {
-		// early: seen when its output closed while exiting, before wait4
-		a.log.Info("worker exited", "rank", p.spec.rank, "pid", p.pid(), "exit", p.exit.String(), "early", p.early)
-	}
-	if a.stopping != 0 {
-		return // the job is being stopped by a signal; nothing to decide
-	}
-	req := &gotrainv1.ReportWorkerExitRequest{
-		Generation: p.spec.generation, Rank: int32(p.spec.rank), Pid: int32(p.pid()),
-		ExitCode: int32(p.exit.code), StderrTail: p.stderr.snapshot(),
-	}
-	if p.exit.signal != 0 {
-		req.Signal = unix.SignalName(p.exit.signal)
-		req.ExitCode = -1
-	}
-	if p.exit.code != 0 || p.exit.signal != 0 {
-		examineExit(req, p.evidence, p.pid(), p.exit.signal)
-	}
-	a.hub.exited(p.spec.generation, p.spec.rank)
-	a.hub.flush(ctx) // the worker's last progress reaches the coordinator before its exit
-	a.report(ctx, req)
-}
-
-func (a *agent) report(ctx context.Context, req *gotrainv1.ReportWorkerExitRequest) {
-	req.NodeId = a.nodeID
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := a.coord.ReportWorkerExit(rctx, req); err != nil {
-		a.log.Warn("report worker exit", "rank", req.GetRank(), "err", err)
-	}
-}
-
-func (a *agent) signalAll(sig syscall.Signal) {
-	for _, p := range a.workers {
-		p.signal(sig)
-	}
-}
-
-// stopAll stops every worker (SIGTERM, grace period, SIGKILL) and waits.
-func (a *agent) stopAll(sig syscall.Signal) {
-	done := make(chan struct{})
-	for _, p := range a.workers {
-		go func() { p.stop(sig, a.cfg.GracePeriod); done <- struct{}{} }()
-	}
-	for range a.workers {
-		<-done
-	}
-	clear(a.workers)
 }
 
 // finish turns the coordinator's verdict into this agent's result.

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
-
 	"github.com/gotrain/gotrain/internal/gpuinfo"
 	"golang.org/x/sys/unix"
 )
@@ -119,28 +117,6 @@ func TestWorkerGPUEnv(t *testing.T) {
 	// Local-rank order, not index order: CUDA device i is local rank i's GPU.
 	if got := WorkerGPUEnv([]int{2, 0, 3, 1}); !slices.Equal(got, []string{"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=2,0,3,1"}) {
 		t.Errorf("WorkerGPUEnv([2 0 3 1]) = %q", got)
-	}
-}
-
-func TestLocalGPUs(t *testing.T) {
-	g := &gotrainv1.GenerationStarted{Ranks: []*gotrainv1.RankAssignment{
-		{Rank: 5, LocalRank: 1, Gpu: 0}, {Rank: 4, LocalRank: 0, Gpu: 2},
-	}}
-	if got := localGPUs(g); !slices.Equal(got, []int{2, 0}) {
-		t.Errorf("localGPUs = %v, want [2 0] (by local rank)", got)
-	}
-	cpu := &gotrainv1.GenerationStarted{Ranks: []*gotrainv1.RankAssignment{{Rank: 0, LocalRank: 0, Gpu: -1}}}
-	if got := localGPUs(cpu); got != nil {
-		t.Errorf("localGPUs of a CPU job = %v, want nil", got)
-	}
-	if got := standbyGPUs(0, []int{2, 0}); !slices.Equal(got, []int{2, 0}) {
-		t.Errorf("standbyGPUs(0, [2 0]) = %v, want the node's list", got)
-	}
-	if got := standbyGPUs(3, []int{2, 0}); !slices.Equal(got, []int{3}) {
-		t.Errorf("standbyGPUs(3, [2 0]) = %v, want [3] (not in the list)", got)
-	}
-	if got := standbyGPUs(3, nil); !slices.Equal(got, []int{3}) || standbyGPUs(-1, []int{2}) != nil {
-		t.Errorf("standbyGPUs(3, nil) = %v, standbyGPUs(-1, [2]) = %v", got, standbyGPUs(-1, []int{2}))
 	}
 }
 

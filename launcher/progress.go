@@ -60,9 +60,12 @@ type hub struct {
 	mu      sync.Mutex
 	gen     int64
 	ranks   map[int]*rankSlot
+	streams map[int]*attachedWorker // open control streams by pid
 	nextReq int64
-	// onAttach, when set, is called (without mu) after a worker attached.
-	onAttach func()
+	// onAttach and onDetach, when set, are called (without mu) after a
+	// worker said hello (again) and after its stream ended.
+	onAttach func(w *attachedWorker, recoverable bool)
+	onDetach func(w *attachedWorker)
 }
 
 // rankSlot is one local rank of the current generation.
@@ -87,7 +90,7 @@ type attachedWorker struct {
 }
 
 func newHub(log *slog.Logger, coord gotrainv1.CoordinatorClient, nodeID string) *hub {
-	return &hub{log: log, coord: coord, nodeID: nodeID, ranks: map[int]*rankSlot{}}
+	return &hub{log: log, coord: coord, nodeID: nodeID, ranks: map[int]*rankSlot{}, streams: map[int]*attachedWorker{}}
 }
 
 // started records a worker of generation gen; a new generation forgets the
@@ -119,39 +122,31 @@ func (h *hub) attach(hello *gotrainv1.WorkerHello) *attachedWorker {
 	if s := h.ranks[w.rank]; s != nil && h.gen == w.gen {
 		s.worker, s.attached = w, true
 	}
+	h.streams[w.pid] = w
 	notify := h.onAttach
 	h.mu.Unlock()
 	if notify != nil {
-		notify()
+		notify(w, w.recoverable)
 	}
 	return w
 }
 
-// allAttached says whether the n workers of generation gen on this node
-// have each attached at least once.
-func (h *hub) allAttached(gen int64, n int) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if gen != h.gen || len(h.ranks) < n {
-		return false
-	}
-	for _, s := range h.ranks {
-		if !s.attached {
-			return false
-		}
-	}
-	return true
-}
-
 func (h *hub) detach(w *attachedWorker) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if s := h.ranks[w.rank]; s != nil && s.worker == w {
 		s.worker = nil
+	}
+	if h.streams[w.pid] == w {
+		delete(h.streams, w.pid)
 	}
 	for id, ch := range w.stacks {
 		close(ch)
 		delete(w.stacks, id)
+	}
+	notify := h.onDetach
+	h.mu.Unlock()
+	if notify != nil {
+		notify(w)
 	}
 }
 
@@ -331,26 +326,42 @@ func parseProcStat(stat string) []string {
 	return strings.Fields(stat[i+1:])
 }
 
-// onHang prints the verdict and, for the ranks named that run here,
-// collects evidence and reports it. It does not block the agent's loop.
-func (a *agent) onHang(ctx context.Context, req *gotrainv1.EvidenceRequest) {
+// onHang prints the verdict and, when it names ranks, queues the request
+// for the evidence collector, so that the loop never waits for evidence.
+func (a *agent) onHang(req *gotrainv1.EvidenceRequest) {
 	v := req.GetVerdict()
 	fmt.Fprint(a.cfg.Stderr, formatVerdictLog(v))
 	a.log.Info("hang detected", "verdict", v.GetKind(), "comm", v.GetComm(), "seq", v.GetCollective().GetSeq(), "summary", v.GetSummary())
 	if len(req.GetRanks()) == 0 {
 		return
 	}
-	go func() {
+	select {
+	case a.hangs <- req:
+	default:
+		a.log.Warn("evidence collector busy; skipping a verdict's evidence", "request", req.GetRequestId())
+	}
+}
+
+// collectEvidence gathers and reports evidence for the queued verdicts, for
+// the ranks named that run here, until ctx ends.
+func (a *agent) collectEvidence(ctx context.Context) {
+	for {
+		var req *gotrainv1.EvidenceRequest
+		select {
+		case <-ctx.Done():
+			return
+		case req = <-a.hangs:
+		}
 		ev := a.hub.collect(ctx, req, a.cfg.LogDir)
 		if a.cfg.Backend == "nccl" {
 			ev = append(ev, rasEvidence(ctx, req.GetRanks()[0], a.cfg.Env))
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
 		if _, err := a.coord.ReportEvidence(rctx, &gotrainv1.ReportEvidenceRequest{NodeId: a.nodeID, RequestId: req.GetRequestId(), Evidence: ev}); err != nil {
 			a.log.Warn("report evidence", "err", err)
 		}
-	}()
+		cancel()
+	}
 }
 
 // formatVerdictLog is what the agent prints when the detector fires.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gotrain/gotrain/internal/ncclras"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+	"golang.org/x/sync/errgroup"
 )
 
 // Collective-level progress of workers that do not attach (PyTorch).
@@ -131,7 +132,7 @@ func newRASPoller(log *slog.Logger, src rasSource, env []string) *rasPoller {
 
 // startRASPoll starts reading NCCL RAS on NCCL jobs; called once the hub
 // exists.
-func (a *agent) startRASPoll(ctx context.Context) {
+func (a *agent) startRASPoll(ctx context.Context, g *errgroup.Group) {
 	if a.cfg.Backend != "nccl" || a.hub == nil {
 		return
 	}
@@ -139,7 +140,7 @@ func (a *agent) startRASPoll(ctx context.Context) {
 	a.hub.mu.Lock()
 	a.hub.ras = p
 	a.hub.mu.Unlock()
-	go p.run(ctx, rasEvery)
+	g.Go(func() error { p.run(ctx, rasEvery); return nil })
 }
 
 // generation tells the poller the world size of generation gen.

@@ -14,9 +14,8 @@ type relay struct {
 	gotrainv1.UnimplementedAgentServer
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
-	hub    *hub // progress and stacks of attached workers (progress.go)
-	// standby is the pool of hot standbys (standby.go); nil without --standby.
-	standby *standbys
+	hub    *hub   // progress and stacks of attached workers (progress.go)
+	agent  *agent // its loop takes standbys' hellos (standby.go)
 }
 
 var _ gotrainv1.AgentServer = (*relay)(nil)

@@ -19,49 +19,36 @@ func TestParseStandbyMode(t *testing.T) {
 	}
 }
 
-// auto keeps standbys on the NCCL backend only: on the CPU backend a spare
-// saves little, and on is what a CPU job asks for explicitly.
-func TestStandbyModeEnabled(t *testing.T) {
-	for _, tc := range []struct {
-		m       StandbyMode
-		backend string
-		want    bool
-	}{
-		{StandbyOn, "cpu", true}, {StandbyOn, "nccl", true},
-		{StandbyAuto, "nccl", true}, {StandbyAuto, "cpu", false},
-		{StandbyOff, "nccl", false}, {"", "nccl", false},
-	} {
-		if got := tc.m.enabled(tc.backend); got != tc.want {
-			t.Errorf("%q.enabled(%s) = %t, want %t", tc.m, tc.backend, got, tc.want)
-		}
-	}
-}
-
-// allAttached holds once every worker of the generation said hello, even if
-// one has detached since, and never for another generation; the hook runs
-// on every attach.
-func TestHubAllAttached(t *testing.T) {
+// The hub tells the agent's loop of every hello (with whether the worker
+// recovers in process) and every stream's end, and finds a stream by pid
+// until it ends.
+func TestHubAttachHooks(t *testing.T) {
 	h := newHub(slog.New(slog.DiscardHandler), nil, "node-1")
-	calls := 0
-	h.onAttach = func() { calls++ }
+	type call struct {
+		pid         int
+		recoverable bool
+		detached    bool
+	}
+	var calls []call
+	h.onAttach = func(w *attachedWorker, rec bool) { calls = append(calls, call{pid: w.pid, recoverable: rec}) }
+	h.onDetach = func(w *attachedWorker) { calls = append(calls, call{pid: w.pid, detached: true}) }
 	h.started(3, 0, 100, 0)
-	h.started(3, 1, 101, 1)
-	if h.allAttached(3, 2) {
-		t.Fatal("allAttached before any hello")
-	}
 	w0 := h.attach(&gotrainv1.WorkerHello{Rank: 0, Pid: 100, Generation: 3})
-	if h.allAttached(3, 2) {
-		t.Fatal("allAttached with one of two workers attached")
+	if h.workerByPid(100) != w0 {
+		t.Fatal("workerByPid does not find the attached stream")
 	}
+	h.rehello(w0, &gotrainv1.WorkerHello{Rank: 0, Pid: 100, Generation: 3, Recoverable: true})
 	h.detach(w0)
-	h.attach(&gotrainv1.WorkerHello{Rank: 1, Pid: 101, Generation: 3})
-	if !h.allAttached(3, 2) {
-		t.Error("not allAttached after both said hello (one detached since)")
+	if h.workerByPid(100) != nil {
+		t.Error("workerByPid finds a stream that ended")
 	}
-	if h.allAttached(4, 2) || h.allAttached(3, 3) {
-		t.Error("allAttached for another generation or more workers than started")
+	want := []call{{pid: 100}, {pid: 100, recoverable: true}, {pid: 100, detached: true}}
+	if len(calls) != len(want) {
+		t.Fatalf("hooks %v, want %v", calls, want)
 	}
-	if calls != 2 {
-		t.Errorf("onAttach ran %d times, want 2", calls)
+	for i := range want {
+		if calls[i] != want[i] {
+			t.Errorf("hook %d = %+v, want %+v", i, calls[i], want[i])
+		}
 	}
 }

@@ -28,7 +28,7 @@ import (
 //	job-finished [ok] [code=N] | coordinator-lost | cancel
 //	exited p=N [code=N] [signal=NAME]
 //	attached pid=N rank=N gen=N [recoverable] | detached pid=N
-//	standby-hello slot=N pid=N | standby-detached slot=N pid=N
+//	standby-hello slot=N pid=N [stream=N] | standby-detached slot=N pid=N [stream=N]
 //	handover-failed p=N | fail-next-spawn (the error on the next line)
 //	signal sig=NAME | tick [+=DURATION]
 func TestInteraction(t *testing.T) {
@@ -102,14 +102,16 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 		d.ScanArgs(t, "pid", &e.Pid)
 		ev = e
 	case "standby-hello":
-		var e agentcore.StandbyHello
+		e := agentcore.StandbyHello{Stream: 1}
 		d.ScanArgs(t, "slot", &e.Slot)
 		d.ScanArgs(t, "pid", &e.Pid)
+		d.MaybeScanArgs(t, "stream", &e.Stream)
 		ev = e
 	case "standby-detached":
-		var e agentcore.StandbyDetached
+		e := agentcore.StandbyDetached{Stream: 1}
 		d.ScanArgs(t, "slot", &e.Slot)
 		d.ScanArgs(t, "pid", &e.Pid)
+		d.MaybeScanArgs(t, "stream", &e.Stream)
 		ev = e
 	case "handover-failed":
 		ev = agentcore.HandoverFailed{Proc: proc(t, d)}

@@ -122,7 +122,7 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 		out = m.standbyHello(ev)
 	case StandbyDetached:
 		if m.pool != nil {
-			m.pool.detached(ev.Slot, ev.Pid)
+			m.pool.detached(ev.Slot, ev.Pid, ev.Stream)
 		}
 	case HandoverFailed:
 		out = m.handoverFailed(ev.Proc)
@@ -393,7 +393,7 @@ func (m *Machine) standbyHello(ev StandbyHello) []Action {
 	if m.pool == nil {
 		return []Action{RejectStandby{Slot: ev.Slot, Pid: ev.Pid, Reason: "this agent keeps no standbys (gotrain launch --standby)"}}
 	}
-	if err := m.pool.hello(ev.Slot, ev.Pid); err != nil {
+	if err := m.pool.hello(ev.Slot, ev.Pid, ev.Stream); err != nil {
 		return []Action{RejectStandby{Slot: ev.Slot, Pid: ev.Pid, Reason: err.Error()}}
 	}
 	return []Action{AcceptStandby{Slot: ev.Slot, Pid: ev.Pid}}

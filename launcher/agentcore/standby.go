@@ -43,8 +43,8 @@ type standby struct {
 	proc      ProcID
 	pid       int // 0 until it started
 	spawned   time.Time
-	helloed   bool // it said hello once
-	stream    bool // its stream is open
+	helloed   bool   // it said hello once
+	stream    uint64 // its open stream (the shell numbers them); 0: none
 }
 
 func newStandbyPool(helloTimeout time.Duration, waitAttach bool) *standbyPool {
@@ -52,7 +52,7 @@ func newStandbyPool(helloTimeout time.Duration, waitAttach bool) *standbyPool {
 }
 
 // ready reports whether s can take a rank now.
-func (s *standby) ready() bool { return s.pid != 0 && s.stream }
+func (s *standby) ready() bool { return s.pid != 0 && s.stream != 0 }
 
 // reserve claims slot for a new standby process proc on gpu. It reports
 // false when the slot has one (starting or running) or the pool is off or
@@ -95,8 +95,8 @@ func (sp *standbyPool) startFailed(proc ProcID, err string) (kill []ProcID, warn
 	return sp.turnOff(fmt.Sprintf("a standby could not be started: %s", err))
 }
 
-// hello makes slot's standby, process pid, ready.
-func (sp *standbyPool) hello(slot, pid int) error {
+// hello makes slot's standby, process pid, ready on stream.
+func (sp *standbyPool) hello(slot, pid int, stream uint64) error {
 	s := sp.slots[slot]
 	if s == nil || s.pid == 0 || s.pid != pid {
 		if sp.off {
@@ -104,14 +104,15 @@ func (sp *standbyPool) hello(slot, pid int) error {
 		}
 		return fmt.Errorf("no standby of slot %d has pid %d", slot, pid)
 	}
-	s.helloed, s.stream = true, true
+	s.helloed, s.stream = true, stream
 	return nil
 }
 
-// detached records that slot's standby pid has no stream any more.
-func (sp *standbyPool) detached(slot, pid int) {
-	if s := sp.slots[slot]; s != nil && s.pid == pid {
-		s.stream = false
+// detached records that stream of slot's standby pid ended (a stream
+// replaced since does not count).
+func (sp *standbyPool) detached(slot, pid int, stream uint64) {
+	if s := sp.slots[slot]; s != nil && s.pid == pid && s.stream == stream {
+		s.stream = 0
 	}
 }
 
@@ -197,11 +198,14 @@ func (sp *standbyPool) close() []ProcID {
 	return sp.drain()
 }
 
-// drain empties the pool, returning the standbys that were started.
+// drain empties the pool, returning the standbys that were started (one
+// still starting is killed when it says it started).
 func (sp *standbyPool) drain() []ProcID {
 	var out []ProcID
 	for _, slot := range slices.Sorted(maps.Keys(sp.slots)) {
-		out = append(out, sp.slots[slot].proc)
+		if s := sp.slots[slot]; s.pid != 0 {
+			out = append(out, s.proc)
+		}
 	}
 	clear(sp.slots)
 	return out

@@ -103,12 +103,19 @@ type Attached struct {
 // Detached: the worker Pid's control stream ended.
 type Detached struct{ Pid int }
 
-// StandbyHello: a standby said hello for Slot. The machine answers with
-// AcceptStandby or RejectStandby.
-type StandbyHello struct{ Slot, Pid int }
+// StandbyHello: a standby said hello for Slot on Stream (a number the shell
+// gives each stream, never 0). The machine answers with AcceptStandby or
+// RejectStandby.
+type StandbyHello struct {
+	Slot, Pid int
+	Stream    uint64
+}
 
-// StandbyDetached: standby Pid's stream for Slot ended.
-type StandbyDetached struct{ Slot, Pid int }
+// StandbyDetached: standby Pid's Stream for Slot ended.
+type StandbyDetached struct {
+	Slot, Pid int
+	Stream    uint64
+}
 
 // HandoverFailed: a Park, Resume or HandToStandby could not reach process
 // Proc (its stream is gone or stuck, or it is exiting).

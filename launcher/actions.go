@@ -1,0 +1,212 @@
+package launcher
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gotrain/gotrain/launcher/agentcore"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// do carries out one of the machine's actions and returns the events it
+// caused, for the machine to take next. Only the loop's goroutine calls it.
+func (a *agent) do(act agentcore.Action) []agentcore.Event {
+	switch act := act.(type) {
+	case agentcore.Spawn:
+		return a.spawn(act)
+	case agentcore.SpawnStandby:
+		return a.spawnStandby(act)
+	case agentcore.Signal:
+		if p := a.procs[act.Proc]; p != nil {
+			if p.spec.standby && act.Sig == unix.SIGKILL {
+				a.log.Info("standby stopped", "slot", p.spec.slot, "pid", p.pid())
+			}
+			p.signal(act.Sig)
+		}
+	case agentcore.TellEnded:
+		// Best effort: a worker whose stream is stuck still gets the signals.
+		a.sendTo(act.Proc, generationChange(&gotrainv1.GenerationChange{Ended: a.ended(act.Generation, act.Reason)}))
+	case agentcore.Park:
+		return a.park(act)
+	case agentcore.Resume:
+		return a.resume(act)
+	case agentcore.HandToStandby:
+		return a.handToStandby(act)
+	case agentcore.ReportExit:
+		a.reportExit(act)
+	case agentcore.AcceptStandby:
+		a.log.Info("standby ready", "slot", act.Slot, "pid", act.Pid)
+		a.links.verdict(act.Pid, nil)
+	case agentcore.RejectStandby:
+		a.links.verdict(act.Pid, fmt.Errorf("%s", act.Reason))
+	case agentcore.Print:
+		a.stderr.writeLine("", []byte(act.Text))
+	}
+	return nil
+}
+
+// spawn starts a rank's worker.
+func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
+	v := act.Vars
+	spec := workerSpec{rank: v.Rank, generation: v.Generation, program: a.cfg.Program, args: a.cfg.Args,
+		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir, reaper: a.reaper}
+	ev := snapshotEvidence(a.oomFile)
+	p, err := startWorker(spec, a.stdout, a.stderr)
+	if err != nil {
+		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
+	}
+	a.place.pin(p.pid(), v.GPU, a.log)
+	p.evidence = ev
+	a.adopt(act.Proc, p)
+	a.hub.started(v.Generation, v.Rank, p.pid(), v.GPU)
+	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
+}
+
+// spawnStandby starts a hot standby (standby.go).
+func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
+	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: a.cfg.Args,
+		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, reaper: a.reaper}
+	p, err := startWorker(spec, a.stdout, a.stderr)
+	if err != nil {
+		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
+	}
+	a.place.pin(p.pid(), act.GPU, a.log)
+	a.log.Info("standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
+	a.adopt(act.Proc, p)
+	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
+}
+
+// adopt makes p the machine's process id: its exit reaches the loop, and
+// the agent does not return before it is reaped.
+func (a *agent) adopt(id agentcore.ProcID, p *workerProc) {
+	a.procs[id] = p
+	a.waits.Add(2)
+	go func() { defer a.waits.Done(); <-p.done }()
+	go func() {
+		defer a.waits.Done()
+		<-p.exited
+		a.post(agentcore.Exited{Proc: id, Code: p.exit.code, Signal: p.exit.signal})
+	}()
+}
+
+// exiting reports whether process id's exit is known already (it is on its
+// way to the loop), or the process is unknown.
+func (a *agent) exiting(id agentcore.ProcID) bool {
+	p := a.procs[id]
+	if p == nil {
+		return true
+	}
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// sendTo sends m on worker id's control stream without waiting; it reports
+// whether it did (false when it has none, or it is full).
+func (a *agent) sendTo(id agentcore.ProcID, m *gotrainv1.AgentMessage) bool {
+	p := a.procs[id]
+	if p == nil {
+		return false
+	}
+	w := a.hub.workerByPid(p.pid())
+	if w == nil {
+		return false
+	}
+	select {
+	case w.out <- m:
+		return true
+	default:
+		return false
+	}
+}
+
+// ended is the GenerationEnded message for a generation.
+func (a *agent) ended(gen int64, reason string) *gotrainv1.GenerationEnded {
+	return &gotrainv1.GenerationEnded{Generation: gen, Reason: reason}
+}
+
+// park hands the end of its generation to a worker that recovers in process
+// and reports it parked (recover.go has the protocol).
+func (a *agent) park(act agentcore.Park) []agentcore.Event {
+	failed := []agentcore.Event{agentcore.HandoverFailed{Proc: act.Proc}}
+	if a.exiting(act.Proc) || !a.sendTo(act.Proc, generationChange(&gotrainv1.GenerationChange{Ended: a.ended(act.Generation, act.Reason)})) {
+		return failed
+	}
+	p := a.procs[act.Proc]
+	a.log.Info("worker parked", "rank", act.Rank, "pid", p.pid(), "generation", act.Generation)
+	a.queueReport(&gotrainv1.ReportWorkerExitRequest{Generation: act.Generation, Rank: int32(act.Rank), Pid: int32(p.pid()), Parked: true})
+	return nil
+}
+
+// resume hands the current generation to a parked survivor.
+func (a *agent) resume(act agentcore.Resume) []agentcore.Event {
+	failed := []agentcore.Event{agentcore.HandoverFailed{Proc: act.Proc}}
+	if a.exiting(act.Proc) || !a.sendTo(act.Proc, generationChange(&gotrainv1.GenerationChange{Started: a.gen})) {
+		return failed
+	}
+	p, v := a.procs[act.Proc], act.Vars
+	p.spec.generation = v.Generation
+	a.hub.started(v.Generation, v.Rank, p.pid(), v.GPU)
+	a.hub.rebind(v.Generation, v.Rank, a.hub.workerByPid(p.pid()))
+	a.log.Info("worker resumed in process", "rank", v.Rank, "pid", p.pid(), "generation", v.Generation)
+	return nil
+}
+
+// handToStandby gives a ready standby its rank; from then on the process is
+// that rank's worker: its output is "[rank R]", its log file rankR.log.
+func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
+	failed := []agentcore.Event{agentcore.HandoverFailed{Proc: act.Proc}}
+	p, v := a.procs[act.Proc], act.Vars
+	if a.exiting(act.Proc) {
+		return failed
+	}
+	// The hub knows the rank's new pid before the process attaches as it.
+	a.hub.started(v.Generation, v.Rank, p.pid(), v.GPU)
+	msg := &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_Assign{Assign: &gotrainv1.StandbyAssignment{Generation: a.gen, Rank: int32(v.Rank)}}}
+	if !a.links.send(p.pid(), msg) {
+		a.log.Warn("standby's stream is gone or full; stopping it", "slot", p.spec.slot, "pid", p.pid())
+		return failed
+	}
+	p.spec.standby, p.spec.rank, p.spec.generation = false, v.Rank, v.Generation
+	var logFile *os.File
+	if a.cfg.LogDir != "" {
+		f, err := openRankLog(a.cfg.LogDir, v.Rank, v.Generation, fmt.Sprintf("(standby pid %d)", p.pid()))
+		if err != nil {
+			fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: %v\n", err)
+		}
+		logFile = f
+	}
+	p.out.become(v.Rank, logFile)
+	p.evidence = snapshotEvidence(a.oomFile)
+	a.log.Info("worker started from standby", "rank", v.Rank, "slot", p.spec.slot, "pid", p.pid(), "generation", v.Generation)
+	return nil
+}
+
+// reportExit tells the coordinator how a rank's process ended, with what
+// the agent knows of why (rootcause.go).
+func (a *agent) reportExit(act agentcore.ReportExit) {
+	req := &gotrainv1.ReportWorkerExitRequest{Generation: act.Generation, Rank: int32(act.Rank)}
+	p := a.procs[act.Proc]
+	if act.SpawnErr != "" || p == nil {
+		req.ExitCode, req.StderrTail = int32(act.Code), []string{act.SpawnErr}
+		a.queueReport(req)
+		return
+	}
+	req.Pid, req.ExitCode, req.StderrTail = int32(p.pid()), int32(p.exit.code), p.stderr.snapshot()
+	if p.exit.signal != 0 {
+		req.Signal = unix.SignalName(p.exit.signal)
+		req.ExitCode = -1
+	}
+	if p.exit.code != 0 || p.exit.signal != 0 {
+		// early: seen when its output closed while exiting, before wait4
+		a.log.Info("worker exited", "rank", act.Rank, "pid", p.pid(), "exit", p.exit.String(), "early", p.early)
+		examineExit(req, p.evidence, p.pid(), p.exit.signal)
+	}
+	a.hub.exited(act.Generation, act.Rank)
+	a.queueReport(req)
+}
