@@ -70,7 +70,7 @@ gpu: cuda-stub
 		$(GO) test -c -o $(BIN)/$$(echo $$p | tr / _).test ./$$p || exit 1; \
 	done
 	$(GO) test -c -o $(BIN)/internal_osthread.test ./internal/osthread
-	$(GO) build -o $(BIN)/testprog ./internal/testprog
+	$(GO) build -o $(BIN)/testprog ./internal/integration/testprog
 	$(GO) build -tags cuda -o $(BIN)/mlp ./examples/mlp
 	$(GO) test -c -tags cuda -o $(BIN)/examples_mlp.test ./examples/mlp
 	$(CUDA_ENV) $(GO) test -c -tags cuda -o $(BIN)/worker_cudago.test ./worker/cudago

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		for _, b := range []struct {
 			dst *string
 			pkg string
-		}{{&bin.gotrain, "./cmd/gotrain"}, {&bin.testprog, "./internal/testprog"}, {&bin.mnist, "./examples/mnist"}} {
+		}{{&bin.gotrain, "./cmd/gotrain"}, {&bin.testprog, "./internal/integration/testprog"}, {&bin.mnist, "./examples/mnist"}} {
 			*b.dst = filepath.Join(dir, filepath.Base(b.pkg))
 			cmd := exec.Command("go", "build", "-o", *b.dst, b.pkg)
 			cmd.Dir = "../.."
