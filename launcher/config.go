@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/token"
 )
@@ -26,8 +27,19 @@ type Config struct {
 	// LogDir, when set, receives one log file per rank.
 	LogDir string
 
-	// Nodes is how many agents the job waits for (default 1).
-	Nodes int
+	// JobSettings are the job-wide settings (package coordinator/host):
+	// Nodes, JobToken, RunID, MaxRestarts, RestartBackoff, HangTimeout,
+	// OnHang, RendezvousTimeout, MetricsAddr, NoGossip. The embedded
+	// coordinator runs with them; a joining agent sends those named in
+	// JobFlagsGiven, and the coordinator refuses the Join when one
+	// contradicts the job. Zero values: see host.JobSettings (0 restarts;
+	// gotrain launch's flags give host.DefaultJobSettings).
+	host.JobSettings
+	// JobFlagsGiven names the job-wide flags given on the command line
+	// (flag.FlagSet.Visit in cmd/gotrain); only their settings are checked
+	// against the job's when joining, never defaults.
+	JobFlagsGiven map[string]bool
+
 	// Coordinator is the address of the job's coordinator. Empty: this agent
 	// starts one, listening on CoordinatorListen.
 	Coordinator string
@@ -40,38 +52,13 @@ type Config struct {
 	// JoinTimeout bounds how long the agent tries to reach the coordinator
 	// (default 60s).
 	JoinTimeout time.Duration
-	// RendezvousTimeout bounds how long an embedded coordinator waits for
-	// all Nodes to join; then the job fails, naming the nodes that did.
-	// 0 waits forever.
-	RendezvousTimeout time.Duration
 
-	// JobToken authenticates every call (default: a new random token, which
-	// only works when this agent starts the coordinator).
-	JobToken string
-	// RunID names the job (default: derived from the token).
-	RunID string
-	// MaxRestarts is how many times the job restarts after a failure (default 0).
-	MaxRestarts int
-	// RestartBackoff is the pause between a failed generation's last worker
-	// stopping and the next generation starting (default 0).
-	RestartBackoff time.Duration
 	// GracePeriod is how long workers get between SIGTERM and SIGKILL
 	// (default 10s).
 	GracePeriod time.Duration
-	// HangTimeout and OnHang configure the embedded coordinator's hang
-	// detector (defaults 120s and "report"; see coordinator/job).
-	HangTimeout time.Duration
-	OnHang      string
 	// GossipPort is this agent's memberlist port (default 0: any free port).
-	// The embedded coordinator gossips at its own port + 1 (gossip.go).
+	// The embedded coordinator gossips at its own port + 1.
 	GossipPort int
-	// NoGossip turns gossip-based failure detection off: lost nodes are
-	// found by their broken streams and gRPC keepalive only (about 20 s).
-	// Jobs of one node never gossip.
-	NoGossip bool
-	// MetricsAddr is where the embedded coordinator serves Prometheus
-	// /metrics (e.g. 127.0.0.1:0 for a free port); empty: no metrics.
-	MetricsAddr string
 
 	// ReaperCommand starts the orphan reaper (see reaper.go), e.g.
 	// [gotrain, _reaper]. Empty: no reaper; workers are still killed by
@@ -99,7 +86,7 @@ type Config struct {
 
 func (c *Config) setDefaults() error {
 	if c.Nodes == 0 {
-		c.Nodes = 1
+		c.Nodes = host.DefaultNodes
 	}
 	single := c.Nodes == 1 && c.Coordinator == ""
 	if c.CoordinatorListen == "" {
@@ -135,9 +122,7 @@ func (c *Config) setDefaults() error {
 		}
 		c.JobToken = token.Generate()
 	}
-	if c.RunID == "" {
-		c.RunID = "gotrain-" + c.JobToken[:min(8, len(c.JobToken))]
-	}
+	c.JobSettings = c.JobSettings.WithDefaults() // the run id from the token, the hang detector's defaults
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
 	}
@@ -151,6 +136,9 @@ func (c *Config) setDefaults() error {
 }
 
 func (c *Config) validate() error {
+	if err := c.JobSettings.Validate(); err != nil {
+		return err
+	}
 	switch {
 	case c.NprocPerNode < 1:
 		return fmt.Errorf("--nproc-per-node must be at least 1, got %d", c.NprocPerNode)
@@ -158,22 +146,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--backend must be cpu or nccl, got %q", c.Backend)
 	case c.Program == "":
 		return errors.New("no program to run: put it after `--`, e.g. gotrain launch --nproc-per-node 2 -- ./train")
-	case c.Nodes < 1:
-		return fmt.Errorf("--nnodes must be at least 1, got %d", c.Nodes)
-	case c.MaxRestarts < 0:
-		return fmt.Errorf("--max-restarts must not be negative, got %d", c.MaxRestarts)
 	case c.GracePeriod < 0:
 		return fmt.Errorf("--grace-period must not be negative, got %s", c.GracePeriod)
 	case c.Standby != StandbyOff && c.Standby != StandbyOn && c.Standby != StandbyAuto && c.Standby != "":
 		return fmt.Errorf("--standby must be on, off or auto, got %q", string(c.Standby))
 	case c.StandbyTimeout < 0:
 		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
-	case c.RestartBackoff < 0:
-		return fmt.Errorf("--restart-backoff must not be negative, got %s", c.RestartBackoff)
 	case c.GossipPort < 0 || c.GossipPort > 65535:
 		return fmt.Errorf("--gossip-port must be between 0 and 65535, got %d", c.GossipPort)
-	case c.RendezvousTimeout < 0:
-		return fmt.Errorf("--rendezvous-timeout must not be negative, got %s", c.RendezvousTimeout)
 	case c.MetricsAddr != "" && c.Coordinator != "":
 		return errors.New("--metrics-addr is served by the coordinator, and this node joins one at --coordinator: pass --metrics-addr to the node or `gotrain coordinator` that runs it")
 	}

@@ -4,30 +4,8 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/gotrain/gotrain/coordinator"
 	"github.com/gotrain/gotrain/internal/gossip"
 )
-
-// gossips says whether an embedded coordinator gossips (package
-// internal/gossip): only with several nodes, and not with --no-gossip. A
-// joining agent follows its coordinator (Join's gossip port).
-func (c *Config) gossips() bool { return c.Nodes > 1 && !c.NoGossip }
-
-// startCoordinatorGossip runs the embedded coordinator's memberlist node on
-// its listen host, at the coordinator's port + 1 (any free port when that
-// is ephemeral). A failure costs only the fast detection: broken streams and
-// keepalive still find lost nodes.
-func (a *agent) startCoordinatorGossip(srv *coordinator.Server, lis *net.TCPAddr) (stop func()) {
-	if !a.cfg.gossips() {
-		return func() {}
-	}
-	_, stop, err := srv.StartGossip(coordinator.GossipBind(lis, coordinator.DefaultGossipPort(a.cfg.CoordinatorListen), a.cfg.NodeAddress))
-	if err != nil {
-		a.log.Warn("no gossip: lost nodes are found by their broken streams only (about 20 s for a dead machine)", "err", err)
-		return func() {}
-	}
-	return stop
-}
 
 // startGossip joins the coordinator's member list as this node (named by its
 // node id), so that the coordinator learns within seconds when this agent

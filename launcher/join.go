@@ -22,7 +22,7 @@ func (a *agent) join(ctx context.Context, coordAddr string) error {
 	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
 		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),
 		AgentPid: int32(os.Getpid()), FreePort: int32(port), Gpus: a.place.joinGPUs(),
-	}}
+	}, Settings: a.cfg.JobSettings.Given(a.cfg.JobFlagsGiven)}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.JoinTimeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond
@@ -30,6 +30,9 @@ func (a *agent) join(ctx context.Context, coordAddr string) error {
 		resp, err := a.coord.Join(ctx, req)
 		if err == nil {
 			a.nodeID = resp.GetNodeId()
+			for _, w := range resp.GetWarnings() {
+				fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: %s\n", w)
+			}
 			a.gossipPort = int(resp.GetGossipPort())
 			if id := resp.GetRunId(); id != "" && id != a.cfg.RunID {
 				a.log.Info("taking the coordinator's run id", "run_id", id, "ours", a.cfg.RunID)
@@ -40,6 +43,11 @@ func (a *agent) join(ctx context.Context, coordAddr string) error {
 		if status.Code(err) == codes.PermissionDenied {
 			return fmt.Errorf("join the coordinator at %s: wrong job token: pass the --job-token (or set %s) that the first node or `gotrain coordinator` printed: %w",
 				coordAddr, jobenv.JobToken, err)
+		}
+		if status.Code(err) == codes.FailedPrecondition {
+			// A setting that contradicts the job's, or a job already
+			// started: the coordinator's message says what to do.
+			return &joinRefused{addr: coordAddr, err: err}
 		}
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			return fmt.Errorf("join the coordinator at %s: %w", coordAddr, err)
@@ -52,3 +60,16 @@ func (a *agent) join(ctx context.Context, coordAddr string) error {
 		backoff = min(2*backoff, 2*time.Second)
 	}
 }
+
+// joinRefused is a Join the coordinator refused for good: it reads as the
+// coordinator's message, without gRPC's "rpc error: code = ..." around it.
+type joinRefused struct {
+	addr string
+	err  error
+}
+
+func (e *joinRefused) Error() string {
+	return fmt.Sprintf("join the coordinator at %s: %s", e.addr, status.Convert(e.err).Message())
+}
+
+func (e *joinRefused) Unwrap() error { return e.err }

@@ -1,36 +1,34 @@
 package launcher
 
 import (
-	"net"
 	"testing"
-)
 
-func TestJoinAddress(t *testing.T) {
-	for _, tc := range []struct {
-		lis  *net.TCPAddr
-		node string
-		want string
-	}{
-		{&net.TCPAddr{IP: net.IPv4zero, Port: 29400}, "10.0.0.1", "10.0.0.1:29400"},
-		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 29400}, "10.0.0.1", "10.0.0.1:29400"},
-		{&net.TCPAddr{IP: net.ParseIP("192.168.1.5"), Port: 1234}, "10.0.0.1", "192.168.1.5:1234"},
-		{&net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 41000}, "127.0.0.1", "127.0.0.1:41000"},
-		{&net.TCPAddr{IP: net.IPv6zero, Port: 29400}, "fd00::1", "[fd00::1]:29400"},
-	} {
-		if got := joinAddress(tc.lis, tc.node); got != tc.want {
-			t.Errorf("joinAddress(%s, %s) = %s, want %s", tc.lis, tc.node, got, tc.want)
-		}
-	}
-}
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
 
 // A short --job-token is the coordinator's business (it refuses a wrong
 // one); deriving the run id from it must not panic.
 func TestShortJobTokenRunID(t *testing.T) {
-	c := Config{Coordinator: "127.0.0.1:29400", NodeAddress: "127.0.0.1", JobToken: "abc"}
+	c := Config{Coordinator: "127.0.0.1:29400", NodeAddress: "127.0.0.1"}
+	c.JobToken = "abc"
 	if err := c.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
 	if c.RunID != "gotrain-abc" {
 		t.Errorf("run id %q", c.RunID)
+	}
+}
+
+// A refused Join reads as the coordinator's message, and still is the
+// gRPC error underneath.
+func TestJoinRefusedMessage(t *testing.T) {
+	msg := "--max-restarts 5 on this node, but the job was started with --max-restarts 3: drop the flag on joining nodes or give the same value"
+	err := error(&joinRefused{addr: "10.0.0.1:29400", err: status.Error(codes.FailedPrecondition, msg)})
+	if want := "join the coordinator at 10.0.0.1:29400: " + msg; err.Error() != want {
+		t.Errorf("got  %q\nwant %q", err, want)
+	}
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("code %v", status.Code(err))
 	}
 }

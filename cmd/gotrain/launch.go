@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/launcher"
 )
@@ -72,39 +74,20 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	if len(args) == 1 && args[0] == reaperArg {
 		return launcher.RunReaper(os.Stdin)
 	}
-	fs := newFlagSet(c.name(), launchUsage)
 	var cfg launcher.Config
 	var verbose bool
-	fs.IntVar(&cfg.NprocPerNode, "nproc-per-node", 0, "workers to start on this node (default: the number of GPUs)")
-	fs.IntVar(&cfg.NprocPerNode, "gpus", 0, "alias of --nproc-per-node")
-	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs, else cpu)")
-	fs.StringVar(&cfg.LogDir, "log-dir", "", "also write each rank's output to DIR/rankN.log")
-	fs.IntVar(&cfg.Nodes, "nnodes", 1, "number of nodes (agents) in the job")
-	fs.StringVar(&cfg.Coordinator, "coordinator", "", "join the coordinator at HOST:PORT instead of starting one here")
-	fs.StringVar(&cfg.CoordinatorListen, "coordinator-listen", "", "where the embedded coordinator listens (default 127.0.0.1:0 on one node, 0.0.0.0:29400 with --nnodes > 1)")
-	fs.StringVar(&cfg.NodeAddress, "node-addr", "", "address other nodes reach this node at (default 127.0.0.1 on one node, else the first non-loopback IPv4)")
-	fs.StringVar(&cfg.JobToken, "job-token", os.Getenv(jobenv.JobToken), "secret every agent and worker of the job presents (default $"+jobenv.JobToken+", or a new one when this node starts the coordinator)")
-	fs.StringVar(&cfg.RunID, "run-id", "", "job name shown to workers as GOTRAIN_RUN_ID / TORCHELASTIC_RUN_ID (default: derived from the token)")
-	fs.IntVar(&cfg.MaxRestarts, "max-restarts", 3, "restart the job this many times after a worker fails (0: the first failure ends the job)")
-	fs.DurationVar(&cfg.RestartBackoff, "restart-backoff", 0, "pause between the last worker of a failed generation stopping and the next generation starting")
-	fs.DurationVar(&cfg.GracePeriod, "grace-period", 10*time.Second, "time workers get between SIGTERM and SIGKILL")
-	fs.DurationVar(&cfg.HangTimeout, "hang-timeout", 120*time.Second, "declare a hang when no collective completes for this long while a rank waits in one; `gotrain diagnose` shows the verdict")
-	fs.StringVar(&cfg.OnHang, "on-hang", "report", "on a hang: report (log the verdict, keep waiting) or restart (end the generation like a failure; restarts while --max-restarts allows)")
-	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to reach the coordinator")
-	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", 10*time.Minute, "with --nnodes > 1 on the node that starts the coordinator: fail the job when not every node has joined by then (0: wait forever)")
-	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve the coordinator's Prometheus /metrics on HOST:PORT (e.g. 127.0.0.1:0 for a free port, printed); default off")
-	cfg.Standby = launcher.StandbyAuto
-	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU that a restarted rank takes over (Go programs using gotrain's worker library only): on, off, or auto (with --backend nccl, once every worker attached with the worker library)")
-	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
-	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
-	fs.BoolVar(&cfg.NoGossip, "no-gossip", false, "with --nnodes > 1: do not gossip; a dead node is then found by its broken connection only (about 20 s)")
-	fs.BoolVar(&verbose, "verbose", false, "log the agent's own steps to stderr")
+	fs := launchFlags(&cfg, &verbose)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
 		return &usageError{msg: "no program given", hint: "Put the program after `--`: gotrain launch --nproc-per-node 2 --backend cpu -- ./train"}
 	}
+	if err := cfg.JobSettings.Validate(); err != nil {
+		return settingsUsageError(err) // coordinator.go
+	}
+	cfg.JobFlagsGiven = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { cfg.JobFlagsGiven[f.Name] = true })
 	cfg.Program, cfg.Args = fs.Arg(0), fs.Args()[1:]
 
 	gpus := launcher.CountGPUs()
@@ -142,16 +125,32 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	defer signal.Stop(sigs)
 	cfg.Signals = sigs
 
-	if cfg.OnHang != "report" && cfg.OnHang != "restart" {
-		return &usageError{msg: fmt.Sprintf("--on-hang %q", cfg.OnHang), hint: "Use --on-hang report or --on-hang restart."}
-	}
-	if cfg.HangTimeout <= 0 {
-		return &usageError{msg: fmt.Sprintf("--hang-timeout %s", cfg.HangTimeout), hint: "Give a positive duration, e.g. --hang-timeout 5m."}
-	}
 	if self, err := os.Executable(); err == nil {
 		cfg.ReaperCommand = []string{self, "launch", reaperArg}
 	}
 	return launcher.Run(ctx, cfg)
+}
+
+// launchFlags are gotrain launch's flags: the job-wide ones, which gotrain
+// coordinator has too (host.RegisterJobFlags), and the agent's own.
+func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
+	fs := newFlagSet("launch", launchUsage)
+	host.RegisterJobFlags(fs, &cfg.JobSettings, os.Getenv(jobenv.JobToken))
+	fs.IntVar(&cfg.NprocPerNode, "nproc-per-node", 0, "workers to start on this node (default: the number of GPUs)")
+	fs.IntVar(&cfg.NprocPerNode, "gpus", 0, "alias of --nproc-per-node")
+	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs, else cpu)")
+	fs.StringVar(&cfg.LogDir, "log-dir", "", "also write each rank's output to DIR/rankN.log")
+	fs.StringVar(&cfg.Coordinator, "coordinator", "", "join the coordinator at HOST:PORT instead of starting one here")
+	fs.StringVar(&cfg.CoordinatorListen, "coordinator-listen", "", "where the embedded coordinator listens (default 127.0.0.1:0 on one node, 0.0.0.0:29400 with --nnodes > 1)")
+	fs.StringVar(&cfg.NodeAddress, "node-addr", "", "address other nodes reach this node at (default 127.0.0.1 on one node, else the first non-loopback IPv4)")
+	fs.DurationVar(&cfg.GracePeriod, "grace-period", 10*time.Second, "time workers get between SIGTERM and SIGKILL")
+	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to reach the coordinator")
+	cfg.Standby = launcher.StandbyAuto
+	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU that a restarted rank takes over (Go programs using gotrain's worker library only): on, off, or auto (with --backend nccl, once every worker attached with the worker library)")
+	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
+	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
+	fs.BoolVar(verbose, "verbose", false, "log the agent's own steps to stderr")
+	return fs
 }
 
 func hostnameOr(def string) string {

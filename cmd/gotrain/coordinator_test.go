@@ -1,0 +1,89 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/gotrain/gotrain/coordinator/host"
+	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/launcher"
+)
+
+// The job-wide flags of gotrain launch and gotrain coordinator are the same
+// flags: same names, help and defaults, and the same settings once parsed
+// with no arguments.
+func TestJobFlagsAgree(t *testing.T) {
+	t.Setenv(jobenv.JobToken, "tok-from-env")
+	var lcfg launcher.Config
+	var verbose bool
+	launch := launchFlags(&lcfg, &verbose)
+	var ccfg host.Config
+	coord := coordinatorFlags(&ccfg)
+
+	jobFlags := flag.NewFlagSet("job", flag.ContinueOnError)
+	host.RegisterJobFlags(jobFlags, new(host.JobSettings), "tok-from-env")
+	n := 0
+	jobFlags.VisitAll(func(want *flag.Flag) {
+		n++
+		for name, fs := range map[string]*flag.FlagSet{"launch": launch, "coordinator": coord} {
+			got := fs.Lookup(want.Name)
+			if got == nil {
+				t.Errorf("gotrain %s has no --%s", name, want.Name)
+				continue
+			}
+			if got.DefValue != want.DefValue || got.Usage != want.Usage {
+				t.Errorf("gotrain %s --%s: default %q, help %q; want %q, %q", name, want.Name, got.DefValue, got.Usage, want.DefValue, want.Usage)
+			}
+		}
+	})
+	if n == 0 {
+		t.Fatal("no job-wide flags")
+	}
+	if d := launch.Lookup(host.FlagMaxRestarts).DefValue; d != "3" {
+		t.Errorf("--max-restarts defaults to %s, want 3", d)
+	}
+	if err := launch.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := coord.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if lcfg.JobSettings != ccfg.JobSettings {
+		t.Errorf("parsed with no arguments:\n launch      %+v\n coordinator %+v", lcfg.JobSettings, ccfg.JobSettings)
+	}
+	if lcfg.JobToken != "tok-from-env" {
+		t.Errorf("token %q, want $%s's", lcfg.JobToken, jobenv.JobToken)
+	}
+}
+
+// Both commands refuse the same bad job-wide settings with the same usage
+// error, before they start anything.
+func TestJobFlagsValidated(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--on-hang", "never"}, `--on-hang "never"`},
+		{[]string{"--hang-timeout", "0s"}, "--hang-timeout 0s"},
+		{[]string{"--max-restarts", "-1"}, "--max-restarts -1"},
+		{[]string{"--nnodes", "0"}, "--nnodes 0"},
+		{[]string{"--restart-backoff", "-1s"}, "--restart-backoff -1s"},
+		{[]string{"--rendezvous-timeout", "-1s"}, "--rendezvous-timeout -1s"},
+	} {
+		for _, cmd := range []struct {
+			c    command
+			args []string
+		}{
+			{&coordinatorCmd{}, tc.args},
+			{&launchCmd{}, append(append([]string{}, tc.args...), "--", "./train")},
+		} {
+			err := cmd.c.run(t.Context(), cmd.args)
+			var ue *usageError
+			if !errors.As(err, &ue) || ue.msg != tc.msg || ue.hint == "" {
+				t.Errorf("gotrain %s %s = %v, want the usage error %q with a hint", cmd.c.name(), strings.Join(cmd.args, " "), err, tc.msg)
+			}
+		}
+	}
+}
