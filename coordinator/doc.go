@@ -30,4 +30,7 @@
 //	go func() { <-srv.Finished(); cancel() }()
 //	if err := srv.Serve(ctx, lis); err != nil { ... }
 //	res := srv.Result() // nil if ctx ended before the job finished
+//
+// Package coordinator/host does all of this (with gossip and metrics) for
+// both `gotrain coordinator` and the coordinator embedded in an agent.
 package coordinator

@@ -35,7 +35,7 @@ gotrain.
 
 When a worker fails, every worker of the generation is stopped (SIGTERM,
 --grace-period, SIGKILL) and the next generation starts, up to --max-restarts
-times; workers see the count in GOTRAIN_RESTART_COUNT and
+times (default 3); workers see the count in GOTRAIN_RESTART_COUNT and
 TORCHELASTIC_RESTART_COUNT. Go workers that run worker.Run recover in
 process instead: only the failed rank's process starts again. When the
 restarts are spent, gotrain prints the root cause (rank, host, exit code or
