@@ -51,9 +51,9 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 	v := act.Vars
 	spec := workerSpec{rank: v.Rank, generation: v.Generation, program: a.cfg.Program, args: a.cfg.Args,
-		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir, reaper: a.reaper}
+		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir}
 	ev := snapshotEvidence(a.oomFile)
-	p, err := startWorker(spec, a.stdout, a.stderr)
+	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
@@ -67,8 +67,8 @@ func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 // spawnStandby starts a hot standby (standby.go).
 func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: a.cfg.Args,
-		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, reaper: a.reaper}
-	p, err := startWorker(spec, a.stdout, a.stderr)
+		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir}
+	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
@@ -83,11 +83,12 @@ func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 func (a *agent) adopt(id agentcore.ProcID, p *workerProc) {
 	a.procs[id] = p
 	a.waits.Add(2)
-	go func() { defer a.waits.Done(); <-p.done }()
+	go func() { defer a.waits.Done(); <-p.done() }()
 	go func() {
 		defer a.waits.Done()
-		<-p.exited
-		a.post(agentcore.Exited{Proc: id, Code: p.exit.code, Signal: p.exit.signal})
+		<-p.exited()
+		e := p.exit()
+		a.post(agentcore.Exited{Proc: id, Code: e.Code, Signal: e.Signal})
 	}()
 }
 
@@ -99,7 +100,7 @@ func (a *agent) exiting(id agentcore.ProcID) bool {
 		return true
 	}
 	select {
-	case <-p.exited:
+	case <-p.exited():
 		return true
 	default:
 		return false
@@ -197,15 +198,16 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 		a.queueReport(req)
 		return
 	}
-	req.Pid, req.ExitCode, req.StderrTail = int32(p.pid()), int32(p.exit.code), p.stderr.snapshot()
-	if p.exit.signal != 0 {
-		req.Signal = unix.SignalName(p.exit.signal)
+	e := p.exit()
+	req.Pid, req.ExitCode, req.StderrTail = int32(p.pid()), int32(e.Code), p.stderr.snapshot()
+	if e.Signal != 0 {
+		req.Signal = unix.SignalName(e.Signal)
 		req.ExitCode = -1
 	}
-	if p.exit.code != 0 || p.exit.signal != 0 {
+	if e.Code != 0 || e.Signal != 0 {
 		// early: seen when its output closed while exiting, before wait4
-		a.log.Info("worker exited", "rank", act.Rank, "pid", p.pid(), "exit", p.exit.String(), "early", p.early)
-		examineExit(req, p.evidence, p.pid(), p.exit.signal)
+		a.log.Info("worker exited", "rank", act.Rank, "pid", p.pid(), "exit", e.String(), "early", e.Early)
+		examineExit(req, p.evidence, p.pid(), e.Signal)
 	}
 	a.hub.exited(act.Generation, act.Rank)
 	a.queueReport(req)

@@ -23,6 +23,7 @@ import (
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/token"
 	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/supervise"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -93,9 +94,9 @@ type agent struct {
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
 	socket string
-	reaper *reaper    // nil without one
-	place  *placement // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
-	hub    *hub       // the ranks' progress, reported once a second (progress.go)
+	sup    *supervise.Supervisor // starts and watches every process (launcher/supervise)
+	place  *placement            // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
+	hub    *hub                  // the ranks' progress, reported once a second (progress.go)
 	// oomFile holds the workers' memory cgroup's oom_kill counter
 	// (rootcause.go); "" when there is none.
 	oomFile string
@@ -144,11 +145,15 @@ func (a *agent) run(ctx context.Context) error {
 	defer os.RemoveAll(dir)
 	a.socket = filepath.Join(dir, "agent.sock")
 
-	if a.reaper, err = startReaper(a.cfg.ReaperCommand); err != nil {
+	reaper, err := supervise.StartReaper(a.cfg.ReaperCommand)
+	if err != nil {
 		a.log.Warn("no orphan reaper: processes started by workers may outlive a SIGKILLed agent", "err", err)
 	}
 	// Closed once every process is gone (runWorkers waits for them).
-	defer a.reaper.close()
+	defer reaper.Close()
+	if a.sup, err = supervise.New(supervise.Config{Reaper: reaper, Logger: a.log.With("component", "supervise")}); err != nil {
+		return fmt.Errorf("supervise workers: %w", err)
+	}
 
 	coordAddr := a.cfg.Coordinator
 	if coordAddr == "" {
@@ -219,6 +224,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	relaySrv := grpc.NewServer(token.ServerOptions(a.cfg.JobToken)...)
 	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, agent: a})
 	g.Go(func() error { return relaySrv.Serve(lis) })
+	g.Go(func() error { return a.sup.Run(gctx) })
 	g.Go(func() error { a.hub.report(gctx); return nil })
 	a.startGPUSampling(gctx, g)                                // gpusample.go
 	a.startRASPoll(gctx, g)                                    // raspoll.go

@@ -1,11 +1,12 @@
 package launcher
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
 	"sync"
+
+	"github.com/gotrain/gotrain/launcher/supervise"
 )
 
 // console serialises whole lines from many workers onto one writer, so that
@@ -46,40 +47,6 @@ func (t *tail) snapshot() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]string(nil), t.lines...)
-}
-
-// maxLine bounds one line of worker output; longer lines are split.
-const maxLine = 1 << 20
-
-// pump copies r to the console line by line, and to the worker's log file
-// through rt, remembering lines in t (when not nil). It returns when r
-// reaches EOF, that is when the worker and every process sharing its output
-// have exited.
-func pump(r io.Reader, con *console, rt *route, t *tail) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var partial []byte
-	emit := func() {
-		rt.line(con, partial)
-		if t != nil {
-			t.add(string(partial))
-		}
-		partial = partial[:0]
-	}
-	for {
-		chunk, isPrefix, err := br.ReadLine()
-		if len(chunk) > 0 || (err == nil && !isPrefix) {
-			partial = append(partial, chunk...)
-			if !isPrefix || len(partial) >= maxLine {
-				emit()
-			}
-		}
-		if err != nil {
-			if len(partial) > 0 {
-				emit()
-			}
-			return
-		}
-	}
 }
 
 // route is where one worker's lines go: the console under a prefix, and its
@@ -133,7 +100,7 @@ func (rt *route) become(rank int, log *os.File) {
 }
 
 // close writes the log file's last line and closes it.
-func (rt *route) close(exit exitInfo) {
+func (rt *route) close(exit supervise.Exit) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.log != nil {

@@ -3,10 +3,14 @@ package launcher
 import (
 	"bytes"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/launcher/supervise"
 )
 
 // lockedBuffer is a console's writer that tests can read while pumps write.
@@ -27,75 +31,61 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func startShell(t *testing.T, script string) (*workerProc, *lockedBuffer) {
-	t.Helper()
-	out := &lockedBuffer{}
-	con := &console{w: out}
-	p, err := startWorker(workerSpec{rank: 3, program: "/bin/sh", args: []string{"-c", script}, env: os.Environ()}, con, con)
+// A rank's process prints under "[rank N] ", on the console stream it
+// wrote to, into rankN.log between a header and how it ended, and its
+// stderr lines are kept for the failure report. (Process supervision
+// itself is launcher/supervise's, tested there.)
+func TestWorkerOutputIsTheRanks(t *testing.T) {
+	sup, err := supervise.New(supervise.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p, out
-}
-
-func waitDone(t *testing.T, p *workerProc, within time.Duration) time.Duration {
-	t.Helper()
-	start := time.Now()
+	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
+	dir := t.TempDir()
+	p, err := startWorker(sup, workerSpec{rank: 3, generation: 2, program: "/bin/sh", logDir: dir,
+		args: []string{"-c", "echo last words; echo on stderr >&2; printf partial >&2; exit 3"}, env: os.Environ()},
+		&console{w: stdout}, &console{w: stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
 	select {
-	case <-p.done:
-		return time.Since(start)
-	case <-time.After(within):
+	case <-p.done():
+	case <-time.After(time.Minute):
 		p.signal(9)
-		t.Fatalf("the worker's exit was not reported within %s", within)
-		return 0
+		t.Fatal("the worker did not end")
+	}
+	if p.exit().ExitCode() != 3 {
+		t.Errorf("exit %v, want status 3", p.exit())
+	}
+	if got := stdout.String(); got != "[rank 3] last words\n" {
+		t.Errorf("stdout %q", got)
+	}
+	if got := stderr.String(); got != "[rank 3] on stderr\n[rank 3] partial\n" {
+		t.Errorf("stderr %q", got)
+	}
+	if got := p.stderr.snapshot(); !slices.Equal(got, []string{"on stderr", "partial"}) {
+		t.Errorf("stderr tail %q", got)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "rank3.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "=== gotrain: rank 3, generation 2, started") ||
+		lines[1] != "last words" || lines[4] != "=== gotrain: rank 3 ended: exit status 3" {
+		t.Errorf("rank3.log:\n%s", log)
 	}
 }
 
-// A worker without descendants is reported as soon as it exits, with every
-// line it printed: the pipe-drain grace does not apply.
-func TestWorkerWithoutDescendantsIsReportedAtOnce(t *testing.T) {
-	p, out := startShell(t, "echo last words; echo on stderr >&2; exit 3")
-	took := waitDone(t, p, drainGrace/2)
-	if p.exit.ExitCode() != 3 {
-		t.Errorf("exit %v, want status 3", p.exit)
+// A program that cannot start says what to check.
+func TestStartWorkerSaysWhatToCheck(t *testing.T) {
+	sup, err := supervise.New(supervise.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, want := range []string{"[rank 3] last words\n", "[rank 3] on stderr\n"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output %q lacks %q", out.String(), want)
-		}
-	}
-	t.Logf("reported %s after start", took)
-}
-
-// A grandchild that left the worker's process group (setsid) and keeps its
-// output pipes open neither delays the exit's report by the grace period
-// nor blocks it until it ends.
-func TestDetachedGrandchildDoesNotHoldTheExit(t *testing.T) {
-	if _, err := os.Stat("/usr/bin/setsid"); err != nil {
-		t.Skip("needs setsid")
-	}
-	p, out := startShell(t, "setsid sleep 4 & sleep 0.05; echo parent done; exit 0")
-	took := waitDone(t, p, drainGrace)
-	if p.exit.ExitCode() != 0 {
-		t.Errorf("exit %v", p.exit)
-	}
-	if !strings.Contains(out.String(), "parent done") {
-		t.Errorf("output %q lacks the worker's line", out.String())
-	}
-	if took > drainGrace/2 {
-		t.Errorf("reported after %s; want about %s", took, drainOrphanWait)
-	}
-}
-
-// Descendants still in the group get the grace period, then the group is
-// killed and the exit reported.
-func TestDescendantInGroupIsKilledAfterGrace(t *testing.T) {
-	if testing.Short() {
-		t.Skip("takes the 2 s grace period")
-	}
-	p, _ := startShell(t, "sleep 30 & exit 0")
-	took := waitDone(t, p, 3*drainGrace)
-	if took < drainGrace-200*time.Millisecond {
-		t.Errorf("reported after %s, before the grace period %s", took, drainGrace)
+	con := &console{w: &lockedBuffer{}}
+	_, err = startWorker(sup, workerSpec{rank: 1, program: filepath.Join(t.TempDir(), "nope")}, con, con)
+	if err == nil || !strings.Contains(err.Error(), "start rank 1") || !strings.Contains(err.Error(), "check the program path") {
+		t.Errorf("err = %v", err)
 	}
 }
