@@ -1,6 +1,11 @@
 // Package integration runs the real gotrain binary and real worker processes
 // end to end on the CPU backend: collectives through `gotrain launch`, exit
 // codes, signals and orphan checks, the MNIST example.
+//
+// The binaries are built once, in TestMain, and the tests run in parallel:
+// each job's processes carry the test's tag in their environment (gotrainCmd),
+// so a test's orphan checks see its own processes only; ports are the
+// kernel's (127.0.0.1:0) and files go to the test's own temporary directory.
 package integration
 
 import (
@@ -44,6 +49,24 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// testTagEnv names the environment variable that tags every process a test
+// starts (and, inherited, every process its jobs start) with the test.
+const testTagEnv = "INTEGRATION_TEST_TAG"
+
+// testTag is t's tag, NAME=VALUE: unique to the test and to this test
+// process, so that two runs of the package at once do not mix either.
+func testTag(t testing.TB) string {
+	return fmt.Sprintf("%s=%d/%s", testTagEnv, os.Getpid(), t.Name())
+}
+
+// gotrainCmd is the gotrain binary with args, in t's environment: this
+// process's, tagged with t (see leftovers), plus env.
+func gotrainCmd(ctx context.Context, t testing.TB, env []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin.gotrain, args...)
+	cmd.Env = append(append(os.Environ(), testTag(t)), env...)
+	return cmd
+}
+
 // result is a finished `gotrain launch`.
 type result struct {
 	code           int
@@ -55,7 +78,7 @@ func launch(t *testing.T, timeout time.Duration, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin.gotrain, args...)
+	cmd := gotrainCmd(ctx, t, nil, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -74,13 +97,17 @@ func launch(t *testing.T, timeout time.Duration, args ...string) result {
 	return r
 }
 
+// TestCollectivesExact runs every collective, dtype and op through `gotrain
+// launch` for each world size, at sizes up to 65537 elements (larger than
+// one chunk, not a multiple of any world size). The arithmetic at every size
+// up to 1 M elements is worker/cpucomm's tests' job, in process; here the
+// point is the real processes, their rendezvous and the wire between them.
 func TestCollectivesExact(t *testing.T) {
-	maxCount := "16777216"
-	if testing.Short() {
-		maxCount = "65537"
-	}
+	t.Parallel()
+	const maxCount = "65537"
 	for _, n := range []int{1, 2, 3, 4, 7} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			t.Parallel()
 			r := launch(t, 5*time.Minute, "launch", "--nproc-per-node", strconv.Itoa(n), "--backend", "cpu", "--",
 				bin.testprog, "collectives", "--max", maxCount)
 			if r.code != 0 {
@@ -96,6 +123,7 @@ func TestCollectivesExact(t *testing.T) {
 }
 
 func TestExitCodeOfFailingRank(t *testing.T) {
+	t.Parallel()
 	r := launch(t, time.Minute, "launch", "--nproc-per-node", "3", "--backend", "cpu", "--grace-period", "2s", "--",
 		bin.testprog, "exit", "--rank", "1", "--code", "3")
 	if r.code != 3 {
@@ -109,6 +137,7 @@ func TestExitCodeOfFailingRank(t *testing.T) {
 }
 
 func TestEnvironment(t *testing.T) {
+	t.Parallel()
 	r := launch(t, time.Minute, "launch", "--nproc-per-node", "2", "--backend", "cpu", "--run-id", "envtest", "--", bin.testprog, "env")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
@@ -130,6 +159,7 @@ func TestEnvironment(t *testing.T) {
 }
 
 func TestLogDir(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := launch(t, time.Minute, "launch", "--nproc-per-node", "2", "--backend", "cpu", "--log-dir", dir, "--", bin.testprog, "env")
 	if r.code != 0 {
@@ -147,6 +177,7 @@ func TestLogDir(t *testing.T) {
 }
 
 func TestBadInvocations(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -169,6 +200,7 @@ func TestBadInvocations(t *testing.T) {
 }
 
 func TestNoGPUsNeedsExplicitCount(t *testing.T) {
+	t.Parallel()
 	if matches, _ := filepath.Glob("/dev/nvidia[0-9]*"); len(matches) > 0 {
 		t.Skip("this machine has GPUs")
 	}
@@ -179,6 +211,7 @@ func TestNoGPUsNeedsExplicitCount(t *testing.T) {
 }
 
 func TestLaunchHelpDocumentsEveryFlag(t *testing.T) {
+	t.Parallel()
 	r := launch(t, 30*time.Second, "launch", "--help")
 	if r.code != 0 {
 		t.Fatalf("exit %d", r.code)
@@ -194,6 +227,7 @@ func TestLaunchHelpDocumentsEveryFlag(t *testing.T) {
 // waits for its real exit status instead of taking the pipes' EOF for it
 // (launcher/exitearly.go checks /proc).
 func TestClosedOutputIsNoExit(t *testing.T) {
+	t.Parallel()
 	r := launch(t, time.Minute, "launch", "--nproc-per-node", "1", "--backend", "cpu", "--max-restarts", "0", "--",
 		bin.testprog, "closeout", "--code", "4", "--after", "1s")
 	if r.code != 4 {

@@ -13,6 +13,7 @@ var finalLine = regexp.MustCompile(`(?m)^\[rank 0\] final test_accuracy=([0-9.]+
 // launch and must reach the accuracy the README promises, with identical
 // weights on every rank.
 func TestMNISTDemo(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("trains for several seconds")
 	}

@@ -41,23 +41,26 @@ func joinArgs(t *testing.T, j *job) []string {
 	return []string{"--coordinator", m[1], "--job-token", m[2]}
 }
 
-// waitOutput polls cond until it holds, failing if j exits first or after 30 s.
+// waitOutput waits until cond holds, failing if j exits first or after a
+// minute.
 func waitOutput(t *testing.T, j *job, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
+	defer func() {
+		if !cond() { // waitUntil failed the test
+			t.Logf("stderr:\n%s", j.err.String())
+		}
+	}()
+	waitUntil(t, time.Minute, what, func() bool {
 		select {
 		case <-j.done:
-			if cond() {
-				return
+			if !cond() {
+				t.Fatalf("gotrain exited (%v) before %s\nstdout:\n%s\nstderr:\n%s", j.cmd.ProcessState, what, j.out.String(), j.err.String())
 			}
-			t.Fatalf("gotrain exited (%v) before %s\nstdout:\n%s\nstderr:\n%s", j.cmd.ProcessState, what, j.out.String(), j.err.String())
-		case <-time.After(10 * time.Millisecond):
+			return true
+		default:
+			return cond()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 30s\nstderr:\n%s", what, j.err.String())
-		}
-	}
+	})
 }
 
 // twoNodes starts a job of two agents with 2 ranks each: the first embeds
@@ -110,12 +113,14 @@ func dump(js ...*job) string {
 }
 
 func TestMultiNodeJob(t *testing.T) {
+	t.Parallel()
 	for _, standalone := range []bool{false, true} {
 		name := "embedded"
 		if standalone {
 			name = "standalone"
 		}
 		t.Run(name+"/env", func(t *testing.T) {
+			t.Parallel()
 			a, b, c := twoNodes(t, standalone, "--run-id", "multi", "--", bin.testprog, "env")
 			js := []*job{a, b}
 			if c != nil {
@@ -162,6 +167,7 @@ func TestMultiNodeJob(t *testing.T) {
 			}
 		})
 		t.Run(name+"/collectives", func(t *testing.T) {
+			t.Parallel()
 			a, b, c := twoNodes(t, standalone, "--", bin.testprog, "collectives", "--max", "65537")
 			js := []*job{a, b}
 			if c != nil {
@@ -185,12 +191,14 @@ func TestMultiNodeJob(t *testing.T) {
 // TestMultiNodeFailure: a rank on the second node fails; both agents (and a
 // standalone coordinator) exit with its status and name it and its host.
 func TestMultiNodeFailure(t *testing.T) {
+	t.Parallel()
 	host, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, standalone := range []bool{false, true} {
 		t.Run(fmt.Sprintf("standalone=%t", standalone), func(t *testing.T) {
+			t.Parallel()
 			a, b, c := twoNodes(t, standalone, "--max-restarts", "0", "--grace-period", "2s", "--",
 				bin.testprog, "exit", "--rank", "3", "--code", "3")
 			js := []*job{a, b}
@@ -215,7 +223,7 @@ func TestMultiNodeFailure(t *testing.T) {
 			if t.Failed() {
 				t.Log(dump(js...))
 			}
-			waitNoLeftovers(t, os.Getpid(), 10*time.Second)
+			waitNoLeftovers(t, 10*time.Second)
 		})
 	}
 }
@@ -223,6 +231,7 @@ func TestMultiNodeFailure(t *testing.T) {
 // TestMultiNodeRestart: a rank on the second node dies in the first
 // generation; both nodes start generation 1 and the job succeeds.
 func TestMultiNodeRestart(t *testing.T) {
+	t.Parallel()
 	mark := filepath.Join(t.TempDir(), "mark")
 	a, b, _ := twoNodes(t, false, "--max-restarts", "1", "--grace-period", "2s", "--",
 		bin.testprog, "restart", "--mark", mark, "--victim", "3", "--delay", "10ms", "--size", "1000")
@@ -248,12 +257,14 @@ func TestMultiNodeRestart(t *testing.T) {
 // node is left: the killed agent's workers die by PDEATHSIG, their children
 // by its reaper.
 func TestMultiNodeLostNode(t *testing.T) {
+	t.Parallel()
 	host, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, kill := range []string{"second", "first"} {
 		t.Run("kill "+kill, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			a, b, _ := twoNodes(t, false, "--grace-period", "1s", "--max-restarts", "3", "--", bin.testprog, "sleep", "--pid-dir", dir)
 			var pids []int
@@ -300,7 +311,7 @@ func TestMultiNodeLostNode(t *testing.T) {
 				t.Log(dump(a, b))
 			}
 			waitGone(t, pids, 10*time.Second)
-			waitNoLeftovers(t, os.Getpid(), 10*time.Second)
+			waitNoLeftovers(t, 10*time.Second)
 		})
 	}
 }
@@ -308,6 +319,7 @@ func TestMultiNodeLostNode(t *testing.T) {
 // TestMultiNodeWrongToken: a node with the wrong token is turned away with a
 // clear message; the first node gives up after --rendezvous-timeout.
 func TestMultiNodeWrongToken(t *testing.T) {
+	t.Parallel()
 	a := startAgent(t, "--nnodes", "2", "--coordinator-listen", "127.0.0.1:0", "--rendezvous-timeout", "3s", "--", bin.testprog, "env")
 	join := joinArgs(t, a)
 	b := startAgent(t, "--coordinator", join[1], "--job-token", "not-"+join[3], "--", bin.testprog, "env")
@@ -329,5 +341,5 @@ func TestMultiNodeWrongToken(t *testing.T) {
 	if t.Failed() {
 		t.Log(dump(a, b))
 	}
-	waitNoLeftovers(t, os.Getpid(), 10*time.Second)
+	waitNoLeftovers(t, 10*time.Second)
 }

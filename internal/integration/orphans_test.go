@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +15,7 @@ import (
 
 // startSleepers launches n workers that record their pids (and their
 // children's) in a directory, and waits until all have.
-func startSleepers(t *testing.T, n int, ignoreTerm bool) (cmd *exec.Cmd, workers, all []int, stderr *strings.Builder) {
+func startSleepers(t *testing.T, n int, ignoreTerm bool) (cmd *exec.Cmd, workers, all []int, stderr *syncBuffer) {
 	t.Helper()
 	dir := t.TempDir()
 	args := []string{"launch", "--nproc-per-node", strconv.Itoa(n), "--backend", "cpu", "--grace-period", "1s",
@@ -22,38 +23,33 @@ func startSleepers(t *testing.T, n int, ignoreTerm bool) (cmd *exec.Cmd, workers
 	if ignoreTerm {
 		args = append(args, "--ignore-term")
 	}
-	cmd = exec.Command(bin.gotrain, args...)
-	stderr = &strings.Builder{}
+	cmd = gotrainCmd(context.Background(), t, nil, args...)
+	stderr = &syncBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		files, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
-		if len(files) == 2*n {
-			for _, f := range files {
-				b, err := os.ReadFile(f)
-				if err != nil {
-					t.Fatal(err)
-				}
-				pid, err := strconv.Atoi(string(b))
-				if err != nil {
-					t.Fatal(err)
-				}
-				all = append(all, pid)
-				if strings.HasPrefix(filepath.Base(f), "worker-") {
-					workers = append(workers, pid)
-				}
-			}
-			return cmd, workers, all, stderr
+	var files []string
+	waitUntil(t, time.Minute, fmt.Sprintf("%d pid files (%d workers and their children)", 2*n, n), func() bool {
+		files, _ = filepath.Glob(filepath.Join(dir, "*.pid"))
+		return len(files) == 2*n
+	})
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workers did not start: %d pid files\nstderr:\n%s", len(files), stderr.String())
+		pid, err := strconv.Atoi(string(b))
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		all = append(all, pid)
+		if strings.HasPrefix(filepath.Base(f), "worker-") {
+			workers = append(workers, pid)
+		}
 	}
+	return cmd, workers, all, stderr
 }
 
 // alive reports whether pid is a live process (zombies count as dead: they
@@ -68,31 +64,32 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
-// waitGone fails the test unless every pid is gone within d.
+// waitGone fails the test unless every pid is gone within d (SIGKILLing
+// those left).
 func waitGone(t *testing.T, pids []int, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		var left []int
+	var left []int
+	defer func() {
+		if len(left) > 0 { // waitUntil failed the test
+			t.Logf("processes still running %s later: %v", d, left)
+			for _, p := range left {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+	}()
+	waitUntil(t, d, fmt.Sprintf("processes %v to be gone", pids), func() bool {
+		left = left[:0]
 		for _, p := range pids {
 			if alive(p) {
 				left = append(left, p)
 			}
 		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			for _, p := range left {
-				_ = syscall.Kill(p, syscall.SIGKILL)
-			}
-			t.Fatalf("processes still running %s later: %v", d, left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(left) == 0
+	})
 }
 
 func TestSIGTERMToAgentLeavesNoProcess(t *testing.T) {
+	t.Parallel()
 	cmd, _, pids, stderr := startSleepers(t, 3, false)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -106,6 +103,7 @@ func TestSIGTERMToAgentLeavesNoProcess(t *testing.T) {
 }
 
 func TestSIGKILLToAgentLeavesNoProcess(t *testing.T) {
+	t.Parallel()
 	cmd, workers, all, _ := startSleepers(t, 3, false)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -118,6 +116,7 @@ func TestSIGKILLToAgentLeavesNoProcess(t *testing.T) {
 }
 
 func TestWorkerIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {
+	t.Parallel()
 	cmd, _, pids, stderr := startSleepers(t, 2, true)
 	start := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -131,4 +130,58 @@ func TestWorkerIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {
 		t.Errorf("agent did not say it was stopping:\n%s", stderr)
 	}
 	waitGone(t, pids, 0)
+}
+
+// A worker's grandchild that leaves the worker's session (setsid) and its
+// process group is still the job's: gotrain must not leave it behind, when
+// the job succeeds nor when gotrain itself is SIGKILLed. The grandchild's
+// `sleep 300.<unique>` marks it in /proc.
+func TestGrandchildThatLeftTheSessionIsStopped(t *testing.T) {
+	t.Parallel()
+	t.Skip("pending launcher/supervise integration: today the setsid grandchild outlives the job (reparented to init)")
+	for i, how := range []string{"job succeeds", "gotrain SIGKILLed"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			// sleep takes a fraction: 300.<pid><i> is unique to this run.
+			marker := fmt.Sprintf("300.%d%d", os.Getpid(), i)
+			t.Cleanup(func() { // a failed run leaves no 5-minute sleep behind
+				for _, pid := range sleepers(marker) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+			args := []string{"launch", "--nproc-per-node", "1", "--backend", "cpu", "--grace-period", "1s", "--",
+				"sh", "-c", "setsid sleep " + marker + " & sleep 1"}
+			if how == "job succeeds" {
+				if r := launch(t, time.Minute, args...); r.code != 0 {
+					t.Fatalf("exit %d\nstderr:\n%s", r.code, r.stderr)
+				}
+			} else {
+				args[len(args)-1] = "setsid sleep " + marker + " & sleep 300"
+				cmd := gotrainCmd(context.Background(), t, nil, args...)
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+				waitUntil(t, time.Minute, "the worker's grandchild sleep "+marker, func() bool { return len(sleepers(marker)) > 0 })
+				if err := cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				_ = cmd.Wait()
+			}
+			// Gone by the time gotrain has exited, or soon after (a
+			// SIGKILLed agent's reaper needs a moment).
+			waitUntil(t, 10*time.Second, "no sleep "+marker+" left", func() bool { return len(sleepers(marker)) == 0 })
+		})
+	}
+}
+
+// sleepers returns the pids of live `sleep ARG` processes.
+func sleepers(arg string) []int {
+	var out []int
+	for _, p := range processes() {
+		if len(p.argv) == 2 && filepath.Base(p.argv0) == "sleep" && p.argv[1] == arg {
+			out = append(out, p.pid)
+		}
+	}
+	return out
 }

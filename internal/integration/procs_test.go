@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +33,7 @@ func (s *syncBuffer) String() string {
 // proc is one process seen in /proc.
 type proc struct {
 	pid, ppid int
+	argv      []string
 	argv0     string
 }
 
@@ -61,8 +61,8 @@ func processes() []proc {
 		}
 		ppid, _ := strconv.Atoi(f[1])
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		argv0, _, _ := strings.Cut(string(cmd), "\x00")
-		out = append(out, proc{pid: pid, ppid: ppid, argv0: argv0})
+		argv := strings.Split(strings.TrimSuffix(string(cmd), "\x00"), "\x00")
+		out = append(out, proc{pid: pid, ppid: ppid, argv: argv, argv0: argv[0]})
 	}
 	return out
 }
@@ -90,51 +90,74 @@ func descendants(root int, prog string) []int {
 	return out
 }
 
-// leftovers returns live processes that run one of the test's binaries or
-// descend from root.
-func leftovers(root int) []proc {
-	binDir := filepath.Dir(bin.gotrain)
+// tagged reports whether pid's environment holds the test id tag (see
+// gotrainCmd): the process is one of the test's jobs or started by one.
+func tagged(pid int, tag string) bool {
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return false
+	}
+	for kv := range strings.SplitSeq(string(env), "\x00") {
+		if kv == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// leftovers returns the live processes of t's jobs: those whose
+// environment carries t's tag (every process a job starts inherits it) and
+// those below roots. Processes of tests running in parallel carry other
+// tags and are not t's leftovers.
+func leftovers(t testing.TB, roots ...int) []proc {
+	tag := testTag(t)
 	below := map[int]bool{}
-	for _, pid := range descendants(root, "") {
-		below[pid] = true
+	for _, root := range roots {
+		for _, pid := range descendants(root, "") {
+			below[pid] = true
+		}
 	}
 	var out []proc
 	for _, p := range processes() {
 		if p.pid == os.Getpid() {
 			continue
 		}
-		if below[p.pid] || strings.HasPrefix(p.argv0, binDir+"/") {
+		if below[p.pid] || tagged(p.pid, tag) {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
-// waitNoLeftovers fails the test unless no process of the test's binaries
-// (or below root) is alive within d.
-func waitNoLeftovers(t *testing.T, root int, d time.Duration) {
+// waitNoLeftovers fails the test unless no process of t's jobs (or below
+// roots) is alive within d.
+func waitNoLeftovers(t *testing.T, d time.Duration, roots ...int) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		left := leftovers(root)
-		if len(left) == 0 {
-			return
+	var left []proc
+	defer func() {
+		if len(left) > 0 { // waitUntil failed the test
+			t.Logf("processes left %s after the job ended: %+v", d, left)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes left %s after the job ended: %+v", d, left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	}()
+	waitUntil(t, d, "no process of the job left", func() bool {
+		left = leftovers(t, roots...)
+		return len(left) == 0
+	})
 }
 
-// poll waits until cond holds, failing the test after d.
-func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
+// waitUntil polls cond until it holds, failing the test after timeout
+// (cond is checked at least once, so a timeout of 0 checks that it holds
+// now). cond may fail the test itself, say when the job it waits on ended.
+// The polling interval grows from 10 ms to 250 ms: conditions that hold
+// soon are seen soon, and those that run a command (gotrain top, diagnose)
+// do not run it back to back.
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
+	deadline := time.Now().Add(timeout)
+	for interval := 10 * time.Millisecond; !cond(); interval = min(2*interval, 250*time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(interval) // polling interval, not synchronisation
 	}
 }

@@ -20,6 +20,7 @@ var (
 // again, it restores the survivors' state by broadcast, and every rank ends
 // with the same value.
 func TestInProcessRecovery(t *testing.T) {
+	t.Parallel()
 	r := launch(t, time.Minute, "launch", "--nproc-per-node", "3", "--backend", "cpu", "--max-restarts", "1", "--grace-period", "3s",
 		"--", bin.testprog, "restart", "--inprocess", "--mark", filepath.Join(t.TempDir(), "mark"))
 	if r.code != 0 {

@@ -1,11 +1,11 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +19,7 @@ import (
 // time ends the job after --max-restarts restarts, with its exit status, a
 // report naming it, and root-cause.json in the log dir.
 func TestFailingEveryAttemptStopsAfterMaxRestarts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := launch(t, time.Minute, "launch", "--nproc-per-node", "3", "--backend", "cpu", "--grace-period", "2s",
 		"--max-restarts", "2", "--log-dir", dir, "--", bin.testprog, "exit", "--rank", "2", "--code", "7")
@@ -71,10 +72,12 @@ func TestFailingEveryAttemptStopsAfterMaxRestarts(t *testing.T) {
 // TestSignalsAreForwarded: SIGUSR1, SIGUSR2 and SIGHUP reach every worker
 // (preemption notices); SIGINT and SIGTERM reach them and stop the job.
 func TestSignalsAreForwarded(t *testing.T) {
+	t.Parallel()
 	for _, stop := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(stop.String(), func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
-			cmd := exec.Command(bin.gotrain, "launch", "--nproc-per-node", "2", "--backend", "cpu", "--grace-period", "5s",
+			cmd := gotrainCmd(context.Background(), t, nil, "launch", "--nproc-per-node", "2", "--backend", "cpu", "--grace-period", "5s",
 				"--", bin.testprog, "signals", "--pid-dir", dir)
 			var out, errb syncBuffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
@@ -82,7 +85,7 @@ func TestSignalsAreForwarded(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			poll(t, 30*time.Second, "both workers ready", func() bool {
+			waitUntil(t, time.Minute, "both workers ready", func() bool {
 				m, _ := filepath.Glob(filepath.Join(dir, "ready-*"))
 				return len(m) == 2
 			})
@@ -91,7 +94,7 @@ func TestSignalsAreForwarded(t *testing.T) {
 					t.Fatal(err)
 				}
 				name := "got " + sigName(s)
-				poll(t, 10*time.Second, name+" on both ranks", func() bool {
+				waitUntil(t, 30*time.Second, name+" on both ranks", func() bool {
 					o := out.String()
 					return strings.Contains(o, "[rank 0] "+name+"\n") && strings.Contains(o, "[rank 1] "+name+"\n")
 				})
@@ -108,7 +111,7 @@ func TestSignalsAreForwarded(t *testing.T) {
 					t.Errorf("stdout lacks %q:\n%s", want, out.String())
 				}
 			}
-			waitNoLeftovers(t, cmd.Process.Pid, 5*time.Second)
+			waitNoLeftovers(t, 5*time.Second, cmd.Process.Pid)
 		})
 	}
 }
@@ -122,13 +125,18 @@ func sigName(s syscall.Signal) string {
 // checkpoints. Every kill ends a generation, the next one resumes from the
 // newest checkpoint, and the job must still reach the accuracy of an
 // undisturbed run, with identical weights on every rank and no process left.
+//
+// It does not run in parallel with the other tests: a SIGKILLed rank's peer
+// fails its all-reduce and exits 1 moments later, and on a machine loaded by
+// the parallel tests the agent can see that exit first and end the
+// generation for it instead of the SIGKILL the test counts.
 func TestChaosMNIST(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains for several seconds")
 	}
 	const ranks, kills = 2, 5
 	ckpt := t.TempDir()
-	cmd := exec.Command(bin.gotrain, "launch", "--nproc-per-node", strconv.Itoa(ranks), "--backend", "cpu",
+	cmd := gotrainCmd(context.Background(), t, nil, "launch", "--nproc-per-node", strconv.Itoa(ranks), "--backend", "cpu",
 		"--max-restarts", "8", "--grace-period", "3s", "--log-dir", t.TempDir(),
 		"--", bin.mnist, "--epochs", "3", "--checkpoint-dir", ckpt, "--checkpoint-every", "150")
 	var out, errb syncBuffer
@@ -137,6 +145,11 @@ func TestChaosMNIST(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the job's stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+		}
+	})
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 
@@ -147,8 +160,7 @@ func TestChaosMNIST(t *testing.T) {
 		// for a while: wait for a checkpoint newer than the last kill's.
 		before := checkpoints(ckpt)
 		var workers []int
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		waitUntil(t, 2*time.Minute, fmt.Sprintf("kill %d: a new generation with progress", k+1), func() bool {
 			workers = workers[:0]
 			for _, pid := range descendants(cmd.Process.Pid, bin.mnist) {
 				if !killed[pid] {
@@ -156,18 +168,15 @@ func TestChaosMNIST(t *testing.T) {
 				}
 			}
 			if len(workers) == ranks && checkpoints(ckpt) > before {
-				break
+				return true
 			}
 			select {
 			case err := <-done:
 				t.Fatalf("the job ended (%v) before kill %d\nstdout:\n%s\nstderr:\n%s", err, k+1, out.String(), errb.String())
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("kill %d: no new generation with progress within 60s\nstdout:\n%s\nstderr:\n%s", k+1, out.String(), errb.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return false
+		})
 		victim := workers[rng.IntN(len(workers))]
 		killed[victim] = true
 		t.Logf("kill %d: SIGKILL pid %d", k+1, victim)
@@ -177,7 +186,7 @@ func TestChaosMNIST(t *testing.T) {
 	}
 	select {
 	case <-done:
-	case <-time.After(3 * time.Minute):
+	case <-time.After(5 * time.Minute):
 		t.Fatalf("the job did not finish\nstdout:\n%s\nstderr:\n%s", out.String(), errb.String())
 	}
 	if code := cmd.ProcessState.ExitCode(); code != 0 {
@@ -197,7 +206,7 @@ func TestChaosMNIST(t *testing.T) {
 	if n := strings.Count(errb.String(), "was killed by signal SIGKILL"); n != kills {
 		t.Errorf("%d generations ended by SIGKILL, want %d:\n%s", n, kills, errb.String())
 	}
-	waitNoLeftovers(t, cmd.Process.Pid, 5*time.Second)
+	waitNoLeftovers(t, 5*time.Second, cmd.Process.Pid)
 }
 
 // checkpoints counts the checkpoints written so far: the newest step.

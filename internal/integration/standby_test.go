@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -29,7 +30,7 @@ type job struct {
 
 func startJob(t *testing.T, args ...string) *job {
 	t.Helper()
-	j := &job{cmd: exec.Command(bin.gotrain, args...), done: make(chan struct{})}
+	j := &job{cmd: gotrainCmd(context.Background(), t, nil, args...), done: make(chan struct{})}
 	j.cmd.Stdout, j.cmd.Stderr = &j.out, &j.err
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -83,13 +84,14 @@ func killVictim(t *testing.T, mark string, pid int) time.Time {
 // running before the kill (same pid), printing as its rank and into its log
 // file; the job finishes and leaves no process.
 func TestStandbyTakesOverKilledRanks(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	mark := filepath.Join(dir, "mark")
 	logs := filepath.Join(dir, "logs")
 	j := startJob(t, "launch", "--verbose", "--standby", "--nproc-per-node", "2", "--backend", "cpu", "--max-restarts", "1",
 		"--grace-period", "3s", "--log-dir", logs, "--", bin.testprog, "restart", "--mark", mark, "--await-kill")
 	var victim int
-	poll(t, 30*time.Second, "the victim and two ready standbys", func() bool {
+	waitUntil(t, time.Minute, "the victim and two ready standbys", func() bool {
 		m := victimLine.FindStringSubmatch(j.out.String())
 		if m != nil {
 			victim, _ = strconv.Atoi(m[2])
@@ -132,18 +134,19 @@ func TestStandbyTakesOverKilledRanks(t *testing.T) {
 		!strings.Contains(string(b), "RESTART rank=1 generation=1 pid="+ready["1"]) {
 		t.Errorf("rank1.log lacks the standby's generation:\n%s", b)
 	}
-	waitNoLeftovers(t, j.cmd.Process.Pid, 5*time.Second)
+	waitNoLeftovers(t, 5*time.Second, j.cmd.Process.Pid)
 }
 
 // TestStandbyInProcessRecovery: survivors recover in process (same pids),
 // the killed rank's place goes to its slot's standby, every rank ends with
 // the same state, and only that slot gets a new standby.
 func TestStandbyInProcessRecovery(t *testing.T) {
+	t.Parallel()
 	mark := filepath.Join(t.TempDir(), "mark")
 	j := startJob(t, "launch", "--verbose", "--standby", "--nproc-per-node", "3", "--backend", "cpu", "--max-restarts", "1",
 		"--grace-period", "3s", "--", bin.testprog, "restart", "--inprocess", "--mark", mark, "--await-kill")
 	var victim int
-	poll(t, 30*time.Second, "the victim and three ready standbys", func() bool {
+	waitUntil(t, time.Minute, "the victim and three ready standbys", func() bool {
 		m := victimLine.FindStringSubmatch(j.out.String())
 		if m != nil {
 			victim, _ = strconv.Atoi(m[2])
@@ -181,18 +184,19 @@ func TestStandbyInProcessRecovery(t *testing.T) {
 	if n := strings.Count(j.err.String(), `msg="standby started"`); n != 4 {
 		t.Errorf("%d standbys started, want 4 (3, then 1 for the used slot)\n%s", n, j.err.String())
 	}
-	waitNoLeftovers(t, j.cmd.Process.Pid, 5*time.Second)
+	waitNoLeftovers(t, 5*time.Second, j.cmd.Process.Pid)
 }
 
 // TestStandbyFallsBackForProgramsWithoutWorkerLibrary: a program that never
 // attaches as a standby gets one warning, its standbys are killed, and
 // restarted ranks are new processes as without --standby.
 func TestStandbyFallsBackForProgramsWithoutWorkerLibrary(t *testing.T) {
+	t.Parallel()
 	goFile := filepath.Join(t.TempDir(), "go")
 	j := startJob(t, "launch", "--standby", "--standby-timeout", "300ms", "--nproc-per-node", "2", "--backend", "cpu",
 		"--max-restarts", "1", "--grace-period", "3s", "--", bin.testprog, "plain", "--go", goFile)
 	const warning = "gotrain: warning: --standby is off: "
-	poll(t, 30*time.Second, "the warning", func() bool { return strings.Contains(j.err.String(), warning) })
+	waitUntil(t, time.Minute, "the warning", func() bool { return strings.Contains(j.err.String(), warning) })
 	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -222,12 +226,13 @@ func TestStandbyFallsBackForProgramsWithoutWorkerLibrary(t *testing.T) {
 	if gen1 != 2 {
 		t.Errorf("%d ranks ran the restart, want 2:\n%s", gen1, out)
 	}
-	waitNoLeftovers(t, j.cmd.Process.Pid, 5*time.Second)
+	waitNoLeftovers(t, 5*time.Second, j.cmd.Process.Pid)
 }
 
 // TestStandbyProgramThatEndsAtOnce: standbys of a program that ignores them
 // and exits never disturb the job's ranks or their environment.
 func TestStandbyProgramThatEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	j := startJob(t, "launch", "--standby", "--nproc-per-node", "2", "--backend", "cpu", "--", bin.testprog, "env")
 	if code := j.wait(t, time.Minute); code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", code, j.err.String())
@@ -244,5 +249,5 @@ func TestStandbyProgramThatEndsAtOnce(t *testing.T) {
 	if regexp.MustCompile(`(?m)^\[standby \d+\] (GOTRAIN_)?RANK=`).MatchString(out) {
 		t.Errorf("a standby has a rank:\n%s", out)
 	}
-	waitNoLeftovers(t, j.cmd.Process.Pid, 5*time.Second)
+	waitNoLeftovers(t, 5*time.Second, j.cmd.Process.Pid)
 }

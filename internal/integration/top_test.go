@@ -97,45 +97,40 @@ func TestTopAndMetrics(t *testing.T) {
 	var rf struct {
 		Metrics string `json:"metrics"`
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		files, _ := filepath.Glob(filepath.Join(runtimeDir, "gotrain", "*.json"))
-		if len(files) > 1 {
-			t.Fatalf("run files %v, want one", files)
-		}
-		if len(files) == 1 {
-			b, err := os.ReadFile(files[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := json.Unmarshal(b, &rf); err != nil || rf.Metrics != addr {
-				t.Errorf("run file %s: metrics %q (%v), want %q", b, rf.Metrics, err, addr)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no run file within 60s")
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
+	var files []string
+	waitUntil(t, 60*time.Second, "the run file", func() bool {
+		files, _ = filepath.Glob(filepath.Join(runtimeDir, "gotrain", "*.json"))
+		return len(files) > 0
+	})
+	if len(files) > 1 {
+		t.Fatalf("run files %v, want one", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rf); err != nil || rf.Metrics != addr {
+		t.Errorf("run file %s: metrics %q (%v), want %q", b, rf.Metrics, err, addr)
 	}
 
 	// gotrain top --once --json: poll until every rank reported steps.
 	var snap topJSON
 	var out string
-	deadline := time.Now().Add(90 * time.Second) // process start may be slow on a loaded machine
-	for {
-		out = gotrainTop(t, r, "--once", "--json")
-		snap = topJSON{}
-		if err := json.Unmarshal([]byte(out), &snap); err != nil {
-			t.Fatalf("gotrain top --once --json does not parse: %v\n%s", err, out)
-		}
-		if healthy(snap, ranks) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the ranks did not show progress in gotrain top within 90s; last output:\n%s", out)
-		}
-		time.Sleep(200 * time.Millisecond) // polling interval, not synchronisation
-	}
+	func() {
+		defer func() {
+			if !healthy(snap, ranks) { // waitUntil failed the test
+				t.Logf("gotrain top's last output:\n%s", out)
+			}
+		}()
+		waitUntil(t, 90*time.Second, "the ranks' progress in gotrain top", func() bool { // process start may be slow on a loaded machine
+			out = gotrainTop(t, r, "--once", "--json")
+			snap = topJSON{}
+			if err := json.Unmarshal([]byte(out), &snap); err != nil {
+				t.Fatalf("gotrain top --once --json does not parse: %v\n%s", err, out)
+			}
+			return healthy(snap, ranks)
+		})
+	}()
 	seen := map[int]bool{}
 	for _, rk := range snap.Ranks {
 		seen[rk.Rank] = true
