@@ -138,9 +138,13 @@ func TestWorkerIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {
 // `sleep 300.<unique>` marks it in /proc.
 func TestGrandchildThatLeftTheSessionIsStopped(t *testing.T) {
 	t.Parallel()
-	t.Skip("pending launcher/supervise integration: today the setsid grandchild outlives the job (reparented to init)")
 	for i, how := range []string{"job succeeds", "gotrain SIGKILLed"} {
 		t.Run(how, func(t *testing.T) {
+			if how == "gotrain SIGKILLed" {
+				// Fails today: the SIGKILLed agent's reaper stops the
+				// workers' process groups, not a grandchild that left them.
+				t.Skip("pending launcher/supervise integration")
+			}
 			t.Parallel()
 			// sleep takes a fraction: 300.<pid><i> is unique to this run.
 			marker := fmt.Sprintf("300.%d%d", os.Getpid(), i)
@@ -149,24 +153,26 @@ func TestGrandchildThatLeftTheSessionIsStopped(t *testing.T) {
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
 			})
-			args := []string{"launch", "--nproc-per-node", "1", "--backend", "cpu", "--grace-period", "1s", "--",
-				"sh", "-c", "setsid sleep " + marker + " & sleep 1"}
-			if how == "job succeeds" {
-				if r := launch(t, time.Minute, args...); r.code != 0 {
-					t.Fatalf("exit %d\nstderr:\n%s", r.code, r.stderr)
-				}
-			} else {
-				args[len(args)-1] = "setsid sleep " + marker + " & sleep 300"
-				cmd := gotrainCmd(context.Background(), t, nil, args...)
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-				waitUntil(t, time.Minute, "the worker's grandchild sleep "+marker, func() bool { return len(sleepers(marker)) > 0 })
+			worker := "setsid sleep " + marker + " & sleep 1"
+			if how == "gotrain SIGKILLed" {
+				worker = "setsid sleep " + marker + " & sleep 300"
+			}
+			cmd := gotrainCmd(context.Background(), t, nil, "launch", "--nproc-per-node", "1", "--backend", "cpu",
+				"--grace-period", "1s", "--", "sh", "-c", worker)
+			stderr := &syncBuffer{}
+			cmd.Stderr = stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			waitUntil(t, time.Minute, "the worker's grandchild sleep "+marker, func() bool { return len(sleepers(marker)) > 0 })
+			if how == "gotrain SIGKILLed" {
 				if err := cmd.Process.Kill(); err != nil {
 					t.Fatal(err)
 				}
 				_ = cmd.Wait()
+			} else if err := cmd.Wait(); err != nil {
+				t.Fatalf("gotrain: %v\nstderr:\n%s", err, stderr.String())
 			}
 			// Gone by the time gotrain has exited, or soon after (a
 			// SIGKILLed agent's reaper needs a moment).
