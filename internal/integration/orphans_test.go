@@ -140,11 +140,6 @@ func TestGrandchildThatLeftTheSessionIsStopped(t *testing.T) {
 	t.Parallel()
 	for i, how := range []string{"job succeeds", "gotrain SIGKILLed"} {
 		t.Run(how, func(t *testing.T) {
-			if how == "gotrain SIGKILLed" {
-				// Fails today: the SIGKILLed agent's reaper stops the
-				// workers' process groups, not a grandchild that left them.
-				t.Skip("pending launcher/supervise integration")
-			}
 			t.Parallel()
 			// sleep takes a fraction: 300.<pid><i> is unique to this run.
 			marker := fmt.Sprintf("300.%d%d", os.Getpid(), i)
@@ -167,6 +162,12 @@ func TestGrandchildThatLeftTheSessionIsStopped(t *testing.T) {
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 			waitUntil(t, time.Minute, "the worker's grandchild sleep "+marker, func() bool { return len(sleepers(marker)) > 0 })
 			if how == "gotrain SIGKILLed" {
+				// The agent tells its reaper about a process that left its
+				// worker's group at its next scan of /proc (within 0.5 s:
+				// launcher/supervise's ScanPeriod; sooner after a start).
+				// One that escapes less than that before a SIGKILL is the
+				// documented gap, not what this test is about.
+				time.Sleep(time.Second)
 				if err := cmd.Process.Kill(); err != nil {
 					t.Fatal(err)
 				}

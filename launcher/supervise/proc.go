@@ -205,6 +205,10 @@ func (s *Supervisor) Start(spec Spec) (*Proc, error) {
 	if err == nil {
 		p.pid = cmd.Process.Pid
 		s.workers[p.pid] = p
+		select {
+		case s.started <- struct{}{}: // Run scans soon
+		default:
+		}
 		s.byTag[p.tag] = p
 	}
 	s.mu.Unlock()

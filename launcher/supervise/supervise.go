@@ -92,7 +92,16 @@ type Supervisor struct {
 	byTag    map[string]*Proc // by tag, until its cleanup is over
 	escaped  map[int]escapee  // descendants outside their Proc's group, by pid
 	gone     *Proc            // the owner of tagged processes whose Proc is forgotten
+
+	// started wakes Run after a Start: programs that detach a daemon
+	// mostly do it as they start, so Run scans sooner then (quickScans).
+	started chan struct{}
 }
+
+// quickScans are the delays of Run's scans after a Start, before it goes
+// back to ScanPeriod: they narrow the window in which a descendant that
+// just left its group is not yet known to the reaper.
+var quickScans = []time.Duration{20 * time.Millisecond, 80 * time.Millisecond, 200 * time.Millisecond}
 
 // escapee is a descendant outside its Proc's process group.
 type escapee struct {
@@ -116,7 +125,7 @@ func New(cfg Config) (*Supervisor, error) {
 	s := &Supervisor{
 		cfg: cfg, self: os.Getpid(), selfPgid: unix.Getpgrp(),
 		workers: map[int]*Proc{}, byTag: map[string]*Proc{}, escaped: map[int]escapee{},
-		gone: &Proc{ended: true},
+		gone: &Proc{ended: true}, started: make(chan struct{}, 1),
 	}
 	s.tagPrefix = fmt.Sprintf("%d.%d.", s.self, supervisors.Add(1))
 	return s, nil
@@ -127,19 +136,29 @@ func New(cfg Config) (*Supervisor, error) {
 // descendants outside their Proc's group, kills those whose Proc has ended,
 // and reaps adopted orphans. It returns nil when ctx is done.
 func (s *Supervisor) Run(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.ScanPeriod)
+	t := time.NewTimer(s.cfg.ScanPeriod)
 	defer t.Stop()
+	quick := len(quickScans) // index of the next quick scan; none left
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.started:
+			quick = 0
+			t.Reset(quickScans[0])
+			continue
 		case <-t.C:
-			s.mu.Lock()
-			busy := len(s.workers) > 0 || len(s.escaped) > 0
-			s.mu.Unlock()
-			if busy {
-				s.scan(nil)
-			}
+		}
+		s.mu.Lock()
+		busy := len(s.workers) > 0 || len(s.escaped) > 0
+		s.mu.Unlock()
+		if busy {
+			s.scan(nil)
+		}
+		if quick++; quick < len(quickScans) {
+			t.Reset(quickScans[quick] - quickScans[quick-1])
+		} else {
+			t.Reset(s.cfg.ScanPeriod)
 		}
 	}
 }
