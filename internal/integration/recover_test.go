@@ -13,6 +13,7 @@ var (
 	gen0PID   = regexp.MustCompile(`(?m)^\[rank (\d+)\] rank \d+ generation 0 pid (\d+)$`)
 	restarted = regexp.MustCompile(`(?m)^\[rank (\d+)\] RESTART rank=\d+ generation=(\d+) pid=(\d+) survivor=(true|false) recovered_in=[0-9.]+$`)
 	doneLine  = regexp.MustCompile(`(?m)^\[rank (\d+)\] rank \d+ done steps=20 value=(\S+)$`)
+	envLine   = regexp.MustCompile(`(?m)^\[rank (\d+)\] ENV rank=\d+ (.*)$`)
 )
 
 // TestInProcessRecovery: rank 1 of three dies; ranks 0 and 2 run worker.Run
@@ -53,5 +54,17 @@ func TestInProcessRecovery(t *testing.T) {
 	}
 	if n := strings.Count(r.stdout+r.stderr, "dies on purpose"); n != 1 {
 		t.Errorf("%d deaths, want 1", n)
+	}
+	// The survivors' environment is the new generation's, as the new
+	// process's is (it was the old one's: GOTRAIN_GENERATION=0).
+	envs := envLine.FindAllStringSubmatch(r.stdout, -1)
+	if len(envs) != 3 {
+		t.Fatalf("want an ENV line from each rank:\n%s", r.stdout)
+	}
+	for _, m := range envs {
+		if m[2] != envs[0][2] || !strings.Contains(m[2], "GOTRAIN_GENERATION=1 GOTRAIN_RESTART_COUNT=1 ") ||
+			!strings.Contains(m[2], "TORCHELASTIC_RESTART_COUNT=1 ") || !strings.HasSuffix(m[2], "GOTRAIN_STANDBY=") {
+			t.Errorf("rank %s's environment after the recovery: %s; want generation 1's, the same as every rank's (%s)", m[1], m[2], envs[0][2])
+		}
 	}
 }

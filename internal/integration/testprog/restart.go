@@ -25,7 +25,11 @@ import (
 //	RESTART rank=R generation=G pid=P survivor=S recovered_in=SECONDS
 //
 // and a TIMING line of wall-clock times (unix ns, 0 for a step not taken)
-// of the steps between: see timingLine.
+// of the steps between: see timingLine, and the job's variables in its
+// environment as the generation sees them (the same on every rank, however
+// its process came to be: started, standby or survivor):
+//
+//	ENV rank=R GOTRAIN_GENERATION=G GOTRAIN_RESTART_COUNT=N ... (jobVars)
 //
 // With --inprocess the ranks run in worker.Run: survivors recover in
 // process, and --steps more all-reduces check that every rank ends with the
@@ -83,6 +87,7 @@ func restartMode(ctx context.Context, args []string) error {
 		fmt.Println(timingLine(w.Rank, gen, survivor, death, tSpawn, tMain, tInit, tComm, tFirst, gc, rt))
 		fmt.Printf("RESTART rank=%d generation=%d pid=%d survivor=%t recovered_in=%.3f\n",
 			w.Rank, gen, os.Getpid(), survivor, time.Since(death).Seconds())
+		fmt.Printf("ENV rank=%d %s\n", w.Rank, jobVars())
 		// Where the time went, from the death: process start, worker.Init
 		// done, communicator ready (negative: before the death).
 		fmt.Printf("BREAKDOWN rank=%d survivor=%t main=%+.3f init=%+.3f comm=%+.3f\n",
@@ -233,4 +238,18 @@ func processStart() time.Time {
 	const clkTck = 100 // USER_HZ on Linux
 	age := time.Duration(ts.Nano()) - time.Duration(ticks)*time.Second/clkTck
 	return time.Now().Add(-age)
+}
+
+// jobVars lists the job-wide variables of this process's environment that
+// change with the generation, in a fixed order.
+func jobVars() string {
+	var b strings.Builder
+	for i, k := range []string{"GOTRAIN_GENERATION", "GOTRAIN_RESTART_COUNT", "GOTRAIN_WORLD_SIZE", "GOTRAIN_LOCAL_WORLD_SIZE",
+		"TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GOTRAIN_STANDBY"} {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%s", k, os.Getenv(k))
+	}
+	return b.String()
 }
