@@ -57,14 +57,22 @@ func TestInProcessRecovery(t *testing.T) {
 	}
 	// The survivors' environment is the new generation's, as the new
 	// process's is (it was the old one's: GOTRAIN_GENERATION=0).
-	envs := envLine.FindAllStringSubmatch(r.stdout, -1)
-	if len(envs) != 3 {
-		t.Fatalf("want an ENV line from each rank:\n%s", r.stdout)
+	checkGeneration1Env(t, r.stdout, 3)
+}
+
+// checkGeneration1Env checks the ENV lines of testprog restart: each of n
+// ranks sees generation 1's variables, the same as every other rank,
+// whether its process survived, came from a standby or was started anew.
+func checkGeneration1Env(t *testing.T, stdout string, n int) {
+	t.Helper()
+	envs := envLine.FindAllStringSubmatch(stdout, -1)
+	if len(envs) != n {
+		t.Fatalf("want an ENV line from each of %d ranks:\n%s", n, stdout)
 	}
 	for _, m := range envs {
 		if m[2] != envs[0][2] || !strings.Contains(m[2], "GOTRAIN_GENERATION=1 GOTRAIN_RESTART_COUNT=1 ") ||
 			!strings.Contains(m[2], "TORCHELASTIC_RESTART_COUNT=1 ") || !strings.HasSuffix(m[2], "GOTRAIN_STANDBY=") {
-			t.Errorf("rank %s's environment after the recovery: %s; want generation 1's, the same as every rank's (%s)", m[1], m[2], envs[0][2])
+			t.Errorf("rank %s's environment in generation 1: %s; want generation 1's, the same as every rank's (%s)", m[1], m[2], envs[0][2])
 		}
 	}
 }

@@ -125,6 +125,7 @@ func TestStandbyTakesOverKilledRanks(t *testing.T) {
 	if n := strings.Count(j.err.String(), `msg="worker started from standby"`); n != 2 {
 		t.Errorf("%d ranks started from standbys, want 2", n)
 	}
+	checkGeneration1Env(t, out, 2)
 	b, err := os.ReadFile(filepath.Join(logs, "rank1.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -184,6 +185,7 @@ func TestStandbyInProcessRecovery(t *testing.T) {
 	if n := strings.Count(j.err.String(), `msg="standby started"`); n != 4 {
 		t.Errorf("%d standbys started, want 4 (3, then 1 for the used slot)\n%s", n, j.err.String())
 	}
+	checkGeneration1Env(t, out, 3) // two survivors and a standby alike
 	waitNoLeftovers(t, 5*time.Second, j.cmd.Process.Pid)
 }
 
