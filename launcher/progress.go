@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/procstat"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -297,33 +299,10 @@ func (h *hub) report(ctx context.Context) {
 // procState returns the state letter of /proc/PID/stat ("R", "S", "D",
 // "T", "Z"), "" when it cannot be read.
 func procState(pid int) string {
-	if f := procStat(pid); len(f) > 0 {
+	if f := procstat.Fields(pid); len(f) > 0 {
 		return f[0]
 	}
 	return ""
-}
-
-// procStat returns the fields of /proc/PID/stat after the command name
-// (state, ppid, ...); nil when it cannot be read.
-func procStat(pid int) []string {
-	if pid <= 0 {
-		return nil
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	return parseProcStat(string(b))
-}
-
-// parseProcStat splits /proc/PID/stat after the command name, which is in
-// parentheses and may contain anything.
-func parseProcStat(stat string) []string {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(stat[i+1:])
 }
 
 // onHang prints the verdict and, when it names ranks, queues the request

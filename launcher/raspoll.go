@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/procstat"
+
 	"github.com/gotrain/gotrain/internal/ncclras"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 	"golang.org/x/sync/errgroup"
@@ -370,7 +372,7 @@ func (p *rasPoller) annotate(gen int64, rank int, rp *gotrainv1.RankProgress) {
 
 // parentPid reads a process's parent from /proc/PID/stat; 0 when unknown.
 func parentPid(pid int) int {
-	f := procStat(pid)
+	f := procstat.Fields(pid)
 	if len(f) < 2 {
 		return 0
 	}

@@ -5,33 +5,15 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
+
+	"github.com/gotrain/gotrain/internal/procstat"
 
 	"golang.org/x/sys/unix"
 )
 
 // procStat returns the fields of /proc/PID/stat after the command name
 // (state, ppid, ...); nil when it cannot be read.
-func procStat(pid int) []string {
-	if pid <= 0 {
-		return nil
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	return parseProcStat(string(b))
-}
-
-// parseProcStat splits /proc/PID/stat after the command name, which is in
-// parentheses and may contain anything.
-func parseProcStat(stat string) []string {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(stat[i+1:])
-}
+func procStat(pid int) []string { return procstat.Fields(pid) }
 
 // procInfo is what a scan needs of one process.
 type procInfo struct {
@@ -148,7 +130,7 @@ func allThreadsExiting(pid int) bool {
 		if err != nil {
 			continue // gone meanwhile
 		}
-		if !threadExiting(parseProcStat(string(b))) {
+		if !threadExiting(procstat.Parse(string(b))) {
 			return false
 		}
 	}
