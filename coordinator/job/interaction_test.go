@@ -46,9 +46,11 @@ type command struct {
 var commands = map[string]command{
 	// A new machine; before anything else, else the first command makes one
 	// with the defaults.
-	"config":   {"run nodes max-restarts backoff rendezvous hang-timeout on-hang straggler", (*env).config},
-	"join":     {"id host addr nproc gpus port pid", (*env).join},
-	"lost":     {"id reason", (*env).lost},
+	"config":      {"run nodes min-nodes node-timeout settle max-restarts backoff rendezvous hang-timeout on-hang straggler", (*env).config},
+	"join":        {"id host addr nproc gpus port pid", (*env).join},
+	"lost":        {"id reason", (*env).lost},
+	"unreachable": {"id reason", (*env).unreachable},
+	"reachable":   {"id", (*env).reachable},
 	"exit":     {"id gen rank code signal pid tail", (*env).exit},
 	"park":     {"id gen rank pid", (*env).park},
 	"barrier":  {"name gen rank waiter", (*env).barrier},
@@ -115,6 +117,9 @@ func (e *env) config(t *testing.T, d *datadriven.TestData) string {
 	cfg := job.Config{RunID: "run-1"}
 	d.MaybeScanArgs(t, "run", &cfg.RunID)
 	d.MaybeScanArgs(t, "nodes", &cfg.Nodes)
+	d.MaybeScanArgs(t, "min-nodes", &cfg.MinNodes)
+	d.MaybeScanArgs(t, "node-timeout", &cfg.NodeTimeout)
+	d.MaybeScanArgs(t, "settle", &cfg.JoinSettle)
 	d.MaybeScanArgs(t, "max-restarts", &cfg.MaxRestarts)
 	d.MaybeScanArgs(t, "backoff", &cfg.RestartBackoff)
 	d.MaybeScanArgs(t, "rendezvous", &cfg.RendezvousTimeout)
@@ -151,6 +156,19 @@ func (e *env) lost(t *testing.T, d *datadriven.TestData) string {
 	var ev job.NodeLost
 	d.ScanArgs(t, "id", &ev.NodeID)
 	d.MaybeScanArgs(t, "reason", &ev.Reason)
+	return e.step(ev)
+}
+
+func (e *env) unreachable(t *testing.T, d *datadriven.TestData) string {
+	var ev job.NodeUnreachable
+	d.ScanArgs(t, "id", &ev.NodeID)
+	d.MaybeScanArgs(t, "reason", &ev.Reason)
+	return e.step(ev)
+}
+
+func (e *env) reachable(t *testing.T, d *datadriven.TestData) string {
+	var ev job.NodeReachable
+	d.ScanArgs(t, "id", &ev.NodeID)
 	return e.step(ev)
 }
 

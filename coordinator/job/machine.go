@@ -31,8 +31,25 @@ var (
 type Config struct {
 	// RunID names the job run; required.
 	RunID string
-	// Nodes is how many nodes the job waits for before it starts; default 1.
+	// Nodes is how many nodes the job runs on at most (--nnodes MAX);
+	// default 1. It starts at once when that many have joined.
 	Nodes int
+	// MinNodes is how many nodes it needs at least (--nnodes MIN:MAX);
+	// default Nodes. With fewer than Nodes but at least MinNodes joined,
+	// the first generation starts JoinSettle after the last join; a lost
+	// node is followed by a generation on the survivors while MinNodes
+	// remain; a node that joins a running job with fewer than Nodes is
+	// admitted at a new generation (membership.go).
+	MinNodes int
+	// NodeTimeout is how long a node may be unreachable (its watch stream
+	// broke, gossip finds it silent) before it is lost: a blip shorter than
+	// this changes nothing. 0: DefaultNodeTimeout.
+	NodeTimeout time.Duration
+	// JoinSettle is how long the machine waits after a join before it
+	// acts on it (starts the first generation with MinNodes or more, or
+	// grows a running job), so that a burst of joins is one generation.
+	// 0: DefaultJoinSettle.
+	JoinSettle time.Duration
 	// MaxRestarts is how many times a failed generation is restarted; default 0.
 	MaxRestarts int
 	// RestartBackoff is how long the machine waits, once every rank of a
@@ -59,6 +76,9 @@ func (c Config) withDefaults() Config {
 	if c.Nodes == 0 {
 		c.Nodes = 1
 	}
+	c.MinNodes = cmp.Or(c.MinNodes, c.Nodes)
+	c.NodeTimeout = cmp.Or(c.NodeTimeout, DefaultNodeTimeout)
+	c.JoinSettle = cmp.Or(c.JoinSettle, DefaultJoinSettle)
 	c.HangTimeout = cmp.Or(c.HangTimeout, DefaultHangTimeout)
 	c.OnHang = cmp.Or(c.OnHang, OnHangReport)
 	c.StragglerThreshold = cmp.Or(c.StragglerThreshold, DefaultStragglerThreshold)
@@ -71,6 +91,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: run id is empty: give the job a run id", ErrInvalidConfig)
 	case c.Nodes < 1:
 		return fmt.Errorf("%w: nodes is %d: a job needs at least one node", ErrInvalidConfig, c.Nodes)
+	case c.MinNodes < 1 || c.MinNodes > c.Nodes:
+		return fmt.Errorf("%w: nodes %d:%d: the minimum must be at least 1 and at most the maximum", ErrInvalidConfig, c.MinNodes, c.Nodes)
+	case c.NodeTimeout < 0 || c.JoinSettle < 0:
+		return fmt.Errorf("%w: node timeout %s, join settle %s: use positive durations", ErrInvalidConfig, c.NodeTimeout, c.JoinSettle)
 	case c.MaxRestarts < 0:
 		return fmt.Errorf("%w: max restarts is %d: use 0 or more", ErrInvalidConfig, c.MaxRestarts)
 	case c.RestartBackoff < 0:
@@ -109,12 +133,18 @@ type Machine struct {
 	restartAt      time.Time
 
 	hang hangState // the hang detector (hang_detect.go)
+
+	members membership // joins to act on and a growth under way (membership.go)
 }
 
 type node struct {
 	id        string
 	info      NodeInfo
-	groupRank int // in the current generation; -1 before the first
+	groupRank int // in the current generation; -1 before the first, or when it joined since
+	// unreachableSince is when the node became unreachable; zero while it
+	// is reachable (membership.go).
+	unreachableSince time.Time
+	unreachableWhy   string
 }
 
 type rank struct {
@@ -172,6 +202,10 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 		return m.join(ev)
 	case NodeLost:
 		return m.lost(ev)
+	case NodeUnreachable:
+		return m.unreachable(ev)
+	case NodeReachable:
+		return m.reachable(ev)
 	case WorkerExited:
 		return m.exited(ev)
 	case WorkerParked:
@@ -187,6 +221,9 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 		if acts := m.rendezvousTick(); acts != nil {
 			return acts, nil
 		}
+		if acts := m.membershipTick(); acts != nil { // membership.go
+			return acts, nil
+		}
 		return append(m.tick(), m.hangTick()...), nil
 	case EvidenceReported:
 		m.evidence(ev)
@@ -200,9 +237,9 @@ func (m *Machine) join(ev NodeJoined) ([]Action, error) {
 	if m.Finished() {
 		return nil, fmt.Errorf("%w: node %q cannot join; start a new job", ErrJobFinished, ev.Info.Hostname)
 	}
-	if m.state != StateWaiting {
-		return nil, fmt.Errorf("%w: node %q cannot join generation %d: nodes cannot join a started job (elastic membership is not supported); start a new job that counts every node",
-			ErrJobStarted, ev.Info.Hostname, m.gen)
+	if m.state != StateWaiting && len(m.nodes) >= m.cfg.Nodes {
+		return nil, fmt.Errorf("%w: node %q cannot join generation %d: the job runs on its maximum of %s already (--nnodes %s)",
+			ErrJobStarted, ev.Info.Hostname, m.gen, plural(m.cfg.Nodes, "node"), m.nnodes())
 	}
 	if err := validateJoin(ev); err != nil {
 		return nil, err
@@ -219,10 +256,7 @@ func (m *Machine) join(ev NodeJoined) ([]Action, error) {
 	info := ev.Info
 	info.GPUs = slices.Clone(info.GPUs)
 	m.nodes[ev.NodeID] = &node{id: ev.NodeID, info: info, groupRank: -1}
-	if len(m.nodes) < m.cfg.Nodes {
-		return nil, nil
-	}
-	return []Action{m.start(0, 0)}, nil
+	return m.joined(ev.NodeID), nil // membership.go
 }
 
 func validateJoin(ev NodeJoined) error {
@@ -251,7 +285,7 @@ func validateJoin(ev NodeJoined) error {
 func (m *Machine) start(gen int64, restarts int) StartGeneration {
 	order := m.sortedNodes()
 	survivors := m.survivorsOf()
-	m.pendingRestart = false
+	m.pendingRestart, m.members.growing, m.members.actAt = false, false, time.Time{}
 	m.gen, m.restarts, m.state = gen, restarts, StateRunning
 	m.ranks = m.ranks[:0]
 	m.barriers, m.released, m.waiters = map[string]*barrier{}, map[string]bool{}, map[uint64]string{}
@@ -269,8 +303,9 @@ func (m *Machine) start(gen int64, restarts int) StartGeneration {
 			if len(n.info.GPUs) > 0 {
 				gpu = n.info.GPUs[local].Index
 			}
-			_, survivor := survivors[len(m.ranks)]
-			survivor = survivor && survivors[len(m.ranks)] == n.id
+			// A parked process keeps its node and local rank; its rank
+			// may change when the job shrinks or grows.
+			survivor := survivors[slot{n.id, local}]
 			na.Ranks = append(na.Ranks, RankAssignment{Rank: len(m.ranks), LocalRank: local, GPU: gpu, Survivor: survivor})
 			m.ranks = append(m.ranks, rank{nodeID: n.id, hostname: n.info.Hostname, localRank: local, state: RankRunning})
 		}
@@ -280,7 +315,8 @@ func (m *Machine) start(gen int64, restarts int) StartGeneration {
 	return sg
 }
 
-// sortedNodes returns the present nodes ordered by hostname, address, id.
+// sortedNodes returns the present nodes ordered by hostname (naturally:
+// node9 before node10), address, id.
 func (m *Machine) sortedNodes() []*node {
 	out := make([]*node, 0, len(m.nodes))
 	for _, n := range m.nodes {
@@ -288,7 +324,7 @@ func (m *Machine) sortedNodes() []*node {
 	}
 	slices.SortFunc(out, func(a, b *node) int {
 		return cmp.Or(
-			cmp.Compare(a.info.Hostname, b.info.Hostname),
+			naturalCompare(a.info.Hostname, b.info.Hostname),
 			cmp.Compare(a.info.Address, b.info.Address),
 			cmp.Compare(a.id, b.id))
 	})
@@ -430,11 +466,15 @@ func (m *Machine) afterEnd() []Action {
 			return nil
 		}
 	}
+	if m.members.growing {
+		// Not a failure: the job grows by the nodes that joined.
+		return []Action{m.start(m.gen+1, m.restarts)}
+	}
 	pm := m.postMortem() // hang_detect.go: a mismatch behind the failure
 	var why string
 	switch {
-	case len(m.nodes) < m.cfg.Nodes:
-		why = fmt.Sprintf("only %d of %d nodes remain and nodes cannot rejoin a started job", len(m.nodes), m.cfg.Nodes)
+	case len(m.nodes) < m.cfg.MinNodes:
+		why = fmt.Sprintf("only %d of the %s it needs remain (--nnodes %s); start the lost nodes' agents again to rejoin, or give a lower minimum", len(m.nodes), plural(m.cfg.MinNodes, "node"), m.nnodes())
 	case m.cfg.MaxRestarts == 0:
 		why = "restarts are off (max restarts 0)"
 	case m.restarts >= m.cfg.MaxRestarts:

@@ -91,12 +91,19 @@ func (m *Machine) Deadline() (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// survivorsOf returns the ranks of the ending generation that are parked.
-func (m *Machine) survivorsOf() map[int]string {
-	s := map[int]string{}
-	for i, r := range m.ranks {
+// slot is a local rank of a node: where a process lives across generations.
+type slot struct {
+	nodeID string
+	local  int
+}
+
+// survivorsOf returns the slots of the ending generation whose ranks are
+// parked.
+func (m *Machine) survivorsOf() map[slot]bool {
+	s := map[slot]bool{}
+	for _, r := range m.ranks {
 		if r.state == RankParked {
-			s[i] = r.nodeID
+			s[slot{r.nodeID, r.localRank}] = true
 		}
 	}
 	return s

@@ -1,0 +1,261 @@
+package job
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Membership: who runs the job, and what a node's coming and going does.
+//
+// A job runs on between MinNodes and Nodes nodes (--nnodes MIN:MAX; N is
+// N:N). The first generation starts as soon as Nodes have joined, or
+// JoinSettle after the last join once at least MinNodes have. A node that
+// joins a running job with fewer than Nodes is admitted at a new
+// generation, JoinSettle after the last such join, so that a burst of
+// joins is one generation change (a growth, not a failure: it does not
+// count against MaxRestarts). A lost node ends the generation like a
+// failure; the next runs on the survivors while MinNodes remain.
+//
+// A node is lost when its agent says so (NodeLost: its stream ended for
+// good), or when it has been unreachable (NodeUnreachable: its watch stream
+// broke, gossip finds it silent) for NodeTimeout without becoming reachable
+// again (NodeReachable: it reconnected, gossip hears it). A blip shorter
+// than NodeTimeout changes nothing: training goes on. The default of 10 s
+// is longer than the blips seen on loaded clusters (a 1–2 s drop ended jobs
+// before), shorter than a person's patience, and within what a stalled TCP
+// connection of the data plane survives without error; the agent of a node
+// cut off for longer stops its own workers after the same time.
+//
+// Blame: when one node stays reachable while every other node (two or more)
+// becomes unreachable at once, it is that node, not the others, that is cut
+// off: with the coordinator embedded in it, the coordinator only sees its
+// own node. The job then fails naming that node.
+
+// Defaults of Config.
+const (
+	DefaultNodeTimeout = 10 * time.Second
+	DefaultJoinSettle  = 3 * time.Second
+)
+
+// NodeUnreachable: the coordinator lost contact with a node (its watch
+// stream broke, gossip cannot reach it). It is lost if it stays so for
+// NodeTimeout. Repeated events keep the first time.
+type NodeUnreachable struct {
+	NodeID string
+	Reason string
+}
+
+// NodeReachable: a node is in contact again (its watch stream is back,
+// gossip hears it).
+type NodeReachable struct {
+	NodeID string
+}
+
+func (NodeUnreachable) isEvent() {}
+func (NodeReachable) isEvent()   {}
+
+// membership is what the machine remembers of joins to act on.
+type membership struct {
+	// actAt is when to act on the joins so far (start the first
+	// generation, or grow); zero: nothing to do.
+	actAt time.Time
+	// growing: the running generation was ended to admit new nodes.
+	growing bool
+}
+
+// nnodes is --nnodes as the user wrote it.
+func (m *Machine) nnodes() string {
+	if m.cfg.MinNodes == m.cfg.Nodes {
+		return strconv.Itoa(m.cfg.Nodes)
+	}
+	return fmt.Sprintf("%d:%d", m.cfg.MinNodes, m.cfg.Nodes)
+}
+
+// joined acts on node id's join.
+func (m *Machine) joined(id string) []Action {
+	switch {
+	case m.state == StateWaiting && len(m.nodes) >= m.cfg.Nodes:
+		return []Action{m.start(0, 0)}
+	case m.state == StateWaiting && len(m.nodes) >= m.cfg.MinNodes,
+		m.state == StateRunning:
+		// Wait for more joins first.
+		m.members.actAt = m.now.Add(m.cfg.JoinSettle)
+	}
+	// Restarting: the next generation includes it.
+	return nil
+}
+
+// unreachable records that a node is out of contact.
+func (m *Machine) unreachable(ev NodeUnreachable) ([]Action, error) {
+	n := m.nodes[ev.NodeID]
+	if n == nil {
+		return nil, fmt.Errorf("%w %q unreachable", ErrUnknownNode, ev.NodeID)
+	}
+	if n.unreachableSince.IsZero() {
+		n.unreachableSince, n.unreachableWhy = m.now, ev.Reason
+	}
+	return nil, nil
+}
+
+// reachable records that a node is in contact again.
+func (m *Machine) reachable(ev NodeReachable) ([]Action, error) {
+	n := m.nodes[ev.NodeID]
+	if n == nil {
+		return nil, fmt.Errorf("%w %q reachable", ErrUnknownNode, ev.NodeID)
+	}
+	n.unreachableSince, n.unreachableWhy = time.Time{}, ""
+	return nil, nil
+}
+
+// membershipTick loses nodes unreachable for NodeTimeout, and acts on joins
+// that have settled. nil when there is nothing to do.
+func (m *Machine) membershipTick() []Action {
+	if m.Finished() {
+		return nil
+	}
+	if acts := m.timeouts(); acts != nil {
+		return acts
+	}
+	if m.members.actAt.IsZero() || m.now.Before(m.members.actAt) {
+		return nil
+	}
+	m.members.actAt = time.Time{}
+	switch {
+	case m.state == StateWaiting && len(m.nodes) >= m.cfg.MinNodes:
+		return []Action{m.start(0, 0)}
+	case m.state == StateRunning:
+		var joined []string
+		for _, n := range m.sortedNodes() {
+			if n.groupRank < 0 {
+				joined = append(joined, fmt.Sprintf("%s on %s", n.id, n.info.Hostname))
+			}
+		}
+		if len(joined) == 0 {
+			return nil
+		}
+		m.members.growing = true
+		desc := fmt.Sprintf("%s joined: the job grows to %s", strings.Join(joined, ", "), plural(len(m.nodes), "node"))
+		return append(m.end(nil, desc), m.afterEnd()...)
+	}
+	return nil
+}
+
+// timeouts loses the nodes unreachable for NodeTimeout; nil when none is.
+func (m *Machine) timeouts() []Action {
+	var late []*node
+	for _, n := range m.sortedNodes() {
+		if !n.unreachableSince.IsZero() && !m.now.Before(n.unreachableSince.Add(m.cfg.NodeTimeout)) {
+			late = append(late, n)
+		}
+	}
+	if len(late) == 0 {
+		return nil
+	}
+	if cut := m.cutOff(); cut != nil {
+		return m.failCutOff(cut)
+	}
+	var out []Action
+	for _, n := range late {
+		reason := fmt.Sprintf("unreachable for %s (%s)", m.now.Sub(n.unreachableSince).Round(100*time.Millisecond), n.unreachableWhy)
+		acts, err := m.lost(NodeLost{NodeID: n.id, Reason: reason})
+		if err == nil {
+			out = append(out, acts...)
+		}
+		if m.Finished() {
+			break
+		}
+	}
+	return out
+}
+
+// cutOff returns the one node still reachable when all the others, two or
+// more, are unreachable: the node that is cut off from them.
+func (m *Machine) cutOff() *node {
+	if len(m.nodes) < 3 {
+		return nil
+	}
+	var reachable *node
+	for _, n := range m.nodes {
+		if n.unreachableSince.IsZero() {
+			if reachable != nil {
+				return nil
+			}
+			reachable = n
+		}
+	}
+	return reachable
+}
+
+// failCutOff ends the job blaming node cut, which lost contact with every
+// other node: restarting on it alone would only repeat that.
+func (m *Machine) failCutOff(cut *node) []Action {
+	var others []string
+	for _, n := range m.sortedNodes() {
+		if n != cut {
+			others = append(others, n.info.Hostname)
+		}
+	}
+	reason := fmt.Sprintf("cut off from every other node (%s) for %s: its network, not theirs, failed (the coordinator runs there or reaches only it)",
+		strings.Join(others, ", "), m.cfg.NodeTimeout)
+	f := &Failure{Rank: -1, NodeID: cut.id, Hostname: cut.info.Hostname, Pid: cut.info.AgentPID, Reason: reason}
+	if m.state == StateRunning {
+		for r := range m.ranks {
+			if m.ranks[r].nodeID == cut.id {
+				f.Rank = r
+				break
+			}
+		}
+	}
+	m.failure, m.state = f, StateFailed
+	desc := fmt.Sprintf("node %s on %s (%s) was %s", cut.id, cut.info.Hostname, cut.info.Address, reason)
+	acts := m.failBarriers("the job failed: " + desc)
+	return append(acts, FinishJob{ExitCode: 1, Failure: copyFailure(f), Message: "job failed: " + desc})
+}
+
+// naturalCompare orders host names as people do: digit runs by value, so
+// node9 comes before node10.
+func naturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		ca, cb := a[0], b[0]
+		if isDigit(ca) && isDigit(cb) {
+			da, db := digitRun(a), digitRun(b)
+			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
+			if c := compareInts(len(na), len(nb)); c != 0 {
+				return c
+			}
+			if c := strings.Compare(na, nb); c != 0 {
+				return c
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if ca != cb {
+			return compareInts(int(ca), int(cb))
+		}
+		a, b = a[1:], b[1:]
+	}
+	return compareInts(len(a), len(b))
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// digitRun is the length of the digits s starts with.
+func digitRun(s string) int {
+	i := 0
+	for i < len(s) && isDigit(s[i]) {
+		i++
+	}
+	return i
+}
+
+func compareInts(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
