@@ -35,13 +35,14 @@ func (h *hub) workerByPid(pid int) *attachedWorker {
 	return h.streams[pid]
 }
 
-// rebind attaches a surviving worker's stream to its rank in generation gen.
+// rebind attaches a surviving worker's stream to its rank in generation gen
+// (a survivor's rank changes when the job shrinks or grows).
 func (h *hub) rebind(gen int64, rank int, w *attachedWorker) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s := h.ranks[rank]; s != nil && h.gen == gen && w != nil {
 		s.worker = w
-		w.gen = gen
+		w.gen, w.rank = gen, rank
 	}
 }
 

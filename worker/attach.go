@@ -43,6 +43,7 @@ type attachment struct {
 
 	mu         sync.Mutex
 	generation int64 // the worker's, as reported; Run's adopt changes it (recover.go)
+	rank       int   // likewise: a survivor's rank may change when the job shrinks or grows
 	flights    []*flight.Recorder
 	comms      []comm.Comm // every communicator tracked, for abortAll
 	step       int64
@@ -54,7 +55,7 @@ type attachment struct {
 func (w *Worker) attach() *attachment {
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &attachment{
-		w: w, log: w.logger, cancel: cancel, generation: w.Generation,
+		w: w, log: w.logger, cancel: cancel, generation: w.Generation, rank: w.Rank,
 		urgent:  make(chan struct{}, 1),
 		replies: make(chan *gotrainv1.WorkerMessage, 4),
 		closing: make(chan struct{}),
@@ -117,7 +118,7 @@ func (a *attachment) progress() (*gotrainv1.RankProgress, uint64) {
 	a.mu.Lock()
 	flights := a.flights
 	p := &gotrainv1.RankProgress{
-		Rank: int32(a.w.Rank), Generation: a.generation, Pid: int32(os.Getpid()),
+		Rank: int32(a.rank), Generation: a.generation, Pid: int32(os.Getpid()),
 		Step: a.step, SamplesPerSecond: a.sps, UnixNanos: time.Now().UnixNano(), Attached: true,
 	}
 	ver := a.stepVer
@@ -151,10 +152,10 @@ func (a *attachment) progress() (*gotrainv1.RankProgress, uint64) {
 func (a *attachment) send(ctx context.Context, stream gotrainv1.Agent_AttachClient) {
 	defer close(a.sent)
 	a.mu.Lock()
-	gen := a.generation
+	gen, rank := a.generation, a.rank
 	a.mu.Unlock()
 	hello := &gotrainv1.WorkerMessage{Msg: &gotrainv1.WorkerMessage_Hello{Hello: &gotrainv1.WorkerHello{
-		Rank: int32(a.w.Rank), Pid: int32(os.Getpid()), Generation: gen,
+		Rank: int32(rank), Pid: int32(os.Getpid()), Generation: gen,
 	}}}
 	if err := stream.Send(hello); err != nil {
 		a.log.Debug("attach: hello", "err", err)
@@ -272,9 +273,9 @@ func (w *Worker) ReportStep(step int64, samplesPerSecond float64) {
 }
 
 // setGeneration is what progress reports say from now on: the sender
-// goroutine reads it while Run adopts a new generation.
-func (a *attachment) setGeneration(g int64) {
+// goroutine reads them while Run adopts a new generation.
+func (a *attachment) setGeneration(g int64, rank int) {
 	a.mu.Lock()
-	a.generation = g
+	a.generation, a.rank = g, rank
 	a.mu.Unlock()
 }

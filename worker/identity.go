@@ -46,18 +46,22 @@ func (w *Worker) setVars(v jobenv.Vars) {
 
 // adoptGeneration makes generation s this surviving worker's: the same
 // identity, environment included, as a process started for its rank in s.
+// A process lives in its node's local slot: its rank is the one of its
+// local rank in s, which changes when the job shrinks or grows.
 // Run passes os.Setenv and os.Unsetenv.
 func (w *Worker) adoptGeneration(s *gotrainv1.GenerationStarted, setenv func(k, val string) error, unsetenv func(k string) error) error {
-	v, ok := jobenv.Identity(genwire.Generation(s), w.Rank, w.vars.Node())
+	g := genwire.Generation(s)
+	rank, ok := g.RankAt(w.LocalRank)
 	if !ok {
-		return fmt.Errorf("worker: rank %d is not in generation %d on this node", w.Rank, s.GetGeneration())
+		return fmt.Errorf("worker: local rank %d (rank %d) is not in generation %d on this node", w.LocalRank, w.Rank, s.GetGeneration())
 	}
+	v, _ := jobenv.Identity(g, rank, w.vars.Node())
 	if err := adoptIdentity(v, setenv, unsetenv); err != nil {
 		return fmt.Errorf("worker: rank %d: %w", w.Rank, err)
 	}
 	w.setVars(v)
 	if w.diag != nil {
-		w.diag.setGeneration(w.Generation)
+		w.diag.setGeneration(w.Generation, w.Rank)
 	}
 	return nil
 }

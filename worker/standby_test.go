@@ -85,3 +85,27 @@ func TestAStandbysEnvironmentEqualsAFreshWorkers(t *testing.T) {
 		t.Errorf("standby's environment\n%v\nwant a fresh worker's\n%v", env, want)
 	}
 }
+
+// A survivor keeps its node's local slot; when the job shrinks its rank
+// changes, and it takes the rank of its local rank, as a fresh worker of
+// that slot would.
+func TestASurvivorTakesTheRankOfItsSlotWhenTheJobShrinks(t *testing.T) {
+	env := freshEnv(t, gen(1, 0, false), 3) // rank 3, local rank 1, of 4
+	v, err := jobenv.FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &Worker{}
+	w.setVars(v)
+	smaller := &gotrainv1.GenerationStarted{Generation: 2, WorldSize: 2, GroupRank: 0, RestartCount: 1, MasterAddr: "10.0.0.9", MasterPort: 29502,
+		Ranks: []*gotrainv1.RankAssignment{{Rank: 0, LocalRank: 0, Gpu: -1, Survivor: true}, {Rank: 1, LocalRank: 1, Gpu: -1, Survivor: true}}}
+	if err := w.adoptGeneration(smaller, env.set, env.unset); err != nil {
+		t.Fatal(err)
+	}
+	if w.Rank != 1 || w.WorldSize != 2 || w.LocalRank != 1 {
+		t.Errorf("survivor is rank %d of %d (local %d); want rank 1 of 2, local 1", w.Rank, w.WorldSize, w.LocalRank)
+	}
+	if want := freshEnv(t, smaller, 1); !maps.Equal(env, want) {
+		t.Errorf("survivor's environment\n%v\nwant a fresh worker's\n%v", env, want)
+	}
+}

@@ -60,6 +60,16 @@ func (g NodeGeneration) Assignment(rank int) (Assignment, bool) {
 	return g.Ranks[i], true
 }
 
+// RankAt returns the rank of local rank local in g; false when the node
+// runs no such local rank.
+func (g NodeGeneration) RankAt(local int) (int, bool) {
+	i := slices.IndexFunc(g.Ranks, func(a Assignment) bool { return a.LocalRank == local })
+	if i < 0 {
+		return 0, false
+	}
+	return g.Ranks[i].Rank, true
+}
+
 // GPUs returns the GPUs of g's ranks in local-rank order, nil when they
 // have none (the CPU backend) or the local ranks are not 0..n-1.
 func (g NodeGeneration) GPUs() []int {

@@ -23,7 +23,10 @@ type Machine struct {
 	next ProcID                 // the last ProcID handed out
 
 	procs   map[ProcID]*proc
-	workers map[int]ProcID // rank → its process in the latest generation that ran it here
+	// workers: local slot (local rank) → the process that runs it in the
+	// latest generation that ran it here. A process keeps its slot across
+	// generations; its rank may change when the job shrinks or grows.
+	workers map[int]ProcID
 	pool    *standbyPool   // nil when standbys are off
 
 	stopping  syscall.Signal // SIGINT/SIGTERM that stops the job; 0 if none
@@ -37,7 +40,7 @@ type proc struct {
 	id       ProcID
 	pid      int // 0 until Spawned
 	standby  bool
-	slot     int // local slot (standbys)
+	slot     int // local slot (local rank)
 	gpu      int
 	rank     int   // -1 for a standby
 	gen      int64 // the generation it runs (workers)
@@ -50,9 +53,10 @@ type proc struct {
 	// (zero once sent).
 	stopping bool
 	killAt   time.Time
-	// prevGen is the generation it ran before a Resume, restored when the
-	// Resume fails: its exit is then the old generation's.
-	prevGen int64
+	// prevGen and prevRank are what it ran before a Resume, restored when
+	// the Resume fails: its exit is then the old generation's.
+	prevGen  int64
+	prevRank int
 }
 
 // handover is the last message the machine had the shell deliver to a
@@ -147,17 +151,18 @@ func (m *Machine) newProc(p proc) *proc {
 	return &p
 }
 
-// live returns the worker process of rank, nil when it has none.
-func (m *Machine) worker(rank int) *proc {
-	id, ok := m.workers[rank]
+// worker returns the worker process of local slot local, nil when it has
+// none.
+func (m *Machine) worker(local int) *proc {
+	id, ok := m.workers[local]
 	if !ok {
 		return nil
 	}
 	return m.procs[id]
 }
 
-// ranks returns the ranks that have a worker, in order.
-func (m *Machine) ranks() []int { return slices.Sorted(maps.Keys(m.workers)) }
+// slots returns the local slots that have a worker, in order.
+func (m *Machine) slots() []int { return slices.Sorted(maps.Keys(m.workers)) }
 
 func (m *Machine) identity(rank int) jobenv.Vars {
 	v, _ := jobenv.Identity(*m.gen, rank, m.cfg.Node)
@@ -177,15 +182,16 @@ func (m *Machine) generationStarted(g jobenv.NodeGeneration) []Action {
 // survivor, its slot's standby or a new one.
 func (m *Machine) startRank(r jobenv.Assignment) []Action {
 	var out []Action
-	if p := m.worker(r.Rank); p != nil && !p.exited {
+	if p := m.worker(r.LocalRank); p != nil && !p.exited {
 		if r.Survivor && p.resumable() {
-			p.prevGen, p.gen, p.handover = p.gen, m.gen.Number, handResume
+			p.prevGen, p.prevRank = p.gen, p.rank
+			p.gen, p.rank, p.handover = m.gen.Number, r.Rank, handResume
 			return []Action{Resume{Proc: p.id, Vars: m.identity(r.Rank)}}
 		}
 		// Left over and cannot take the generation: stop it.
 		out = append(out, m.stop(p)...)
 	}
-	delete(m.workers, r.Rank)
+	delete(m.workers, r.LocalRank)
 	return append(out, m.newWorker(r)...)
 }
 
@@ -202,13 +208,13 @@ func (m *Machine) newWorker(r jobenv.Assignment) []Action {
 		if s != nil {
 			if p := m.procs[s.proc]; p != nil && !p.exited {
 				p.standby, p.rank, p.gen, p.handover = false, r.Rank, m.gen.Number, handStandby
-				m.workers[r.Rank] = p.id
+				m.workers[r.LocalRank] = p.id
 				return append(out, HandToStandby{Proc: p.id, Vars: vars})
 			}
 		}
 	}
-	p := m.newProc(proc{rank: r.Rank, gen: m.gen.Number, gpu: r.GPU})
-	m.workers[r.Rank] = p.id
+	p := m.newProc(proc{rank: r.Rank, slot: r.LocalRank, gen: m.gen.Number, gpu: r.GPU})
+	m.workers[r.LocalRank] = p.id
 	return append(out, Spawn{Proc: p.id, Vars: vars, GPUs: m.gen.GPUs()})
 }
 
@@ -242,14 +248,14 @@ func (m *Machine) startStandby(slot, gpu int) []Action {
 
 func (m *Machine) generationEnded(e GenerationEnded) []Action {
 	var out []Action
-	for _, rank := range m.ranks() {
-		p := m.worker(rank)
+	for _, local := range m.slots() {
+		p := m.worker(local)
 		if p == nil || p.exited || p.gen != e.Generation {
 			continue
 		}
 		if p.resumable() {
 			p.handover = handPark
-			out = append(out, Park{Proc: p.id, Rank: rank, Generation: e.Generation, Reason: e.Reason})
+			out = append(out, Park{Proc: p.id, Rank: p.rank, Generation: e.Generation, Reason: e.Reason})
 			continue
 		}
 		if p.attached {
@@ -299,8 +305,8 @@ func (m *Machine) spawnFailed(ev SpawnFailed) []Action {
 		}
 		return m.killStandbys(m.pool.startFailed(p.id, ev.Err))
 	}
-	if m.workers[p.rank] == p.id {
-		delete(m.workers, p.rank)
+	if m.workers[p.slot] == p.id {
+		delete(m.workers, p.slot)
 	}
 	out := []Action{Print{Text: "gotrain: " + ev.Err}}
 	if m.stopping == 0 && m.finishing == nil {
@@ -331,8 +337,8 @@ func (m *Machine) exited(ev Exited) []Action {
 	if p.standby {
 		return m.standbyExited(p, ev)
 	}
-	if m.workers[p.rank] == p.id {
-		delete(m.workers, p.rank)
+	if m.workers[p.slot] == p.id {
+		delete(m.workers, p.slot)
 	}
 	if m.stopping != 0 || m.finishing != nil {
 		return nil // the job is being stopped: nothing to decide
@@ -380,7 +386,7 @@ func (m *Machine) startStandbysOnceAttached() []Action {
 		return nil
 	}
 	for _, r := range m.gen.Ranks {
-		p := m.worker(r.Rank)
+		p := m.worker(r.LocalRank)
 		if p == nil || p.gen != m.gen.Number || !p.attachedOnce {
 			return nil
 		}
@@ -414,13 +420,13 @@ func (m *Machine) handoverFailed(id ProcID) []Action {
 	case handPark:
 		return m.stop(p)
 	case handResume, handStandby:
-		if m.workers[p.rank] == p.id {
-			delete(m.workers, p.rank)
+		if m.workers[p.slot] == p.id {
+			delete(m.workers, p.slot)
 		}
-		rank := p.rank
+		local := p.slot
 		var out []Action
 		if h == handResume {
-			p.gen = p.prevGen // its exit is the old generation's
+			p.gen, p.rank = p.prevGen, p.prevRank // its exit is the old generation's
 			out = m.stop(p)
 		} else {
 			// Still a standby, one the pool let go: its exit is nobody's.
@@ -430,9 +436,10 @@ func (m *Machine) handoverFailed(id ProcID) []Action {
 		if m.gen == nil || m.stopping != 0 || m.finishing != nil {
 			return out
 		}
-		if r, ok := m.gen.Assignment(rank); ok {
-			p := m.newProc(proc{rank: r.Rank, gen: m.gen.Number, gpu: r.GPU})
-			m.workers[r.Rank] = p.id
+		if rank, ok := m.gen.RankAt(local); ok {
+			r, _ := m.gen.Assignment(rank)
+			p := m.newProc(proc{rank: r.Rank, slot: r.LocalRank, gen: m.gen.Number, gpu: r.GPU})
+			m.workers[r.LocalRank] = p.id
 			out = append(out, Spawn{Proc: p.id, Vars: m.identity(r.Rank), GPUs: m.gen.GPUs()})
 		}
 		return out
@@ -461,8 +468,8 @@ func (m *Machine) signaled(sig syscall.Signal) []Action {
 // signalAll sends sig to every worker.
 func (m *Machine) signalAll(sig syscall.Signal) []Action {
 	var out []Action
-	for _, rank := range m.ranks() {
-		if p := m.worker(rank); p != nil && !p.exited {
+	for _, local := range m.slots() {
+		if p := m.worker(local); p != nil && !p.exited {
 			out = append(out, Signal{Proc: p.id, Sig: sig})
 		}
 	}
@@ -496,10 +503,23 @@ func (m *Machine) finish(f Finish) []Action {
 	}
 	m.finishing = &f
 	var out []Action
-	for _, rank := range m.ranks() {
-		out = append(out, m.stop(m.worker(rank))...)
+	for _, id := range slices.Sorted(maps.Keys(m.procs)) {
+		if p := m.procs[id]; !p.standby {
+			out = append(out, m.stop(p)...)
+		}
 	}
 	return out
+}
+
+// running reports whether a process that is no standby still runs: a
+// worker, or one of an older generation that is being stopped.
+func (m *Machine) running() bool {
+	for _, p := range m.procs {
+		if !p.standby {
+			return true
+		}
+	}
+	return false
 }
 
 // maybeFinish emits Finish once the job is over and no worker is left:
@@ -509,9 +529,9 @@ func (m *Machine) maybeFinish() []Action {
 	switch {
 	case m.finished:
 		return nil
-	case m.finishing != nil && len(m.workers) == 0:
+	case m.finishing != nil && !m.running():
 		f = *m.finishing
-	case m.stopping != 0 && len(m.workers) == 0:
+	case m.stopping != 0 && !m.running():
 		f = Finish{Code: 128 + int(m.stopping), Why: FinishedSignal}
 	default:
 		return nil
