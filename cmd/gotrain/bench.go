@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -46,6 +47,10 @@ Examples:
   gotrain bench allreduce --gpus 2
   gotrain bench all_gather --gpus 8 --min 1M --max 1G --json
   gotrain bench allreduce --backend cpu --gpus 4 --max 64M
+
+With --backend cpu the defaults are smaller (--max 32M --iters 10
+--warmup 2): TCP between processes moves about a GB/s, and these finish in
+seconds.
 `
 
 func (c *benchCmd) run(ctx context.Context, args []string) error {
@@ -57,6 +62,7 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 		op, args = args[0], args[1:]
 	}
 	spec := benchrun.DefaultSpec(op)
+	cpuSpec := benchrun.DefaultCPUSpec(op)
 	fs := newFlagSet(c.name(), benchUsage)
 	var (
 		gpus          int
@@ -71,13 +77,13 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 	fs.IntVar(&gpus, "nproc-per-node", 0, "alias of --gpus")
 	fs.StringVar(&backend, "backend", "nccl", "nccl (GPUs) or cpu (TCP between CPU ranks, host buffers)")
 	fs.StringVar(&minS, "min", "8", "smallest size in bytes (suffixes K, M, G)")
-	fs.StringVar(&maxS, "max", "4G", "largest size in bytes (suffixes K, M, G)")
-	fs.Int64Var(&spec.Factor, "factor", spec.Factor, "multiply the size by this from one row to the next")
+	fs.StringVar(&maxS, "max", "4G", "largest size in bytes (suffixes K, M, G); with --backend cpu the default is "+benchrun.FormatSize(cpuSpec.Max))
+	fs.Int64Var(&spec.Factor, "factor", spec.Factor, "multiply the size by this from one row to the next (2 or more)")
 	fs.StringVar(&spec.DType, "dtype", spec.DType, "element type: float32, float64, int32 or int64")
 	fs.StringVar(&spec.RedOp, "op", spec.RedOp, "reduction of allreduce and reduce_scatter: sum, avg, max or min")
-	fs.IntVar(&spec.Root, "root", 0, "root rank of broadcast")
-	fs.IntVar(&spec.Iters, "iters", spec.Iters, "timed collectives per size")
-	fs.IntVar(&spec.Warmup, "warmup", spec.Warmup, "untimed collectives per size before timing")
+	fs.IntVar(&spec.Root, "root", 0, "root rank of broadcast (0 to ranks-1)")
+	fs.IntVar(&spec.Iters, "iters", spec.Iters, fmt.Sprintf("timed collectives per size (1 or more; with --backend cpu the default is %d)", cpuSpec.Iters))
+	fs.IntVar(&spec.Warmup, "warmup", spec.Warmup, fmt.Sprintf("untimed collectives per size before timing (0 or more; with --backend cpu the default is %d)", cpuSpec.Warmup))
 	fs.BoolVar(&jsonOut, "json", false, "print the rows as a JSON array instead of the table")
 	fs.BoolVar(&verbose, "verbose", false, "log the agent's and the workers' steps to stderr")
 	fs.StringVar(&logDir, "log-dir", "", "also write each rank's output to DIR/rankN.log")
@@ -85,11 +91,30 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if op == "" && fs.NArg() > 0 {
+	if op == "" && fs.NArg() > 0 { // flags before the collective: the rest follow it
 		op = fs.Arg(0)
+		if err := parseFlags(fs, fs.Args()[1:]); err != nil {
+			return err
+		}
+	}
+	if fs.NArg() > 0 {
+		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
 	if op == "" {
 		return &usageError{msg: "no collective given", hint: "Name one: gotrain bench allreduce (or all_gather, reduce_scatter, broadcast)."}
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if backend == "cpu" {
+		if !given["max"] {
+			maxS = benchrun.FormatSize(cpuSpec.Max)
+		}
+		if !given["iters"] {
+			spec.Iters = cpuSpec.Iters
+		}
+		if !given["warmup"] {
+			spec.Warmup = cpuSpec.Warmup
+		}
 	}
 	spec.Op = op
 	var err error
@@ -98,6 +123,12 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 	}
 	if spec.Max, err = benchrun.ParseSize(maxS); err != nil {
 		return &usageError{msg: "--max: " + err.Error()}
+	}
+	switch {
+	case gpus < 0 || gpus == 0 && (given["gpus"] || given["nproc-per-node"]):
+		return &usageError{msg: fmt.Sprintf("--gpus %d", gpus), hint: "Give 1 or more ranks (leave --gpus out for every GPU, or 2 with --backend cpu)."}
+	case launchTimeout <= 0:
+		return &usageError{msg: fmt.Sprintf("--timeout %s", launchTimeout), hint: "Give a positive duration, e.g. --timeout 10m."}
 	}
 	switch backend {
 	case "cpu":

@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -35,15 +37,25 @@ func (e *usageError) Error() string {
 // exitCoder is an error that decides gotrain's exit status.
 type exitCoder interface{ ExitCode() int }
 
+// gotrain's exit statuses of its own (a job's status is its failed rank's):
+// 0 success or help, 1 a failure, 2 a usage error (bad flags or arguments,
+// always with a message on stderr). `gotrain diagnose` exits 3 when it
+// reports a hang (exitHang).
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
 func run(ctx context.Context, args []string) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+	if len(args) == 0 {
+		printUsage(os.Stderr)
+		return exitUsage
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		if len(args) > 1 {
 			return run(ctx, []string{args[1], "--help"})
 		}
 		printUsage(os.Stdout)
-		if len(args) == 0 {
-			return 2
-		}
 		return 0
 	}
 	for _, c := range commands() {
@@ -60,17 +72,19 @@ func run(ctx context.Context, args []string) int {
 		var ue *usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(os.Stderr, "gotrain %s: %v\nRun 'gotrain %s --help' for usage.\n", c.name(), err, c.name())
-			return 2
+			return exitUsage
 		}
-		fmt.Fprintln(os.Stderr, err)
+		if msg := err.Error(); msg != "" { // "": the command's output said it
+			fmt.Fprintln(os.Stderr, msg)
+		}
 		var ec exitCoder
 		if errors.As(err, &ec) {
 			return ec.ExitCode()
 		}
-		return 1
+		return exitFailure
 	}
 	fmt.Fprintf(os.Stderr, "gotrain: unknown command %q\nRun 'gotrain help' for the list of commands.\n", args[0])
-	return 2
+	return exitUsage
 }
 
 func printUsage(w io.Writer) {
@@ -86,30 +100,127 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "Run 'gotrain <command> --help' for a command's flags.")
 }
 
-// newFlagSet returns a FlagSet whose --help prints usage then the flags.
+// newFlagSet returns a FlagSet whose --help prints usage then the flags, on
+// stdout (parseFlags).
 func newFlagSet(name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet("gotrain "+name, flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs.SetOutput(os.Stdout)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), strings.TrimSpace(usage))
-		fmt.Fprintln(fs.Output())
-		fmt.Fprintln(fs.Output(), "Flags:")
-		fs.PrintDefaults()
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprintln(fs.Output())
+			fmt.Fprintln(fs.Output(), "Flags:")
+			fs.PrintDefaults()
+		}
 	}
 	return fs
 }
 
-// parseFlags parses args, turning flag errors into usage errors.
+// parseFlags parses args, turning flag errors into usage errors; --help
+// prints the usage on stdout and returns flag.ErrHelp (exit 0). A switch
+// followed by one of its words (--standby off, --json false) takes it, as if
+// written --standby=off: see joinFlagWords.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	fs.SetOutput(os.Stderr)
+	err := fs.Parse(joinFlagWords(fs, args))
+	fs.SetOutput(os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		fs.Usage()
 		return err
 	}
 	if err != nil {
 		return &usageError{msg: err.Error()}
+	}
+	return nil
+}
+
+// wordFlag is a flag that may be given bare (a switch: IsBoolFlag) and also
+// takes one of a few words: --standby is on, --standby=off, --standby off.
+type wordFlag interface {
+	flag.Value
+	IsBoolFlag() bool
+	Words() []string
+}
+
+// joinFlagWords rewrites a switch followed by one of its words into one
+// argument ("--standby", "off" -> "--standby=off"; "--json", "false" ->
+// "--json=false"), so that the word is not taken for the program or a
+// positional argument. Boolean flags take true and false; a wordFlag its
+// Words. It stops where flag parsing stops: at "--" or the first argument
+// that is neither a flag nor a flag's value.
+func joinFlagWords(fs *flag.FlagSet, args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		out = append(out, a)
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			return append(out, args[i+1:]...)
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil || i+1 == len(args) {
+			continue
+		}
+		words := flagWords(f)
+		if words == nil { // takes a value: skip it
+			i++
+			out = append(out, args[i])
+			continue
+		}
+		for _, w := range words {
+			if args[i+1] == w {
+				out[len(out)-1] = a + "=" + w
+				i++
+				break
+			}
+		}
+	}
+	return out
+}
+
+// flagWords returns the words a switch takes, or nil for a flag that takes
+// a value.
+func flagWords(f *flag.Flag) []string {
+	if w, ok := f.Value.(wordFlag); ok && w.IsBoolFlag() {
+		return w.Words()
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return []string{"true", "false"}
+	}
+	return nil
+}
+
+// checkPort says what a port flag allows: 0 (any free port) to 65535.
+func checkPort(flagName string, port int) error {
+	if port < 0 || port > 65535 {
+		return &usageError{msg: fmt.Sprintf("%s %d", flagName, port), hint: "Give a port from 1 to 65535, or 0 for any free port."}
+	}
+	return nil
+}
+
+// checkHostPort checks a HOST:PORT flag's value ("" is left out): a port
+// from 0 (any free port, unless needPort) to 65535.
+func checkHostPort(flagName, addr string, needPort bool) error {
+	if addr == "" {
+		return nil
+	}
+	example := "e.g. " + flagName + " 10.0.0.1:29400"
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return &usageError{msg: fmt.Sprintf("%s %q is not HOST:PORT", flagName, addr), hint: "Give HOST:PORT, " + example + "."}
+	}
+	port, err := strconv.Atoi(p)
+	low := 0
+	if needPort {
+		low = 1
+	}
+	if err != nil || port < low || port > 65535 {
+		return &usageError{msg: fmt.Sprintf("%s %q: port %q", flagName, addr, p), hint: fmt.Sprintf("Give a port from %d to 65535, %s.", low, example)}
 	}
 	return nil
 }

@@ -60,6 +60,17 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	if err := cfg.JobSettings.Validate(); err != nil {
 		return settingsUsageError(err)
 	}
+	if cfg.GossipPort != host.GossipPortFromListen {
+		if err := checkPort("--gossip-port", cfg.GossipPort); err != nil {
+			return err
+		}
+	}
+	if err := checkHostPort("--listen", cfg.Listen, false); err != nil {
+		return err
+	}
+	if err := checkHostPort("--metrics-addr", cfg.MetricsAddr, false); err != nil {
+		return err
+	}
 	cfg.AdvertiseAddr = launcher.OutboundAddress
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 

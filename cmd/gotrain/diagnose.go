@@ -60,6 +60,12 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
+	if *stackLines < 0 {
+		return &usageError{msg: fmt.Sprintf("--stack-lines %d", *stackLines), hint: "Give 0 or more (0: all lines)."}
+	}
+	if err := checkHostPort("--coordinator", *addr, true); err != nil {
+		return err
+	}
 	coordAddr, jobToken, err := findJob(c.name(), *addr, *tok)
 	if err != nil {
 		return err

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -36,7 +35,10 @@ NVLink/PCIe topology, a smoke test (a kernel on every GPU, an all-reduce
 across all of them with its bandwidth) and that a worker started for GPU i
 really runs on GPU i. Each problem comes with a fix.
 
-Exits 0 when every check passes (warnings allowed), 1 otherwise.
+Exits 0 when every check passes (warnings allowed), 1 when one fails (a
+machine without an NVIDIA driver fails the driver check: --json still
+prints the report, with "healthy": false and the reason), 2 on a usage
+error.
 `
 
 // doctorProbeEnv makes `gotrain doctor` print the PCI bus id of the CUDA
@@ -44,11 +46,13 @@ Exits 0 when every check passes (warnings allowed), 1 otherwise.
 // the worker-placement probe doctor starts of itself.
 const doctorProbeEnv = "GOTRAIN_DOCTOR_PROBE"
 
-// doctorExit is doctor's failure: the report said it; only the status is left.
+// doctorExit is doctor's failure: the report on stdout said it (the FAIL
+// lines, or "healthy": false); only the status is left, and nothing more is
+// printed.
 type doctorExit struct{}
 
-func (doctorExit) Error() string { return "gotrain doctor: not healthy: see the FAIL lines" }
-func (doctorExit) ExitCode() int { return 1 }
+func (doctorExit) Error() string { return "" }
+func (doctorExit) ExitCode() int { return exitFailure }
 
 func (c *doctorCmd) run(ctx context.Context, args []string) error {
 	if os.Getenv(doctorProbeEnv) == "1" {
@@ -63,21 +67,19 @@ func (c *doctorCmd) run(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	n, err := gpuinfo.Open()
-	if err != nil {
-		var nd *gpuinfo.NoDriverError
-		if errors.As(err, &nd) {
-			return fmt.Errorf("gotrain doctor: no NVIDIA driver found (%s): install the NVIDIA driver, or use --backend cpu", nd.Reason)
+	var rep *doctor.Report
+	if n, err := gpuinfo.Open(); err != nil {
+		rep = doctor.NoNVML(err)
+	} else {
+		defer n.Close()
+		cfg := doctor.Config{NVML: n, NCCL: doctor.LoadNCCL}
+		if !*noSmoke {
+			cfg.Smoke = doctor.Smoke
+			cfg.Probe = probeWorkerGPU
 		}
-		return fmt.Errorf("gotrain doctor: %v", err)
+		rep = doctor.Run(ctx, cfg)
 	}
-	defer n.Close()
-	cfg := doctor.Config{NVML: n, NCCL: doctor.LoadNCCL}
-	if !*noSmoke {
-		cfg.Smoke = doctor.Smoke
-		cfg.Probe = probeWorkerGPU
-	}
-	rep := doctor.Run(ctx, cfg)
+	var err error
 	if *asJSON {
 		err = printIndentedJSON(rep)
 	} else {

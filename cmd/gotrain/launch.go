@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -88,6 +89,9 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 	cfg.JobFlagsGiven = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { cfg.JobFlagsGiven[f.Name] = true })
+	if err := validateLaunchFlags(&cfg, cfg.JobFlagsGiven); err != nil {
+		return err
+	}
 	cfg.Program, cfg.Args = fs.Arg(0), fs.Args()[1:]
 
 	gpus := launcher.CountGPUs()
@@ -153,6 +157,44 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	return fs
 }
 
+// validateLaunchFlags checks launch's own numeric flags and addresses (the
+// job-wide ones are host.JobSettings.Validate's); given names the flags on
+// the command line.
+func validateLaunchFlags(cfg *launcher.Config, given map[string]bool) error {
+	nproc := "--nproc-per-node"
+	if given["gpus"] {
+		nproc = "--gpus"
+	}
+	switch {
+	case cfg.NprocPerNode < 0 || cfg.NprocPerNode == 0 && (given["nproc-per-node"] || given["gpus"]):
+		return &usageError{msg: fmt.Sprintf("%s %d", nproc, cfg.NprocPerNode), hint: fmt.Sprintf("Give 1 or more workers (leave %s out for one per GPU).", nproc)}
+	case cfg.Backend != "" && cfg.Backend != "cpu" && cfg.Backend != "nccl":
+		return &usageError{msg: fmt.Sprintf("--backend %q", cfg.Backend), hint: "Use --backend cpu or --backend nccl."}
+	case cfg.GracePeriod < 0:
+		return &usageError{msg: fmt.Sprintf("--grace-period %s", cfg.GracePeriod), hint: "Give a duration of 0 or more (0: SIGKILL at once), e.g. --grace-period 10s."}
+	case cfg.JoinTimeout <= 0:
+		return &usageError{msg: fmt.Sprintf("--join-timeout %s", cfg.JoinTimeout), hint: "Give a positive duration, e.g. --join-timeout 60s."}
+	case cfg.StandbyTimeout <= 0:
+		return &usageError{msg: fmt.Sprintf("--standby-timeout %s", cfg.StandbyTimeout), hint: "Give a positive duration, e.g. --standby-timeout 30s."}
+	}
+	if err := checkPort("--gossip-port", cfg.GossipPort); err != nil {
+		return err
+	}
+	for _, a := range []struct {
+		flag, addr string
+		needPort   bool
+	}{
+		{"--coordinator", cfg.Coordinator, true},
+		{"--coordinator-listen", cfg.CoordinatorListen, false},
+		{"--metrics-addr", cfg.MetricsAddr, false},
+	} {
+		if err := checkHostPort(a.flag, a.addr, a.needPort); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func hostnameOr(def string) string {
 	h, err := os.Hostname()
 	if err != nil {
@@ -161,16 +203,21 @@ func hostnameOr(def string) string {
 	return h
 }
 
-// standbyFlag is --standby: a bare --standby means on, and
-// --standby=on|off|auto picks the mode.
+// standbyFlag is --standby: a bare --standby means on, and --standby=MODE
+// or --standby MODE (on, off, auto: joinFlagWords) picks the mode.
 type standbyFlag launcher.StandbyMode
+
+var _ wordFlag = (*standbyFlag)(nil)
 
 func (f *standbyFlag) String() string   { return string(*f) }
 func (f *standbyFlag) IsBoolFlag() bool { return true }
+func (f *standbyFlag) Words() []string {
+	return []string{string(launcher.StandbyOn), string(launcher.StandbyOff), string(launcher.StandbyAuto)}
+}
 func (f *standbyFlag) Set(s string) error {
-	m, err := launcher.ParseStandbyMode(s)
+	m, err := launcher.ParseStandbyMode(s) // a bare --standby sets "true": on
 	if err != nil {
-		return err
+		return errors.New("--standby takes on, off or auto: write e.g. --standby=off")
 	}
 	*f = standbyFlag(m)
 	return nil

@@ -71,6 +71,9 @@ func (c *topCmd) run(ctx context.Context, args []string) error {
 	if *interval <= 0 {
 		return &usageError{msg: fmt.Sprintf("--interval %s", *interval), hint: "Give a positive duration, e.g. --interval 2s."}
 	}
+	if err := checkHostPort("--coordinator", *addr, true); err != nil {
+		return err
+	}
 	a, t, err := findJob("top", *addr, *tok)
 	if err != nil {
 		return err

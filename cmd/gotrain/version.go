@@ -16,6 +16,9 @@ func (c *versionCmd) run(_ context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
 	v := "(devel)"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v = bi.Main.Version

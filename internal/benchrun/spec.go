@@ -56,6 +56,17 @@ func DefaultSpec(op string) Spec {
 	return Spec{Op: op, Min: 8, Max: 4 << 30, Factor: 4, DType: "float32", RedOp: "sum", Iters: 20, Warmup: 5}
 }
 
+// DefaultCPUSpec returns the defaults of `gotrain bench --backend cpu`: 8 B
+// to 32 MiB by ×4, 10 timed iterations after 2 warm-up ones. The CPU
+// backend moves about a GB/s between processes (TCP over loopback), so this
+// finishes in seconds, and each rank holds a few buffers of the largest size
+// (about 150 MB) instead of 4 GiB ones.
+func DefaultCPUSpec(op string) Spec {
+	s := DefaultSpec(op)
+	s.Max, s.Iters, s.Warmup = 32<<20, 10, 2
+	return s
+}
+
 // Validate checks s for ranks ranks.
 func (s *Spec) Validate(ranks int) error {
 	known := false

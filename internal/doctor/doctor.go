@@ -18,6 +18,7 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -162,6 +163,26 @@ func (r *Report) add(c Check) {
 	}
 }
 
+// NoDriverFix is the fix of a node without a usable NVIDIA driver: install
+// one, or train on CPU ranks, which need none.
+const NoDriverFix = "install the NVIDIA driver (nvidia-smi must work); to train without GPUs, run the workers on CPU ranks: gotrain launch --backend cpu --nproc-per-node N -- PROGRAM"
+
+// NoNVML is the report when NVML cannot be opened (no driver: err is a
+// *gpuinfo.NoDriverError, or NVML fails to start): unhealthy, with one
+// failed driver check that says why, so that `gotrain doctor --json` prints
+// a report on every machine.
+func NoNVML(err error) *Report {
+	c := Check{Name: "driver", Status: Fail, Detail: "NVML does not start: " + err.Error(),
+		Fix: "check that nvidia-smi works for this user; " + NoDriverFix[strings.Index(NoDriverFix, "to train without GPUs"):]}
+	var nd *gpuinfo.NoDriverError
+	if errors.As(err, &nd) {
+		c.Detail, c.Fix = "no NVIDIA driver found ("+nd.Reason+")", NoDriverFix
+	}
+	rep := &Report{Healthy: true, GPUs: []GPU{}}
+	rep.add(c)
+	return rep
+}
+
 // Run runs every check and returns the report.
 func Run(ctx context.Context, cfg Config) *Report {
 	cfg.setDefaults()
@@ -184,7 +205,7 @@ func Run(ctx context.Context, cfg Config) *Report {
 	}
 	if count == 0 {
 		rep.add(Check{Name: "driver", Status: Fail, Detail: fmt.Sprintf("NVIDIA driver %s is loaded but shows no GPUs", rep.Driver),
-			Fix: "check CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES and, in a container, that GPUs were passed in (--gpus all)"})
+			Fix: "check CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES and, in a container, that GPUs were passed in (docker run --gpus all)"})
 		return rep
 	}
 	rep.add(Check{Name: "driver", Status: OK, Detail: fmt.Sprintf("NVIDIA driver %s (CUDA %s), %d GPU(s) visible", rep.Driver, rep.CUDADriver, count)})

@@ -252,3 +252,27 @@ func TestNVMLBroken(t *testing.T) {
 		t.Errorf("%+v", rep.Checks)
 	}
 }
+
+// Without NVML the report is still a report: unhealthy, one failed driver
+// check with the reason, and a fix naming the CPU backend.
+func TestNoNVML(t *testing.T) {
+	for _, tc := range []struct {
+		err        error
+		detail     string
+		fixHasCPUs bool
+	}{
+		{&gpuinfo.NoDriverError{Reason: "libnvidia-ml.so.1 not loadable"}, "no NVIDIA driver found (libnvidia-ml.so.1 not loadable)", true},
+		{errors.New("gpuinfo: NVML init: no permission"), "NVML does not start: gpuinfo: NVML init: no permission", true},
+	} {
+		rep := NoNVML(tc.err)
+		if rep.Healthy || len(rep.Checks) != 1 || rep.Checks[0].Status != Fail || rep.Checks[0].Detail != tc.detail {
+			t.Errorf("NoNVML(%v) = %+v; want unhealthy, one failed check %q", tc.err, rep, tc.detail)
+		}
+		if !strings.Contains(rep.Checks[0].Fix, "gotrain launch --backend cpu --nproc-per-node N") {
+			t.Errorf("fix %q does not name the CPU backend's flags", rep.Checks[0].Fix)
+		}
+		if rep.GPUs == nil {
+			t.Error("GPUs is nil: JSON would say null, not []")
+		}
+	}
+}
