@@ -11,6 +11,16 @@
 // skips a file that is torn, truncated or corrupt, falling back to the next
 // newest. Save keeps the newest Keep checkpoints and removes older ones.
 //
+// Only files that pass every check count against Keep: a corrupt file, or one
+// whose name claims a newer step than it holds, is never a reason to remove a
+// good checkpoint, and Save never removes the file it has just written nor the
+// newest valid one. Pruning removes only files older than the Keep-th newest
+// valid checkpoint, after the new one is durable under its final name, so a
+// reader that finds a file gone (removed between its listing and its open)
+// lists again and finds a newer one. Files that are not regular files (a FIFO,
+// a device) are skipped without being opened for a blocking read, and a file's
+// header and size are checked before its state is read.
+//
 // In a data-parallel job every rank holds the same state: rank 0 saves, and
 // every rank loads (then, to be safe, the state is broadcast from rank 0).
 //
@@ -38,6 +48,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Errors of the package.
@@ -109,7 +120,7 @@ func (d Dir) Save(step int64, state []byte) error {
 	if err := syncDir(d.Path); err != nil {
 		return fmt.Errorf("checkpoint: save step %d: sync %s: %w", step, d.Path, err)
 	}
-	return d.prune()
+	return d.prune(step)
 }
 
 func syncDir(dir string) error {
@@ -134,68 +145,134 @@ func encodeHeader(step int64, state []byte) []byte {
 
 // Decode checks a whole checkpoint file's bytes and returns its step and state.
 func Decode(b []byte) (step int64, state []byte, err error) {
-	if len(b) < headerSize {
-		return 0, nil, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(b), headerSize)
+	step, n, err := decodeHeader(b)
+	if err != nil {
+		return 0, nil, err
 	}
-	h := b[:headerSize]
-	if string(h[:8]) != magic {
-		return 0, nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, h[:8])
-	}
-	if got, want := binary.LittleEndian.Uint32(h[36:]), crc32.Checksum(h[:36], castagnoli); got != want {
-		return 0, nil, fmt.Errorf("%w: header checksum %08x, want %08x", ErrCorrupt, got, want)
-	}
-	if v := binary.LittleEndian.Uint32(h[8:]); v != version {
-		return 0, nil, fmt.Errorf("%w: version %d, this program reads version %d", ErrCorrupt, v, version)
-	}
-	step = int64(binary.LittleEndian.Uint64(h[16:]))
-	n := binary.LittleEndian.Uint64(h[24:])
-	if step < 0 || n != uint64(len(b)-headerSize) {
+	if n != uint64(len(b)-headerSize) {
 		return 0, nil, fmt.Errorf("%w: the header says %d bytes of state, the file holds %d (torn write?)", ErrCorrupt, n, len(b)-headerSize)
 	}
 	state = b[headerSize:]
-	if got, want := crc32.Checksum(state, castagnoli), binary.LittleEndian.Uint32(h[32:]); got != want {
-		return 0, nil, fmt.Errorf("%w: state checksum %08x, want %08x", ErrCorrupt, got, want)
+	if err := checkState(b[:headerSize], state); err != nil {
+		return 0, nil, err
 	}
 	return step, state, nil
 }
 
-// Load reads and checks one checkpoint file.
+// decodeHeader checks the header at the start of b and returns the step and
+// the length of the state it announces.
+func decodeHeader(b []byte) (step int64, n uint64, err error) {
+	if len(b) < headerSize {
+		return 0, 0, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(b), headerSize)
+	}
+	h := b[:headerSize]
+	if string(h[:8]) != magic {
+		return 0, 0, fmt.Errorf("%w: bad magic %q", ErrCorrupt, h[:8])
+	}
+	if got, want := binary.LittleEndian.Uint32(h[36:]), crc32.Checksum(h[:36], castagnoli); got != want {
+		return 0, 0, fmt.Errorf("%w: header checksum %08x, want %08x", ErrCorrupt, got, want)
+	}
+	if v := binary.LittleEndian.Uint32(h[8:]); v != version {
+		return 0, 0, fmt.Errorf("%w: version %d, this program reads version %d", ErrCorrupt, v, version)
+	}
+	step = int64(binary.LittleEndian.Uint64(h[16:]))
+	if step < 0 {
+		return 0, 0, fmt.Errorf("%w: negative step %d", ErrCorrupt, step)
+	}
+	return step, binary.LittleEndian.Uint64(h[24:]), nil
+}
+
+func checkState(h, state []byte) error {
+	if got, want := crc32.Checksum(state, castagnoli), binary.LittleEndian.Uint32(h[32:]); got != want {
+		return fmt.Errorf("%w: state checksum %08x, want %08x", ErrCorrupt, got, want)
+	}
+	return nil
+}
+
+// errNotRegular: a file named like a checkpoint is not a regular file.
+var errNotRegular = errors.New("not a regular file")
+
+// Load reads and checks one checkpoint file. It opens the file without
+// blocking (a FIFO named like a checkpoint is refused, not waited on) and
+// checks the header against the file's size before it reads the state.
 func Load(file string) (step int64, state []byte, err error) {
-	f, err := os.Open(file)
+	f, err := openNonBlocking(file)
 	if err != nil {
 		return 0, nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(f)
+	fi, err := f.Stat()
 	if err != nil {
+		return 0, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return 0, nil, fmt.Errorf("%s: %w: %w (%s)", file, ErrCorrupt, errNotRegular, fi.Mode().Type())
+	}
+	var h [headerSize]byte
+	if _, err := io.ReadFull(f, h[:]); errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return 0, nil, fmt.Errorf("%s: %w: %d bytes, shorter than the %d-byte header", file, ErrCorrupt, fi.Size(), headerSize)
+	} else if err != nil {
 		return 0, nil, fmt.Errorf("checkpoint: read %s: %w", file, err)
 	}
-	step, state, err = Decode(b)
+	step, n, err := decodeHeader(h[:])
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if n != uint64(fi.Size()-headerSize) {
+		return 0, nil, fmt.Errorf("%s: %w: the header says %d bytes of state, the file holds %d (torn write?)", file, ErrCorrupt, n, fi.Size()-headerSize)
 	}
 	if s, ok := parseName(filepath.Base(file)); ok && s != step {
 		return 0, nil, fmt.Errorf("%s: %w: the file holds step %d", file, ErrCorrupt, step)
 	}
+	state = make([]byte, n)
+	if _, err := io.ReadFull(f, state); errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return 0, nil, fmt.Errorf("%s: %w: shorter than its header says (truncated while read?)", file, ErrCorrupt)
+	} else if err != nil {
+		return 0, nil, fmt.Errorf("checkpoint: read %s: %w", file, err)
+	}
+	if k, _ := f.Read(make([]byte, 1)); k != 0 {
+		return 0, nil, fmt.Errorf("%s: %w: longer than its header says (appended to?)", file, ErrCorrupt)
+	}
+	if err := checkState(h[:], state); err != nil {
+		return 0, nil, fmt.Errorf("%s: %w", file, err)
+	}
 	return step, state, nil
+}
+
+func openNonBlocking(file string) (*os.File, error) {
+	return os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 }
 
 // Latest returns the newest valid checkpoint. Files that fail their checks
 // are skipped (a crash in the middle of some other writer, a disk error); if
 // none is valid it returns an error wrapping ErrNone, which names the files
-// it skipped.
+// it skipped. A file removed between the listing and its opening (the pruner
+// of a concurrent Save, which removes a checkpoint only after a newer one is
+// in place) makes Latest list the directory again.
 func (d Dir) Latest() (step int64, state []byte, err error) {
-	steps, err := d.list()
-	if err != nil {
-		return 0, nil, err
-	}
+	const relists = 100
 	var skipped []error
-	for _, s := range slices.Backward(steps) {
-		step, state, err := Load(filepath.Join(d.Path, Name(s)))
-		if err == nil {
-			return step, state, nil
+	for range relists {
+		steps, err := d.list()
+		if err != nil {
+			return 0, nil, err
 		}
-		skipped = append(skipped, err)
+		skipped = skipped[:0]
+		vanished := false
+		for _, s := range slices.Backward(steps) {
+			step, state, err := Load(filepath.Join(d.Path, Name(s)))
+			if err == nil {
+				return step, state, nil
+			}
+			if errors.Is(err, os.ErrNotExist) {
+				vanished = true
+				continue
+			}
+			skipped = append(skipped, err)
+		}
+		if !vanished {
+			break
+		}
 	}
 	if len(skipped) == 0 {
 		return 0, nil, fmt.Errorf("%w in %s", ErrNone, d.Path)
@@ -217,6 +294,11 @@ func (d Dir) list() ([]int64, error) {
 	}
 	var steps []int64
 	for _, e := range entries {
+		// Regular files and links (checked when opened); a FIFO, socket or
+		// device named like a checkpoint is not one.
+		if t := e.Type(); !t.IsRegular() && t&os.ModeSymlink == 0 {
+			continue
+		}
 		if s, ok := parseName(e.Name()); ok {
 			steps = append(steps, s)
 		}
@@ -225,7 +307,13 @@ func (d Dir) list() ([]int64, error) {
 	return steps, nil
 }
 
-func (d Dir) prune() error {
+// prune removes the checkpoints older than the Keep-th newest valid one.
+// Only checkpoints that pass Load's checks count against Keep; wrote, the
+// step Save has just written (and checked as it wrote it), always counts and
+// is never removed, nor is any file newer than the Keep-th valid one (a
+// corrupt file is left for a person to look at, never a reason to remove a
+// good one).
+func (d Dir) prune(wrote int64) error {
 	keep := d.Keep
 	if keep == 0 {
 		keep = DefaultKeep
@@ -235,8 +323,26 @@ func (d Dir) prune() error {
 	if err != nil {
 		return err
 	}
+	valid, cut := 0, -1
+	for i, s := range slices.Backward(steps) {
+		if s != wrote {
+			if _, _, err := Load(filepath.Join(d.Path, Name(s))); err != nil {
+				continue
+			}
+		}
+		if valid++; valid == keep {
+			cut = i
+			break
+		}
+	}
+	if cut < 0 {
+		return nil
+	}
 	var errs []error
-	for _, s := range steps[:max(len(steps)-keep, 0)] {
+	for _, s := range steps[:cut] {
+		if s == wrote {
+			continue
+		}
 		if err := os.Remove(filepath.Join(d.Path, Name(s))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
