@@ -38,11 +38,26 @@ Without --coordinator it finds the job that ` + "`gotrain launch`" + ` runs on t
 machine (the newest, if several run). Stalls shorter than --hang-timeout are
 shown as suspected, classified as the detector would.
 
+Exits 0 when no hang is declared (suspected stalls included), 3 when the
+detector has declared a hang in the current generation (a VERDICT: printed,
+or in the --json output's status.verdicts), 1 when the coordinator cannot be
+asked, 2 on a usage error.
+
 Examples:
   gotrain diagnose
   gotrain diagnose --coordinator 10.0.0.1:29400 --job-token $GOTRAIN_JOB_TOKEN
   gotrain diagnose --json | jq .status.verdicts
 `
+
+// exitHang is diagnose's exit status when it reports a hang verdict.
+const exitHang = 3
+
+// hangReported is diagnose's error when the job has a hang verdict: the
+// output said it; only the status (exitHang) is left.
+type hangReported struct{}
+
+func (hangReported) Error() string { return "" }
+func (hangReported) ExitCode() int { return exitHang }
 
 // diagnoseTimeout bounds the whole call: diagnose answers within a second on
 // a healthy coordinator.
@@ -92,10 +107,15 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 			return err
 		}
 		out.WriteByte('\n')
-		_, err = os.Stdout.Write(out.Bytes())
-		return err
+		if _, err = os.Stdout.Write(out.Bytes()); err != nil {
+			return err
+		}
+	} else {
+		printDiagnosis(os.Stdout, resp, *stackLines)
 	}
-	printDiagnosis(os.Stdout, resp, *stackLines)
+	if len(resp.GetStatus().GetVerdicts()) > 0 {
+		return hangReported{}
+	}
 	return nil
 }
 
@@ -109,10 +129,10 @@ func printDiagnosis(w io.Writer, d *gotrainv1.DiagnoseResponse, stackLines int) 
 		fmt.Fprintf(w, "last failure: rank %d on %s (pid %d): exit %d %s %s\n", f.GetRank(), f.GetHostname(), f.GetPid(), f.GetExitCode(), f.GetSignal(), f.GetReason())
 	}
 	for _, v := range st.GetVerdicts() {
-		printVerdict(w, "VERDICT", v, stackLines)
+		printVerdict(w, "VERDICT", v, now, stackLines)
 	}
 	for _, v := range d.GetSuspected() {
-		printVerdict(w, fmt.Sprintf("SUSPECTED (stalled %s, not yet past the timeout)", now.Sub(time.Unix(0, v.GetLastProgressUnixNanos())).Round(100*time.Millisecond)), v, 0)
+		printVerdict(w, fmt.Sprintf("SUSPECTED (stalled %s, not yet past the timeout)", now.Sub(time.Unix(0, v.GetLastProgressUnixNanos())).Round(100*time.Millisecond)), v, now, 0)
 	}
 	if len(st.GetVerdicts()) == 0 && len(d.GetSuspected()) == 0 {
 		fmt.Fprintln(w, "no hang: no communicator is stalled with work pending")
@@ -157,8 +177,15 @@ func printDiagnosis(w io.Writer, d *gotrainv1.DiagnoseResponse, stackLines int) 
 	printViewNotes(w, st.GetRanks())
 }
 
-func printVerdict(w io.Writer, title string, v *gotrainv1.HangVerdict, stackLines int) {
+// printVerdict writes one verdict: its summary (as of its detection), then
+// the collective it is about, from the verdict itself (not from the ranks'
+// latest progress, which may have moved on in other communicators or ranks),
+// with how long the stall has lasted now.
+func printVerdict(w io.Writer, title string, v *gotrainv1.HangVerdict, now time.Time, stackLines int) {
 	fmt.Fprintf(w, "%s [%s] %s\n", title, v.GetKind(), v.GetSummary())
+	if line := verdictCollective(v, now); line != "" {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
 	for _, d := range v.GetDetails() {
 		fmt.Fprintf(w, "  %s\n", d)
 	}
@@ -176,6 +203,44 @@ func printVerdict(w io.Writer, title string, v *gotrainv1.HangVerdict, stackLine
 			fmt.Fprintf(w, "    ... %d more lines (--stack-lines 0 shows all)\n", more)
 		}
 	}
+}
+
+// verdictCollective says which collective of which communicator verdict v is
+// about, and since when nothing completed there: "collective: allreduce #7
+// float32 sum 1024 of comm "grads", stalled 2m3s" ("" for a verdict about no
+// collective, a straggler's).
+func verdictCollective(v *gotrainv1.HangVerdict, now time.Time) string {
+	c := v.GetCollective()
+	if c == nil || c.GetSeq() == 0 {
+		return ""
+	}
+	op := c.GetOp()
+	if op == "" {
+		op = "collective"
+	}
+	line := fmt.Sprintf("collective: %s #%d", op, c.GetSeq())
+	if shape := strings.TrimSpace(c.GetDtype() + " " + c.GetReduceOp()); shape != "" {
+		line += " " + shape
+	}
+	if c.GetCount() > 0 {
+		line += fmt.Sprintf(" %d", c.GetCount())
+	}
+	line += fmt.Sprintf(" of comm %q", v.GetComm())
+	if n := v.GetLastProgressUnixNanos(); n != 0 {
+		line += fmt.Sprintf(", stalled %s", now.Sub(time.Unix(0, n)).Round(100*time.Millisecond))
+	}
+	if r := v.GetWaiting(); len(r) > 0 {
+		line += fmt.Sprintf(", ranks %s waiting in it", joinInts(r))
+	}
+	return line
+}
+
+func joinInts(xs []int32) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
 }
 
 func dash(s string) string {

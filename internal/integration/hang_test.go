@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -140,12 +141,17 @@ func diagnose(t *testing.T, r *running) *gotrainv1.DiagnoseResponse {
 	cmd.Env = r.env
 	start := time.Now()
 	out, err := cmd.Output()
-	if err != nil {
+	var ee *exec.ExitError
+	hang := errors.As(err, &ee) && ee.ExitCode() == 3 // diagnose's status for a hang verdict
+	if err != nil && !hang {
 		t.Fatalf("gotrain diagnose --json (after %s): %v\n%s", time.Since(start).Round(time.Millisecond), err, out)
 	}
 	var resp gotrainv1.DiagnoseResponse
 	if err := protojson.Unmarshal(out, &resp); err != nil {
 		t.Fatalf("diagnose --json output does not parse: %v\n%s", err, out)
+	}
+	if verdicts := len(resp.GetStatus().GetVerdicts()) > 0; verdicts != hang {
+		t.Errorf("gotrain diagnose --json: exit %v with %d verdict(s); want exit 3 exactly when there is a verdict", err, len(resp.GetStatus().GetVerdicts()))
 	}
 	return &resp
 }
