@@ -134,6 +134,8 @@ type Machine struct {
 
 	hang hangState // the hang detector (hang_detect.go)
 
+	repeats repeats // failures that repeat before any progress (restart.go)
+
 	members membership // joins to act on and a growth under way (membership.go)
 }
 
@@ -470,7 +472,8 @@ func (m *Machine) afterEnd() []Action {
 		// Not a failure: the job grows by the nodes that joined.
 		return []Action{m.start(m.gen+1, m.restarts)}
 	}
-	pm := m.postMortem() // hang_detect.go: a mismatch behind the failure
+	pm := m.postMortem()                          // hang_detect.go: a mismatch behind the failure
+	repeated := m.repeats.ended(m.gen, m.failure) // restart.go
 	var why string
 	switch {
 	case len(m.nodes) < m.cfg.MinNodes:
@@ -480,14 +483,14 @@ func (m *Machine) afterEnd() []Action {
 	case m.restarts >= m.cfg.MaxRestarts:
 		why = fmt.Sprintf("all restarts are spent (max restarts %d)", m.cfg.MaxRestarts)
 	default:
-		return append(pm, m.restartOrWait()...)
+		return append(pm, m.restartOrWait(repeated)...)
 	}
 	m.pendingRestart = false
 	m.state = StateFailed
 	return append(pm, FinishJob{
 		ExitCode: exitCode(m.failure),
 		Failure:  copyFailure(m.failure),
-		Message:  fmt.Sprintf("job failed in generation %d: %s; not restarting: %s", m.gen, m.reason, why),
+		Message:  fmt.Sprintf("job failed in generation %d: %s%s; not restarting: %s", m.gen, m.reason, repeatNote(repeated), why),
 	})
 }
 
@@ -629,6 +632,7 @@ func (m *Machine) progress(now time.Time, ev ProgressReported) error {
 		p.Comms = slices.Clone(p.Comms)
 		p.Received = now
 		m.ranks[p.Rank].progress = &p
+		m.repeats.observe(m.gen, p) // restart.go
 	}
 	return nil
 }

@@ -57,13 +57,113 @@ func (m *Machine) parked(ev WorkerParked) ([]Action, error) {
 	return m.afterEnd(), nil
 }
 
-// restartOrWait starts the next generation now, or, with a restart backoff,
-// remembers when to start it; the first Tick at or after that time does.
-func (m *Machine) restartOrWait() []Action {
-	if m.cfg.RestartBackoff <= 0 {
+// A failure that repeats before any rank made progress (a program that
+// fails the same way at start-up) backs off: the restart after the second
+// such failure in a row waits RepeatBackoffBase more than RestartBackoff, the
+// next twice that, and so on up to RepeatBackoffMax; the job's final message
+// says "the same failure N times". Progress is any rank's step or completed
+// collective moving in the generation; a generation that made progress
+// resets the count.
+const (
+	RepeatBackoffBase = time.Second
+	RepeatBackoffMax  = 30 * time.Second
+)
+
+// repeats counts the generations in a row that ended with the same failure
+// before any rank made progress.
+type repeats struct {
+	gen       int64            // the generation moved and firstStep are about
+	moved     bool             // a rank's step or completed collective moved in gen
+	firstStep map[int]int64    // the first step each rank reported in gen
+	count     int              // generations in a row that failed as last, without progress
+	last      failureSignature // their failure
+	counted   int64            // the last generation counted, + 1 (afterEnd may run again for it)
+}
+
+// failureSignature is what makes two failures the same: how the process
+// ended, not which rank or pid (at start-up any rank may fail first).
+type failureSignature struct {
+	exitCode  int
+	signal    string
+	reason    string
+	oomKilled bool
+}
+
+// observe notes a progress report of the current generation gen.
+func (r *repeats) observe(gen int64, p Progress) {
+	if r.gen != gen || r.firstStep == nil {
+		r.gen, r.moved, r.firstStep = gen, false, map[int]int64{}
+	}
+	if first, ok := r.firstStep[p.Rank]; !ok {
+		r.firstStep[p.Rank] = p.Step
+	} else if p.Step != first {
+		r.moved = true
+	}
+	for _, c := range p.Comms { // communicators are new in every generation
+		if c.CompletedSeq > 0 {
+			r.moved = true
+		}
+	}
+}
+
+// ended counts generation gen's failure f and returns how many generations
+// in a row failed that way before any rank made progress (0 when gen made
+// progress).
+func (r *repeats) ended(gen int64, f *Failure) int {
+	if r.counted == gen+1 {
+		return r.count
+	}
+	r.counted = gen + 1
+	moved := r.gen == gen && r.moved
+	var sig failureSignature
+	if f != nil {
+		sig = failureSignature{f.ExitCode, f.Signal, f.Reason, f.OOMKilled}
+	}
+	switch {
+	case moved:
+		r.count = 0
+	case r.count > 0 && sig == r.last:
+		r.count++
+	default:
+		r.count = 1
+	}
+	r.last = sig
+	return r.count
+}
+
+// repeatBackoff is the pause added to RestartBackoff after n failures in a
+// row without progress: none after the first, then RepeatBackoffBase,
+// doubling, at most RepeatBackoffMax.
+func repeatBackoff(n int) time.Duration {
+	if n < 2 {
+		return 0
+	}
+	d := RepeatBackoffBase
+	for i := 2; i < n && d < RepeatBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, RepeatBackoffMax)
+}
+
+// repeatNote is the words the job's messages add for n failures in a row
+// without progress ("" for fewer than two).
+func repeatNote(n int) string {
+	if n < 2 {
+		return ""
+	}
+	return fmt.Sprintf("; the same failure %d times, each before any rank made progress", n)
+}
+
+// restartOrWait starts the next generation now, or, with a restart backoff
+// (RestartBackoff, plus repeatBackoff for a failure that repeats before any
+// progress), remembers when to start it; the first Tick at or after that
+// time does.
+func (m *Machine) restartOrWait(repeated int) []Action {
+	wait := m.cfg.RestartBackoff + repeatBackoff(repeated)
+	if wait <= 0 {
 		return []Action{m.start(m.gen+1, m.restarts+1)}
 	}
-	m.restartAt = m.now.Add(m.cfg.RestartBackoff)
+	m.restartAt = m.now.Add(wait)
 	m.pendingRestart = true
 	return nil
 }
