@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "mnist: %d ranks, batch %d per rank (%d global), %d epochs, hidden %d, lr %g, seed %d, data %s\n",
 			w.WorldSize, cfg.BatchSize, cfg.BatchSize*w.WorldSize, cfg.Epochs, cfg.Hidden, cfg.LR, cfg.Seed, dataDir)
 	}
+	cfg.ReportStep = w.ReportStep // gotrain top's STEP and STEP/S
 	if _, err := train(ctx, c, ds, cfg, stdout); err != nil {
 		return fmt.Errorf("rank %d: %w", w.Rank, err)
 	}

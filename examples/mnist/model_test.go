@@ -157,3 +157,30 @@ type fakeSize struct {
 }
 
 func (f fakeSize) Size() int { return f.size }
+
+// train reports every step, in order, from the first (0) to the last, with a
+// positive rate after each step.
+func TestTrainReportsSteps(t *testing.T) {
+	ds := testData(t)
+	cfg := defaultConfig()
+	cfg.Limit, cfg.Epochs, cfg.BatchSize = 320, 2, 32
+	var steps []int64
+	cfg.ReportStep = func(step int64, sps float64) {
+		if step > 0 && !(sps > 0) {
+			t.Errorf("step %d reported %v samples/s, want more than 0", step, sps)
+		}
+		steps = append(steps, step)
+	}
+	if _, err := train(t.Context(), soloComm{}, ds, cfg, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	want := int64(cfg.Epochs * cfg.Limit / cfg.BatchSize)
+	if len(steps) != int(want)+1 {
+		t.Fatalf("reported steps %v, want 0 to %d", steps, want)
+	}
+	for i, s := range steps {
+		if s != int64(i) {
+			t.Fatalf("reported steps %v, want 0 to %d", steps, want)
+		}
+	}
+}

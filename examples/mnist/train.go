@@ -32,6 +32,10 @@ type config struct {
 	// newest valid one there.
 	CheckpointDir   string
 	CheckpointEvery int
+	// ReportStep, when set, is told the step after every step, with the
+	// samples per second of the whole job (main gives worker's
+	// Worker.ReportStep, so gotrain top shows STEP and STEP/S).
+	ReportStep func(step int64, samplesPerSecond float64)
 }
 
 func defaultConfig() config {
@@ -145,6 +149,10 @@ func train(ctx context.Context, c comm.Comm, ds *mnistdata.Dataset, cfg config, 
 		return checkpoint.Dir{Path: cfg.CheckpointDir}.Save(int64(step), s.encode())
 	}
 
+	stepStart := time.Now() // for the samples per second ReportStep gets
+	if cfg.ReportStep != nil {
+		cfg.ReportStep(int64(step), 0)
+	}
 	for epoch := step/stepsPerEpoch + 1; epoch <= cfg.Epochs; epoch++ {
 		skip := (step % stepsPerEpoch) * cfg.BatchSize // steps of this epoch taken before a resume
 		// The same seed on every rank; each permutes its own shard.
@@ -167,6 +175,11 @@ func train(ctx context.Context, c comm.Comm, ds *mnistdata.Dataset, cfg config, 
 			lr := cosineLR(cfg.LR, step, totalSteps)
 			sgdStep(m.params, velocity, grad, float32(lr), float32(cfg.Momentum))
 			step++
+			if cfg.ReportStep != nil {
+				now := time.Now()
+				cfg.ReportStep(int64(step), float64(len(batch)*world)/now.Sub(stepStart).Seconds())
+				stepStart = now
+			}
 			// A step that ends the epoch is saved after the evaluation.
 			if cfg.CheckpointEvery > 0 && step%cfg.CheckpointEvery == 0 && step%stepsPerEpoch != 0 {
 				if err := save(); err != nil {
