@@ -11,13 +11,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/coordinator/kv"
-	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -87,6 +85,8 @@ type Server struct {
 	deadlineArmed bool
 	// gossipPort is the coordinator's memberlist port (gossip.go); 0: none.
 	gossipPort int
+	// limits are the bounds on callers (limits.go).
+	limits limits
 
 	hooks testHooks
 }
@@ -183,7 +183,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.serving = true
 	s.mu.Unlock()
 
-	gs := grpc.NewServer(append(token.ServerOptions(s.cfg.Token), keepaliveOptions()...)...)
+	gs := grpc.NewServer(s.serverOptions()...) // limits.go
 	gotrainv1.RegisterCoordinatorServer(gs, s)
 	s.mu.Lock()
 	if err := s.step(job.Tick{}); err != nil { // the rendezvous clock starts now
@@ -317,6 +317,10 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.checkJoin(req); err != nil { // limits.go
+		s.log.Warn("join rejected", "err", err)
+		return nil, err
+	}
 	info := nodeInfoFromProto(req.GetNode())
 	warnings, err := checkSettings(s.m.Config(), req.GetSettings()) // settings.go
 	if err != nil {
@@ -334,6 +338,7 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 		return nil, grpcError(err)
 	}
 	s.outboxes[id] = newOutbox() // before apply: the start may include this node
+	s.joinedNode(id, req)
 	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
 	s.apply(acts)
 	return &gotrainv1.JoinResponse{NodeId: id, RunId: s.cfg.RunID, MaxRestarts: int32(s.cfg.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: warnings}, nil
@@ -403,17 +408,6 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 	}
 }
 
-// keepaliveOptions make the server ping idle connections, so that a node that
-// vanishes without closing its connection (power loss, a network partition)
-// is lost within about keepaliveTime+keepaliveTimeout rather than when TCP
-// gives up, and allow the agents' own pings (launcher).
-func keepaliveOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
-	}
-}
-
 // streamEnded detaches o from node id's stream; unless the job finished or the
 // coordinator is stopping, the node is lost for reason.
 func (s *Server) streamEnded(id string, o *outbox, reason string) {
@@ -436,10 +430,7 @@ func (s *Server) KVPut(_ context.Context, req *gotrainv1.KVPutRequest) (*gotrain
 		return nil, status.Error(codes.InvalidArgument, "kv put: key is empty")
 	}
 	if err := s.kv.Put(req.GetKey(), req.GetValue()); err != nil {
-		if errors.Is(err, kv.ErrConflict) {
-			return nil, status.Error(codes.AlreadyExists, err.Error())
-		}
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, kvError(err) // limits.go
 	}
 	return &gotrainv1.KVPutResponse{}, nil
 }
@@ -450,6 +441,9 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 	key := req.GetKey()
 	if key == "" {
 		return nil, status.Error(codes.InvalidArgument, "kv get: key is empty")
+	}
+	if err := s.kv.CheckKey(key); err != nil {
+		return nil, kvError(err)
 	}
 	found := func() *gotrainv1.KVGetResponse {
 		v, ok := s.kv.Get(key)
@@ -462,7 +456,8 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 	if ms := req.GetWaitMs(); ms < maxKVWait.Milliseconds() {
 		wait = time.Duration(ms) * time.Millisecond
 	}
-	ready := s.kv.Ready(key)
+	ready, release := s.kv.Watch(key)
+	defer release()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	if h := s.hooks.kvWaiting; h != nil {

@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,4 +102,84 @@ func TestWaitTimeout(t *testing.T) {
 			t.Errorf("Wait after put = %q, %v", v, err)
 		}
 	})
+}
+
+// Issue 16, item 5: a lookup of a missing key used to leave its ready channel
+// in the store for good (~191 B each). Watch's release removes it; a Put
+// after the reader gave up finds no one to wake and still works.
+func TestMissingKeyLookupLeavesNothing(t *testing.T) {
+	s := New()
+	for i := range 1000 {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if _, err := s.Wait(ctx, fmt.Sprintf("missing-%d", i)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait = %v", err)
+		}
+	}
+	if st := s.Stats(); st != (Stats{}) {
+		t.Errorf("after 1000 lookups of missing keys the store holds %+v, want nothing", st)
+	}
+	// Two readers of one key: the first release keeps the entry for the second.
+	r1, rel1 := s.Watch("k")
+	r2, rel2 := s.Watch("k")
+	rel1()
+	rel1() // release is idempotent
+	if err := s.Put("k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []<-chan struct{}{r1, r2} {
+		select {
+		case <-r:
+		default:
+			t.Error("Put did not wake a reader")
+		}
+	}
+	rel2()
+	if st := s.Stats(); st.Waiting != 0 || st.Keys != 1 {
+		t.Errorf("Stats = %+v, want 1 key, none waiting", st)
+	}
+}
+
+// Issue 16, item 5: 2000 values of 256 KiB were all kept (670 MB). Keys,
+// values and the store's keys and bytes are bounded.
+func TestLimits(t *testing.T) {
+	s := NewWithLimits(Limits{MaxKeyBytes: 8, MaxValueBytes: 16, MaxKeys: 3, MaxBytes: 3*EntryOverhead + 40})
+	if err := s.Put("123456789", nil); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("9-byte key: %v, want ErrTooLarge", err)
+	}
+	if err := s.Put("k", make([]byte, 17)); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("17-byte value: %v, want ErrTooLarge", err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if err := s.Put(k, make([]byte, 16)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Put("c", make([]byte, 16)); !errors.Is(err, ErrFull) {
+		t.Errorf("over MaxBytes: %v, want ErrFull", err)
+	}
+	if err := s.Put("c", nil); err != nil {
+		t.Errorf("a small third key: %v", err)
+	}
+	if err := s.Put("d", nil); !errors.Is(err, ErrFull) {
+		t.Errorf("a fourth key: %v, want ErrFull", err)
+	}
+	if err := s.Put("a", make([]byte, 16)); err != nil {
+		t.Errorf("putting the same value again in a full store: %v", err)
+	}
+
+	d := New()
+	val := make([]byte, 256<<10)
+	var full error
+	for i := range 2000 {
+		if full = d.Put(fmt.Sprintf("flood-%d", i), val); full != nil {
+			break
+		}
+	}
+	if !errors.Is(full, ErrFull) {
+		t.Errorf("2000 values of 256 KiB: %v, want ErrFull", full)
+	}
+	if st := d.Stats(); st.Bytes > DefaultLimits().MaxBytes {
+		t.Errorf("store holds %d bytes, over its limit %d", st.Bytes, DefaultLimits().MaxBytes)
+	}
 }

@@ -1,0 +1,224 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/coordinator/kv"
+	"github.com/gotrain/gotrain/internal/token"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// Bounds on what one caller can make the coordinator hold (issue 16, item 3
+// and 5). A request over them gets a clear error, never the coordinator's
+// memory or lock.
+const (
+	// MaxNprocPerNode bounds the workers one node runs.
+	MaxNprocPerNode = 1024
+	// MaxRanksPerJob bounds the ranks of all nodes together.
+	MaxRanksPerJob = 65536
+	// maxNodeText bounds a joining node's hostname, address and each GPU's
+	// strings.
+	maxNodeText = 1024
+
+	// maxEvidencePerReport bounds the evidence entries of one
+	// ReportEvidence; maxEvidenceText one entry's text (longer texts are
+	// cut, with a note); maxEvidenceBytes all evidence text the job keeps
+	// (more is dropped, with a warning).
+	maxEvidencePerReport = 64
+	maxEvidenceText      = 256 << 10
+	maxEvidenceBytes     = 64 << 20
+	// maxExitLines and maxExitLine bound a ReportWorkerExit's stderr tail,
+	// XID errors and notes.
+	maxExitLines = 256
+	maxExitLine  = 4 << 10
+
+	// maxRecvMsgSize bounds one request (gRPC's default, made explicit).
+	maxRecvMsgSize = 4 << 20
+	// handshakeTimeout closes a connection that has not completed its
+	// HTTP/2 handshake (a silent TCP connection) within it.
+	handshakeTimeout = 5 * time.Second
+	// maxConnectionIdle closes a connection without a call in flight for
+	// it (agents hold a watch stream and are never idle; a CLI reconnects).
+	maxConnectionIdle = 15 * time.Second
+)
+
+// limits are a Server's bounds; the zero value means the defaults (tests
+// set smaller ones before Serve). joined and evidenceBytes are guarded by
+// Server.mu.
+type limits struct {
+	nprocPerNode   int
+	ranksPerJob    int
+	streamsPerConn uint32
+	connIdle       time.Duration
+
+	joined        map[string]int // node id -> nproc, of nodes that joined
+	evidenceBytes int
+}
+
+func (l *limits) withDefaults() {
+	if l.nprocPerNode == 0 {
+		l.nprocPerNode = MaxNprocPerNode
+	}
+	if l.ranksPerJob == 0 {
+		l.ranksPerJob = MaxRanksPerJob
+	}
+	if l.streamsPerConn == 0 {
+		// Every local rank may wait in a Barrier or KVGet relayed on its
+		// agent's one connection, besides the watch stream and reports.
+		l.streamsPerConn = 2*MaxNprocPerNode + 64
+	}
+	if l.connIdle == 0 {
+		l.connIdle = maxConnectionIdle
+	}
+	if l.joined == nil {
+		l.joined = map[string]int{}
+	}
+}
+
+// serverOptions are the gRPC server's: the token check, the bounds on
+// connections, streams and messages, keepalive, and the request bounds
+// (checkRequest).
+func (s *Server) serverOptions() []grpc.ServerOption {
+	s.mu.Lock()
+	s.limits.withDefaults()
+	l := s.limits
+	s.mu.Unlock()
+	return append(token.ServerOptions(s.cfg.Token),
+		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+		grpc.MaxConcurrentStreams(l.streamsPerConn),
+		grpc.ConnectionTimeout(handshakeTimeout),
+		// The server pings a connection silent for keepaliveTime and drops
+		// it when no answer comes within keepaliveTimeout, so that a node
+		// that vanishes without closing its connection (power loss, a
+		// partition) is lost within about 20 s rather than when TCP gives
+		// up; it allows the agents' own pings (launcher).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, MaxConnectionIdle: l.connIdle}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(s.checkRequest),
+	)
+}
+
+// checkJoin bounds a Join: nproc per node, ranks per job, the size of the
+// node's facts. s.mu is held; the work is proportional to the nodes present,
+// not to the request.
+func (s *Server) checkJoin(req *gotrainv1.JoinRequest) error {
+	s.limits.withDefaults()
+	n := req.GetNode()
+	nproc := int(n.GetNproc())
+	if nproc > s.limits.nprocPerNode {
+		return status.Errorf(codes.InvalidArgument, "join from %q: nproc is %d, at most %d workers per node: check --nproc-per-node",
+			truncate(n.GetHostname(), 64), nproc, s.limits.nprocPerNode)
+	}
+	if len(n.GetGpus()) > s.limits.nprocPerNode {
+		return status.Errorf(codes.InvalidArgument, "join: %d GPUs, at most %d per node", len(n.GetGpus()), s.limits.nprocPerNode)
+	}
+	long := len(n.GetHostname()) > maxNodeText || len(n.GetAddress()) > maxNodeText
+	for _, g := range n.GetGpus() {
+		long = long || len(g.GetUuid()) > maxNodeText || len(g.GetPciBusId()) > maxNodeText || len(g.GetName()) > maxNodeText
+	}
+	if long {
+		return status.Errorf(codes.InvalidArgument, "join: a hostname, address or GPU field is longer than %d bytes", maxNodeText)
+	}
+	ranks := 0
+	for id, np := range s.limits.joined {
+		if !s.m.HasNode(id) { // lost since
+			delete(s.limits.joined, id)
+			continue
+		}
+		ranks += np
+	}
+	if ranks+nproc > s.limits.ranksPerJob {
+		return status.Errorf(codes.ResourceExhausted, "join from %q: the job has %d ranks, %d more would exceed its maximum of %d ranks",
+			truncate(n.GetHostname(), 64), ranks, nproc, s.limits.ranksPerJob)
+	}
+	return nil
+}
+
+// joinedNode records a node that joined, for checkJoin. s.mu is held.
+func (s *Server) joinedNode(id string, req *gotrainv1.JoinRequest) {
+	s.limits.withDefaults()
+	s.limits.joined[id] = int(req.GetNode().GetNproc())
+}
+
+// checkRequest bounds the text a request carries before its handler keeps
+// it: evidence (cut per entry, dropped past the job's total) and a worker
+// exit's lines.
+func (s *Server) checkRequest(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	switch r := req.(type) {
+	case *gotrainv1.ReportEvidenceRequest:
+		if len(r.GetEvidence()) > maxEvidencePerReport {
+			return nil, status.Errorf(codes.InvalidArgument, "report evidence: %d entries, at most %d", len(r.GetEvidence()), maxEvidencePerReport)
+		}
+		n := 0
+		for _, e := range r.GetEvidence() {
+			e.Kind = truncate(e.GetKind(), maxExitLine)
+			e.Text = truncate(e.GetText(), maxEvidenceText)
+			n += len(e.Text) + len(e.Kind)
+		}
+		s.mu.Lock()
+		over := s.limits.evidenceBytes+n > maxEvidenceBytes
+		if !over {
+			s.limits.evidenceBytes += n
+		}
+		s.mu.Unlock()
+		if over {
+			s.log.Warn("evidence dropped: the job holds its maximum of evidence text", "node_id", r.GetNodeId(), "bytes", n, "max", maxEvidenceBytes)
+			r.Evidence = nil
+		}
+	case *gotrainv1.ReportWorkerExitRequest:
+		r.StderrTail = truncateLines(r.GetStderrTail())
+		r.XidErrors = truncateLines(r.GetXidErrors())
+		r.Notes = truncateLines(r.GetNotes())
+		r.Signal = truncate(r.GetSignal(), maxExitLine)
+	}
+	return h(ctx, req)
+}
+
+const cut = " …(cut by the coordinator)"
+
+// truncate cuts s to at most max bytes at a rune boundary, saying so.
+func truncate(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	i := max - len(cut)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return strings.ToValidUTF8(s[:i], "") + cut
+}
+
+// truncateLines keeps the last maxExitLines lines (a tail's newest), each
+// cut to maxExitLine.
+func truncateLines(lines []string) []string {
+	if len(lines) > maxExitLines {
+		lines = lines[len(lines)-maxExitLines:]
+	}
+	for i, l := range lines {
+		lines[i] = truncate(l, maxExitLine)
+	}
+	return lines
+}
+
+// kvError is the status of a kv error.
+func kvError(err error) error {
+	switch {
+	case errors.Is(err, kv.ErrConflict):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, kv.ErrTooLarge):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, kv.ErrFull):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
+	return status.Error(codes.Internal, fmt.Sprintf("kv: %v", err))
+}

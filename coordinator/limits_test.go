@@ -1,0 +1,295 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/gotrain/gotrain/coordinator/kv"
+	"github.com/gotrain/gotrain/internal/token"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// startBounded is startServer with setup run on the Server before it serves
+// (smaller limits, hooks).
+func startBounded(t *testing.T, cfg Config, setup func(*Server)) (*Server, string) {
+	t.Helper()
+	cfg.RunID, cfg.Token = "run-test", testToken
+	logs := &logBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(srv)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		if t.Failed() {
+			logs.mu.Lock()
+			t.Logf("coordinator log:\n%s", logs.buf.String())
+			logs.mu.Unlock()
+		}
+	})
+	return srv, lis.Addr().String()
+}
+
+func cpuNode(host string, nproc int32) *gotrainv1.JoinRequest {
+	return &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{Hostname: host, Address: "10.0.0.1", Nproc: nproc, AgentPid: 1, FreePort: 29500}}
+}
+
+func heapAfterGC() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// Issue 16, item 3: one Join with nproc 2^31-1 (or a typo in
+// --nproc-per-node) ran the coordinator out of memory. Joins over
+// MaxNprocPerNode are refused with a clear error, at once.
+func TestJoinNprocBounded(t *testing.T) {
+	_, addr := startBounded(t, Config{Nodes: 2}, nil)
+	c := newClient(t, addr)
+	for _, nproc := range []int32{MaxNprocPerNode + 1, 1<<31 - 1} {
+		before := heapAfterGC()
+		start := time.Now()
+		_, err := c.Join(rpcCtx(t), cpuNode(fmt.Sprintf("big-%d", nproc), nproc))
+		wantCode(t, fmt.Sprintf("join with nproc %d", nproc), err, codes.InvalidArgument)
+		if err != nil && !strings.Contains(err.Error(), "--nproc-per-node") {
+			t.Errorf("the error does not say what to fix: %v", err)
+		}
+		if d, grew := time.Since(start), int64(heapAfterGC())-int64(before); d > 5*time.Second || grew > 16<<20 {
+			t.Errorf("join with nproc %d took %v and %d bytes", nproc, d, grew)
+		}
+	}
+	if _, err := c.Join(rpcCtx(t), cpuNode("ok", MaxNprocPerNode)); err != nil {
+		t.Errorf("join with nproc %d: %v", MaxNprocPerNode, err)
+	}
+}
+
+// Issue 16, item 3: a Join storm while the job waits for its nodes added
+// ranks without bound. The job's ranks are bounded by MaxRanksPerJob.
+func TestJoinRanksPerJobBounded(t *testing.T) {
+	const nodes = MaxRanksPerJob / MaxNprocPerNode
+	_, addr := startBounded(t, Config{Nodes: 10 * nodes}, nil)
+	c := newClient(t, addr)
+	for i := range nodes {
+		if _, err := c.Join(rpcCtx(t), cpuNode(fmt.Sprintf("n%d", i), MaxNprocPerNode)); err != nil {
+			t.Fatalf("join %d: %v", i, err)
+		}
+	}
+	_, err := c.Join(rpcCtx(t), cpuNode("one-too-many", 1))
+	wantCode(t, "a join past the ranks per job", err, codes.ResourceExhausted)
+}
+
+// Issue 16, item 5: a KVGet of a missing key left ~191 B behind for good.
+func TestKVGetMissingKeyLeavesNothing(t *testing.T) {
+	_, addr := startBounded(t, Config{}, nil)
+	c := newClient(t, addr)
+	ctx := rpcCtx(t) // one context: each rpcCtx holds a cleanup until the test ends
+	get := func(i int) {
+		if _, err := c.KVGet(ctx, &gotrainv1.KVGetRequest{Key: fmt.Sprintf("missing/%08d", i), WaitMs: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 200 { // warm up connections and pools
+		get(i)
+	}
+	const n = 20000
+	before := heapAfterGC()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				get(1000 + i)
+			}
+		})
+	}
+	wg.Wait()
+	grew := int64(heapAfterGC()) - int64(before)
+	t.Logf("%d lookups of missing keys: heap grew by %d bytes (%d per lookup)", n, grew, grew/n)
+	if grew > n*20 {
+		t.Errorf("%d lookups of missing keys left %d bytes behind (%d per lookup)", n, grew, grew/n)
+	}
+}
+
+// Issue 16, item 5: 2000 values of 256 KiB were all kept. Keys, values and
+// the job's keys and bytes are bounded, with errors that say so.
+func TestKVBounded(t *testing.T) {
+	srv, addr := startBounded(t, Config{}, func(s *Server) {
+		lim := kv.DefaultLimits()
+		lim.MaxBytes = 8 << 20
+		s.kv = kv.NewWithLimits(lim)
+	})
+	c := newClient(t, addr)
+	_, err := c.KVPut(rpcCtx(t), &gotrainv1.KVPutRequest{Key: strings.Repeat("k", 2<<10), Value: []byte("v")})
+	wantCode(t, "a 2 KiB key", err, codes.InvalidArgument)
+	_, err = c.KVGet(rpcCtx(t), &gotrainv1.KVGetRequest{Key: strings.Repeat("k", 2<<10), WaitMs: 1})
+	wantCode(t, "a wait for a 2 KiB key", err, codes.InvalidArgument)
+	_, err = c.KVPut(rpcCtx(t), &gotrainv1.KVPutRequest{Key: "big", Value: make([]byte, 2<<20)})
+	wantCode(t, "a 2 MiB value", err, codes.InvalidArgument)
+	val := make([]byte, 256<<10)
+	var puts int
+	for puts = 0; puts < 2000; puts++ {
+		if _, err = c.KVPut(rpcCtx(t), &gotrainv1.KVPutRequest{Key: fmt.Sprintf("flood/%d", puts), Value: val}); err != nil {
+			break
+		}
+	}
+	wantCode(t, fmt.Sprintf("put %d of 2000 values of 256 KiB", puts+1), err, codes.ResourceExhausted)
+	if st := srv.kv.Stats(); st.Bytes > 8<<20 {
+		t.Errorf("the store holds %d bytes, over its 8 MiB", st.Bytes)
+	}
+}
+
+// Issue 16, item 5: 10 000 streams on one connection were accepted. Calls on
+// one connection beyond the limit wait for a stream (the client queues them).
+func TestStreamsPerConnectionBounded(t *testing.T) {
+	const limit = 8
+	var waiting atomic.Int32
+	srv, addr := startBounded(t, Config{}, func(s *Server) {
+		s.limits.streamsPerConn = limit
+		s.hooks.kvWaiting = func(string) { waiting.Add(1) }
+	})
+	c := newClient(t, addr)
+	var wg sync.WaitGroup
+	for range 3 * limit {
+		wg.Go(func() {
+			if _, err := c.KVGet(rpcCtx(t), &gotrainv1.KVGetRequest{Key: "later", WaitMs: 60_000}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitFor(t, "calls waiting", func() bool { return waiting.Load() >= limit })
+	time.Sleep(300 * time.Millisecond) // any call past the limit would arrive now
+	if n := waiting.Load(); n != limit {
+		t.Errorf("%d calls wait on one connection, want %d (the limit)", n, limit)
+	}
+	if err := srv.kv.Put("later", []byte("now")); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}
+
+// Issue 16, item 1: idle TCP connections to the coordinator's port stayed
+// open for good and used up file descriptors. A connection that does not
+// complete its handshake is closed within handshakeTimeout, one without a
+// call in flight within its idle limit.
+func TestIdleConnectionsClosed(t *testing.T) {
+	_, addr := startBounded(t, Config{}, func(s *Server) { s.limits.connIdle = time.Second })
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	start := time.Now()
+	_ = raw.SetReadDeadline(time.Now().Add(handshakeTimeout + 10*time.Second))
+	_, err = io.Copy(io.Discard, raw)
+	if d := time.Since(start); err != nil || d > handshakeTimeout+3*time.Second {
+		t.Errorf("a silent TCP connection was closed after %v (%v), want within %v", d, err, handshakeTimeout)
+	}
+
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), token.DialOption(testToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if _, err := gotrainv1.NewCoordinatorClient(cc).GetJobStatus(rpcCtx(t), &gotrainv1.GetJobStatusRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for s := cc.GetState(); s == connectivity.Ready; s = cc.GetState() {
+		if !cc.WaitForStateChange(ctx, s) {
+			t.Fatal("an idle gRPC connection stayed open 10 s past its 1 s idle limit")
+		}
+	}
+}
+
+// Issue 16, item 5: evidence text was appended without bound. One report
+// holds at most maxEvidencePerReport entries, each text is cut to
+// maxEvidenceText, and the job keeps at most maxEvidenceBytes.
+func TestEvidenceBounded(t *testing.T) {
+	_, addr := startBounded(t, Config{}, nil)
+	c := newClient(t, addr)
+	many := &gotrainv1.ReportEvidenceRequest{NodeId: "node-1"}
+	for range maxEvidencePerReport + 1 {
+		many.Evidence = append(many.Evidence, &gotrainv1.Evidence{Kind: "stacks", Text: "x"})
+	}
+	_, err := c.ReportEvidence(rpcCtx(t), many)
+	wantCode(t, fmt.Sprintf("evidence with %d entries", len(many.Evidence)), err, codes.InvalidArgument)
+
+	s, err := New(Config{RunID: "r", Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept int
+	handler := func(_ context.Context, req any) (any, error) {
+		for _, e := range req.(*gotrainv1.ReportEvidenceRequest).GetEvidence() {
+			if len(e.GetText()) > maxEvidenceText {
+				t.Fatalf("a handler got %d bytes of evidence text", len(e.GetText()))
+			}
+			kept += len(e.GetText())
+		}
+		return &gotrainv1.ReportEvidenceResponse{}, nil
+	}
+	big := strings.Repeat("é", maxEvidenceText) // 2 bytes a rune: cut mid-text
+	for range 2 * maxEvidenceBytes / maxEvidenceText / 8 {
+		req := &gotrainv1.ReportEvidenceRequest{}
+		for range 8 {
+			req.Evidence = append(req.Evidence, &gotrainv1.Evidence{Kind: "stacks", Text: big})
+		}
+		if _, err := s.checkRequest(t.Context(), req, nil, handler); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range req.GetEvidence() {
+			if !strings.HasSuffix(e.GetText(), cut) || !utf8Valid(e.GetText()) {
+				t.Fatalf("cut text ends %q", e.GetText()[len(e.GetText())-40:])
+			}
+		}
+	}
+	if kept > maxEvidenceBytes || kept < maxEvidenceBytes/2 {
+		t.Errorf("the job kept %d bytes of evidence, want at most %d (and most of it)", kept, maxEvidenceBytes)
+	}
+}
+
+func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(rpcTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var _ = errors.Is
