@@ -1,6 +1,8 @@
 # gotrain — build, test, demo.
 #
 #   make demo    build everything and train MNIST on 4 CPU ranks through `gotrain launch`
+#   make install put gotrain on PATH: into $(GOBIN) (default $(go env GOPATH)/bin),
+#                or $(PREFIX)/bin when PREFIX is given (make install PREFIX=/usr/local)
 #   make test    every test (unit and integration); what CI runs
 #   make proto   regenerate proto/ code with the pinned generators
 #   make bench   CPU-backend all-reduce benchmark over loopback
@@ -17,13 +19,23 @@ DEMO_ARGS     ?=
 # this a cold build prints ~150 lines of warnings. -O2 -g is cgo's default.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build demo test proto proto-check vet bench clean
+.PHONY: all build demo install test proto proto-check vet bench clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/gotrain ./cmd/gotrain
 	$(GO) build -o $(BIN)/mnist ./examples/mnist
+
+# install copies bin/gotrain to $(PREFIX)/bin with PREFIX, else to GOBIN
+# (go env GOBIN, or GOPATH/bin when that is empty).
+PREFIX ?=
+INSTALL_DIR = $(if $(PREFIX),$(PREFIX)/bin,$(or $(shell $(GO) env GOBIN),$(shell $(GO) env GOPATH)/bin))
+
+install: build
+	@mkdir -p "$(INSTALL_DIR)"
+	install -m 0755 $(BIN)/gotrain "$(INSTALL_DIR)/gotrain"
+	@case ":$$PATH:" in *":$(INSTALL_DIR):"*) ;; *) echo "note: $(INSTALL_DIR) is not on PATH; add it: export PATH=$(INSTALL_DIR):\$$PATH";; esac
 
 demo: build
 	$(BIN)/gotrain launch --nproc-per-node $(DEMO_RANKS) --backend cpu -- \

@@ -97,7 +97,7 @@ func TestUsageErrors(t *testing.T) {
 	bin := buildBinary(t)
 	type tc struct {
 		args []string
-		want string // on stderr
+		want string // on stderr; "re:" and a regular expression, or the text
 	}
 	cases := []tc{
 		{nil, "Usage: gotrain <command>"},
@@ -113,7 +113,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"launch", "--gpus", "-2", "--", "true"}, "--gpus -2\nGive 1 or more workers"},
 		{[]string{"launch", "--nproc-per-node", "1"}, "no program given"},
 		{[]string{"launch", "--nproc-per-node", "x", "--", "true"}, `invalid value "x" for flag -nproc-per-node`},
-		{[]string{"launch", "--nnodes", "0", "--", "true"}, "--nnodes 0\nGive at least 1."},
+		{[]string{"launch", "--nnodes", "0", "--", "true"}, `re:nnodes.*(\nGive at least 1|want N or MIN:MAX with 1 <= MIN)`},
 		{[]string{"launch", "--max-restarts", "-1", "--", "true"}, "--max-restarts -1\nGive 0 or more"},
 		{[]string{"launch", "--restart-backoff", "-1s", "--", "true"}, "--restart-backoff -1s\nGive a duration of 0 or more"},
 		{[]string{"launch", "--hang-timeout", "0s", "--", "true"}, "--hang-timeout 0s\nGive a positive duration"},
@@ -129,7 +129,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"launch", "--nproc-per-node", "1", "--metrics-addr", ":-1", "--", "true"}, `--metrics-addr ":-1": port "-1"`},
 		{[]string{"launch", "--nproc-per-node", "1", "--backend", "tpu", "--", "true"}, `--backend "tpu"` + "\nUse --backend cpu or --backend nccl."},
 		{[]string{"launch", "--standby=sometimes", "--", "true"}, "--standby takes on, off or auto: write e.g. --standby=off"},
-		{[]string{"coordinator", "--nnodes", "0"}, "--nnodes 0\nGive at least 1."},
+		{[]string{"coordinator", "--nnodes", "0"}, `re:nnodes.*(\nGive at least 1|want N or MIN:MAX with 1 <= MIN)`},
 		{[]string{"coordinator", "--max-restarts", "-1"}, "--max-restarts -1\nGive 0 or more"},
 		{[]string{"coordinator", "--gossip-port", "-5"}, "--gossip-port -5\nGive a port"},
 		{[]string{"coordinator", "--listen", "0.0.0.0:99999"}, `--listen "0.0.0.0:99999": port "99999"`},
@@ -157,7 +157,11 @@ func TestUsageErrors(t *testing.T) {
 				t.Skip("this machine has GPUs")
 			}
 			stdout, stderr, code := runGotrain(t, bin, c.args...)
-			if code != 2 || stdout != "" || !strings.Contains(stderr, c.want) {
+			re := regexp.MustCompile(regexp.QuoteMeta(c.want))
+			if expr, ok := strings.CutPrefix(c.want, "re:"); ok {
+				re = regexp.MustCompile(expr)
+			}
+			if code != 2 || stdout != "" || !re.MatchString(stderr) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout, stderr with %q", code, stdout, stderr, c.want)
 			}
 		})

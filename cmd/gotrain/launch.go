@@ -37,7 +37,11 @@ gotrain.
 When a worker fails, every worker of the generation is stopped (SIGTERM,
 --grace-period, SIGKILL) and the next generation starts, up to --max-restarts
 times (default 3); workers see the count in GOTRAIN_RESTART_COUNT and
-TORCHELASTIC_RESTART_COUNT. Go workers that run worker.Run recover in
+TORCHELASTIC_RESTART_COUNT. A failure that repeats before any rank made
+progress (no step reported, no collective completed) waits longer each
+time: 1s more after the second, 2s after the third, ... up to 30s, on top
+of --restart-backoff; the report then says "the same failure N times".
+Go workers that run worker.Run recover in
 process instead: only the failed rank's process starts again. When the
 restarts are spent, gotrain prints the root cause (rank, host, exit code or
 signal, OOM kill, GPU XID errors, the last lines of stderr), writes it to
