@@ -163,6 +163,7 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w (choose another with %s)", cfg.Listen, err, cfg.ListenFlag)
 	}
+	lis = newLimitListener(lis, MaxConns, MaxConnsPerIP, log) // connlimit.go
 	undo = append(undo, func() { _ = lis.Close() })
 	var mlis net.Listener
 	if cfg.MetricsAddr != "" {
