@@ -31,7 +31,7 @@ type GossipConfig struct {
 // watch stream stays open. Call it before Serve; stop leaves the member
 // list. Without StartGossip the job does not gossip.
 func (s *Server) StartGossip(cfg GossipConfig) (port int, stop func(), err error) {
-	d := &gossipEvents{s: s, now: time.Now, heard: map[string]time.Time{}}
+	d := &gossipEvents{s: s, now: time.Now, heard: map[string]time.Time{}, addrs: map[string]string{}}
 	ml, err := gossip.Start(gossip.Options{
 		Name: gossip.CoordinatorName, BindAddr: cfg.BindAddr, Port: cfg.Port, AdvertiseAddr: cfg.AdvertiseAddr,
 		Token: s.cfg.Token, Events: d, Ping: d, Logger: s.log.With("component", "gossip"),
@@ -41,7 +41,7 @@ func (s *Server) StartGossip(cfg GossipConfig) (port int, stop func(), err error
 	}
 	port = int(ml.LocalNode().Port)
 	s.mu.Lock()
-	s.gossipPort = port
+	s.gossipPort, s.gossip = port, d
 	s.mu.Unlock()
 	s.log.Info("gossip serving", "addr", net.JoinHostPort(ml.LocalNode().Addr.String(), fmt.Sprint(port)))
 	return port, func() {
@@ -60,6 +60,7 @@ type gossipEvents struct {
 
 	mu    sync.Mutex
 	heard map[string]time.Time // when each member last answered (or joined)
+	addrs map[string]string    // each member's gossip address (HOST:PORT)
 }
 
 var (
@@ -67,9 +68,29 @@ var (
 	_ memberlist.PingDelegate  = (*gossipEvents)(nil)
 )
 
-func (d *gossipEvents) NotifyJoin(n *memberlist.Node) { d.heardFrom(n.Name) }
+// NotifyJoin: a member joined, or one declared dead answers again.
+func (d *gossipEvents) NotifyJoin(n *memberlist.Node) {
+	d.mu.Lock()
+	if d.addrs == nil {
+		d.addrs = map[string]string{}
+	}
+	d.addrs[n.Name] = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	d.mu.Unlock()
+	d.heardFrom(n.Name)
+	d.s.gossipAlive(n.Name)
+}
 
 func (d *gossipEvents) NotifyUpdate(n *memberlist.Node) { d.heardFrom(n.Name) }
+
+// addr returns member name's gossip address, "" when unknown.
+func (d *gossipEvents) addr(name string) string {
+	if d == nil {
+		return ""
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.addrs[name]
+}
 
 func (d *gossipEvents) NotifyLeave(n *memberlist.Node) {
 	now := d.now()
@@ -82,7 +103,7 @@ func (d *gossipEvents) NotifyLeave(n *memberlist.Node) {
 		silent = now.Sub(last)
 	}
 	if ev, lost := gossipLost(n.Name, n.State, n.Addr.String(), silent); lost {
-		d.s.nodeLost(ev)
+		d.s.gossipDead(ev)
 	}
 }
 

@@ -43,8 +43,12 @@ type Config struct {
 	RunID string
 	// Token is the job token every call must carry; required.
 	Token string
-	// Nodes is how many nodes the job waits for; default 1.
-	Nodes int
+	// Nodes is how many nodes the job runs on at most; default 1. MinNodes,
+	// NodeTimeout and JoinSettle: see coordinator/job's membership.go.
+	Nodes       int
+	MinNodes    int
+	NodeTimeout time.Duration
+	JoinSettle  time.Duration
 	// MaxRestarts is how many times a failed generation restarts; default 0.
 	MaxRestarts int
 	// RestartBackoff is the pause before a failed generation restarts.
@@ -85,6 +89,10 @@ type Server struct {
 	deadlineArmed bool
 	// gossipPort is the coordinator's memberlist port (gossip.go); 0: none.
 	gossipPort int
+	gossip     *gossipEvents // nil without gossip
+	// probes counts the goroutines probing agents whose stream ended
+	// (reach.go); Serve waits for them.
+	probes sync.WaitGroup
 	// limits are the bounds on callers (limits.go).
 	limits limits
 
@@ -108,8 +116,12 @@ type outbox struct {
 	events   []*gotrainv1.GenerationEvent
 	closed   bool   // the job finished; end the stream once events are sent
 	attached bool   // a watch stream serves this outbox
-	lost     string // the node was lost by gossip (gossip.go): end the stream with this
-	wake     chan struct{}
+	stream   uint64 // the number of the latest watch stream; an older one ends
+	lost     string // the node was lost: end the stream with this
+	// gossipDown: gossip finds the node dead; unreachable: the machine was
+	// told so (reach.go).
+	gossipDown, unreachable bool
+	wake                    chan struct{}
 }
 
 func newOutbox() *outbox { return &outbox{wake: make(chan struct{}, 1)} }
@@ -131,13 +143,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Token == "" {
 		return nil, fmt.Errorf("%w: token is empty: generate one with token.Generate and give it to every agent", ErrInvalidConfig)
 	}
-	m, err := job.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff,
+	m, err := job.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes, NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
+		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff,
 		HangTimeout: cfg.HangTimeout, OnHang: cfg.OnHang, RendezvousTimeout: cfg.RendezvousTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	jc := m.Config()
 	cfg.Nodes, cfg.MaxRestarts = jc.Nodes, jc.MaxRestarts
+	cfg.MinNodes, cfg.NodeTimeout, cfg.JoinSettle = jc.MinNodes, jc.NodeTimeout, jc.JoinSettle
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -218,6 +232,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		<-stopped
 	}
 	<-tickDone
+	s.probes.Wait()
 	return err
 }
 
@@ -235,6 +250,7 @@ func (s *Server) tick(ctx context.Context) {
 				s.log.Error("tick", "err", err)
 			}
 			s.apply(acts)
+			s.dropLost() // reach.go
 			s.mu.Unlock()
 		}
 	}
@@ -247,6 +263,7 @@ func (s *Server) step(ev job.Event) error {
 		return err
 	}
 	s.apply(acts)
+	s.dropLost() // reach.go
 	s.tickOnDeadline()
 	return nil
 }
@@ -341,7 +358,8 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	s.joinedNode(id, req)
 	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
 	s.apply(acts)
-	return &gotrainv1.JoinResponse{NodeId: id, RunId: s.cfg.RunID, MaxRestarts: int32(s.cfg.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: warnings}, nil
+	return &gotrainv1.JoinResponse{NodeId: id, RunId: s.cfg.RunID, MaxRestarts: int32(s.cfg.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: warnings,
+		NodeTimeoutMs: s.cfg.NodeTimeout.Milliseconds()}, nil
 }
 
 // WatchGenerations streams the node's generation events. The stream is the
@@ -359,11 +377,15 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 	case o == nil:
 		s.mu.Unlock()
 		return status.Errorf(codes.NotFound, "unknown node id %q: call Join first, and watch with the node id it returned", id)
-	case o.attached:
-		s.mu.Unlock()
-		return status.Errorf(codes.AlreadyExists, "node %q has a watch stream already; one stream per node", id)
 	}
+	// A new stream replaces an older one, which may not know yet that its
+	// connection is gone (a blip): the agent reconnects within its node
+	// timeout.
+	o.stream++
+	my := o.stream
 	o.attached = true
+	o.notify()
+	s.reachability(id, o, "")
 	if o.closed && len(o.events) == 0 {
 		// A new stream after the job finished: say so again.
 		o.push(&gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Finished{Finished: s.result}})
@@ -376,31 +398,38 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 		// Queued events go out first, also when the coordinator stops: the
 		// job's last words (finished) must reach the agents.
 		s.mu.Lock()
+		if o.stream != my {
+			s.mu.Unlock()
+			return status.Errorf(codes.Aborted, "node %q opened a newer watch stream", id)
+		}
 		evs, closed, lost := o.events, o.closed, o.lost
-		o.events = nil
+		if lost == "" {
+			o.events = nil
+		}
 		s.mu.Unlock()
 		if lost != "" {
-			s.streamEnded(id, o, "")
+			s.streamEnded(id, o, my, "")
 			return status.Errorf(codes.Aborted, "this node was lost (%s); its workers must stop", lost)
 		}
-		for _, ev := range evs {
+		for i, ev := range evs {
 			if err := stream.Send(ev); err != nil {
-				s.streamEnded(id, o, fmt.Sprintf("watch stream broke: %v", err))
+				s.requeue(o, my, evs[i:])
+				s.streamEnded(id, o, my, fmt.Sprintf("watch stream broke: %v", err))
 				return err
 			}
 		}
 		switch {
 		case closed:
-			s.streamEnded(id, o, "")
+			s.streamEnded(id, o, my, "")
 			return nil
 		case stopping:
-			s.streamEnded(id, o, "")
+			s.streamEnded(id, o, my, "")
 			return status.Error(codes.Unavailable, "coordinator is shutting down")
 		}
 		select {
 		case <-o.wake:
 		case <-ctx.Done():
-			s.streamEnded(id, o, fmt.Sprintf("its agent disconnected (it exited or was killed, or the network to it failed): %v", context.Cause(ctx)))
+			s.streamEnded(id, o, my, fmt.Sprintf("its agent disconnected (it exited or was killed, or the network to it failed): %v", context.Cause(ctx)))
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.stop.Done():
 			stopping = true
@@ -408,19 +437,32 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 	}
 }
 
-// streamEnded detaches o from node id's stream; unless the job finished or the
-// coordinator is stopping, the node is lost for reason.
-func (s *Server) streamEnded(id string, o *outbox, reason string) {
+// streamEnded detaches o from node id's stream number my (unless a newer
+// stream replaced it); unless the job finished or the coordinator is
+// stopping, the node is unreachable for reason until it opens a new stream
+// (reach.go), and its agent is probed.
+func (s *Server) streamEnded(id string, o *outbox, my uint64, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o.attached = false
-	if s.m.Finished() || s.stop.Err() != nil || s.outboxes[id] != o {
+	if o.stream != my {
 		return
 	}
-	delete(s.outboxes, id)
-	s.log.Warn("node lost", "node_id", id, "reason", reason)
-	if err := s.step(job.NodeLost{NodeID: id, Reason: reason}); err != nil {
-		s.log.Error("node lost", "node_id", id, "err", err)
+	o.attached = false
+	if s.m.Finished() || s.stop.Err() != nil || s.outboxes[id] != o || reason == "" {
+		return
+	}
+	s.reachability(id, o, reason)
+	s.probes.Add(1)
+	go s.probe(id, reason)
+}
+
+// requeue puts back events a broken stream could not send, for the node's
+// next stream.
+func (s *Server) requeue(o *outbox, my uint64, evs []*gotrainv1.GenerationEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o.stream == my {
+		o.events = append(evs, o.events...)
 	}
 }
 

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -52,8 +53,15 @@ func checkSettings(jc job.Config, given *gotrainv1.JobSettings) (warnings []stri
 	}
 	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 
-	if given.Nodes != nil && int(given.GetNodes()) != jc.Nodes {
-		fail("nnodes", given.GetNodes(), jc.Nodes)
+	if given.Nodes != nil {
+		min := int(given.GetMinNodes())
+		if given.MinNodes == nil {
+			min = int(given.GetNodes())
+		}
+		jmin := cmp.Or(jc.MinNodes, jc.Nodes)
+		if int(given.GetNodes()) != jc.Nodes || min != jmin {
+			fail("nnodes", nnodes(min, int(given.GetNodes())), nnodes(jmin, jc.Nodes))
+		}
 	}
 	if given.MaxRestarts != nil && int(given.GetMaxRestarts()) != jc.MaxRestarts {
 		fail("max-restarts", given.GetMaxRestarts(), jc.MaxRestarts)
@@ -77,4 +85,12 @@ func checkSettings(jc job.Config, given *gotrainv1.JobSettings) (warnings []stri
 		return warnings, &settingsError{problems: problems}
 	}
 	return warnings, nil
+}
+
+// nnodes writes --nnodes as the user does: N, or MIN:MAX.
+func nnodes(min, max int) string {
+	if min == max {
+		return fmt.Sprint(max)
+	}
+	return fmt.Sprintf("%d:%d", min, max)
 }

@@ -143,7 +143,8 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	}
 	log := cfg.Logger
 	srv, err := coordinator.New(coordinator.Config{
-		RunID: cfg.RunID, Token: cfg.JobToken, Nodes: cfg.Nodes,
+		RunID: cfg.RunID, Token: cfg.JobToken, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes,
+		NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
 		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff,
 		HangTimeout: cfg.HangTimeout, OnHang: cfg.OnHang, RendezvousTimeout: cfg.RendezvousTimeout,
 		Logger: log,

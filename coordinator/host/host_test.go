@@ -190,7 +190,8 @@ func TestStartFailsCleanly(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	d := DefaultConfig()
-	want := JobSettings{Nodes: 1, MaxRestarts: 3, HangTimeout: 120 * time.Second, OnHang: "report", RendezvousTimeout: 10 * time.Minute}
+	want := JobSettings{Nodes: 1, MinNodes: 1, NodeTimeout: 10 * time.Second, JoinSettle: 3 * time.Second,
+		MaxRestarts: 3, HangTimeout: 120 * time.Second, OnHang: "report", RendezvousTimeout: 10 * time.Minute}
 	if d.JobSettings != want || d.Listen != "0.0.0.0:29400" || d.GossipPort != GossipPortFromListen || d.ListenFlag != "--listen" {
 		t.Errorf("DefaultConfig() = %+v", d)
 	}
@@ -280,7 +281,7 @@ func TestGiven(t *testing.T) {
 		{map[string]bool{"gpus": true, FlagJobToken: true, FlagMetricsAddr: true, FlagNoGossip: true}, nil},
 		{map[string]bool{FlagMaxRestarts: true}, &gotrainv1.JobSettings{MaxRestarts: proto.Int32(5)}},
 		{map[string]bool{FlagNodes: true, FlagHangTimeout: true, FlagOnHang: true},
-			&gotrainv1.JobSettings{Nodes: proto.Int32(1), HangTimeoutMs: proto.Int64(120_000), OnHang: proto.String("report")}},
+			&gotrainv1.JobSettings{Nodes: proto.Int32(1), MinNodes: proto.Int32(1), HangTimeoutMs: proto.Int64(120_000), OnHang: proto.String("report")}},
 		{map[string]bool{FlagRestartBackoff: true, FlagRendezvousTimeout: true, FlagRunID: true},
 			&gotrainv1.JobSettings{RestartBackoffMs: proto.Int64(0), RendezvousTimeoutMs: proto.Int64(600_000), RunId: proto.String("run-x")}},
 	} {
@@ -303,13 +304,35 @@ func TestRegisterJobFlags(t *testing.T) {
 	}
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
-	if n != 10 {
-		t.Errorf("%d flags, want 10", n)
+	if n != 12 {
+		t.Errorf("%d flags, want 12", n)
 	}
 	if err := fs.Parse([]string{"--nnodes", "2", "--max-restarts", "0", "--hang-timeout", "5m", "--on-hang", "restart", "--no-gossip"}); err != nil {
 		t.Fatal(err)
 	}
 	if s.Nodes != 2 || s.MaxRestarts != 0 || s.HangTimeout != 5*time.Minute || s.OnHang != "restart" || !s.NoGossip {
 		t.Errorf("after parsing: %+v", s)
+	}
+}
+
+// --nnodes takes N or MIN:MAX (torchrun's syntax), and says what it wants
+// otherwise.
+func TestNNodes(t *testing.T) {
+	for v, want := range map[string][2]int{"4": {4, 4}, "3:4": {3, 4}, "1:1": {1, 1}} {
+		min, max, err := ParseNNodes(v)
+		if err != nil || min != want[0] || max != want[1] {
+			t.Errorf("ParseNNodes(%q) = %d, %d, %v; want %v", v, min, max, err, want)
+		}
+	}
+	for _, v := range []string{"0", "4:3", "a", "2:", ":2", "-1:2"} {
+		if _, _, err := ParseNNodes(v); err == nil || !strings.Contains(err.Error(), "MIN:MAX") {
+			t.Errorf("ParseNNodes(%q) = %v; want an error that says what is allowed", v, err)
+		}
+	}
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	var s JobSettings
+	RegisterJobFlags(fs, &s, "")
+	if err := fs.Parse([]string{"--nnodes", "3:4"}); err != nil || s.MinNodes != 3 || s.Nodes != 4 || fs.Lookup(FlagNodes).Value.String() != "3:4" {
+		t.Errorf("--nnodes 3:4: %+v, %v", s, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gotrain/gotrain/coordinator/job"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -16,6 +17,9 @@ const (
 	DefaultHangTimeout       = 120 * time.Second
 	DefaultOnHang            = "report"
 	DefaultRendezvousTimeout = 10 * time.Minute
+	// DefaultNodeTimeout: see coordinator/job's membership.go for why 10 s.
+	DefaultNodeTimeout = job.DefaultNodeTimeout
+	DefaultJoinSettle  = job.DefaultJoinSettle
 )
 
 // JobSettings are the settings of the whole job, which the coordinator
@@ -28,8 +32,15 @@ const (
 // and OnHang take their defaults (WithDefaults); every other zero means what
 // it says: no restarts, no backoff, no rendezvous bound, no metrics.
 type JobSettings struct {
-	// Nodes is how many nodes (agents) the job waits for.
-	Nodes int
+	// Nodes is how many nodes (agents) the job runs on at most, and
+	// MinNodes how many at least (--nnodes MIN:MAX; N is N:N; a zero
+	// MinNodes is Nodes): see coordinator/job's membership.go.
+	Nodes    int
+	MinNodes int
+	// NodeTimeout is how long a node may be out of contact before it is
+	// lost; JoinSettle how long joins settle before the job acts on them.
+	NodeTimeout time.Duration
+	JoinSettle  time.Duration
 	// JobToken is the secret every agent and worker presents.
 	JobToken string
 	// RunID names the job (default DefaultRunID(JobToken)).
@@ -59,6 +70,9 @@ type JobSettings struct {
 func DefaultJobSettings() JobSettings {
 	return JobSettings{
 		Nodes:             DefaultNodes,
+		MinNodes:          DefaultNodes,
+		NodeTimeout:       DefaultNodeTimeout,
+		JoinSettle:        DefaultJoinSettle,
 		MaxRestarts:       DefaultMaxRestarts,
 		HangTimeout:       DefaultHangTimeout,
 		OnHang:            DefaultOnHang,
@@ -70,6 +84,9 @@ func DefaultJobSettings() JobSettings {
 // (Nodes, HangTimeout, OnHang) and a RunID derived from JobToken.
 func (s JobSettings) WithDefaults() JobSettings {
 	s.Nodes = cmp.Or(s.Nodes, DefaultNodes)
+	s.MinNodes = cmp.Or(s.MinNodes, s.Nodes)
+	s.NodeTimeout = cmp.Or(s.NodeTimeout, DefaultNodeTimeout)
+	s.JoinSettle = cmp.Or(s.JoinSettle, DefaultJoinSettle)
 	s.HangTimeout = cmp.Or(s.HangTimeout, DefaultHangTimeout)
 	s.OnHang = cmp.Or(s.OnHang, DefaultOnHang)
 	if s.RunID == "" && s.JobToken != "" {
@@ -98,6 +115,12 @@ func (s JobSettings) Validate() error {
 	switch {
 	case s.Nodes < 1:
 		return bad(fmt.Sprintf("--nnodes %d", s.Nodes), "Give at least 1.")
+	case s.MinNodes < 0 || s.MinNodes > s.Nodes:
+		return bad(fmt.Sprintf("--nnodes %d:%d", s.MinNodes, s.Nodes), "Give MIN:MAX with 1 <= MIN <= MAX, or one number.")
+	case s.NodeTimeout < 0:
+		return bad(fmt.Sprintf("--node-timeout %s", s.NodeTimeout), "Give a positive duration, e.g. --node-timeout 10s.")
+	case s.JoinSettle < 0:
+		return bad(fmt.Sprintf("--join-settle %s", s.JoinSettle), "Give a duration of 0 or more.")
 	case s.MaxRestarts < 0:
 		return bad(fmt.Sprintf("--max-restarts %d", s.MaxRestarts), "Give 0 or more (0: the first failure ends the job).")
 	case s.RestartBackoff < 0:
@@ -122,6 +145,7 @@ func (s JobSettings) Given(given map[string]bool) *gotrainv1.JobSettings {
 	if given[FlagNodes] {
 		set = true
 		p.Nodes = ptr(int32(s.Nodes))
+		p.MinNodes = ptr(int32(cmp.Or(s.MinNodes, s.Nodes)))
 	}
 	if given[FlagMaxRestarts] {
 		set = true

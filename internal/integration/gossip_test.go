@@ -40,7 +40,8 @@ func TestGossipFindsStoppedNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOutput(t, a, "the lost node named by gossip", func() bool {
-		return strings.Contains(a.err.String(), "was lost: gossip: no answer from 127.0.0.1")
+		// Out of contact for the node timeout (10 s): then lost.
+		return strings.Contains(a.err.String(), "was lost: unreachable for ") && strings.Contains(a.err.String(), "gossip: no answer from 127.0.0.1")
 	})
 	t.Logf("gossip found the stopped agent in %s", time.Since(stopped).Round(10*time.Millisecond))
 	if code := a.wait(t, 30*time.Second); code == 0 {

@@ -290,7 +290,7 @@ func TestMultiNodeLostNode(t *testing.T) {
 			killed, survivor := b, a
 			wants := []string{
 				"gotrain: job failed: node node-2 on " + host + " (agent pid " + strconv.Itoa(b.cmd.Process.Pid) + ") was lost: its agent disconnected",
-				"node node-2 on " + host + " (127.0.0.1, agent pid", "ranks 2-3) was lost", "nodes cannot rejoin a started job",
+				"node node-2 on " + host + " (127.0.0.1, agent pid", "ranks 2-3) was lost", "only 1 of the 2 nodes it needs remain",
 			}
 			if kill == "first" {
 				killed, survivor = a, b

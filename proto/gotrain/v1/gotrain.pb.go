@@ -758,6 +758,7 @@ type JobSettings struct {
 	OnHang              *string                `protobuf:"bytes,5,opt,name=on_hang,json=onHang,proto3,oneof" json:"on_hang,omitempty"`                                           // --on-hang
 	RendezvousTimeoutMs *int64                 `protobuf:"varint,6,opt,name=rendezvous_timeout_ms,json=rendezvousTimeoutMs,proto3,oneof" json:"rendezvous_timeout_ms,omitempty"` // --rendezvous-timeout
 	RunId               *string                `protobuf:"bytes,7,opt,name=run_id,json=runId,proto3,oneof" json:"run_id,omitempty"`                                              // --run-id
+	MinNodes            *int32                 `protobuf:"varint,8,opt,name=min_nodes,json=minNodes,proto3,oneof" json:"min_nodes,omitempty"`                                    // --nnodes MIN:MAX's MIN
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -841,6 +842,13 @@ func (x *JobSettings) GetRunId() string {
 	return ""
 }
 
+func (x *JobSettings) GetMinNodes() int32 {
+	if x != nil && x.MinNodes != nil {
+		return *x.MinNodes
+	}
+	return 0
+}
+
 type JoinResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -851,7 +859,11 @@ type JoinResponse struct {
 	GossipPort int32 `protobuf:"varint,4,opt,name=gossip_port,json=gossipPort,proto3" json:"gossip_port,omitempty"`
 	// warnings name settings of the request that differ from the job's in
 	// ways the job can run with (the job's values apply); the agent prints them.
-	Warnings      []string `protobuf:"bytes,5,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	Warnings []string `protobuf:"bytes,5,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// node_timeout_ms is how long the node may be out of contact with the
+	// coordinator before it is lost: its agent reconnects within it, and
+	// stops its own workers when it cannot.
+	NodeTimeoutMs int64 `protobuf:"varint,6,opt,name=node_timeout_ms,json=nodeTimeoutMs,proto3" json:"node_timeout_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -919,6 +931,13 @@ func (x *JoinResponse) GetWarnings() []string {
 		return x.Warnings
 	}
 	return nil
+}
+
+func (x *JoinResponse) GetNodeTimeoutMs() int64 {
+	if x != nil {
+		return x.NodeTimeoutMs
+	}
+	return 0
 }
 
 type WatchGenerationsRequest struct {
@@ -3571,7 +3590,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\tfree_port\x18\x06 \x01(\x05R\bfreePort\"l\n" +
 	"\vJoinRequest\x12(\n" +
 	"\x04node\x18\x01 \x01(\v2\x14.gotrain.v1.NodeInfoR\x04node\x123\n" +
-	"\bsettings\x18\x02 \x01(\v2\x17.gotrain.v1.JobSettingsR\bsettings\"\x9a\x03\n" +
+	"\bsettings\x18\x02 \x01(\v2\x17.gotrain.v1.JobSettingsR\bsettings\"\xca\x03\n" +
 	"\vJobSettings\x12\x19\n" +
 	"\x05nodes\x18\x01 \x01(\x05H\x00R\x05nodes\x88\x01\x01\x12&\n" +
 	"\fmax_restarts\x18\x02 \x01(\x05H\x01R\vmaxRestarts\x88\x01\x01\x121\n" +
@@ -3579,7 +3598,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x0fhang_timeout_ms\x18\x04 \x01(\x03H\x03R\rhangTimeoutMs\x88\x01\x01\x12\x1c\n" +
 	"\aon_hang\x18\x05 \x01(\tH\x04R\x06onHang\x88\x01\x01\x127\n" +
 	"\x15rendezvous_timeout_ms\x18\x06 \x01(\x03H\x05R\x13rendezvousTimeoutMs\x88\x01\x01\x12\x1a\n" +
-	"\x06run_id\x18\a \x01(\tH\x06R\x05runId\x88\x01\x01B\b\n" +
+	"\x06run_id\x18\a \x01(\tH\x06R\x05runId\x88\x01\x01\x12 \n" +
+	"\tmin_nodes\x18\b \x01(\x05H\aR\bminNodes\x88\x01\x01B\b\n" +
 	"\x06_nodesB\x0f\n" +
 	"\r_max_restartsB\x15\n" +
 	"\x13_restart_backoff_msB\x12\n" +
@@ -3587,14 +3607,17 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"\b_on_hangB\x18\n" +
 	"\x16_rendezvous_timeout_msB\t\n" +
-	"\a_run_id\"\x9e\x01\n" +
+	"\a_run_idB\f\n" +
+	"\n" +
+	"_min_nodes\"\xc6\x01\n" +
 	"\fJoinResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12!\n" +
 	"\fmax_restarts\x18\x03 \x01(\x05R\vmaxRestarts\x12\x1f\n" +
 	"\vgossip_port\x18\x04 \x01(\x05R\n" +
 	"gossipPort\x12\x1a\n" +
-	"\bwarnings\x18\x05 \x03(\tR\bwarnings\"2\n" +
+	"\bwarnings\x18\x05 \x03(\tR\bwarnings\x12&\n" +
+	"\x0fnode_timeout_ms\x18\x06 \x01(\x03R\rnodeTimeoutMs\"2\n" +
 	"\x17WatchGenerationsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"q\n" +
 	"\x0eRankAssignment\x12\x12\n" +

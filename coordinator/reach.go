@@ -1,0 +1,111 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/gotrain/gotrain/coordinator/job"
+)
+
+// Reachability: what the server tells the machine about a node's contact
+// (coordinator/job's membership.go decides what it means). A node is
+// reachable while its watch stream is attached and gossip (when the job
+// gossips) does not find it dead; the machine hears NodeUnreachable when it
+// stops being so and NodeReachable when it is again, and loses it only
+// after its node timeout. A blip that breaks the stream or silences gossip
+// for less changes nothing: the agent opens a new stream.
+//
+// A stream that ends because the agent's process is gone would otherwise
+// cost the whole node timeout: the server probes the agent's gossip port
+// (TCP), and a refused connection — the host answers, nothing listens —
+// loses the node at once. A frozen or cut-off agent does not refuse (its
+// kernel still accepts, or nothing answers), and waits out the timeout.
+
+// probeTimeout bounds the dial of a probe.
+const probeTimeout = time.Second
+
+// reachability re-evaluates node id's contact after a change of its stream
+// or gossip state, and tells the machine. s.mu is held.
+func (s *Server) reachability(id string, o *outbox, why string) {
+	reachable := o.attached && !o.gossipDown
+	switch {
+	case reachable && o.unreachable:
+		o.unreachable = false
+		s.log.Info("node reachable again", "node_id", id)
+		if err := s.step(job.NodeReachable{NodeID: id}); err != nil {
+			s.log.Error("node reachable", "node_id", id, "err", err)
+		}
+	case !reachable && !o.unreachable:
+		o.unreachable = true
+		s.log.Warn("node unreachable", "node_id", id, "reason", why, "lost_after", s.m.Config().NodeTimeout)
+		if err := s.step(job.NodeUnreachable{NodeID: id, Reason: why}); err != nil {
+			s.log.Error("node unreachable", "node_id", id, "err", err)
+		}
+	}
+}
+
+// gossipDead: gossip finds node ev.NodeID dead. It is unreachable until
+// gossip hears it again.
+func (s *Server) gossipDead(ev job.NodeLost) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.outboxes[ev.NodeID]
+	if o == nil || s.m.Finished() || s.stop.Err() != nil {
+		return
+	}
+	o.gossipDown = true
+	s.reachability(ev.NodeID, o, ev.Reason)
+}
+
+// gossipAlive: gossip hears node id (again).
+func (s *Server) gossipAlive(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.outboxes[id]
+	if o == nil || !o.gossipDown {
+		return
+	}
+	o.gossipDown = false
+	s.reachability(id, o, "")
+}
+
+// probe checks, after node id's stream ended, whether its agent's process
+// is gone, and loses the node at once when it is. It runs on a goroutine of
+// its own, which Serve waits for.
+func (s *Server) probe(id, reason string) {
+	defer s.probes.Done()
+	s.mu.Lock()
+	addr := s.gossip.addr(id)
+	s.mu.Unlock()
+	if addr == "" {
+		return // no gossip: the node timeout decides
+	}
+	conn, err := net.DialTimeout("tcp", addr, probeTimeout)
+	if err == nil {
+		_ = conn.Close()
+		return
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return
+	}
+	s.nodeLost(job.NodeLost{NodeID: id, Reason: fmt.Sprintf("%s; its agent is gone (nothing listens at its gossip port %s)", reason, addr)})
+}
+
+// dropLost ends the streams of nodes the machine no longer has (lost after
+// their node timeout), so that an agent that comes back stops its workers.
+// s.mu is held.
+func (s *Server) dropLost() {
+	if s.m.Finished() {
+		return
+	}
+	for id, o := range s.outboxes {
+		if !s.m.HasNode(id) {
+			delete(s.outboxes, id)
+			o.lost = fmt.Sprintf("out of contact for longer than the node timeout (%s)", s.m.Config().NodeTimeout)
+			o.notify()
+		}
+	}
+}
