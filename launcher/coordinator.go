@@ -20,8 +20,8 @@ func (a *agent) startCoordinator(ctx context.Context) (addr string, stop func(),
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: metrics at http://%s/metrics\n", a.metricsAddr)
 	}
 	if a.cfg.Nodes > 1 {
-		a.joinHint = fmt.Sprintf("gotrain: coordinator listening on %s; start the other %d node(s) with: gotrain launch --nnodes %d --coordinator %s --job-token %s ...",
-			addr, a.cfg.Nodes-1, a.cfg.Nodes, c.JoinAddr(a.cfg.NodeAddress), a.cfg.JobToken)
+		a.joinHint = fmt.Sprintf("gotrain: coordinator listening on %s; start the other %s node(s) with: gotrain launch --nnodes %s --coordinator %s --job-token %s ...",
+			addr, a.missing(1), a.nnodes(), c.JoinAddr(a.cfg.NodeAddress), a.cfg.JobToken)
 	}
 	return addr, func() {
 		if err := c.Stop(); err != nil {

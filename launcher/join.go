@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -26,10 +27,15 @@ func (a *agent) join(ctx context.Context, coordAddr string) error {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.JoinTimeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond
+	start, said := time.Now(), time.Now()
+	a.nodeTimeout = a.cfg.NodeTimeout // until Join says the job's
 	for {
 		resp, err := a.coord.Join(ctx, req)
 		if err == nil {
 			a.nodeID = resp.GetNodeId()
+			if ms := resp.GetNodeTimeoutMs(); ms > 0 {
+				a.nodeTimeout = time.Duration(ms) * time.Millisecond // the job's, for the reconnects
+			}
 			for _, w := range resp.GetWarnings() {
 				fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: %s\n", w)
 			}
@@ -52,13 +58,74 @@ func (a *agent) join(ctx context.Context, coordAddr string) error {
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			return fmt.Errorf("join the coordinator at %s: %w", coordAddr, err)
 		}
+		if time.Since(said) >= progressEvery {
+			said = time.Now()
+			fmt.Fprintf(a.cfg.Stderr, "gotrain: waiting for the coordinator at %s (%s so far, giving up after --join-timeout %s)\n",
+				coordAddr, time.Since(start).Round(time.Second), a.cfg.JoinTimeout)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("join the coordinator at %s: not reachable within %s (is it running? check --coordinator): %w", coordAddr, a.cfg.JoinTimeout, err)
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		// At most a second between tries: a node joins within a second of
+		// its coordinator listening.
+		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// progressEvery is how often an agent that waits (for its coordinator, for
+// the other nodes) says so.
+const progressEvery = 10 * time.Second
+
+// waitForStart says every progressEvery, until the job's first generation
+// starts here (started closes), how many nodes have joined, so that a
+// person watching a node knows what it waits for. It returns when ctx ends
+// or the job started.
+func (a *agent) waitForStart(ctx context.Context, started <-chan struct{}) {
+	t := time.NewTicker(progressEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-started:
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		st, err := a.coord.GetJobStatus(rctx, &gotrainv1.GetJobStatusRequest{})
+		cancel()
+		if err != nil || st.GetState() != "waiting" {
+			continue
+		}
+		var hosts []string
+		for _, n := range st.GetNodes() {
+			hosts = append(hosts, n.GetInfo().GetHostname())
+		}
+		fmt.Fprintf(a.cfg.Stderr, "gotrain: %d of %s nodes joined (%s); waiting for %s more\n",
+			len(hosts), a.nnodes(), strings.Join(hosts, ", "), a.missing(len(hosts)))
+	}
+}
+
+// nnodes is the job's --nnodes as the user wrote it.
+func (a *agent) nnodes() string {
+	if a.cfg.MinNodes == 0 || a.cfg.MinNodes == a.cfg.Nodes {
+		return fmt.Sprint(a.cfg.Nodes)
+	}
+	return fmt.Sprintf("%d:%d", a.cfg.MinNodes, a.cfg.Nodes)
+}
+
+// missing says how many more nodes the job waits for when n have joined.
+func (a *agent) missing(n int) string {
+	min := a.cfg.MinNodes
+	if min == 0 {
+		min = a.cfg.Nodes
+	}
+	if n < min {
+		return fmt.Sprint(min - n)
+	}
+	return fmt.Sprintf("up to %d", a.cfg.Nodes-n)
 }
 
 // joinRefused is a Join the coordinator refused for good: it reads as the

@@ -107,6 +107,10 @@ type agent struct {
 	joinHint string
 	// gossipPort is the coordinator's gossip port from Join; 0: no gossip.
 	gossipPort int
+	// nodeTimeout is how long this node may be out of contact with the
+	// coordinator (the job's --node-timeout, from Join): the agent
+	// reconnects within it, and stops its workers when it cannot.
+	nodeTimeout time.Duration
 
 	// The machine decides (launcher/agentcore); the loop's goroutine alone
 	// steps it and carries out its actions (actions.go).
@@ -130,6 +134,7 @@ type agent struct {
 	links   *standbyLinks                           // standbys' open streams (standby.go)
 	reports chan *gotrainv1.ReportWorkerExitRequest // to the reporter (report.go)
 	hangs   chan *gotrainv1.EvidenceRequest         // to the evidence collector (progress.go)
+	started chan struct{}                           // closed at the first generation
 }
 
 // tickEvery is how often the loop gives the machine the time (grace
@@ -240,20 +245,10 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	}
 	events := make(chan *gotrainv1.GenerationEvent)
 	streamErr := make(chan error, 1)
-	g.Go(func() error {
-		for {
-			ev, err := stream.Recv()
-			if err != nil {
-				streamErr <- err
-				return nil
-			}
-			select {
-			case events <- ev:
-			case <-gctx.Done():
-				return nil
-			}
-		}
-	})
+	started := make(chan struct{})
+	g.Go(func() error { a.watch(gctx, stream, events, streamErr, coordAddr); return nil }) // contact.go
+	g.Go(func() error { a.waitForStart(gctx, started); return nil })                       // join.go
+	a.started = started
 
 	f, lost := a.loop(ctx, events, streamErr)
 	close(a.loopDone)
@@ -272,7 +267,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		sig := syscall.Signal(f.Code - 128)
 		return &ExitError{Code: f.Code, Message: fmt.Sprintf("gotrain: stopped by %s", unix.SignalName(sig))}
 	case agentcore.FinishedLost:
-		return fmt.Errorf("lost the coordinator at %s: %w; workers on %s were stopped", coordAddr, lost, a.host)
+		return fmt.Errorf("lost the coordinator at %s: %w; this node's workers on %s were stopped", coordAddr, lost, a.host)
 	}
 	return ctx.Err()
 }
@@ -301,8 +296,12 @@ func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEve
 		case sig := <-a.cfg.Signals:
 			s, _ := sig.(syscall.Signal)
 			ev = agentcore.Signaled{Sig: s}
-		case <-tick.C:
+		case now := <-tick.C:
 			ev = agentcore.Tick{}
+			if err := a.cutOff(now); err != nil && lost == nil { // contact.go
+				lost, streamErr = err, nil
+				ev = agentcore.CoordinatorLost{Err: err.Error()}
+			}
 		case err := <-streamErr:
 			lost, streamErr = err, nil
 			ev = agentcore.CoordinatorLost{Err: err.Error()}
@@ -325,6 +324,9 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 	switch e := ev.Event.(type) {
 	case *gotrainv1.GenerationEvent_Started:
 		g := e.Started
+		if a.gen == nil {
+			close(a.started) // waitForStart says no more
+		}
 		a.gen = g
 		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
 		// RAS-derived progress spans the job's communicators (raspoll.go).

@@ -64,6 +64,10 @@ type hub struct {
 	ranks   map[int]*rankSlot
 	streams map[int]*attachedWorker // open control streams by pid
 	nextReq int64
+	// lastContact is when the coordinator last answered a progress report;
+	// contactErr the error of a later one, nil when none failed since.
+	lastContact time.Time
+	contactErr  error
 	// onAttach and onDetach, when set, are called (without mu) after a
 	// worker said hello (again) and after its stream ended.
 	onAttach func(w *attachedWorker, recoverable bool)
@@ -277,9 +281,29 @@ func (h *hub) flush(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
-	if _, err := h.coord.ReportProgress(ctx, req); err != nil {
+	_, err := h.coord.ReportProgress(ctx, req)
+	h.mu.Lock()
+	if err == nil {
+		h.lastContact, h.contactErr = time.Now(), nil
+	} else if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		h.contactErr = err
+	}
+	h.mu.Unlock()
+	if err != nil {
 		h.log.Debug("report progress", "err", err)
 	}
+}
+
+// silence returns how long the coordinator has not answered this node's
+// progress reports (0 while it does, or before the first answer), and the
+// last error.
+func (h *hub) silence(now time.Time) (time.Duration, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lastContact.IsZero() || h.contactErr == nil {
+		return 0, nil
+	}
+	return now.Sub(h.lastContact), h.contactErr
 }
 
 // report sends the ranks' progress once a second until ctx ends.

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // reportTimeoutExit bounds one ReportWorkerExit call.
@@ -35,11 +37,30 @@ func (a *agent) sendReports(ctx context.Context) {
 			if !req.GetParked() {
 				a.hub.flush(ctx)
 			}
-			rctx, cancel := context.WithTimeout(ctx, reportTimeoutExit)
-			if _, err := a.coord.ReportWorkerExit(rctx, req); err != nil {
-				a.log.Warn("report worker exit", "rank", req.GetRank(), "err", err)
-			}
-			cancel()
+			a.sendReport(ctx, req)
+		}
+	}
+}
+
+// sendReport sends one report, trying again while the coordinator is out of
+// reach, for up to the node timeout (a blip must not lose an exit).
+func (a *agent) sendReport(ctx context.Context, req *gotrainv1.ReportWorkerExitRequest) {
+	deadline := time.Now().Add(max(a.nodeTimeout, reportTimeoutExit))
+	for {
+		rctx, cancel := context.WithTimeout(ctx, reportTimeoutExit)
+		_, err := a.coord.ReportWorkerExit(rctx, req)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if c := status.Code(err); (c != codes.Unavailable && c != codes.DeadlineExceeded) || time.Now().After(deadline) {
+			a.log.Warn("report worker exit", "rank", req.GetRank(), "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(rewatchEvery):
 		}
 	}
 }

@@ -224,3 +224,19 @@ func checkHostPort(flagName, addr string, needPort bool) error {
 	}
 	return nil
 }
+
+// defaultCoordinatorPort is the port of --coordinator HOST: torchrun's
+// rendezvous port convention, and gotrain's --coordinator-listen default.
+const defaultCoordinatorPort = "29400"
+
+// withDefaultPort gives addr (HOST or HOST:PORT; "" stays "") the
+// coordinator's default port when it has none.
+func withDefaultPort(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	return net.JoinHostPort(strings.Trim(addr, "[]"), defaultCoordinatorPort)
+}

@@ -124,7 +124,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"launch", "--nproc-per-node", "1", "--standby-timeout", "-1s", "--", "true"}, "--standby-timeout -1s\nGive a positive duration"},
 		{[]string{"launch", "--nproc-per-node", "1", "--gossip-port", "70000", "--", "true"}, "--gossip-port 70000\nGive a port from 1 to 65535, or 0"},
 		{[]string{"launch", "--nproc-per-node", "1", "--coordinator", "host:0", "--", "true"}, `--coordinator "host:0": port "0"` + "\nGive a port from 1 to 65535"},
-		{[]string{"launch", "--nproc-per-node", "1", "--coordinator", "host", "--", "true"}, `--coordinator "host" is not HOST:PORT`},
+		{[]string{"launch", "--nproc-per-node", "1", "--coordinator", "host:70000", "--", "true"}, `--coordinator "host:70000": port "70000"`},
 		{[]string{"launch", "--nproc-per-node", "1", "--coordinator-listen", "0.0.0.0:65536", "--", "true"}, `--coordinator-listen "0.0.0.0:65536": port "65536"` + "\nGive a port from 0 to 65535"},
 		{[]string{"launch", "--nproc-per-node", "1", "--metrics-addr", ":-1", "--", "true"}, `--metrics-addr ":-1": port "-1"`},
 		{[]string{"launch", "--nproc-per-node", "1", "--backend", "tpu", "--", "true"}, `--backend "tpu"` + "\nUse --backend cpu or --backend nccl."},

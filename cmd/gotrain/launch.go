@@ -148,11 +148,11 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	fs.IntVar(&cfg.NprocPerNode, "gpus", 0, "alias of --nproc-per-node")
 	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs, else cpu)")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "also write each rank's output to DIR/rankN.log")
-	fs.StringVar(&cfg.Coordinator, "coordinator", "", "join the coordinator at HOST:PORT instead of starting one here")
+	fs.StringVar(&cfg.Coordinator, "coordinator", "", "join the coordinator at HOST:PORT (HOST alone: port 29400) instead of starting one here")
 	fs.StringVar(&cfg.CoordinatorListen, "coordinator-listen", "", "where the embedded coordinator listens (default 127.0.0.1:0 on one node, 0.0.0.0:29400 with --nnodes > 1)")
 	fs.StringVar(&cfg.NodeAddress, "node-addr", "", "address other nodes reach this node at (default 127.0.0.1 on one node, else the first non-loopback IPv4)")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", 10*time.Second, "time workers get between SIGTERM and SIGKILL")
-	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to reach the coordinator")
+	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 10*time.Minute, "how long to keep trying to reach the coordinator (long enough for a cluster to come up; progress every 10 s)")
 	cfg.Standby = launcher.StandbyAuto
 	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU that a restarted rank takes over (Go programs using gotrain's worker library only): on, off, or auto (with --backend nccl, once every worker attached with the worker library)")
 	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
@@ -184,6 +184,7 @@ func validateLaunchFlags(cfg *launcher.Config, given map[string]bool) error {
 	if err := checkPort("--gossip-port", cfg.GossipPort); err != nil {
 		return err
 	}
+	cfg.Coordinator = withDefaultPort(cfg.Coordinator)
 	for _, a := range []struct {
 		flag, addr string
 		needPort   bool

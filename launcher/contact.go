@@ -1,0 +1,119 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// Contact with the coordinator. A blip (a dropped link, a frozen switch, a
+// coordinator host that stalls) must not end the job: when the watch
+// stream breaks, the agent opens a new one, for up to the job's node
+// timeout, and the coordinator (coordinator/reach.go) replaces the old
+// stream with it; the workers run on meanwhile. A node that stays cut off
+// for longer stops its own workers and says why, so that they neither hold
+// their GPUs nor write checkpoints on forever: the coordinator has lost the
+// node by then. Two signs of being cut off: the stream cannot be opened
+// again, or the coordinator has not answered a progress report (one a
+// second while ranks run) for the node timeout — a stream on a dead
+// connection can look open for longer.
+
+// rewatchEvery is the pause between attempts to open the watch stream again.
+const rewatchEvery = 200 * time.Millisecond
+
+// watch reads the coordinator's generation events into events until ctx
+// ends, opening the stream again after a break; it sends on lost the error
+// that ends contact for good.
+func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGenerationsClient, events chan<- *gotrainv1.GenerationEvent, lost chan<- error, coordAddr string) {
+	for {
+		err := a.recvAll(ctx, stream, events)
+		if ctx.Err() != nil {
+			return
+		}
+		if final(err) {
+			lost <- err
+			return
+		}
+		fmt.Fprintf(a.cfg.Stderr, "gotrain: lost contact with the coordinator at %s (%v); trying again for up to %s, the workers run on\n",
+			coordAddr, status.Convert(err).Message(), a.nodeTimeout)
+		if stream, err = a.rewatch(ctx, err); err != nil {
+			if ctx.Err() == nil {
+				lost <- err
+			}
+			return
+		}
+		fmt.Fprintf(a.cfg.Stderr, "gotrain: back in contact with the coordinator at %s\n", coordAddr)
+	}
+}
+
+// recvAll passes the stream's events on until it ends; it returns why.
+func (a *agent) recvAll(ctx context.Context, stream gotrainv1.Coordinator_WatchGenerationsClient, events chan<- *gotrainv1.GenerationEvent) error {
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		select {
+		case events <- ev:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// rewatch opens the watch stream again, trying for the node timeout.
+func (a *agent) rewatch(ctx context.Context, cause error) (gotrainv1.Coordinator_WatchGenerationsClient, error) {
+	deadline := time.Now().Add(a.nodeTimeout)
+	for {
+		stream, err := a.coord.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID})
+		if err == nil {
+			return stream, nil
+		}
+		if final(err) {
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("cut off for %s (%v), longer than the node timeout: the coordinator has lost this node", a.nodeTimeout, status.Convert(cause).Message())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(rewatchEvery):
+		}
+	}
+}
+
+// final says whether a stream's error ends contact for good: the job is
+// over (the stream ended cleanly), the coordinator lost this node or does
+// not know it, or the token is refused. Anything else may be a blip.
+func final(err error) bool {
+	if errors.Is(err, io.EOF) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Aborted, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition:
+		return true
+	}
+	return false
+}
+
+// cutOff says, once the coordinator has not answered this node's progress
+// reports for the node timeout, why the node must stop its workers; nil
+// while it answers.
+func (a *agent) cutOff(now time.Time) error {
+	if a.nodeTimeout <= 0 {
+		return nil
+	}
+	silent, err := a.hub.silence(now)
+	if silent < a.nodeTimeout {
+		return nil
+	}
+	return fmt.Errorf("cut off: no answer for %s (%v), longer than the node timeout: the coordinator has lost this node", silent.Round(100*time.Millisecond), status.Convert(err).Message())
+}
