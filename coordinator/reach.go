@@ -106,6 +106,7 @@ func (s *Server) dropLost() {
 			delete(s.outboxes, id)
 			o.lost = fmt.Sprintf("out of contact for longer than the node timeout (%s)", s.m.Config().NodeTimeout)
 			o.notify()
+			s.log.Warn("node lost", "node_id", id, "reason", o.lost)
 		}
 	}
 }
