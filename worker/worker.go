@@ -152,6 +152,7 @@ func (w *Worker) NewComm(ctx context.Context, name string, opts ...CommOption) (
 			Name: name, Generation: w.Generation,
 			Rank: w.Rank, Size: w.WorldSize,
 			Host: host, Store: w.Store(), Logger: w.logger,
+			Token: w.vars.JobToken, // each rank connection proves it
 		})
 		if err != nil {
 			return nil, fmt.Errorf("worker: rank %d: %w", w.Rank, err)

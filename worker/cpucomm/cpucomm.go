@@ -2,9 +2,13 @@ package cpucomm
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -31,19 +35,30 @@ const (
 	// few MiB and to stay in cache between receive and reduce.
 	chunkBytes = 512 << 10
 
-	// handshakeTimeout bounds how long an accepted connection may take to
-	// introduce itself, so a stray client cannot stall New.
-	handshakeTimeout = 10 * time.Second
+	// acceptHandshakeTimeout bounds how long an accepted connection may take
+	// to prove the token and introduce itself; handshakes run side by side,
+	// so a silent stranger costs a descriptor for this long and delays no
+	// one. dialHandshakeTimeout bounds the dialer's side.
+	acceptHandshakeTimeout = 5 * time.Second
+	dialHandshakeTimeout   = 10 * time.Second
+	// maxPendingHandshakes bounds the accepted connections in their
+	// handshake at once; more are closed at once.
+	maxPendingHandshakes = 64
 )
 
 // Config configures a communicator.
 type Config struct {
-	Name       string       // communicator name; part of the rendezvous keys
-	Generation int64        // job generation; part of the rendezvous keys
-	Rank, Size int          // this rank and the number of ranks
-	Host       string       // IP or host name to listen on and advertise, e.g. "127.0.0.1"
-	Store      comm.Store   // rendezvous: each rank Puts its address and Gets the others'
-	Logger     *slog.Logger // may be nil (then discard)
+	Name       string     // communicator name; part of the rendezvous keys
+	Generation int64      // job generation; part of the rendezvous keys
+	Rank, Size int        // this rank and the number of ranks
+	Host       string     // IP or host name to listen on and advertise, e.g. "127.0.0.1"
+	Store      comm.Store // rendezvous: each rank Puts its address and Gets the others'
+	// Token is the job token (GOTRAIN_JOB_TOKEN). Every connection between
+	// two ranks proves that both ends hold it (doc.go, Connecting); a
+	// connection that does not is closed at once. Empty: no secret, any
+	// process that speaks the protocol can take a rank's place.
+	Token  string
+	Logger *slog.Logger // may be nil (then discard)
 }
 
 func (cfg *Config) validate() error {
@@ -78,6 +93,7 @@ type Comm struct {
 	name       string
 	generation int64
 	rank, size int
+	token      []byte // the job token, the key of the handshake's HMACs
 	log        *slog.Logger
 	peers      []*peer // by rank; nil at this rank
 
@@ -117,6 +133,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		generation: cfg.Generation,
 		rank:       cfg.Rank,
 		size:       cfg.Size,
+		token:      []byte(cfg.Token),
 		log:        log.With("comm", cfg.Name, "generation", cfg.Generation, "rank", cfg.Rank),
 		directMax:  directMaxBytes,
 		chunk:      chunkBytes,
@@ -256,7 +273,9 @@ func (c *Comm) dial(ctx context.Context, store comm.Store, self string, j int) (
 	}
 	tc := conn.(*net.TCPConn)
 	stop := context.AfterFunc(ctx, func() { tc.Close() })
+	tc.SetDeadline(time.Now().Add(dialHandshakeTimeout))
 	err = c.clientHandshake(tc, self, j)
+	tc.SetDeadline(time.Time{})
 	if !stop() {
 		tc.Close()
 		return nil, fmt.Errorf("cpucomm: rank %d: handshake with rank %d at %s: %w", c.rank, j, addr, ctx.Err())
@@ -269,15 +288,33 @@ func (c *Comm) dial(ctx context.Context, store comm.Store, self string, j int) (
 }
 
 func (c *Comm) clientHandshake(conn net.Conn, self string, want int) error {
-	if err := writeHello(conn, hello{rank: c.rank, size: c.size, generation: c.generation, name: c.name, addr: self}); err != nil {
+	nonceA, err := readChallenge(conn)
+	if err != nil {
+		return fmt.Errorf("read challenge: %w", err)
+	}
+	nonceD := make([]byte, nonceLen)
+	_, _ = rand.Read(nonceD) // never fails (crypto/rand)
+	h := encodeHello(hello{rank: c.rank, size: c.size, generation: c.generation, name: c.name, addr: self})
+	msg := append(append(h, nonceD...), mac(c.token, "dialer", nonceA, nonceD, h)...)
+	if _, err := conn.Write(msg); err != nil {
 		return err
 	}
-	rank, status, msg, err := readReply(conn)
+	rank, status, reason, raw, err := readReply(conn)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("the listener closed the connection: it does not accept this rank's job token (check GOTRAIN_JOB_TOKEN), or it is not a rank of this job: %w", err)
+	}
 	if err != nil {
 		return err
 	}
+	var got [macLen]byte
+	if _, err := io.ReadFull(conn, got[:]); err != nil {
+		return fmt.Errorf("read the listener's proof of the job token: %w", err)
+	}
+	if !hmac.Equal(got[:], mac(c.token, "acceptor", nonceA, nonceD, raw)) {
+		return errors.New("the listener does not hold this job's token: a stranger, or a rank of another job, listens at the address the store gave")
+	}
 	if status != statusOK {
-		return fmt.Errorf("rejected: %s", msg)
+		return fmt.Errorf("rejected: %s", reason)
 	}
 	if rank != want {
 		return fmt.Errorf("the listener there is rank %d, not %d; the store holds a stale or wrong address", rank, want)
@@ -286,45 +323,94 @@ func (c *Comm) clientHandshake(conn net.Conn, self string, want int) error {
 }
 
 // acceptAll accepts the ranks above this one and sends one result per rank.
-// Connections that fail the handshake are rejected with a reason and do not
-// count: they may be strays from another communicator or generation.
+// Each accepted connection does its handshake in a goroutine of its own, so a
+// connection that stays silent delays no one; one that fails the handshake
+// (no job token, another communicator or generation) is closed and does not
+// count.
 func (c *Comm) acceptAll(ctx context.Context, ln net.Listener, results chan<- dialResult) {
-	waiting := map[int]bool{}
+	a := &acceptor{waiting: map[int]bool{}}
 	for j := c.rank + 1; j < c.size; j++ {
-		waiting[j] = true
+		a.waiting[j] = true
 	}
-	for len(waiting) > 0 {
+	pending := make(chan struct{}, maxPendingHandshakes)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for a.left() > 0 {
 		conn, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				err = ctx.Err()
 			}
-			missing := make([]int, 0, len(waiting))
-			for j := range waiting {
-				missing = append(missing, j)
-			}
-			slices.Sort(missing)
+			missing := a.giveUp()
 			err = fmt.Errorf("cpucomm: rank %d: wait for ranks %v to connect: %w", c.rank, missing, err)
-			for range waiting {
+			for range missing {
 				results <- dialResult{err: err}
 			}
 			return
 		}
 		tc := conn.(*net.TCPConn)
-		rank, addr, err := c.serverHandshake(ctx, tc, waiting)
-		if err != nil {
-			c.log.Warn("rejected a connection", "remote", tc.RemoteAddr().String(), "err", err)
+		select {
+		case pending <- struct{}{}:
+		default:
+			c.log.Warn("rejected a connection: too many handshakes in progress", "remote", tc.RemoteAddr().String(), "max", maxPendingHandshakes)
 			tc.Close()
 			continue
 		}
-		delete(waiting, rank)
-		results <- dialResult{p: &peer{rank: rank, addr: addr, conn: tc}}
+		wg.Go(func() {
+			defer func() { <-pending }()
+			rank, addr, err := c.serverHandshake(ctx, tc, a)
+			if err != nil {
+				c.log.Warn("rejected a connection", "remote", tc.RemoteAddr().String(), "err", err)
+				tc.Close()
+				return
+			}
+			results <- dialResult{p: &peer{rank: rank, addr: addr, conn: tc}}
+		})
 	}
 }
 
-// serverHandshake checks a dialer's hello and returns its rank and advertised address.
-func (c *Comm) serverHandshake(ctx context.Context, conn *net.TCPConn, waiting map[int]bool) (int, string, error) {
-	deadline := time.Now().Add(handshakeTimeout)
+// acceptor is the ranks acceptAll still waits for, shared by its handshakes.
+type acceptor struct {
+	mu      sync.Mutex
+	waiting map[int]bool
+}
+
+func (a *acceptor) left() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.waiting)
+}
+
+// claim takes rank off the waiting list; false if it was not on it.
+func (a *acceptor) claim(rank int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ok := a.waiting[rank]
+	delete(a.waiting, rank)
+	return ok
+}
+
+// unclaim puts rank back (its handshake failed after the claim).
+func (a *acceptor) unclaim(rank int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.waiting[rank] = true
+}
+
+// giveUp empties the waiting list and returns the ranks that were on it.
+func (a *acceptor) giveUp() []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	missing := slices.Sorted(maps.Keys(a.waiting))
+	clear(a.waiting)
+	return missing
+}
+
+// serverHandshake challenges a dialer, checks its proof of the job token and
+// its hello, claims its rank and returns the rank and advertised address. A
+// dialer without the token is closed without an answer.
+func (c *Comm) serverHandshake(ctx context.Context, conn *net.TCPConn, a *acceptor) (int, string, error) {
+	deadline := time.Now().Add(acceptHandshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -332,9 +418,26 @@ func (c *Comm) serverHandshake(ctx context.Context, conn *net.TCPConn, waiting m
 	defer conn.SetDeadline(time.Time{})
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	h, err := readHello(conn)
+	nonceA, err := writeChallenge(conn)
+	if err != nil {
+		return 0, "", fmt.Errorf("send challenge: %w", err)
+	}
+	h, raw, err := readHello(conn)
 	if err != nil {
 		return 0, "", fmt.Errorf("read hello: %w", err)
+	}
+	var proof [nonceLen + macLen]byte
+	if _, err := io.ReadFull(conn, proof[:]); err != nil {
+		return 0, "", fmt.Errorf("read the dialer's proof of the job token: %w", err)
+	}
+	nonceD := proof[:nonceLen]
+	if !hmac.Equal(proof[nonceLen:], mac(c.token, "dialer", nonceA, nonceD, raw)) {
+		return 0, "", fmt.Errorf("the dialer (claiming rank %d) does not hold this job's token", h.rank)
+	}
+	reply := func(status byte, reason string) error {
+		r := encodeReply(c.rank, status, reason)
+		_, err := conn.Write(append(r, mac(c.token, "acceptor", nonceA, nonceD, r)...))
+		return err
 	}
 	var reason string
 	switch {
@@ -346,15 +449,16 @@ func (c *Comm) serverHandshake(ctx context.Context, conn *net.TCPConn, waiting m
 		reason = fmt.Sprintf("size %d, but this communicator has %d ranks", h.size, c.size)
 	case h.rank <= c.rank || h.rank >= c.size:
 		reason = fmt.Sprintf("rank %d, but rank %d accepts only ranks %d..%d", h.rank, c.rank, c.rank+1, c.size-1)
-	case !waiting[h.rank]:
+	case !a.claim(h.rank):
 		reason = fmt.Sprintf("rank %d, which is already connected", h.rank)
 	}
 	if reason != "" {
 		reason = fmt.Sprintf("rank %d of %q generation %d: the dialer says %s", c.rank, c.name, c.generation, reason)
-		writeReply(conn, c.rank, statusReject, reason)
+		reply(statusReject, reason)
 		return 0, "", errors.New(reason)
 	}
-	if err := writeReply(conn, c.rank, statusOK, ""); err != nil {
+	if err := reply(statusOK, ""); err != nil {
+		a.unclaim(h.rank)
 		return 0, "", fmt.Errorf("reply to rank %d: %w", h.rank, err)
 	}
 	addr := h.addr

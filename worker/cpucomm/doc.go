@@ -24,22 +24,35 @@
 // New listens on an ephemeral port of Config.Host and Puts "host:port" under
 // AddrKey(name, generation, rank) in the Store. Every rank dials the ranks
 // below it (after Getting their addresses) and accepts the ranks above it, so
-// each pair of ranks shares one TCP connection, with TCP_NODELAY. The dialer
-// sends a hello, all integers little-endian:
+// each pair of ranks shares one TCP connection, with TCP_NODELAY.
 //
-//	"GTCPUCM1"  8 bytes; the last byte is the protocol version
+// Every connection first proves, both ways, that its ends hold the job token
+// (Config.Token, GOTRAIN_JOB_TOKEN in a worker), with HMAC-SHA256 keyed by the
+// token; all integers little-endian:
+//
+//	acceptor: "GTCPUCM2" (8 bytes; the last is the protocol version), nonce A (32 bytes)
+//	dialer:   hello, nonce D (32 bytes), HMAC("gotrain cpucomm dialer\x00" A D hello)
+//	acceptor: reply, HMAC("gotrain cpucomm acceptor\x00" A D reply)
+//
+// where hello is
+//
+//	"GTCPUCM2"  8 bytes
 //	rank        uint32
 //	size        uint32
 //	generation  int64
 //	name        uint16 length, bytes
 //	addr        uint16 length, bytes: the dialer's advertised address
 //
-// and the acceptor answers "GTCPUCM1", its rank (uint32), a status byte (0
+// and reply is "GTCPUCM2", the acceptor's rank (uint32), a status byte (0
 // accepted, 1 rejected) and a reason (uint16 length, bytes). The acceptor
-// rejects a hello whose name, generation or size differ from its own, or
-// whose rank it does not expect, and keeps waiting: a stray from another job
-// or generation does not break it. The dialer checks that the acceptor is the
-// rank it meant to reach.
+// closes a connection whose HMAC is wrong without an answer; it rejects a
+// hello whose name, generation or size differ from its own, or whose rank it
+// does not expect, and keeps waiting: a stray from another job or generation
+// does not break it. The dialer checks the acceptor's HMAC (a stranger
+// listening at a published address does not get a rank's connection) and
+// that the acceptor is the rank it meant to reach. Each accepted connection
+// does its handshake in a goroutine of its own, within 5 s, and at most 64 at
+// once: a silent connection delays no one and is closed at its deadline.
 //
 // # Collectives
 //

@@ -1,6 +1,10 @@
 package cpucomm
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,13 +15,18 @@ import (
 	"github.com/gotrain/gotrain/worker/comm"
 )
 
-// Connection handshake. The dialer (the higher rank) sends a hello; the
-// acceptor checks it and answers with its own rank and a status. See doc.go.
+// Connection handshake. The acceptor (the lower rank) sends a challenge (a
+// nonce); the dialer (the higher rank) answers with a hello, a nonce of its
+// own and an HMAC proving the job token; the acceptor checks both and
+// answers with its own rank, a status and an HMAC proving the token in turn.
+// See doc.go.
 const (
-	helloMagic   = "GTCPUCM1" // the last byte is the wire version
+	helloMagic   = "GTCPUCM2" // the last byte is the wire version
 	maxNameLen   = 1 << 10
 	statusOK     = 0
 	statusReject = 1
+	nonceLen     = 32
+	macLen       = sha256.Size
 )
 
 type hello struct {
@@ -27,7 +36,42 @@ type hello struct {
 	addr       string // the address the dialer listens on, for error messages
 }
 
-func writeHello(w io.Writer, h hello) error {
+// writeChallenge sends the acceptor's magic and a fresh nonce, and returns
+// the nonce.
+func writeChallenge(w io.Writer) ([]byte, error) {
+	b := make([]byte, 0, len(helloMagic)+nonceLen)
+	b = append(b, helloMagic...)
+	b = append(b, make([]byte, nonceLen)...)
+	nonce := b[len(helloMagic):]
+	_, _ = rand.Read(nonce) // never fails (crypto/rand)
+	_, err := w.Write(b)
+	return nonce, err
+}
+
+func readChallenge(r io.Reader) ([]byte, error) {
+	var b [len(helloMagic) + nonceLen]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return nil, err
+	}
+	if string(b[:len(helloMagic)]) != helloMagic {
+		return nil, errNotPeer
+	}
+	return b[len(helloMagic):], nil
+}
+
+// mac is the HMAC-SHA256, keyed with the job token, of a handshake message:
+// role names the side that sends it, so that one side's MAC is never
+// accepted as the other's, and both nonces make it good for one connection.
+func mac(token []byte, role string, acceptorNonce, dialerNonce, msg []byte) []byte {
+	h := hmac.New(sha256.New, token)
+	h.Write([]byte("gotrain cpucomm " + role + "\x00"))
+	h.Write(acceptorNonce)
+	h.Write(dialerNonce)
+	h.Write(msg)
+	return h.Sum(nil)
+}
+
+func encodeHello(h hello) []byte {
 	b := make([]byte, 0, 8+4+4+8+2+len(h.name)+2+len(h.addr))
 	b = append(b, helloMagic...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(h.rank))
@@ -37,14 +81,20 @@ func writeHello(w io.Writer, h hello) error {
 	b = append(b, h.name...)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(h.addr)))
 	b = append(b, h.addr...)
-	_, err := w.Write(b)
-	return err
+	return b
 }
 
 // errNotPeer means the other side does not speak this protocol.
 var errNotPeer = errors.New("cpucomm: not a gotrain cpucomm peer (bad magic)")
 
-func readHello(r io.Reader) (hello, error) {
+// readHello reads a hello and returns it with its bytes as they came.
+func readHello(r io.Reader) (hello, []byte, error) {
+	var raw bytes.Buffer
+	h, err := readHelloFrom(io.TeeReader(r, &raw))
+	return h, raw.Bytes(), err
+}
+
+func readHelloFrom(r io.Reader) (hello, error) {
 	var b [8 + 4 + 4 + 8 + 2]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
 		return hello{}, err
@@ -83,7 +133,7 @@ func readString(r io.Reader, n int) (string, error) {
 	return string(b), nil
 }
 
-func writeReply(w io.Writer, rank int, status byte, msg string) error {
+func encodeReply(rank int, status byte, msg string) []byte {
 	if len(msg) > maxNameLen {
 		msg = msg[:maxNameLen]
 	}
@@ -93,25 +143,29 @@ func writeReply(w io.Writer, rank int, status byte, msg string) error {
 	b = append(b, status)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(msg)))
 	b = append(b, msg...)
-	_, err := w.Write(b)
-	return err
+	return b
 }
 
-func readReply(r io.Reader) (rank int, status byte, msg string, err error) {
+// readReply reads a reply and returns it with its bytes as they came.
+func readReply(r io.Reader) (rank int, status byte, msg string, raw []byte, err error) {
 	var b [8 + 4 + 1 + 2]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return 0, 0, "", err
+		return 0, 0, "", nil, err
 	}
 	if string(b[:8]) != helloMagic {
-		return 0, 0, "", errNotPeer
+		return 0, 0, "", nil, errNotPeer
 	}
 	rank = int(int32(binary.LittleEndian.Uint32(b[8:])))
 	status = b[12]
-	m := make([]byte, binary.LittleEndian.Uint16(b[13:]))
-	if _, err := io.ReadFull(r, m); err != nil {
-		return 0, 0, "", err
+	n := int(binary.LittleEndian.Uint16(b[13:]))
+	if n > maxNameLen {
+		return 0, 0, "", nil, fmt.Errorf("cpucomm: reply reason of %d bytes (at most %d)", n, maxNameLen)
 	}
-	return rank, status, string(m), nil
+	m := make([]byte, n)
+	if _, err := io.ReadFull(r, m); err != nil {
+		return 0, 0, "", nil, err
+	}
+	return rank, status, string(m), append(b[:], m...), nil
 }
 
 // kind names a collective on the wire and in errors.
