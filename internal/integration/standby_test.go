@@ -195,7 +195,7 @@ func TestStandbyInProcessRecovery(t *testing.T) {
 func TestStandbyFallsBackForProgramsWithoutWorkerLibrary(t *testing.T) {
 	t.Parallel()
 	goFile := filepath.Join(t.TempDir(), "go")
-	j := startJob(t, "launch", "--standby", "--standby-timeout", "300ms", "--nproc-per-node", "2", "--backend", "cpu",
+	j := startJob(t, "launch", "--standby", "--standby-timeout", "3s", "--nproc-per-node", "2", "--backend", "cpu",
 		"--max-restarts", "1", "--grace-period", "3s", "--", bin.testprog, "plain", "--go", goFile)
 	const warning = "gotrain: warning: --standby is off: "
 	waitUntil(t, time.Minute, "the warning", func() bool { return strings.Contains(j.err.String(), warning) })
