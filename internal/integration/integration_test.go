@@ -186,7 +186,7 @@ func TestBadInvocations(t *testing.T) {
 	}{
 		{"no program", []string{"launch", "--nproc-per-node", "2", "--backend", "cpu"}, 2, "Put the program after `--`"},
 		{"missing program", []string{"launch", "--nproc-per-node", "2", "--backend", "cpu", "--", "./no-such-program"}, 1, "no-such-program"},
-		{"bad backend", []string{"launch", "--nproc-per-node", "2", "--backend", "gloo", "--", "true"}, 1, "--backend must be cpu or nccl"},
+		{"bad backend", []string{"launch", "--nproc-per-node", "2", "--backend", "gloo", "--", "true"}, 2, "Use --backend cpu or --backend nccl"}, // a usage error: exit 2 (issue 17)
 		{"bad flag", []string{"launch", "--no-such-flag"}, 2, "no-such-flag"},
 		{"unknown command", []string{"lunch"}, 2, "unknown command"},
 	} {
