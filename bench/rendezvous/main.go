@@ -53,8 +53,8 @@ import (
 )
 
 const (
-	roleEnv  = "GOTRAIN_BENCH_RENDEZVOUS_ROLE"
-	perIP    = 60 // agents per source address with -hosted (the cap is 64)
+	roleEnv = "GOTRAIN_BENCH_RENDEZVOUS_ROLE"
+	perIP   = 60 // agents per source address with -hosted (the cap is 64)
 )
 
 func main() {
@@ -72,7 +72,7 @@ func main() {
 	hosted := flag.Bool("hosted", false, "run the coordinator with coordinator/host.Start (its connection limits apply)")
 	flag.Parse()
 	fmt.Printf("# GOMAXPROCS=%d NumCPU=%d %s hosted=%v\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), *hosted)
-	fmt.Println("nodes\trun\tconnect_s\tjoin_phase_s\tlast_join_to_all_started_s\tcoord_cpu_s\tcoord_cpu_us_per_node\theap_delta_MiB\theap_B_per_node\trss_delta_MiB\trss_KiB_per_node")
+	fmt.Println("nodes\trun\tconnect_s\tjoin_phase_s\tlast_join_to_all_started_s\tcoord_cpu_s\tcoord_cpu_us_per_node\theap_delta_MiB\theap_B_per_node\trss_delta_MiB\trss_KiB_per_node\twith_connect_cpu_us_per_node\twith_connect_rss_KiB_per_node")
 	for _, f := range strings.Split(*nodes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
@@ -88,10 +88,11 @@ func main() {
 			cpu := res.after.cpu - res.before.cpu
 			heap := res.after.heap - res.before.heap
 			rss := res.after.rss - res.before.rss
-			fmt.Printf("%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%.1f\t%d\t%.1f\t%.1f\n", n, r,
+			fmt.Printf("%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%.1f\t%d\t%.1f\t%.1f\t%.0f\t%.1f\n", n, r,
 				res.connect.Seconds(), res.joinPhase.Seconds(), res.lastJoinToStarted.Seconds(),
 				cpu.Seconds(), float64(cpu.Microseconds())/float64(n),
-				float64(heap)/(1<<20), heap/int64(n), float64(rss)/(1<<20), float64(rss)/1024/float64(n))
+				float64(heap)/(1<<20), heap/int64(n), float64(rss)/(1<<20), float64(rss)/1024/float64(n),
+				float64((res.after.cpu-res.idle.cpu).Microseconds())/float64(n), float64(res.after.rss-res.idle.rss)/1024/float64(n))
 		}
 	}
 }
@@ -114,7 +115,7 @@ type stats struct {
 
 type result struct {
 	connect, joinPhase, lastJoinToStarted time.Duration
-	before, after                         stats
+	idle, before, after                   stats
 }
 
 // serve is the child: a coordinator for $NODES nodes on a loopback port.
@@ -251,6 +252,9 @@ func run(n, ranks int, hosted bool) (res result, err error) {
 		return res, err
 	}
 	defer c.stop()
+	if res.idle, err = c.stats(); err != nil {
+		return res, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -281,10 +285,12 @@ func run(n, ranks int, hosted bool) (res result, err error) {
 		}
 		conns[i].Connect()
 	}
+	cctx, ccancel := context.WithTimeout(ctx, time.Minute)
+	defer ccancel()
 	for i, cc := range conns {
 		for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
-			if !cc.WaitForStateChange(ctx, s) {
-				return res, fmt.Errorf("agent %d: connection %v: %w", i, s, ctx.Err())
+			if !cc.WaitForStateChange(cctx, s) {
+				return res, fmt.Errorf("agent %d of %d: connection %v after %v: %w", i, n, s, time.Since(t0).Round(time.Millisecond), cctx.Err())
 			}
 		}
 	}
