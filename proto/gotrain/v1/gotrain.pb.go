@@ -697,7 +697,13 @@ type JoinRequest struct {
 	Node  *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	// settings are the job-wide settings this agent was given explicitly; the
 	// coordinator refuses the Join when one contradicts the job's (or warns).
-	Settings      *JobSettings `protobuf:"bytes,2,opt,name=settings,proto3" json:"settings,omitempty"`
+	Settings *JobSettings `protobuf:"bytes,2,opt,name=settings,proto3" json:"settings,omitempty"`
+	// csr is a PKCS #10 certificate request (DER) for the key this agent
+	// made for the job: the coordinator answers with node_cert, issued by the
+	// job CA for the node id it gives, and the agent presents it on every
+	// later call. The subject is ignored; the private key never leaves the
+	// node.
+	Csr           []byte `protobuf:"bytes,3,opt,name=csr,proto3" json:"csr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -742,6 +748,13 @@ func (x *JoinRequest) GetNode() *NodeInfo {
 func (x *JoinRequest) GetSettings() *JobSettings {
 	if x != nil {
 		return x.Settings
+	}
+	return nil
+}
+
+func (x *JoinRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
 	}
 	return nil
 }
@@ -864,6 +877,9 @@ type JoinResponse struct {
 	// coordinator before it is lost: its agent reconnects within it, and
 	// stops its own workers when it cannot.
 	NodeTimeoutMs int64 `protobuf:"varint,6,opt,name=node_timeout_ms,json=nodeTimeoutMs,proto3" json:"node_timeout_ms,omitempty"`
+	// node_cert is this node's client certificate (DER), CN = node_id, from
+	// the request's csr; empty when the coordinator runs without TLS.
+	NodeCert      []byte `protobuf:"bytes,7,opt,name=node_cert,json=nodeCert,proto3" json:"node_cert,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -938,6 +954,13 @@ func (x *JoinResponse) GetNodeTimeoutMs() int64 {
 		return x.NodeTimeoutMs
 	}
 	return 0
+}
+
+func (x *JoinResponse) GetNodeCert() []byte {
+	if x != nil {
+		return x.NodeCert
+	}
+	return nil
 }
 
 type WatchGenerationsRequest struct {
@@ -3587,10 +3610,11 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05nproc\x18\x03 \x01(\x05R\x05nproc\x12#\n" +
 	"\x04gpus\x18\x04 \x03(\v2\x0f.gotrain.v1.GPUR\x04gpus\x12\x1b\n" +
 	"\tagent_pid\x18\x05 \x01(\x05R\bagentPid\x12\x1b\n" +
-	"\tfree_port\x18\x06 \x01(\x05R\bfreePort\"l\n" +
+	"\tfree_port\x18\x06 \x01(\x05R\bfreePort\"~\n" +
 	"\vJoinRequest\x12(\n" +
 	"\x04node\x18\x01 \x01(\v2\x14.gotrain.v1.NodeInfoR\x04node\x123\n" +
-	"\bsettings\x18\x02 \x01(\v2\x17.gotrain.v1.JobSettingsR\bsettings\"\xca\x03\n" +
+	"\bsettings\x18\x02 \x01(\v2\x17.gotrain.v1.JobSettingsR\bsettings\x12\x10\n" +
+	"\x03csr\x18\x03 \x01(\fR\x03csr\"\xca\x03\n" +
 	"\vJobSettings\x12\x19\n" +
 	"\x05nodes\x18\x01 \x01(\x05H\x00R\x05nodes\x88\x01\x01\x12&\n" +
 	"\fmax_restarts\x18\x02 \x01(\x05H\x01R\vmaxRestarts\x88\x01\x01\x121\n" +
@@ -3609,7 +3633,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x16_rendezvous_timeout_msB\t\n" +
 	"\a_run_idB\f\n" +
 	"\n" +
-	"_min_nodes\"\xc6\x01\n" +
+	"_min_nodes\"\xe3\x01\n" +
 	"\fJoinResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12!\n" +
@@ -3617,7 +3641,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\vgossip_port\x18\x04 \x01(\x05R\n" +
 	"gossipPort\x12\x1a\n" +
 	"\bwarnings\x18\x05 \x03(\tR\bwarnings\x12&\n" +
-	"\x0fnode_timeout_ms\x18\x06 \x01(\x03R\rnodeTimeoutMs\"2\n" +
+	"\x0fnode_timeout_ms\x18\x06 \x01(\x03R\rnodeTimeoutMs\x12\x1b\n" +
+	"\tnode_cert\x18\a \x01(\fR\bnodeCert\"2\n" +
 	"\x17WatchGenerationsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"q\n" +
 	"\x0eRankAssignment\x12\x12\n" +
