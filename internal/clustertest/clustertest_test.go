@@ -390,8 +390,10 @@ func TestElasticShrinkAndGrow(t *testing.T) {
 		bin.mnist, "--data", bin.data, "--epochs", "8", "--limit", "6000", "--checkpoint-dir", ckpt)
 	j.running(t)
 	victim := j.c.Hosts[2]
+	killed := time.Now()
 	victim.Kill()
 	waitFor(t, time.Minute, "a generation on 3 nodes", func() bool { g := j.generations(); return len(g) >= 2 && g[len(g)-1] == 3 })
+	restarted := time.Now()
 	again := victim.Start(j.args[2]...)
 	waitFor(t, time.Minute, "the job grown back to 4 nodes", func() bool { g := j.generations(); return len(g) >= 3 && g[len(g)-1] == 4 })
 	for _, p := range []*vcluster.Proc{j.agents[0], j.agents[1], again, j.agents[3]} {
@@ -407,4 +409,17 @@ func TestElasticShrinkAndGrow(t *testing.T) {
 		t.Errorf("rank 0's final line %q, want ranks_agree=true\n%s", m, j.c.Dump())
 	}
 	t.Logf("generations' world sizes: %v", j.generations())
+	t.Logf("TIMING elastic recovery: node1 started the 3-node generation %v after the SIGKILL; the 4-node one %v after the agent was started again",
+		j.generationAfter(3, killed).Sub(killed).Round(time.Millisecond), j.generationAfter(4, restarted).Sub(restarted).Round(time.Millisecond))
+}
+
+// generationAfter is when node1's agent started the first generation of
+// world size ws after t (from its --verbose log).
+func (j *job) generationAfter(ws int, t time.Time) time.Time {
+	for _, l := range logLines(j.agents[0], "generation started") {
+		if m := worldSize.FindStringSubmatch(l.rest); m != nil && m[1] == strconv.Itoa(ws) && strings.Contains(l.rest, " node=") && l.at.After(t.Truncate(time.Millisecond)) {
+			return l.at
+		}
+	}
+	return time.Time{}
 }

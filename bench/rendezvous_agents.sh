@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Rendezvous of real agents on this machine (issue 13, item 6): NODES
+# `gotrain launch --nproc-per-node 1 --backend cpu` agents on loopback, the
+# first embedding the coordinator, each running one worker that records when
+# it started and sleeps 5 s. For each run it prints the time from the last
+# agent's start to every worker running, the embedding agent's RSS and a
+# plain agent's (median), each agent's exit code, and the coordinator's log
+# lines that would mean a false death (node lost / unreachable / generation
+# ended / gossip declaring a node dead).
+#
+#   go build -o /tmp/x/gotrain ./cmd/gotrain
+#   GOTRAIN=/tmp/x/gotrain NODES="32 64" RUNS=2 bash bench/rendezvous_agents.sh
+#
+# EXTRA adds flags to every agent (e.g. EXTRA=--no-gossip). Every agent runs
+# on 127.0.0.1, so they all connect from one address: the coordinator admits
+# at most coordinator/host.MaxConnsPerIP (64) connections from one address.
+set -uo pipefail
+GOTRAIN=${GOTRAIN:-/tmp/x/gotrain}
+NODES=${NODES:-"32 64"}
+RUNS=${RUNS:-2}
+EXTRA=${EXTRA:-}
+PORT=${PORT:-29731}
+TIMEOUT=${TIMEOUT:-120}
+
+now() { date +%s.%N; }
+
+echo "| agents | run | last start -> all running (s) | workers running | exit codes | coordinator agent RSS (MiB) | other agent RSS, median (MiB) | false-death lines |"
+echo "|---|---|---|---|---|---|---|---|"
+for n in $NODES; do
+	for run in $(seq "$RUNS"); do
+		dir=$(mktemp -d /tmp/gotrain-rdv-XXXX)
+		tok=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+		export GOTRAIN_JOB_TOKEN=$tok
+		work=(-- sh -c "date +%s.%N >>$dir/started; exec sleep 5")
+		pids=()
+		"$GOTRAIN" launch --nproc-per-node 1 --backend cpu --nnodes "$n" --node-addr 127.0.0.1 \
+			--coordinator-listen "127.0.0.1:$PORT" --rendezvous-timeout "${TIMEOUT}s" --verbose $EXTRA "${work[@]}" >"$dir/a0.out" 2>"$dir/a0.err" &
+		pids+=($!)
+		for i in $(seq 1 $((n - 1))); do
+			"$GOTRAIN" launch --nproc-per-node 1 --backend cpu --nnodes "$n" --node-addr 127.0.0.1 \
+				--coordinator "127.0.0.1:$PORT" --join-timeout "${TIMEOUT}s" $EXTRA "${work[@]}" >"$dir/a$i.out" 2>"$dir/a$i.err" &
+			pids+=($!)
+		done
+		last=$(now)
+		# Wait for every worker to start (or TIMEOUT), then sample RSS.
+		deadline=$(($(date +%s) + TIMEOUT))
+		while [ "$(wc -l <"$dir/started" 2>/dev/null || echo 0)" -lt "$n" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.05; done
+		started=$(wc -l <"$dir/started" 2>/dev/null || echo 0)
+		rss0=$(awk '/^VmRSS/{printf "%.1f", $2/1024}' "/proc/${pids[0]}/status" 2>/dev/null)
+		rssm=$(for p in "${pids[@]:1}"; do awk '/^VmRSS/{print $2/1024}' "/proc/$p/status" 2>/dev/null; done | sort -n | awk '{a[NR]=$1} END{if(NR) printf "%.1f", a[int((NR+1)/2)]}')
+		codes=()
+		for p in "${pids[@]}"; do
+			wait "$p"
+			codes+=($?)
+		done
+		if [ "$started" -gt 0 ]; then
+			allrun=$(sort -n "$dir/started" | tail -1 | awk -v l="$last" '{printf "%.2f", $1-l}')
+		else
+			allrun=-
+		fi
+		exits=$(printf '%s\n' "${codes[@]}" | sort | uniq -c | awk '{printf "%s×%s ", $1, $2}')
+		deaths=$(grep -hcE 'node lost|node unreachable|generation ended|declared dead|suspect' "$dir/a0.err")
+		echo "| $n | $run | $allrun | $started of $n | $exits| $rss0 | $rssm | $deaths |"
+		[ "${KEEP:-0}" = 1 ] && echo "logs: $dir" >&2 || rm -rf "$dir"
+	done
+done
