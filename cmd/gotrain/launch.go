@@ -13,6 +13,7 @@ import (
 
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/launcher"
 )
 
@@ -68,7 +69,13 @@ Examples:
   gotrain launch --gpus 8 --standby=off -- ./train   # no spare processes (GPU memory is tight)
   # two nodes: the first starts the coordinator and prints the second's command
   gotrain launch --nnodes 2 --gpus 8 -- ./train
-  gotrain launch --nnodes 2 --gpus 8 --coordinator 10.0.0.1:29400 --job-token TOKEN -- ./train
+  export GOTRAIN_JOB_TOKEN=$(cat TOKEN_FILE)   # the file the first node named
+  gotrain launch --nnodes 2 --gpus 8 --coordinator 10.0.0.1:29400 --ca-hash sha256:HEX -- ./train
+
+Every connection to the coordinator is TLS. The node that starts it makes a
+job CA (in memory) and prints its hash; a joining node verifies the
+coordinator by --ca-hash before it sends the job token, and gets a
+certificate of its own at Join, so that it can act only for itself.
 `
 
 // reaperArg makes `gotrain launch` the agent's orphan reaper instead
@@ -97,6 +104,11 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Program, cfg.Args = fs.Arg(0), fs.Args()[1:]
+	step, err := slurm.FromEnv(os.Getenv) // inside `srun`: the step's nodes, rank, coordinator
+	if err != nil {
+		return &usageError{msg: err.Error(), hint: "Run gotrain launch under srun, or set GOTRAIN_SLURM=off to ignore Slurm's variables."}
+	}
+	step.Apply(&cfg, cfg.JobFlagsGiven)
 
 	gpus := launcher.CountGPUs()
 	if cfg.NprocPerNode == 0 {
@@ -129,14 +141,14 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	cfg.Env = os.Environ()
 
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 	cfg.Signals = sigs
 
 	if self, err := os.Executable(); err == nil {
 		cfg.ReaperCommand = []string{self, "launch", reaperArg}
 	}
-	return launcher.Run(ctx, cfg)
+	return step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run)
 }
 
 // launchFlags are gotrain launch's flags: the job-wide ones, which gotrain
@@ -158,6 +170,8 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
 	fs.BoolVar(verbose, "verbose", false, "log the agent's own steps to stderr")
+	trustFlags(fs, &cfg.Trust)                       // tlsflags.go
+	serverTLSFlags(fs, &cfg.TLSCert, &cfg.TLSKey)
 	return fs
 }
 

@@ -1,0 +1,164 @@
+package slurm
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+)
+
+// The token exchange: how the agents of a step agree on a job token with
+// nothing to copy and nothing secret printed.
+//
+// Node 0's agent makes a random token and serves it at the step's
+// ExchangePort. An agent of another node connects and sends a MUNGE
+// credential with the payload "gotrain token request JOB.STEP"; node 0
+// decodes it (munged checks its signature, its time to live, and that it was
+// not used before), requires that it was made by node 0's own uid and names
+// this step, and answers with a credential carrying the token that only
+// that uid can decode. The joiner decodes it and requires that node 0's
+// agent runs as its own uid too: it trusts the coordinator because munge
+// says it is the same user.
+//
+// Threat model: other users of the cluster (their jobs, their shells on
+// the nodes or on the network) learn nothing and cannot join: their
+// credentials carry their uid (refused), the answers are restricted to the
+// job's uid (a captured answer cannot be decoded), and a replayed request
+// is refused by munged. Root and the job's own user are trusted, as they
+// are by Slurm itself. Without munge (or munged) there is no token: the
+// agents say to pass --job-token instead.
+
+// exchangeTimeout bounds one exchange on either side.
+const exchangeTimeout = 10 * time.Second
+
+// ErrRefused: node 0's agent refused this agent's request (another user's
+// job, another step).
+var ErrRefused = errors.New("slurm: token refused")
+
+func requestPayload(step string) string { return "gotrain token request " + step }
+func answerPrefix(step string) string   { return "gotrain token " + step + " " }
+
+// Serve hands tok out on ln to the agents of step (JOB.STEP) whose munge
+// credential says uid, until ctx ends. It closes ln.
+func Serve(ctx context.Context, ln net.Listener, m Munge, uid int, step, tok string, log *slog.Logger) {
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	sem := make(chan struct{}, 16) // munge runs a process per credential
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("slurm token exchange: accept", "err", err)
+			}
+			return
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			conn.Close() // too many at once: the joiner tries again
+			continue
+		}
+		go func() {
+			defer func() { <-sem }()
+			defer conn.Close()
+			if err := answer(ctx, conn, m, uid, step, tok); err != nil {
+				log.Warn("slurm token exchange: refused", "from", conn.RemoteAddr().String(), "err", err)
+				fmt.Fprintf(conn, "error: %v\n", err)
+			}
+		}()
+	}
+}
+
+func answer(ctx context.Context, conn net.Conn, m Munge, uid int, step, tok string) error {
+	ctx, cancel := context.WithTimeout(ctx, exchangeTimeout)
+	defer cancel()
+	_ = conn.SetDeadline(time.Now().Add(exchangeTimeout))
+	line, err := readLine(conn)
+	if err != nil {
+		return err
+	}
+	from, payload, err := m.Decode(ctx, line)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	if from != uid {
+		return fmt.Errorf("%w: the request comes from uid %d, the job runs as uid %d", ErrRefused, from, uid)
+	}
+	if payload != requestPayload(step) {
+		return fmt.Errorf("%w: the request is for %q, this is step %s", ErrRefused, payload, step)
+	}
+	cred, err := m.Encode(ctx, answerPrefix(step)+tok, uid)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(conn, "%s\n", cred)
+	return err
+}
+
+// Fetch gets the job token of step from node 0's agent at addr, trying
+// again until ctx ends while it is not there yet.
+func Fetch(ctx context.Context, addr string, m Munge, uid int, step string) (string, error) {
+	var last error
+	for {
+		tok, err := fetchOnce(ctx, addr, m, uid, step)
+		if err == nil || errors.Is(err, ErrRefused) {
+			return tok, err
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("get the job token from %s: %w (last: %v)", addr, ctx.Err(), last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func fetchOnce(ctx context.Context, addr string, m Munge, uid int, step string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, exchangeTimeout)
+	defer cancel()
+	req, err := m.Encode(ctx, requestPayload(step), uid)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrRefused, err) // no munge here: trying again will not help
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(exchangeTimeout))
+	if _, err := fmt.Fprintf(conn, "%s\n", req); err != nil {
+		return "", err
+	}
+	line, err := readLine(conn)
+	if err != nil {
+		return "", err
+	}
+	if msg, ok := strings.CutPrefix(line, "error: "); ok {
+		return "", fmt.Errorf("%w by %s: %s", ErrRefused, addr, msg)
+	}
+	from, payload, err := m.Decode(ctx, line)
+	if err != nil {
+		return "", fmt.Errorf("%w: the answer of %s: %v", ErrRefused, addr, err)
+	}
+	tok, ok := strings.CutPrefix(payload, answerPrefix(step))
+	if from != uid || !ok || tok == "" {
+		return "", fmt.Errorf("%w: %s is not this job's agent (uid %d, payload for another step)", ErrRefused, addr, from)
+	}
+	return tok, nil
+}
+
+func readLine(conn net.Conn) (string, error) {
+	r := bufio.NewReaderSize(conn, 4096)
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		return "", fmt.Errorf("read: %w", err)
+	}
+	return strings.TrimSpace(string(line)), nil
+}

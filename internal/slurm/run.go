@@ -1,0 +1,253 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gotrain/gotrain/internal/token"
+	"github.com/gotrain/gotrain/launcher"
+)
+
+// Env is what Run needs of the process: its uid and munge (nil: none).
+type Env struct {
+	UID   int
+	Munge Munge
+	Log   *slog.Logger
+}
+
+// LocalEnv is this process's Env: munge where munge(1) is installed, on
+// MungeSocket's socket.
+func LocalEnv(getenv func(string) string, log *slog.Logger) Env {
+	e := Env{UID: os.Getuid(), Log: log}
+	if _, err := exec.LookPath("munge"); err == nil {
+		e.Munge = MungeCLI{Socket: MungeSocket(getenv, os.ReadFile)}
+	}
+	return e
+}
+
+// Run runs the node's agent for this task of s (with s nil: just run).
+//
+// Several tasks of the step on one node (srun --ntasks-per-node=G, one
+// task per GPU): the task with SLURM_LOCALID 0 runs the node's agent with
+// one worker per task (Apply), and the node's other tasks wait for it and
+// exit with its status; they run no program themselves. The world is never
+// smaller than the tasks Slurm started: G tasks on N nodes are N·G ranks.
+//
+// The job token: when cfg has none (no --job-token, no
+// GOTRAIN_JOB_TOKEN), node 0's agent makes one and the others get it over
+// munge (exchange.go).
+func (s *Step) Run(ctx context.Context, cfg launcher.Config, env Env, run func(context.Context, launcher.Config) error) error {
+	if s == nil {
+		return run(ctx, cfg)
+	}
+	if env.Log == nil {
+		env.Log = slog.New(slog.DiscardHandler)
+	}
+	env.Log.Info(s.Summary(&cfg))
+	if s.LocalID > 0 {
+		return s.follow(ctx, cfg)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var followers *followerSet
+	if s.TasksOnNode > 1 {
+		var err error
+		if followers, err = s.lead(ctx); err != nil {
+			return err
+		}
+	}
+	err := s.runAgent(ctx, cfg, env, run)
+	followers.finish(err)
+	return err
+}
+
+func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run func(context.Context, launcher.Config) error) error {
+	if cfg.JobToken != "" || len(s.Nodes) == 1 && cfg.Coordinator == "" {
+		return run(ctx, cfg) // a token given, or nobody to share one with
+	}
+	if env.Munge == nil {
+		return errors.New("slurm: no job token and no munge: pass --job-token or set GOTRAIN_JOB_TOKEN to a secret every node of the step can read (e.g. from a 0600 file in your home)")
+	}
+	switch {
+	case cfg.Coordinator == "":
+		// This node runs the coordinator: make the token, hand it out.
+		ln, err := net.Listen("tcp", net.JoinHostPort("0.0.0.0", strconv.Itoa(s.ExchangePort())))
+		if err != nil {
+			return fmt.Errorf("slurm: the job token exchange of step %s: %w (is another step of the job on port %d?)", s, err, s.ExchangePort())
+		}
+		cfg.JobToken = token.Generate()
+		go Serve(ctx, ln, env.Munge, env.UID, s.String(), cfg.JobToken, env.Log)
+	default:
+		joinTimeout := cfg.JoinTimeout
+		if joinTimeout <= 0 {
+			joinTimeout = time.Minute
+		}
+		fctx, cancel := context.WithTimeout(ctx, joinTimeout)
+		defer cancel()
+		addr := net.JoinHostPort(s.Head(), strconv.Itoa(s.ExchangePort()))
+		tok, err := Fetch(fctx, addr, env.Munge, env.UID, s.String())
+		if err != nil {
+			return fmt.Errorf("slurm: get the job token from node 0 (%s) over munge: %w; or pass --job-token to every node", s.Head(), err)
+		}
+		cfg.JobToken = tok
+	}
+	return run(ctx, cfg)
+}
+
+// The node's other tasks wait on an abstract unix socket of the node's
+// network namespace, named after the step and node: the agent's task
+// accepts them and, when the agent is done, writes its exit status to each.
+
+func (s *Step) socketName() string { return fmt.Sprintf("@gotrain-slurm-%s-%d", s, s.NodeID) }
+
+type followerSet struct {
+	ln    net.Listener
+	conns chan net.Conn
+}
+
+func (s *Step) lead(ctx context.Context) (*followerSet, error) {
+	ln, err := net.Listen("unix", s.socketName())
+	if err != nil {
+		return nil, fmt.Errorf("slurm: %d tasks of step %s on this node: listen for them: %w", s.TasksOnNode, s, err)
+	}
+	f := &followerSet{ln: ln, conns: make(chan net.Conn, s.TasksOnNode)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if peerUID(c) != os.Getuid() {
+				c.Close()
+				continue
+			}
+			select {
+			case f.conns <- c:
+			default:
+				c.Close()
+			}
+		}
+	}()
+	return f, nil
+}
+
+// finish tells every follower the agent's exit status.
+func (f *followerSet) finish(err error) {
+	if f == nil {
+		return
+	}
+	f.ln.Close()
+	code := exitCode(err)
+	for {
+		select {
+		case c := <-f.conns:
+			fmt.Fprintf(c, "%d\n", code)
+			c.Close()
+		default:
+			return
+		}
+	}
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ec interface{ ExitCode() int }
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+// follow waits for the node's agent (the task with SLURM_LOCALID 0) and
+// returns its exit status; SIGINT or SIGTERM (scancel) end the wait at once.
+func (s *Step) follow(ctx context.Context, cfg launcher.Config) error {
+	deadline := time.Now().Add(cfg.JoinTimeout)
+	if cfg.JoinTimeout <= 0 {
+		deadline = time.Now().Add(time.Minute)
+	}
+	var conn net.Conn
+	for {
+		c, err := net.Dial("unix", s.socketName())
+		if err == nil && peerUID(c) == os.Getuid() {
+			conn = c
+			break
+		}
+		if c != nil {
+			c.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("slurm: task %d of step %s on node %d: the node's agent (SLURM_LOCALID 0) did not show up: %v", s.LocalID, s, s.NodeID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case sig := <-cfg.Signals:
+			if code, stop := stopCode(sig); stop {
+				return &launcher.ExitError{Code: code}
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	defer conn.Close()
+	status := make(chan int, 1)
+	go func() {
+		var code int
+		if _, err := fmt.Fscan(conn, &code); err != nil {
+			code = 1 // the agent's task ended without a word
+		}
+		status <- code
+	}()
+	for {
+		select {
+		case code := <-status:
+			if code == 0 {
+				return nil
+			}
+			return &launcher.ExitError{Code: code, Message: ""} // the agent's task says why
+		case <-ctx.Done():
+			return ctx.Err()
+		case sig := <-cfg.Signals:
+			if code, stop := stopCode(sig); stop {
+				return &launcher.ExitError{Code: code}
+			}
+		}
+	}
+}
+
+func stopCode(sig os.Signal) (int, bool) {
+	s, ok := sig.(syscall.Signal)
+	if ok && (s == syscall.SIGTERM || s == syscall.SIGINT) {
+		return 128 + int(s), true
+	}
+	return 0, false
+}
+
+func peerUID(c net.Conn) int {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return -1
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	uid := -1
+	_ = raw.Control(func(fd uintptr) {
+		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			uid = int(cred.Uid)
+		}
+	})
+	return uid
+}
