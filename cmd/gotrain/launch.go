@@ -170,7 +170,7 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
 	fs.BoolVar(verbose, "verbose", false, "log the agent's own steps to stderr")
-	trustFlags(fs, &cfg.Trust)                       // tlsflags.go
+	trustFlags(fs, &cfg.Trust) // tlsflags.go
 	serverTLSFlags(fs, &cfg.TLSCert, &cfg.TLSKey)
 	return fs
 }
