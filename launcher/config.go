@@ -122,7 +122,7 @@ func (c *Config) setDefaults() error {
 		}
 		c.JobToken = token.Generate()
 	}
-	c.JobSettings = c.JobSettings.WithDefaults() // the run id from the token, the hang detector's defaults
+	c.JobSettings = c.JobSettings.WithDefaults() // the hang detector's defaults; the run id comes from the coordinator (Join)
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
 	}

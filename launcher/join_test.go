@@ -7,16 +7,16 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// A short --job-token is the coordinator's business (it refuses a wrong
-// one); deriving the run id from it must not panic.
-func TestShortJobTokenRunID(t *testing.T) {
+// The run id is never derived from the token (issue 16 item 9): a joining
+// agent has none until Join gives it the coordinator's.
+func TestRunIDNotFromToken(t *testing.T) {
 	c := Config{Coordinator: "127.0.0.1:29400", NodeAddress: "127.0.0.1"}
 	c.JobToken = "abc"
 	if err := c.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	if c.RunID != "gotrain-abc" {
-		t.Errorf("run id %q", c.RunID)
+	if c.RunID != "" {
+		t.Errorf("run id %q before Join; want the coordinator's", c.RunID)
 	}
 }
 

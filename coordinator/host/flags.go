@@ -37,7 +37,7 @@ func RegisterJobFlags(fs *flag.FlagSet, s *JobSettings, token string) {
 	fs.DurationVar(&s.NodeTimeout, FlagNodeTimeout, d.NodeTimeout, "a node out of contact (network blip, frozen agent) for less than this changes nothing; for longer it is lost, and its agent stops its own workers")
 	fs.DurationVar(&s.JoinSettle, FlagJoinSettle, d.JoinSettle, "with --nnodes MIN:MAX: wait this long after a join for more before starting (or growing) the job, so a burst of joins is one restart")
 	fs.StringVar(&s.JobToken, FlagJobToken, token, "secret every agent and worker of the job presents (default $"+jobenv.JobToken+", or a new one, printed, where the coordinator starts)")
-	fs.StringVar(&s.RunID, FlagRunID, d.RunID, "job name shown to workers as GOTRAIN_RUN_ID / TORCHELASTIC_RUN_ID (default: derived from the token)")
+	fs.StringVar(&s.RunID, FlagRunID, d.RunID, "job name shown to workers as GOTRAIN_RUN_ID / TORCHELASTIC_RUN_ID (default: a random gotrain-XXXXXXXX, made where the coordinator starts)")
 	fs.IntVar(&s.MaxRestarts, FlagMaxRestarts, d.MaxRestarts, "restart the job this many times after a worker fails (0: the first failure ends the job)")
 	fs.DurationVar(&s.RestartBackoff, FlagRestartBackoff, d.RestartBackoff, "pause between the last worker of a failed generation stopping and the next generation starting")
 	fs.DurationVar(&s.HangTimeout, FlagHangTimeout, d.HangTimeout, "declare a hang when no collective completes for this long while a rank waits in one; gotrain diagnose shows the verdict")

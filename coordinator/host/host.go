@@ -75,12 +75,15 @@ func DefaultConfig() Config {
 }
 
 // withDefaults fills what a Config built in code may leave zero: a new token,
-// the run id, Nodes, HangTimeout, OnHang, Listen, ListenFlag, Logger.
+// a new random run id (NewRunID), Nodes, HangTimeout, OnHang, Listen, ListenFlag, Logger.
 func (c Config) withDefaults() Config {
 	if c.JobToken == "" {
 		c.JobToken = token.Generate()
 	}
 	c.JobSettings = c.JobSettings.WithDefaults()
+	if c.RunID == "" {
+		c.RunID = NewRunID()
+	}
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -199,17 +200,37 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("the defaults do not validate: %v", err)
 	}
 	// Built in code: the zero values with a default other than zero get it,
-	// the token is made, the run id derived from it.
+	// the token and a random run id are made.
 	c := Config{}.withDefaults()
 	if c.Nodes != 1 || c.HangTimeout != DefaultHangTimeout || c.OnHang != "report" || c.MaxRestarts != 0 ||
-		c.JobToken == "" || c.RunID != DefaultRunID(c.JobToken) || c.Listen != DefaultListen || c.Logger == nil {
+		c.JobToken == "" || !runIDPattern.MatchString(c.RunID) || c.Listen != DefaultListen || c.Logger == nil {
 		t.Errorf("Config{}.withDefaults() = %+v", c)
 	}
 	if err := c.validate(); err != nil {
 		t.Errorf("Config{}.withDefaults() does not validate: %v", err)
 	}
-	if got := DefaultRunID("abc"); got != "gotrain-abc" {
-		t.Errorf("DefaultRunID(abc) = %q", got)
+}
+
+var runIDPattern = regexp.MustCompile(`^gotrain-[0-9a-f]{8}$`)
+
+// Issue 16 item 9: the run id (shown in logs, TORCHELASTIC_RUN_ID and the
+// unauthenticated /metrics) gave away the token's first 8 characters:
+// --job-token right gave run id gotrain-right. Now it is random.
+func TestRunIDNotDerivedFromToken(t *testing.T) {
+	seen := map[string]bool{}
+	for _, tok := range []string{"right", "0123456789abcdef", "0123456789abcdef"} {
+		c := Config{JobSettings: JobSettings{JobToken: tok}}.withDefaults()
+		if !runIDPattern.MatchString(c.RunID) || strings.Contains(c.RunID, tok[:min(5, len(tok))]) {
+			t.Errorf("token %q: run id %q gives the token away or is not gotrain-XXXXXXXX", tok, c.RunID)
+		}
+		if seen[c.RunID] {
+			t.Errorf("run id %q made twice", c.RunID)
+		}
+		seen[c.RunID] = true
+	}
+	// A run id given stays.
+	if c := (Config{JobSettings: JobSettings{JobToken: "x", RunID: "mine"}}).withDefaults(); c.RunID != "mine" {
+		t.Errorf("a given run id became %q", c.RunID)
 	}
 }
 

@@ -2,6 +2,8 @@ package host
 
 import (
 	"cmp"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -43,7 +45,8 @@ type JobSettings struct {
 	JoinSettle  time.Duration
 	// JobToken is the secret every agent and worker presents.
 	JobToken string
-	// RunID names the job (default DefaultRunID(JobToken)).
+	// RunID names the job. Empty: where the coordinator starts, a new
+	// random one (NewRunID); agents take the coordinator's at Join.
 	RunID string
 	// MaxRestarts is how many times the job restarts after a failure.
 	MaxRestarts int
@@ -81,7 +84,8 @@ func DefaultJobSettings() JobSettings {
 }
 
 // WithDefaults fills the zero fields that have a default other than zero
-// (Nodes, HangTimeout, OnHang) and a RunID derived from JobToken.
+// (Nodes, HangTimeout, OnHang). It leaves RunID alone: the coordinator makes
+// one when it starts (NewRunID), never from the token.
 func (s JobSettings) WithDefaults() JobSettings {
 	s.Nodes = cmp.Or(s.Nodes, DefaultNodes)
 	s.MinNodes = cmp.Or(s.MinNodes, s.Nodes)
@@ -89,14 +93,17 @@ func (s JobSettings) WithDefaults() JobSettings {
 	s.JoinSettle = cmp.Or(s.JoinSettle, DefaultJoinSettle)
 	s.HangTimeout = cmp.Or(s.HangTimeout, DefaultHangTimeout)
 	s.OnHang = cmp.Or(s.OnHang, DefaultOnHang)
-	if s.RunID == "" && s.JobToken != "" {
-		s.RunID = DefaultRunID(s.JobToken)
-	}
 	return s
 }
 
-// DefaultRunID is a job's run id when none is given: derived from its token.
-func DefaultRunID(token string) string { return "gotrain-" + token[:min(8, len(token))] }
+// NewRunID is a job's run id when none is given: "gotrain-" and 8 random
+// hex digits. It tells nothing of the job token (issue 16 item 9: the run id
+// is shown in logs, TORCHELASTIC_RUN_ID and the unauthenticated /metrics).
+func NewRunID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return "gotrain-" + hex.EncodeToString(b[:])
+}
 
 // ConfigError is a setting that cannot work, named by its flag, and what to
 // do instead.
