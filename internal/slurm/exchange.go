@@ -42,9 +42,26 @@ var ErrRefused = errors.New("slurm: token refused")
 func requestPayload(step string) string { return "gotrain token request " + step }
 func answerPrefix(step string) string   { return "gotrain token " + step + " " }
 
-// Serve hands tok out on ln to the agents of step (JOB.STEP) whose munge
+// Grant is what node 0's agent hands out: the job token and, where the
+// coordinator speaks TLS with a job CA, the CA's hash, so that a joiner
+// trusts the coordinator without a hash printed and copied.
+type Grant struct{ Token, CAHash string }
+
+func (g Grant) encode() string {
+	if g.CAHash == "" {
+		return g.Token
+	}
+	return g.Token + " " + g.CAHash
+}
+
+func decodeGrant(s string) (Grant, bool) {
+	tok, ca, _ := strings.Cut(s, " ")
+	return Grant{Token: tok, CAHash: ca}, tok != "" && !strings.Contains(ca, " ")
+}
+
+// Serve hands g out on ln to the agents of step (JOB.STEP) whose munge
 // credential says uid, until ctx ends. It closes ln.
-func Serve(ctx context.Context, ln net.Listener, m Munge, uid int, step, tok string, log *slog.Logger) {
+func Serve(ctx context.Context, ln net.Listener, m Munge, uid int, step string, g Grant, log *slog.Logger) {
 	go func() {
 		<-ctx.Done()
 		ln.Close()
@@ -67,7 +84,7 @@ func Serve(ctx context.Context, ln net.Listener, m Munge, uid int, step, tok str
 		go func() {
 			defer func() { <-sem }()
 			defer conn.Close()
-			if err := answer(ctx, conn, m, uid, step, tok); err != nil {
+			if err := answer(ctx, conn, m, uid, step, g); err != nil {
 				log.Warn("slurm token exchange: refused", "from", conn.RemoteAddr().String(), "err", err)
 				fmt.Fprintf(conn, "error: %v\n", err)
 			}
@@ -75,7 +92,7 @@ func Serve(ctx context.Context, ln net.Listener, m Munge, uid int, step, tok str
 	}
 }
 
-func answer(ctx context.Context, conn net.Conn, m Munge, uid int, step, tok string) error {
+func answer(ctx context.Context, conn net.Conn, m Munge, uid int, step string, g Grant) error {
 	ctx, cancel := context.WithTimeout(ctx, exchangeTimeout)
 	defer cancel()
 	_ = conn.SetDeadline(time.Now().Add(exchangeTimeout))
@@ -93,7 +110,7 @@ func answer(ctx context.Context, conn net.Conn, m Munge, uid int, step, tok stri
 	if payload != requestPayload(step) {
 		return fmt.Errorf("%w: the request is for %q, this is step %s", ErrRefused, payload, step)
 	}
-	cred, err := m.Encode(ctx, answerPrefix(step)+tok, uid)
+	cred, err := m.Encode(ctx, answerPrefix(step)+g.encode(), uid)
 	if err != nil {
 		return err
 	}
@@ -101,57 +118,58 @@ func answer(ctx context.Context, conn net.Conn, m Munge, uid int, step, tok stri
 	return err
 }
 
-// Fetch gets the job token of step from node 0's agent at addr, trying
+// Fetch gets the grant of step from node 0's agent at addr, trying
 // again until ctx ends while it is not there yet.
-func Fetch(ctx context.Context, addr string, m Munge, uid int, step string) (string, error) {
+func Fetch(ctx context.Context, addr string, m Munge, uid int, step string) (Grant, error) {
 	var last error
 	for {
-		tok, err := fetchOnce(ctx, addr, m, uid, step)
+		g, err := fetchOnce(ctx, addr, m, uid, step)
 		if err == nil || errors.Is(err, ErrRefused) {
-			return tok, err
+			return g, err
 		}
 		last = err
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("get the job token from %s: %w (last: %v)", addr, ctx.Err(), last)
+			return Grant{}, fmt.Errorf("get the job token from %s: %w (last: %v)", addr, ctx.Err(), last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
-func fetchOnce(ctx context.Context, addr string, m Munge, uid int, step string) (string, error) {
+func fetchOnce(ctx context.Context, addr string, m Munge, uid int, step string) (Grant, error) {
 	ctx, cancel := context.WithTimeout(ctx, exchangeTimeout)
 	defer cancel()
 	req, err := m.Encode(ctx, requestPayload(step), uid)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrRefused, err) // no munge here: trying again will not help
+		return Grant{}, fmt.Errorf("%w: %v", ErrRefused, err) // no munge here: trying again will not help
 	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return "", err
+		return Grant{}, err
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(exchangeTimeout))
 	if _, err := fmt.Fprintf(conn, "%s\n", req); err != nil {
-		return "", err
+		return Grant{}, err
 	}
 	line, err := readLine(conn)
 	if err != nil {
-		return "", err
+		return Grant{}, err
 	}
 	if msg, ok := strings.CutPrefix(line, "error: "); ok {
-		return "", fmt.Errorf("%w by %s: %s", ErrRefused, addr, msg)
+		return Grant{}, fmt.Errorf("%w by %s: %s", ErrRefused, addr, msg)
 	}
 	from, payload, err := m.Decode(ctx, line)
 	if err != nil {
-		return "", fmt.Errorf("%w: the answer of %s: %v", ErrRefused, addr, err)
+		return Grant{}, fmt.Errorf("%w: the answer of %s: %v", ErrRefused, addr, err)
 	}
-	tok, ok := strings.CutPrefix(payload, answerPrefix(step))
-	if from != uid || !ok || tok == "" {
-		return "", fmt.Errorf("%w: %s is not this job's agent (uid %d, payload for another step)", ErrRefused, addr, from)
+	rest, ok := strings.CutPrefix(payload, answerPrefix(step))
+	g, valid := decodeGrant(rest)
+	if from != uid || !ok || !valid {
+		return Grant{}, fmt.Errorf("%w: %s is not this job's agent (uid %d, payload for another step)", ErrRefused, addr, from)
 	}
-	return tok, nil
+	return g, nil
 }
 
 func readLine(conn net.Conn) (string, error) {

@@ -23,6 +23,17 @@ type Env struct {
 	UID   int
 	Munge Munge
 	Log   *slog.Logger
+	// CA, when set, gives node 0's coordinator a job CA made before it
+	// starts and has joiners trust it by the hash that came with the token.
+	CA CAHooks
+}
+
+// CAHooks connect the exchange to the coordinator's TLS.
+type CAHooks interface {
+	// NewCA gives cfg (node 0's) a job CA and returns its hash.
+	NewCA(cfg *launcher.Config) (hash string, err error)
+	// TrustCA has cfg (a joiner's) verify the coordinator by hash.
+	TrustCA(cfg *launcher.Config, hash string) error
 }
 
 // LocalEnv is this process's Env: munge where munge(1) is installed, on
@@ -86,7 +97,14 @@ func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run f
 			return fmt.Errorf("slurm: the job token exchange of step %s: %w (is another step of the job on port %d?)", s, err, s.ExchangePort())
 		}
 		cfg.JobToken = token.Generate()
-		go Serve(ctx, ln, env.Munge, env.UID, s.String(), cfg.JobToken, env.Log)
+		g := Grant{Token: cfg.JobToken}
+		if env.CA != nil {
+			if g.CAHash, err = env.CA.NewCA(&cfg); err != nil {
+				ln.Close()
+				return err
+			}
+		}
+		go Serve(ctx, ln, env.Munge, env.UID, s.String(), g, env.Log)
 	default:
 		joinTimeout := cfg.JoinTimeout
 		if joinTimeout <= 0 {
@@ -95,11 +113,16 @@ func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run f
 		fctx, cancel := context.WithTimeout(ctx, joinTimeout)
 		defer cancel()
 		addr := net.JoinHostPort(s.Head(), strconv.Itoa(s.ExchangePort()))
-		tok, err := Fetch(fctx, addr, env.Munge, env.UID, s.String())
+		g, err := Fetch(fctx, addr, env.Munge, env.UID, s.String())
 		if err != nil {
 			return fmt.Errorf("slurm: get the job token from node 0 (%s) over munge: %w; or pass --job-token to every node", s.Head(), err)
 		}
-		cfg.JobToken = tok
+		cfg.JobToken = g.Token
+		if env.CA != nil && g.CAHash != "" {
+			if err := env.CA.TrustCA(&cfg, g.CAHash); err != nil {
+				return err
+			}
+		}
 	}
 	return run(ctx, cfg)
 }

@@ -191,21 +191,21 @@ func TestExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	server := &fakeMunge{uid: 1000, used: map[string]bool{}}
-	go Serve(ctx, ln, server, 1000, "17.0", "secret-token", discardLog())
+	go Serve(ctx, ln, server, 1000, "17.0", Grant{Token: "secret-token", CAHash: "sha256:ab"}, discardLog())
 	addr := ln.Addr().String()
 
 	same := &fakeMunge{uid: 1000, used: server.used} // one munged realm: replays seen
-	if tok, err := Fetch(ctx, addr, same, 1000, "17.0"); err != nil || tok != "secret-token" {
-		t.Fatalf("same user: Fetch = %q, %v", tok, err)
+	if g, err := Fetch(ctx, addr, same, 1000, "17.0"); err != nil || g != (Grant{"secret-token", "sha256:ab"}) {
+		t.Fatalf("same user: Fetch = %+v, %v", g, err)
 	}
 	other := &fakeMunge{uid: 1001, used: server.used}
-	tok, err := Fetch(ctx, addr, other, 1001, "17.0")
-	if !errors.Is(err, ErrRefused) || tok != "" || strings.Contains(err.Error(), "secret-token") {
-		t.Fatalf("another user: Fetch = %q, %v; want ErrRefused", tok, err)
+	g, err := Fetch(ctx, addr, other, 1001, "17.0")
+	if !errors.Is(err, ErrRefused) || g.Token != "" || strings.Contains(err.Error(), "secret-token") {
+		t.Fatalf("another user: Fetch = %+v, %v; want ErrRefused", g, err)
 	}
-	tok, err = Fetch(ctx, addr, same, 1000, "17.1")
-	if !errors.Is(err, ErrRefused) || tok != "" {
-		t.Fatalf("another step: Fetch = %q, %v; want ErrRefused", tok, err)
+	g, err = Fetch(ctx, addr, same, 1000, "17.1")
+	if !errors.Is(err, ErrRefused) || g.Token != "" {
+		t.Fatalf("another step: Fetch = %+v, %v; want ErrRefused", g, err)
 	}
 }
 
