@@ -43,6 +43,7 @@ func coordinatorFlags(cfg *host.Config) *flag.FlagSet {
 	fs := newFlagSet("coordinator", coordinatorUsage)
 	*cfg = host.DefaultConfig()
 	host.RegisterJobFlags(fs, &cfg.JobSettings, os.Getenv(jobenv.JobToken))
+	registerJobTokenFile(fs) // jobtoken.go
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve gRPC on")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", cfg.GossipPort, "with --nnodes > 1: gossip (memberlist, UDP+TCP) port agents join to report dead nodes in seconds (default: the --listen port + 1; 0: any free port)")
 	return fs
@@ -52,6 +53,9 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	var cfg host.Config
 	fs := coordinatorFlags(&cfg)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := applyJobToken(fs, &cfg.JobSettings, os.Stderr); err != nil { // jobtoken.go
 		return err
 	}
 	if fs.NArg() > 0 {

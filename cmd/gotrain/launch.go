@@ -86,6 +86,9 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := applyJobToken(fs, &cfg.JobSettings, os.Stderr); err != nil { // jobtoken.go
+		return err
+	}
 	if fs.NArg() == 0 {
 		return &usageError{msg: "no program given", hint: "Put the program after `--`: gotrain launch --nproc-per-node 2 --backend cpu -- ./train"}
 	}
@@ -150,6 +153,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	fs := newFlagSet("launch", launchUsage)
 	host.RegisterJobFlags(fs, &cfg.JobSettings, os.Getenv(jobenv.JobToken))
+	registerJobTokenFile(fs) // jobtoken.go
 	fs.IntVar(&cfg.NprocPerNode, "nproc-per-node", 0, "workers to start on this node (default: the number of GPUs)")
 	fs.IntVar(&cfg.NprocPerNode, "gpus", 0, "alias of --nproc-per-node")
 	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs, else cpu)")
