@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -93,7 +94,13 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 	s.limits.withDefaults()
 	l := s.limits
 	s.mu.Unlock()
-	return append(token.ServerOptions(s.cfg.Token),
+	opts := token.ServerOptions(s.cfg.Token)
+	if s.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
+	}
+	// After the token check: who may act for which node (identity.go).
+	opts = append(opts, grpc.ChainUnaryInterceptor(s.identityUnary), grpc.ChainStreamInterceptor(s.identityStream))
+	return append(opts,
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.MaxConcurrentStreams(l.streamsPerConn),
 		grpc.ConnectionTimeout(handshakeTimeout),

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/coordinator/kv"
+	"github.com/gotrain/gotrain/internal/jobtls"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -61,6 +63,13 @@ type Config struct {
 	RendezvousTimeout time.Duration
 	// Logger receives the job's events; default: discard.
 	Logger *slog.Logger
+	// TLS, when not nil, is the server's TLS configuration
+	// (jobtls.ServerConfig); nil serves plaintext (tests).
+	TLS *tls.Config
+	// CA, when not nil, is the job CA: Join issues each node a certificate
+	// from it, and later calls act only for the node their certificate
+	// names (identity.go). It needs TLS.
+	CA *jobtls.CA
 }
 
 // Server is a job's coordinator.
@@ -142,6 +151,9 @@ func (o *outbox) notify() {
 func New(cfg Config) (*Server, error) {
 	if cfg.Token == "" {
 		return nil, fmt.Errorf("%w: token is empty: generate one with token.Generate and give it to every agent", ErrInvalidConfig)
+	}
+	if cfg.CA != nil && cfg.TLS == nil {
+		return nil, fmt.Errorf("%w: a CA without TLS: node certificates need TLS to be presented", ErrInvalidConfig)
 	}
 	m, err := job.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes, NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
 		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff,
@@ -332,6 +344,11 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	if req.GetNode() == nil {
 		return nil, status.Error(codes.InvalidArgument, "join without node facts: set JoinRequest.node")
 	}
+	if s.cfg.CA != nil {
+		if err := checkCSR(req); err != nil { // identity.go
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkJoin(req); err != nil { // limits.go
@@ -349,6 +366,13 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	}
 	s.nodeSeq++
 	id := fmt.Sprintf("node-%d", s.nodeSeq)
+	var cert []byte
+	if s.cfg.CA != nil {
+		// Issued before the node joins: a Join that fails leaves no node.
+		if cert, err = s.cfg.CA.IssueNode(id, req.GetCsr()); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "join: %v", err)
+		}
+	}
 	acts, err := s.m.Step(s.now(), job.NodeJoined{NodeID: id, Info: info})
 	if err != nil {
 		s.log.Warn("join rejected", "hostname", info.Hostname, "err", err)
@@ -359,7 +383,7 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
 	s.apply(acts)
 	return &gotrainv1.JoinResponse{NodeId: id, RunId: s.cfg.RunID, MaxRestarts: int32(s.cfg.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: warnings,
-		NodeTimeoutMs: s.cfg.NodeTimeout.Milliseconds()}, nil
+		NodeTimeoutMs: s.cfg.NodeTimeout.Milliseconds(), NodeCert: cert}, nil
 }
 
 // WatchGenerations streams the node's generation events. The stream is the

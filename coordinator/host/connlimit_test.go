@@ -10,8 +10,8 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -124,7 +124,11 @@ func TestIdleConnectionFloodIsBounded(t *testing.T) {
 func clientFrom(t *testing.T, src, addr string) (gotrainv1.CoordinatorClient, func()) {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), token.DialOption(testToken),
+	creds, err := jobtls.Trust{SkipCheck: true}.Credentials(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), token.DialOption(testToken),
 		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }))
 	if err != nil {
 		t.Fatal(err)

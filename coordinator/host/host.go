@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gotrain/gotrain/coordinator"
+	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -66,6 +67,15 @@ type Config struct {
 	GossipBestEffort bool
 	// Logger receives the coordinator's log (default: discard).
 	Logger *slog.Logger
+	// TLSCert and TLSKey, when set, are the certificate and key (PEM files)
+	// of the site's own PKI that the coordinator presents; agents then
+	// verify it with --tls-ca. Empty: a certificate from the job CA, which
+	// agents verify by its hash (CAHash). Either way the job CA issues the
+	// nodes' own certificates.
+	TLSCert, TLSKey string
+	// CA, when not nil, is the job CA to use instead of a new one (a caller
+	// that hands its hash out before the coordinator starts).
+	CA *jobtls.CA
 }
 
 // DefaultConfig returns a Config with every default: DefaultJobSettings,
@@ -133,6 +143,9 @@ type Coordinator struct {
 
 	stopOnce sync.Once
 	err      error
+
+	ca  *jobtls.CA // the job CA: issues node certificates, and the server's unless TLSCert
+	pin string     // what local tools pin: the job CA's hash, or the site certificate's own
 }
 
 // Start builds the job's coordinator from cfg, listens on cfg.Listen (and
@@ -145,7 +158,12 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		return nil, err
 	}
 	log := cfg.Logger
+	ca, srvCert, pin, err := cfg.credentials() // tls.go
+	if err != nil {
+		return nil, err
+	}
 	srv, err := coordinator.New(coordinator.Config{
+		TLS: jobtls.ServerConfig(srvCert, ca), CA: ca,
 		RunID: cfg.RunID, Token: cfg.JobToken, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes,
 		NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
 		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff,
@@ -176,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		}
 		undo = append(undo, func() { _ = mlis.Close() })
 	}
-	c := &Coordinator{cfg: cfg, srv: srv, addr: lis.Addr().(*net.TCPAddr), stopGossip: func() {}, done: make(chan struct{})}
+	c := &Coordinator{cfg: cfg, srv: srv, addr: lis.Addr().(*net.TCPAddr), stopGossip: func() {}, done: make(chan struct{}), ca: ca, pin: pin}
 	if mlis != nil {
 		c.metricsAddr = mlis.Addr().String()
 	}

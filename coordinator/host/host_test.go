@@ -14,9 +14,9 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -34,11 +34,25 @@ func testConfig() Config {
 
 func client(t *testing.T, addr string) (gotrainv1.CoordinatorClient, func()) {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), token.DialOption(testToken))
+	creds, err := jobtls.Trust{SkipCheck: true}.Credentials(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), token.DialOption(testToken))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return gotrainv1.NewCoordinatorClient(cc), func() { _ = cc.Close() }
+}
+
+// csr is a node's certificate request, as a joining agent sends it.
+func csr(t *testing.T) []byte {
+	t.Helper()
+	_, der, err := jobtls.NewNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
 }
 
 func node(host string) *gotrainv1.NodeInfo {
@@ -61,7 +75,7 @@ func TestStartServeStop(t *testing.T) {
 	coord, closeConn := client(t, c.Addr().String())
 	ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
 	defer cancel()
-	resp, err := coord.Join(ctx, &gotrainv1.JoinRequest{Node: node("host-a")})
+	resp, err := coord.Join(ctx, &gotrainv1.JoinRequest{Node: node("host-a"), Csr: csr(t)})
 	if err != nil || resp.GetRunId() != "run-test" || resp.GetMaxRestarts() != DefaultMaxRestarts {
 		t.Fatalf("join: %v, %v", resp, err)
 	}
@@ -130,7 +144,7 @@ func TestGossip(t *testing.T) {
 	defer closeConn()
 	ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
 	defer cancel()
-	resp, err := coord.Join(ctx, &gotrainv1.JoinRequest{Node: node("host-a")})
+	resp, err := coord.Join(ctx, &gotrainv1.JoinRequest{Node: node("host-a"), Csr: csr(t)})
 	if err != nil || int(resp.GetGossipPort()) != c.GossipPort() {
 		t.Fatalf("join: %v, %v; want gossip port %d", resp, err, c.GossipPort())
 	}

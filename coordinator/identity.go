@@ -1,0 +1,189 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/x509"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/internal/jobtls"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// Node identity (issue 16 item 2). With a job CA (Config.CA), Join issues
+// each node a client certificate naming its node id, and the node presents
+// it on every later call. A node may then act only for itself, as
+// Kubernetes' NodeRestriction lets a kubelet act only for its own node:
+//
+//   - WatchGenerations, ReportProgress, ReportWorkerExit (and parked
+//     reports), ReportEvidence: only with the certificate's node id (the
+//     job machine checks the ranks against the node).
+//   - Barrier: only for a rank that runs on the caller's node in the
+//     current generation.
+//   - KVPut: only by a node; a communicator's rendezvous keys only by the
+//     node of the rank that publishes them (ncclcomm's id: rank 0;
+//     cpucomm's address of rank R: rank R), in the current generation.
+//     Other keys: any node of the job.
+//   - KVGet: only by a node.
+//   - Join, GetJobStatus, Diagnose: the job token alone (a joining node has
+//     no certificate yet; gotrain diagnose and top have none).
+//
+// Without a CA (tests that serve plaintext) nothing is checked here.
+
+// nodeCalls need a node certificate; the others take the token alone.
+var nodeCalls = map[string]bool{
+	gotrainv1.Coordinator_WatchGenerations_FullMethodName: true,
+	gotrainv1.Coordinator_KVPut_FullMethodName:            true,
+	gotrainv1.Coordinator_KVGet_FullMethodName:            true,
+	gotrainv1.Coordinator_Barrier_FullMethodName:          true,
+	gotrainv1.Coordinator_ReportProgress_FullMethodName:   true,
+	gotrainv1.Coordinator_ReportWorkerExit_FullMethodName: true,
+	gotrainv1.Coordinator_ReportEvidence_FullMethodName:   true,
+}
+
+// callerNode is the node id of the caller's verified certificate, "" when
+// it presented none.
+func callerNode(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		return ""
+	}
+	return jobtls.NodeID(ti.State.VerifiedChains[0][0])
+}
+
+// identityUnary checks a unary call's identity (see above).
+func (s *Server) identityUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if s.cfg.CA == nil || !nodeCalls[info.FullMethod] {
+		return h(ctx, req)
+	}
+	node := callerNode(ctx)
+	if node == "" {
+		return nil, errNoNodeCert(info.FullMethod)
+	}
+	if err := s.mayAct(node, req); err != nil {
+		s.log.Warn("call refused: a node acted for another", "method", info.FullMethod, "caller", node, "err", status.Convert(err).Message())
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+// identityStream checks WatchGenerations' request once it is received.
+func (s *Server) identityStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if s.cfg.CA == nil || !nodeCalls[info.FullMethod] {
+		return h(srv, ss)
+	}
+	node := callerNode(ss.Context())
+	if node == "" {
+		return errNoNodeCert(info.FullMethod)
+	}
+	return h(srv, &checkedStream{ServerStream: ss, check: func(m any) error { return s.mayAct(node, m) }})
+}
+
+type checkedStream struct {
+	grpc.ServerStream
+	check func(any) error
+}
+
+func (c *checkedStream) RecvMsg(m any) error {
+	if err := c.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return c.check(m)
+}
+
+func errNoNodeCert(method string) error {
+	return status.Errorf(codes.PermissionDenied, "%s needs the node certificate its agent got at Join: only a node's agent may call it (gotrain launch does; update an older agent)", method)
+}
+
+// mayAct says whether node may send req.
+func (s *Server) mayAct(node string, req any) error {
+	self := func(id string) error {
+		if id != node {
+			return status.Errorf(codes.PermissionDenied, "this connection's certificate is node %q's, but the request is for node %q: a node may act only for itself", node, id)
+		}
+		return nil
+	}
+	switch r := req.(type) {
+	case *gotrainv1.WatchGenerationsRequest:
+		return self(r.GetNodeId())
+	case *gotrainv1.ReportProgressRequest:
+		return self(r.GetNodeId())
+	case *gotrainv1.ReportWorkerExitRequest:
+		return self(r.GetNodeId())
+	case *gotrainv1.ReportEvidenceRequest:
+		return self(r.GetNodeId())
+	case *gotrainv1.BarrierRequest:
+		return s.ownsRank(node, r.GetGeneration(), int(r.GetRank()), "barrier "+strconv.Quote(r.GetName()))
+	case *gotrainv1.KVPutRequest:
+		if gen, rank, ok := keyOwner(r.GetKey()); ok {
+			return s.ownsRank(node, gen, rank, "key "+strconv.Quote(r.GetKey()))
+		}
+	}
+	return nil
+}
+
+// ownsRank says whether rank runs on node in generation gen. A generation
+// other than the current one is left to the handler (a barrier of an
+// ended generation fails there with its reason) except for keys: no node
+// may publish a communicator's key for a generation that is not running.
+func (s *Server) ownsRank(node string, gen int64, rank int, what string) error {
+	s.mu.Lock()
+	owner, ok := s.m.NodeOfRank(gen, rank)
+	cur := s.m.Generation()
+	s.mu.Unlock()
+	switch {
+	case ok && owner == node:
+		return nil
+	case ok:
+		return status.Errorf(codes.PermissionDenied, "%s: rank %d runs on node %q in generation %d, not on this connection's node %q: a node may act only for its own ranks", what, rank, owner, gen, node)
+	case strings.HasPrefix(what, "barrier") && gen != cur:
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied, "%s: rank %d of generation %d does not run on node %q (the current generation is %d)", what, rank, gen, node, cur)
+}
+
+// keyOwner maps a communicator's rendezvous key to the generation and rank
+// that publish it: worker/ncclcomm.IDKey "ncclcomm/NAME/GEN/id" (rank 0)
+// and worker/cpucomm.AddrKey "cpucomm/NAME/GEN/addr/RANK". Names may hold
+// slashes; the key is read from its end. identity_test.go checks these
+// shapes against the worker packages' own functions.
+func keyOwner(key string) (gen int64, rank int, ok bool) {
+	parts := strings.Split(key, "/")
+	n := len(parts)
+	switch {
+	case parts[0] == "ncclcomm" && n >= 4 && parts[n-1] == "id":
+		g, err := strconv.ParseInt(parts[n-2], 10, 64)
+		return g, 0, err == nil
+	case parts[0] == "cpucomm" && n >= 5 && parts[n-2] == "addr":
+		g, err1 := strconv.ParseInt(parts[n-3], 10, 64)
+		r, err2 := strconv.Atoi(parts[n-1])
+		return g, r, err1 == nil && err2 == nil
+	}
+	return 0, 0, false
+}
+
+// checkCSR checks a Join's certificate request before the node joins, so
+// that issuing its certificate cannot fail after. s.cfg.CA is not nil.
+func checkCSR(req *gotrainv1.JoinRequest) error {
+	if len(req.GetCsr()) == 0 {
+		return status.Error(codes.InvalidArgument, "join without a certificate request (JoinRequest.csr): this coordinator gives every node a certificate of its own; update the agent")
+	}
+	csr, err := x509.ParseCertificateRequest(req.GetCsr())
+	if err == nil {
+		err = csr.CheckSignature()
+	}
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "join: certificate request: %v", err)
+	}
+	return nil
+}

@@ -1,0 +1,374 @@
+// Package jobtls makes and checks a job's TLS credentials: the job CA that
+// the node starting the coordinator makes in memory, the coordinator's
+// server certificate, each node's client certificate (its identity), and
+// the client side's trust in the coordinator — a pin on the CA's public key
+// (as kubeadm's --discovery-token-ca-cert-hash), a CA file of the site's
+// own PKI, or, only when asked, none.
+//
+// # Usage
+//
+//	ca, _ := jobtls.NewCA("gotrain-1a2b3c4d")
+//	srv, _ := ca.ServerCertificate([]string{"10.0.0.1", "node1"})
+//	conf := jobtls.ServerConfig(srv, ca)       // the coordinator
+//	fmt.Println("--ca-hash", ca.Hash())        // what a joiner is given
+//
+//	key, csr, _ := jobtls.NewNodeKey()          // a joining agent
+//	t := jobtls.Trust{CAHash: hash}
+//	creds, _ := t.Credentials(nil)              // Join: pinned, no client cert
+//	// ... Join sends csr, gets der = ca.IssueNode(nodeID, csr)
+//	cert := jobtls.NodeCertificate(der, key)
+//	creds, _ = t.Credentials(&cert)             // every later call: mTLS
+package jobtls
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+)
+
+// ServerName is the DNS name every coordinator certificate of a job CA
+// carries, and the name a joiner verifies it by: a joiner that reaches the
+// coordinator by an IP or a name the certificate does not list still
+// verifies it.
+const ServerName = "gotrain-coordinator"
+
+// nodeOU marks node certificates; a node certificate is for clients only
+// (ExtKeyUsageClientAuth), so a node cannot pose as the coordinator.
+const nodeOU = "gotrain node"
+
+// validity is how long the job's certificates are valid: longer than any
+// job, short enough that a stolen one does not outlive its use for long.
+const validity = 90 * 24 * time.Hour
+
+// Errors a joiner's check of the coordinator returns.
+var (
+	// ErrCAHashMismatch: the coordinator's chain holds no CA with the
+	// pinned hash; it is another coordinator (or someone in the middle).
+	ErrCAHashMismatch = errors.New("jobtls: the coordinator's CA does not match --ca-hash")
+	// ErrNoTrust: neither a CA hash nor a CA file was given, and the check
+	// was not skipped explicitly.
+	ErrNoTrust = errors.New("jobtls: no way to verify the coordinator")
+)
+
+// CA is a job's certificate authority: an ECDSA P-256 key and a
+// self-signed certificate, held in memory only.
+type CA struct {
+	Cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pool *x509.CertPool
+}
+
+// NewCA makes a job CA named after the run.
+func NewCA(runID string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("make the job CA's key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "gotrain job CA " + runID, Organization: []string{"gotrain"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("make the job CA: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &CA{Cert: cert, key: key, pool: pool}, nil
+}
+
+// Pool is a pool holding only the CA.
+func (ca *CA) Pool() *x509.CertPool { return ca.pool }
+
+// Hash is the CA's pin: "sha256:" and the hex SHA-256 of its
+// SubjectPublicKeyInfo, as kubeadm's --discovery-token-ca-cert-hash.
+func (ca *CA) Hash() string { return Hash(ca.Cert) }
+
+// Hash is cert's pin: "sha256:" and the hex SHA-256 of its
+// SubjectPublicKeyInfo.
+func Hash(cert *x509.Certificate) string {
+	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// CheckHash says whether h is a well-formed pin ("sha256:" and 64 hex
+// digits).
+func CheckHash(h string) error {
+	hx, ok := strings.CutPrefix(h, "sha256:")
+	if b, err := hex.DecodeString(hx); !ok || err != nil || len(b) != sha256.Size {
+		return fmt.Errorf("--ca-hash %q: want sha256: and 64 hex digits, as the first node printed it", h)
+	}
+	return nil
+}
+
+// ServerCertificate issues the coordinator's certificate for ServerName,
+// localhost and hosts (IP addresses and names; unspecified addresses such
+// as 0.0.0.0 are left out).
+func (ca *CA) ServerCertificate(hosts []string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	tmpl := ca.leaf(pkix.Name{CommonName: ServerName}, x509.ExtKeyUsageServerAuth)
+	tmpl.DNSNames = []string{ServerName, "localhost"}
+	tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			if !ip.IsUnspecified() {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			}
+		} else if h != "" {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("issue the coordinator's certificate: %w", err)
+	}
+	// The chain carries the CA, so that a joiner can find the pinned key in it.
+	return tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: key}, nil
+}
+
+// IssueNode issues node nodeID's client certificate for the key of csrDER
+// (a PKCS #10 request, DER): CN = nodeID, client authentication only. The
+// request's subject is ignored; its signature must hold.
+func (ca *CA) IssueNode(nodeID string, csrDER []byte) ([]byte, error) {
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return nil, fmt.Errorf("jobtls: certificate request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("jobtls: certificate request: %w", err)
+	}
+	tmpl := ca.leaf(pkix.Name{CommonName: nodeID, OrganizationalUnit: []string{nodeOU}}, x509.ExtKeyUsageClientAuth)
+	tmpl.DNSNames = []string{nodeID}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, csr.PublicKey, ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("jobtls: issue node %s's certificate: %w", nodeID, err)
+	}
+	return der, nil
+}
+
+func (ca *CA) leaf(subject pkix.Name, usage x509.ExtKeyUsage) *x509.Certificate {
+	now := time.Now()
+	return &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      subject,
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+	}
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	return n
+}
+
+// NodeID is the node a verified client certificate names, "" when cert is
+// not a node certificate.
+func NodeID(cert *x509.Certificate) string {
+	for _, ou := range cert.Subject.OrganizationalUnit {
+		if ou == nodeOU {
+			return cert.Subject.CommonName
+		}
+	}
+	return ""
+}
+
+// NewNodeKey makes a joining node's key and a certificate request for it
+// (DER), to send in Join.
+func NewNodeKey() (crypto.Signer, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "gotrain node"}}, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jobtls: certificate request: %w", err)
+	}
+	return key, csr, nil
+}
+
+// NodeCertificate pairs a node certificate from Join with its key.
+func NodeCertificate(der []byte, key crypto.Signer) tls.Certificate {
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// ServerConfig is the coordinator's TLS configuration: cert, and client
+// certificates verified against ca (the job CA, which issues node
+// certificates) when a client presents one. Clients without one (a
+// joining node, gotrain diagnose) still connect; the coordinator decides
+// per call what needs a node's certificate.
+func ServerConfig(cert tls.Certificate, ca *CA) *tls.Config {
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    ca.Pool(),
+		MinVersion:   tls.VersionTLS13,
+	}
+}
+
+// LoadServerCertificate loads a site's certificate and key (PEM files).
+func LoadServerCertificate(certFile, keyFile string) (tls.Certificate, error) {
+	c, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return c, fmt.Errorf("load --tls-cert %s and --tls-key %s: %w", certFile, keyFile, err)
+	}
+	return c, nil
+}
+
+// LeafHash is the pin of cert's leaf (its first certificate): what local
+// tools (gotrain diagnose, top) pin when the coordinator presents a
+// certificate of the site's PKI.
+func LeafHash(cert tls.Certificate) (string, error) {
+	if len(cert.Certificate) == 0 {
+		return "", errors.New("jobtls: empty certificate")
+	}
+	c, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return "", err
+	}
+	return Hash(c), nil
+}
+
+// Trust is how a client verifies the coordinator before it sends anything
+// (the job token travels in the first request's headers). Exactly one way
+// applies, in this order: CAFile (the site's PKI: normal verification of
+// the address's name), CAHash (a pin on the job CA's key, or on the
+// coordinator's own certificate), SkipCheck (no verification: anyone on
+// the path can pose as the coordinator and receive the token).
+type Trust struct {
+	CAHash    string `json:"ca_hash,omitempty"`
+	CAFile    string `json:"ca_file,omitempty"`
+	SkipCheck bool   `json:"skip_check,omitempty"`
+}
+
+// Credentials are gRPC transport credentials that verify the coordinator
+// as t says, presenting client (a node certificate) when not nil.
+func (t Trust) Credentials(client *tls.Certificate) (credentials.TransportCredentials, error) {
+	conf, err := t.Config(client)
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(conf), nil
+}
+
+// Config is the client's TLS configuration (see Credentials).
+func (t Trust) Config(client *tls.Certificate) (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS13}
+	if client != nil {
+		conf.Certificates = []tls.Certificate{*client}
+	}
+	switch {
+	case t.CAFile != "":
+		b, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read --tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", t.CAFile)
+		}
+		conf.RootCAs = pool
+	case t.CAHash != "":
+		if err := CheckHash(t.CAHash); err != nil {
+			return nil, err
+		}
+		want := t.CAHash
+		// The pin replaces name-based verification (a joiner may reach the
+		// coordinator by any address): VerifyPeerCertificate does it all,
+		// during the handshake, before any request is written.
+		conf.InsecureSkipVerify = true
+		conf.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error { return verifyPinned(raw, want) }
+	case t.SkipCheck:
+		conf.InsecureSkipVerify = true
+	default:
+		return nil, ErrNoTrust
+	}
+	return conf, nil
+}
+
+// verifyPinned accepts the chain raw when a certificate in it has the pin
+// want: the leaf itself, or a CA that issued the leaf for ServerName with
+// server authentication (a node certificate of the same CA is refused).
+func verifyPinned(raw [][]byte, want string) error {
+	if len(raw) == 0 {
+		return errors.New("jobtls: the coordinator sent no certificate")
+	}
+	certs := make([]*x509.Certificate, len(raw))
+	for i, r := range raw {
+		c, err := x509.ParseCertificate(r)
+		if err != nil {
+			return fmt.Errorf("jobtls: the coordinator's certificate: %w", err)
+		}
+		certs[i] = c
+	}
+	if pinned(certs[0], want) {
+		return nil
+	}
+	for _, c := range certs[1:] {
+		if !pinned(c, want) || !c.IsCA {
+			continue
+		}
+		roots, mid := x509.NewCertPool(), x509.NewCertPool()
+		roots.AddCert(c)
+		for _, m := range certs[1:] {
+			if m != c {
+				mid.AddCert(m)
+			}
+		}
+		_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: mid, DNSName: ServerName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+		if err != nil {
+			return fmt.Errorf("jobtls: the coordinator's certificate is not one the pinned CA issued for it: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: it presented %s (check the --ca-hash the first node printed; a different hash means another coordinator, or someone in the middle)", ErrCAHashMismatch, hashes(certs))
+}
+
+func pinned(c *x509.Certificate, want string) bool {
+	return subtle.ConstantTimeCompare([]byte(Hash(c)), []byte(want)) == 1
+}
+
+func hashes(certs []*x509.Certificate) string {
+	var hs []string
+	for _, c := range certs {
+		hs = append(hs, Hash(c))
+	}
+	return strings.Join(hs, ", ")
+}
+
+// PEM encodes cert.
+func PEM(cert *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
+}
