@@ -10,6 +10,7 @@ import (
 
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 )
 
@@ -49,6 +50,18 @@ type Config struct {
 	// NodeAddress is the address other nodes reach this one at (default
 	// 127.0.0.1 on one node, else the first non-loopback IPv4 address).
 	NodeAddress string
+	// Trust is how a joining agent (Coordinator set) verifies the
+	// coordinator before it sends the token: the CA hash the first node
+	// printed, the site's CA file, or, only when asked, no check. An agent
+	// that starts the coordinator pins its own.
+	Trust jobtls.Trust
+	// TLSCert and TLSKey, when set, are the certificate of the site's PKI
+	// that the embedded coordinator presents (see host.Config).
+	TLSCert, TLSKey string
+	// CA, when not nil, is the job CA the embedded coordinator uses instead
+	// of a new one: a caller that must hand the CA's hash out before the
+	// coordinator starts (a Slurm step's head) makes it (jobtls.NewCA).
+	CA *jobtls.CA
 	// JoinTimeout bounds how long the agent tries to reach the coordinator
 	// (default 60s).
 	JoinTimeout time.Duration
@@ -154,6 +167,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
 	case c.GossipPort < 0 || c.GossipPort > 65535:
 		return fmt.Errorf("--gossip-port must be between 0 and 65535, got %d", c.GossipPort)
+	case c.Coordinator != "" && c.Trust == (jobtls.Trust{}):
+		return errNoTrust
 	case c.MetricsAddr != "" && c.Coordinator != "":
 		return errors.New("--metrics-addr is served by the coordinator, and this node joins one at --coordinator: pass --metrics-addr to the node or `gotrain coordinator` that runs it")
 	}

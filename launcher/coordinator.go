@@ -5,27 +5,43 @@ import (
 	"fmt"
 
 	"github.com/gotrain/gotrain/coordinator/host"
+	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/runfile"
 )
 
 // startCoordinator runs the job's coordinator inside this agent (package
 // coordinator/host, as `gotrain coordinator` does), with this agent's
 // job-wide settings. stop stops it and waits for every goroutine it started.
-func (a *agent) startCoordinator(ctx context.Context) (addr string, stop func(), err error) {
+func (a *agent) startCoordinator(ctx context.Context) (addr, pin string, stop func(), err error) {
 	c, err := host.Start(context.WithoutCancel(ctx), a.coordinatorConfig())
 	if err != nil {
-		return "", nil, fmt.Errorf("start the coordinator: %w", err)
+		return "", "", nil, fmt.Errorf("start the coordinator: %w", err)
 	}
 	addr = c.Addr().String()
 	if a.metricsAddr = c.MetricsAddr(); a.metricsAddr != "" {
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: metrics at http://%s/metrics\n", a.metricsAddr)
 	}
+	var tokenFile *runfile.File
 	if a.cfg.Nodes > 1 {
-		a.joinHint = fmt.Sprintf("gotrain: coordinator listening on %s; start the other %s node(s) with: gotrain launch --nnodes %s --coordinator %s --job-token %s ...",
-			addr, a.missing(1), a.nnodes(), c.JoinAddr(a.cfg.NodeAddress), a.cfg.JobToken)
+		tok := "with " + jobenv.JobToken + " set to this node's job token"
+		if a.tokenMade {
+			// A token made here has no other copy: it goes to a file only
+			// this user can read, never to the terminal or a log.
+			if tokenFile, err = runfile.WriteToken(c.Config().RunID, a.cfg.JobToken); err != nil {
+				c.Stop()
+				return "", "", nil, fmt.Errorf("keep the job token for the other nodes: %w (or set %s on every node)", err, jobenv.JobToken)
+			}
+			tok = fmt.Sprintf("with %s=$(cat %s): the job token is in that file (mode 0600), copy it to each node", jobenv.JobToken, tokenFile.Path())
+		}
+		a.joinHint = fmt.Sprintf("gotrain: coordinator listening on %s; start the other %s node(s) with: gotrain launch --nnodes %s --coordinator %s %s ... (%s; it is never printed)",
+			addr, a.missing(1), a.nnodes(), c.JoinAddr(a.cfg.NodeAddress), host.VerifyFlags(c.CAHash()), tok)
 	}
-	return addr, func() {
+	return addr, c.Pin(), func() {
 		if err := c.Stop(); err != nil {
 			a.log.Warn("coordinator", "err", err)
+		}
+		if tokenFile != nil {
+			_ = tokenFile.Remove()
 		}
 	}, nil
 }
@@ -42,5 +58,6 @@ func (a *agent) coordinatorConfig() host.Config {
 	cfg.AdvertiseAddr = func() (string, error) { return a.cfg.NodeAddress, nil }
 	cfg.GossipBestEffort = true
 	cfg.Logger = a.log.With("component", "coordinator")
+	cfg.TLSCert, cfg.TLSKey, cfg.CA = a.cfg.TLSCert, a.cfg.TLSKey, a.cfg.CA
 	return cfg
 }

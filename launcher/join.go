@@ -14,16 +14,17 @@ import (
 	"github.com/gotrain/gotrain/internal/jobenv"
 )
 
-// join registers this node, retrying while the coordinator is not up yet.
-func (a *agent) join(ctx context.Context, coordAddr string) error {
+// join registers this node, retrying while the coordinator is not up yet,
+// and returns the node certificate the coordinator issued for csr.
+func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) ([]byte, error) {
 	port, err := freePort(a.cfg.NodeAddress)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
 		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),
 		AgentPid: int32(os.Getpid()), FreePort: int32(port), Gpus: a.place.joinGPUs(),
-	}, Settings: a.cfg.JobSettings.Given(a.cfg.JobFlagsGiven)}
+	}, Settings: a.cfg.JobSettings.Given(a.cfg.JobFlagsGiven), Csr: csr}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.JoinTimeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond
@@ -44,19 +45,25 @@ func (a *agent) join(ctx context.Context, coordAddr string) error {
 				a.log.Info("taking the coordinator's run id", "run_id", id, "ours", a.cfg.RunID)
 				a.cfg.RunID = id // every node's workers see the same TORCHELASTIC_RUN_ID
 			}
-			return nil
+			if len(resp.GetNodeCert()) == 0 {
+				return nil, fmt.Errorf("join the coordinator at %s: it issued no node certificate (a coordinator of an older gotrain?)", coordAddr)
+			}
+			return resp.GetNodeCert(), nil
+		}
+		if notVerified(err) { // tls.go: nothing was sent, and trying again cannot help
+			return nil, fmt.Errorf("join the coordinator at %s: it is not the coordinator this node was told to trust, so the job token was not sent: %s", coordAddr, status.Convert(err).Message())
 		}
 		if status.Code(err) == codes.PermissionDenied {
-			return fmt.Errorf("join the coordinator at %s: wrong job token: pass the --job-token (or set %s) that the first node or `gotrain coordinator` printed: %w",
+			return nil, fmt.Errorf("join the coordinator at %s: wrong job token: pass the --job-token (or set %s) that the first node or `gotrain coordinator` printed: %w",
 				coordAddr, jobenv.JobToken, err)
 		}
 		if status.Code(err) == codes.FailedPrecondition {
 			// A setting that contradicts the job's, or a job already
 			// started: the coordinator's message says what to do.
-			return &joinRefused{addr: coordAddr, err: err}
+			return nil, &joinRefused{addr: coordAddr, err: err}
 		}
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			return fmt.Errorf("join the coordinator at %s: %w", coordAddr, err)
+			return nil, fmt.Errorf("join the coordinator at %s: %w", coordAddr, err)
 		}
 		if time.Since(said) >= progressEvery {
 			said = time.Now()
@@ -65,7 +72,7 @@ func (a *agent) join(ctx context.Context, coordAddr string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("join the coordinator at %s: not reachable within %s (is it running? check --coordinator): %w", coordAddr, a.cfg.JoinTimeout, err)
+			return nil, fmt.Errorf("join the coordinator at %s: not reachable within %s (is it running? check --coordinator): %w", coordAddr, a.cfg.JoinTimeout, err)
 		case <-time.After(backoff):
 		}
 		// At most a second between tries: a node joins within a second of

@@ -15,11 +15,10 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobenv/genwire"
+	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/token"
 	"github.com/gotrain/gotrain/launcher/agentcore"
@@ -39,6 +38,7 @@ func (e *ExitError) Error() string { return e.Message }
 // worker succeeded, an *ExitError when the job failed or was stopped by a
 // signal, and another error when the agent itself could not do its work.
 func Run(ctx context.Context, cfg Config) error {
+	tokenMade := cfg.JobToken == "" // then setDefaults makes one, and the join hint says where it is kept
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("create log dir: %w", err)
 		}
 	}
-	a := &agent{cfg: cfg, log: cfg.Logger, host: hostname(),
+	a := &agent{cfg: cfg, log: cfg.Logger, host: hostname(), tokenMade: tokenMade,
 		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr}}
 	a.place = nodePlacement(&a.cfg, a.log)
 	a.oomFile = agentMemoryEventsFile()
@@ -105,6 +105,8 @@ type agent struct {
 	// joinHint is the command line the other nodes run, printed once this
 	// node joined its embedded coordinator; "" for one node or without one.
 	joinHint string
+	// tokenMade: this agent made the job token (none was given).
+	tokenMade bool
 	// gossipPort is the coordinator's gossip port from Join; 0: no gossip.
 	gossipPort int
 	// nodeTimeout is how long this node may be out of contact with the
@@ -118,6 +120,9 @@ type agent struct {
 	// procs are the processes the machine asked for, until their exit was
 	// stepped. Only the loop's goroutine uses it.
 	procs map[agentcore.ProcID]*workerProc
+	// claims is what each live process the agent started is, for checking
+	// hellos (claims.go); the loop writes it.
+	claims *claims
 	// gen is the current generation as the coordinator sent it (handed to
 	// survivors and standbys as it is); nil before the first.
 	gen *gotrainv1.GenerationStarted
@@ -160,31 +165,21 @@ func (a *agent) run(ctx context.Context) error {
 		return fmt.Errorf("supervise workers: %w", err)
 	}
 
-	coordAddr := a.cfg.Coordinator
+	coordAddr, trust := a.cfg.Coordinator, a.cfg.Trust
 	if coordAddr == "" {
-		addr, stopCoord, err := a.startCoordinator(ctx)
+		addr, pin, stopCoord, err := a.startCoordinator(ctx)
 		if err != nil {
 			return err
 		}
 		defer stopCoord()
-		coordAddr = addr
+		coordAddr, trust = addr, jobtls.Trust{CAHash: pin} // this node trusts its own coordinator by its pin
 	}
 
-	conn, err := grpc.NewClient(coordAddr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		token.DialOption(a.cfg.JobToken),
-		// Pings find a coordinator that vanished without closing the
-		// connection (its machine died, the network split).
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}))
+	conn, err := a.joinConnected(ctx, coordAddr, trust) // tls.go
 	if err != nil {
-		return fmt.Errorf("coordinator address %q: %w", coordAddr, err)
-	}
-	defer conn.Close()
-	a.coord = gotrainv1.NewCoordinatorClient(conn)
-
-	if err := a.join(ctx, coordAddr); err != nil {
 		return err
 	}
+	defer conn.Close()
 	a.log = a.log.With("node", a.nodeID)
 	defer a.startGossip(coordAddr)() // gossip.go
 	if a.joinHint != "" {
@@ -192,7 +187,7 @@ func (a *agent) run(ctx context.Context) error {
 		// (node ids break ties in the rank order of nodes on one host).
 		fmt.Fprintln(a.cfg.Stderr, a.joinHint)
 	}
-	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: coordAddr, Token: a.cfg.JobToken, Metrics: a.metricsAddr}); err == nil {
+	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: coordAddr, Token: a.cfg.JobToken, Metrics: a.metricsAddr, Trust: trust}); err == nil {
 		defer f.Remove() // lets `gotrain diagnose` find this job
 	} else {
 		a.log.Warn("no run file for gotrain diagnose", "err", err)
@@ -213,6 +208,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		Grace: a.cfg.GracePeriod, Standby: a.cfg.Standby, StandbyTimeout: a.cfg.StandbyTimeout,
 	})
 	a.procs = map[agentcore.ProcID]*workerProc{}
+	a.claims = newClaims()
 	a.inbox, a.loopDone = make(chan agentcore.Event), make(chan struct{})
 	a.links = newStandbyLinks()
 	a.reports = make(chan *gotrainv1.ReportWorkerExitRequest, 256)
@@ -226,8 +222,9 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	subCtx, stopSubsystems := context.WithCancel(ctx)
 	defer stopSubsystems()
 	g, gctx := errgroup.WithContext(subCtx)
-	relaySrv := grpc.NewServer(token.ServerOptions(a.cfg.JobToken)...)
-	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, agent: a})
+	// peerCredentials: each connection's peer pid, which hellos must name (claims.go).
+	relaySrv := grpc.NewServer(append(token.ServerOptions(a.cfg.JobToken), grpc.Creds(peerCredentials{}))...)
+	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, agent: a, claims: a.claims, log: a.log})
 	g.Go(func() error { return relaySrv.Serve(lis) })
 	g.Go(func() error { return a.sup.Run(gctx) })
 	g.Go(func() error { a.hub.report(gctx); return nil })
@@ -356,6 +353,9 @@ func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
 	if ex, ok := ev.(agentcore.Exited); ok {
 		// Its exit is decided on: the process is the machine's no more.
 		defer delete(a.procs, ex.Proc)
+		if p := a.procs[ex.Proc]; p != nil {
+			defer a.claims.forget(p.pid())
+		}
 	}
 	for _, act := range acts {
 		if f, ok := act.(agentcore.Finish); ok {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/launcher"
 )
 
@@ -25,7 +26,9 @@ Usage: gotrain coordinator [flags]
 
 Runs the job's coordinator on its own, for clusters where no node should hold
 it. Start an agent on every node with:
-  gotrain launch --nnodes N --coordinator THIS_HOST:PORT --job-token TOKEN -- ./train
+  gotrain launch --nnodes N --coordinator THIS_HOST:PORT --ca-hash sha256:HEX -- ./train
+with GOTRAIN_JOB_TOKEN set on every node (the hash is printed when it starts;
+the token never is: a token made here is written to a file only you can read).
 It exits when the job finishes, with the job's exit status; when not every
 node has joined within --rendezvous-timeout, the job fails and it exits 1.
 
@@ -45,6 +48,7 @@ func coordinatorFlags(cfg *host.Config) *flag.FlagSet {
 	host.RegisterJobFlags(fs, &cfg.JobSettings, os.Getenv(jobenv.JobToken))
 	registerJobTokenFile(fs) // jobtoken.go
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve gRPC on")
+	serverTLSFlags(fs, &cfg.TLSCert, &cfg.TLSKey) // tlsflags.go
 	fs.IntVar(&cfg.GossipPort, "gossip-port", cfg.GossipPort, "with --nnodes > 1: gossip (memberlist, UDP+TCP) port agents join to report dead nodes in seconds (default: the --listen port + 1; 0: any free port)")
 	return fs
 }
@@ -80,14 +84,24 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	tokenMade := cfg.JobToken == ""
 	coord, err := host.Start(ctx, cfg)
 	if err != nil {
 		return settingsUsageError(err)
 	}
 	defer coord.Stop()
 	cfg = coord.Config() // the token and run id, made when not given
-	fmt.Fprintf(os.Stderr, "gotrain coordinator: run %s serving on %s for %d node(s); start an agent on every node with: gotrain launch --nnodes %d --coordinator %s --job-token %s ...\n",
-		cfg.RunID, coord.Addr(), cfg.Nodes, cfg.Nodes, coord.JoinAddr("THIS_HOST"), cfg.JobToken)
+	tok := "with " + jobenv.JobToken + " set to the job token given here"
+	if tokenMade {
+		f, err := runfile.WriteToken(cfg.RunID, cfg.JobToken)
+		if err != nil {
+			return fmt.Errorf("keep the job token for the agents: %w (or set %s)", err, jobenv.JobToken)
+		}
+		defer f.Remove()
+		tok = fmt.Sprintf("with %s=$(cat %s): the job token is in that file (mode 0600), copy it to each node", jobenv.JobToken, f.Path())
+	}
+	fmt.Fprintf(os.Stderr, "gotrain coordinator: run %s serving on %s for %d node(s); start an agent on every node with: gotrain launch --nnodes %d --coordinator %s %s ... (%s; it is never printed)\n",
+		cfg.RunID, coord.Addr(), cfg.Nodes, cfg.Nodes, coord.JoinAddr("THIS_HOST"), host.VerifyFlags(coord.CAHash()), tok)
 	if addr := coord.MetricsAddr(); addr != "" {
 		fmt.Fprintf(os.Stderr, "gotrain coordinator: metrics at http://%s/metrics\n", addr)
 	}

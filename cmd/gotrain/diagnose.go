@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -45,7 +45,7 @@ asked, 2 on a usage error.
 
 Examples:
   gotrain diagnose
-  gotrain diagnose --coordinator 10.0.0.1:29400 --job-token $GOTRAIN_JOB_TOKEN
+  gotrain diagnose --coordinator 10.0.0.1:29400 --ca-hash sha256:HEX   # GOTRAIN_JOB_TOKEN set
   gotrain diagnose --json | jq .status.verdicts
 `
 
@@ -66,6 +66,8 @@ const diagnoseTimeout = 5 * time.Second
 func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 	fs := newFlagSet(c.name(), diagnoseUsage)
 	addr := fs.String("coordinator", "", "the job's coordinator HOST:PORT (default: the job launched on this machine)")
+	var trust jobtls.Trust
+	trustFlags(fs, &trust) // tlsflags.go
 	tok := fs.String("job-token", os.Getenv(jobenv.JobToken), "the job token (default $"+jobenv.JobToken+", or the local job's)")
 	asJSON := fs.Bool("json", false, "print the DiagnoseResponse as JSON (proto3 JSON mapping, field names as in the .proto)")
 	stackLines := fs.Int("stack-lines", 40, "lines of each culprit's stacks to print (0: all)")
@@ -81,14 +83,18 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 	if err := checkHostPort("--coordinator", *addr, true); err != nil {
 		return err
 	}
-	coordAddr, jobToken, err := findJob(c.name(), *addr, *tok)
+	coordAddr, jobToken, trust, err := findJob(c.name(), *addr, *tok, trust)
 	if err != nil {
 		return err
 	}
 	*addr, *tok = coordAddr, jobToken
 	ctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
 	defer cancel()
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()), token.DialOption(*tok))
+	creds, err := trust.Credentials(nil)
+	if err != nil {
+		return &usageError{msg: err.Error()}
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(creds), token.DialOption(*tok))
 	if err != nil {
 		return fmt.Errorf("coordinator address %q: %w", *addr, err)
 	}

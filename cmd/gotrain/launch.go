@@ -69,7 +69,13 @@ Examples:
   gotrain launch --gpus 8 --standby=off -- ./train   # no spare processes (GPU memory is tight)
   # two nodes: the first starts the coordinator and prints the second's command
   gotrain launch --nnodes 2 --gpus 8 -- ./train
-  gotrain launch --nnodes 2 --gpus 8 --coordinator 10.0.0.1:29400 --job-token TOKEN -- ./train
+  export GOTRAIN_JOB_TOKEN=$(cat TOKEN_FILE)   # the file the first node named
+  gotrain launch --nnodes 2 --gpus 8 --coordinator 10.0.0.1:29400 --ca-hash sha256:HEX -- ./train
+
+Every connection to the coordinator is TLS. The node that starts it makes a
+job CA (in memory) and prints its hash; a joining node verifies the
+coordinator by --ca-hash before it sends the job token, and gets a
+certificate of its own at Join, so that it can act only for itself.
 `
 
 // reaperArg makes `gotrain launch` the agent's orphan reaper instead
@@ -168,6 +174,8 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
 	fs.BoolVar(verbose, "verbose", false, "log the agent's own steps to stderr")
+	trustFlags(fs, &cfg.Trust) // tlsflags.go
+	serverTLSFlags(fs, &cfg.TLSCert, &cfg.TLSKey)
 	return fs
 }
 

@@ -14,10 +14,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	"github.com/gotrain/gotrain/internal/top"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -46,7 +46,7 @@ machine (the newest, if several run).
 Examples:
   gotrain top
   gotrain top --once --json | jq '.ranks[0]'
-  gotrain top --coordinator 10.0.0.1:29400 --job-token $GOTRAIN_JOB_TOKEN
+  gotrain top --coordinator 10.0.0.1:29400 --ca-hash sha256:HEX   # GOTRAIN_JOB_TOKEN set
 `
 
 // topTimeout bounds one status call.
@@ -58,6 +58,8 @@ const clearScreen = "\x1b[H\x1b[2J"
 func (c *topCmd) run(ctx context.Context, args []string) error {
 	fs := newFlagSet(c.name(), topUsage)
 	addr := fs.String("coordinator", "", "the job's coordinator HOST:PORT (default: the job launched on this machine)")
+	var trust jobtls.Trust
+	trustFlags(fs, &trust) // tlsflags.go
 	tok := fs.String("job-token", os.Getenv(jobenv.JobToken), "the job token (default $"+jobenv.JobToken+", or the local job's)")
 	once := fs.Bool("once", false, "print once and exit")
 	asJSON := fs.Bool("json", false, "print JSON (with --once one document, else one line per refresh); the fields are stable")
@@ -74,11 +76,15 @@ func (c *topCmd) run(ctx context.Context, args []string) error {
 	if err := checkHostPort("--coordinator", *addr, true); err != nil {
 		return err
 	}
-	a, t, err := findJob("top", *addr, *tok)
+	a, t, trust, err := findJob("top", *addr, *tok, trust)
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()), token.DialOption(t))
+	creds, err := trust.Credentials(nil)
+	if err != nil {
+		return &usageError{msg: err.Error()}
+	}
+	conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds), token.DialOption(t))
 	if err != nil {
 		return fmt.Errorf("coordinator address %q: %w", a, err)
 	}

@@ -18,8 +18,9 @@ import (
 // loopback, as nodes of a cluster would.
 
 // joinCommand is the part of the line that the first node (or `gotrain
-// coordinator`) prints for the others.
-var joinCommand = regexp.MustCompile(`--coordinator (\S+) --job-token (\S+)`)
+// coordinator`) prints for the others: the address, the CA's hash, and the
+// file that holds the token (it is never printed).
+var joinCommand = regexp.MustCompile(`--coordinator (\S+) --ca-hash (sha256:[0-9a-f]{64}) .*GOTRAIN_JOB_TOKEN=\$\(cat (\S+)\)`)
 
 // rankEnv matches testprog env's output: [rank R] NAME=VALUE.
 var rankEnv = regexp.MustCompile(`(?m)^\[rank (\d+)\] ([A-Z_]+)=(.*)$`)
@@ -30,7 +31,9 @@ func startAgent(t *testing.T, args ...string) *job {
 	return startJob(t, append([]string{"launch", "--nproc-per-node", "2", "--backend", "cpu", "--node-addr", "127.0.0.1"}, args...)...)
 }
 
-// joinArgs waits for j to print how other nodes join and returns those flags.
+// joinArgs waits for j to print how other nodes join and returns those
+// flags, with the token read from the file the line names (a test may pass
+// it in argv; people set GOTRAIN_JOB_TOKEN).
 func joinArgs(t *testing.T, j *job) []string {
 	t.Helper()
 	var m []string
@@ -38,7 +41,14 @@ func joinArgs(t *testing.T, j *job) []string {
 		m = joinCommand.FindStringSubmatch(j.err.String())
 		return m != nil
 	})
-	return []string{"--coordinator", m[1], "--job-token", m[2]}
+	tok, err := os.ReadFile(m[3])
+	if err != nil {
+		t.Fatalf("the join line names the token file %s: %v", m[3], err)
+	}
+	if strings.Contains(j.err.String(), strings.TrimSpace(string(tok))) {
+		t.Errorf("the job token appears in the output (issue 16 item 9):\n%s", j.err.String())
+	}
+	return []string{"--coordinator", m[1], "--job-token", strings.TrimSpace(string(tok)), "--ca-hash", m[2]}
 }
 
 // waitOutput waits until cond holds, failing if j exits first or after a
@@ -322,7 +332,7 @@ func TestMultiNodeWrongToken(t *testing.T) {
 	t.Parallel()
 	a := startAgent(t, "--nnodes", "2", "--coordinator-listen", "127.0.0.1:0", "--rendezvous-timeout", "3s", "--", bin.testprog, "env")
 	join := joinArgs(t, a)
-	b := startAgent(t, "--coordinator", join[1], "--job-token", "not-"+join[3], "--", bin.testprog, "env")
+	b := startAgent(t, "--coordinator", join[1], "--job-token", "not-"+join[3], "--ca-hash", join[5], "--", bin.testprog, "env")
 	if code := b.wait(t, 30*time.Second); code != 1 {
 		t.Errorf("the node with the wrong token exited %d, want 1", code)
 	}

@@ -24,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/jobtls"
 )
 
 // ErrNoJob means no live job's run file was found.
@@ -39,6 +41,9 @@ type Job struct {
 	// Metrics is where the coordinator serves Prometheus /metrics
 	// (HOST:PORT); empty when it does not.
 	Metrics string `json:"metrics,omitempty"`
+	// Trust is how the launcher verified its coordinator (a pin, a CA
+	// file, or no check), so that local tools verify it the same way.
+	Trust jobtls.Trust `json:"tls"`
 	// Path is where the file is; not stored.
 	Path string `json:"-"`
 }

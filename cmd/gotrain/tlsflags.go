@@ -1,0 +1,26 @@
+package main
+
+import (
+	"flag"
+
+	"github.com/gotrain/gotrain/internal/jobtls"
+)
+
+// Every control-plane connection is TLS (issue 16 item 1). A client
+// verifies the coordinator before it sends the job token: by the hash of
+// the job CA that the first node (or `gotrain coordinator`) printed, by the
+// site's CA file, or not at all when asked to.
+
+// trustFlags registers how a client verifies the coordinator.
+func trustFlags(fs *flag.FlagSet, t *jobtls.Trust) {
+	fs.StringVar(&t.CAHash, "ca-hash", "", "sha256:HEX of the job CA, as the first node (or gotrain coordinator) printed it: the coordinator is verified by it before the job token is sent")
+	fs.StringVar(&t.CAFile, "tls-ca", "", "CA certificate (PEM) of your site's PKI that issued the coordinator's --tls-cert; replaces --ca-hash")
+	fs.BoolVar(&t.SkipCheck, "insecure-skip-ca-check", false, "send the job token to whatever answers at --coordinator without verifying it: anyone on the path can then pose as the coordinator, take the token and steer the job")
+}
+
+// serverTLSFlags registers the certificate a coordinator presents instead
+// of one from the job CA.
+func serverTLSFlags(fs *flag.FlagSet, cert, key *string) {
+	fs.StringVar(cert, "tls-cert", "", "the coordinator's certificate (PEM) from your site's PKI, with --tls-key; agents then join with --tls-ca instead of --ca-hash (default: a certificate from the job's own CA, made in memory)")
+	fs.StringVar(key, "tls-key", "", "the key (PEM) of --tls-cert")
+}

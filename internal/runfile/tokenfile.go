@@ -1,0 +1,38 @@
+package runfile
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// WriteToken writes a job token that the node starting the coordinator
+// made into Dir() as RUN_ID.token, mode 0600, for the person starting the
+// other nodes to copy: the join hint names the file instead of printing the
+// token (issue 16 item 9). Remove it when the job ends.
+func WriteToken(runID, tok string) (*File, error) {
+	dir := Dir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the run-file dir: %w", err)
+	}
+	if st, err := os.Stat(dir); err == nil && st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("run-file dir %s is accessible to other users (mode %s); chmod 700 it", dir, st.Mode().Perm())
+	}
+	name := strings.ReplaceAll(runID, string(os.PathSeparator), "_")
+	path := filepath.Join(dir, fmt.Sprintf("%s-%d.token", name, os.Getpid()))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("write the job token file: %w", err)
+	}
+	_, err = f.WriteString(tok + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("write the job token file: %w", err)
+	}
+	return &File{path: path}, nil
+}
