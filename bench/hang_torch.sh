@@ -72,3 +72,9 @@ fault=$(grep -h FAULT "$work/out.txt" | head -1)
 	echo "Reproduce: \`bash bench/hang_torch.sh\` (raw logs: $work)"
 } >"$RESULT"
 cat "$RESULT"
+# A run that never reached a verdict is a failure, whatever the job did
+# (e.g. refused for want of a second GPU).
+if ! grep -q "hang detected" "$work/err.txt"; then
+	echo "hang_torch.sh: no hang verdict: see $work/err.txt" >&2
+	exit 1
+fi
