@@ -90,6 +90,7 @@ func startElasticJob(t *testing.T, n int, nnodes string, agentFlags []string, pr
 	c := vcluster.New(t, n, vcluster.Options{Env: []string{"GOTRAIN_JOB_TOKEN=" + hex.EncodeToString(tok)}})
 	j := &job{c: c}
 	first := c.Hosts[0]
+	var caHash string
 	for i, h := range c.Hosts {
 		dir := filepath.Join(t.TempDir(), h.Name)
 		j.logDir = append(j.logDir, dir)
@@ -97,15 +98,33 @@ func startElasticJob(t *testing.T, n int, nnodes string, agentFlags []string, pr
 		if i == 0 {
 			args = append(args, "--nnodes", nnodes, "--coordinator-listen", "0.0.0.0:"+coordPort)
 		} else {
-			args = append(args, "--coordinator", first.IP) // the default port
+			// As a person would: the CA's hash from node1's join line.
+			args = append(args, "--coordinator", first.IP, "--ca-hash", caHash) // the default port
 		}
 		args = append(append(append(args, agentFlags...), "--"), program...)
 		j.args = append(j.args, args)
 		j.agents = append(j.agents, h.Start(args...))
+		if i == 0 && len(c.Hosts) > 1 {
+			waitFor(t, time.Minute, "node1's join line", func() bool {
+				if m := caHashFlag.FindStringSubmatch(j.agents[0].Stderr()); m != nil {
+					caHash = m[1]
+					return true
+				}
+				select {
+				case <-j.agents[0].Done():
+					t.Fatalf("node1's agent exited before printing the join line\n%s", c.Dump())
+				default:
+				}
+				return false
+			})
+		}
 	}
 	j.lastStart = time.Now()
 	return j
 }
+
+// caHashFlag is the CA's hash in the join line node1 prints.
+var caHashFlag = regexp.MustCompile(`--ca-hash (sha256:[0-9a-f]{64})`)
 
 // logTime is the time of a log line of an agent started with --verbose
 // (slog's text format, milliseconds).

@@ -1,0 +1,118 @@
+package launcher
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/gotrain/gotrain/internal/jobtls"
+	"github.com/gotrain/gotrain/internal/token"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// fakeCoordinator serves TLS with a CA of its own and keeps every job
+// token a caller sends it, as an attacker answering at --coordinator would.
+type fakeCoordinator struct {
+	gotrainv1.UnimplementedCoordinatorServer
+	addr   string
+	mu     sync.Mutex
+	tokens []string
+}
+
+func startFake(t *testing.T) *fakeCoordinator {
+	t.Helper()
+	ca, err := jobtls.NewCA("fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.ServerCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeCoordinator{}
+	keep := func(ctx context.Context) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		f.mu.Lock()
+		f.tokens = append(f.tokens, md.Get(token.MetadataKey)...)
+		f.mu.Unlock()
+	}
+	s := grpc.NewServer(grpc.Creds(credentials.NewTLS(jobtls.ServerConfig(cert, ca))),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			keep(ctx)
+			return h(ctx, req)
+		}))
+	gotrainv1.RegisterCoordinatorServer(s, f)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.addr = lis.Addr().String()
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return f
+}
+
+func (f *fakeCoordinator) got() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.tokens...)
+}
+
+func joinerConfig(coord string, trust jobtls.Trust) Config {
+	return Config{NprocPerNode: 1, Backend: "cpu", Program: "/bin/true", Coordinator: coord, Trust: trust,
+		NodeAddress: "127.0.0.1", JoinTimeout: 20 * time.Second, Stdout: io.Discard, Stderr: io.Discard}
+}
+
+// Issue 16 item 2: a fake coordinator received an agent's token (and then
+// steered it). An agent given --ca-hash refuses a coordinator of another
+// CA during the TLS handshake: at once, and before the token is sent.
+// The control (--insecure-skip-ca-check) shows the fake does get the token
+// from an agent that does not verify it, as every agent did before.
+func TestJoinerRefusesFakeCoordinator(t *testing.T) {
+	real, err := jobtls.NewCA("real")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tok = "0123456789abcdef0123456789abcdef"
+
+	t.Run("--ca-hash of the real CA", func(t *testing.T) {
+		fake := startFake(t)
+		cfg := joinerConfig(fake.addr, jobtls.Trust{CAHash: real.Hash()})
+		cfg.JobToken = tok
+		start := time.Now()
+		err := Run(t.Context(), cfg)
+		if err == nil || !strings.Contains(err.Error(), "the job token was not sent") || !strings.Contains(err.Error(), "does not match --ca-hash") {
+			t.Errorf("Run against a fake coordinator: %v", err)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("refused after %v; a mismatch needs no retries", d)
+		}
+		if got := fake.got(); len(got) > 0 {
+			t.Errorf("the fake coordinator received the token: %q", got)
+		}
+	})
+	t.Run("no check, as before", func(t *testing.T) {
+		fake := startFake(t)
+		cfg := joinerConfig(fake.addr, jobtls.Trust{SkipCheck: true})
+		cfg.JobToken = tok
+		_ = Run(t.Context(), cfg) // the fake answers Unimplemented
+		if got := fake.got(); len(got) == 0 || got[0] != tok {
+			t.Errorf("the fake did not get the token from an agent that skips the check (%q): the test cannot fail", got)
+		}
+	})
+	t.Run("no way to verify", func(t *testing.T) {
+		cfg := joinerConfig("127.0.0.1:1", jobtls.Trust{})
+		cfg.JobToken = tok
+		if err := Run(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), "--ca-hash") {
+			t.Errorf("Run without --ca-hash: %v", err)
+		}
+	})
+}
