@@ -4,9 +4,10 @@
 # first embedding the coordinator, each running one worker that records when
 # it started and sleeps 5 s. For each run it prints the time from the last
 # agent's start to every worker running, the embedding agent's RSS and a
-# plain agent's (median), each agent's exit code, and the coordinator's log
-# lines that would mean a false death (node lost / unreachable / generation
-# ended / gossip declaring a node dead).
+# plain agent's (median), each agent's exit codes, and from the coordinator's
+# log: nodes lost (with every agent alive, a false death) and nodes found
+# unreachable (suspected, e.g. by gossip, then reachable again: no restart).
+# KEEP=1 keeps each run's logs and prints where.
 #
 #   go build -o /tmp/x/gotrain ./cmd/gotrain
 #   GOTRAIN=/tmp/x/gotrain NODES="32 64" RUNS=2 bash bench/rendezvous_agents.sh
@@ -24,8 +25,8 @@ TIMEOUT=${TIMEOUT:-120}
 
 now() { date +%s.%N; }
 
-echo "| agents | run | last start -> all running (s) | workers running | exit codes | coordinator agent RSS (MiB) | other agent RSS, median (MiB) | false-death lines |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| agents | run | last start -> all running (s) | workers running | exit codes | coordinator agent RSS (MiB) | other agent RSS, median (MiB) | nodes lost | unreachable, then back | connections refused |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for n in $NODES; do
 	for run in $(seq "$RUNS"); do
 		dir=$(mktemp -d /tmp/gotrain-rdv-XXXX)
@@ -44,8 +45,9 @@ for n in $NODES; do
 		last=$(now)
 		# Wait for every worker to start (or TIMEOUT), then sample RSS.
 		deadline=$(($(date +%s) + TIMEOUT))
-		while [ "$(wc -l <"$dir/started" 2>/dev/null || echo 0)" -lt "$n" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.05; done
-		started=$(wc -l <"$dir/started" 2>/dev/null || echo 0)
+		count() { cat "$dir/started" 2>/dev/null | wc -l; }
+		while [ "$(count)" -lt "$n" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.05; done
+		started=$(count)
 		rss0=$(awk '/^VmRSS/{printf "%.1f", $2/1024}' "/proc/${pids[0]}/status" 2>/dev/null)
 		rssm=$(for p in "${pids[@]:1}"; do awk '/^VmRSS/{print $2/1024}' "/proc/$p/status" 2>/dev/null; done | sort -n | awk '{a[NR]=$1} END{if(NR) printf "%.1f", a[int((NR+1)/2)]}')
 		codes=()
@@ -59,8 +61,12 @@ for n in $NODES; do
 			allrun=-
 		fi
 		exits=$(printf '%s\n' "${codes[@]}" | sort | uniq -c | awk '{printf "%s×%s ", $1, $2}')
-		deaths=$(grep -hcE 'node lost|node unreachable|generation ended|declared dead|suspect' "$dir/a0.err")
-		echo "| $n | $run | $allrun | $started of $n | $exits| $rss0 | $rssm | $deaths |"
+		lost=$(grep -c 'msg="node lost"' "$dir/a0.err")
+		unreach=$(grep -c 'msg="node unreachable"' "$dir/a0.err")
+		back=$(grep -c 'msg="node reachable again"' "$dir/a0.err")
+		refused=$(grep -o ' refused=[0-9]*' "$dir/a0.err" | awk -F= '{s+=$2} END{print s+0}')
+		echo "| $n | $run | $allrun | $started of $n | $exits| $rss0 | $rssm | $lost | $unreach, $back | $refused |"
+		grep -h '^gotrain: job failed' "$dir"/a*.err 2>/dev/null | cut -c1-300 | sort | uniq -c | sort -rn | head -3 >&2
 		[ "${KEEP:-0}" = 1 ] && echo "logs: $dir" >&2 || rm -rf "$dir"
 	done
 done
