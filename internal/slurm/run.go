@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	"github.com/gotrain/gotrain/launcher"
 )
@@ -39,7 +40,7 @@ type CAHooks interface {
 // LocalEnv is this process's Env: munge where munge(1) is installed, on
 // MungeSocket's socket.
 func LocalEnv(getenv func(string) string, log *slog.Logger) Env {
-	e := Env{UID: os.Getuid(), Log: log}
+	e := Env{UID: os.Getuid(), Log: log, CA: JobCA{}}
 	if _, err := exec.LookPath("munge"); err == nil {
 		e.Munge = MungeCLI{Socket: MungeSocket(getenv, os.ReadFile)}
 	}
@@ -54,9 +55,9 @@ func LocalEnv(getenv func(string) string, log *slog.Logger) Env {
 // exit with its status; they run no program themselves. The world is never
 // smaller than the tasks Slurm started: G tasks on N nodes are N·G ranks.
 //
-// The job token: when cfg has none (no --job-token, no
-// GOTRAIN_JOB_TOKEN), node 0's agent makes one and the others get it over
-// munge (exchange.go).
+// The job token and the coordinator's CA: on several nodes, node 0's agent
+// makes a token (unless given one) and a job CA, and the others get both
+// over munge (exchange.go): nothing to copy, nothing printed.
 func (s *Step) Run(ctx context.Context, cfg launcher.Config, env Env, run func(context.Context, launcher.Config) error) error {
 	if s == nil {
 		return run(ctx, cfg)
@@ -83,20 +84,28 @@ func (s *Step) Run(ctx context.Context, cfg launcher.Config, env Env, run func(c
 }
 
 func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run func(context.Context, launcher.Config) error) error {
-	if cfg.JobToken != "" || len(s.Nodes) == 1 && cfg.Coordinator == "" {
-		return run(ctx, cfg) // a token given, or nobody to share one with
+	stopped := make(chan syscall.Signal, 1)
+	cfg.Signals = slurmSignals(ctx, cfg.Signals, stopped)
+	run = stoppedWins(run, stopped)
+	if len(s.Nodes) == 1 && cfg.Coordinator == "" {
+		return run(ctx, cfg) // nobody to share a token with
 	}
 	if env.Munge == nil {
-		return errors.New("slurm: no job token and no munge: pass --job-token or set GOTRAIN_JOB_TOKEN to a secret every node of the step can read (e.g. from a 0600 file in your home)")
+		if cfg.JobToken != "" {
+			return run(ctx, cfg) // the user's token, the user's way to trust the coordinator
+		}
+		return errors.New("slurm: no job token and no munge to share one: pass --job-token-file FILE (a 0600 file every node of the step can read) or set GOTRAIN_JOB_TOKEN, and --ca-hash or --tls-ca on the joining nodes")
 	}
 	switch {
 	case cfg.Coordinator == "":
-		// This node runs the coordinator: make the token, hand it out.
+		// This node runs the coordinator: hand its token (and CA) out.
 		ln, err := net.Listen("tcp", net.JoinHostPort("0.0.0.0", strconv.Itoa(s.ExchangePort())))
 		if err != nil {
 			return fmt.Errorf("slurm: the job token exchange of step %s: %w (is another step of the job on port %d?)", s, err, s.ExchangePort())
 		}
-		cfg.JobToken = token.Generate()
+		if cfg.JobToken == "" {
+			cfg.JobToken = token.Generate()
+		}
 		g := Grant{Token: cfg.JobToken}
 		if env.CA != nil {
 			if g.CAHash, err = env.CA.NewCA(&cfg); err != nil {
@@ -115,9 +124,11 @@ func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run f
 		addr := net.JoinHostPort(s.Head(), strconv.Itoa(s.ExchangePort()))
 		g, err := Fetch(fctx, addr, env.Munge, env.UID, s.String())
 		if err != nil {
-			return fmt.Errorf("slurm: get the job token from node 0 (%s) over munge: %w; or pass --job-token to every node", s.Head(), err)
+			return fmt.Errorf("slurm: get the job token from node 0 (%s) over munge: %w; or pass --job-token-file and --ca-hash to every node and GOTRAIN_SLURM=off", s.Head(), err)
 		}
-		cfg.JobToken = g.Token
+		if cfg.JobToken == "" {
+			cfg.JobToken = g.Token
+		}
 		if env.CA != nil && g.CAHash != "" {
 			if err := env.CA.TrustCA(&cfg, g.CAHash); err != nil {
 				return err
@@ -125,6 +136,98 @@ func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run f
 		}
 	}
 	return run(ctx, cfg)
+}
+
+// slurmSignals drops the signals that Slurm sends to every process of the
+// step itself (scancel --signal, --signal=USR1@T, srun passing on what it
+// got): the workers have them already, and the agent passing them on
+// would deliver each twice. SIGINT and SIGTERM still reach the agent.
+//
+// A SIGTERM or SIGINT is also noted on stopped.
+func slurmSignals(ctx context.Context, in <-chan os.Signal, stopped chan<- syscall.Signal) <-chan os.Signal {
+	if in == nil {
+		return nil
+	}
+	out := make(chan os.Signal, 8)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig := <-in:
+				switch sig {
+				case syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGCONT:
+					continue
+				case syscall.SIGTERM, syscall.SIGINT:
+					select {
+					case stopped <- sig.(syscall.Signal):
+					default:
+					}
+				}
+				select {
+				case out <- sig:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// stopGrace is how long a failed agent waits for Slurm's SIGTERM: scancel
+// and a time limit signal every node at about the same time, and a node
+// whose agent saw its peers stop first must still end as stopped (143),
+// not as failed.
+const stopGrace = 2 * time.Second
+
+// stoppedWins makes run's failure a stop by signal when the agent was, or
+// is within stopGrace, sent SIGTERM or SIGINT.
+func stoppedWins(run func(context.Context, launcher.Config) error, stopped <-chan syscall.Signal) func(context.Context, launcher.Config) error {
+	return func(ctx context.Context, cfg launcher.Config) error {
+		err := run(ctx, cfg)
+		if err == nil || exitCode(err) > 128 {
+			return err
+		}
+		select {
+		case sig := <-stopped:
+			return &launcher.ExitError{Code: 128 + int(sig), Message: fmt.Sprintf("gotrain: stopped by %s (Slurm ended the step; %v)", unix.SignalName(sig), err)}
+		case <-time.After(stopGrace):
+			return err
+		}
+	}
+}
+
+// JobCA is the CAHooks of gotrain's own TLS (internal/jobtls): node 0's
+// agent makes the job CA before its coordinator starts, and joiners pin
+// its hash, unless the command line chose otherwise (--tls-cert on node 0:
+// the site's PKI; --ca-hash, --tls-ca or --insecure-skip-ca-check on a
+// joiner).
+type JobCA struct{}
+
+var _ CAHooks = JobCA{}
+
+func (JobCA) NewCA(cfg *launcher.Config) (string, error) {
+	if cfg.TLSCert != "" {
+		return "", nil
+	}
+	ca, err := jobtls.NewCA(cfg.RunID)
+	if err != nil {
+		return "", err
+	}
+	cfg.CA = ca
+	return ca.Hash(), nil
+}
+
+func (JobCA) TrustCA(cfg *launcher.Config, hash string) error {
+	if cfg.Trust != (jobtls.Trust{}) {
+		return nil
+	}
+	if err := jobtls.CheckHash(hash); err != nil {
+		return fmt.Errorf("slurm: node 0 sent a bad CA hash: %w", err)
+	}
+	cfg.Trust.CAHash = hash
+	return nil
 }
 
 // The node's other tasks wait on an abstract unix socket of the node's
