@@ -63,7 +63,17 @@ other programs (PyTorch) never get one; --standby (=on) starts them at
 once on any backend, and a program that never calls worker.Init then
 gets a warning and ranks start as without; --standby=off never.
 
+Under Slurm (inside srun) the node count, this node's rank and the
+coordinator (on the step's first node, at a port from the job and step id)
+come from SLURM_JOB_ID, SLURM_STEP_ID, SLURM_STEP_NODELIST,
+SLURM_STEP_NUM_NODES, SLURM_NODEID, SLURM_LOCALID and
+SLURM_STEP_TASKS_PER_NODE; the job token and CA hash travel over munge,
+never printed. With several tasks per node, SLURM_LOCALID 0 runs one
+worker per task and the others wait. Flags win; GOTRAIN_SLURM=off ignores
+Slurm. README: "Under Slurm".
+
 Examples:
+  srun gotrain launch -- ./train          # in an sbatch script: nothing else to pass
   gotrain launch --gpus 8 -- ./train --epochs 3
   gotrain launch --nproc-per-node 4 --backend cpu -- ./bin/mnist
   gotrain launch --gpus 8 --standby=off -- ./train   # no spare processes (GPU memory is tight)
