@@ -17,15 +17,21 @@
 //	go run ./bench/rendezvous -nodes 256,1024 -hosted   # coordinator/host.Start
 //
 // By default the child serves coordinator.New + Serve on its own loopback
-// listener: coordinator/host's listener admits at most host.MaxConns (1024)
-// connections, host.MaxConnsPerIP (64) from one address. -hosted uses
-// host.Start itself (gossip off: simulated agents do not gossip), and the
-// agents dial from 127.0.0.2, 127.0.0.3, … (60 agents per address).
+// listener, in plaintext: coordinator/host's listener admits at most
+// host.MaxConns (1024) connections, host.MaxConnsPerIP (64) from one
+// address. -hosted uses host.Start itself (gossip off: simulated agents do
+// not gossip) and the agents do as launcher/tls.go does: a TLS connection
+// pinned on the job CA's hash, Join with a CSR, then a new connection with
+// the node certificate for WatchGenerations (keys and CSRs are made before
+// the clock starts); they dial from 127.0.0.2, 127.0.0.3, … (30 agents per
+// address).
 package main
 
 import (
 	"bufio"
 	"context"
+	"crypto"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,13 +54,14 @@ import (
 
 	"github.com/gotrain/gotrain/coordinator"
 	"github.com/gotrain/gotrain/coordinator/host"
+	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
 const (
 	roleEnv = "GOTRAIN_BENCH_RENDEZVOUS_ROLE"
-	perIP   = 60 // agents per source address with -hosted (the cap is 64)
+	perIP   = 30 // agents per source address with -hosted (the cap is 64; each agent briefly holds two)
 )
 
 func main() {
@@ -128,14 +135,18 @@ func serve() error {
 	defer cancel()
 	var addr string
 	if os.Getenv("HOSTED") == "1" {
+		ca, err := jobtls.NewCA("bench")
+		if err != nil {
+			return err
+		}
 		cfg := host.DefaultConfig()
-		cfg.Nodes, cfg.MinNodes, cfg.JobToken, cfg.Listen, cfg.NoGossip = nodes, nodes, tok, "127.0.0.1:0", true
+		cfg.Nodes, cfg.MinNodes, cfg.JobToken, cfg.Listen, cfg.NoGossip, cfg.CA = nodes, nodes, tok, "127.0.0.1:0", true, ca
 		c, err := host.Start(ctx, cfg)
 		if err != nil {
 			return err
 		}
 		defer c.Stop()
-		addr = c.Addr().String()
+		addr = c.Addr().String() + " " + ca.Hash()
 	} else {
 		srv, err := coordinator.New(coordinator.Config{RunID: "bench", Token: tok, Nodes: nodes})
 		if err != nil {
@@ -182,6 +193,8 @@ type child struct {
 	in   io.WriteCloser
 	out  *bufio.Scanner
 	addr string
+	// caHash pins the job CA of a hosted coordinator; "" in plaintext.
+	caHash string
 }
 
 func startChild(n int, tok string, hosted bool) (*child, error) {
@@ -212,7 +225,7 @@ func startChild(n int, tok string, hosted bool) (*child, error) {
 		c.stop()
 		return nil, errors.New("coordinator process printed no address")
 	}
-	c.addr = strings.TrimPrefix(c.out.Text(), "addr ")
+	c.addr, c.caHash, _ = strings.Cut(strings.TrimPrefix(c.out.Text(), "addr "), " ")
 	return c, nil
 }
 
@@ -268,19 +281,36 @@ func run(n, ranks int, hosted bool) (res result, err error) {
 			}
 		}
 	}()
-	t0 := time.Now()
-	for i := range conns {
+	// With -hosted, each agent's node key and CSR, made before the clock
+	// starts (each agent makes its own, on its own machine).
+	keys := make([]nodeKey, n)
+	if hosted {
+		for i := range keys {
+			if keys[i].key, keys[i].csr, err = jobtls.NewNodeKey(); err != nil {
+				return res, err
+			}
+		}
+	}
+	dial := func(i int, cert *tls.Certificate) (*grpc.ClientConn, error) {
+		creds := insecure.NewCredentials()
 		opts := []grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			token.DialOption(tok),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		}
 		if hosted {
+			var err error
+			if creds, err = (jobtls.Trust{CAHash: c.caHash}).Credentials(cert); err != nil {
+				return nil, err
+			}
 			src := &net.TCPAddr{IP: net.IPv4(127, 0, byte((2+i/perIP)/256), byte((2+i/perIP)%256))}
 			d := &net.Dialer{LocalAddr: src}
 			opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }))
 		}
-		if conns[i], err = grpc.NewClient(c.addr, opts...); err != nil {
+		return grpc.NewClient(c.addr, append(opts, grpc.WithTransportCredentials(creds))...)
+	}
+	t0 := time.Now()
+	for i := range conns {
+		if conns[i], err = dial(i, nil); err != nil {
 			return res, err
 		}
 		conns[i].Connect()
@@ -310,7 +340,7 @@ func run(n, ranks int, hosted bool) (res result, err error) {
 		go func() {
 			defer wg.Done()
 			<-gate
-			errs[i] = agent(ctx, gotrainv1.NewCoordinatorClient(conns[i]), i, ranks, &joined[i], &started[i], &got[i])
+			errs[i] = agent(ctx, &conns[i], dial, keys[i], i, ranks, &joined[i], &started[i], &got[i])
 		}()
 	}
 	t1 := time.Now()
@@ -327,9 +357,17 @@ func run(n, ranks int, hosted bool) (res result, err error) {
 	return res, check(got, n, ranks)
 }
 
+// nodeKey is an agent's node key and CSR (-hosted).
+type nodeKey struct {
+	key crypto.Signer
+	csr []byte
+}
+
 // agent is one simulated agent: Join, then watch until its first
-// generation starts.
-func agent(ctx context.Context, cl gotrainv1.CoordinatorClient, i, ranks int, joined, started *time.Time, got **gotrainv1.GenerationStarted) error {
+// generation starts. With a node key it joins with its CSR and watches over
+// a new connection (*conn) that presents the certificate Join issued.
+func agent(ctx context.Context, conn **grpc.ClientConn, dial func(int, *tls.Certificate) (*grpc.ClientConn, error), k nodeKey, i, ranks int, joined, started *time.Time, got **gotrainv1.GenerationStarted) error {
+	cl := gotrainv1.NewCoordinatorClient(*conn)
 	var gpus []*gotrainv1.GPU
 	for g := range ranks {
 		gpus = append(gpus, &gotrainv1.GPU{Index: int32(g), Uuid: fmt.Sprintf("GPU-%08x-0000-0000-0000-%012x", i, g),
@@ -338,7 +376,7 @@ func agent(ctx context.Context, cl gotrainv1.CoordinatorClient, i, ranks int, jo
 	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
 		Hostname: fmt.Sprintf("node%d", i), Address: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255),
 		Nproc: int32(ranks), AgentPid: int32(1000 + i), FreePort: 29500, Gpus: gpus,
-	}}
+	}, Csr: k.csr}
 	jctx, cancel := context.WithTimeout(ctx, time.Minute)
 	resp, err := cl.Join(jctx, req, grpc.WaitForReady(true))
 	cancel()
@@ -346,7 +384,15 @@ func agent(ctx context.Context, cl gotrainv1.CoordinatorClient, i, ranks int, jo
 		return fmt.Errorf("agent %d: join: %w", i, err)
 	}
 	*joined = time.Now()
-	stream, err := cl.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: resp.GetNodeId()})
+	if k.key != nil {
+		cert := jobtls.NodeCertificate(resp.GetNodeCert(), k.key)
+		_ = (*conn).Close()
+		if *conn, err = dial(i, &cert); err != nil {
+			return fmt.Errorf("agent %d: dial with its node certificate: %w", i, err)
+		}
+		cl = gotrainv1.NewCoordinatorClient(*conn)
+	}
+	stream, err := cl.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: resp.GetNodeId()}, grpc.WaitForReady(true))
 	if err != nil {
 		return fmt.Errorf("agent %d: watch: %w", i, err)
 	}
