@@ -37,12 +37,21 @@ for n in $NODES; do
 		"$GOTRAIN" launch --nproc-per-node 1 --backend cpu --nnodes "$n" --node-addr 127.0.0.1 \
 			--coordinator-listen "127.0.0.1:$PORT" --rendezvous-timeout "${TIMEOUT}s" --verbose $EXTRA "${work[@]}" >"$dir/a0.out" 2>"$dir/a0.err" &
 		pids+=($!)
+		# Since the control plane is TLS (1b7d2d9) the others pin the job CA
+		# by the --ca-hash that the first node's join hint prints.
+		pin=()
+		for _ in $(seq 100); do
+			h=$(grep -o -- '--ca-hash [^ ]*' "$dir/a0.err" | head -1)
+			[ -n "$h" ] && pin=($h) && break
+			grep -q -- '--coordinator ' "$dir/a0.err" && break # a gotrain without TLS
+			sleep 0.1
+		done
 		for i in $(seq 1 $((n - 1))); do
 			"$GOTRAIN" launch --nproc-per-node 1 --backend cpu --nnodes "$n" --node-addr 127.0.0.1 \
-				--coordinator "127.0.0.1:$PORT" --join-timeout "${TIMEOUT}s" $EXTRA "${work[@]}" >"$dir/a$i.out" 2>"$dir/a$i.err" &
+				--coordinator "127.0.0.1:$PORT" "${pin[@]}" --join-timeout "${TIMEOUT}s" $EXTRA "${work[@]}" >"$dir/a$i.out" 2>"$dir/a$i.err" &
 			pids+=($!)
 		done
-		last=$(now)
+		last=$(now) # the first agent's start up to its hint is not counted
 		# Wait for every worker to start (or TIMEOUT), then sample RSS.
 		deadline=$(($(date +%s) + TIMEOUT))
 		count() { cat "$dir/started" 2>/dev/null | wc -l; }
