@@ -57,6 +57,7 @@ func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
+	a.claims.set(p.pid(), startedProc{rank: v.Rank, gen: v.Generation}) // claims.go
 	a.place.pin(p.pid(), v.GPU, a.log)
 	p.evidence = ev
 	a.adopt(act.Proc, p)
@@ -72,6 +73,7 @@ func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
+	a.claims.set(p.pid(), startedProc{standby: true, slot: act.Slot})
 	a.place.pin(p.pid(), act.GPU, a.log)
 	a.log.Info("standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
 	a.adopt(act.Proc, p)
@@ -152,6 +154,7 @@ func (a *agent) resume(act agentcore.Resume) []agentcore.Event {
 	}
 	p, v := a.procs[act.Proc], act.Vars
 	p.spec.generation = v.Generation
+	a.claims.set(p.pid(), startedProc{rank: v.Rank, gen: v.Generation})
 	a.hub.started(v.Generation, v.Rank, p.pid(), v.GPU)
 	a.hub.rebind(v.Generation, v.Rank, a.hub.workerByPid(p.pid()))
 	a.log.Info("worker resumed in process", "rank", v.Rank, "pid", p.pid(), "generation", v.Generation)
@@ -166,8 +169,10 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 	if a.exiting(act.Proc) {
 		return failed
 	}
-	// The hub knows the rank's new pid before the process attaches as it.
+	// The hub and the claims know the rank's new pid before the process
+	// attaches as it.
 	a.hub.started(v.Generation, v.Rank, p.pid(), v.GPU)
+	a.claims.set(p.pid(), startedProc{rank: v.Rank, gen: v.Generation})
 	msg := &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_Assign{Assign: &gotrainv1.StandbyAssignment{Generation: a.gen, Rank: int32(v.Rank)}}}
 	if !a.links.send(p.pid(), msg) {
 		a.log.Warn("standby's stream is gone or full; stopping it", "slot", p.spec.slot, "pid", p.pid())

@@ -187,6 +187,9 @@ func (r *relay) Attach(stream gotrainv1.Agent_AttachServer) error {
 	if hello == nil {
 		return status.Error(codes.InvalidArgument, "attach: the first message must be a hello")
 	}
+	if err := r.checkHello(stream.Context(), hello); err != nil { // claims.go
+		return err
+	}
 	if hello.GetStandby() {
 		return r.standbyAttach(stream, hello) // standby.go
 	}

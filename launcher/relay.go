@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"log/slog"
 
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -16,6 +17,10 @@ type relay struct {
 	nodeID string
 	hub    *hub   // progress and stacks of attached workers (progress.go)
 	agent  *agent // its loop takes standbys' hellos (standby.go)
+	// claims is what the agent started, which hellos must match
+	// (claims.go); nil: no check.
+	claims *claims
+	log    *slog.Logger
 }
 
 var _ gotrainv1.AgentServer = (*relay)(nil)
