@@ -3,7 +3,11 @@
 // small JSON file with its coordinator's address, the job token and, when it
 // serves them, its metrics address into a private directory
 // ($XDG_RUNTIME_DIR/gotrain, else /tmp/gotrain-UID, mode 0700; the file is
-// mode 0600) and removes it when it exits.
+// mode 0600) and removes it when it exits. The directory must be this
+// user's own (PrivateDir: not a symbolic link, not another user's; one of
+// ours open to others is closed again), run files of other users in it are
+// ignored, and what launchers that were SIGKILLed left there (run files and
+// token files of a pid that is gone) is removed at the next Write (Clean).
 //
 // # Usage
 //
@@ -63,12 +67,10 @@ type File struct{ path string }
 // Dir() as RUN_ID-PID.json.
 func Write(j Job) (*File, error) {
 	dir := Dir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create the run-file dir: %w", err)
+	if err := PrivateDir(dir); err != nil { // privdir.go
+		return nil, fmt.Errorf("run-file dir: %w", err)
 	}
-	if st, err := os.Stat(dir); err == nil && st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("run-file dir %s is accessible to other users (mode %s); chmod 700 it", dir, st.Mode().Perm())
-	}
+	Clean(dir) // what launchers that were SIGKILLed left, with their tokens
 	j.Pid = cmp.Or(j.Pid, os.Getpid())
 	if j.Started.IsZero() {
 		j.Started = time.Now()
@@ -116,8 +118,8 @@ func Live() ([]Job, error) {
 			continue
 		}
 		var j Job
-		if json.Unmarshal(b, &j) != nil || j.Coordinator == "" {
-			continue
+		if json.Unmarshal(b, &j) != nil || j.Coordinator == "" || !ownedByMe(p) {
+			continue // not a run file, or planted by someone else
 		}
 		j.Path = p
 		if !alive(j.Pid) {

@@ -14,12 +14,10 @@ import (
 // token (issue 16 item 9). Remove it when the job ends.
 func WriteToken(runID, tok string) (*File, error) {
 	dir := Dir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create the run-file dir: %w", err)
+	if err := PrivateDir(dir); err != nil { // privdir.go
+		return nil, fmt.Errorf("run-file dir: %w", err)
 	}
-	if st, err := os.Stat(dir); err == nil && st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("run-file dir %s is accessible to other users (mode %s); chmod 700 it", dir, st.Mode().Perm())
-	}
+	Clean(dir) // what launchers that were SIGKILLed left, with their tokens
 	name := strings.ReplaceAll(runID, string(os.PathSeparator), "_")
 	path := filepath.Join(dir, fmt.Sprintf("%s-%d.token", name, os.Getpid()))
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)

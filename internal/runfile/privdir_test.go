@@ -1,0 +1,135 @@
+package runfile
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// deadPid is the pid of a process that has ended.
+func deadPid(t *testing.T) int {
+	t.Helper()
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return c.Process.Pid
+}
+
+// Issue 16 item 10: the run-file directory's owner was not checked, and a
+// SIGKILLed gotrain left its run file (with the token) behind for good.
+func TestRunFileDirChecked(t *testing.T) {
+	t.Run("open to others is closed", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "gotrain")
+		if err := os.Mkdir(dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		_ = os.Chmod(dir, 0o777)
+		if err := PrivateDir(dir); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := os.Stat(dir); st.Mode().Perm() != 0o700 {
+			t.Errorf("mode %v, want 0700", st.Mode().Perm())
+		}
+	})
+	t.Run("symbolic link refused", func(t *testing.T) {
+		base := t.TempDir()
+		target := filepath.Join(base, "theirs")
+		if err := os.Mkdir(target, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(base, "gotrain")
+		if err := os.Symlink(target, dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := PrivateDir(dir); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+			t.Errorf("PrivateDir(symlink) = %v", err)
+		}
+		t.Setenv("XDG_RUNTIME_DIR", base)
+		if _, err := Write(Job{RunID: "r", Coordinator: "127.0.0.1:1", Token: "secret"}); err == nil {
+			t.Error("Write put the token behind a planted symlink")
+		}
+	})
+	t.Run("another user's refused", func(t *testing.T) {
+		if os.Getuid() != 0 {
+			t.Skip("making a directory of another user needs root (chown)")
+		}
+		base := t.TempDir()
+		dir := filepath.Join(base, "gotrain")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, 54321, 54321); err != nil {
+			t.Fatal(err)
+		}
+		if err := PrivateDir(dir); err == nil || !strings.Contains(err.Error(), "belongs to uid 54321") {
+			t.Errorf("PrivateDir(another user's) = %v", err)
+		}
+	})
+}
+
+// A run file another user planted in the directory is not a job of ours.
+func TestLiveIgnoresOthersFiles(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("planting a file of another user needs root (chown)")
+	}
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	if err := PrivateDir(Dir()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(Job{RunID: "planted", Coordinator: "10.6.6.6:29400", Pid: os.Getpid()})
+	p := filepath.Join(Dir(), "planted-1.json")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, 54321, 54321); err != nil {
+		t.Fatal(err)
+	}
+	if jobs, _ := Live(); len(jobs) != 0 {
+		t.Errorf("Live took a planted run file: %+v", jobs)
+	}
+}
+
+// What a SIGKILLed launcher left (its run file with the token, a half-written
+// one, its token file) is removed when the next one writes its run file;
+// a live launcher's files stay.
+func TestWriteCleansLeftoversOfDeadLaunchers(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	dead := deadPid(t)
+	left, err := Write(Job{RunID: "killed", Coordinator: "127.0.0.1:1", Token: "old-secret", Pid: dead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := WriteToken("killed", "old-secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// WriteToken names the file after this process: rename it as the dead one's.
+	deadTok := filepath.Join(Dir(), "killed-"+strconv.Itoa(dead)+".token")
+	if err := os.Rename(tok.Path(), deadTok); err != nil {
+		t.Fatal(err)
+	}
+	half := filepath.Join(Dir(), "killed-"+strconv.Itoa(dead)+".json.tmp")
+	if err := os.WriteFile(half, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	live, err := Write(Job{RunID: "running", Coordinator: "127.0.0.1:2", Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{left.Path(), deadTok, half} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s is still there: %v", p, err)
+		}
+	}
+	if _, err := Write(Job{RunID: "another", Coordinator: "127.0.0.1:3", Token: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(live.Path()); err != nil {
+		t.Errorf("a live launcher's run file was removed: %v", err)
+	}
+}
