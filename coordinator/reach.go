@@ -24,8 +24,14 @@ import (
 // loses the node at once. A frozen or cut-off agent does not refuse (its
 // kernel still accepts, or nothing answers), and waits out the timeout.
 
-// probeTimeout bounds the dial of a probe.
-const probeTimeout = time.Second
+// probeTimeout bounds the dial of a probe; probeFor is how long the probe
+// tries: a process being SIGKILLed can close its connections a moment
+// before its listening socket, and a loaded machine stretches that moment.
+const (
+	probeTimeout = time.Second
+	probeFor     = 3 * time.Second
+	probeEvery   = 200 * time.Millisecond
+)
 
 // reachability re-evaluates node id's contact after a change of its stream
 // or gossip state, and tells the machine. s.mu is held.
@@ -83,15 +89,45 @@ func (s *Server) probe(id, reason string) {
 	if addr == "" {
 		return // no gossip: the node timeout decides
 	}
-	conn, err := net.DialTimeout("tcp", addr, probeTimeout)
-	if err == nil {
-		_ = conn.Close()
+	for deadline := time.Now().Add(probeFor); ; {
+		conn, err := net.DialTimeout("tcp", addr, probeTimeout)
+		if err == nil {
+			_ = conn.Close()
+		} else if errors.Is(err, syscall.ECONNREFUSED) {
+			s.nodeLost(job.NodeLost{NodeID: id, Reason: fmt.Sprintf("%s; its agent is gone (nothing listens at its gossip port %s)", reason, addr)})
+			return
+		}
+		if time.Now().After(deadline) || !s.stillAway(id) {
+			return
+		}
+		select {
+		case <-s.stop.Done():
+			return
+		case <-time.After(probeEvery):
+		}
+	}
+}
+
+// stillAway says whether node id is still in the job without a stream.
+func (s *Server) stillAway(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.outboxes[id]
+	return o != nil && !o.attached
+}
+
+// heardFrom: node id reported (progress, or an empty report: the agents'
+// heartbeat). An agent that reports is alive: gossip's verdict of dead is
+// false (memberlist on an overloaded machine misses its probes), so it no
+// longer counts while the node's stream is attached. s.mu is held.
+func (s *Server) heardFrom(id string) {
+	o := s.outboxes[id]
+	if o == nil || !o.gossipDown || !o.attached {
 		return
 	}
-	if !errors.Is(err, syscall.ECONNREFUSED) {
-		return
-	}
-	s.nodeLost(job.NodeLost{NodeID: id, Reason: fmt.Sprintf("%s; its agent is gone (nothing listens at its gossip port %s)", reason, addr)})
+	o.gossipDown = false
+	s.log.Info("gossip found the node dead, but it reports: reachable", "node_id", id)
+	s.reachability(id, o, "")
 }
 
 // dropLost ends the streams of nodes the machine no longer has (lost after

@@ -595,6 +595,7 @@ func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgress
 	if err := s.step(ev); err != nil {
 		return nil, grpcError(err)
 	}
+	s.heardFrom(req.GetNodeId()) // reach.go: a report (a heartbeat when empty) overrules gossip
 	return &gotrainv1.ReportProgressResponse{}, nil
 }
 

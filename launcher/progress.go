@@ -278,10 +278,10 @@ func cloneProgress(p *gotrainv1.RankProgress) *gotrainv1.RankProgress {
 func (h *hub) flush(ctx context.Context) {
 	h.sendMu.Lock()
 	defer h.sendMu.Unlock()
+	// Sent also without ranks: the coordinator takes the report as this
+	// node's heartbeat (coordinator/reach.go), and its answer is how the
+	// agent knows it is in contact (contact.go).
 	req := h.batch()
-	if len(req.GetRanks()) == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
 	_, err := h.coord.ReportProgress(ctx, req)

@@ -350,6 +350,7 @@ func (m *Machine) lost(ev NodeLost) ([]Action, error) {
 		}
 	}
 	if m.state == StateRestarting {
+		m.blameLost(n, lostRanks, ev.Reason) // membership.go
 		return m.afterEnd(), nil
 	}
 	if len(lostRanks) == 0 {
@@ -456,6 +457,7 @@ func describeExit(f *Failure) string {
 // end closes the running generation with root cause f.
 func (m *Machine) end(f *Failure, desc string) []Action {
 	m.failure, m.reason, m.state = f, desc, StateRestarting
+	m.members.endedAt = m.now
 	acts := []Action{EndGeneration{Generation: m.gen, Reason: desc, Failure: copyFailure(f)}}
 	return append(acts, m.failBarriers(fmt.Sprintf("generation %d ended: %s", m.gen, desc))...)
 }

@@ -63,6 +63,31 @@ type membership struct {
 	actAt time.Time
 	// growing: the running generation was ended to admit new nodes.
 	growing bool
+	// endedAt is when the latest generation ended.
+	endedAt time.Time
+}
+
+// blameWindow: a node lost this soon after a generation ended for a
+// worker's failure is taken as that failure's cause (blameLost).
+const blameWindow = 5 * time.Second
+
+// blameLost makes node n, lost with its running ranks while the generation
+// ends, the root cause instead of a worker's exit seen just before: when a
+// node dies, its peers' collectives fail at once, and one of them may
+// report its exit before the coordinator learns the node is gone — the
+// report must name the node that died, not the healthy one that noticed.
+// A signal or an OOM kill is a cause of its own and stays.
+func (m *Machine) blameLost(n *node, lostRanks []int, reason string) {
+	f := m.failure
+	if len(lostRanks) == 0 || f == nil || f.Reason != "" || f.Signal != "" || f.OOMKilled || m.now.Sub(m.members.endedAt) > blameWindow {
+		return
+	}
+	if reason == "" {
+		reason = "node lost"
+	}
+	m.failure = &Failure{Rank: lostRanks[0], NodeID: n.id, Hostname: n.info.Hostname, Pid: n.info.AgentPID, Reason: reason,
+		Notes: []string{fmt.Sprintf("rank %d on %s exited with code %d just before, most likely because of this node: its peers' collectives fail when a node dies", f.Rank, f.Hostname, f.ExitCode)}}
+	m.reason = fmt.Sprintf("node %s on %s (%s, agent pid %d; %s) was lost: %s", n.id, n.info.Hostname, n.info.Address, n.info.AgentPID, rankList(lostRanks), reason)
 }
 
 // nnodes is --nnodes as the user wrote it.
