@@ -14,11 +14,14 @@ import (
 // deadline (coordinator/limits.go), so each costs a descriptor for seconds
 // at most.
 const (
-	// MaxConns bounds the connections the coordinator holds open.
-	MaxConns = 1024
+	// MaxConns bounds the connections the coordinator holds open: two per
+	// node at most (the Join connection, then the node's own) for 4096
+	// nodes (the scale benchmark found 1024 refusing every larger job).
+	MaxConns = 8192
 	// MaxConnsPerIP bounds those from one remote address (an agent holds
-	// one; gotrain top and diagnose one each).
-	MaxConnsPerIP = 64
+	// one or two; gotrain top and diagnose one each): enough for 128 agents
+	// on one machine, or behind one NAT address, which 64 refused.
+	MaxConnsPerIP = 512
 )
 
 // limitListener accepts at most total connections at once, and at most
