@@ -69,7 +69,7 @@ type membership struct {
 
 // blameWindow: a node lost this soon after a generation ended for a
 // worker's failure is taken as that failure's cause (blameLost).
-const blameWindow = 5 * time.Second
+const blameWindow = 2 * time.Second
 
 // blameLost makes node n, lost with its running ranks while the generation
 // ends, the root cause instead of a worker's exit seen just before: when a
