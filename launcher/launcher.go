@@ -148,9 +148,9 @@ const tickEvery = 100 * time.Millisecond
 
 func (a *agent) run(ctx context.Context) error {
 	// A private directory for the workers' socket: its mode keeps other users out.
-	dir, err := os.MkdirTemp("", "gotrain-agent-")
+	dir, err := makeSocketDir(a.log) // sockdir.go: and removes those of agents that are gone
 	if err != nil {
-		return fmt.Errorf("create the agent's socket dir: %w", err)
+		return err
 	}
 	defer os.RemoveAll(dir)
 	a.socket = filepath.Join(dir, "agent.sock")
