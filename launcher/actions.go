@@ -51,7 +51,7 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 	v := act.Vars
 	spec := workerSpec{rank: v.Rank, generation: v.Generation, program: a.cfg.Program, args: a.cfg.Args,
-		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir}
+		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble}
 	ev := snapshotEvidence(a.oomFile)
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	if err != nil {
@@ -68,7 +68,7 @@ func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 // spawnStandby starts a hot standby (standby.go).
 func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: a.cfg.Args,
-		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir}
+		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble}
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
@@ -183,7 +183,7 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 	if a.cfg.LogDir != "" {
 		f, err := openRankLog(a.cfg.LogDir, v.Rank, v.Generation, fmt.Sprintf("(standby pid %d)", p.pid()))
 		if err != nil {
-			fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: %v\n", err)
+			a.logTrouble.warn(err)
 		}
 		logFile = f
 	}

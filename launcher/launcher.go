@@ -51,12 +51,13 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Program = prog
 	}
 	if cfg.LogDir != "" {
-		if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
-			return fmt.Errorf("create log dir: %w", err)
+		if err := checkLogRoot(cfg.LogDir); err != nil { // logdir.go
+			return err
 		}
 	}
 	a := &agent{cfg: cfg, log: cfg.Logger, host: hostname(), tokenMade: tokenMade,
 		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr}}
+	a.logTrouble = &logTrouble{stderr: a.stderr}
 	a.place = nodePlacement(&a.cfg, a.log)
 	a.oomFile = agentMemoryEventsFile()
 	return a.run(ctx)
@@ -97,6 +98,8 @@ type agent struct {
 	sup    *supervise.Supervisor // starts and watches every process (launcher/supervise)
 	place  *placement            // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
 	hub    *hub                  // the ranks' progress, reported once a second (progress.go)
+	// logTrouble warns once when the log dir cannot be written (logdir.go).
+	logTrouble *logTrouble
 	// oomFile holds the workers' memory cgroup's oom_kill counter
 	// (rootcause.go); "" when there is none.
 	oomFile string
@@ -186,6 +189,15 @@ func (a *agent) run(ctx context.Context) error {
 		// Printed after this node joined, so that it is the first node
 		// (node ids break ties in the rank order of nodes on one host).
 		fmt.Fprintln(a.cfg.Stderr, a.joinHint)
+	}
+	if a.cfg.LogDir != "" {
+		// The run's own directory, now that the run id is known (logdir.go).
+		dir, err := openRunLogDir(a.cfg.LogDir, a.cfg.RunID)
+		if err != nil {
+			return err
+		}
+		a.cfg.LogDir = dir
+		fmt.Fprintf(a.cfg.Stderr, "gotrain: logs in %s\n", dir)
 	}
 	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: coordAddr, Token: a.cfg.JobToken, Metrics: a.metricsAddr, Trust: trust}); err == nil {
 		defer f.Remove() // lets `gotrain diagnose` find this job

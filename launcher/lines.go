@@ -61,6 +61,8 @@ type route struct {
 	holding bool     // keep lines for a log file to come
 	held    [][]byte
 	dropped int // held lines dropped beyond maxHeld
+	// trouble is told when the log file cannot be written (a full disk).
+	trouble *logTrouble
 }
 
 // maxHeld bounds the lines a standby holds for its log file.
@@ -72,8 +74,9 @@ func (rt *route) line(con *console, b []byte) {
 	con.writeLine(rt.prefix, b)
 	switch {
 	case rt.log != nil:
-		_, _ = rt.log.Write(b)
-		_, _ = rt.log.Write([]byte{'\n'})
+		if _, err := rt.log.Write(append(b[:len(b):len(b)], '\n')); err != nil {
+			rt.trouble.warn(err)
+		}
 	case rt.holding && len(rt.held) < maxHeld:
 		rt.held = append(rt.held, append([]byte(nil), b...))
 	case rt.holding:

@@ -27,6 +27,8 @@ type workerSpec struct {
 	args       []string
 	env        []string
 	logDir     string // "" for no log file
+	// logTrouble warns once when a log file cannot be opened or written.
+	logTrouble *logTrouble
 	// standby: a hot standby for local slot `slot` (standby.go): no rank
 	// yet, its output under "[standby N] ", no log file until it has a rank.
 	standby bool
@@ -50,13 +52,14 @@ const stderrTailLines = 20
 // startWorker starts a worker under sup with its output prefixed on stdout
 // and stderr and, with a log dir, copied into rankN.log there.
 func startWorker(sup *supervise.Supervisor, spec workerSpec, stdout, stderr *console) (*workerProc, error) {
-	p := &workerProc{spec: spec, stderr: newTail(stderrTailLines), out: &route{prefix: rankPrefix(spec.rank), rank: spec.rank}}
+	p := &workerProc{spec: spec, stderr: newTail(stderrTailLines), out: &route{prefix: rankPrefix(spec.rank), rank: spec.rank, trouble: spec.logTrouble}}
 	if spec.standby {
-		p.out = &route{prefix: fmt.Sprintf("[standby %d] ", spec.slot), rank: -1, holding: spec.logDir != ""}
+		p.out = &route{prefix: fmt.Sprintf("[standby %d] ", spec.slot), rank: -1, holding: spec.logDir != "", trouble: spec.logTrouble}
 	} else if spec.logDir != "" {
+		// A log dir that is gone (or full) costs the log file, never the rank.
 		f, err := openRankLog(spec.logDir, spec.rank, spec.generation, "")
 		if err != nil {
-			return nil, err
+			spec.logTrouble.warn(err)
 		}
 		p.out.log = f
 	}
@@ -98,10 +101,11 @@ func (s *workerSink) Line(stream supervise.Stream, line []byte) {
 // Close ends the log file with how the worker ended.
 func (s *workerSink) Close(e supervise.Exit) { s.route.close(e) }
 
-// openRankLog opens (appending) rank's log file in dir and writes the
-// generation's header line; note, when not empty, ends the header.
+// openRankLog opens (appending, never through a symbolic link: logdir.go)
+// rank's log file in dir and writes the generation's header line; note,
+// when not empty, ends the header.
 func openRankLog(dir string, rank int, generation int64, note string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("rank%d.log", rank)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := openLogFile(filepath.Join(dir, fmt.Sprintf("rank%d.log", rank)))
 	if err != nil {
 		return nil, fmt.Errorf("open rank %d's log file: %w", rank, err)
 	}

@@ -311,19 +311,25 @@ func writeEvidence(w io.Writer, fl *gotrainv1.WorkerFailure) {
 	}
 }
 
-// recordRootCause writes the job's end into the log dir, when there is one.
+// recordRootCause writes the job's end into the run's log dir, when there
+// is one: a failure's root cause, or that it succeeded, so that the file
+// there always says how this run ended (a run never sees another's: each
+// has its own directory, logdir.go).
 func (a *agent) recordRootCause(f *gotrainv1.JobFinished) {
-	if a.cfg.LogDir == "" || f.GetSucceeded() {
+	if a.cfg.LogDir == "" {
 		return
 	}
 	r := rootCauseReport{
-		RunID: a.cfg.RunID, Time: time.Now().UTC(), ExitCode: exitCodeOf(f),
+		RunID: a.cfg.RunID, Time: time.Now().UTC(), Succeeded: f.GetSucceeded(), ExitCode: exitCodeOf(f),
 		Message: f.GetMessage(), Failure: failureJSON(f.GetFailure()),
+	}
+	if r.Succeeded {
+		r.ExitCode = 0
 	}
 	if a.gen != nil {
 		r.Generation, r.Restarts = a.gen.GetGeneration(), int(a.gen.GetRestartCount())
 	}
 	if err := writeRootCause(a.cfg.LogDir, r); err != nil {
-		fmt.Fprintf(a.cfg.Stderr, "gotrain: %v\n", err)
+		a.logTrouble.warn(err)
 	}
 }

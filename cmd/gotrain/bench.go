@@ -86,7 +86,7 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 	fs.IntVar(&spec.Warmup, "warmup", spec.Warmup, fmt.Sprintf("untimed collectives per size before timing (0 or more; with --backend cpu the default is %d)", cpuSpec.Warmup))
 	fs.BoolVar(&jsonOut, "json", false, "print the rows as a JSON array instead of the table")
 	fs.BoolVar(&verbose, "verbose", false, "log the agent's and the workers' steps to stderr")
-	fs.StringVar(&logDir, "log-dir", "", "also write each rank's output to DIR/rankN.log")
+	fs.StringVar(&logDir, "log-dir", "", "also write each rank's output to DIR/RUN_ID/attempt-N/rankN.log: a directory of its own per run (named on stderr), never through a symbolic link; a log dir lost or full mid-job is warned about once and never fails the job")
 	fs.DurationVar(&launchTimeout, "timeout", 30*time.Minute, "stop the benchmark after this long")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -46,7 +46,9 @@ Go workers that run worker.Run recover in
 process instead: only the failed rank's process starts again. When the
 restarts are spent, gotrain prints the root cause (rank, host, exit code or
 signal, OOM kill, GPU XID errors, the last lines of stderr), writes it to
-DIR/root-cause.json with --log-dir, and exits with the failed rank's status.
+root-cause.json in the run's log dir with --log-dir (DIR/RUN_ID/attempt-N,
+a directory of its own per run; a run that succeeds says so there), and
+exits with the failed rank's status.
 
 Hot standbys (Go programs that use gotrain's worker library only) are
 spare processes of the program, one per GPU (or CPU rank), started and
@@ -173,7 +175,7 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	fs.IntVar(&cfg.NprocPerNode, "nproc-per-node", 0, "workers to start on this node (default: the number of GPUs)")
 	fs.IntVar(&cfg.NprocPerNode, "gpus", 0, "alias of --nproc-per-node")
 	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs, else cpu)")
-	fs.StringVar(&cfg.LogDir, "log-dir", "", "also write each rank's output to DIR/rankN.log")
+	fs.StringVar(&cfg.LogDir, "log-dir", "", "also write each rank's output to DIR/RUN_ID/attempt-N/rankN.log: a directory of its own per run (named on stderr), never through a symbolic link; a log dir lost or full mid-job is warned about once and never fails the job")
 	fs.StringVar(&cfg.Coordinator, "coordinator", "", "join the coordinator at HOST:PORT (HOST alone: port 29400) instead of starting one here")
 	fs.StringVar(&cfg.CoordinatorListen, "coordinator-listen", "", "where the embedded coordinator listens (default 127.0.0.1:0 on one node, 0.0.0.0:29400 with --nnodes > 1)")
 	fs.StringVar(&cfg.NodeAddress, "node-addr", "", "address other nodes reach this node at (default 127.0.0.1 on one node, else the first non-loopback IPv4)")

@@ -234,9 +234,10 @@ func TestMNISTFourNodes(t *testing.T) {
 		}
 		// Ranks are ordered by hostname: node K's only rank is K-1, and
 		// its --log-dir holds that rank's log.
-		if _, err := os.Stat(filepath.Join(j.logDir[k], fmt.Sprintf("rank%d.log", k))); err != nil {
-			files, _ := filepath.Glob(filepath.Join(j.logDir[k], "*"))
-			t.Errorf("%s did not run rank %d: %v (its log dir holds %v)", h.Name, k, err, files)
+		// LOGDIR/RUN_ID/attempt-N/rankK.log: each run has a directory of its own.
+		if m, _ := filepath.Glob(filepath.Join(j.logDir[k], "*", "attempt-*", fmt.Sprintf("rank%d.log", k))); len(m) != 1 {
+			files, _ := filepath.Glob(filepath.Join(j.logDir[k], "*", "*", "*"))
+			t.Errorf("%s did not run rank %d (its log dir holds %v)", h.Name, k, files)
 		}
 	}
 	if t.Failed() {

@@ -166,7 +166,7 @@ func TestLogDir(t *testing.T) {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	for rank := range 2 {
-		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.log", rank)))
+		b, err := os.ReadFile(filepath.Join(runLogDir(t, dir), fmt.Sprintf("rank%d.log", rank)))
 		if err != nil {
 			t.Fatal(err)
 		}

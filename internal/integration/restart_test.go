@@ -40,7 +40,7 @@ func TestFailingEveryAttemptStopsAfterMaxRestarts(t *testing.T) {
 	if strings.Contains(r.stderr, "restart count 3") {
 		t.Errorf("a fourth attempt ran:\n%s", r.stderr)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "root-cause.json"))
+	b, err := os.ReadFile(filepath.Join(runLogDir(t, dir), "root-cause.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,7 +126,7 @@ func TestStandbyTakesOverKilledRanks(t *testing.T) {
 		t.Errorf("%d ranks started from standbys, want 2", n)
 	}
 	checkGeneration1Env(t, out, 2)
-	b, err := os.ReadFile(filepath.Join(logs, "rank1.log"))
+	b, err := os.ReadFile(filepath.Join(runLogDir(t, logs), "rank1.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
