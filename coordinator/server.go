@@ -53,6 +53,8 @@ type Config struct {
 	JoinSettle  time.Duration
 	// MaxRestarts is how many times a failed generation restarts; default 0.
 	MaxRestarts int
+	// RestartCountBase starts the restart count workers see (job.Config).
+	RestartCountBase int
 	// RestartBackoff is the pause before a failed generation restarts.
 	RestartBackoff time.Duration
 	// HangTimeout, OnHang: the hang detector (see coordinator/job).
@@ -156,7 +158,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: a CA without TLS: node certificates need TLS to be presented", ErrInvalidConfig)
 	}
 	m, err := job.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes, NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
-		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff,
+		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff, RestartCountBase: cfg.RestartCountBase,
 		HangTimeout: cfg.HangTimeout, OnHang: cfg.OnHang, RendezvousTimeout: cfg.RendezvousTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)

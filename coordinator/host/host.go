@@ -166,7 +166,7 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		TLS: jobtls.ServerConfig(srvCert, ca), CA: ca,
 		RunID: cfg.RunID, Token: cfg.JobToken, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes,
 		NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
-		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff,
+		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff, RestartCountBase: cfg.RestartCountBase,
 		HangTimeout: cfg.HangTimeout, OnHang: cfg.OnHang, RendezvousTimeout: cfg.RendezvousTimeout,
 		Logger: log,
 	})

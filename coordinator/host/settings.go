@@ -50,6 +50,10 @@ type JobSettings struct {
 	RunID string
 	// MaxRestarts is how many times the job restarts after a failure.
 	MaxRestarts int
+	// RestartCountBase is where the restart count workers see starts: the
+	// restarts of earlier runs of the job (a Slurm requeue's
+	// SLURM_RESTART_COUNT; no flag). Only the coordinator's node uses it.
+	RestartCountBase int
 	// RestartBackoff is the pause between a failed generation's last
 	// worker stopping and the next generation starting.
 	RestartBackoff time.Duration

@@ -52,6 +52,11 @@ type Config struct {
 	JoinSettle time.Duration
 	// MaxRestarts is how many times a failed generation is restarted; default 0.
 	MaxRestarts int
+	// RestartCountBase is added to the restart count the machine reports
+	// (StartGeneration, Status): the restarts of earlier runs of the same
+	// job, such as a Slurm job's requeues (SLURM_RESTART_COUNT), so that
+	// workers see one count across them. It does not count toward MaxRestarts.
+	RestartCountBase int
 	// RestartBackoff is how long the machine waits, once every rank of a
 	// failed generation is accounted for, before it starts the next one; the
 	// first Tick after it starts it. 0 restarts at once.
@@ -97,6 +102,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: node timeout %s, join settle %s: use positive durations", ErrInvalidConfig, c.NodeTimeout, c.JoinSettle)
 	case c.MaxRestarts < 0:
 		return fmt.Errorf("%w: max restarts is %d: use 0 or more", ErrInvalidConfig, c.MaxRestarts)
+	case c.RestartCountBase < 0:
+		return fmt.Errorf("%w: restart count base is %d: use 0 or more", ErrInvalidConfig, c.RestartCountBase)
 	case c.RestartBackoff < 0:
 		return fmt.Errorf("%w: restart backoff is %s: use 0 or more", ErrInvalidConfig, c.RestartBackoff)
 	case c.RendezvousTimeout < 0:
@@ -293,7 +300,7 @@ func (m *Machine) start(gen int64, restarts int) StartGeneration {
 	m.barriers, m.released, m.waiters = map[string]*barrier{}, map[string]bool{}, map[uint64]string{}
 	sg := StartGeneration{
 		Generation:   gen,
-		RestartCount: restarts,
+		RestartCount: m.cfg.RestartCountBase + restarts,
 		MasterAddr:   order[0].info.Address,
 		MasterPort:   order[0].info.FreePort,
 	}
@@ -646,7 +653,7 @@ func (m *Machine) Status() Status {
 		State:        m.state,
 		Generation:   max(m.gen, 0),
 		WorldSize:    len(m.ranks),
-		RestartCount: m.restarts,
+		RestartCount: m.cfg.RestartCountBase + m.restarts,
 		Failure:      copyFailure(m.failure),
 		Verdicts:     m.Verdicts(),
 	}

@@ -142,7 +142,11 @@ func (s *Step) String() string { return fmt.Sprintf("%d.%d", s.JobID, s.StepID) 
 //     other node joins HEAD:Port;
 //   - --nproc-per-node: with several tasks of the step on this node, one
 //     worker per task (see Run);
-//   - --run-id: slurm-JOB.STEP.
+//   - --run-id: slurm-JOB.STEP;
+//   - the restart count workers see (GOTRAIN_RESTART_COUNT,
+//     TORCHELASTIC_RESTART_COUNT) starts at SLURM_RESTART_COUNT, so a
+//     requeued job counts on from its earlier runs (only node 0's
+//     coordinator uses it).
 //
 // The job token is not Apply's: Run gets it (exchange.go). A nil s
 // changes nothing.
@@ -167,6 +171,7 @@ func (s *Step) Apply(cfg *launcher.Config, given map[string]bool) {
 	if !given[host.FlagRunID] && cfg.RunID == "" {
 		cfg.RunID = "slurm-" + s.String()
 	}
+	cfg.RestartCountBase = s.RestartCount
 }
 
 // Summary is one line saying what was taken from Slurm, for --verbose.
