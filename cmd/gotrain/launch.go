@@ -101,8 +101,13 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	var cfg launcher.Config
 	var verbose bool
 	fs := launchFlags(&cfg, &verbose)
+	forward := fs.String("signals-to-handle", slurm.DefaultSignals, "signals the agent passes on to every worker, of SIGUSR1,SIGUSR2,SIGHUP,SIGQUIT (\"none\": none; the others are dropped). SIGINT and SIGTERM always stop the workers. Under Slurm, Slurm itself delivers these signals to every worker")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	handle, err := slurm.ParseSignals(*forward)
+	if err != nil {
+		return &usageError{msg: err.Error(), hint: "Give a comma-separated list of SIGUSR1, SIGUSR2, SIGHUP and SIGQUIT (e.g. --signals-to-handle SIGUSR1,SIGUSR2), or none."}
 	}
 	if err := applyJobToken(fs, &cfg.JobSettings, os.Stderr); err != nil { // jobtoken.go
 		return err
@@ -155,9 +160,16 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("host", hostnameOr("?"))
 	cfg.Env = os.Environ()
 
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP, syscall.SIGQUIT)
+	sigs, dropped := make(chan os.Signal, 8), make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	for _, s := range handle {
+		signal.Notify(sigs, s)
+	}
+	if un := slurm.Unforwarded(handle); len(un) > 0 {
+		signal.Notify(dropped, un...) // caught, never read: not passed on, and the agent lives
+	}
 	defer signal.Stop(sigs)
+	defer signal.Stop(dropped)
 	cfg.Signals = sigs
 
 	if self, err := os.Executable(); err == nil {

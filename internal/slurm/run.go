@@ -27,6 +27,9 @@ type Env struct {
 	// CA, when set, gives node 0's coordinator a job CA made before it
 	// starts and has joiners trust it by the hash that came with the token.
 	CA CAHooks
+	// KillWait is the cluster's KillWait (0: unknown): the workers' grace
+	// period is cut to fit in it (FitGrace).
+	KillWait time.Duration
 }
 
 // CAHooks connect the exchange to the coordinator's TLS.
@@ -40,7 +43,7 @@ type CAHooks interface {
 // LocalEnv is this process's Env: munge where munge(1) is installed, on
 // MungeSocket's socket.
 func LocalEnv(getenv func(string) string, log *slog.Logger) Env {
-	e := Env{UID: os.Getuid(), Log: log, CA: JobCA{}}
+	e := Env{UID: os.Getuid(), Log: log, CA: JobCA{}, KillWait: KillWait(getenv, os.ReadFile)}
 	if _, err := exec.LookPath("munge"); err == nil {
 		e.Munge = MungeCLI{Socket: MungeSocket(getenv, os.ReadFile)}
 	}
@@ -66,6 +69,14 @@ func (s *Step) Run(ctx context.Context, cfg launcher.Config, env Env, run func(c
 		env.Log = slog.New(slog.DiscardHandler)
 	}
 	env.Log.Info(s.Summary(&cfg))
+	if grace, note := FitGrace(cfg.GracePeriod, env.KillWait); note != "" {
+		cfg.GracePeriod = grace
+		if cfg.JobFlagsGiven["grace-period"] {
+			env.Log.Warn(note)
+		} else {
+			env.Log.Info(note)
+		}
+	}
 	if s.LocalID > 0 {
 		return s.follow(ctx, cfg)
 	}
@@ -141,7 +152,9 @@ func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run f
 // slurmSignals drops the signals that Slurm sends to every process of the
 // step itself (scancel --signal, --signal=USR1@T, srun passing on what it
 // got): the workers have them already, and the agent passing them on
-// would deliver each twice. SIGINT and SIGTERM still reach the agent.
+// would deliver each twice. SIGINT and SIGTERM still reach the agent. So
+// under Slurm --signals-to-handle changes nothing: Slurm, not the agent,
+// delivers those signals, to every worker.
 //
 // A SIGTERM or SIGINT is also noted on stopped.
 func slurmSignals(ctx context.Context, in <-chan os.Signal, stopped chan<- syscall.Signal) <-chan os.Signal {
