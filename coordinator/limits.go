@@ -217,6 +217,18 @@ func truncateLines(lines []string) []string {
 	return lines
 }
 
+// store is the KV store that holds key: a communicator's rendezvous key
+// (keyOwner: only the node of its rank may put it, in the running
+// generation) has a store of its own, with its own bounds, so that other
+// keys filling theirs (any node, or a worker through its agent, may put
+// them) cannot make every restart's rendezvous fail with ResourceExhausted.
+func (s *Server) store(key string) *kv.Store {
+	if _, _, ok := keyOwner(key); ok {
+		return s.comm
+	}
+	return s.kv
+}
+
 // kvError is the status of a kv error.
 func kvError(err error) error {
 	switch {

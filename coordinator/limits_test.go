@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/coordinator/kv"
 	"github.com/gotrain/gotrain/internal/token"
@@ -165,6 +166,39 @@ func TestKVBounded(t *testing.T) {
 	wantCode(t, fmt.Sprintf("put %d of 2000 values of 256 KiB", puts+1), err, codes.ResourceExhausted)
 	if st := srv.kv.Stats(); st.Bytes > 8<<20 {
 		t.Errorf("the store holds %d bytes, over its 8 MiB", st.Bytes)
+	}
+}
+
+// A token holder who fills the job's KV store (a worker, through its
+// agent's relay) made every later rendezvous fail with ResourceExhausted, so
+// a job could not restart (the load test, internal/integration TestLoad).
+// Communicators' rendezvous keys have a store of their own.
+func TestKVFloodLeavesRoomForRendezvous(t *testing.T) {
+	_, addr := startBounded(t, Config{}, func(s *Server) {
+		lim := kv.DefaultLimits()
+		lim.MaxBytes = 1 << 20
+		s.kv = kv.NewWithLimits(lim)
+	})
+	c := newClient(t, addr)
+	var err error
+	for i, size := 0, 64<<10; err == nil || size > 0; i++ {
+		if err != nil {
+			size /= 2
+		}
+		_, err = c.KVPut(rpcCtx(t), &gotrainv1.KVPutRequest{Key: fmt.Sprintf("flood/%d", i), Value: make([]byte, size)})
+		if err != nil && status.Code(err) != codes.ResourceExhausted {
+			t.Fatal(err)
+		}
+	}
+	wantCode(t, "an empty value in a full store", err, codes.ResourceExhausted)
+	for _, key := range []string{"cpucomm/world/1/addr/0", "ncclcomm/world/1/id"} {
+		if _, err := c.KVPut(rpcCtx(t), &gotrainv1.KVPutRequest{Key: key, Value: []byte("127.0.0.1:29500")}); err != nil {
+			t.Errorf("put %s after the flood: %v", key, err)
+		}
+		r, err := c.KVGet(rpcCtx(t), &gotrainv1.KVGetRequest{Key: key, WaitMs: 1000})
+		if err != nil || !r.GetFound() || string(r.GetValue()) != "127.0.0.1:29500" {
+			t.Errorf("get %s after the flood: %v %v", key, r, err)
+		}
 	}
 }
 

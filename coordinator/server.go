@@ -81,6 +81,7 @@ type Server struct {
 	cfg  Config
 	log  *slog.Logger
 	kv   *kv.Store
+	comm *kv.Store // communicators' rendezvous keys (Server.store, limits.go)
 	now  func() time.Time
 	stop context.Context // canceled when Serve shuts down
 	halt context.CancelFunc
@@ -175,6 +176,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:      cfg,
 		log:      logger.With("run_id", cfg.RunID),
 		kv:       kv.New(),
+		comm:     kv.New(),
 		now:      time.Now,
 		stop:     stop,
 		halt:     halt,
@@ -497,7 +499,7 @@ func (s *Server) KVPut(_ context.Context, req *gotrainv1.KVPutRequest) (*gotrain
 	if req.GetKey() == "" {
 		return nil, status.Error(codes.InvalidArgument, "kv put: key is empty")
 	}
-	if err := s.kv.Put(req.GetKey(), req.GetValue()); err != nil {
+	if err := s.store(req.GetKey()).Put(req.GetKey(), req.GetValue()); err != nil {
 		return nil, kvError(err) // limits.go
 	}
 	return &gotrainv1.KVPutResponse{}, nil
@@ -510,11 +512,12 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 	if key == "" {
 		return nil, status.Error(codes.InvalidArgument, "kv get: key is empty")
 	}
-	if err := s.kv.CheckKey(key); err != nil {
+	st := s.store(key)
+	if err := st.CheckKey(key); err != nil {
 		return nil, kvError(err)
 	}
 	found := func() *gotrainv1.KVGetResponse {
-		v, ok := s.kv.Get(key)
+		v, ok := st.Get(key)
 		return &gotrainv1.KVGetResponse{Found: ok, Value: v}
 	}
 	if req.GetWaitMs() <= 0 {
@@ -524,7 +527,7 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 	if ms := req.GetWaitMs(); ms < maxKVWait.Milliseconds() {
 		wait = time.Duration(ms) * time.Millisecond
 	}
-	ready, release := s.kv.Watch(key)
+	ready, release := st.Watch(key)
 	defer release()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
