@@ -321,6 +321,21 @@ func (c *cluster) leftOver() []string {
 	return left
 }
 
+// agentPid is the pid of the gotrain agent on the compute node i (0:
+// node1), 0 if none.
+func (c *cluster) agentPid(i int) int {
+	out, _ := exec.Command("ip", "netns", "pids", c.nodes[i].NS).Output()
+	for _, f := range strings.Fields(string(out)) {
+		pid, _ := strconv.Atoi(f)
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+		if len(args) > 2 && filepath.Base(args[0]) == "gotrain" && args[1] == "launch" && args[2] != "_reaper" {
+			return pid
+		}
+	}
+	return 0
+}
+
 var final = regexp.MustCompile(`(?m)^\[rank 0\] final test_accuracy=[0-9.]+ ranks_agree=true$`)
 
 // readmeScript is README.md's sbatch example, with the paths of this test.
@@ -369,6 +384,109 @@ srun -N2 -n4 -w node2,node3 --ntasks-per-node=2 gotrain launch --backend cpu -- 
 			t.Errorf("job %s: --ntasks-per-node=2 on 2 nodes did not make 4 ranks:\n%s", job, o)
 		}
 		t.Logf("two steps on node2,node3 of a 3-node job in %s", time.Since(t0).Round(10*time.Millisecond))
+	})
+
+	t.Run("mnist on 3 nodes, 2 ranks each", func(t *testing.T) {
+		t0 := time.Now()
+		job, out := c.sbatch(fmt.Sprintf(`#!/bin/bash
+srun gotrain launch --nproc-per-node 2 --backend cpu -- %s --data %s --epochs 1 --limit 3000
+`, bin.mnist, bin.data), "-N3")
+		c.wait(job, 90*time.Second)
+		o := readFile(t, out)
+		if !final.MatchString(o) || !strings.Contains(o, "[rank 0] mnist: 6 ranks,") {
+			t.Fatalf("job %s: no 6-rank ranks_agree=true in its output:\n%s", job, o)
+		}
+		t.Logf("3-node x 2-rank MNIST job in %s", time.Since(t0).Round(10*time.Millisecond))
+	})
+
+	// Rank 3 (node2's first) fails in the first generation: every rank of
+	// the three nodes starts again, with restart count 1.
+	t.Run("worker crash restarts the job across nodes", func(t *testing.T) {
+		t0 := time.Now()
+		job, out := c.sbatch(`#!/bin/bash
+srun gotrain launch --nproc-per-node 2 --backend cpu -- sh -c '
+if [ "$GOTRAIN_RESTART_COUNT" = 0 ]; then
+  echo "first try on $(hostname)"
+  if [ "$RANK" = 3 ]; then sleep 1; echo "rank 3 fails"; exit 1; fi
+  sleep 60
+fi
+echo "again on $(hostname) rank=$RANK of $WORLD_SIZE restart=$GOTRAIN_RESTART_COUNT"'
+echo "srun exit $?"
+`, "-N3")
+		c.wait(job, 60*time.Second)
+		o := readFile(t, out)
+		if !strings.Contains(o, "rank 3 fails") || !strings.Contains(o, "srun exit 0") {
+			t.Fatalf("job %s: want rank 3 to fail once and the job to succeed:\n%s", job, o)
+		}
+		for r := range 6 {
+			want := fmt.Sprintf("[rank %d] again on node%d rank=%d of 6 restart=1", r, r/2+1, r)
+			if !strings.Contains(o, want) {
+				t.Errorf("job %s: no %q:\n%s", job, want, o)
+			}
+		}
+		t.Logf("crash and restart on 3 nodes in %s", time.Since(t0).Round(10*time.Millisecond))
+	})
+
+	// SLURM_RESTART_COUNT (the job's requeues) starts the restart count
+	// the workers see.
+	t.Run("requeue", func(t *testing.T) {
+		t0 := time.Now()
+		job, out := c.sbatch(`#!/bin/bash
+srun gotrain launch --nproc-per-node 1 --backend cpu -- sh -c 'echo "slurm=$SLURM_RESTART_COUNT gotrain=$GOTRAIN_RESTART_COUNT torch=$TORCHELASTIC_RESTART_COUNT"'
+if [ -z "$SLURM_RESTART_COUNT" ]; then scontrol requeue "$SLURM_JOB_ID"; sleep 30; fi
+`, "-N2", "--requeue", "--open-mode=append")
+		c.waitFor("the job's second run", 60*time.Second, func() bool {
+			if strings.Contains(readFile(t, out), "slurm=1 ") {
+				return true
+			}
+			// A requeued job waits for its begin time: start it now.
+			if b, _ := c.client("squeue", "-h", "-j", job, "-o", "%T %r"); strings.Contains(string(b), "BeginTime") {
+				c.client("scontrol", "update", "jobid="+job, "StartTime=now")
+			}
+			return false
+		})
+		c.wait(job, 30*time.Second)
+		o := readFile(t, out)
+		for _, want := range []string{"[rank 0] slurm= gotrain=0 torch=0", "[rank 1] slurm= gotrain=0 torch=0",
+			"[rank 0] slurm=1 gotrain=1 torch=1", "[rank 1] slurm=1 gotrain=1 torch=1"} {
+			if !strings.Contains(o, want) {
+				t.Errorf("job %s: no %q:\n%s", job, want, o)
+			}
+		}
+		t.Logf("a job requeued once in %s", time.Since(t0).Round(10*time.Millisecond))
+	})
+
+	// --nnodes 2:3: node3's agent SIGKILLed, the job goes on with node1
+	// and node2 and succeeds there.
+	t.Run("agent killed under --nnodes MIN:MAX", func(t *testing.T) {
+		t0 := time.Now()
+		job, out := c.sbatch(`#!/bin/bash
+srun --kill-on-bad-exit=0 gotrain launch --nnodes 2:3 --nproc-per-node 1 --backend cpu -- sh -c '
+echo "start world=$WORLD_SIZE on $(hostname)"
+if [ "$WORLD_SIZE" = 3 ]; then sleep 60; fi
+sleep 1
+echo "end world=$WORLD_SIZE on $(hostname)"'
+echo "srun exit $?"
+`, "-N3")
+		c.waitFor("three ranks running", 30*time.Second, func() bool { return strings.Count(readFile(t, out), "start world=3") == 3 })
+		agent := c.agentPid(2)
+		if agent == 0 {
+			t.Fatalf("no gotrain agent on node3:\n%s", readFile(t, out))
+		}
+		if err := syscall.Kill(agent, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		c.wait(job, 60*time.Second)
+		o := readFile(t, out)
+		for _, want := range []string{"end world=2 on node1", "end world=2 on node2"} {
+			if !strings.Contains(o, want) {
+				t.Errorf("job %s: no %q after node3's agent was killed:\n%s", job, want, o)
+			}
+		}
+		if strings.Contains(o, "end world=3") || strings.Contains(o, "gotrain: job failed") {
+			t.Errorf("job %s: the first generation was not cut short, or the job failed:\n%s", job, o)
+		}
+		t.Logf("node3's agent killed to the job done on two nodes in %s", time.Since(t0).Round(10*time.Millisecond))
 	})
 
 	t.Run("scancel", func(t *testing.T) {
