@@ -71,8 +71,12 @@ come from SLURM_JOB_ID, SLURM_STEP_ID, SLURM_STEP_NODELIST,
 SLURM_STEP_NUM_NODES, SLURM_NODEID, SLURM_LOCALID and
 SLURM_STEP_TASKS_PER_NODE; the job token and CA hash travel over munge,
 never printed. With several tasks per node, SLURM_LOCALID 0 runs one
-worker per task and the others wait. Flags win; GOTRAIN_SLURM=off ignores
-Slurm. README: "Under Slurm".
+worker per task and the others wait. The restart count starts at
+SLURM_RESTART_COUNT (a requeued job counts on); --grace-period is cut to
+fit in slurm.conf's KillWait; Slurm itself delivers --signal and scancel
+--signal to every worker (--signals-to-handle chooses what the agent
+passes on outside Slurm). Flags win; GOTRAIN_SLURM=off ignores Slurm.
+README: "Under Slurm".
 
 Examples:
   srun gotrain launch -- ./train          # in an sbatch script: nothing else to pass

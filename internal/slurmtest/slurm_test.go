@@ -489,6 +489,29 @@ echo "srun exit $?"
 		t.Logf("node3's agent killed to the job done on two nodes in %s", time.Since(t0).Round(10*time.Millisecond))
 	})
 
+	// Workers that go on after SIGTERM: the grace period given (10 s) is cut
+	// to fit in KillWait (5 s here), so gotrain SIGKILLs them and exits 143
+	// before Slurm's SIGKILL would end it (137, no report).
+	t.Run("scancel with grace beyond KillWait", func(t *testing.T) {
+		job, out := c.sbatch(`#!/bin/bash
+srun -N2 gotrain launch --grace-period 10s --backend cpu --nproc-per-node 1 -- sh -c 'trap "echo got TERM" TERM; echo running; while :; do sleep 0.2; done'
+`, "-N2")
+		c.waitFor("both ranks running", 30*time.Second, func() bool { return strings.Count(readFile(t, out), "running") >= 2 })
+		t0 := time.Now()
+		if b, err := c.client("scancel", job); err != nil {
+			t.Fatalf("scancel: %v: %s", err, b)
+		}
+		c.wait(job, 30*time.Second)
+		o := readFile(t, out)
+		if !strings.Contains(o, "[rank 0] got TERM") || !strings.Contains(o, "does not fit in the cluster's KillWait (5s, slurm.conf): using 3s") {
+			t.Errorf("job %s: want the workers to get SIGTERM and a warning that the grace period was cut to 3s:\n%s", job, o)
+		}
+		if n := strings.Count(o, "Exited with exit code 143"); n != 2 || strings.Contains(o, "Killed") {
+			t.Errorf("job %s: want both tasks to exit 143 before Slurm's SIGKILL:\n%s", job, o)
+		}
+		t.Logf("scancel of workers that ignore SIGTERM: job gone in %s", time.Since(t0).Round(10*time.Millisecond))
+	})
+
 	t.Run("scancel", func(t *testing.T) {
 		job, out := c.sbatch(`#!/bin/bash
 srun -N2 gotrain launch --backend cpu --nproc-per-node 1 -- sh -c 'trap "echo got USR1" USR1; echo running; while :; do sleep 0.2; done'
