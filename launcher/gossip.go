@@ -3,6 +3,7 @@ package launcher
 import (
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/gotrain/gotrain/internal/gossip"
 )
@@ -29,14 +30,39 @@ func (a *agent) startGossip(coordAddr string) (stop func()) {
 		return func() {}
 	}
 	peer := net.JoinHostPort(host, strconv.Itoa(a.gossipPort))
-	if _, err := ml.Join([]string{peer}); err != nil {
-		a.log.Warn("no gossip: cannot join the coordinator's member list (is its UDP/TCP gossip port open?)", "peer", peer, "err", err)
-		_ = ml.Shutdown()
-		return func() {}
-	}
-	a.log.Info("gossip joined", "peer", peer, "local", net.JoinHostPort(ml.LocalNode().Addr.String(), strconv.Itoa(int(ml.LocalNode().Port))))
+	// The member list stays up while the agent lives, joined or not: the
+	// coordinator takes a refused connection at its port for a dead agent
+	// (coordinator/reach.go). A join that fails (an overloaded machine
+	// misses its deadline) is tried again until it works.
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for warned := false; ; {
+			_, err := ml.Join([]string{peer})
+			if err == nil {
+				a.log.Info("gossip joined", "peer", peer, "local", net.JoinHostPort(ml.LocalNode().Addr.String(), strconv.Itoa(int(ml.LocalNode().Port))))
+				return
+			}
+			if !warned {
+				warned = true
+				a.log.Warn("gossip: cannot join the coordinator's member list yet (is its UDP/TCP gossip port open?); trying again", "peer", peer, "err", err)
+			}
+			select {
+			case <-quit:
+				return
+			case <-time.After(gossipRejoinEvery):
+			}
+		}
+	}()
 	// No Leave on the way out: the coordinator cannot tell a leave from a
 	// death (coordinator/gossip.go), and the watch stream ending says first
 	// that this agent went.
-	return func() { _ = ml.Shutdown() }
+	return func() {
+		close(quit)
+		<-done
+		_ = ml.Shutdown()
+	}
 }
+
+// gossipRejoinEvery is the pause between tries to join the member list.
+const gossipRejoinEvery = 2 * time.Second
