@@ -16,6 +16,9 @@ import (
 
 // Config is one agent's job. Zero fields take the defaults noted.
 type Config struct {
+	// Scheduled: a scheduler (Slurm) tells every node its coordinator and
+	// credentials, so the first node prints no command for the others.
+	Scheduled bool
 	// NprocPerNode is how many workers this node runs (required, ≥ 1).
 	NprocPerNode int
 	// Backend is the data plane workers use: "cpu" or "nccl" (required).

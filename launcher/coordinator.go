@@ -22,7 +22,7 @@ func (a *agent) startCoordinator(ctx context.Context) (addr, pin string, stop fu
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: metrics at http://%s/metrics\n", a.metricsAddr)
 	}
 	var tokenFile *runfile.File
-	if a.cfg.Nodes > 1 {
+	if a.cfg.Nodes > 1 && !a.cfg.Scheduled {
 		tok := "with " + jobenv.JobToken + " set to this node's job token"
 		if a.tokenMade {
 			// A token made here has no other copy: it goes to a file only

@@ -172,6 +172,7 @@ func (s *Step) Apply(cfg *launcher.Config, given map[string]bool) {
 		cfg.RunID = "slurm-" + s.String()
 	}
 	cfg.RestartCountBase = s.RestartCount
+	cfg.Scheduled = true // nothing printed is to be copied by hand
 }
 
 // Summary is one line saying what was taken from Slurm, for --verbose.
