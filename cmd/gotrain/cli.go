@@ -21,7 +21,7 @@ type command interface {
 }
 
 func commands() []command {
-	return []command{&launchCmd{}, &coordinatorCmd{}, &benchCmd{}, &topoCmd{}, &doctorCmd{}, &diagnoseCmd{}, &topCmd{}, &versionCmd{}}
+	return []command{&launchCmd{}, &torchrunCmd{}, &coordinatorCmd{}, &benchCmd{}, &topoCmd{}, &doctorCmd{}, &diagnoseCmd{}, &topCmd{}, &versionCmd{}}
 }
 
 // usageError is bad input: the message and what to do about it.

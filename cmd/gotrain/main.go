@@ -6,8 +6,13 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 )
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:]))
+	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == "torchrun" { // a symlink named torchrun
+		args = append([]string{"torchrun"}, args...)
+	}
+	os.Exit(run(context.Background(), args))
 }

@@ -1,0 +1,343 @@
+// Package torchrun maps torchrun's command line onto gotrain launch's: the
+// same flags in either spelling (--nproc_per_node, --nproc-per-node), as
+// --flag=value or --flag value, with PET_* variables as their defaults, the
+// way torchrun reads them. It is pure: the machine's GPU and CPU counts and
+// the environment come in, gotrain launch's arguments and the notes to print
+// (one for each setting accepted without effect) come out.
+package torchrun
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ErrUsage marks bad command lines (gotrain exits 2 on them).
+var ErrUsage = errors.New("torchrun: usage")
+
+// Machine is what the mapping needs to know about the node.
+type Machine struct {
+	GPUs, CPUs int
+	// Getenv reads PET_* variables (os.Getenv in production); nil: none.
+	Getenv func(string) string
+}
+
+// Result is gotrain launch's command line and what to tell the user.
+type Result struct {
+	// LaunchArgs are gotrain launch's arguments: flags, "--", program, args.
+	LaunchArgs []string
+	// Notes say, one each, what was accepted without effect.
+	Notes []string
+}
+
+type kind int
+
+const (
+	valued kind = iota
+	boolean
+)
+
+// flags are torchrun's, by their dash spelling.
+var flags = map[string]kind{
+	"nproc-per-node": valued, "nnodes": valued, "node-rank": valued,
+	"master-addr": valued, "master-port": valued, "local-addr": valued,
+	"rdzv-backend": valued, "rdzv-endpoint": valued, "rdzv-id": valued, "rdzv-conf": valued,
+	"standalone": boolean, "max-restarts": valued, "monitor-interval": valued,
+	"start-method": valued, "role": valued, "module": boolean, "no-python": boolean,
+	"run-path": boolean, "log-dir": valued, "redirects": valued, "tee": valued,
+	"local-ranks-filter": valued, "signals-to-handle": valued, "logs-specs": valued,
+}
+
+// noEffect says why each flag gotrain accepts without effect has none.
+var noEffect = map[string]string{
+	"rdzv-backend":       "gotrain's own coordinator is the rendezvous",
+	"rdzv-conf":          "gotrain's coordinator takes its settings from gotrain launch's flags (--join-timeout, --rendezvous-timeout)",
+	"monitor-interval":   "gotrain learns of a worker's exit at once",
+	"start-method":       "gotrain starts every worker as a process of its own",
+	"role":               "workers see ROLE_NAME=default",
+	"redirects":          "gotrain prefixes each line with [rank N] and --log-dir writes each rank's log",
+	"tee":                "gotrain prefixes each line with [rank N] and --log-dir writes each rank's log",
+	"local-ranks-filter": "gotrain prints every rank's output, prefixed with [rank N]",
+	"local-addr":         "give gotrain launch --node-addr instead",
+	"logs-specs":         "gotrain writes logs with --log-dir",
+	"run-path":           "the script runs as python3 -u SCRIPT",
+}
+
+// forwardable are the signals gotrain launch --signals-to-handle takes;
+// SIGINT and SIGTERM always stop the workers.
+var forwardable = map[string]bool{"SIGUSR1": true, "SIGUSR2": true, "SIGHUP": true, "SIGQUIT": true}
+
+func usage(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, a...))
+}
+
+// Map turns torchrun's arguments (without "torchrun") into gotrain launch's.
+func Map(args []string, m Machine) (Result, error) {
+	set := map[string]string{}
+	given := []string{} // in command-line order, for the notes
+	i := 0
+	for ; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			i++
+			break
+		}
+		if a == "-m" {
+			set["module"], given = "true", append(given, "module")
+			continue
+		}
+		if !strings.HasPrefix(a, "--") {
+			if strings.HasPrefix(a, "-") && a != "-" {
+				return Result{}, usage("flag provided but not defined: -%s", flagName(a))
+			}
+			break
+		}
+		name, value, hasValue := strings.Cut(a[2:], "=")
+		name = strings.ReplaceAll(name, "_", "-")
+		k, ok := flags[name]
+		if !ok {
+			return Result{}, usage("flag provided but not defined: -%s", flagName(a))
+		}
+		switch {
+		case k == boolean && hasValue:
+			return Result{}, usage("%s takes no value", a)
+		case k == boolean:
+			value = "true"
+		case !hasValue:
+			if i+1 == len(args) {
+				return Result{}, usage("%s needs a value", a)
+			}
+			i++
+			value = args[i]
+		}
+		set[name] = value
+		given = append(given, name)
+	}
+	if i >= len(args) {
+		return Result{}, usage("no training script given")
+	}
+	script, scriptArgs := args[i], args[i+1:]
+
+	get := func(name string) (string, bool) {
+		if v, ok := set[name]; ok {
+			return v, true
+		}
+		if m.Getenv != nil {
+			if v := m.Getenv("PET_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); v != "" {
+				if flags[name] == boolean {
+					return strconv.FormatBool(v == "1" || strings.EqualFold(v, "true")), true
+				}
+				return v, true
+			}
+		}
+		return "", false
+	}
+	on := func(name string) bool { v, _ := get(name); return v == "true" }
+
+	var r Result
+	var out []string
+	note := func(format string, a ...any) { r.Notes = append(r.Notes, fmt.Sprintf(format, a...)) }
+	noted := map[string]bool{}
+	for _, name := range flagOrder(given, m.Getenv) {
+		if why, ok := noEffect[name]; ok && !noted[name] && !(name == "run-path" && !on(name)) {
+			noted[name] = true
+			v, _ := get(name)
+			if flags[name] == boolean {
+				note("--%s has no effect: %s", name, why)
+			} else {
+				note("--%s %s has no effect: %s", name, v, why)
+			}
+		}
+	}
+
+	// Workers per node: torchrun's default is 1.
+	nproc := "1"
+	if v, ok := get("nproc-per-node"); ok {
+		nproc = v
+	}
+	switch nproc {
+	case "auto":
+		if m.GPUs > 0 {
+			nproc = strconv.Itoa(m.GPUs)
+		} else {
+			nproc = strconv.Itoa(max(m.CPUs, 1))
+		}
+	case "gpu":
+		if m.GPUs == 0 {
+			return Result{}, usage("--nproc-per-node gpu, but this machine has no NVIDIA GPUs (give a number, or cpu)")
+		}
+		nproc = strconv.Itoa(m.GPUs)
+	case "cpu":
+		nproc = strconv.Itoa(max(m.CPUs, 1))
+	default:
+		if n, err := strconv.Atoi(nproc); err != nil || n < 1 {
+			return Result{}, usage("--nproc-per-node %q: give a positive number, auto, gpu or cpu", nproc)
+		}
+	}
+	out = append(out, "--nproc-per-node", nproc)
+	if n, _ := strconv.Atoi(nproc); m.GPUs == 0 || n > m.GPUs {
+		out = append(out, "--backend", "cpu")
+	}
+
+	// Nodes and rendezvous.
+	nnodes, min, maxN := "1", 1, 1
+	if v, ok := get("nnodes"); ok {
+		lo, hi, elastic := strings.Cut(v, ":")
+		var err1, err2 error
+		min, err1 = strconv.Atoi(lo)
+		maxN = min
+		if elastic {
+			maxN, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || min < 1 || maxN < min {
+			return Result{}, usage("--nnodes %q: give N or MIN:MAX with 1 <= MIN <= MAX", v)
+		}
+		nnodes = v
+	}
+	standalone := on("standalone")
+	rdzvKeys := []string{"rdzv-endpoint", "master-addr", "master-port", "node-rank", "rdzv-id"}
+	if standalone {
+		if maxN > 1 {
+			return Result{}, usage("--standalone runs one node, but --nnodes is %s", nnodes)
+		}
+		for _, k := range rdzvKeys {
+			if v, ok := get(k); ok && k != "rdzv-id" {
+				note("--%s %s has no effect with --standalone: gotrain starts its own coordinator on this node", k, v)
+			}
+		}
+	}
+	if nnodes != "1" {
+		out = append(out, "--nnodes", nnodes)
+	}
+	if v, ok := get("rdzv-id"); ok && v != "" && v != "none" {
+		out = append(out, "--run-id", v)
+	}
+	if !standalone {
+		nodeRank, hasRank := get("node-rank")
+		if hasRank {
+			if n, err := strconv.Atoi(nodeRank); err != nil || n < 0 {
+				return Result{}, usage("--node-rank %q: give 0 or more", nodeRank)
+			}
+		}
+		endpoint, hasEndpoint := get("rdzv-endpoint")
+		addr, hasAddr := get("master-addr")
+		port, hasPort := get("master-port")
+		if !hasEndpoint && (hasAddr || hasPort) {
+			if addr == "" {
+				addr = "127.0.0.1"
+			}
+			if port == "" {
+				port = "29500"
+			}
+			endpoint, hasEndpoint = net.JoinHostPort(addr, port), true
+		}
+		switch {
+		case maxN == 1:
+			for _, k := range rdzvKeys {
+				if v, ok := get(k); ok && k != "rdzv-id" {
+					note("--%s %s has no effect on one node: gotrain starts its own coordinator here, and workers see its MASTER_ADDR and MASTER_PORT", k, v)
+				}
+			}
+		case hasEndpoint:
+			host, p, err := net.SplitHostPort(endpoint)
+			if err != nil { // HOST alone: torchrun's default port
+				host, p = endpoint, "29400"
+			}
+			if hasRank && nodeRank == "0" {
+				out = append(out, "--coordinator-listen", net.JoinHostPort("0.0.0.0", p))
+				note("node rank 0 starts the coordinator at port %s; gotrain orders nodes by hostname, so --node-rank decides nothing else", p)
+			} else {
+				out = append(out, "--coordinator", net.JoinHostPort(host, p))
+				if hasRank {
+					note("--node-rank %s has no effect: gotrain orders nodes by hostname", nodeRank)
+				}
+			}
+		default:
+			if hasRank {
+				note("--node-rank %s has no effect: gotrain orders nodes by hostname", nodeRank)
+			}
+		}
+	}
+
+	// Restarts: torchrun's default is 0.
+	restarts := "0"
+	if v, ok := get("max-restarts"); ok {
+		if n, err := strconv.Atoi(v); err != nil || n < 0 {
+			return Result{}, usage("--max-restarts %q: give 0 or more", v)
+		}
+		restarts = v
+	}
+	out = append(out, "--max-restarts", restarts)
+	if v, ok := get("log-dir"); ok && v != "" {
+		out = append(out, "--log-dir", v)
+	}
+	if v, ok := get("signals-to-handle"); ok {
+		var keep []string
+		for _, s := range strings.Split(v, ",") {
+			s = strings.ToUpper(strings.TrimSpace(s))
+			if !strings.HasPrefix(s, "SIG") {
+				s = "SIG" + s
+			}
+			switch {
+			case s == "SIGINT" || s == "SIGTERM":
+				// gotrain always stops the workers on these.
+			case forwardable[s]:
+				keep = append(keep, s)
+			default:
+				return Result{}, usage("--signals-to-handle: %s cannot be passed on: choose among SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2", s)
+			}
+		}
+		list := strings.Join(keep, ",")
+		if list == "" {
+			list = "none"
+		}
+		out = append(out, "--signals-to-handle", list)
+	}
+
+	// The program: torchrun runs python -u SCRIPT, python -u -m MODULE, or
+	// (--no-python) the program itself.
+	out = append(out, "--")
+	switch {
+	case on("no-python") && on("module"):
+		return Result{}, usage("-m and --no-python cannot be used together")
+	case on("no-python"):
+		out = append(out, script)
+	case on("module"):
+		out = append(out, "python3", "-u", "-m", script)
+	default:
+		out = append(out, "python3", "-u", script)
+	}
+	r.LaunchArgs = append(out, scriptArgs...)
+	return r, nil
+}
+
+// flagOrder lists the flags given on the command line, then those that
+// only a PET_* variable gave, in a stable order.
+func flagOrder(given []string, getenv func(string) string) []string {
+	out := append([]string(nil), given...)
+	if getenv == nil {
+		return out
+	}
+	seen := map[string]bool{}
+	for _, g := range given {
+		seen[g] = true
+	}
+	for _, name := range sortedFlags() {
+		if !seen[name] && getenv("PET_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_"))) != "" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func sortedFlags() []string { return slices.Sorted(maps.Keys(flags)) }
+
+// flagName is a's name, as Go's flag package writes it in errors.
+func flagName(a string) string {
+	name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+	return name
+}

@@ -1,0 +1,134 @@
+package torchrun
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestMap(t *testing.T) {
+	cpu := Machine{CPUs: 16}
+	gpu := Machine{GPUs: 8, CPUs: 64}
+	for _, tc := range []struct {
+		name  string
+		args  string
+		m     Machine
+		env   map[string]string
+		want  string // gotrain launch's arguments
+		notes []string
+	}{
+		{name: "defaults: one worker, no restarts", args: "train.py", m: cpu,
+			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 -- python3 -u train.py"},
+		{name: "underscore spelling, =value", args: "--nproc_per_node=2 --standalone train.py --epochs 3", m: cpu,
+			want: "--nproc-per-node 2 --backend cpu --max-restarts 0 -- python3 -u train.py --epochs 3"},
+		{name: "dash spelling, value apart", args: "--nproc-per-node 4 train.py", m: gpu,
+			want: "--nproc-per-node 4 --max-restarts 0 -- python3 -u train.py"},
+		{name: "auto with GPUs", args: "--nproc-per-node auto train.py", m: gpu,
+			want: "--nproc-per-node 8 --max-restarts 0 -- python3 -u train.py"},
+		{name: "auto without GPUs: the CPUs", args: "--nproc-per-node=auto train.py", m: cpu,
+			want: "--nproc-per-node 16 --backend cpu --max-restarts 0 -- python3 -u train.py"},
+		{name: "gpu", args: "--nproc-per-node gpu train.py", m: gpu,
+			want: "--nproc-per-node 8 --max-restarts 0 -- python3 -u train.py"},
+		{name: "cpu on a GPU machine", args: "--nproc-per-node cpu train.py", m: gpu,
+			want: "--nproc-per-node 64 --backend cpu --max-restarts 0 -- python3 -u train.py"},
+		{name: "-m module", args: "--nproc_per_node 2 -m pkg.train --lr 1", m: cpu,
+			want: "--nproc-per-node 2 --backend cpu --max-restarts 0 -- python3 -u -m pkg.train --lr 1"},
+		{name: "--no-python", args: "--no-python --nproc-per-node 2 ./train x", m: cpu,
+			want: "--nproc-per-node 2 --backend cpu --max-restarts 0 -- ./train x"},
+		{name: "script flags stay the script's", args: "--max_restarts 3 train.py --nproc_per_node 9 --bogus", m: cpu,
+			want: "--nproc-per-node 1 --backend cpu --max-restarts 3 -- python3 -u train.py --nproc_per_node 9 --bogus"},
+		{name: "-- before the script", args: "--nproc-per-node 2 -- train.py", m: cpu,
+			want: "--nproc-per-node 2 --backend cpu --max-restarts 0 -- python3 -u train.py"},
+		{name: "elastic nodes with an endpoint", args: "--nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint head:29400 --rdzv-id job7 train.py", m: gpu,
+			want:  "--nproc-per-node 1 --nnodes 1:2 --run-id job7 --coordinator head:29400 --max-restarts 0 -- python3 -u train.py",
+			notes: []string{"--rdzv-backend c10d has no effect"}},
+		{name: "node rank 0 listens at the master port", args: "--nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --master_port=29500 train.py", m: gpu,
+			want:  "--nproc-per-node 1 --nnodes 2 --coordinator-listen 0.0.0.0:29500 --max-restarts 0 -- python3 -u train.py",
+			notes: []string{"node rank 0 starts the coordinator at port 29500"}},
+		{name: "node rank 1 joins the master", args: "--nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500 train.py", m: gpu,
+			want:  "--nproc-per-node 1 --nnodes 2 --coordinator 10.0.0.1:29500 --max-restarts 0 -- python3 -u train.py",
+			notes: []string{"--node-rank 1 has no effect"}},
+		{name: "standalone drops the rendezvous", args: "--standalone --rdzv-endpoint x:1 --master-port 5 t.py", m: cpu,
+			want:  "--nproc-per-node 1 --backend cpu --max-restarts 0 -- python3 -u t.py",
+			notes: []string{"--rdzv-endpoint x:1 has no effect with --standalone", "--master-port 5 has no effect with --standalone"}},
+		{name: "master address on one node", args: "--master-addr 127.0.0.1 --master-port 29501 t.py", m: cpu,
+			want:  "--nproc-per-node 1 --backend cpu --max-restarts 0 -- python3 -u t.py",
+			notes: []string{"--master-addr 127.0.0.1 has no effect on one node", "--master-port 29501 has no effect on one node"}},
+		{name: "log dir, no-effect flags", args: "--log-dir /tmp/l --redirects 3 --tee 3 --local-ranks-filter 0 --monitor-interval 0.1 --rdzv-conf join_timeout=5 t.py", m: cpu,
+			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 --log-dir /tmp/l -- python3 -u t.py",
+			notes: []string{"--redirects 3 has no effect", "--tee 3 has no effect", "--local-ranks-filter 0 has no effect",
+				"--monitor-interval 0.1 has no effect", "--rdzv-conf join_timeout=5 has no effect"}},
+		{name: "signals: SIGTERM and SIGINT always", args: "--signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGUSR1 t.py", m: cpu,
+			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 --signals-to-handle SIGHUP,SIGUSR1 -- python3 -u t.py"},
+		{name: "signals: none left", args: "--signals_to_handle=SIGTERM t.py", m: cpu,
+			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 --signals-to-handle none -- python3 -u t.py"},
+		{name: "PET_ variables are defaults", args: "--max-restarts 1 t.py", m: cpu,
+			env:   map[string]string{"PET_NPROC_PER_NODE": "3", "PET_MAX_RESTARTS": "9", "PET_STANDALONE": "1", "PET_TEE": "3"},
+			want:  "--nproc-per-node 3 --backend cpu --max-restarts 1 -- python3 -u t.py",
+			notes: []string{"--tee 3 has no effect"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.m
+			m.Getenv = func(k string) string { return tc.env[k] }
+			r, err := Map(strings.Fields(tc.args), m)
+			if err != nil {
+				t.Fatalf("Map(%s): %v", tc.args, err)
+			}
+			if got := strings.Join(r.LaunchArgs, " "); got != tc.want {
+				t.Errorf("Map(%s)\n got %s\nwant %s", tc.args, got, tc.want)
+			}
+			if len(r.Notes) != len(tc.notes) {
+				t.Fatalf("notes %q, want %d like %q", r.Notes, len(tc.notes), tc.notes)
+			}
+			for i, n := range tc.notes {
+				if !strings.Contains(r.Notes[i], n) {
+					t.Errorf("note %d = %q, want it to contain %q", i, r.Notes[i], n)
+				}
+			}
+		})
+	}
+}
+
+func TestMapErrors(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"", "no training script"},
+		{"--nproc-per-node 2", "no training script"},
+		{"--bogus 1 t.py", "flag provided but not defined: -bogus"},
+		{"-x t.py", "not defined: -x"},
+		{"--nproc-per-node", "needs a value"},
+		{"--nproc-per-node zero t.py", "give a positive number"},
+		{"--nproc-per-node 0 t.py", "give a positive number"},
+		{"--nproc-per-node gpu t.py", "no NVIDIA GPUs"},
+		{"--nnodes 3:2 t.py", "MIN:MAX"},
+		{"--standalone --nnodes 2 t.py", "--standalone runs one node"},
+		{"--standalone=1 t.py", "takes no value"},
+		{"--max-restarts -1 t.py", "give 0 or more"},
+		{"--signals-to-handle SIGKILL t.py", "SIGKILL cannot be passed on"},
+		{"-m --no-python x", "cannot be used together"},
+	} {
+		_, err := Map(strings.Fields(tc.args), Machine{CPUs: 2})
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Map(%q) = %v, want a usage error with %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// Every flag torchrun documents is known in both spellings.
+func TestBothSpellings(t *testing.T) {
+	for _, name := range sortedFlags() {
+		for _, spelling := range []string{name, strings.ReplaceAll(name, "-", "_")} {
+			args := []string{"--" + spelling}
+			if flags[name] == valued {
+				args = append(args, "1")
+			}
+			_, err := Map(append(args, "t.py"), Machine{CPUs: 2})
+			if err != nil && strings.Contains(err.Error(), "not defined") {
+				t.Errorf("--%s: %v", spelling, err)
+			}
+		}
+	}
+	if !slices.Contains(sortedFlags(), "nproc-per-node") {
+		t.Fatal("no nproc-per-node")
+	}
+}
