@@ -108,7 +108,11 @@ func final(err error) bool {
 // reports for the node timeout, why the node must stop its workers; nil
 // while it answers.
 func (a *agent) cutOff(now time.Time) error {
-	if a.nodeTimeout <= 0 {
+	// Before this node's first generation there are no workers to stop,
+	// and a coordinator swamped by a large rendezvous (128 agents joining
+	// on 2 cores) may be slow to answer: the watch stream and the join
+	// timeout speak for contact then.
+	if a.nodeTimeout <= 0 || a.gen == nil {
 		return nil
 	}
 	silent, err := a.hub.silence(now)
