@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -45,10 +46,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	if prog, err := resolveProgram(cfg.Program); err != nil {
+	if prog, args, err := resolveProgram(cfg.Program, cfg.Args, cfg.Stderr); err != nil {
 		return err
 	} else {
-		cfg.Program = prog
+		cfg.Program, cfg.Args = prog, args
 	}
 	if cfg.LogDir != "" {
 		if err := checkLogRoot(cfg.LogDir); err != nil { // logdir.go
@@ -64,8 +65,27 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // resolveProgram finds the program the way a shell would, so that a typo is
-// reported before any coordinator or worker starts.
-func resolveProgram(p string) (string, error) {
+// reported before any coordinator or worker starts. A Python script
+// (SCRIPT.py) runs with python3, saying so once on stderr.
+func resolveProgram(p string, args []string, stderr io.Writer) (string, []string, error) {
+	if strings.HasSuffix(p, ".py") {
+		if st, err := os.Stat(p); err != nil {
+			return "", nil, fmt.Errorf("program %s: %w", p, err)
+		} else if st.IsDir() {
+			return "", nil, fmt.Errorf("program %s is a directory", p)
+		}
+		py, err := resolveCommand("python3")
+		if err != nil {
+			return "", nil, fmt.Errorf("%s is a Python script, but %w", p, err)
+		}
+		fmt.Fprintf(stderr, "gotrain: running %s with %s\n", p, py)
+		return py, append([]string{p}, args...), nil
+	}
+	prog, err := resolveCommand(p)
+	return prog, args, err
+}
+
+func resolveCommand(p string) (string, error) {
 	if strings.Contains(p, "/") {
 		st, err := os.Stat(p)
 		if err != nil {

@@ -163,6 +163,11 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("host", hostnameOr("?"))
 	cfg.Env = os.Environ()
+	torchEnv, warning := jobenv.TorchrunDefaults(os.Getenv, cfg.NprocPerNode, cfg.MaxRestarts) // what torchrun sets too
+	if warning != "" {
+		fmt.Fprintln(os.Stderr, warning)
+	}
+	cfg.Env = append(cfg.Env, torchEnv...)
 
 	sigs, dropped := make(chan os.Signal, 8), make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

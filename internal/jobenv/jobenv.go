@@ -8,6 +8,7 @@ package jobenv
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -74,11 +75,57 @@ func (v Vars) Environ() []string {
 		"MASTER_PORT=" + itoa(v.MasterPort),
 		"TORCHELASTIC_RUN_ID=" + v.RunID,
 		"TORCHELASTIC_RESTART_COUNT=" + itoa(v.RestartCount),
+		"GROUP_WORLD_SIZE=" + itoa(v.groupWorldSize()),
+		"ROLE_NAME=" + RoleName,
+		"ROLE_RANK=" + itoa(v.Rank),
+		"ROLE_WORLD_SIZE=" + itoa(v.WorldSize),
+		TorchErrorFile + "=" + v.ErrorFile(),
 		// NVLink multicast (NVLS) can take a shared host's GPUs down; gotrain
 		// never enables it.
 		"NCCL_NVLS_ENABLE=0",
 	}
 	return env
+}
+
+// RoleName is the one role of a gotrain job, as torchrun names it.
+const RoleName = "default"
+
+// TorchErrorFile names the file where a worker's @record entry point
+// (torch.distributed.elastic.multiprocessing.errors) writes its error.
+const TorchErrorFile = "TORCHELASTIC_ERROR_FILE"
+
+// groupWorldSize is the number of nodes, as torchrun counts them: every node
+// runs the same number of workers.
+func (v Vars) groupWorldSize() int {
+	if v.LocalWorldSize < 1 {
+		return 1
+	}
+	return max(1, v.WorldSize/v.LocalWorldSize)
+}
+
+// ErrorFile is the rank's TORCHELASTIC_ERROR_FILE for this generation: in
+// its agent's private socket directory (removed with the agent), one per
+// generation and rank; "" without an agent socket.
+func (v Vars) ErrorFile() string {
+	if v.AgentSocket == "" {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(v.AgentSocket), fmt.Sprintf("error-gen%d-rank%d.json", v.Generation, v.Rank))
+}
+
+// TorchrunDefaults are the variables torchrun sets for every worker of a
+// node that the agent's environment does not already set: OMP_NUM_THREADS=1
+// when the node runs more than one worker and OMP_NUM_THREADS is unset (with
+// torchrun's warning, to print once), and TORCHELASTIC_MAX_RESTARTS.
+func TorchrunDefaults(getenv func(string) string, nproc, maxRestarts int) (env []string, warning string) {
+	env = []string{"TORCHELASTIC_MAX_RESTARTS=" + strconv.Itoa(maxRestarts)}
+	if nproc > 1 && getenv("OMP_NUM_THREADS") == "" {
+		env = append(env, "OMP_NUM_THREADS=1")
+		warning = "*****************************************\n" +
+			"Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being overloaded, please further tune the variable for optimal performance in your application as needed. \n" +
+			"*****************************************"
+	}
+	return env, warning
 }
 
 // ErrNotLaunched means the process was not started by `gotrain launch`.
