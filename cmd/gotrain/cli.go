@@ -158,6 +158,9 @@ func joinFlagWords(fs *flag.FlagSet, args []string) []string {
 		if a == "--" || len(a) < 2 || a[0] != '-' {
 			return append(out, args[i+1:]...)
 		}
+		if d := dashSpelling(fs, a); d != a { // --nproc_per_node: --nproc-per-node
+			a, out[len(out)-1] = d, d
+		}
 		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
 		if strings.Contains(name, "=") {
 			continue
@@ -181,6 +184,23 @@ func joinFlagWords(fs *flag.FlagSet, args []string) []string {
 		}
 	}
 	return out
+}
+
+// dashSpelling returns flag argument a with the underscores of its name
+// turned into dashes (--nproc_per_node=2: --nproc-per-node=2), as torchrun
+// users write them, when fs has the dashed flag and not the underscored one;
+// otherwise a.
+func dashSpelling(fs *flag.FlagSet, a string) string {
+	rest := strings.TrimLeft(a, "-")
+	name, value, hasValue := strings.Cut(rest, "=")
+	dashed := strings.ReplaceAll(name, "_", "-")
+	if dashed == name || fs.Lookup(name) != nil || fs.Lookup(dashed) == nil {
+		return a
+	}
+	if hasValue {
+		dashed += "=" + value
+	}
+	return a[:len(a)-len(rest)] + dashed
 }
 
 // flagWords returns the words a switch takes, or nil for a flag that takes
