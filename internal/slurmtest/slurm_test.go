@@ -521,7 +521,7 @@ echo "srun exit $?"
 		if b, err := c.client("scancel", "--signal=USR1", job); err != nil {
 			t.Fatalf("scancel --signal=USR1: %v: %s", err, b)
 		}
-		c.waitFor("USR1 at both ranks", 10*time.Second, func() bool {
+		c.waitFor("USR1 at both ranks", 60*time.Second, func() bool {
 			o := readFile(t, out)
 			return strings.Contains(o, "[rank 0] got USR1") && strings.Contains(o, "[rank 1] got USR1")
 		})
@@ -536,7 +536,7 @@ echo "srun exit $?"
 			t.Fatalf("scancel: %v: %s", err, b)
 		}
 		c.wait(job, 30*time.Second)
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for len(c.leftOver()) > 0 && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
 		}
