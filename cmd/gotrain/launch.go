@@ -29,9 +29,11 @@ Usage: gotrain launch [flags] -- PROGRAM [ARGS...]
 
 Starts one worker process per GPU (or per CPU rank with --backend cpu), each
 with its rank in GOTRAIN_* and torchrun-compatible variables (RANK,
-LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
-MASTER_PORT, TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT), and supervises
-them: output is prefixed "[rank N]", the exit status is the first failing
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
+ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
+TORCHELASTIC_ERROR_FILE; OMP_NUM_THREADS=1 with more than one worker when it
+is unset, as torchrun), and supervises them: output is prefixed "[rank N]", the exit status is the first failing
 worker's, Ctrl-C and SIGTERM reach every worker, and no worker outlives
 gotrain.
 
@@ -78,7 +80,12 @@ fit in slurm.conf's KillWait; Slurm itself delivers --signal and scancel
 passes on outside Slurm). Flags win; GOTRAIN_SLURM=off ignores Slurm.
 README: "Under Slurm".
 
+A PROGRAM ending in .py runs with python3 from PATH (gotrain says so once).
+Flags may be spelled with underscores too (--nproc_per_node), and gotrain
+torchrun takes torchrun's whole command line.
+
 Examples:
+  gotrain launch --nproc-per-node 2 --backend cpu -- train.py --epochs 3
   srun gotrain launch -- ./train          # in an sbatch script: nothing else to pass
   gotrain launch --gpus 8 -- ./train --epochs 3
   gotrain launch --nproc-per-node 4 --backend cpu -- ./bin/mnist
