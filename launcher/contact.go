@@ -18,7 +18,8 @@ import (
 // stream breaks, the agent opens a new one, for up to the job's node
 // timeout, and the coordinator (coordinator/reach.go) replaces the old
 // stream with it; the workers run on meanwhile. A node that stays cut off
-// for longer stops its own workers and says why, so that they neither hold
+// for longer stops its own workers and says why (at most twice the node
+// timeout after the cut), so that they neither hold
 // their GPUs nor write checkpoints on forever: the coordinator has lost the
 // node by then. Two signs of being cut off: the stream cannot be opened
 // again, or the coordinator has not answered a progress report (one a
@@ -115,8 +116,12 @@ func (a *agent) cutOff(now time.Time) error {
 	if a.nodeTimeout <= 0 || a.gen == nil {
 		return nil
 	}
+	// Twice the node timeout: a coordinator that is merely slow (128
+	// agents on 2 cores time out their reports for seconds) keeps the node
+	// while its stream is attached, and the node must not stop its workers
+	// first; one that has lost the node did so after one node timeout.
 	silent, err := a.hub.silence(now)
-	if silent < a.nodeTimeout {
+	if silent < 2*a.nodeTimeout {
 		return nil
 	}
 	return fmt.Errorf("cut off: no answer for %s (%v), longer than the node timeout: the coordinator has lost this node", silent.Round(100*time.Millisecond), status.Convert(err).Message())
