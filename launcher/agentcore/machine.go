@@ -22,12 +22,12 @@ type Machine struct {
 	gen  *jobenv.NodeGeneration // the current generation; nil before the first
 	next ProcID                 // the last ProcID handed out
 
-	procs   map[ProcID]*proc
+	procs map[ProcID]*proc
 	// workers: local slot (local rank) → the process that runs it in the
 	// latest generation that ran it here. A process keeps its slot across
 	// generations; its rank may change when the job shrinks or grows.
 	workers map[int]ProcID
-	pool    *standbyPool   // nil when standbys are off
+	pool    *standbyPool // nil when standbys are off
 
 	stopping  syscall.Signal // SIGINT/SIGTERM that stops the job; 0 if none
 	killAllAt time.Time      // when stopping by signal: SIGKILL every worker then

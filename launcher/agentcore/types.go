@@ -241,10 +241,10 @@ type Finish struct {
 type FinishReason string
 
 const (
-	FinishedJob     FinishReason = "job"         // the coordinator finished the job
-	FinishedSignal  FinishReason = "signal"      // SIGINT or SIGTERM stopped it
-	FinishedLost    FinishReason = "coordinator" // the coordinator was lost
-	FinishedCancel  FinishReason = "canceled"    // the agent's context ended
+	FinishedJob    FinishReason = "job"         // the coordinator finished the job
+	FinishedSignal FinishReason = "signal"      // SIGINT or SIGTERM stopped it
+	FinishedLost   FinishReason = "coordinator" // the coordinator was lost
+	FinishedCancel FinishReason = "canceled"    // the agent's context ended
 )
 
 func (Spawn) isAction()         {}
@@ -292,7 +292,9 @@ func (a ReportExit) String() string {
 	}
 	return s
 }
-func (a AcceptStandby) String() string { return fmt.Sprintf("accept-standby slot=%d pid=%d", a.Slot, a.Pid) }
+func (a AcceptStandby) String() string {
+	return fmt.Sprintf("accept-standby slot=%d pid=%d", a.Slot, a.Pid)
+}
 func (a RejectStandby) String() string {
 	return fmt.Sprintf("reject-standby slot=%d pid=%d: %s", a.Slot, a.Pid, a.Reason)
 }
