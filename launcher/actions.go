@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -213,6 +214,10 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 		// early: seen when its output closed while exiting, before wait4
 		a.log.Info("worker exited", "rank", act.Rank, "pid", p.pid(), "exit", e.String(), "early", e.Early)
 		examineExit(req, p.evidence, p.pid(), e.Signal)
+		errFile := jobenv.Vars{AgentSocket: a.socket, Generation: act.Generation, Rank: act.Rank}.ErrorFile()
+		if note, ok := errorFileNote(errFile); ok {
+			req.Notes = append(req.Notes, note)
+		}
 	}
 	a.hub.exited(act.Generation, act.Rank)
 	a.queueReport(req)

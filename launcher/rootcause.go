@@ -333,3 +333,52 @@ func (a *agent) recordRootCause(f *gotrainv1.JobFinished) {
 		a.logTrouble.warn(err)
 	}
 }
+
+// maxErrorFile bounds what is read of a worker's error file.
+const maxErrorFile = 64 << 10
+
+// errorFileNote reads the error file a PyTorch entry point decorated with
+// torch.distributed.elastic's @record writes when it fails (at
+// TORCHELASTIC_ERROR_FILE, jobenv.Vars.ErrorFile) and returns it as a note
+// for the root cause: the exception and the last lines of its Python stack.
+// ok is false when there is no such file or it is not one.
+func errorFileNote(path string) (note string, ok bool) {
+	if path == "" {
+		return "", false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxErrorFile))
+	if err != nil {
+		return "", false
+	}
+	// torch writes {"message": {"message": "...", "extraInfo":
+	// {"py_callstack": "...", "timestamp": "..."}}}; older versions a
+	// plain string message.
+	var doc struct {
+		Message json.RawMessage `json:"message"`
+	}
+	if json.Unmarshal(b, &doc) != nil || len(doc.Message) == 0 {
+		return "", false
+	}
+	var msg, stack string
+	var inner struct {
+		Message   string `json:"message"`
+		ExtraInfo struct {
+			PyCallstack string `json:"py_callstack"`
+		} `json:"extraInfo"`
+	}
+	if json.Unmarshal(doc.Message, &inner) == nil && inner.Message != "" {
+		msg, stack = inner.Message, inner.ExtraInfo.PyCallstack
+	} else if json.Unmarshal(doc.Message, &msg) != nil || msg == "" {
+		return "", false
+	}
+	note = "the program's error file (torch.distributed.elastic @record): " + strings.TrimSpace(msg)
+	if lines := strings.Split(strings.TrimRight(stack, "\n"), "\n"); stack != "" {
+		note += "\n" + strings.Join(lines[max(0, len(lines)-6):], "\n")
+	}
+	return note, true
+}

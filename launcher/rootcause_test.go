@@ -118,3 +118,33 @@ func TestWriteRootCause(t *testing.T) {
 		t.Errorf("temp files left: %v", left)
 	}
 }
+
+// The error file that torch.distributed.elastic's @record writes reaches
+// the root cause: the exception and the end of its Python stack.
+func TestErrorFileNote(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "error.json")
+	if _, ok := errorFileNote(path); ok {
+		t.Error("a note without an error file")
+	}
+	doc := `{"message": {"message": "RuntimeError: loss is NaN", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 9, in main\n    raise RuntimeError(\"loss is NaN\")\nRuntimeError: loss is NaN\n", "timestamp": "1733000000"}}}`
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	note, ok := errorFileNote(path)
+	if !ok || !strings.Contains(note, "@record): RuntimeError: loss is NaN") || !strings.Contains(note, `File "train.py", line 9`) {
+		t.Errorf("note %q, %v", note, ok)
+	}
+	if err := os.WriteFile(path, []byte(`{"message": "plain text"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if note, ok := errorFileNote(path); !ok || !strings.HasSuffix(note, "plain text") {
+		t.Errorf("plain message: %q, %v", note, ok)
+	}
+	if err := os.WriteFile(path, []byte("not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := errorFileNote(path); ok {
+		t.Error("a note from a file that is not torch's")
+	}
+}
