@@ -40,7 +40,9 @@ for n in $NODES; do
 		# Since the control plane is TLS (1b7d2d9) the others pin the job CA
 		# by the --ca-hash that the first node's join hint prints.
 		pin=()
-		for _ in $(seq 100); do
+		# Up to 60 s: on a loaded machine the first node can be slow to print it,
+		# and joiners started without the pin are refused.
+		for _ in $(seq 600); do
 			h=$(grep -o -- '--ca-hash [^ ]*' "$dir/a0.err" | head -1)
 			[ -n "$h" ] && pin=($h) && break
 			grep -q -- '--coordinator ' "$dir/a0.err" && break # a gotrain without TLS
