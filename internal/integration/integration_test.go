@@ -20,33 +20,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testbin"
 )
 
 var bin struct{ gotrain, testprog, mnist string }
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gotrain-integration-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer os.RemoveAll(dir)
-		for _, b := range []struct {
-			dst *string
-			pkg string
-		}{{&bin.gotrain, "./cmd/gotrain"}, {&bin.testprog, "./internal/integration/testprog"}, {&bin.mnist, "./examples/mnist"}} {
-			*b.dst = filepath.Join(dir, filepath.Base(b.pkg))
-			cmd := exec.Command("go", "build", "-o", *b.dst, b.pkg)
-			cmd.Dir = "../.."
-			if out, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
-				return 1
-			}
-		}
-		return m.Run()
-	}()
-	os.Exit(code)
+	pkgs := []string{"./cmd/gotrain", "./internal/integration/testprog", "./examples/mnist"}
+	testbin.Main(m, "gotrain-integration-", pkgs, func(_ string, built map[string]string) error {
+		bin.gotrain, bin.testprog, bin.mnist = built[pkgs[0]], built[pkgs[1]], built[pkgs[2]]
+		return nil
+	})
 }
 
 // testTagEnv names the environment variable that tags every process a test

