@@ -25,13 +25,17 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// startBounded is startServer with setup run on the Server before it serves
-// (smaller limits, hooks).
+// startBounded serves cfg on a loopback TCP port until the test ends, with
+// setup run on the Server before it serves (smaller limits, hooks); the
+// coordinator's log is shown when the test fails.
 func startBounded(t *testing.T, cfg Config, setup func(*Server)) (*Server, string) {
 	t.Helper()
-	cfg.RunID, cfg.Token = "run-test", testToken
+	if cfg.RunID == "" {
+		cfg.RunID = "run-test"
+	}
+	cfg.Token = testToken
 	logs := &logBuffer{}
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

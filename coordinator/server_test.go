@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"net"
 	"slices"
@@ -42,44 +41,16 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
-// startServer serves cfg on a loopback TCP port until the test ends.
+// startServer serves cfg on a loopback TCP port until the test ends
+// (startBounded, with hooks).
 func startServer(t *testing.T, cfg Config, hooks testHooks) (*Server, string) {
 	t.Helper()
-	if cfg.RunID == "" {
-		cfg.RunID = "run-test"
-	}
-	cfg.Token = testToken
 	if cfg.NodeTimeout == 0 {
 		// A node whose stream broke is lost at the next tick (a second):
 		// the tests of loss need not wait out the default 10 s.
 		cfg.NodeTimeout = time.Millisecond
 	}
-	logs := &logBuffer{}
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.hooks = hooks
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		if t.Failed() {
-			logs.mu.Lock()
-			t.Logf("coordinator log:\n%s", logs.buf.String())
-			logs.mu.Unlock()
-		}
-	})
-	return srv, lis.Addr().String()
+	return startBounded(t, cfg, func(s *Server) { s.hooks = hooks })
 }
 
 func dial(t *testing.T, addr string, opts ...grpc.DialOption) gotrainv1.CoordinatorClient {
