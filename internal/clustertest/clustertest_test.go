@@ -233,16 +233,10 @@ func TestSIGKILLedAgent(t *testing.T) {
 	pid := victim.Proc().Pid()
 	killed := time.Now()
 	victim.Kill()
+	j.othersFail(t, victim, "after node3's agent was killed")
 	for _, p := range j.agents {
 		if p.Host == victim {
 			continue
-		}
-		code, err := p.Wait(time.Minute)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, j.c.Dump())
-		}
-		if code == 0 {
-			t.Errorf("%s's agent exited 0 after node3's agent was killed", p.Host.Name)
 		}
 		m := lostReport.FindStringSubmatch(p.Stderr())
 		if m == nil || m[2] != victim.Name || m[3] != strconv.Itoa(pid) {
@@ -271,18 +265,7 @@ func TestPartitionedNode(t *testing.T) {
 	victim := j.c.Hosts[2]
 	cut := time.Now()
 	victim.Partition(vcluster.Both)
-	for _, p := range j.agents {
-		if p.Host == victim {
-			continue
-		}
-		code, err := p.Wait(time.Minute)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, j.c.Dump())
-		}
-		if code == 0 {
-			t.Errorf("%s's agent exited 0 although node3 was cut off", p.Host.Name)
-		}
-	}
+	j.othersFail(t, victim, "although node3 was cut off")
 	for _, p := range j.agents {
 		if p.Host == victim {
 			continue
@@ -305,6 +288,24 @@ func TestPartitionedNode(t *testing.T) {
 	t.Logf("TIMING the cut-off node's agent exited %d, %v after the cut: %s", code, victim.Proc().Ended.Sub(cut).Round(time.Millisecond), tail(victim.Proc().Stderr(), 1))
 	if t.Failed() {
 		t.Log(j.c.Dump())
+	}
+}
+
+// othersFail waits for every agent but victim's and checks that each
+// exited non-zero (why says after what).
+func (j *job) othersFail(t *testing.T, victim *vcluster.Host, why string) {
+	t.Helper()
+	for _, p := range j.agents {
+		if p.Host == victim {
+			continue
+		}
+		code, err := p.Wait(time.Minute)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, j.c.Dump())
+		}
+		if code == 0 {
+			t.Errorf("%s's agent exited 0 %s", p.Host.Name, why)
+		}
 	}
 }
 
