@@ -21,7 +21,7 @@ import (
 //
 // Commands:
 //
-//	new [grace=10s] [backend=cpu] [standby=off] [standby-timeout=30s]
+//	new [grace=10s] [backend=cpu] [standby=off] [standby-timeout=30s] [python] [python-cold=TEXT]
 //	gen-start gen=N world=N [group=N] [restarts=N] [master=ADDR:PORT]
 //	    one line per local rank: RANK LOCAL GPU [survivor]
 //	gen-end gen=N [reason=TEXT]
@@ -29,6 +29,7 @@ import (
 //	exited p=N [code=N] [signal=NAME]
 //	attached pid=N rank=N gen=N [recoverable] | detached pid=N
 //	standby-hello slot=N pid=N [stream=N] | standby-detached slot=N pid=N [stream=N]
+//	standby-unfit slot=N pid=N (the reason on the next line)
 //	handover-failed p=N | fail-next-spawn (the error on the next line)
 //	signal sig=NAME | tick [+=DURATION]
 func TestInteraction(t *testing.T) {
@@ -67,6 +68,8 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 			d.ScanArgs(t, "standby", &s)
 			cfg.Standby = agentcore.StandbyMode(s)
 		}
+		cfg.Python = d.HasArg("python")
+		d.MaybeScanArgs(t, "python-cold", &cfg.PythonCold)
 		h.m = agentcore.New(cfg)
 		return ""
 	case "gen-start":
@@ -112,6 +115,11 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 		d.ScanArgs(t, "slot", &e.Slot)
 		d.ScanArgs(t, "pid", &e.Pid)
 		d.MaybeScanArgs(t, "stream", &e.Stream)
+		ev = e
+	case "standby-unfit":
+		e := agentcore.StandbyUnfit{Reason: strings.TrimSpace(d.Input)}
+		d.ScanArgs(t, "slot", &e.Slot)
+		d.ScanArgs(t, "pid", &e.Pid)
 		ev = e
 	case "handover-failed":
 		ev = agentcore.HandoverFailed{Proc: proc(t, d)}

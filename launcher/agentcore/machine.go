@@ -73,8 +73,9 @@ const (
 // New returns a machine for cfg.
 func New(cfg Config) *Machine {
 	m := &Machine{cfg: cfg, procs: map[ProcID]*proc{}, workers: map[int]ProcID{}}
-	if cfg.Standby.Enabled(cfg.Node.Backend) {
-		m.pool = newStandbyPool(cfg.StandbyTimeout, cfg.Standby == StandbyAuto)
+	if on, waitAttach := cfg.standbys(); on {
+		m.pool = newStandbyPool(cfg.StandbyTimeout, waitAttach)
+		m.pool.python = cfg.Python
 	}
 	return m
 }
@@ -128,6 +129,10 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 		if m.pool != nil {
 			m.pool.detached(ev.Slot, ev.Pid, ev.Stream)
 		}
+	case StandbyUnfit:
+		if m.pool != nil {
+			out = m.killStandbys(m.pool.unfit(ev.Slot, ev.Pid, ev.Reason))
+		}
 	case HandoverFailed:
 		out = m.handoverFailed(ev.Proc)
 	case Signaled:
@@ -170,8 +175,16 @@ func (m *Machine) identity(rank int) jobenv.Vars {
 }
 
 func (m *Machine) generationStarted(g jobenv.NodeGeneration) []Action {
-	m.gen = &g
 	var out []Action
+	if m.gen == nil && m.cfg.Python && m.cfg.Standby != StandbyOff {
+		switch {
+		case m.pool == nil && m.cfg.PythonCold != "":
+			out = append(out, Print{Text: "gotrain: warning: no Python standbys (--standby " + string(m.cfg.Standby) + "): " + m.cfg.PythonCold + "; ranks start new interpreters"})
+		case m.pool != nil:
+			out = append(out, Print{Text: "gotrain: starting a Python standby per local rank (a warm interpreter that imported torch; --standby " + string(m.cfg.Standby) + ")"})
+		}
+	}
+	m.gen = &g
 	for _, r := range g.Ranks {
 		out = append(out, m.startRank(r)...)
 	}
@@ -209,7 +222,7 @@ func (m *Machine) newWorker(r jobenv.Assignment) []Action {
 			if p := m.procs[s.proc]; p != nil && !p.exited {
 				p.standby, p.rank, p.gen, p.handover = false, r.Rank, m.gen.Number, handStandby
 				m.workers[r.LocalRank] = p.id
-				return append(out, HandToStandby{Proc: p.id, Vars: vars})
+				return append(out, HandToStandby{Proc: p.id, Vars: vars, GPUs: m.gen.GPUs()})
 			}
 		}
 	}

@@ -31,6 +31,9 @@ type standbyPool struct {
 	// waitAttach (StandbyAuto): no standby starts until every worker of a
 	// generation has attached.
 	waitAttach bool
+	// python: the standbys are warm Python interpreters (Config.Python),
+	// which say "ready" rather than hello; only the warnings differ.
+	python bool
 }
 
 // maxStandbyDeaths is how many standbys may die unused in a row before the
@@ -154,6 +157,8 @@ func (sp *standbyPool) exited(proc ProcID, how string) standbyExit {
 	delete(sp.slots, s.slot)
 	out := standbyExit{known: true, slot: s.slot, gpu: s.gpu}
 	switch {
+	case !s.helloed && sp.python:
+		out.kill, out.warn = sp.turnOff(fmt.Sprintf("the Python standby for slot %d (pid %d) exited (%s) before it was ready (its output is under [standby %d])", s.slot, s.pid, how, s.slot))
 	case !s.helloed:
 		out.kill, out.warn = sp.turnOff(fmt.Sprintf("the standby for slot %d (pid %d) exited (%s) without saying hello: the program does not use gotrain's worker library (worker.Init)", s.slot, s.pid, how))
 	case sp.deaths+1 >= maxStandbyDeaths:
@@ -175,10 +180,28 @@ func (sp *standbyPool) tick(now time.Time) (kill []ProcID, warn string) {
 	for _, slot := range slices.Sorted(maps.Keys(sp.slots)) {
 		s := sp.slots[slot]
 		if s.pid != 0 && !s.helloed && now.Sub(s.spawned) >= sp.helloTimeout {
+			if sp.python {
+				return sp.turnOff(fmt.Sprintf("the Python standby for slot %d (pid %d) was not ready within %s (importing torch and the --standby-preload modules takes longer: raise --standby-timeout)", s.slot, s.pid, sp.helloTimeout))
+			}
 			return sp.turnOff(fmt.Sprintf("the standby for slot %d (pid %d) did not say hello within %s: the program does not use gotrain's worker library (worker.Init), or starts slower than --standby-timeout", s.slot, s.pid, sp.helloTimeout))
 		}
 	}
 	return nil, ""
+}
+
+// unfit turns the pool off because slot's standby pid says it cannot
+// serve (why); a standby the pool no longer has is ignored (the pool
+// turned off already, or let it go).
+func (sp *standbyPool) unfit(slot, pid int, why string) (kill []ProcID, warn string) {
+	s := sp.slots[slot]
+	if s == nil || s.pid != pid {
+		return nil, ""
+	}
+	what := "the standby"
+	if sp.python {
+		what = "the Python standby"
+	}
+	return sp.turnOff(fmt.Sprintf("%s for slot %d (pid %d) cannot be warmed: %s", what, slot, pid, why))
 }
 
 // turnOff turns the pool off for reason, returning every standby to kill

@@ -23,7 +23,9 @@ const (
 	// StandbyAuto: on the NCCL backend, once every worker of the current
 	// generation on this node has attached with package worker: the
 	// program then supports standbys. Programs that do not use package
-	// worker (PyTorch) never attach, so never get a spare.
+	// worker never attach, so never get a spare — except Python programs
+	// (Config.Python), whose standbys are warm interpreters: those start
+	// at once, on any backend.
 	StandbyAuto StandbyMode = "auto"
 )
 
@@ -42,6 +44,27 @@ type Config struct {
 	// said hello after StandbyTimeout turns standbys off.
 	Standby        StandbyMode
 	StandbyTimeout time.Duration
+	// Python: the program is a Python interpreter running a script or a
+	// module, and its standbys are warm interpreters (the shell's
+	// bootstrap: torch imported, CUDA initialised) that say they are ready
+	// on a pipe of their own instead of attaching with package worker.
+	// Under StandbyAuto they start with the first generation, on any
+	// backend.
+	Python bool
+	// PythonCold, when not empty, says why the Python program cannot be
+	// pre-warmed (an interpreter option the bootstrap cannot reproduce):
+	// the machine warns once, at the first generation, and keeps no
+	// standbys.
+	PythonCold string
+}
+
+// standbys reports whether the machine keeps a standby pool, and whether
+// the pool waits for every worker to attach before it starts any.
+func (c Config) standbys() (on, waitAttach bool) {
+	if c.Python && (c.Standby == StandbyAuto || c.Standby == StandbyOn) {
+		return c.PythonCold == "", false
+	}
+	return c.Standby.Enabled(c.Node.Backend), c.Standby == StandbyAuto
 }
 
 // Event is an input to [Machine.Step].
@@ -117,6 +140,14 @@ type StandbyDetached struct {
 	Stream    uint64
 }
 
+// StandbyUnfit: standby Pid of Slot says it cannot serve (a Python
+// standby could not import torch or a --standby-preload module): Reason
+// says why. Standbys turn off with one warning.
+type StandbyUnfit struct {
+	Slot, Pid int
+	Reason    string
+}
+
 // HandoverFailed: a Park, Resume or HandToStandby could not reach process
 // Proc (its stream is gone or stuck, or it is exiting).
 type HandoverFailed struct{ Proc ProcID }
@@ -139,6 +170,7 @@ func (Attached) isEvent()          {}
 func (Detached) isEvent()          {}
 func (StandbyHello) isEvent()      {}
 func (StandbyDetached) isEvent()   {}
+func (StandbyUnfit) isEvent()      {}
 func (HandoverFailed) isEvent()    {}
 func (Signaled) isEvent()          {}
 func (Tick) isEvent()              {}
@@ -200,11 +232,13 @@ type Resume struct {
 	Vars jobenv.Vars
 }
 
-// HandToStandby: give standby Proc the rank of Vars; from now on it is that
-// rank's worker. HandoverFailed when it cannot be delivered.
+// HandToStandby: give standby Proc the rank of Vars, seeing GPUs (as
+// Spawn's); from now on it is that rank's worker. HandoverFailed when it
+// cannot be delivered.
 type HandToStandby struct {
 	Proc ProcID
 	Vars jobenv.Vars
+	GPUs []int
 }
 
 // ReportExit: tell the coordinator that Rank's process of Generation ended
