@@ -1,0 +1,513 @@
+package leaderconn_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/internal/leaderconn"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// cluster is who the test's replicas think leads.
+type cluster struct {
+	mu     sync.Mutex
+	leader string // "" while none does
+	hint   bool   // followers name the leader
+}
+
+func (c *cluster) set(leader string, hint bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leader, c.hint = leader, hint
+}
+
+func (c *cluster) get() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leader, c.hint
+}
+
+// replica is a coordinator replica: a follower answers NotLeader, the
+// leader answers GetJobStatus with its address as the run id.
+type replica struct {
+	gotrainv1.UnimplementedCoordinatorServer
+	c       *cluster
+	addr    string
+	srv     *grpc.Server
+	calls   atomic.Int32
+	watched atomic.Value // the node id of the last WatchGenerations the leader served
+	// stepDownTo, when set, is the leader a leader names after sending a
+	// watch stream's first event.
+	stepDownTo atomic.Value
+}
+
+func (r *replica) check(ctx context.Context) error {
+	r.calls.Add(1)
+	leader, hint := r.c.get()
+	if leader == r.addr {
+		return nil
+	}
+	if !hint {
+		leader = ""
+	}
+	return leaderconn.NotLeader(ctx, r.addr, leader)
+}
+
+func (r *replica) GetJobStatus(ctx context.Context, _ *gotrainv1.GetJobStatusRequest) (*gotrainv1.JobStatus, error) {
+	if err := r.check(ctx); err != nil {
+		return nil, err
+	}
+	return &gotrainv1.JobStatus{RunId: r.addr}, nil
+}
+
+func (r *replica) Diagnose(ctx context.Context, _ *gotrainv1.DiagnoseRequest) (*gotrainv1.DiagnoseResponse, error) {
+	if err := r.check(ctx); err != nil {
+		return nil, err
+	}
+	return nil, status.Error(codes.FailedPrecondition, "the job has not started")
+}
+
+func (r *replica) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, s grpc.ServerStreamingServer[gotrainv1.GenerationEvent]) error {
+	ctx := s.Context()
+	if err := r.check(ctx); err != nil {
+		return err
+	}
+	r.watched.Store(req.GetNodeId())
+	ev := &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Started{Started: &gotrainv1.GenerationStarted{Generation: 1, MasterAddr: r.addr}}}
+	if err := s.Send(ev); err != nil {
+		return err
+	}
+	if to, _ := r.stepDownTo.Load().(string); to != "" {
+		return leaderconn.NotLeader(ctx, r.addr, to)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// startReplicas starts n replicas of c on 127.0.0.1, stopped when the test
+// ends.
+func startReplicas(t *testing.T, c *cluster, n int) []*replica {
+	t.Helper()
+	var rs []*replica
+	for range n {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &replica{c: c, addr: lis.Addr().String(), srv: grpc.NewServer()}
+		gotrainv1.RegisterCoordinatorServer(r.srv, r)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = r.srv.Serve(lis) }()
+		t.Cleanup(func() { r.srv.Stop(); <-done })
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+func addrs(rs ...*replica) []string {
+	var as []string
+	for _, r := range rs {
+		as = append(as, r.addr)
+	}
+	return as
+}
+
+func dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// switches records the Conn's switches.
+type switches struct {
+	mu sync.Mutex
+	to []string
+}
+
+func (s *switches) record(_, to, _ string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.to = append(s.to, to)
+}
+
+func (s *switches) get() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.to)
+}
+
+func newConn(t *testing.T, as []string, opts ...leaderconn.Option) (*leaderconn.Conn, gotrainv1.CoordinatorClient) {
+	t.Helper()
+	lc, err := leaderconn.New(as, dial, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lc.Close() })
+	return lc, gotrainv1.NewCoordinatorClient(lc)
+}
+
+func status1(t *testing.T, client gotrainv1.CoordinatorClient) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	st, err := client.GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
+	if err != nil {
+		t.Fatalf("GetJobStatus: %v", err)
+	}
+	return st.GetRunId()
+}
+
+func TestNotLeaderTrailer(t *testing.T) {
+	for _, tc := range []struct {
+		name, leader, msg string
+	}{
+		{"known", "10.0.0.3:29400", "is not the leader; the leader is at 10.0.0.3:29400"},
+		{"election", "", "is not the leader; no leader is known yet (an election is in progress)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &cluster{}
+			rs := startReplicas(t, c, 1)
+			c.set(tc.leader, true)
+			cc, err := dial(rs[0].addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			var md metadata.MD
+			_, err = gotrainv1.NewCoordinatorClient(cc).GetJobStatus(t.Context(), &gotrainv1.GetJobStatusRequest{}, grpc.Trailer(&md))
+			want := "coordinator replica " + rs[0].addr + " " + tc.msg
+			if s, _ := status.FromError(err); s.Code() != codes.Unavailable || s.Message() != want {
+				t.Errorf("err = %v, want Unavailable %q", err, want)
+			}
+			if got := md.Get(leaderconn.LeaderKey); !slices.Equal(got, nonEmpty(tc.leader)) {
+				t.Errorf("trailer %s = %q, want %q", leaderconn.LeaderKey, got, nonEmpty(tc.leader))
+			}
+		})
+	}
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// A follower names the leader, whom the Conn did not know: the call goes
+// there at once, without trying the other replica.
+func TestUnaryRedirect(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 3)
+	f, other, l := rs[0], rs[1], rs[2]
+	c.set(l.addr, true)
+	var sw switches
+	lc, client := newConn(t, addrs(f, other), leaderconn.WithOnSwitch(sw.record))
+	if got := status1(t, client); got != l.addr {
+		t.Errorf("answered by %s, want the leader %s", got, l.addr)
+	}
+	if f.calls.Load() != 1 || other.calls.Load() != 0 || l.calls.Load() != 1 {
+		t.Errorf("calls follower %d, other %d, leader %d; want 1, 0, 1", f.calls.Load(), other.calls.Load(), l.calls.Load())
+	}
+	if lc.Leader() != l.addr || !slices.Equal(lc.Addrs(), addrs(f, other, l)) {
+		t.Errorf("Leader %s, Addrs %v; want %s, %v", lc.Leader(), lc.Addrs(), l.addr, addrs(f, other, l))
+	}
+	if got := sw.get(); !slices.Equal(got, []string{l.addr}) {
+		t.Errorf("switches to %v, want [%s]", got, l.addr)
+	}
+	// Later calls go straight to the leader.
+	status1(t, client)
+	if f.calls.Load() != 1 || l.calls.Load() != 2 {
+		t.Errorf("second call: follower %d, leader %d calls; want 1, 2", f.calls.Load(), l.calls.Load())
+	}
+}
+
+// No replica knows the leader yet (an election): the Conn tries each in
+// turn until the leader answers.
+func TestUnknownLeaderRoundRobin(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 3)
+	c.set(rs[2].addr, false)
+	lc, client := newConn(t, addrs(rs...))
+	if got := status1(t, client); got != rs[2].addr {
+		t.Errorf("answered by %s, want %s", got, rs[2].addr)
+	}
+	if lc.Leader() != rs[2].addr {
+		t.Errorf("Leader = %s, want %s", lc.Leader(), rs[2].addr)
+	}
+	for i, r := range rs {
+		if r.calls.Load() != 1 {
+			t.Errorf("replica %d had %d calls, want 1", i, r.calls.Load())
+		}
+	}
+}
+
+// The leader's server dies; another replica becomes leader: calls go on.
+func TestLeaderKilled(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 3)
+	c.set(rs[0].addr, true)
+	var sw switches
+	lc, client := newConn(t, addrs(rs...), leaderconn.WithOnSwitch(sw.record))
+	if got := status1(t, client); got != rs[0].addr {
+		t.Fatalf("answered by %s, want %s", got, rs[0].addr)
+	}
+	rs[0].srv.Stop()
+	c.set(rs[2].addr, true)
+	if got := status1(t, client); got != rs[2].addr {
+		t.Errorf("after the leader died: answered by %s, want %s", got, rs[2].addr)
+	}
+	if lc.Leader() != rs[2].addr {
+		t.Errorf("Leader = %s, want %s", lc.Leader(), rs[2].addr)
+	}
+	// Round robin reached rs[1], which pointed at rs[2].
+	if got := sw.get(); !slices.Equal(got, []string{rs[1].addr, rs[2].addr}) {
+		t.Errorf("switches to %v, want %v", got, addrs(rs[1], rs[2]))
+	}
+}
+
+// Calls from many goroutines while the leader moves all succeed.
+func TestConcurrentCallsWhileLeaderMoves(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 3)
+	c.set(rs[0].addr, true)
+	_, client := newConn(t, addrs(rs...))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			c.set(rs[i%3].addr, i%2 == 0)
+		}
+	})
+	var calls sync.WaitGroup
+	for range 16 {
+		calls.Go(func() {
+			for range 20 {
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				_, err := client.GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
+				cancel()
+				if err != nil {
+					t.Errorf("GetJobStatus: %v", err)
+					return
+				}
+			}
+		})
+	}
+	calls.Wait()
+	close(stop)
+	wg.Wait()
+}
+
+// The caller's deadline ends the search for a leader.
+func TestDeadlineRespected(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 2)
+	_, client := newConn(t, addrs(rs...)) // no leader; the default 15 s window
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := client.GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
+	if err == nil {
+		t.Fatal("GetJobStatus succeeded without a leader")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("returned after %v, the deadline was 200ms", d)
+	}
+	if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
+		t.Errorf("err = %v, want Unavailable or DeadlineExceeded", err)
+	}
+}
+
+// Past the failover window the last Unavailable comes back unchanged.
+func TestWindowExceeded(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 2)
+	_, client := newConn(t, addrs(rs...), leaderconn.WithFailoverWindow(300*time.Millisecond))
+	start := time.Now()
+	_, err := client.GetJobStatus(t.Context(), &gotrainv1.GetJobStatusRequest{})
+	d := time.Since(start)
+	s, _ := status.FromError(err)
+	if s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "no leader is known yet") {
+		t.Errorf("err = %v, want a replica's Unavailable", err)
+	}
+	if d < 300*time.Millisecond || d > 2*time.Second {
+		t.Errorf("returned after %v, want about the 300ms window", d)
+	}
+	if n := rs[0].calls.Load() + rs[1].calls.Load(); n < 4 {
+		t.Errorf("%d calls in the window, want at least 4 (backoff from 25ms)", n)
+	}
+}
+
+// Errors other than Unavailable return at once.
+func TestOtherErrorsNotRetried(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 2)
+	c.set(rs[0].addr, true)
+	_, client := newConn(t, addrs(rs...))
+	_, err := client.Diagnose(t.Context(), &gotrainv1.DiagnoseRequest{})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("err = %v, want FailedPrecondition", err)
+	}
+	if rs[0].calls.Load() != 1 || rs[1].calls.Load() != 0 {
+		t.Errorf("calls %d, %d; want 1, 0", rs[0].calls.Load(), rs[1].calls.Load())
+	}
+}
+
+// A canceled context is not retried, even against a follower.
+func TestCanceledNotRetried(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 2)
+	_, client := newConn(t, addrs(rs...))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := client.GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
+	if status.Code(err) != codes.Canceled {
+		t.Errorf("err = %v, want Canceled", err)
+	}
+	if n := rs[0].calls.Load() + rs[1].calls.Load(); n != 0 {
+		t.Errorf("%d calls reached a replica, want 0", n)
+	}
+}
+
+// A watch opened on a follower is opened again on the leader, with the
+// request replayed; with or without a hint.
+func TestWatchOpenedOnFollowerReopensOnLeader(t *testing.T) {
+	for _, hint := range []bool{true, false} {
+		t.Run(map[bool]string{true: "hint", false: "election"}[hint], func(t *testing.T) {
+			c := &cluster{}
+			rs := startReplicas(t, c, 3)
+			l := rs[2]
+			c.set(l.addr, hint)
+			as := addrs(rs[0], rs[1])
+			if !hint {
+				as = addrs(rs...)
+			}
+			lc, client := newConn(t, as)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			w, err := client.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: "node-7"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, err := w.Recv()
+			if err != nil {
+				t.Fatalf("Recv: %v", err)
+			}
+			if got := ev.GetStarted().GetMasterAddr(); got != l.addr {
+				t.Errorf("event from %s, want the leader %s", got, l.addr)
+			}
+			if got, _ := l.watched.Load().(string); got != "node-7" {
+				t.Errorf("the leader watched for %q, want the replayed node-7", got)
+			}
+			if lc.Leader() != l.addr {
+				t.Errorf("Leader = %s, want %s", lc.Leader(), l.addr)
+			}
+			want := map[bool]int32{true: 0, false: 1}[hint]
+			if rs[1].calls.Load() != want {
+				t.Errorf("the other follower had %d calls, want %d", rs[1].calls.Load(), want)
+			}
+		})
+	}
+}
+
+// Once a message has arrived, a stream's error goes to the caller, and
+// the Conn's next call goes to the leader the error named.
+func TestWatchErrorAfterMessagePassedThrough(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 3)
+	c.set(rs[0].addr, true)
+	// rs[2], not rs[1] where round robin would go.
+	rs[0].stepDownTo.Store(rs[2].addr)
+	lc, client := newConn(t, addrs(rs...))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w, err := client.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatalf("first Recv: %v", err)
+	}
+	_, err = w.Recv()
+	if s, _ := status.FromError(err); s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "the leader is at "+rs[2].addr) {
+		t.Errorf("second Recv: %v, want the replica's Unavailable", err)
+	}
+	if lc.Leader() != rs[2].addr {
+		t.Errorf("Leader = %s, want %s", lc.Leader(), rs[2].addr)
+	}
+	if n := rs[1].calls.Load() + rs[2].calls.Load(); n != 0 {
+		t.Errorf("the stream was reopened (%d calls on other replicas)", n)
+	}
+}
+
+// A watch whose first replica is down (NewStream or the first Recv fails
+// without a trailer) is opened on the next one.
+func TestWatchFirstReplicaDown(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 2)
+	rs[0].srv.Stop()
+	c.set(rs[1].addr, true)
+	lc, client := newConn(t, addrs(rs...))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w, err := client.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: "node-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatalf("Recv: %v", err)
+	}
+	if got, _ := rs[1].watched.Load().(string); got != "node-3" || lc.Leader() != rs[1].addr {
+		t.Errorf("watched %q on %s, want node-3 on %s", got, lc.Leader(), rs[1].addr)
+	}
+}
+
+func TestSetAddrs(t *testing.T) {
+	lc, err := leaderconn.New([]string{"a:1", "b:1", "a:1"}, dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	lc.SetAddrs([]string{"c:1", "b:1", "", "d:1"})
+	if got, want := lc.Addrs(), []string{"a:1", "b:1", "c:1", "d:1"}; !slices.Equal(got, want) {
+		t.Errorf("Addrs = %v, want %v", got, want)
+	}
+	if lc.Leader() != "a:1" {
+		t.Errorf("Leader = %s, want a:1", lc.Leader())
+	}
+	if _, err := leaderconn.New(nil, dial); err == nil {
+		t.Error("New without addresses succeeded")
+	}
+}
+
+func TestClosed(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 1)
+	c.set(rs[0].addr, true)
+	lc, client := newConn(t, addrs(rs...))
+	status1(t, client)
+	if err := lc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.GetJobStatus(t.Context(), &gotrainv1.GetJobStatusRequest{}); !errors.Is(err, leaderconn.ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}
