@@ -1,5 +1,7 @@
 // Package jobtls makes and checks a job's TLS credentials: the job CA that
-// the node starting the coordinator makes in memory, the coordinator's
+// the node starting the coordinator makes in memory (or, for a replicated
+// coordinator, that each replica derives from the job token: DeriveCA, with
+// ReplicaTLS for the replicas' own traffic), the coordinator's
 // server certificate, each node's client certificate (its identity), and
 // the client side's trust in the coordinator — a pin on the CA's public key
 // (as kubeadm's --discovery-token-ca-cert-hash), a CA file of the site's
@@ -67,11 +69,13 @@ var (
 	ErrNoTrust = errors.New("jobtls: no way to verify the coordinator")
 )
 
-// CA is a job's certificate authority: an ECDSA P-256 key and a
-// self-signed certificate, held in memory only.
+// CA is a job's certificate authority: a key and a self-signed
+// certificate, held in memory only. The key is ECDSA P-256 (NewCA) or
+// Ed25519 derived from the job token (DeriveCA, for replicated
+// coordinators).
 type CA struct {
 	Cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	key  crypto.Signer
 	pool *x509.CertPool
 }
 
