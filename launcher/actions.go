@@ -42,6 +42,11 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 		a.links.verdict(act.Pid, nil)
 	case agentcore.RejectStandby:
 		a.links.verdict(act.Pid, fmt.Errorf("%s", act.Reason))
+		for _, p := range a.procs {
+			if p.py != nil && p.pid() == act.Pid {
+				_ = p.py.conn.Close() // the bootstrap exits at EOF
+			}
+		}
 	case agentcore.Print:
 		a.stderr.writeLine("", []byte(act.Text))
 	}
@@ -68,6 +73,9 @@ func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 
 // spawnStandby starts a hot standby (standby.go).
 func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
+	if a.py != nil {
+		return a.spawnPythonStandby(act) // pystandby.go
+	}
 	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: a.cfg.Args,
 		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble}
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
@@ -174,11 +182,32 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 	// attaches as it.
 	a.hub.started(v.Generation, v.Rank, p.pid(), v.GPU)
 	a.claims.set(p.pid(), startedProc{rank: v.Rank, gen: v.Generation})
-	msg := &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_Assign{Assign: &gotrainv1.StandbyAssignment{Generation: a.gen, Rank: int32(v.Rank)}}}
-	if !a.links.send(p.pid(), msg) {
-		a.log.Warn("standby's stream is gone or full; stopping it", "slot", p.spec.slot, "pid", p.pid())
-		return failed
+	if p.py != nil {
+		// Its output is the rank's before the program can print: the
+		// standby runs it as soon as it reads the assignment.
+		a.becomeRank(p, v)
+		err := a.handToPython(p, a.workerEnv(v.Environ(), act.GPUs)) // pystandby.go
+		p.py = nil
+		if err != nil {
+			a.log.Warn("cannot hand the rank to the Python standby; stopping it", "slot", p.spec.slot, "pid", p.pid(), "err", err)
+			return failed
+		}
+	} else {
+		msg := &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_Assign{Assign: &gotrainv1.StandbyAssignment{Generation: a.gen, Rank: int32(v.Rank)}}}
+		if !a.links.send(p.pid(), msg) {
+			a.log.Warn("standby's stream is gone or full; stopping it", "slot", p.spec.slot, "pid", p.pid())
+			return failed
+		}
+		a.becomeRank(p, v)
 	}
+	p.evidence = snapshotEvidence(a.oomFile)
+	a.log.Info("worker started from standby", "rank", v.Rank, "slot", p.spec.slot, "pid", p.pid(), "generation", v.Generation)
+	return nil
+}
+
+// becomeRank makes standby p rank v's worker for the agent: its output is
+// "[rank R]" and goes to rankR.log from now on.
+func (a *agent) becomeRank(p *workerProc, v jobenv.Vars) {
 	p.spec.standby, p.spec.rank, p.spec.generation = false, v.Rank, v.Generation
 	var logFile *os.File
 	if a.cfg.LogDir != "" {
@@ -189,9 +218,6 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 		logFile = f
 	}
 	p.out.become(v.Rank, logFile)
-	p.evidence = snapshotEvidence(a.oomFile)
-	a.log.Info("worker started from standby", "rank", v.Rank, "slot", p.spec.slot, "pid", p.pid(), "generation", v.Generation)
-	return nil
 }
 
 // reportExit tells the coordinator how a rank's process ended, with what

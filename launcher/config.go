@@ -91,6 +91,9 @@ type Config struct {
 	// StandbyTimeout is how long a standby may take to say hello before the
 	// program is taken not to support standbys (default 30s).
 	StandbyTimeout time.Duration
+	// StandbyPreload are the modules a Python standby imports besides torch
+	// and torch.distributed (pystandby.go).
+	StandbyPreload []string
 
 	// Signals delivers the signals the agent received (SIGINT, SIGTERM stop
 	// the job; SIGUSR1, SIGUSR2 and SIGHUP are passed on to workers).

@@ -51,12 +51,17 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		cfg.Program, cfg.Args = prog, args
 	}
+	var py *pythonProgram
+	var pyCold string
+	if cfg.Standby != StandbyOff && cfg.Standby != "" {
+		py, pyCold = parsePython(cfg.Program, cfg.Args) // pystandby.go
+	}
 	if cfg.LogDir != "" {
 		if err := checkLogRoot(cfg.LogDir); err != nil { // logdir.go
 			return err
 		}
 	}
-	a := &agent{cfg: cfg, log: cfg.Logger, host: hostname(), tokenMade: tokenMade,
+	a := &agent{cfg: cfg, log: cfg.Logger, host: hostname(), tokenMade: tokenMade, py: py, pyCold: pyCold,
 		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr}}
 	a.logTrouble = &logTrouble{stderr: a.stderr}
 	a.place = nodePlacement(&a.cfg, a.log)
@@ -112,12 +117,12 @@ type agent struct {
 	stdout *console
 	stderr *console
 
-	coord  gotrainv1.CoordinatorClient
-	nodeID string
-	socket string
-	sup    *supervise.Supervisor // starts and watches every process (launcher/supervise)
-	place  *placement            // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
-	hub    *hub                  // the ranks' progress, reported once a second (progress.go)
+	coord       gotrainv1.CoordinatorClient
+	nodeID      string
+	socket      string
+	sup         *supervise.Supervisor // starts and watches every process (launcher/supervise)
+	place       *placement            // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
+	hub         *hub                  // the ranks' progress, reported once a second (progress.go)
 	// logTrouble warns once when the log dir cannot be written (logdir.go).
 	logTrouble *logTrouble
 	// oomFile holds the workers' memory cgroup's oom_kill counter
@@ -136,6 +141,12 @@ type agent struct {
 	// coordinator (the job's --node-timeout, from Join): the agent
 	// reconnects within it, and stops its workers when it cannot.
 	nodeTimeout time.Duration
+
+	// py is the Python program whose standbys are warm interpreters
+	// (pystandby.go); nil when it is none, or pyCold says why it cannot be
+	// pre-warmed.
+	py     *pythonProgram
+	pyCold string
 
 	// The machine decides (launcher/agentcore); the loop's goroutine alone
 	// steps it and carries out its actions (actions.go).
@@ -238,6 +249,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	a.m = agentcore.New(agentcore.Config{
 		Node:  jobenv.Node{AgentSocket: a.socket, JobToken: a.cfg.JobToken, RunID: a.cfg.RunID, Backend: a.cfg.Backend, Host: a.cfg.NodeAddress},
 		Grace: a.cfg.GracePeriod, Standby: a.cfg.Standby, StandbyTimeout: a.cfg.StandbyTimeout,
+		Python: a.py != nil || a.pyCold != "", PythonCold: a.pyCold,
 	})
 	a.procs = map[agentcore.ProcID]*workerProc{}
 	a.claims = newClaims()
@@ -387,6 +399,9 @@ func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
 		defer delete(a.procs, ex.Proc)
 		if p := a.procs[ex.Proc]; p != nil {
 			defer a.claims.forget(p.pid())
+			if p.py != nil {
+				_ = p.py.conn.Close() // its reader ends
+			}
 		}
 	}
 	for _, act := range acts {

@@ -33,6 +33,9 @@ type workerSpec struct {
 	// yet, its output under "[standby N] ", no log file until it has a rank.
 	standby bool
 	slot    int
+	// extra are files the process inherits as fd 3, ... (a Python
+	// standby's socket: pystandby.go).
+	extra []*os.File
 }
 
 // workerProc is a running worker or standby.
@@ -43,6 +46,9 @@ type workerProc struct {
 	out    *route // prefix and log file of its output (lines.go)
 	// evidence is the node's state at the start, for the root-cause report.
 	evidence evidence
+	// py is a Python standby's socket until it is handed a rank
+	// (pystandby.go); nil for any other process.
+	py *pyLink
 }
 
 // stderrTailLines is how many of a worker's last stderr lines a failure
@@ -64,7 +70,7 @@ func startWorker(sup *supervise.Supervisor, spec workerSpec, stdout, stderr *con
 		p.out.log = f
 	}
 	proc, err := sup.Start(supervise.Spec{Path: spec.program, Args: spec.args, Env: spec.env,
-		Output: &workerSink{stdout: stdout, stderr: stderr, route: p.out, tail: p.stderr}})
+		Output: &workerSink{stdout: stdout, stderr: stderr, route: p.out, tail: p.stderr}, ExtraFiles: spec.extra})
 	if err != nil {
 		p.out.close(supervise.Exit{Code: -1, Err: err})
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {

@@ -85,6 +85,14 @@ func (l *standbyLinks) add(pid int) *standbyLink {
 	return sl
 }
 
+// next numbers a stream that is no gRPC stream (a Python standby's socket).
+func (l *standbyLinks) next() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.streams++
+	return l.streams
+}
+
 func (l *standbyLinks) remove(pid int, sl *standbyLink) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -52,8 +53,7 @@ root-cause.json in the run's log dir with --log-dir (DIR/RUN_ID/attempt-N,
 a directory of its own per run; a run that succeeds says so there), and
 exits with the failed rank's status.
 
-Hot standbys (Go programs that use gotrain's worker library only) are
-spare processes of the program, one per GPU (or CPU rank), started and
+Hot standbys are spare processes, one per GPU (or CPU rank), started and
 warmed up: their worker.Init loads the CUDA driver, the GPU's primary
 context and NCCL's kernels, then waits. A rank that needs a new process
 (every rank after a restart, the failed rank after an in-process recovery)
@@ -62,10 +62,21 @@ takes over its GPU's standby instead of starting from scratch (on 2 × H200:
 ~1.4 s), and a new standby starts behind it. A standby prints under
 "[standby N]" until it has a rank, holds a CUDA context (GPU memory) on
 its GPU, and never fails the job by itself. --standby=auto (the default) starts them with --backend nccl
-once every worker of the node has attached with the worker library, so
-other programs (PyTorch) never get one; --standby (=on) starts them at
-once on any backend, and a program that never calls worker.Init then
-gets a warning and ranks start as without; --standby=off never.
+once every worker of the node has attached with the worker library;
+--standby (=on) starts them at once on any backend, and a program that
+never calls worker.Init then gets a warning and ranks start as without;
+--standby=off never.
+
+Python programs (python[3] [options] SCRIPT, python -m MODULE, SCRIPT.py)
+get Python standbys under --standby=auto or on, on any backend: the same
+interpreter with the same options, which has imported torch,
+torch.distributed and --standby-preload's modules and, on a GPU, made
+its CUDA context (` + pyStandbyGPUMemory + ` of GPU memory per standby). A rank that
+takes one over gets exactly a fresh worker's environment, sys.argv,
+sys.path[0], working directory and signal handlers, and runs the program
+as __main__ as python would. An interpreter option that cannot be
+pre-warmed (-c, -i, stdin), or a standby that cannot import torch or a
+preload module, gives one warning and ranks start fresh interpreters.
 
 Under Slurm (inside srun) the node count, this node's rank and the
 coordinator (on the step's first node, at a port from the job and step id)
@@ -104,6 +115,10 @@ certificate of its own at Join, so that it can act only for itself.
 // reaperArg makes `gotrain launch` the agent's orphan reaper instead
 // (launcher.RunReaper): started by the agent, never by people.
 const reaperArg = "_reaper"
+
+// pyStandbyGPUMemory is what a Python standby's CUDA context takes of its
+// GPU (bench/results/torch-restart-standby-2026-12-01-h200.md).
+const pyStandbyGPUMemory = "about 500 MiB"
 
 func (c *launchCmd) run(ctx context.Context, args []string) error {
 	if len(args) == 1 && args[0] == reaperArg {
@@ -210,7 +225,15 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", 10*time.Second, "time workers get between SIGTERM and SIGKILL")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 10*time.Minute, "how long to keep trying to reach the coordinator (long enough for a cluster to come up; progress every 10 s)")
 	cfg.Standby = launcher.StandbyAuto
-	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU that a restarted rank takes over (Go programs using gotrain's worker library only): on, off, or auto (with --backend nccl, once every worker attached with the worker library)")
+	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU (or CPU rank) that a restarted rank takes over: on, off, or auto (Python programs: at once, on any backend; Go programs: with --backend nccl, once every worker attached with the worker library). A Python standby holds its GPU's CUDA context, "+pyStandbyGPUMemory+" of GPU memory")
+	fs.Func("standby-preload", "with a Python program: `MODULES` (comma-separated, e.g. lightning) its standbys import besides torch and torch.distributed", func(s string) error {
+		for _, m := range strings.Split(s, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				cfg.StandbyPreload = append(cfg.StandbyPreload, m)
+			}
+		}
+		return nil
+	})
 	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
 	fs.BoolVar(verbose, "verbose", false, "log the agent's own steps to stderr")

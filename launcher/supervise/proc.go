@@ -28,6 +28,9 @@ type Spec struct {
 	// Output takes stdout and stderr line by line; nil discards them. When
 	// it is a SinkCloser, its Close is called before Done closes.
 	Output LineSink
+	// ExtraFiles are open files the process inherits as fd 3, 4, ...
+	// (exec.Cmd.ExtraFiles); the caller closes its copies after Start.
+	ExtraFiles []*os.File
 }
 
 // TagEnv is the environment variable Start adds to each process: a tag
@@ -161,6 +164,7 @@ func (s *Supervisor) Start(spec Spec) (*Proc, error) {
 	}
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Dir = spec.Dir
+	cmd.ExtraFiles = spec.ExtraFiles
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Its own process group, so a signal reaches everything it started.
 		Setpgid: true,
