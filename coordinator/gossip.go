@@ -23,6 +23,12 @@ type GossipConfig struct {
 	// AdvertiseAddr is the address the agents reach the coordinator at
 	// (default BindAddr; set it when BindAddr is 0.0.0.0).
 	AdvertiseAddr string
+	// Name is the member name (default gossip.CoordinatorName; a replica's
+	// is gossip.ReplicaName), and Join the other replicas' gossip
+	// addresses, joined (and tried again) so that every replica sees every
+	// agent.
+	Name string
+	Join []string
 }
 
 // StartGossip runs the coordinator's memberlist node, which the agents join
@@ -32,8 +38,12 @@ type GossipConfig struct {
 // list. Without StartGossip the job does not gossip.
 func (s *Server) StartGossip(cfg GossipConfig) (port int, stop func(), err error) {
 	d := &gossipEvents{s: s, now: time.Now, heard: map[string]time.Time{}, addrs: map[string]string{}}
+	name := cfg.Name
+	if name == "" {
+		name = gossip.CoordinatorName
+	}
 	ml, err := gossip.Start(gossip.Options{
-		Name: gossip.CoordinatorName, BindAddr: cfg.BindAddr, Port: cfg.Port, AdvertiseAddr: cfg.AdvertiseAddr,
+		Name: name, BindAddr: cfg.BindAddr, Port: cfg.Port, AdvertiseAddr: cfg.AdvertiseAddr,
 		Token: s.cfg.Token, Events: d, Ping: d, Logger: s.log.With("component", "gossip"),
 	})
 	if err != nil {
@@ -44,7 +54,12 @@ func (s *Server) StartGossip(cfg GossipConfig) (port int, stop func(), err error
 	s.gossipPort, s.gossip = port, d
 	s.mu.Unlock()
 	s.log.Info("gossip serving", "addr", net.JoinHostPort(ml.LocalNode().Addr.String(), fmt.Sprint(port)))
+	stopJoining := func() {}
+	if len(cfg.Join) > 0 {
+		stopJoining = gossip.KeepJoining(ml, cfg.Join, 2*time.Second, s.log.With("component", "gossip"))
+	}
 	return port, func() {
+		stopJoining()
 		s.mu.Lock()
 		s.gossipPort = 0
 		s.mu.Unlock()
@@ -129,7 +144,7 @@ func (d *gossipEvents) heardFrom(name string) {
 // of an agent counts as dead. silent is how long the member had not
 // answered (0: unknown).
 func gossipLost(name string, state memberlist.NodeStateType, host string, silent time.Duration) (job.NodeLost, bool) {
-	if name == gossip.CoordinatorName || state == memberlist.StateLeft {
+	if gossip.IsCoordinator(name) || state == memberlist.StateLeft {
 		return job.NodeLost{}, false
 	}
 	reason := "gossip: no answer from " + host
@@ -146,17 +161,25 @@ func gossipLost(name string, state memberlist.NodeStateType, host string, silent
 func (s *Server) nodeLost(ev job.NodeLost) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.outboxes[ev.NodeID] == nil || s.m.Finished() || s.stop.Err() != nil {
+		return
+	}
+	if err := s.step(ev); err != nil {
+		s.log.Error("node lost", "node_id", ev.NodeID, "err", err)
+	}
+}
+
+// dropNode ends the stream of a node about to be lost (applyEvent). s.mu is
+// held.
+func (s *Server) dropNode(ev job.NodeLost) {
 	o := s.outboxes[ev.NodeID]
-	if o == nil || s.m.Finished() || s.stop.Err() != nil {
+	if o == nil || s.m.Finished() {
 		return
 	}
 	delete(s.outboxes, ev.NodeID)
 	o.lost = ev.Reason
 	o.notify()
 	s.log.Warn("node lost", "node_id", ev.NodeID, "reason", ev.Reason)
-	if err := s.step(ev); err != nil {
-		s.log.Error("node lost", "node_id", ev.NodeID, "err", err)
-	}
 }
 
 // DefaultGossipPort is the coordinator's gossip port when none is given:

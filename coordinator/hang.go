@@ -44,10 +44,8 @@ func (s *Server) ReportEvidence(_ context.Context, req *gotrainv1.ReportEvidence
 	for _, e := range req.GetEvidence() {
 		ev.Evidence = append(ev.Evidence, job.Evidence{Rank: int(e.GetRank()), Pid: int(e.GetPid()), Kind: e.GetKind(), Text: e.GetText()})
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.step(ev); err != nil {
-		return nil, grpcError(err)
+	if _, err := s.commit(entry{Event: ev}); err != nil {
+		return nil, err
 	}
 	return &gotrainv1.ReportEvidenceResponse{}, nil
 }

@@ -99,7 +99,9 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
 	}
 	// After the token check: who may act for which node (identity.go).
-	opts = append(opts, grpc.ChainUnaryInterceptor(s.identityUnary), grpc.ChainStreamInterceptor(s.identityStream))
+	// A replica that does not lead names the leader (replicated.go); then
+	// who may act for which node (identity.go).
+	opts = append(opts, grpc.ChainUnaryInterceptor(s.leaderUnary, s.identityUnary), grpc.ChainStreamInterceptor(s.leaderStream, s.identityStream))
 	return append(opts,
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.MaxConcurrentStreams(l.streamsPerConn),

@@ -34,11 +34,9 @@ func (s *Server) tickOnDeadline() {
 // reportParked records that a recoverable worker waits in process for the
 // next generation.
 func (s *Server) reportParked(req *gotrainv1.ReportWorkerExitRequest) (*gotrainv1.ReportWorkerExitResponse, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.log.Debug("worker parked", "node_id", req.GetNodeId(), "generation", req.GetGeneration(), "rank", req.GetRank(), "pid", req.GetPid())
-	if err := s.step(job.WorkerParked{NodeID: req.GetNodeId(), Generation: req.GetGeneration(), Rank: int(req.GetRank()), Pid: int(req.GetPid())}); err != nil {
-		return nil, grpcError(err)
+	if _, err := s.commit(entry{Event: job.WorkerParked{NodeID: req.GetNodeId(), Generation: req.GetGeneration(), Rank: int(req.GetRank()), Pid: int(req.GetPid())}}); err != nil {
+		return nil, err
 	}
 	return &gotrainv1.ReportWorkerExitResponse{}, nil
 }

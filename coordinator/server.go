@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/coordinator/kv"
+	"github.com/gotrain/gotrain/coordinator/replica"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -108,6 +110,13 @@ type Server struct {
 	// limits are the bounds on callers (limits.go).
 	limits limits
 
+	// Replication (replicated.go): repl is nil when the coordinator is not
+	// replicated; the rest is the replicated state outside the machine and
+	// this replica's part in it.
+	repl      *replica.Node
+	rs        replState
+	proposals *proposalQueue
+
 	hooks testHooks
 }
 
@@ -121,9 +130,11 @@ type testHooks struct {
 
 var _ gotrainv1.CoordinatorServer = (*Server)(nil)
 
-// outbox holds the generation events not yet sent to one node. It lives from
-// the node's Join until the node is lost, so a node whose stream opens late
-// still sees every event in order. Guarded by Server.mu.
+// outbox holds the generation events of one node, numbered from 1 (seq). It
+// lives from the node's Join until the node is lost, so a node whose stream
+// opens late, or again after a blip or at a new leader, sees every event
+// after the last one it got (WatchGenerationsRequest.after_seq), in order.
+// Every replica fills it alike. Guarded by Server.mu.
 type outbox struct {
 	events   []*gotrainv1.GenerationEvent
 	closed   bool   // the job finished; end the stream once events are sent
@@ -138,7 +149,11 @@ type outbox struct {
 
 func newOutbox() *outbox { return &outbox{wake: make(chan struct{}, 1)} }
 
+// push appends a copy of ev (one event may go to several nodes, each with
+// its own seq).
 func (o *outbox) push(ev *gotrainv1.GenerationEvent) {
+	ev = proto.CloneOf(ev)
+	ev.Seq = uint64(len(o.events) + 1)
 	o.events = append(o.events, ev)
 	o.notify()
 }
@@ -184,6 +199,9 @@ func New(cfg Config) (*Server, error) {
 		m:        m,
 		outboxes: map[string]*outbox{},
 		waiters:  map[uint64]chan error{},
+		// Waiter ids are unique across replicas: a leader's are in the
+		// replicated barrier state, and the next leader's must not clash.
+		waiterSeq: rand.Uint64() &^ (1<<32 - 1),
 	}, nil
 }
 
@@ -225,7 +243,12 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	tickDone := make(chan struct{})
 	go func() {
 		defer close(tickDone)
+		var wg sync.WaitGroup
+		if s.repl != nil {
+			wg.Go(func() { s.proposeQueued(s.stop) }) // replicated.go
+		}
 		s.tick(s.stop)
+		wg.Wait()
 	}()
 	s.log.Info("coordinator serving", "addr", lis.Addr().String(), "nodes", s.cfg.Nodes, "max_restarts", s.cfg.MaxRestarts)
 
@@ -261,26 +284,43 @@ func (s *Server) tick(ctx context.Context) {
 			return
 		case <-t.C:
 			s.mu.Lock()
-			acts, err := s.m.Step(s.now(), job.Tick{})
-			if err != nil {
+			if err := s.step(job.Tick{}); err != nil {
 				s.log.Error("tick", "err", err)
 			}
-			s.apply(acts)
-			s.dropLost() // reach.go
 			s.mu.Unlock()
 		}
 	}
 }
 
-// step feeds ev to the machine and carries out the actions. s.mu is held.
+// step feeds ev, an event the server itself observed (a tick, a stream's
+// end, gossip), to the machine and carries out the actions. s.mu is held.
+// A replicated coordinator's leader proposes it instead (replicated.go),
+// and the replicas apply it in the log's order; elsewhere it is dropped:
+// only the leader acts.
 func (s *Server) step(ev job.Event) error {
-	acts, err := s.m.Step(s.now(), ev)
+	if s.repl != nil {
+		s.proposeLater(ev)
+		return nil
+	}
+	return s.applyEvent(s.now(), ev)
+}
+
+// applyEvent feeds ev, at now, to the machine and carries out the actions.
+// Every replica runs it for every event, in the same order. s.mu is held.
+func (s *Server) applyEvent(now time.Time, ev job.Event) error {
+	if lost, ok := ev.(job.NodeLost); ok {
+		s.dropNode(lost) // gossip.go
+	}
+	acts, err := s.m.Step(now, ev)
 	if err != nil {
 		return err
 	}
 	s.apply(acts)
 	s.dropLost() // reach.go
 	s.tickOnDeadline()
+	if p, ok := ev.(job.ProgressReported); ok {
+		s.heardFrom(p.NodeID) // reach.go: a report (a heartbeat when empty) overrules gossip
+	}
 	return nil
 }
 
@@ -317,7 +357,11 @@ func (s *Server) apply(acts []job.Action) {
 			if h := s.hooks.finishing; h != nil {
 				h()
 			}
-			close(s.finished)
+			select {
+			case <-s.finished: // a replica restoring a snapshot finishes again
+			default:
+				close(s.finished)
+			}
 		case job.HangDetected:
 			s.hangDetected(a) // hang.go
 		case job.ReleaseBarrier:
@@ -353,41 +397,72 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 			return nil, err
 		}
 	}
+	// The request goes into the log without its CSR: only the leader
+	// issues the certificate, after the join is committed.
+	logged := proto.CloneOf(req)
+	logged.Csr = nil
+	b, err := proto.Marshal(logged)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "join: %v", err)
+	}
+	r, err := s.commit(entry{Join: b})
+	if err != nil {
+		return nil, err
+	}
+	joined := r.(joinResult)
+	var cert []byte
+	if s.cfg.CA != nil {
+		if cert, err = s.cfg.CA.IssueNode(joined.id, req.GetCsr()); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "join: %v", err)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	jc := s.m.Config()
+	return &gotrainv1.JoinResponse{NodeId: joined.id, RunId: jc.RunID, MaxRestarts: int32(jc.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: joined.warnings,
+		NodeTimeoutMs: jc.NodeTimeout.Milliseconds(), NodeCert: cert, Replicas: s.replicaAddrs(), HostReplica: joined.hostReplica}, nil
+}
+
+// joinResult is what applying a join gives the Join call.
+type joinResult struct {
+	id          string
+	warnings    []string
+	hostReplica bool
+}
+
+// applyJoin joins the node of req (a JoinRequest without its CSR). Every
+// replica runs it, in the log's order. s.mu is held.
+func (s *Server) applyJoin(now time.Time, b []byte) (joinResult, error) {
+	req := &gotrainv1.JoinRequest{}
+	if err := proto.Unmarshal(b, req); err != nil {
+		return joinResult{}, status.Errorf(codes.InvalidArgument, "join: %v", err)
+	}
 	if err := s.checkJoin(req); err != nil { // limits.go
 		s.log.Warn("join rejected", "err", err)
-		return nil, err
+		return joinResult{}, err
 	}
 	info := nodeInfoFromProto(req.GetNode())
 	warnings, err := checkSettings(s.m.Config(), req.GetSettings()) // settings.go
 	if err != nil {
 		s.log.Warn("join rejected", "hostname", info.Hostname, "err", err)
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
+		return joinResult{}, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	for _, w := range warnings {
 		s.log.Warn("join", "hostname", info.Hostname, "warning", w)
 	}
 	s.nodeSeq++
 	id := fmt.Sprintf("node-%d", s.nodeSeq)
-	var cert []byte
-	if s.cfg.CA != nil {
-		// Issued before the node joins: a Join that fails leaves no node.
-		if cert, err = s.cfg.CA.IssueNode(id, req.GetCsr()); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "join: %v", err)
-		}
-	}
-	acts, err := s.m.Step(s.now(), job.NodeJoined{NodeID: id, Info: info})
+	acts, err := s.m.Step(now, job.NodeJoined{NodeID: id, Info: info})
 	if err != nil {
 		s.log.Warn("join rejected", "hostname", info.Hostname, "err", err)
-		return nil, grpcError(err)
+		return joinResult{}, grpcError(err)
 	}
 	s.outboxes[id] = newOutbox() // before apply: the start may include this node
 	s.joinedNode(id, req)
 	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
 	s.apply(acts)
-	return &gotrainv1.JoinResponse{NodeId: id, RunId: s.cfg.RunID, MaxRestarts: int32(s.cfg.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: warnings,
-		NodeTimeoutMs: s.cfg.NodeTimeout.Milliseconds(), NodeCert: cert}, nil
+	s.tickOnDeadline()
+	return joinResult{id: id, warnings: warnings, hostReplica: s.askReplica(id)}, nil // replicated.go
 }
 
 // WatchGenerations streams the node's generation events. The stream is the
@@ -414,10 +489,16 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 	o.attached = true
 	o.notify()
 	s.reachability(id, o, "")
-	if o.closed && len(o.events) == 0 {
-		// A new stream after the job finished: say so again.
-		o.push(&gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Finished{Finished: s.result}})
+	pos := min(int(req.GetAfterSeq()), len(o.events))
+	if o.closed && pos == len(o.events) {
+		// A new stream after the job finished and the node heard so: say
+		// so again.
+		res := s.result
+		s.mu.Unlock()
+		s.streamEnded(id, o, my, "")
+		return stream.Send(&gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Finished{Finished: res}, Seq: uint64(pos)})
 	}
+	term := s.rs.term
 	s.mu.Unlock()
 
 	ctx := stream.Context()
@@ -430,18 +511,24 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 			s.mu.Unlock()
 			return status.Errorf(codes.Aborted, "node %q opened a newer watch stream", id)
 		}
-		evs, closed, lost := o.events, o.closed, o.lost
-		if lost == "" {
-			o.events = nil
+		if s.rs.term != term {
+			// This replica stopped leading: the agent goes on at the new
+			// leader, from where it is.
+			err := s.notLeader(stream.Context())
+			s.mu.Unlock()
+			s.streamEnded(id, o, my, "")
+			return err
 		}
+		evs, closed, lost := o.events[pos:], o.closed, o.lost
+		pos = len(o.events)
 		s.mu.Unlock()
 		if lost != "" {
 			s.streamEnded(id, o, my, "")
 			return status.Errorf(codes.Aborted, "this node was lost (%s); its workers must stop", lost)
 		}
-		for i, ev := range evs {
+		for _, ev := range evs {
 			if err := stream.Send(ev); err != nil {
-				s.requeue(o, my, evs[i:])
+				// The agent's next stream starts after the last event it got.
 				s.streamEnded(id, o, my, fmt.Sprintf("watch stream broke: %v", err))
 				return err
 			}
@@ -461,6 +548,7 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.stop.Done():
 			stopping = true
+		case <-s.rs.stepDown(term):
 		}
 	}
 }
@@ -484,23 +572,16 @@ func (s *Server) streamEnded(id string, o *outbox, my uint64, reason string) {
 	go s.probe(id, reason)
 }
 
-// requeue puts back events a broken stream could not send, for the node's
-// next stream.
-func (s *Server) requeue(o *outbox, my uint64, evs []*gotrainv1.GenerationEvent) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if o.stream == my {
-		o.events = append(evs, o.events...)
-	}
-}
-
 // KVPut stores a value once.
 func (s *Server) KVPut(_ context.Context, req *gotrainv1.KVPutRequest) (*gotrainv1.KVPutResponse, error) {
 	if req.GetKey() == "" {
 		return nil, status.Error(codes.InvalidArgument, "kv put: key is empty")
 	}
-	if err := s.store(req.GetKey()).Put(req.GetKey(), req.GetValue()); err != nil {
+	if err := s.store(req.GetKey()).CheckKey(req.GetKey()); err != nil {
 		return nil, kvError(err) // limits.go
+	}
+	if _, err := s.commit(entry{KV: &kvEntry{Key: req.GetKey(), Value: req.GetValue()}}); err != nil {
+		return nil, err
 	}
 	return &gotrainv1.KVPutResponse{}, nil
 }
@@ -529,6 +610,9 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 	}
 	ready, release := st.Watch(key)
 	defer release()
+	s.mu.Lock()
+	stepDown := s.rs.stepDown(s.rs.term)
+	s.mu.Unlock()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	if h := s.hooks.kvWaiting; h != nil {
@@ -543,6 +627,8 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case <-s.stop.Done():
 		return nil, status.Error(codes.Unavailable, "coordinator is shutting down")
+	case <-stepDown:
+		return nil, s.notLeaderNow(ctx)
 	}
 }
 
@@ -554,13 +640,14 @@ func (s *Server) Barrier(ctx context.Context, req *gotrainv1.BarrierRequest) (*g
 	s.waiterSeq++
 	w := s.waiterSeq
 	s.waiters[w] = ch
-	err := s.step(job.BarrierArrived{Name: req.GetName(), Generation: req.GetGeneration(), Rank: int(req.GetRank()), Waiter: w})
-	if err != nil {
+	stepDown := s.rs.stepDown(s.rs.term)
+	s.mu.Unlock()
+	if _, err := s.commit(entry{Event: job.BarrierArrived{Name: req.GetName(), Generation: req.GetGeneration(), Rank: int(req.GetRank()), Waiter: w}}); err != nil {
+		s.mu.Lock()
 		delete(s.waiters, w)
 		s.mu.Unlock()
-		return nil, grpcError(err)
+		return nil, err
 	}
-	s.mu.Unlock()
 	if h := s.hooks.barrierWaiting; h != nil {
 		h(req.GetName(), req.GetRank())
 	}
@@ -579,14 +666,21 @@ func (s *Server) Barrier(ctx context.Context, req *gotrainv1.BarrierRequest) (*g
 	case <-s.stop.Done():
 		s.cancelWaiter(w)
 		return nil, status.Error(codes.Unavailable, "coordinator is shutting down")
+	case <-stepDown:
+		// The caller arrives again at the new leader; this arrival stays
+		// in the replicated barrier, and its answer goes nowhere.
+		s.mu.Lock()
+		delete(s.waiters, w)
+		s.mu.Unlock()
+		return nil, s.notLeaderNow(ctx)
 	}
 }
 
 func (s *Server) cancelWaiter(w uint64) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	delete(s.waiters, w)
-	_ = s.step(job.BarrierCanceled{Waiter: w}) // never fails
+	s.mu.Unlock()
+	_, _ = s.commit(entry{Event: job.BarrierCanceled{Waiter: w}}) // never fails but for a lost leadership
 }
 
 // ReportProgress stores the progress of a node's ranks.
@@ -595,12 +689,9 @@ func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgress
 	for _, p := range req.GetRanks() {
 		ev.Ranks = append(ev.Ranks, progressFromProto(p))
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.step(ev); err != nil {
-		return nil, grpcError(err)
+	if _, err := s.commit(entry{Event: ev}); err != nil {
+		return nil, err
 	}
-	s.heardFrom(req.GetNodeId()) // reach.go: a report (a heartbeat when empty) overrules gossip
 	return &gotrainv1.ReportProgressResponse{}, nil
 }
 
@@ -621,12 +712,10 @@ func (s *Server) ReportWorkerExit(_ context.Context, req *gotrainv1.ReportWorker
 		XIDErrors:  req.GetXidErrors(),
 		Notes:      req.GetNotes(),
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.log.Debug("worker exited", "node_id", ev.NodeID, "generation", ev.Generation, "rank", ev.Rank,
 		"pid", ev.Pid, "exit_code", ev.ExitCode, "signal", ev.Signal)
-	if err := s.step(ev); err != nil {
-		return nil, grpcError(err)
+	if _, err := s.commit(entry{Event: ev}); err != nil {
+		return nil, err
 	}
 	return &gotrainv1.ReportWorkerExitResponse{}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,6 +89,7 @@ type agent struct {
 	c    gotrainv1.CoordinatorClient
 	host string
 	id   string
+	seq  atomic.Uint64 // the last event's seq: a new stream starts after it
 }
 
 func join(t *testing.T, c gotrainv1.CoordinatorClient, host, addr string, nproc int32, port int32) *agent {
@@ -110,7 +112,7 @@ func join(t *testing.T, c gotrainv1.CoordinatorClient, host, addr string, nproc 
 
 func (a *agent) watch(ctx context.Context) grpc.ServerStreamingClient[gotrainv1.GenerationEvent] {
 	a.t.Helper()
-	stream, err := a.c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.id})
+	stream, err := a.c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.id, AfterSeq: a.seq.Load()})
 	if err != nil {
 		a.t.Fatalf("watch %s: %v", a.host, err)
 	}
@@ -156,6 +158,7 @@ func (a *agent) run(ctx context.Context, stream grpc.ServerStreamingClient[gotra
 		if err != nil {
 			return events, err
 		}
+		a.seq.Store(ev.GetSeq())
 		events = append(events, describe(ev))
 		switch e := ev.GetEvent().(type) {
 		case *gotrainv1.GenerationEvent_Started:

@@ -61,6 +61,11 @@ func (a *agent) recvAll(ctx context.Context, stream gotrainv1.Coordinator_WatchG
 		if err != nil {
 			return err
 		}
+		a.lastSeq.Store(ev.GetSeq()) // a new stream starts after it
+		if r := ev.GetReplicas(); r != nil {
+			a.learnReplicas(r.GetAddrs()) // replicas.go
+			continue
+		}
 		select {
 		case events <- ev:
 		case <-ctx.Done():
@@ -73,7 +78,7 @@ func (a *agent) recvAll(ctx context.Context, stream gotrainv1.Coordinator_WatchG
 func (a *agent) rewatch(ctx context.Context, cause error) (gotrainv1.Coordinator_WatchGenerationsClient, error) {
 	deadline := time.Now().Add(a.nodeTimeout)
 	for {
-		stream, err := a.coord.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID})
+		stream, err := a.coord.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID, AfterSeq: a.lastSeq.Load()})
 		if err == nil {
 			return stream, nil
 		}

@@ -16,6 +16,9 @@ func (a *agent) startGossip(coordAddr string) (stop func()) {
 	if a.cfg.NoGossip || a.gossipPort == 0 {
 		return func() {}
 	}
+	if a.joinedAt != "" {
+		coordAddr = a.joinedAt // the replica that answered Join: its gossip port is gossipPort
+	}
 	host, _, err := net.SplitHostPort(coordAddr)
 	if err != nil {
 		a.log.Warn("no gossip", "err", err)
@@ -29,37 +32,26 @@ func (a *agent) startGossip(coordAddr string) (stop func()) {
 		a.log.Warn("no gossip: the coordinator finds this node lost by its stream only", "err", err)
 		return func() {}
 	}
-	peer := net.JoinHostPort(host, strconv.Itoa(a.gossipPort))
-	// The member list stays up while the agent lives, joined or not: the
-	// coordinator takes a refused connection at its port for a dead agent
-	// (coordinator/reach.go). A join that fails (an overloaded machine
-	// misses its deadline) is tried again until it works.
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for warned := false; ; {
-			_, err := ml.Join([]string{peer})
-			if err == nil {
-				a.log.Info("gossip joined", "peer", peer, "local", net.JoinHostPort(ml.LocalNode().Addr.String(), strconv.Itoa(int(ml.LocalNode().Port))))
-				return
-			}
-			if !warned {
-				warned = true
-				a.log.Warn("gossip: cannot join the coordinator's member list yet (is its UDP/TCP gossip port open?); trying again", "peer", peer, "err", err)
-			}
-			select {
-			case <-quit:
-				return
-			case <-time.After(gossipRejoinEvery):
+	// The coordinator (each of its replicas) at the host this agent dialed
+	// it at, at the gossip port Join returned; other replicas at their
+	// port + 1 (the default).
+	peers := []string{net.JoinHostPort(host, strconv.Itoa(a.gossipPort))}
+	for _, r := range a.replicas {
+		if h, p, err := net.SplitHostPort(r); err == nil && h != host {
+			if n, err := strconv.Atoi(p); err == nil {
+				peers = append(peers, net.JoinHostPort(h, strconv.Itoa(n+1)))
 			}
 		}
-	}()
+	}
+	// The member list stays up while the agent lives, joined or not: the
+	// coordinator takes a refused connection at its port for a dead agent
+	// (coordinator/reach.go).
+	stopJoining := gossip.KeepJoining(ml, peers, gossipRejoinEvery, a.log.With("component", "gossip"))
 	// No Leave on the way out: the coordinator cannot tell a leave from a
 	// death (coordinator/gossip.go), and the watch stream ending says first
 	// that this agent went.
 	return func() {
-		close(quit)
-		<-done
+		stopJoining()
 		_ = ml.Shutdown()
 	}
 }

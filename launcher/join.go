@@ -41,6 +41,8 @@ func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) ([]byte,
 				fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: %s\n", w)
 			}
 			a.gossipPort = int(resp.GetGossipPort())
+			a.learnReplicas(resp.GetReplicas()) // replicas.go
+			a.hostReplica = resp.GetHostReplica()
 			if id := resp.GetRunId(); id != "" && id != a.cfg.RunID {
 				a.log.Info("taking the coordinator's run id", "run_id", id, "ours", a.cfg.RunID)
 				a.cfg.RunID = id // every node's workers see the same TORCHELASTIC_RUN_ID

@@ -118,6 +118,7 @@ type agent struct {
 	stderr *console
 
 	coord       gotrainv1.CoordinatorClient
+	replicaView // the coordinator's replicas, as this agent knows them (replicas.go)
 	nodeID      string
 	socket      string
 	sup         *supervise.Supervisor // starts and watches every process (launcher/supervise)

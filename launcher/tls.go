@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/jobtls"
+	"github.com/gotrain/gotrain/internal/leaderconn"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -53,26 +55,40 @@ func notVerified(err error) bool {
 
 // joinConnected joins over a connection without a node certificate, then
 // returns the connection every later call uses: the same trust, and the
-// certificate Join issued.
-func (a *agent) joinConnected(ctx context.Context, addr string, trust jobtls.Trust) (*grpc.ClientConn, error) {
+// certificate Join issued, to the leader of the coordinator's replicas
+// (addrs: one, or several separated by commas; Join names them all).
+func (a *agent) joinConnected(ctx context.Context, addrs string, trust jobtls.Trust) (io.Closer, error) {
 	key, csr, err := jobtls.NewNodeKey()
 	if err != nil {
 		return nil, err
 	}
-	conn, err := dial(addr, trust, a.cfg.JobToken, nil)
+	list := splitAddrs(addrs) // replicas.go
+	lc, err := a.dialCoordinator(list, trust, nil)
 	if err != nil {
 		return nil, err
 	}
-	a.coord = gotrainv1.NewCoordinatorClient(conn)
-	der, err := a.join(ctx, addr, csr)
-	conn.Close()
+	a.coord = gotrainv1.NewCoordinatorClient(lc)
+	der, err := a.join(ctx, addrs, csr)
+	a.joinedAt = lc.Leader()
+	lc.Close()
 	if err != nil {
 		return nil, err
 	}
 	cert := jobtls.NodeCertificate(der, key)
-	if conn, err = dial(addr, trust, a.cfg.JobToken, &cert); err != nil {
+	if a.lc, err = a.dialCoordinator(append(list, a.replicas...), trust, &cert); err != nil {
 		return nil, err
 	}
-	a.coord = gotrainv1.NewCoordinatorClient(conn)
-	return conn, nil
+	a.coord = gotrainv1.NewCoordinatorClient(a.lc)
+	if a.hostReplica {
+		a.startHostedReplica(ctx, a.joinedAt) // replicas.go
+	}
+	return coordConn{a}, nil
+}
+
+// dialCoordinator connects to the coordinator's replicas at addrs (a
+// single coordinator is a set of one).
+func (a *agent) dialCoordinator(addrs []string, trust jobtls.Trust, cert *tls.Certificate) (*leaderconn.Conn, error) {
+	return leaderconn.New(addrs, func(addr string) (*grpc.ClientConn, error) {
+		return dial(addr, trust, a.cfg.JobToken, cert)
+	}, leaderconn.WithOnSwitch(a.leaderMoved))
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/gotrain/gotrain/coordinator/host"
@@ -32,6 +33,13 @@ the token never is: a token made here is written to a file only you can read).
 It exits when the job finishes, with the job's exit status; when not every
 node has joined within --rendezvous-timeout, the job fails and it exits 1.
 
+Replicated (no single point of failure): run it on three hosts with the same
+--peers and token, each with --listen set to its own entry:
+  gotrain coordinator --peers A1,A2,A3 --listen A1 --nnodes N ...   (on A1; A2, A3 alike)
+and start the agents with --coordinator A1,A2,A3 (any one is enough). The
+replicas elect a leader (Raft, at each --listen port + 2; gossip at + 1); losing
+one of three — or the leader — changes nothing for the job.
+
 The job-wide flags (--nnodes, --max-restarts, --restart-backoff,
 --hang-timeout, --on-hang, --rendezvous-timeout, ...) are those of
 gotrain launch, with the same defaults: --max-restarts 3 (0 turns restarts
@@ -49,6 +57,15 @@ func coordinatorFlags(cfg *host.Config) *flag.FlagSet {
 	registerJobTokenFile(fs) // jobtoken.go
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve gRPC on")
 	serverTLSFlags(fs, &cfg.TLSCert, &cfg.TLSKey) // tlsflags.go
+	fs.Func("peers", "the replica set of a replicated coordinator: HOST:PORT of each replica, comma-separated (3 or 5), the same list on every replica; --listen names this one", func(v string) error {
+		cfg.Peers = nil
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				cfg.Peers = append(cfg.Peers, p)
+			}
+		}
+		return nil
+	})
 	fs.IntVar(&cfg.GossipPort, "gossip-port", cfg.GossipPort, "with --nnodes > 1: gossip (memberlist, UDP+TCP) port agents join to report dead nodes in seconds (default: the --listen port + 1; 0: any free port)")
 	return fs
 }
@@ -79,6 +96,20 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	if err := checkHostPort("--metrics-addr", cfg.MetricsAddr, false); err != nil {
 		return err
 	}
+	replicated := false
+	var err error
+	fs.Visit(func(f *flag.Flag) { replicated = replicated || f.Name == "peers" })
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == host.FlagReplicas {
+			err = &usageError{msg: "--" + host.FlagReplicas + " is for the coordinator embedded in gotrain launch", hint: "Run standalone replicas with --peers A1,A2,A3 on each of the three hosts."}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if replicated && cfg.JobToken == "" {
+		return &usageError{msg: "--peers without a job token", hint: "Every replica needs the same token: set " + jobenv.JobToken + " (or --" + FlagJobTokenFile + ") to the same secret on each, e.g. from `head -c 32 /dev/urandom | base64`."}
+	}
 	cfg.AdvertiseAddr = launcher.OutboundAddress
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 
@@ -100,8 +131,13 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 		defer f.Remove()
 		tok = fmt.Sprintf("with %s=$(cat %s): the job token is in that file (mode 0600), copy it to each node", jobenv.JobToken, f.Path())
 	}
+	join := coord.JoinAddr("THIS_HOST")
+	if replicated {
+		join = strings.Join(cfg.Peers, ",")
+		fmt.Fprintf(os.Stderr, "gotrain coordinator: replica %s of %s (Raft at %s)\n", coord.ReplicaID(), join, coord.RaftAddr())
+	}
 	fmt.Fprintf(os.Stderr, "gotrain coordinator: run %s serving on %s for %d node(s); start an agent on every node with: gotrain launch --nnodes %d --coordinator %s %s ... (%s; it is never printed)\n",
-		cfg.RunID, coord.Addr(), cfg.Nodes, cfg.Nodes, coord.JoinAddr("THIS_HOST"), host.VerifyFlags(coord.CAHash()), tok)
+		cfg.RunID, coord.Addr(), cfg.Nodes, cfg.Nodes, join, host.VerifyFlags(coord.CAHash()), tok)
 	if addr := coord.MetricsAddr(); addr != "" {
 		fmt.Fprintf(os.Stderr, "gotrain coordinator: metrics at http://%s/metrics\n", addr)
 	}

@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gotrain/gotrain/coordinator"
+	"github.com/gotrain/gotrain/coordinator/replica"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -76,6 +77,17 @@ type Config struct {
 	// CA, when not nil, is the job CA to use instead of a new one (a caller
 	// that hands its hash out before the coordinator starts).
 	CA *jobtls.CA
+
+	// Replication (replicas.go). Peers: the whole replica set of a
+	// standalone replicated coordinator (gRPC HOST:PORT each, Listen among
+	// them, the same list on every replica). Replicas: the embedded first
+	// node's, how many replicas to keep (JobSettings.Replicas). JoinReplica:
+	// this is a replica a joining node hosts at Join's request; it waits to
+	// be added (AddReplica). GossipJoin: other replicas' gossip addresses.
+	Peers       []string
+	Replicas    int
+	JoinReplica bool
+	GossipJoin  []string
 }
 
 // DefaultConfig returns a Config with every default: DefaultJobSettings,
@@ -118,6 +130,9 @@ func (c Config) validate() error {
 			return &ConfigError{Msg: fmt.Sprintf("--%s %q", FlagMetricsAddr, c.MetricsAddr), Hint: "Give HOST:PORT, e.g. 0.0.0.0:9400."}
 		}
 	}
+	if err := c.validateReplicas(); err != nil {
+		return err
+	}
 	if c.GossipPort < GossipPortFromListen || c.GossipPort > 65535 {
 		return &ConfigError{Msg: fmt.Sprintf("--gossip-port %d", c.GossipPort), Hint: "Give a port between 0 (any free one) and 65535."}
 	}
@@ -146,6 +161,8 @@ type Coordinator struct {
 
 	ca  *jobtls.CA // the job CA: issues node certificates, and the server's unless TLSCert
 	pin string     // what local tools pin: the job CA's hash, or the site certificate's own
+
+	replica *replica.Node // nil when not replicated (replicas.go)
 }
 
 // Start builds the job's coordinator from cfg, listens on cfg.Listen (and
@@ -198,6 +215,12 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if mlis != nil {
 		c.metricsAddr = mlis.Addr().String()
 	}
+	if cfg.replicated() {
+		if err := c.startReplica(srv); err != nil { // replicas.go
+			return nil, fmt.Errorf("start the coordinator's replica: %w", err)
+		}
+		undo = append(undo, c.replica.Stop)
+	}
 	if cfg.gossips() {
 		if err := c.startGossip(); err != nil {
 			if !cfg.GossipBestEffort {
@@ -242,7 +265,10 @@ func (c *Coordinator) startGossip() error {
 			return fmt.Errorf("gossip: %w (pass --no-gossip, or %s on this host's address)", err, c.cfg.ListenFlag)
 		}
 	}
-	gport, stop, err := c.srv.StartGossip(coordinator.GossipBind(c.addr, port, advertise))
+	gcfg := coordinator.GossipBind(c.addr, port, advertise)
+	gcfg.Name = c.gossipName() // replicas.go
+	gcfg.Join = c.cfg.gossipJoin(c.ReplicaID())
+	gport, stop, err := c.srv.StartGossip(gcfg)
 	if err != nil {
 		return fmt.Errorf("%w (choose another port with --gossip-port, or pass --no-gossip)", err)
 	}
@@ -296,6 +322,9 @@ func (c *Coordinator) Stop() error {
 		<-c.done
 		c.err = c.group.Wait()
 		c.stopGossip()
+		if c.replica != nil {
+			c.replica.Stop()
+		}
 	})
 	return c.err
 }

@@ -339,8 +339,8 @@ func TestRegisterJobFlags(t *testing.T) {
 	}
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
-	if n != 12 {
-		t.Errorf("%d flags, want 12", n)
+	if n != 13 {
+		t.Errorf("%d flags, want 13", n)
 	}
 	if err := fs.Parse([]string{"--nnodes", "2", "--max-restarts", "0", "--hang-timeout", "5m", "--on-hang", "restart", "--no-gossip"}); err != nil {
 		t.Fatal(err)

@@ -70,6 +70,21 @@ type JobSettings struct {
 	// found by their broken streams and gRPC keepalive only (about 20 s).
 	// Jobs of one node never gossip.
 	NoGossip bool
+	// CoordinatorReplicas is how many replicas of the embedded coordinator
+	// the job keeps (replicas.go): the first node's and those of the next
+	// nodes to join. 0: 3 when the job may have 3 nodes or more, else 1.
+	CoordinatorReplicas int
+}
+
+// Replicas is CoordinatorReplicas with its default resolved.
+func (s JobSettings) Replicas() int {
+	switch {
+	case s.CoordinatorReplicas > 0:
+		return s.CoordinatorReplicas
+	case s.Nodes >= 3:
+		return 3
+	}
+	return 1
 }
 
 // DefaultJobSettings returns the job-wide settings' defaults: those of the
@@ -140,6 +155,8 @@ func (s JobSettings) Validate() error {
 		return bad(fmt.Sprintf("--hang-timeout %s", s.HangTimeout), "Give a positive duration, e.g. --hang-timeout 5m.")
 	case s.OnHang != "report" && s.OnHang != "restart":
 		return bad(fmt.Sprintf("--on-hang %q", s.OnHang), "Use --on-hang report or --on-hang restart.")
+	case s.CoordinatorReplicas < 0 || s.CoordinatorReplicas > s.Nodes:
+		return bad(fmt.Sprintf("--coordinator-replicas %d", s.CoordinatorReplicas), fmt.Sprintf("Give 1 (no replication) up to the job's nodes (%d); 3 survives the loss of any one.", s.Nodes))
 	case s.RendezvousTimeout < 0:
 		return bad(fmt.Sprintf("--rendezvous-timeout %s", s.RendezvousTimeout), "Give a duration of 0 or more (0: wait forever).")
 	}

@@ -17,7 +17,15 @@ func (c Config) credentials() (ca *jobtls.CA, cert tls.Certificate, pin string, 
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return nil, cert, "", &ConfigError{Msg: "--tls-cert without --tls-key (or the other way round)", Hint: "Give both: the coordinator's certificate and its key, PEM files."}
 	}
-	if ca = c.CA; ca == nil {
+	switch {
+	case c.CA != nil:
+		ca = c.CA
+	case c.replicated():
+		// Every replica derives the same CA from the job token (replicas.go).
+		if ca, err = DeriveJobCA(c.JobToken); err != nil {
+			return nil, cert, "", &ConfigError{Msg: "a replicated coordinator's job token", Hint: err.Error() + " (every replica needs the same token: give each the same GOTRAIN_JOB_TOKEN or --job-token-file, e.g. from `head -c 32 /dev/urandom | base64`)"}
+		}
+	default:
 		if ca, err = jobtls.NewCA(c.RunID); err != nil {
 			return nil, cert, "", err
 		}

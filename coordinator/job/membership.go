@@ -284,3 +284,11 @@ func compareInts(a, b int) int {
 	}
 	return 0
 }
+
+// Unreachable says whether node id is out of contact now (NodeUnreachable
+// and no NodeReachable since): a new leader of a replicated coordinator
+// starts from it.
+func (m *Machine) Unreachable(id string) bool {
+	n := m.nodes[id]
+	return n != nil && !n.unreachableSince.IsZero()
+}

@@ -122,6 +122,14 @@ func (s *Store) Put(key string, value []byte) error {
 	return nil
 }
 
+// Reset empties the store (a coordinator replica restoring a snapshot);
+// readers waiting for keys go on waiting.
+func (s *Store) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.vals, s.bytes = map[string][]byte{}, 0
+}
+
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Get returns the value of key, if it has one. The caller owns the result.

@@ -13,6 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -64,8 +68,47 @@ type Options struct {
 }
 
 // CoordinatorName is the coordinator's name in the member list; agents are
-// named by their node ids ("node-1", ...).
+// named by their node ids ("node-1", ...). The replicas of a replicated
+// coordinator are CoordinatorName@ADDR (ReplicaName).
 const CoordinatorName = "coordinator"
+
+// ReplicaName is the member name of the coordinator replica at addr.
+func ReplicaName(addr string) string { return CoordinatorName + "@" + addr }
+
+// IsCoordinator says whether a member is the coordinator or one of its
+// replicas (not an agent).
+func IsCoordinator(name string) bool {
+	return name == CoordinatorName || strings.HasPrefix(name, CoordinatorName+"@")
+}
+
+// KeepJoining joins ml to the member list through peers (any one that
+// answers is enough), trying again every `every` until it works or stop is
+// called: a join that fails (a peer not up yet, an overloaded machine
+// missing its deadline) must not leave a member out for good.
+func KeepJoining(ml *memberlist.Memberlist, peers []string, every time.Duration, log *slog.Logger) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for warned := false; ; {
+			_, err := ml.Join(peers)
+			if err == nil {
+				log.Info("gossip joined", "peers", peers, "local", net.JoinHostPort(ml.LocalNode().Addr.String(), strconv.Itoa(int(ml.LocalNode().Port))))
+				return
+			}
+			if !warned {
+				warned = true
+				log.Warn("gossip: cannot join the member list yet (is the UDP/TCP gossip port open?); trying again", "peers", peers, "err", err)
+			}
+			select {
+			case <-quit:
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(quit); <-done }) }
+}
 
 // Config returns memberlist's LAN config with gotrain's timers and o applied.
 func Config(o Options) (*memberlist.Config, error) {

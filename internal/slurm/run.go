@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gotrain/gotrain/coordinator/host"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/gotrain/gotrain/internal/jobtls"
@@ -224,7 +226,12 @@ func (JobCA) NewCA(cfg *launcher.Config) (string, error) {
 	if cfg.TLSCert != "" {
 		return "", nil
 	}
-	ca, err := jobtls.NewCA(cfg.RunID)
+	newCA := func() (*jobtls.CA, error) { return jobtls.NewCA(cfg.RunID) }
+	if cfg.JobSettings.Replicas() > 1 {
+		// The nodes that host the coordinator's replicas derive it too.
+		newCA = func() (*jobtls.CA, error) { return host.DeriveJobCA(cfg.JobToken) }
+	}
+	ca, err := newCA()
 	if err != nil {
 		return "", err
 	}

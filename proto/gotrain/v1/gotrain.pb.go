@@ -879,7 +879,14 @@ type JoinResponse struct {
 	NodeTimeoutMs int64 `protobuf:"varint,6,opt,name=node_timeout_ms,json=nodeTimeoutMs,proto3" json:"node_timeout_ms,omitempty"`
 	// node_cert is this node's client certificate (DER), CN = node_id, from
 	// the request's csr; empty when the coordinator runs without TLS.
-	NodeCert      []byte `protobuf:"bytes,7,opt,name=node_cert,json=nodeCert,proto3" json:"node_cert,omitempty"`
+	NodeCert []byte `protobuf:"bytes,7,opt,name=node_cert,json=nodeCert,proto3" json:"node_cert,omitempty"`
+	// replicas: the coordinator's replica set (gRPC addresses), leader first;
+	// empty when it is not replicated. Calls go to any; followers name the
+	// leader (trailer gotrain-leader).
+	Replicas []string `protobuf:"bytes,8,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// host_replica: this node is asked to host a replica of the coordinator
+	// (embedded, --coordinator-replicas): start one, then call AddReplica.
+	HostReplica   bool `protobuf:"varint,9,opt,name=host_replica,json=hostReplica,proto3" json:"host_replica,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -963,9 +970,26 @@ func (x *JoinResponse) GetNodeCert() []byte {
 	return nil
 }
 
+func (x *JoinResponse) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *JoinResponse) GetHostReplica() bool {
+	if x != nil {
+		return x.HostReplica
+	}
+	return false
+}
+
 type WatchGenerationsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// after_seq: the seq of the last event this node received (0: none); a
+	// new stream (after a blip, or at a new leader) starts after it.
+	AfterSeq      uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1007,6 +1031,157 @@ func (x *WatchGenerationsRequest) GetNodeId() string {
 	return ""
 }
 
+func (x *WatchGenerationsRequest) GetAfterSeq() uint64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+type AddReplicaRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// addr is the replica's gRPC HOST:PORT (what agents call), raft_addr its
+	// Raft HOST:PORT.
+	Addr          string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	RaftAddr      string `protobuf:"bytes,3,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddReplicaRequest) Reset() {
+	*x = AddReplicaRequest{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddReplicaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddReplicaRequest) ProtoMessage() {}
+
+func (x *AddReplicaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddReplicaRequest.ProtoReflect.Descriptor instead.
+func (*AddReplicaRequest) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AddReplicaRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *AddReplicaRequest) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *AddReplicaRequest) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+type AddReplicaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddReplicaResponse) Reset() {
+	*x = AddReplicaResponse{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddReplicaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddReplicaResponse) ProtoMessage() {}
+
+func (x *AddReplicaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddReplicaResponse.ProtoReflect.Descriptor instead.
+func (*AddReplicaResponse) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
+}
+
+// Replicas is the coordinator's replica set (gRPC addresses), sent when it
+// changes.
+type Replicas struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addrs         []string               `protobuf:"bytes,1,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Replicas) Reset() {
+	*x = Replicas{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Replicas) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Replicas) ProtoMessage() {}
+
+func (x *Replicas) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Replicas.ProtoReflect.Descriptor instead.
+func (*Replicas) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Replicas) GetAddrs() []string {
+	if x != nil {
+		return x.Addrs
+	}
+	return nil
+}
+
 type RankAssignment struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Rank      int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
@@ -1022,7 +1197,7 @@ type RankAssignment struct {
 
 func (x *RankAssignment) Reset() {
 	*x = RankAssignment{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1209,7 @@ func (x *RankAssignment) String() string {
 func (*RankAssignment) ProtoMessage() {}
 
 func (x *RankAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1222,7 @@ func (x *RankAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankAssignment.ProtoReflect.Descriptor instead.
 func (*RankAssignment) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{13}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RankAssignment) GetRank() int32 {
@@ -1094,7 +1269,7 @@ type GenerationStarted struct {
 
 func (x *GenerationStarted) Reset() {
 	*x = GenerationStarted{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1281,7 @@ func (x *GenerationStarted) String() string {
 func (*GenerationStarted) ProtoMessage() {}
 
 func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1294,7 @@ func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationStarted.ProtoReflect.Descriptor instead.
 func (*GenerationStarted) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GenerationStarted) GetGeneration() int64 {
@@ -1203,7 +1378,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1390,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1403,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WorkerFailure) GetRank() int32 {
@@ -1319,7 +1494,7 @@ type GenerationEnded struct {
 
 func (x *GenerationEnded) Reset() {
 	*x = GenerationEnded{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1506,7 @@ func (x *GenerationEnded) String() string {
 func (*GenerationEnded) ProtoMessage() {}
 
 func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1519,7 @@ func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEnded.ProtoReflect.Descriptor instead.
 func (*GenerationEnded) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GenerationEnded) GetGeneration() int64 {
@@ -1380,7 +1555,7 @@ type JobFinished struct {
 
 func (x *JobFinished) Reset() {
 	*x = JobFinished{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1567,7 @@ func (x *JobFinished) String() string {
 func (*JobFinished) ProtoMessage() {}
 
 func (x *JobFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1580,7 @@ func (x *JobFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFinished.ProtoReflect.Descriptor instead.
 func (*JobFinished) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JobFinished) GetSucceeded() bool {
@@ -1444,14 +1619,17 @@ type GenerationEvent struct {
 	//	*GenerationEvent_Ended
 	//	*GenerationEvent_Finished
 	//	*GenerationEvent_Evidence
-	Event         isGenerationEvent_Event `protobuf_oneof:"event"`
+	//	*GenerationEvent_Replicas
+	Event isGenerationEvent_Event `protobuf_oneof:"event"`
+	// seq numbers a node's events from 1, in order (WatchGenerationsRequest.after_seq).
+	Seq           uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerationEvent) Reset() {
 	*x = GenerationEvent{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1641,7 @@ func (x *GenerationEvent) String() string {
 func (*GenerationEvent) ProtoMessage() {}
 
 func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1654,7 @@ func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEvent.ProtoReflect.Descriptor instead.
 func (*GenerationEvent) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GenerationEvent) GetEvent() isGenerationEvent_Event {
@@ -1522,6 +1700,22 @@ func (x *GenerationEvent) GetEvidence() *EvidenceRequest {
 	return nil
 }
 
+func (x *GenerationEvent) GetReplicas() *Replicas {
+	if x != nil {
+		if x, ok := x.Event.(*GenerationEvent_Replicas); ok {
+			return x.Replicas
+		}
+	}
+	return nil
+}
+
+func (x *GenerationEvent) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 type isGenerationEvent_Event interface {
 	isGenerationEvent_Event()
 }
@@ -1542,6 +1736,10 @@ type GenerationEvent_Evidence struct {
 	Evidence *EvidenceRequest `protobuf:"bytes,4,opt,name=evidence,proto3,oneof"`
 }
 
+type GenerationEvent_Replicas struct {
+	Replicas *Replicas `protobuf:"bytes,5,opt,name=replicas,proto3,oneof"`
+}
+
 func (*GenerationEvent_Started) isGenerationEvent_Event() {}
 
 func (*GenerationEvent_Ended) isGenerationEvent_Event() {}
@@ -1549,6 +1747,8 @@ func (*GenerationEvent_Ended) isGenerationEvent_Event() {}
 func (*GenerationEvent_Finished) isGenerationEvent_Event() {}
 
 func (*GenerationEvent_Evidence) isGenerationEvent_Event() {}
+
+func (*GenerationEvent_Replicas) isGenerationEvent_Event() {}
 
 // EvidenceRequest tells every agent that the hang detector fired; the agent
 // logs the verdict and collects evidence (goroutine stacks, py-spy, /proc) for
@@ -1565,7 +1765,7 @@ type EvidenceRequest struct {
 
 func (x *EvidenceRequest) Reset() {
 	*x = EvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1777,7 @@ func (x *EvidenceRequest) String() string {
 func (*EvidenceRequest) ProtoMessage() {}
 
 func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1790,7 @@ func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvidenceRequest.ProtoReflect.Descriptor instead.
 func (*EvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EvidenceRequest) GetRequestId() int64 {
@@ -1634,7 +1834,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1846,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1859,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Evidence) GetRank() int32 {
@@ -1701,7 +1901,7 @@ type ReportEvidenceRequest struct {
 
 func (x *ReportEvidenceRequest) Reset() {
 	*x = ReportEvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1913,7 @@ func (x *ReportEvidenceRequest) String() string {
 func (*ReportEvidenceRequest) ProtoMessage() {}
 
 func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1926,7 @@ func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReportEvidenceRequest) GetNodeId() string {
@@ -1758,7 +1958,7 @@ type ReportEvidenceResponse struct {
 
 func (x *ReportEvidenceResponse) Reset() {
 	*x = ReportEvidenceResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1970,7 @@ func (x *ReportEvidenceResponse) String() string {
 func (*ReportEvidenceResponse) ProtoMessage() {}
 
 func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1983,7 @@ func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
 }
 
 // Culprit is a rank a verdict blames, and what it was doing.
@@ -1808,7 +2008,7 @@ type Culprit struct {
 
 func (x *Culprit) Reset() {
 	*x = Culprit{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2020,7 @@ func (x *Culprit) String() string {
 func (*Culprit) ProtoMessage() {}
 
 func (x *Culprit) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2033,7 @@ func (x *Culprit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Culprit.ProtoReflect.Descriptor instead.
 func (*Culprit) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Culprit) GetRank() int32 {
@@ -1923,7 +2123,7 @@ type HangVerdict struct {
 
 func (x *HangVerdict) Reset() {
 	*x = HangVerdict{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2135,7 @@ func (x *HangVerdict) String() string {
 func (*HangVerdict) ProtoMessage() {}
 
 func (x *HangVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2148,7 @@ func (x *HangVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangVerdict.ProtoReflect.Descriptor instead.
 func (*HangVerdict) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HangVerdict) GetId() int64 {
@@ -2043,7 +2243,7 @@ type DiagnoseRequest struct {
 
 func (x *DiagnoseRequest) Reset() {
 	*x = DiagnoseRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2255,7 @@ func (x *DiagnoseRequest) String() string {
 func (*DiagnoseRequest) ProtoMessage() {}
 
 func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2268,7 @@ func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseRequest.ProtoReflect.Descriptor instead.
 func (*DiagnoseRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
 }
 
 type DiagnoseResponse struct {
@@ -2085,7 +2285,7 @@ type DiagnoseResponse struct {
 
 func (x *DiagnoseResponse) Reset() {
 	*x = DiagnoseResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2097,7 +2297,7 @@ func (x *DiagnoseResponse) String() string {
 func (*DiagnoseResponse) ProtoMessage() {}
 
 func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2110,7 +2310,7 @@ func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseResponse.ProtoReflect.Descriptor instead.
 func (*DiagnoseResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DiagnoseResponse) GetStatus() *JobStatus {
@@ -2151,7 +2351,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2363,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2376,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -2201,7 +2401,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2413,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2426,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
 }
 
 type KVGetRequest struct {
@@ -2240,7 +2440,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2452,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2465,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -2292,7 +2492,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2504,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2517,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KVGetResponse) GetFound() bool {
@@ -2345,7 +2545,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2557,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2570,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *BarrierRequest) GetName() string {
@@ -2402,7 +2602,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2614,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2627,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
 }
 
 type CommProgress struct {
@@ -2456,7 +2656,7 @@ type CommProgress struct {
 
 func (x *CommProgress) Reset() {
 	*x = CommProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2668,7 @@ func (x *CommProgress) String() string {
 func (*CommProgress) ProtoMessage() {}
 
 func (x *CommProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2681,7 @@ func (x *CommProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommProgress.ProtoReflect.Descriptor instead.
 func (*CommProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CommProgress) GetComm() string {
@@ -2581,7 +2781,7 @@ type Collective struct {
 
 func (x *Collective) Reset() {
 	*x = Collective{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +2793,7 @@ func (x *Collective) String() string {
 func (*Collective) ProtoMessage() {}
 
 func (x *Collective) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +2806,7 @@ func (x *Collective) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Collective.ProtoReflect.Descriptor instead.
 func (*Collective) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Collective) GetSeq() int64 {
@@ -2703,7 +2903,7 @@ type RankProgress struct {
 
 func (x *RankProgress) Reset() {
 	*x = RankProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +2915,7 @@ func (x *RankProgress) String() string {
 func (*RankProgress) ProtoMessage() {}
 
 func (x *RankProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +2928,7 @@ func (x *RankProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankProgress.ProtoReflect.Descriptor instead.
 func (*RankProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RankProgress) GetRank() int32 {
@@ -2860,7 +3060,7 @@ type GPUSample struct {
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +3072,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +3085,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GPUSample) GetIndex() int32 {
@@ -3003,7 +3203,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +3215,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +3228,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -3053,7 +3253,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3065,7 +3265,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3078,7 +3278,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
 }
 
 type ReportWorkerExitRequest struct {
@@ -3102,7 +3302,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3114,7 +3314,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3127,7 +3327,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -3215,7 +3415,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3427,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3440,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
 }
 
 type GetJobStatusRequest struct {
@@ -3251,7 +3451,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3463,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3476,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
 }
 
 type NodeStatus struct {
@@ -3290,7 +3490,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3302,7 +3502,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3315,7 +3515,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3357,7 +3557,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3569,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3582,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -3460,7 +3660,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3472,7 +3672,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3485,7 +3685,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -3633,7 +3833,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x16_rendezvous_timeout_msB\t\n" +
 	"\a_run_idB\f\n" +
 	"\n" +
-	"_min_nodes\"\xe3\x01\n" +
+	"_min_nodes\"\xa2\x02\n" +
 	"\fJoinResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12!\n" +
@@ -3642,9 +3842,19 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"gossipPort\x12\x1a\n" +
 	"\bwarnings\x18\x05 \x03(\tR\bwarnings\x12&\n" +
 	"\x0fnode_timeout_ms\x18\x06 \x01(\x03R\rnodeTimeoutMs\x12\x1b\n" +
-	"\tnode_cert\x18\a \x01(\fR\bnodeCert\"2\n" +
+	"\tnode_cert\x18\a \x01(\fR\bnodeCert\x12\x1a\n" +
+	"\breplicas\x18\b \x03(\tR\breplicas\x12!\n" +
+	"\fhost_replica\x18\t \x01(\bR\vhostReplica\"O\n" +
 	"\x17WatchGenerationsRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"q\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"]\n" +
+	"\x11AddReplicaRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1b\n" +
+	"\traft_addr\x18\x03 \x01(\tR\braftAddr\"\x14\n" +
+	"\x12AddReplicaResponse\" \n" +
+	"\bReplicas\x12\x14\n" +
+	"\x05addrs\x18\x01 \x03(\tR\x05addrs\"q\n" +
 	"\x0eRankAssignment\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1d\n" +
 	"\n" +
@@ -3692,12 +3902,14 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x123\n" +
 	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xfc\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xc2\x02\n" +
 	"\x0fGenerationEvent\x129\n" +
 	"\astarted\x18\x01 \x01(\v2\x1d.gotrain.v1.GenerationStartedH\x00R\astarted\x123\n" +
 	"\x05ended\x18\x02 \x01(\v2\x1b.gotrain.v1.GenerationEndedH\x00R\x05ended\x125\n" +
 	"\bfinished\x18\x03 \x01(\v2\x17.gotrain.v1.JobFinishedH\x00R\bfinished\x129\n" +
-	"\bevidence\x18\x04 \x01(\v2\x1b.gotrain.v1.EvidenceRequestH\x00R\bevidenceB\a\n" +
+	"\bevidence\x18\x04 \x01(\v2\x1b.gotrain.v1.EvidenceRequestH\x00R\bevidence\x122\n" +
+	"\breplicas\x18\x05 \x01(\v2\x14.gotrain.v1.ReplicasH\x00R\breplicas\x12\x10\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seqB\a\n" +
 	"\x05event\"\x99\x01\n" +
 	"\x0fEvidenceRequest\x12\x1d\n" +
 	"\n" +
@@ -3892,7 +4104,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05nodes\x18\x06 \x03(\v2\x16.gotrain.v1.NodeStatusR\x05nodes\x12,\n" +
 	"\x05ranks\x18\a \x03(\v2\x16.gotrain.v1.RankStatusR\x05ranks\x123\n" +
 	"\afailure\x18\b \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x123\n" +
-	"\bverdicts\x18\t \x03(\v2\x17.gotrain.v1.HangVerdictR\bverdicts2\x80\x06\n" +
+	"\bverdicts\x18\t \x03(\v2\x17.gotrain.v1.HangVerdictR\bverdicts2\xcd\x06\n" +
 	"\vCoordinator\x129\n" +
 	"\x04Join\x12\x17.gotrain.v1.JoinRequest\x1a\x18.gotrain.v1.JoinResponse\x12V\n" +
 	"\x10WatchGenerations\x12#.gotrain.v1.WatchGenerationsRequest\x1a\x1b.gotrain.v1.GenerationEvent0\x01\x12<\n" +
@@ -3903,7 +4115,9 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x10ReportWorkerExit\x12#.gotrain.v1.ReportWorkerExitRequest\x1a$.gotrain.v1.ReportWorkerExitResponse\x12F\n" +
 	"\fGetJobStatus\x12\x1f.gotrain.v1.GetJobStatusRequest\x1a\x15.gotrain.v1.JobStatus\x12W\n" +
 	"\x0eReportEvidence\x12!.gotrain.v1.ReportEvidenceRequest\x1a\".gotrain.v1.ReportEvidenceResponse\x12E\n" +
-	"\bDiagnose\x12\x1b.gotrain.v1.DiagnoseRequest\x1a\x1c.gotrain.v1.DiagnoseResponse2\xe3\x02\n" +
+	"\bDiagnose\x12\x1b.gotrain.v1.DiagnoseRequest\x1a\x1c.gotrain.v1.DiagnoseResponse\x12K\n" +
+	"\n" +
+	"AddReplica\x12\x1d.gotrain.v1.AddReplicaRequest\x1a\x1e.gotrain.v1.AddReplicaResponse2\xe3\x02\n" +
 	"\x05Agent\x12<\n" +
 	"\x05KVPut\x12\x18.gotrain.v1.KVPutRequest\x1a\x19.gotrain.v1.KVPutResponse\x12<\n" +
 	"\x05KVGet\x12\x18.gotrain.v1.KVGetRequest\x1a\x19.gotrain.v1.KVGetResponse\x12B\n" +
@@ -3923,7 +4137,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
@@ -3938,112 +4152,118 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*JobSettings)(nil),              // 10: gotrain.v1.JobSettings
 	(*JoinResponse)(nil),             // 11: gotrain.v1.JoinResponse
 	(*WatchGenerationsRequest)(nil),  // 12: gotrain.v1.WatchGenerationsRequest
-	(*RankAssignment)(nil),           // 13: gotrain.v1.RankAssignment
-	(*GenerationStarted)(nil),        // 14: gotrain.v1.GenerationStarted
-	(*WorkerFailure)(nil),            // 15: gotrain.v1.WorkerFailure
-	(*GenerationEnded)(nil),          // 16: gotrain.v1.GenerationEnded
-	(*JobFinished)(nil),              // 17: gotrain.v1.JobFinished
-	(*GenerationEvent)(nil),          // 18: gotrain.v1.GenerationEvent
-	(*EvidenceRequest)(nil),          // 19: gotrain.v1.EvidenceRequest
-	(*Evidence)(nil),                 // 20: gotrain.v1.Evidence
-	(*ReportEvidenceRequest)(nil),    // 21: gotrain.v1.ReportEvidenceRequest
-	(*ReportEvidenceResponse)(nil),   // 22: gotrain.v1.ReportEvidenceResponse
-	(*Culprit)(nil),                  // 23: gotrain.v1.Culprit
-	(*HangVerdict)(nil),              // 24: gotrain.v1.HangVerdict
-	(*DiagnoseRequest)(nil),          // 25: gotrain.v1.DiagnoseRequest
-	(*DiagnoseResponse)(nil),         // 26: gotrain.v1.DiagnoseResponse
-	(*KVPutRequest)(nil),             // 27: gotrain.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 28: gotrain.v1.KVPutResponse
-	(*KVGetRequest)(nil),             // 29: gotrain.v1.KVGetRequest
-	(*KVGetResponse)(nil),            // 30: gotrain.v1.KVGetResponse
-	(*BarrierRequest)(nil),           // 31: gotrain.v1.BarrierRequest
-	(*BarrierResponse)(nil),          // 32: gotrain.v1.BarrierResponse
-	(*CommProgress)(nil),             // 33: gotrain.v1.CommProgress
-	(*Collective)(nil),               // 34: gotrain.v1.Collective
-	(*RankProgress)(nil),             // 35: gotrain.v1.RankProgress
-	(*GPUSample)(nil),                // 36: gotrain.v1.GPUSample
-	(*ReportProgressRequest)(nil),    // 37: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 38: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 39: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 40: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 41: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 42: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 43: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 44: gotrain.v1.JobStatus
+	(*AddReplicaRequest)(nil),        // 13: gotrain.v1.AddReplicaRequest
+	(*AddReplicaResponse)(nil),       // 14: gotrain.v1.AddReplicaResponse
+	(*Replicas)(nil),                 // 15: gotrain.v1.Replicas
+	(*RankAssignment)(nil),           // 16: gotrain.v1.RankAssignment
+	(*GenerationStarted)(nil),        // 17: gotrain.v1.GenerationStarted
+	(*WorkerFailure)(nil),            // 18: gotrain.v1.WorkerFailure
+	(*GenerationEnded)(nil),          // 19: gotrain.v1.GenerationEnded
+	(*JobFinished)(nil),              // 20: gotrain.v1.JobFinished
+	(*GenerationEvent)(nil),          // 21: gotrain.v1.GenerationEvent
+	(*EvidenceRequest)(nil),          // 22: gotrain.v1.EvidenceRequest
+	(*Evidence)(nil),                 // 23: gotrain.v1.Evidence
+	(*ReportEvidenceRequest)(nil),    // 24: gotrain.v1.ReportEvidenceRequest
+	(*ReportEvidenceResponse)(nil),   // 25: gotrain.v1.ReportEvidenceResponse
+	(*Culprit)(nil),                  // 26: gotrain.v1.Culprit
+	(*HangVerdict)(nil),              // 27: gotrain.v1.HangVerdict
+	(*DiagnoseRequest)(nil),          // 28: gotrain.v1.DiagnoseRequest
+	(*DiagnoseResponse)(nil),         // 29: gotrain.v1.DiagnoseResponse
+	(*KVPutRequest)(nil),             // 30: gotrain.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 31: gotrain.v1.KVPutResponse
+	(*KVGetRequest)(nil),             // 32: gotrain.v1.KVGetRequest
+	(*KVGetResponse)(nil),            // 33: gotrain.v1.KVGetResponse
+	(*BarrierRequest)(nil),           // 34: gotrain.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 35: gotrain.v1.BarrierResponse
+	(*CommProgress)(nil),             // 36: gotrain.v1.CommProgress
+	(*Collective)(nil),               // 37: gotrain.v1.Collective
+	(*RankProgress)(nil),             // 38: gotrain.v1.RankProgress
+	(*GPUSample)(nil),                // 39: gotrain.v1.GPUSample
+	(*ReportProgressRequest)(nil),    // 40: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 41: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 42: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 43: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 44: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 45: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 46: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 47: gotrain.v1.JobStatus
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
-	35, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
+	38, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
 	1,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
-	16, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
-	14, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
-	14, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
+	19, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
+	17, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
+	17, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
 	3,  // 6: gotrain.v1.AgentMessage.dump_stacks:type_name -> gotrain.v1.DumpStacksRequest
 	4,  // 7: gotrain.v1.AgentMessage.generation:type_name -> gotrain.v1.GenerationChange
 	5,  // 8: gotrain.v1.AgentMessage.assign:type_name -> gotrain.v1.StandbyAssignment
 	7,  // 9: gotrain.v1.NodeInfo.gpus:type_name -> gotrain.v1.GPU
 	8,  // 10: gotrain.v1.JoinRequest.node:type_name -> gotrain.v1.NodeInfo
 	10, // 11: gotrain.v1.JoinRequest.settings:type_name -> gotrain.v1.JobSettings
-	13, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
-	15, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
-	15, // 14: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
-	14, // 15: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
-	16, // 16: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
-	17, // 17: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
-	19, // 18: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
-	24, // 19: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
-	20, // 20: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
-	34, // 21: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
-	34, // 22: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
-	23, // 23: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
-	20, // 24: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	44, // 25: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
-	24, // 26: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
-	34, // 27: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
-	33, // 28: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	36, // 29: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
-	35, // 30: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	8,  // 31: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	35, // 32: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	42, // 33: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	43, // 34: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	15, // 35: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	24, // 36: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	9,  // 37: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	12, // 38: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	27, // 39: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	29, // 40: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	31, // 41: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	37, // 42: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	39, // 43: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	41, // 44: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	21, // 45: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	25, // 46: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	27, // 47: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	29, // 48: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	31, // 49: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	37, // 50: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 51: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	11, // 52: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	18, // 53: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	28, // 54: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	30, // 55: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	32, // 56: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	38, // 57: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	40, // 58: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	44, // 59: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	22, // 60: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	26, // 61: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	28, // 62: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	30, // 63: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	32, // 64: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	38, // 65: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	6,  // 66: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	52, // [52:67] is the sub-list for method output_type
-	37, // [37:52] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	16, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
+	18, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
+	18, // 14: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
+	17, // 15: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
+	19, // 16: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
+	20, // 17: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
+	22, // 18: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
+	15, // 19: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
+	27, // 20: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
+	23, // 21: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
+	37, // 22: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
+	37, // 23: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
+	26, // 24: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
+	23, // 25: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
+	47, // 26: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	27, // 27: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	37, // 28: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	36, // 29: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	39, // 30: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	38, // 31: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	8,  // 32: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	38, // 33: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	45, // 34: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	46, // 35: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	18, // 36: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	27, // 37: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	9,  // 38: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	12, // 39: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	30, // 40: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	32, // 41: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	34, // 42: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	40, // 43: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	42, // 44: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	44, // 45: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	24, // 46: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	28, // 47: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	13, // 48: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
+	30, // 49: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	32, // 50: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	34, // 51: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	40, // 52: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 53: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	11, // 54: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	21, // 55: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	31, // 56: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	33, // 57: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	35, // 58: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	41, // 59: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	43, // 60: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	47, // 61: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	25, // 62: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	29, // 63: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	14, // 64: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	31, // 65: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	33, // 66: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	35, // 67: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	41, // 68: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	6,  // 69: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	54, // [54:70] is the sub-list for method output_type
+	38, // [38:54] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -4062,11 +4282,12 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*AgentMessage_Assign)(nil),
 	}
 	file_gotrain_v1_gotrain_proto_msgTypes[10].OneofWrappers = []any{}
-	file_gotrain_v1_gotrain_proto_msgTypes[18].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[21].OneofWrappers = []any{
 		(*GenerationEvent_Started)(nil),
 		(*GenerationEvent_Ended)(nil),
 		(*GenerationEvent_Finished)(nil),
 		(*GenerationEvent_Evidence)(nil),
+		(*GenerationEvent_Replicas)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4074,7 +4295,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -37,6 +37,7 @@ const (
 	Coordinator_GetJobStatus_FullMethodName     = "/gotrain.v1.Coordinator/GetJobStatus"
 	Coordinator_ReportEvidence_FullMethodName   = "/gotrain.v1.Coordinator/ReportEvidence"
 	Coordinator_Diagnose_FullMethodName         = "/gotrain.v1.Coordinator/Diagnose"
+	Coordinator_AddReplica_FullMethodName       = "/gotrain.v1.Coordinator/AddReplica"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -71,6 +72,10 @@ type CoordinatorClient interface {
 	// detector would say now about communicators that are stalled but not yet
 	// past the hang timeout.
 	Diagnose(ctx context.Context, in *DiagnoseRequest, opts ...grpc.CallOption) (*DiagnoseResponse, error)
+	// AddReplica: a node that JoinResponse.host_replica asked to host a
+	// replica of the coordinator, and that started it, asks the leader to add
+	// it to the replica set.
+	AddReplica(ctx context.Context, in *AddReplicaRequest, opts ...grpc.CallOption) (*AddReplicaResponse, error)
 }
 
 type coordinatorClient struct {
@@ -190,6 +195,16 @@ func (c *coordinatorClient) Diagnose(ctx context.Context, in *DiagnoseRequest, o
 	return out, nil
 }
 
+func (c *coordinatorClient) AddReplica(ctx context.Context, in *AddReplicaRequest, opts ...grpc.CallOption) (*AddReplicaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddReplicaResponse)
+	err := c.cc.Invoke(ctx, Coordinator_AddReplica_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -222,6 +237,10 @@ type CoordinatorServer interface {
 	// detector would say now about communicators that are stalled but not yet
 	// past the hang timeout.
 	Diagnose(context.Context, *DiagnoseRequest) (*DiagnoseResponse, error)
+	// AddReplica: a node that JoinResponse.host_replica asked to host a
+	// replica of the coordinator, and that started it, asks the leader to add
+	// it to the replica set.
+	AddReplica(context.Context, *AddReplicaRequest) (*AddReplicaResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -261,6 +280,9 @@ func (UnimplementedCoordinatorServer) ReportEvidence(context.Context, *ReportEvi
 }
 func (UnimplementedCoordinatorServer) Diagnose(context.Context, *DiagnoseRequest) (*DiagnoseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Diagnose not implemented")
+}
+func (UnimplementedCoordinatorServer) AddReplica(context.Context, *AddReplicaRequest) (*AddReplicaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddReplica not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -456,6 +478,24 @@ func _Coordinator_Diagnose_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_AddReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddReplicaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).AddReplica(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_AddReplica_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).AddReplica(ctx, req.(*AddReplicaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -498,6 +538,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Diagnose",
 			Handler:    _Coordinator_Diagnose_Handler,
+		},
+		{
+			MethodName: "AddReplica",
+			Handler:    _Coordinator_AddReplica_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

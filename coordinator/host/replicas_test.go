@@ -1,0 +1,247 @@
+package host
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/internal/jobtls"
+	"github.com/gotrain/gotrain/internal/leaderconn"
+	"github.com/gotrain/gotrain/internal/token"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// replicaToken is long enough to derive the replicas' CA from.
+const replicaToken = "replicated-test-token-0123456789"
+
+// freeReplicaAddrs returns n addresses on 127.0.0.1 whose port, port + 1
+// (gossip) and port + 2 (Raft) were free a moment ago.
+func freeReplicaAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	for len(out) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		ok := p+2 < 65536
+		var held []io.Closer
+		for _, q := range []int{p + 1, p + 2} {
+			if !ok {
+				break
+			}
+			lq, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(q)))
+			if ok = err == nil; ok {
+				held = append(held, lq)
+			}
+		}
+		for _, h := range held {
+			h.Close()
+		}
+		l.Close()
+		if ok {
+			out = append(out, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		}
+	}
+	return out
+}
+
+// startReplicas starts a standalone replica set of n.
+func startReplicas(t *testing.T, n int, nodes int) (peers []string, cs []*Coordinator) {
+	t.Helper()
+	peers = freeReplicaAddrs(t, n)
+	for _, p := range peers {
+		cfg := DefaultConfig()
+		cfg.JobToken, cfg.Listen, cfg.Peers, cfg.Nodes, cfg.MinNodes, cfg.NoGossip = replicaToken, p, peers, nodes, nodes, true
+		cfg.MaxRestarts = 0
+		c, err := Start(t.Context(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Stop() })
+		cs = append(cs, c)
+	}
+	return peers, cs
+}
+
+// leader waits for the set's leader.
+func leader(t *testing.T, cs []*Coordinator) *Coordinator {
+	t.Helper()
+	deadline := time.Now().Add(rpcTimeout)
+	for time.Now().Before(deadline) {
+		for _, c := range cs {
+			if c.replica.Leading() {
+				return c
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no leader")
+	return nil
+}
+
+// replicaClient joins the set as an agent does: pinned to the derived CA,
+// then with its node certificate, through a leaderconn over every replica.
+type replicaClient struct {
+	id  string
+	c   gotrainv1.CoordinatorClient
+	lc  *leaderconn.Conn
+	seq uint64
+}
+
+func joinReplicas(t *testing.T, peers []string, host string) *replicaClient {
+	t.Helper()
+	ca, err := DeriveJobCA(replicaToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trust := jobtls.Trust{CAHash: ca.Hash()}
+	conn := func(cert *tls.Certificate) *leaderconn.Conn {
+		lc, err := leaderconn.New(peers, func(addr string) (*grpc.ClientConn, error) {
+			creds, err := trust.Credentials(cert)
+			if err != nil {
+				return nil, err
+			}
+			return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), token.DialOption(replicaToken))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lc.Close() })
+		return lc
+	}
+	key, csr, err := jobtls.NewNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+	defer cancel()
+	resp, err := gotrainv1.NewCoordinatorClient(conn(nil)).Join(ctx, &gotrainv1.JoinRequest{Node: node(host), Csr: csr})
+	if err != nil {
+		t.Fatalf("join %s: %v", host, err)
+	}
+	if len(resp.GetReplicas()) != len(peers) {
+		t.Errorf("join names replicas %v, want %d", resp.GetReplicas(), len(peers))
+	}
+	cert := jobtls.NodeCertificate(resp.GetNodeCert(), key)
+	lc := conn(&cert)
+	return &replicaClient{id: resp.GetNodeId(), c: gotrainv1.NewCoordinatorClient(lc), lc: lc}
+}
+
+// next returns the node's next event, opening the stream again (after the
+// last event it got) when it breaks, as an agent does.
+func (r *replicaClient) next(t *testing.T, ctx context.Context) *gotrainv1.GenerationEvent {
+	t.Helper()
+	for {
+		s, err := r.c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: r.id, AfterSeq: r.seq})
+		if err != nil {
+			t.Fatalf("watch %s: %v", r.id, err)
+		}
+		ev, err := s.Recv()
+		if err == nil {
+			r.seq = ev.GetSeq()
+			return ev
+		}
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			t.Fatalf("watch %s: %v", r.id, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Three standalone replicas, two nodes: the leader is stopped while the
+// job runs; the rest carry on with no generation change: the KV value put
+// before is there, a barrier completes, and the job finishes with restart
+// count 0.
+func TestReplicatedLeaderLoss(t *testing.T) {
+	peers, cs := startReplicas(t, 3, 2)
+	a, b := joinReplicas(t, peers, "host-a"), joinReplicas(t, peers, "host-b")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*rpcTimeout)
+	defer cancel()
+	evA, evB := a.next(t, ctx), b.next(t, ctx)
+	if evA.GetStarted() == nil || evB.GetStarted() == nil || evA.GetStarted().GetRestartCount() != 0 {
+		t.Fatalf("first events: %v / %v", evA, evB)
+	}
+	gen := evA.GetStarted().GetGeneration()
+	if _, err := a.c.KVPut(ctx, &gotrainv1.KVPutRequest{Key: "before", Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+
+	old := leader(t, cs)
+	if err := old.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var rest []*Coordinator
+	for _, c := range cs {
+		if c != old {
+			rest = append(rest, c)
+		}
+	}
+	if nl := leader(t, rest); nl == old {
+		t.Fatal("the stopped replica still leads")
+	}
+
+	got, err := b.c.KVGet(ctx, &gotrainv1.KVGetRequest{Key: "before", WaitMs: 5000})
+	if err != nil || string(got.GetValue()) != "v" {
+		t.Fatalf("KV after the leader's loss: %v, %v", got, err)
+	}
+	done := make(chan error, 2)
+	for i, n := range []*replicaClient{a, b} {
+		go func() {
+			_, err := n.c.Barrier(ctx, &gotrainv1.BarrierRequest{Name: "after", Generation: gen, Rank: int32(i)})
+			done <- err
+		}()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatalf("barrier at the new leader: %v", err)
+		}
+	}
+	for i, n := range []*replicaClient{a, b} {
+		if _, err := n.c.ReportWorkerExit(ctx, &gotrainv1.ReportWorkerExitRequest{NodeId: n.id, Generation: gen, Rank: int32(i), Pid: int32(100 + i)}); err != nil {
+			t.Fatalf("report exit: %v", err)
+		}
+	}
+	for _, n := range []*replicaClient{a, b} {
+		ev := n.next(t, ctx)
+		if ev.GetFinished() == nil || !ev.GetFinished().GetSucceeded() {
+			t.Fatalf("%s: after the leader's loss got %v, want finished (no new generation)", n.id, ev)
+		}
+	}
+}
+
+// Two of three replicas lost: no majority, and calls say so.
+func TestReplicatedNoMajority(t *testing.T) {
+	peers, cs := startReplicas(t, 3, 2)
+	a := joinReplicas(t, peers, "host-a")
+	l := leader(t, cs)
+	for _, c := range cs {
+		if c != l {
+			_ = c.Stop()
+		}
+	}
+	// The leader steps down once it misses the majority (its lease), and
+	// after a few seconds without one every replica says why.
+	var msg string
+	for deadline := time.Now().Add(rpcTimeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, err := a.c.GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
+		cancel()
+		if msg = status.Convert(err).Message(); strings.Contains(msg, "no majority") {
+			break
+		}
+	}
+	if !strings.Contains(msg, "no majority") {
+		t.Fatalf("without a majority, calls end with %q, which does not say so", msg)
+	}
+}

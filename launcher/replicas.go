@@ -1,0 +1,103 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gotrain/gotrain/coordinator/host"
+	"github.com/gotrain/gotrain/internal/leaderconn"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// The coordinator may be replicated (coordinator/host's replicas.go): the
+// agent then talks to its leader through a leaderconn.Conn, which follows
+// leader changes; it learns the replica set at Join and from the watch
+// stream, resumes the stream after the last event it got (lastSeq), and,
+// when Join asks, hosts a replica itself.
+
+// replicaView is what an agent knows of the coordinator's replicas.
+type replicaView struct {
+	lc          *leaderconn.Conn // the connection a.coord calls through
+	replicas    []string         // the replica set (gRPC addresses), from Join and Replicas events
+	hostReplica bool             // Join asked this node to host a replica
+	joinedAt    string           // the replica that answered Join
+	lastSeq     atomic.Uint64    // the seq of the last event received
+	stopReplica func()           // stops the replica this node hosts; nil when none
+}
+
+// splitAddrs reads --coordinator: one HOST:PORT, or several (the replicas
+// of a replicated coordinator) separated by commas.
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// learnReplicas records the replica set and points the connection at all
+// of it.
+func (a *agent) learnReplicas(addrs []string) {
+	if len(addrs) == 0 {
+		return
+	}
+	a.replicas = slices.Clone(addrs)
+	if a.lc != nil {
+		a.lc.SetAddrs(addrs)
+	}
+}
+
+// leaderMoved is the connection's note of a leader change, for people.
+func (a *agent) leaderMoved(from, to, why string) {
+	fmt.Fprintf(a.cfg.Stderr, "gotrain: the coordinator's leader is now at %s (was %s: %s)\n", to, from, why)
+}
+
+// hostReplica starts the replica of the coordinator that Join asked this
+// node to host and has the leader add it. A replica that cannot start or
+// be added costs the job one replica: it is a warning, not an error.
+func (a *agent) startHostedReplica(ctx context.Context, joinedAt string) {
+	cfg := a.coordinatorConfig() // coordinator.go
+	cfg.JoinReplica = true
+	if h, _, err := net.SplitHostPort(joinedAt); err == nil && a.gossipPort != 0 {
+		cfg.GossipJoin = []string{net.JoinHostPort(h, strconv.Itoa(a.gossipPort))}
+	}
+	c, err := host.Start(context.WithoutCancel(ctx), cfg)
+	if err != nil {
+		fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: this node was asked to host a replica of the coordinator and cannot: %v (the job goes on with fewer replicas)\n", err)
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = a.coord.AddReplica(actx, &gotrainv1.AddReplicaRequest{NodeId: a.nodeID, Addr: c.ReplicaID(), RaftAddr: c.RaftAddr()})
+	if err != nil {
+		_ = c.Stop()
+		fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: the coordinator did not take this node's replica at %s: %v (the job goes on with fewer replicas)\n", c.ReplicaID(), err)
+		return
+	}
+	fmt.Fprintf(a.cfg.Stderr, "gotrain: this node hosts a replica of the coordinator at %s\n", c.ReplicaID())
+	a.stopReplica = func() {
+		if err := c.Stop(); err != nil {
+			a.log.Warn("coordinator replica", "err", err)
+		}
+	}
+}
+
+// coordConn is the agent's connection to the coordinator, and the replica
+// it hosts: Close ends both.
+type coordConn struct{ a *agent }
+
+func (c coordConn) Close() error {
+	err := c.a.lc.Close()
+	if c.a.stopReplica != nil {
+		c.a.stopReplica()
+	}
+	return err
+}
