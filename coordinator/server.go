@@ -490,6 +490,10 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 	o.notify()
 	s.reachability(id, o, "")
 	pos := min(int(req.GetAfterSeq()), len(o.events))
+	if pos > 0 {
+		// A stream resumed: after a blip, or at a new leader.
+		s.log.Info("watch stream resumed", "node_id", id, "after_seq", pos)
+	}
 	if o.closed && pos == len(o.events) {
 		// A new stream after the job finished and the node heard so: say
 		// so again.
