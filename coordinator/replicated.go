@@ -172,6 +172,16 @@ func (s *Server) commit(e entry) (any, error) {
 		r := s.applyEntry(s.now(), e)
 		return r.v, r.err
 	}
+	s.mu.Lock()
+	over := s.m.Finished()
+	s.mu.Unlock()
+	if over && e.Event != nil {
+		// The job's state is final on every replica: a late report (a
+		// worker stopping after the end) changes nothing, and any replica
+		// takes it, so that agents are not held by a replica set that
+		// winds down.
+		return nil, nil
+	}
 	e.Time = s.now()
 	b, err := e.encode()
 	if err != nil {
@@ -248,7 +258,7 @@ func (s *Server) addPeer(addr string) {
 // (embedded: the first nodes to join after the first, until Want). s.mu
 // is held; every replica decides alike.
 func (s *Server) askReplica(id string) bool {
-	if s.repl == nil || len(s.rs.asked)+1 >= s.rs.want {
+	if len(s.rs.asked)+1 >= s.rs.want {
 		return false
 	}
 	s.rs.asked = append(s.rs.asked, id)
@@ -458,7 +468,7 @@ func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServe
 		return h(ctx, req)
 	}
 	s.mu.Lock()
-	ok := s.leading()
+	ok := s.leading() || s.m.Finished() && afterTheEnd[info.FullMethod]
 	s.mu.Unlock()
 	if !ok {
 		return nil, s.notLeaderNow(ctx)
@@ -477,12 +487,25 @@ func (s *Server) leaderStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		return h(srv, ss)
 	}
 	s.mu.Lock()
-	ok := s.leading()
+	ok := s.leading() || s.m.Finished() && afterTheEnd[info.FullMethod]
 	s.mu.Unlock()
 	if !ok {
 		return s.notLeaderNow(ss.Context())
 	}
 	return h(srv, ss)
+}
+
+// afterTheEnd are the calls any replica serves once the job finished (its
+// state is final everywhere): the agents' last words and reads. Replicas
+// wind down as their nodes' agents exit, and a majority may be gone
+// before the last agent heard the end.
+var afterTheEnd = map[string]bool{
+	gotrainv1.Coordinator_WatchGenerations_FullMethodName: true,
+	gotrainv1.Coordinator_GetJobStatus_FullMethodName:     true,
+	gotrainv1.Coordinator_Diagnose_FullMethodName:         true,
+	gotrainv1.Coordinator_ReportProgress_FullMethodName:   true,
+	gotrainv1.Coordinator_ReportWorkerExit_FullMethodName: true,
+	gotrainv1.Coordinator_ReportEvidence_FullMethodName:   true,
 }
 
 // serverFSM is the Server as replica.FSM.
@@ -550,7 +573,11 @@ func (f *serverFSM) Restore(b []byte) error {
 		return fmt.Errorf("restore the coordinator's state: %w", err)
 	}
 	s.mu.Lock()
-	m, err := job.New(s.rs.ownConfig)
+	own := s.rs.ownConfig
+	if own.RunID == "" {
+		own = s.m.Config()
+	}
+	m, err := job.New(own)
 	if err != nil {
 		s.mu.Unlock()
 		return err

@@ -515,7 +515,7 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 			s.mu.Unlock()
 			return status.Errorf(codes.Aborted, "node %q opened a newer watch stream", id)
 		}
-		if s.rs.term != term {
+		if s.rs.term != term && !s.m.Finished() {
 			// This replica stopped leading: the agent goes on at the new
 			// leader, from where it is.
 			err := s.notLeader(stream.Context())
@@ -523,6 +523,7 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 			s.streamEnded(id, o, my, "")
 			return err
 		}
+		term = s.rs.term // after the end, any replica finishes the stream
 		evs, closed, lost := o.events[pos:], o.closed, o.lost
 		pos = len(o.events)
 		s.mu.Unlock()
