@@ -162,7 +162,9 @@ func (s *Step) Apply(cfg *launcher.Config, given map[string]bool) {
 		if s.NodeID == 0 {
 			cfg.Coordinator, cfg.CoordinatorListen = "", net.JoinHostPort("0.0.0.0", port)
 		} else {
-			cfg.Coordinator = net.JoinHostPort(s.Head(), port)
+			// A node asked to host a replica of the coordinator serves it
+			// at the same port.
+			cfg.Coordinator, cfg.CoordinatorListen = net.JoinHostPort(s.Head(), port), net.JoinHostPort("0.0.0.0", port)
 		}
 	}
 	if cfg.NprocPerNode == 0 && s.TasksOnNode > 1 {

@@ -103,7 +103,7 @@ func TestApply(t *testing.T) {
 		cfg   launcher.Config
 		want  string
 	}{
-		{"node 1 joins node 0", s, nil, launcher.Config{}, "nodes=2:2 coord=node1:" + port + " listen= nproc=0 run=slurm-17.0 restarts=0"},
+		{"node 1 joins node 0", s, nil, launcher.Config{}, "nodes=2:2 coord=node1:" + port + " listen=0.0.0.0:" + port + " nproc=0 run=slurm-17.0 restarts=0"},
 		{"node 0 runs it", &head, nil, launcher.Config{}, "nodes=2:2 coord= listen=0.0.0.0:" + port + " nproc=0 run=slurm-17.0 restarts=0"},
 		{"flags win", s, map[string]bool{"nnodes": true, "coordinator": true, "run-id": true},
 			func() launcher.Config {
@@ -111,7 +111,7 @@ func TestApply(t *testing.T) {
 				c.Nodes, c.MinNodes, c.RunID = 3, 2, "mine"
 				return c
 			}(), "nodes=2:3 coord=10.0.0.1:1234 listen= nproc=0 run=mine restarts=0"},
-		{"task per GPU", &Step{JobID: 17, Nodes: []string{"a", "b"}, NodeID: 1, TasksOnNode: 4}, nil, launcher.Config{}, "nodes=2:2 coord=a:" + fmt.Sprint((&Step{JobID: 17}).Port()) + " listen= nproc=4 run=slurm-17.0 restarts=0"},
+		{"task per GPU", &Step{JobID: 17, Nodes: []string{"a", "b"}, NodeID: 1, TasksOnNode: 4}, nil, launcher.Config{}, "nodes=2:2 coord=a:" + fmt.Sprint((&Step{JobID: 17}).Port()) + " listen=0.0.0.0:" + fmt.Sprint((&Step{JobID: 17}).Port()) + " nproc=4 run=slurm-17.0 restarts=0"},
 		{"nproc given", &Step{JobID: 17, Nodes: []string{"a"}, TasksOnNode: 4}, nil, launcher.Config{NprocPerNode: 1}, "nodes=1:1 coord= listen= nproc=1 run=slurm-17.0 restarts=0"},
 		// A requeued job's workers count on from its requeues.
 		{"requeued", &Step{JobID: 17, Nodes: []string{"a"}, TasksOnNode: 1, RestartCount: 2}, nil, launcher.Config{}, "nodes=1:1 coord= listen= nproc=0 run=slurm-17.0 restarts=2"},
