@@ -10,18 +10,38 @@
 // (15 s by default) of each call. It then returns the last error
 // unchanged, so a caller's handling of Unavailable keeps working.
 //
-// A server-streaming call (WatchGenerations) whose first receive fails with
-// Unavailable is opened again on the leader with the request replayed;
-// once a message has arrived, errors go to the caller, and the Conn only
-// points the caller's next attempt at the hinted leader.
+// A leader that is partitioned away refuses nothing: its calls just hang.
+// WithProbe names a short unary call that is sent often (the agent's
+// heartbeat, ReportProgress) and gives each of its attempts a timeout of
+// its own; an attempt that times out while the caller's context is alive
+// counts as Unavailable without a hint, so the Conn moves on to the next
+// replica, which names the new leader. Other calls (long polls such as
+// KVGet with a wait, Barrier, WatchGenerations) get no such timeout.
+//
+// Whenever the Conn's target changes, by a hint or by moving on, every
+// call still in flight on the old target moves with it: a unary attempt
+// there is canceled and retried at the new target as if it had failed
+// with Unavailable (the caller's context and the failover window still
+// bound it), and a stream there is canceled. A call that completes is
+// not affected.
+//
+// A server-streaming call (WatchGenerations) that has received nothing
+// yet, and whose stream fails with Unavailable or is canceled so, is
+// opened again where the leader is, with the request replayed. Once a
+// message has arrived, errors go to the caller: after a move its next
+// receive returns codes.Unavailable saying that the leader moved, and
+// the caller opens the watch again; the Conn only points that next
+// attempt at the leader.
 //
 // # Usage
 //
 //	lc, err := leaderconn.New(addrs, func(addr string) (*grpc.ClientConn, error) {
 //		return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-//	}, leaderconn.WithOnSwitch(func(from, to, why string) {
-//		fmt.Fprintf(os.Stderr, "gotrain: the coordinator's leader is now at %s (%s)\n", to, why)
-//	}))
+//	},
+//		leaderconn.WithProbe(gotrainv1.Coordinator_ReportProgress_FullMethodName, 3*time.Second),
+//		leaderconn.WithOnSwitch(func(from, to, why string) {
+//			fmt.Fprintf(os.Stderr, "gotrain: the coordinator's leader is now at %s (%s)\n", to, why)
+//		}))
 //	if err != nil { ... }
 //	defer lc.Close()
 //	client := gotrainv1.NewCoordinatorClient(lc)
@@ -83,6 +103,7 @@ type config struct {
 	window     time.Duration
 	minBackoff time.Duration
 	maxBackoff time.Duration
+	probes     map[string]time.Duration
 	onSwitch   func(from, to, why string)
 }
 
@@ -90,6 +111,24 @@ type config struct {
 // after its first Unavailable (default 15 s); the caller's context bounds
 // it too.
 func WithFailoverWindow(d time.Duration) Option { return func(c *config) { c.window = d } }
+
+// WithProbe gives each attempt of the unary method (its full name, as
+// "/gotrain.v1.Coordinator/ReportProgress") a timeout of its own. An
+// attempt that times out while the caller's context is alive means the
+// replica is unreachable (a partitioned leader): the Conn moves on to the
+// next replica as after an Unavailable without a hint, moves the calls in
+// flight there with it, and retries. The method should be a quick one
+// that is sent often, and timeout well above its normal latency: a
+// leader too slow to answer it in time is left as if it were away. It
+// applies only while the Conn knows more than one replica.
+func WithProbe(method string, timeout time.Duration) Option {
+	return func(c *config) {
+		if c.probes == nil {
+			c.probes = map[string]time.Duration{}
+		}
+		c.probes[method] = timeout
+	}
+}
 
 // WithOnSwitch has f called (outside any lock, possibly concurrently) each
 // time the Conn's target changes: from the old target to the new one, why
@@ -106,12 +145,42 @@ type Conn struct {
 
 	mu     sync.Mutex
 	addrs  []string
-	target string
+	target *epoch
 	conns  map[string]*grpc.ClientConn
 	closed bool
 }
 
 var _ grpc.ClientConnInterface = (*Conn)(nil)
+
+// epoch is one stay of the Conn's target at an address: from the time
+// calls start going there until they go elsewhere. Its ctx is canceled,
+// with a *movedError, when it ends; the attempts made in it watch ctx.
+type epoch struct {
+	addr string
+	ctx  context.Context
+	end  context.CancelCauseFunc
+}
+
+func newEpoch(addr string) *epoch {
+	ctx, end := context.WithCancelCause(context.Background())
+	return &epoch{addr: addr, ctx: ctx, end: end}
+}
+
+// movedError is why an attempt on a replica was canceled: the Conn's
+// target moved off it.
+type movedError struct{ from, to string }
+
+func (e *movedError) Error() string { return "the coordinator's leader moved to " + e.to }
+
+// probeTimeoutError is why a probe's attempt was canceled.
+type probeTimeoutError struct {
+	addr, method string
+	timeout      time.Duration
+}
+
+func (e *probeTimeoutError) Error() string {
+	return fmt.Sprintf("coordinator replica %s did not answer %s within %v", e.addr, e.method, e.timeout)
+}
 
 // New is a Conn over the replicas at addrs (HOST:PORT, the first is the
 // first target). dial makes the connection to one address, the first time
@@ -126,7 +195,7 @@ func New(addrs []string, dial func(addr string) (*grpc.ClientConn, error), opts 
 	if len(c.addrs) == 0 {
 		return nil, errors.New("leaderconn: no coordinator address")
 	}
-	c.target = c.addrs[0]
+	c.target = newEpoch(c.addrs[0])
 	return c, nil
 }
 
@@ -159,7 +228,7 @@ func (c *Conn) Addrs() []string {
 func (c *Conn) Leader() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.target
+	return c.target.addr
 }
 
 // Close closes the connections to every replica. Calls in flight fail.
@@ -177,35 +246,42 @@ func (c *Conn) Close() error {
 	return errors.Join(errs...)
 }
 
-// current is the target and its connection, dialled on first use.
-func (c *Conn) current() (string, *grpc.ClientConn, error) {
+// current is the target's epoch and connection, dialled on first use, and
+// the per-attempt timeout of method there (0 for none).
+func (c *Conn) current(method string) (*epoch, *grpc.ClientConn, time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return "", nil, ErrClosed
+		return nil, nil, 0, ErrClosed
 	}
-	t := c.target
-	if cc := c.conns[t]; cc != nil {
-		return t, cc, nil
+	e := c.target
+	var probe time.Duration
+	if len(c.addrs) > 1 {
+		probe = c.cfg.probes[method]
 	}
-	cc, err := c.dial(t)
+	if cc := c.conns[e.addr]; cc != nil {
+		return e, cc, probe, nil
+	}
+	cc, err := c.dial(e.addr)
 	if err != nil {
-		return t, nil, fmt.Errorf("leaderconn: dial coordinator replica %s: %w", t, err)
+		return e, nil, 0, fmt.Errorf("leaderconn: dial coordinator replica %s: %w", e.addr, err)
 	}
-	c.conns[t] = cc
-	return t, cc, nil
+	c.conns[e.addr] = cc
+	return e, cc, probe, nil
 }
 
-// failed moves the target on after a call to from failed with Unavailable:
-// to the hinted leader, else to the replica after from. It does nothing
-// when another call has moved the target off from already, so that
-// concurrent failures move it once.
-func (c *Conn) failed(from, hint string) {
+// failed moves the target on after a call in epoch e failed with
+// Unavailable: to the hinted leader, else to the replica after e's. It
+// does nothing when e has ended already (another call moved the target),
+// so that concurrent failures move it once. Moving ends e, which cancels
+// the attempts still in flight there.
+func (c *Conn) failed(e *epoch, hint string) {
 	c.mu.Lock()
-	if c.target != from {
+	if c.target != e {
 		c.mu.Unlock()
 		return
 	}
+	from := e.addr
 	to, why := hint, "named by replica "+from
 	if hint == "" || hint == from {
 		i := slices.Index(c.addrs, from)
@@ -214,12 +290,70 @@ func (c *Conn) failed(from, hint string) {
 	} else {
 		c.addrs = merge(c.addrs, []string{hint})
 	}
-	c.target = to
+	if to == from {
+		c.mu.Unlock()
+		return
+	}
+	c.target = newEpoch(to)
 	f := c.cfg.onSwitch
 	c.mu.Unlock()
-	if f != nil && to != from {
+	e.end(&movedError{from: from, to: to})
+	if f != nil {
 		f(from, to, why)
 	}
+}
+
+// attempt is one try of a call in an epoch. Its ctx, under the caller's,
+// is canceled when the epoch ends or a probe's timeout passes.
+type attempt struct {
+	e       *epoch
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	stop    func() bool        // stops watching e
+	timeout *probeTimeoutError // a probe's, else nil
+}
+
+// begin starts an attempt in e under ctx, with the per-attempt timeout
+// probe unless it is 0. The attempt's end must be called.
+func (e *epoch) begin(ctx context.Context, method string, probe time.Duration) *attempt {
+	actx, cancel := context.WithCancelCause(ctx)
+	a := &attempt{e: e, ctx: actx, cancel: cancel}
+	a.stop = context.AfterFunc(e.ctx, func() { cancel(context.Cause(e.ctx)) })
+	if probe > 0 {
+		a.timeout = &probeTimeoutError{addr: e.addr, method: method, timeout: probe}
+		tctx, tcancel := context.WithTimeoutCause(actx, probe, a.timeout)
+		a.ctx = tctx
+		a.cancel = func(cause error) { tcancel(); cancel(cause) }
+	}
+	return a
+}
+
+// end releases the attempt and says how err, what the call returned in
+// it, is to be taken: an attempt canceled because the target moved, or a
+// probe that timed out, is Unavailable (with the new target as the hint
+// for the former), unless the caller's ctx is done; other errors are
+// unchanged.
+func (a *attempt) end(ctx context.Context, err error) (error, string) {
+	cause := context.Cause(a.ctx)
+	a.stop()
+	a.cancel(nil)
+	if err == nil || ctx.Err() != nil {
+		return err, ""
+	}
+	code := status.Code(err)
+	var moved *movedError
+	switch {
+	case code != codes.Canceled && code != codes.DeadlineExceeded:
+		return err, ""
+	case errors.As(cause, &moved):
+		return status.Errorf(codes.Unavailable, "leaderconn: call to coordinator replica %s canceled: %v", moved.from, moved), moved.to
+	case a.timeout != nil && code == codes.DeadlineExceeded:
+		// The caller's deadline is later, so this is the probe's: gRPC
+		// may see it pass (or the server may) before ctx's timer fires
+		// and sets the cause.
+		return status.Errorf(codes.Unavailable, "leaderconn: %v", a.timeout), ""
+	}
+	return err, ""
 }
 
 // retry is one call's search for the leader: the failover window since
@@ -231,14 +365,14 @@ type retry struct {
 	hops    int // redirects followed without a pause
 }
 
-// next moves the target on after target failed with err and trailer hint
-// and waits as needed; false when the call must return err: not
+// next moves the target on after an attempt in e failed with err and
+// hint, and waits as needed; false when the call must return err: not
 // Unavailable, ctx done or the window over.
-func (r *retry) next(ctx context.Context, target, hint string, err error) bool {
+func (r *retry) next(ctx context.Context, e *epoch, hint string, err error) bool {
 	if status.Code(err) != codes.Unavailable {
 		return false
 	}
-	r.c.failed(target, hint)
+	r.c.failed(e, hint)
 	if ctx.Err() != nil {
 		return false
 	}
@@ -251,7 +385,7 @@ func (r *retry) next(ctx context.Context, target, hint string, err error) bool {
 	}
 	// A hint is followed at once; but two replicas with stale views could
 	// send a call back and forth, so after a few hops it pauses too.
-	if hint != "" && hint != target && r.hops < 3 {
+	if hint != "" && hint != e.addr && r.hops < 3 {
 		r.hops++
 		return true
 	}
@@ -272,18 +406,23 @@ func (r *retry) next(ctx context.Context, target, hint string, err error) bool {
 func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	r := retry{c: c}
 	for {
-		target, cc, err := c.current()
+		e, cc, probe, err := c.current(method)
 		if errors.Is(err, ErrClosed) {
 			return err
 		}
-		var trailer metadata.MD
+		var hint string
 		if err == nil {
-			err = cc.Invoke(ctx, method, args, reply, append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))...)
+			var trailer metadata.MD
+			a := e.begin(ctx, method, probe)
+			err = cc.Invoke(a.ctx, method, args, reply, append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))...)
+			if err, hint = a.end(ctx, err); hint == "" {
+				hint = leaderHint(trailer)
+			}
 		} else {
 			// A replica that cannot be dialled is as good as down.
 			err = status.Error(codes.Unavailable, err.Error())
 		}
-		if err == nil || !r.next(ctx, target, leaderHint(trailer), err) {
+		if err == nil || !r.next(ctx, e, hint, err) {
 			return err
 		}
 	}
@@ -296,27 +435,38 @@ func (c *Conn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method stri
 		replay: desc.ServerStreams && !desc.ClientStreams}
 	r := retry{c: c}
 	for {
-		target, cs, err := s.open()
+		e, a, cs, hint, err := s.open()
 		if err == nil {
-			s.cs, s.target = cs, target
+			s.cs, s.a = cs, a
 			return s, nil
 		}
-		if errors.Is(err, ErrClosed) || !r.next(ctx, target, "", err) {
+		if errors.Is(err, ErrClosed) || !r.next(ctx, e, hint, err) {
 			return nil, err
 		}
 	}
 }
 
-func (s *stream) open() (string, grpc.ClientStream, error) {
-	target, cc, err := s.c.current()
+// open opens the call on the target, in an attempt that ends when the
+// stream fails or the caller's context is done; on error, the epoch it
+// was tried in and the hint for the retry.
+func (s *stream) open() (*epoch, *attempt, grpc.ClientStream, string, error) {
+	e, cc, _, err := s.c.current(s.method)
 	if errors.Is(err, ErrClosed) {
-		return target, nil, err
+		return e, nil, nil, "", err
 	}
 	if err != nil {
-		return target, nil, status.Error(codes.Unavailable, err.Error())
+		return e, nil, nil, "", status.Error(codes.Unavailable, err.Error())
 	}
-	cs, err := cc.NewStream(s.ctx, s.desc, s.method, s.opts...)
-	return target, cs, err
+	a := e.begin(s.ctx, s.method, 0)
+	cs, err := cc.NewStream(a.ctx, s.desc, s.method, s.opts...)
+	if err != nil {
+		err, hint := a.end(s.ctx, err)
+		return e, nil, nil, hint, err
+	}
+	// The caller may abandon the stream by canceling its context, without
+	// a receive that fails: stop watching the epoch then.
+	context.AfterFunc(a.ctx, func() { a.stop() })
+	return e, a, cs, "", nil
 }
 
 // stream is a grpc.ClientStream on the leader. For a server-streaming call
@@ -332,26 +482,40 @@ type stream struct {
 
 	mu        sync.Mutex // guards the fields below
 	cs        grpc.ClientStream
-	target    string
+	a         *attempt // cs's
 	sent      []any
 	closeSent bool
 	received  bool
 }
 
-func (s *stream) cur() (grpc.ClientStream, string) {
+func (s *stream) cur() (grpc.ClientStream, *attempt) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cs, s.target
+	return s.cs, s.a
 }
 
 func (s *stream) Context() context.Context { cs, _ := s.cur(); return cs.Context() }
 func (s *stream) Trailer() metadata.MD     { cs, _ := s.cur(); return cs.Trailer() }
 
+// failedOn is err, a failure of cs in attempt a, as the caller is to see
+// it, and the hint for where the leader is.
+func (s *stream) failedOn(cs grpc.ClientStream, a *attempt, err error) (error, string) {
+	trailer := leaderHint(cs.Trailer())
+	err, hint := a.end(s.ctx, err)
+	if hint == "" {
+		hint = trailer
+	}
+	return err, hint
+}
+
 func (s *stream) Header() (metadata.MD, error) {
-	cs, target := s.cur()
+	cs, a := s.cur()
 	md, err := cs.Header()
-	if status.Code(err) == codes.Unavailable {
-		s.c.failed(target, leaderHint(cs.Trailer()))
+	if err != nil {
+		var hint string
+		if err, hint = s.failedOn(cs, a, err); status.Code(err) == codes.Unavailable {
+			s.c.failed(a.e, hint)
+		}
 	}
 	return md, err
 }
@@ -375,8 +539,15 @@ func (s *stream) CloseSend() error {
 }
 
 func (s *stream) RecvMsg(m any) error {
-	cs, target := s.cur()
+	cs, a := s.cur()
 	err := cs.RecvMsg(m)
+	var hint string
+	switch {
+	case err != nil:
+		err, hint = s.failedOn(cs, a, err)
+	case !s.desc.ServerStreams:
+		a.end(s.ctx, nil) // the one reply has come: the call is over
+	}
 	s.mu.Lock()
 	reopen := s.replay && !s.received
 	if err == nil {
@@ -387,24 +558,24 @@ func (s *stream) RecvMsg(m any) error {
 		return err
 	}
 	if !reopen {
-		s.c.failed(target, leaderHint(cs.Trailer()))
+		s.c.failed(a.e, hint)
 		return err
 	}
 	// Nothing has arrived: open the call again where the leader is now.
 	r := retry{c: s.c}
-	hint := leaderHint(cs.Trailer())
-	for r.next(s.ctx, target, hint, err) {
-		target, cs, err = s.open()
+	e := a.e
+	for r.next(s.ctx, e, hint, err) {
+		e, a, cs, hint, err = s.open()
 		if errors.Is(err, ErrClosed) {
 			return err
 		}
-		hint = ""
 		if err == nil {
 			s.resend(cs)
-			err = cs.RecvMsg(m)
-			hint = leaderHint(cs.Trailer())
+			if err = cs.RecvMsg(m); err != nil {
+				err, hint = s.failedOn(cs, a, err)
+			}
 			s.mu.Lock()
-			s.cs, s.target = cs, target
+			s.cs, s.a = cs, a
 			s.received = err == nil
 			s.mu.Unlock()
 		}

@@ -55,10 +55,22 @@ type replica struct {
 	// stepDownTo, when set, is the leader a leader names after sending a
 	// watch stream's first event.
 	stepDownTo atomic.Value
+	// hung is a partitioned replica: its handlers never answer.
+	hung atomic.Bool
+	// holdBarrier has the leader's Barrier wait (for ranks that never
+	// come), after a send on inBarrier.
+	holdBarrier atomic.Bool
+	inBarrier   chan struct{}
+	barriers    atomic.Int32 // Barrier calls the leader served
+	kvGets      atomic.Int32 // KVGet calls the leader served
 }
 
 func (r *replica) check(ctx context.Context) error {
 	r.calls.Add(1)
+	if r.hung.Load() {
+		<-ctx.Done()
+		return status.FromContextError(ctx.Err()).Err()
+	}
 	leader, hint := r.c.get()
 	if leader == r.addr {
 		return nil
@@ -81,6 +93,45 @@ func (r *replica) Diagnose(ctx context.Context, _ *gotrainv1.DiagnoseRequest) (*
 		return nil, err
 	}
 	return nil, status.Error(codes.FailedPrecondition, "the job has not started")
+}
+
+func (r *replica) ReportProgress(ctx context.Context, _ *gotrainv1.ReportProgressRequest) (*gotrainv1.ReportProgressResponse, error) {
+	if err := r.check(ctx); err != nil {
+		return nil, err
+	}
+	return &gotrainv1.ReportProgressResponse{}, nil
+}
+
+// KVGet waits wait_ms and answers with the leader's address as the value.
+func (r *replica) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotrainv1.KVGetResponse, error) {
+	if err := r.check(ctx); err != nil {
+		return nil, err
+	}
+	r.kvGets.Add(1)
+	t := time.NewTimer(time.Duration(req.GetWaitMs()) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-t.C:
+	}
+	return &gotrainv1.KVGetResponse{Found: true, Value: []byte(r.addr)}, nil
+}
+
+// Barrier answers at once, with the leader's address in the header
+// "replica", unless holdBarrier is set.
+func (r *replica) Barrier(ctx context.Context, _ *gotrainv1.BarrierRequest) (*gotrainv1.BarrierResponse, error) {
+	if err := r.check(ctx); err != nil {
+		return nil, err
+	}
+	r.barriers.Add(1)
+	if r.holdBarrier.Load() {
+		r.inBarrier <- struct{}{}
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs("replica", r.addr))
+	return &gotrainv1.BarrierResponse{}, nil
 }
 
 func (r *replica) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, s grpc.ServerStreamingServer[gotrainv1.GenerationEvent]) error {
@@ -110,7 +161,7 @@ func startReplicas(t *testing.T, c *cluster, n int) []*replica {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &replica{c: c, addr: lis.Addr().String(), srv: grpc.NewServer()}
+		r := &replica{c: c, addr: lis.Addr().String(), srv: grpc.NewServer(), inBarrier: make(chan struct{}, 16)}
 		gotrainv1.RegisterCoordinatorServer(r.srv, r)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = r.srv.Serve(lis) }()
@@ -509,5 +560,245 @@ func TestClosed(t *testing.T) {
 	}
 	if _, err := client.GetJobStatus(t.Context(), &gotrainv1.GetJobStatusRequest{}); !errors.Is(err, leaderconn.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// blackhole is the address of a partitioned host: it accepts TCP
+// connections and never sends a byte.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = lis.Close()
+		<-done
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return lis.Addr().String()
+}
+
+const reportProgress = gotrainv1.Coordinator_ReportProgress_FullMethodName
+
+func heartbeat(t *testing.T, client gotrainv1.CoordinatorClient) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := client.ReportProgress(ctx, &gotrainv1.ReportProgressRequest{NodeId: "node-1"}); err != nil {
+		t.Fatalf("ReportProgress: %v", err)
+	}
+}
+
+// wait is what ch delivers, failing the test if it takes over 10 s (a
+// hang, not a slow machine).
+func wait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: still waiting after 10s", what)
+		panic("unreachable")
+	}
+}
+
+// The first replica is partitioned away: the heartbeat's attempt there
+// times out, the next replica names the leader, and the heartbeat
+// succeeds there.
+func TestProbeTimeoutMovesOn(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 2)
+	f, l := rs[0], rs[1]
+	c.set(l.addr, true)
+	hole := blackhole(t)
+	var sw switches
+	lc, client := newConn(t, []string{hole, f.addr},
+		leaderconn.WithProbe(reportProgress, 200*time.Millisecond), leaderconn.WithOnSwitch(sw.record))
+	heartbeat(t, client)
+	if lc.Leader() != l.addr {
+		t.Errorf("Leader = %s, want %s", lc.Leader(), l.addr)
+	}
+	if f.calls.Load() != 1 || l.calls.Load() != 1 {
+		t.Errorf("calls follower %d, leader %d; want 1, 1", f.calls.Load(), l.calls.Load())
+	}
+	if got := sw.get(); !slices.Equal(got, addrs(f, l)) {
+		t.Errorf("switches to %v, want %v", got, addrs(f, l))
+	}
+}
+
+// With one replica known there is nowhere else to go: the probe's
+// timeout does not apply, and the caller's deadline ends the one attempt.
+func TestProbeNeedsAnotherReplica(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 1)
+	c.set(rs[0].addr, true)
+	rs[0].hung.Store(true)
+	_, client := newConn(t, addrs(rs...), leaderconn.WithProbe(reportProgress, 20*time.Millisecond))
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err := client.ReportProgress(ctx, &gotrainv1.ReportProgressRequest{})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("err = %v, want DeadlineExceeded", err)
+	}
+	if n := rs[0].calls.Load(); n != 1 {
+		t.Errorf("%d attempts, want 1", n)
+	}
+}
+
+// A Barrier waits on the leader when the leader is partitioned away and
+// another is elected; the heartbeat finds out, and the Barrier is sent
+// again, to the new leader, whose answer the caller gets.
+func TestCallInFlightMovesWithLeader(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 3)
+	old, f, nl := rs[0], rs[1], rs[2]
+	c.set(old.addr, true)
+	old.holdBarrier.Store(true)
+	var sw switches
+	_, client := newConn(t, addrs(rs...),
+		leaderconn.WithProbe(reportProgress, 200*time.Millisecond), leaderconn.WithOnSwitch(sw.record))
+	type result struct {
+		md  metadata.MD
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		var md metadata.MD
+		_, err := client.Barrier(ctx, &gotrainv1.BarrierRequest{Name: "init", Generation: 1}, grpc.Header(&md))
+		done <- result{md, err}
+	}()
+	wait(t, old.inBarrier, "the Barrier on the old leader")
+	old.hung.Store(true)
+	c.set(nl.addr, true)
+	heartbeat(t, client)
+	r := wait(t, done, "the Barrier")
+	if r.err != nil {
+		t.Fatalf("Barrier: %v", r.err)
+	}
+	if got := r.md.Get("replica"); !slices.Equal(got, []string{nl.addr}) {
+		t.Errorf("Barrier answered by %v, want the new leader %s", got, nl.addr)
+	}
+	if old.barriers.Load() != 1 || nl.barriers.Load() != 1 {
+		t.Errorf("Barrier calls old %d, new %d; want 1, 1", old.barriers.Load(), nl.barriers.Load())
+	}
+	if got := sw.get(); !slices.Equal(got, addrs(f, nl)) {
+		t.Errorf("switches to %v, want %v", got, addrs(f, nl))
+	}
+}
+
+// A watch that has had events from the old leader ends with Unavailable
+// when the leader moves; the caller's new watch goes to the new leader.
+func TestWatchEndsWhenLeaderMoves(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 3)
+	old, f, nl := rs[0], rs[1], rs[2]
+	c.set(old.addr, true)
+	_, client := newConn(t, addrs(rs...), leaderconn.WithProbe(reportProgress, 200*time.Millisecond))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w, err := client.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := w.Recv(); err != nil || ev.GetStarted().GetMasterAddr() != old.addr {
+		t.Fatalf("first Recv: %v, %v; want the old leader's event", ev, err)
+	}
+	recv := make(chan error, 1)
+	go func() { _, err := w.Recv(); recv <- err }()
+	old.hung.Store(true)
+	c.set(nl.addr, true)
+	heartbeat(t, client)
+	err = wait(t, recv, "the watch's Recv")
+	if s, _ := status.FromError(err); s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "leader moved to "+f.addr) {
+		t.Errorf("Recv after the move: %v, want Unavailable: the leader moved to %s", err, f.addr)
+	}
+	w2, err := client.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := w2.Recv(); err != nil || ev.GetStarted().GetMasterAddr() != nl.addr {
+		t.Errorf("new watch: %v, %v; want the new leader's event", ev, err)
+	}
+}
+
+// A watch opened on a leader that is partitioned away before it sent
+// anything is opened again on the new leader when the heartbeat finds
+// out; the caller sees only the new leader's event.
+func TestWatchWithoutEventsFollowsLeader(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 3)
+	old, nl := rs[0], rs[2]
+	c.set(nl.addr, true)
+	old.hung.Store(true)
+	_, client := newConn(t, addrs(rs...), leaderconn.WithProbe(reportProgress, 200*time.Millisecond))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w, err := client.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: "node-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ev  *gotrainv1.GenerationEvent
+		err error
+	}
+	recv := make(chan result, 1)
+	go func() { ev, err := w.Recv(); recv <- result{ev, err} }()
+	heartbeat(t, client)
+	r := wait(t, recv, "the watch's Recv")
+	if r.err != nil || r.ev.GetStarted().GetMasterAddr() != nl.addr {
+		t.Errorf("Recv: %v, %v; want the new leader's event", r.ev, r.err)
+	}
+	if got, _ := nl.watched.Load().(string); got != "node-2" {
+		t.Errorf("the new leader watched for %q, want the replayed node-2", got)
+	}
+}
+
+// A long poll on a healthy leader outlives the probe's timeout, and
+// heartbeats meanwhile leave it alone.
+func TestLongCallNotCutByProbe(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 2)
+	l := rs[0]
+	c.set(l.addr, true)
+	lc, client := newConn(t, addrs(rs...), leaderconn.WithProbe(reportProgress, 300*time.Millisecond))
+	done := make(chan struct{})
+	var beats sync.WaitGroup
+	beats.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			heartbeat(t, client)
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	resp, err := client.KVGet(ctx, &gotrainv1.KVGetRequest{Key: "k", WaitMs: 2000})
+	close(done)
+	beats.Wait()
+	if err != nil || string(resp.GetValue()) != l.addr {
+		t.Fatalf("KVGet: %v, %v; want the leader's answer", resp, err)
+	}
+	if l.kvGets.Load() != 1 || rs[1].calls.Load() != 0 || lc.Leader() != l.addr {
+		t.Errorf("KVGet calls %d, calls to the follower %d, Leader %s; want 1, 0, %s", l.kvGets.Load(), rs[1].calls.Load(), lc.Leader(), l.addr)
 	}
 }
