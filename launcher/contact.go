@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -41,6 +42,10 @@ func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGen
 		if final(err) {
 			lost <- err
 			return
+		}
+		if a.lc != nil && len(a.lc.Addrs()) > 1 {
+			// Replicated: a leader change ends the stream too.
+			coordAddr = "its replicas " + strings.Join(a.lc.Addrs(), ",")
 		}
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: lost contact with the coordinator at %s (%v); trying again for up to %s, the workers run on\n",
 			coordAddr, status.Convert(err).Message(), a.nodeTimeout)

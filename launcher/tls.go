@@ -90,5 +90,8 @@ func (a *agent) joinConnected(ctx context.Context, addrs string, trust jobtls.Tr
 func (a *agent) dialCoordinator(addrs []string, trust jobtls.Trust, cert *tls.Certificate) (*leaderconn.Conn, error) {
 	return leaderconn.New(addrs, func(addr string) (*grpc.ClientConn, error) {
 		return dial(addr, trust, a.cfg.JobToken, cert)
-	}, leaderconn.WithOnSwitch(a.leaderMoved))
+	}, leaderconn.WithOnSwitch(a.leaderMoved),
+		// The heartbeat (one a second) finds a leader cut off by a
+		// partition: it moves the calls in flight there to the new one.
+		leaderconn.WithProbe(gotrainv1.Coordinator_ReportProgress_FullMethodName, time.Second))
 }

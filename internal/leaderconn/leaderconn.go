@@ -57,6 +57,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -362,7 +363,31 @@ type retry struct {
 	c       *Conn
 	start   time.Time
 	backoff time.Duration
-	hops    int // redirects followed without a pause
+	hops    int   // redirects followed without a pause
+	answer  error // the last Unavailable a replica itself gave (not the network)
+}
+
+// result is what a call that gives up returns: err, or, when err is the
+// network's (a replica down), the last answer of a replica that is up —
+// it says why (an election, no majority) where a refused connection does
+// not.
+func (r *retry) result(err error) error {
+	if r.answer != nil && status.Code(err) == codes.Unavailable && !answered(err) {
+		return r.answer
+	}
+	return err
+}
+
+// answered says whether an Unavailable came from a replica (its own
+// message) rather than from the network or gRPC's transport.
+func answered(err error) bool {
+	m := status.Convert(err).Message()
+	for _, s := range []string{"connection error", "transport", "leaderconn: dial", "error reading from server", "the coordinator's leader moved"} {
+		if strings.Contains(m, s) {
+			return false
+		}
+	}
+	return true
 }
 
 // next moves the target on after an attempt in e failed with err and
@@ -371,6 +396,9 @@ type retry struct {
 func (r *retry) next(ctx context.Context, e *epoch, hint string, err error) bool {
 	if status.Code(err) != codes.Unavailable {
 		return false
+	}
+	if answered(err) {
+		r.answer = err
 	}
 	r.c.failed(e, hint)
 	if ctx.Err() != nil {
@@ -423,7 +451,7 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 			err = status.Error(codes.Unavailable, err.Error())
 		}
 		if err == nil || !r.next(ctx, e, hint, err) {
-			return err
+			return r.result(err)
 		}
 	}
 }
@@ -441,7 +469,7 @@ func (c *Conn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method stri
 			return s, nil
 		}
 		if errors.Is(err, ErrClosed) || !r.next(ctx, e, hint, err) {
-			return nil, err
+			return nil, r.result(err)
 		}
 	}
 }
