@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
@@ -141,19 +142,33 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	if addr := coord.MetricsAddr(); addr != "" {
 		fmt.Fprintf(os.Stderr, "gotrain coordinator: metrics at http://%s/metrics\n", addr)
 	}
-	select {
-	case <-coord.Finished():
-		if err := coord.Stop(); err != nil {
-			return err
+	// A replica left without a majority cannot act; the agents stop their
+	// workers after their node timeout, and it stops too, saying why.
+	leaderless := time.NewTicker(time.Second)
+	defer leaderless.Stop()
+	giveUp := max(2*cfg.NodeTimeout, 30*time.Second)
+	for {
+		select {
+		case <-leaderless.C:
+			if d := coord.Leaderless(); d > giveUp {
+				_ = coord.Stop()
+				return fmt.Errorf("gotrain coordinator: replica %s has had no leader for %s: no majority of --peers %s answers, so the job cannot go on; bring the lost replicas' hosts back and restart the job",
+					coord.ReplicaID(), d.Round(time.Second), strings.Join(cfg.Peers, ","))
+			}
+			continue
+		case <-coord.Finished():
+			if err := coord.Stop(); err != nil {
+				return err
+			}
+			res := coord.Result()
+			if res.GetSucceeded() {
+				fmt.Fprintln(os.Stderr, "gotrain coordinator: job succeeded")
+				return nil
+			}
+			return &jobFailed{code: int(res.GetExitCode()), msg: "gotrain coordinator: job failed: " + res.GetMessage()}
+		case <-coord.Done(): // a signal, or serving failed
+			return coord.Stop()
 		}
-		res := coord.Result()
-		if res.GetSucceeded() {
-			fmt.Fprintln(os.Stderr, "gotrain coordinator: job succeeded")
-			return nil
-		}
-		return &jobFailed{code: int(res.GetExitCode()), msg: "gotrain coordinator: job failed: " + res.GetMessage()}
-	case <-coord.Done(): // a signal, or serving failed
-		return coord.Stop()
 	}
 }
 

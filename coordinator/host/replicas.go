@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/gotrain/gotrain/coordinator"
 	"github.com/gotrain/gotrain/coordinator/replica"
@@ -185,4 +186,13 @@ func (c *Coordinator) RaftAddr() string {
 		return ""
 	}
 	return c.replica.RaftAddr()
+}
+
+// Leaderless is how long this replica has known no leader (0 while it
+// knows one, or when the coordinator is not replicated).
+func (c *Coordinator) Leaderless() time.Duration {
+	if c.replica == nil || c.replica.Leader() != "" {
+		return 0
+	}
+	return time.Since(c.replica.LastContact())
 }

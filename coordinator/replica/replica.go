@@ -100,11 +100,12 @@ type Config struct {
 
 // Node is a running replica.
 type Node struct {
-	id     string
-	r      *raft.Raft
-	trans  *raft.NetworkTransport
-	log    *slog.Logger
-	notify chan bool
+	id      string
+	r       *raft.Raft
+	trans   *raft.NetworkTransport
+	log     *slog.Logger
+	notify  chan bool
+	started time.Time
 
 	mu        sync.Mutex
 	leading   bool
@@ -151,7 +152,7 @@ func Start(cfg Config) (*Node, error) {
 	// The state is the job's and small; snapshots are rare and in memory.
 	rc.SnapshotThreshold = 1 << 16
 	rc.SnapshotInterval = 10 * time.Minute
-	n := &Node{id: cfg.ID, trans: trans, log: logger, notify: make(chan bool, 16), done: make(chan struct{})}
+	n := &Node{id: cfg.ID, trans: trans, log: logger, notify: make(chan bool, 16), done: make(chan struct{}), started: time.Now()}
 	rc.NotifyCh = n.notify
 	logs := raft.NewInmemStore()
 	snaps := raft.NewInmemSnapshotStore()
@@ -362,10 +363,13 @@ func (n *Node) Barrier() error {
 }
 
 // LastContact is when this replica last heard from a leader (now, on the
-// leader).
+// leader; its start when it has heard none yet).
 func (n *Node) LastContact() time.Time {
 	if n.Leading() {
 		return time.Now()
 	}
-	return n.r.LastContact()
+	if t := n.r.LastContact(); t.After(n.started) {
+		return t
+	}
+	return n.started
 }
