@@ -249,14 +249,20 @@ func checkHostPort(flagName, addr string, needPort bool) error {
 // rendezvous port convention, and gotrain's --coordinator-listen default.
 const defaultCoordinatorPort = "29400"
 
-// withDefaultPort gives addr (HOST or HOST:PORT; "" stays "") the
+// withDefaultPort gives each of addr's comma-separated entries (HOST or
+// HOST:PORT: a replicated coordinator's replicas; "" stays "") the
 // coordinator's default port when it has none.
 func withDefaultPort(addr string) string {
 	if addr == "" {
 		return ""
 	}
-	if _, _, err := net.SplitHostPort(addr); err == nil {
-		return addr
+	entries := strings.Split(addr, ",")
+	for i, a := range entries {
+		a = strings.TrimSpace(a)
+		if _, _, err := net.SplitHostPort(a); err != nil && a != "" {
+			a = net.JoinHostPort(strings.Trim(a, "[]"), defaultCoordinatorPort)
+		}
+		entries[i] = a
 	}
-	return net.JoinHostPort(strings.Trim(addr, "[]"), defaultCoordinatorPort)
+	return strings.Join(entries, ",")
 }

@@ -95,7 +95,8 @@ func TestJobFlagsValidated(t *testing.T) {
 // --coordinator HOST means port 29400.
 func TestCoordinatorDefaultPort(t *testing.T) {
 	for in, want := range map[string]string{"": "", "node1": "node1:29400", "10.0.0.1": "10.0.0.1:29400",
-		"10.0.0.1:1234": "10.0.0.1:1234", "::1": "[::1]:29400", "[::1]:5": "[::1]:5", "[fe80::1]": "[fe80::1]:29400"} {
+		"10.0.0.1:1234": "10.0.0.1:1234", "::1": "[::1]:29400", "[::1]:5": "[::1]:5", "[fe80::1]": "[fe80::1]:29400",
+		"10.0.0.1:1,10.0.0.2:2,10.0.0.3:3": "10.0.0.1:1,10.0.0.2:2,10.0.0.3:3", "a,b:5, c": "a:29400,b:5,c:29400"} {
 		if got := withDefaultPort(in); got != want {
 			t.Errorf("withDefaultPort(%q) = %q, want %q", in, got, want)
 		}

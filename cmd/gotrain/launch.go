@@ -274,8 +274,14 @@ func validateLaunchFlags(cfg *launcher.Config, given map[string]bool) error {
 		{"--coordinator-listen", cfg.CoordinatorListen, false},
 		{"--metrics-addr", cfg.MetricsAddr, false},
 	} {
-		if err := checkHostPort(a.flag, a.addr, a.needPort); err != nil {
-			return err
+		addrs := []string{a.addr}
+		if a.flag == "--coordinator" {
+			addrs = strings.Split(a.addr, ",") // one, or every replica
+		}
+		for _, addr := range addrs {
+			if err := checkHostPort(a.flag, addr, a.needPort); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
