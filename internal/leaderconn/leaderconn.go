@@ -378,6 +378,14 @@ func (r *retry) result(err error) error {
 	return err
 }
 
+// unverified says whether err is a replica that failed the TLS check
+// (another CA, a wrong pin): trying again, or another replica of the same
+// set, cannot help, and nothing was sent.
+func unverified(err error) bool {
+	m := status.Convert(err).Message()
+	return strings.Contains(m, "authentication handshake failed") || strings.Contains(m, "x509: ") || strings.Contains(m, "jobtls: ")
+}
+
 // answered says whether an Unavailable came from a replica (its own
 // message) rather than from the network or gRPC's transport.
 func answered(err error) bool {
@@ -394,7 +402,7 @@ func answered(err error) bool {
 // hint, and waits as needed; false when the call must return err: not
 // Unavailable, ctx done or the window over.
 func (r *retry) next(ctx context.Context, e *epoch, hint string, err error) bool {
-	if status.Code(err) != codes.Unavailable {
+	if status.Code(err) != codes.Unavailable || unverified(err) {
 		return false
 	}
 	if answered(err) {
