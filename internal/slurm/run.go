@@ -227,7 +227,7 @@ func (JobCA) NewCA(cfg *launcher.Config) (string, error) {
 		return "", nil
 	}
 	newCA := func() (*jobtls.CA, error) { return jobtls.NewCA(cfg.RunID) }
-	if cfg.JobSettings.Replicas() > 1 {
+	if cfg.JobSettings.Replicas() > 1 && len(cfg.JobToken) >= jobtls.MinDeriveSecret {
 		// The nodes that host the coordinator's replicas derive it too.
 		newCA = func() (*jobtls.CA, error) { return host.DeriveJobCA(cfg.JobToken) }
 	}
