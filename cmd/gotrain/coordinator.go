@@ -38,7 +38,7 @@ Replicated (no single point of failure): run it on three hosts with the same
 --peers and token, each with --listen set to its own entry:
   gotrain coordinator --peers A1,A2,A3 --listen A1 --nnodes N ...   (on A1; A2, A3 alike)
 and start the agents with --coordinator A1,A2,A3 (any one is enough). The
-replicas elect a leader (Raft, at each --listen port + 2; gossip at + 1); losing
+replicas elect a leader (Raft, at each --listen port + 3; gossip at + 1); losing
 one of three — or the leader — changes nothing for the job.
 
 The job-wide flags (--nnodes, --max-restarts, --restart-backoff,

@@ -19,13 +19,13 @@ import (
 // A1` on each (Config.Peers); embedded, the first node's agent starts one
 // (Config.Replicas > 1) and the next nodes to join host the others when
 // Join asks them (Config.JoinReplica). Each replica serves gRPC at its
-// address (its ID), gossips at port + 1 and speaks Raft at port + 2,
+// address (its ID), gossips at port + 1 and speaks Raft at port + 3 (+ 2 is the Slurm token exchange),
 // mutually authenticated with certificates of the job CA, which every
 // replica derives from the job token (jobtls.DeriveCA): replicas start
 // apart and must agree on it without copying a key.
 
 // RaftPortOffset: a replica's Raft port is its gRPC port + RaftPortOffset.
-const RaftPortOffset = 2
+const RaftPortOffset = 3
 
 // caName names the derived job CA; every replica must use the same.
 const caName = "replicated"

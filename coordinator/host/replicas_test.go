@@ -24,7 +24,7 @@ import (
 const replicaToken = "replicated-test-token-0123456789"
 
 // freeReplicaAddrs returns n addresses on 127.0.0.1 whose port, port + 1
-// (gossip) and port + 2 (Raft) were free a moment ago.
+// (gossip) and port + 3 (Raft) were free a moment ago.
 func freeReplicaAddrs(t *testing.T, n int) []string {
 	t.Helper()
 	var out []string
@@ -34,9 +34,9 @@ func freeReplicaAddrs(t *testing.T, n int) []string {
 			t.Fatal(err)
 		}
 		p := l.Addr().(*net.TCPAddr).Port
-		ok := p+2 < 65536
+		ok := p+3 < 65536
 		var held []io.Closer
-		for _, q := range []int{p + 1, p + 2} {
+		for _, q := range []int{p + 1, p + 3} {
 			if !ok {
 				break
 			}
