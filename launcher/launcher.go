@@ -231,7 +231,7 @@ func (a *agent) run(ctx context.Context) error {
 		a.cfg.LogDir = dir
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: logs in %s\n", dir)
 	}
-	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: coordAddr, Token: a.cfg.JobToken, Metrics: a.metricsAddr, Trust: trust}); err == nil {
+	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: a.coordinatorAddrs(coordAddr), Token: a.cfg.JobToken, Metrics: a.metricsAddr, Trust: trust}); err == nil {
 		defer f.Remove() // lets `gotrain diagnose` find this job
 	} else {
 		a.log.Warn("no run file for gotrain diagnose", "err", err)

@@ -101,3 +101,15 @@ func (c coordConn) Close() error {
 	}
 	return err
 }
+
+// coordinatorAddrs is where local tools (gotrain diagnose, top) reach the
+// coordinator: addr, and every replica this agent knows of.
+func (a *agent) coordinatorAddrs(addr string) string {
+	all := splitAddrs(addr)
+	for _, r := range a.replicas {
+		if !slices.Contains(all, r) {
+			all = append(all, r)
+		}
+	}
+	return strings.Join(all, ",")
+}

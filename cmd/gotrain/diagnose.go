@@ -11,12 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobtls"
-	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -80,7 +78,7 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 	if *stackLines < 0 {
 		return &usageError{msg: fmt.Sprintf("--stack-lines %d", *stackLines), hint: "Give 0 or more (0: all lines)."}
 	}
-	if err := checkHostPort("--coordinator", *addr, true); err != nil {
+	if err := checkCoordinatorAddrs(*addr); err != nil { // findjob.go
 		return err
 	}
 	coordAddr, jobToken, trust, err := findJob(c.name(), *addr, *tok, trust)
@@ -90,13 +88,9 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 	*addr, *tok = coordAddr, jobToken
 	ctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
 	defer cancel()
-	creds, err := trust.Credentials(nil)
+	conn, err := dialJob(*addr, *tok, trust) // findjob.go
 	if err != nil {
-		return &usageError{msg: err.Error()}
-	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(creds), token.DialOption(*tok))
-	if err != nil {
-		return fmt.Errorf("coordinator address %q: %w", *addr, err)
+		return err
 	}
 	defer conn.Close()
 	resp, err := gotrainv1.NewCoordinatorClient(conn).Diagnose(ctx, &gotrainv1.DiagnoseRequest{})

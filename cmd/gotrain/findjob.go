@@ -4,10 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+
+	"google.golang.org/grpc"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobtls"
+	"github.com/gotrain/gotrain/internal/leaderconn"
 	"github.com/gotrain/gotrain/internal/runfile"
+	"github.com/gotrain/gotrain/internal/token"
 )
 
 // findJob returns the coordinator address, token and how to verify the
@@ -41,4 +46,38 @@ func findJob(cmd, addr, tok string, trust jobtls.Trust) (string, string, jobtls.
 			hint: "Pass --ca-hash sha256:... as the first node printed it, or --tls-ca FILE for your site's PKI (--insecure-skip-ca-check sends the token unverified)."}
 	}
 	return addr, tok, trust, nil
+}
+
+// dialJob connects a local tool to the job's coordinator at addrs (one
+// HOST:PORT, or a replicated coordinator's replicas, comma-separated):
+// calls go to the leader, verified as trust says, with the job token.
+func dialJob(addrs, tok string, trust jobtls.Trust) (*leaderconn.Conn, error) {
+	creds, err := trust.Credentials(nil)
+	if err != nil {
+		return nil, &usageError{msg: err.Error()}
+	}
+	var list []string
+	for _, a := range strings.Split(addrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			list = append(list, a)
+		}
+	}
+	lc, err := leaderconn.New(list, func(addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), token.DialOption(tok))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("coordinator address %q: %w", addrs, err)
+	}
+	return lc, nil
+}
+
+// checkCoordinatorAddrs checks --coordinator: HOST:PORT, or several
+// (a replicated coordinator's replicas) separated by commas.
+func checkCoordinatorAddrs(addrs string) error {
+	for _, a := range strings.Split(addrs, ",") {
+		if err := checkHostPort("--coordinator", strings.TrimSpace(a), true); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -12,13 +12,11 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobtls"
-	"github.com/gotrain/gotrain/internal/token"
 	"github.com/gotrain/gotrain/internal/top"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -73,20 +71,16 @@ func (c *topCmd) run(ctx context.Context, args []string) error {
 	if *interval <= 0 {
 		return &usageError{msg: fmt.Sprintf("--interval %s", *interval), hint: "Give a positive duration, e.g. --interval 2s."}
 	}
-	if err := checkHostPort("--coordinator", *addr, true); err != nil {
+	if err := checkCoordinatorAddrs(*addr); err != nil { // findjob.go
 		return err
 	}
 	a, t, trust, err := findJob("top", *addr, *tok, trust)
 	if err != nil {
 		return err
 	}
-	creds, err := trust.Credentials(nil)
+	conn, err := dialJob(a, t, trust) // findjob.go
 	if err != nil {
-		return &usageError{msg: err.Error()}
-	}
-	conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds), token.DialOption(t))
-	if err != nil {
-		return fmt.Errorf("coordinator address %q: %w", a, err)
+		return err
 	}
 	defer conn.Close()
 	client := gotrainv1.NewCoordinatorClient(conn)
