@@ -33,7 +33,16 @@ type Machine struct {
 	killAllAt time.Time      // when stopping by signal: SIGKILL every worker then
 	finishing *Finish        // the result, once the job is over and workers are stopping
 	finished  bool
+	// refillAt: when the standbys that Python ranks took over are
+	// replaced (zero: none waits); see pyRefillDelay.
+	refillAt time.Time
 }
+
+// pyRefillDelay is how long after ranks took over Python standbys their
+// replacements start: a new standby's `import torch` takes a CPU core for
+// a second or more, which the restarted ranks need until their first
+// collective (bench/results/torch-restart-standby-2026-12-01-cpu.md).
+const pyRefillDelay = 2 * time.Second
 
 // proc is one process the machine asked for.
 type proc struct {
@@ -185,8 +194,18 @@ func (m *Machine) generationStarted(g jobenv.NodeGeneration) []Action {
 		}
 	}
 	m.gen = &g
+	handed := false
 	for _, r := range g.Ranks {
-		out = append(out, m.startRank(r)...)
+		acts := m.startRank(r)
+		for _, a := range acts {
+			_, ok := a.(HandToStandby)
+			handed = handed || ok
+		}
+		out = append(out, acts...)
+	}
+	if handed && m.cfg.Python {
+		m.refillAt = m.now.Add(pyRefillDelay)
+		return out
 	}
 	return append(out, m.replenishStandbys()...)
 }
@@ -504,6 +523,10 @@ func (m *Machine) tick() []Action {
 	}
 	if m.pool != nil {
 		out = append(out, m.killStandbys(m.pool.tick(m.now))...)
+	}
+	if !m.refillAt.IsZero() && !m.now.Before(m.refillAt) {
+		m.refillAt = time.Time{}
+		out = append(out, m.replenishStandbys()...)
 	}
 	return out
 }
