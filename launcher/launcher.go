@@ -251,6 +251,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		Node:  jobenv.Node{AgentSocket: a.socket, JobToken: a.cfg.JobToken, RunID: a.cfg.RunID, Backend: a.cfg.Backend, Host: a.cfg.NodeAddress},
 		Grace: a.cfg.GracePeriod, Standby: a.cfg.Standby, StandbyTimeout: a.cfg.StandbyTimeout,
 		Python: a.py != nil || a.pyCold != "", PythonCold: a.pyCold,
+		NoRestarts: a.cfg.MaxRestarts == 0 && (a.cfg.MinNodes == 0 || a.cfg.MinNodes == a.cfg.Nodes),
 	})
 	a.procs = map[agentcore.ProcID]*workerProc{}
 	a.claims = newClaims()

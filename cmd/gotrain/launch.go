@@ -69,7 +69,8 @@ never calls worker.Init then gets a warning and ranks start as without;
 --standby=off never.
 
 Python programs (python[3] [options] SCRIPT, python -m MODULE, SCRIPT.py)
-get Python standbys under --standby=auto or on, on any backend: the same
+get Python standbys under --standby=auto or on, on any backend (none
+with --max-restarts 0, which never needs a new process): the same
 interpreter with the same options, which has imported torch,
 torch.distributed and --standby-preload's modules and, on a GPU, made
 its CUDA context (` + pyStandbyGPUMemory + ` of GPU memory per standby). A rank that
@@ -237,7 +238,7 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 		}
 		return nil
 	})
-	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby that has not attached (worker.Init) by then means the program does not support standbys")
+	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby of a Go program that has not attached (worker.Init) by then means the program does not support standbys (Python standbys have no timeout: one is used once it is ready)")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
 	fs.BoolVar(verbose, "verbose", false, "log the agent's own steps to stderr")
 	trustFlags(fs, &cfg.Trust) // tlsflags.go

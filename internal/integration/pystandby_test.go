@@ -47,7 +47,7 @@ func startTorchJob(t *testing.T, dir string, args ...string) *job {
 // waitStderr waits until ok(stderr) and returns what it returned.
 func (j *job) waitStderr(t *testing.T, what string, ok func(string) bool) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for !ok(j.err.String()) {
 		select {
 		case <-j.done:
@@ -55,7 +55,7 @@ func (j *job) waitStderr(t *testing.T, what string, ok func(string) bool) {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 3m\nstdout:\n%s\nstderr:\n%s", what, j.out.String(), j.err.String())
+			t.Fatalf("no %s within 5m\nstdout:\n%s\nstderr:\n%s", what, j.out.String(), j.err.String())
 		}
 	}
 }
@@ -73,7 +73,7 @@ func crashOnceWithStandbys(t *testing.T, dir string, nproc, crash int, prog []st
 	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	j.wait(t, 3*time.Minute)
+	j.wait(t, 5*time.Minute)
 	return j, ready
 }
 
@@ -175,7 +175,7 @@ func TestPythonStandbyFallsBackToColdStart(t *testing.T) {
 	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code := j.wait(t, 3*time.Minute); code != 0 {
+	if code := j.wait(t, 5*time.Minute); code != 0 {
 		t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, j.out.String(), j.err.String())
 	}
 	stderr := j.err.String()

@@ -21,7 +21,7 @@ import (
 //
 // Commands:
 //
-//	new [grace=10s] [backend=cpu] [standby=off] [standby-timeout=30s] [python] [python-cold=TEXT]
+//	new [grace=10s] [backend=cpu] [standby=off] [standby-timeout=30s] [python] [python-cold=TEXT] [no-restarts]
 //	gen-start gen=N world=N [group=N] [restarts=N] [master=ADDR:PORT]
 //	    one line per local rank: RANK LOCAL GPU [survivor]
 //	gen-end gen=N [reason=TEXT]
@@ -68,7 +68,7 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 			d.ScanArgs(t, "standby", &s)
 			cfg.Standby = agentcore.StandbyMode(s)
 		}
-		cfg.Python = d.HasArg("python")
+		cfg.Python, cfg.NoRestarts = d.HasArg("python"), d.HasArg("no-restarts")
 		d.MaybeScanArgs(t, "python-cold", &cfg.PythonCold)
 		h.m = agentcore.New(cfg)
 		return ""

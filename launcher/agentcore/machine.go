@@ -185,7 +185,7 @@ func (m *Machine) identity(rank int) jobenv.Vars {
 
 func (m *Machine) generationStarted(g jobenv.NodeGeneration) []Action {
 	var out []Action
-	if m.gen == nil && m.cfg.Python && m.cfg.Standby != StandbyOff {
+	if m.gen == nil && m.cfg.Python && m.cfg.Standby != StandbyOff && !m.cfg.NoRestarts {
 		switch {
 		case m.pool == nil && m.cfg.PythonCold != "":
 			out = append(out, Print{Text: "gotrain: warning: no Python standbys (--standby " + string(m.cfg.Standby) + "): " + m.cfg.PythonCold + "; ranks start new interpreters"})

@@ -172,17 +172,17 @@ func (sp *standbyPool) exited(proc ProcID, how string) standbyExit {
 
 // tick turns the pool off when a standby has been running helloTimeout
 // without saying hello. It returns the processes to kill and, when it
-// turned off, the warning.
+// turned off, the warning. Python standbys have no such timeout: their
+// bootstrap is gotrain's own, so silence says nothing about the program,
+// only that importing takes long (a loaded machine, a slow file system, a
+// large --standby-preload); a standby not ready yet is simply not used.
 func (sp *standbyPool) tick(now time.Time) (kill []ProcID, warn string) {
-	if sp.off || sp.closed {
+	if sp.off || sp.closed || sp.python {
 		return nil, ""
 	}
 	for _, slot := range slices.Sorted(maps.Keys(sp.slots)) {
 		s := sp.slots[slot]
 		if s.pid != 0 && !s.helloed && now.Sub(s.spawned) >= sp.helloTimeout {
-			if sp.python {
-				return sp.turnOff(fmt.Sprintf("the Python standby for slot %d (pid %d) was not ready within %s (importing torch and the --standby-preload modules takes longer: raise --standby-timeout)", s.slot, s.pid, sp.helloTimeout))
-			}
 			return sp.turnOff(fmt.Sprintf("the standby for slot %d (pid %d) did not say hello within %s: the program does not use gotrain's worker library (worker.Init), or starts slower than --standby-timeout", s.slot, s.pid, sp.helloTimeout))
 		}
 	}

@@ -56,13 +56,18 @@ type Config struct {
 	// the machine warns once, at the first generation, and keeps no
 	// standbys.
 	PythonCold string
+	// NoRestarts: no rank of the job will ever need a new process
+	// (--max-restarts 0 and a fixed node count), so Python standbys, which
+	// would only hold memory and compete with the workers' start, are not
+	// started, and nothing is said about them.
+	NoRestarts bool
 }
 
 // standbys reports whether the machine keeps a standby pool, and whether
 // the pool waits for every worker to attach before it starts any.
 func (c Config) standbys() (on, waitAttach bool) {
 	if c.Python && (c.Standby == StandbyAuto || c.Standby == StandbyOn) {
-		return c.PythonCold == "", false
+		return c.PythonCold == "" && !c.NoRestarts, false
 	}
 	return c.Standby.Enabled(c.Node.Backend), c.Standby == StandbyAuto
 }
