@@ -17,14 +17,17 @@ import (
 // (same pid, torch imported before the program's first line), and see
 // what a fresh `python3 SCRIPT` would.
 
-var runLine = regexp.MustCompile(`(?m)^\[rank (\d+)\] run rank=\d+ restart=(\d+) pid=(\d+) warm=(\w+) name=(\S+) file=(\S+) argv=(\[.*?\]) path0=(\S+) cwd=(\S+) keys=(\S+)$`)
+var runLine = regexp.MustCompile(`(?m)^\[rank (\d+)\] run rank=\d+ restart=(\d+) pid=(\d+) warm=(\w+) name=(\S+) file=(\S+) argv=(\[.*?\]) path0=(\S+) cwd=(\S+) sigs=(\S+) out=(\S+) keys=(\S+)$`)
 
-type pyRun struct{ rank, restart, pid, warm, name, file, argv, path0, cwd, keys string }
+// pyRun is one run line of standby_prog.py: sigs are the handlers of
+// SIGINT, SIGTERM, SIGPIPE, SIGCHLD and SIGUSR1, out the buffering of
+// stdout and stderr, keys the environment's names.
+type pyRun struct{ rank, restart, pid, warm, name, file, argv, path0, cwd, sigs, out, keys string }
 
 func pyRuns(stdout string) []pyRun {
 	var out []pyRun
 	for _, m := range runLine.FindAllStringSubmatch(stdout, -1) {
-		out = append(out, pyRun{m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], m[9], m[10]})
+		out = append(out, pyRun{m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], m[9], m[10], m[11], m[12]})
 	}
 	return out
 }
@@ -100,7 +103,7 @@ func checkWarmRestart(t *testing.T, j *job, ready map[string]string, wantFile, w
 		if r.name != "__main__" || r.file != wantFile || !strings.HasPrefix(r.argv, "['"+wantArgv0+"', ") || r.path0 != wantPath0 || r.cwd != wantCwd {
 			t.Errorf("restarted rank %s saw name=%s file=%s argv=%s path0=%s cwd=%s; want __main__, %s, [%q, ...], %s, %s", r.rank, r.name, r.file, r.argv, r.path0, r.cwd, wantFile, wantArgv0, wantPath0, wantCwd)
 		}
-		if f, ok := first[r.rank]; !ok || f.keys != r.keys || f.argv != r.argv || f.file != r.file || f.path0 != r.path0 {
+		if f, ok := first[r.rank]; !ok || f.keys != r.keys || f.argv != r.argv || f.file != r.file || f.path0 != r.path0 || f.sigs != r.sigs || f.out != r.out {
 			t.Errorf("restarted rank %s differs from its fresh run:\nfresh:   %+v\nstandby: %+v", r.rank, f, r)
 		}
 	}

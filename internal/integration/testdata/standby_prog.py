@@ -6,6 +6,7 @@
 #
 #   python3 standby_prog.py GO CRASH FINAL    or    python3 -m standby_prog ...
 import os
+import signal
 import sys
 import time
 
@@ -33,8 +34,10 @@ def main():
     go, crash, final = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
     rank, restart = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     keys = ",".join(sorted(k for k in os.environ))
+    sigs = ",".join(str(signal.getsignal(s)).replace(" ", "_") for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD, signal.SIGUSR1))
+    out = f"{sys.stdout.line_buffering},{sys.stdout.write_through},{sys.stderr.line_buffering}"
     print(f"run rank={rank} restart={restart} pid={os.getpid()} warm={WARM} name={__name__} "
-          f"file={__file__} argv={sys.argv!r} path0={sys.path[0]} cwd={os.getcwd()} keys={keys}", flush=True)
+          f"file={__file__} argv={sys.argv!r} path0={sys.path[0]} cwd={os.getcwd()} sigs={sigs} out={out} keys={keys}", flush=True)
     dist.init_process_group("gloo")
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
