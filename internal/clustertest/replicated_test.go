@@ -18,7 +18,7 @@ import (
 	"github.com/gotrain/gotrain/internal/vcluster"
 )
 
-// replicaPort is the standalone replicas' gRPC port (gossip + 1, Raft + 2).
+// replicaPort is the standalone replicas' gRPC port (gossip + 1, Raft + 3).
 const replicaPort = "29400"
 
 // replicatedJob is a job served by three standalone replicas (hosts 1–3)
