@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -99,6 +100,7 @@ type replState struct {
 	peers      []string      // the replica set (gRPC addresses)
 	want       int           // embedded: replicas to ask for
 	asked      []string      // nodes asked to host one
+	askedHosts []string      // their addresses
 	history    []logged      // every entry applied, for snapshots
 	ownConfig  job.Config    // this replica's own configuration
 }
@@ -254,14 +256,21 @@ func (s *Server) addPeer(addr string) {
 	}
 }
 
-// askReplica says whether node id, joining now, is to host a replica
-// (embedded: the first nodes to join after the first, until Want). s.mu
-// is held; every replica decides alike.
-func (s *Server) askReplica(id string) bool {
-	if len(s.rs.asked)+1 >= s.rs.want {
+// askReplica says whether node id, at address, joining now, is to host a
+// replica (embedded: the first nodes to join on a host without one, until
+// Want; the first node's own agent joins first, where the first replica
+// runs). s.mu is held; every replica decides alike.
+func (s *Server) askReplica(id, address string) bool {
+	if len(s.rs.asked)+1 >= s.rs.want || slices.Contains(s.rs.askedHosts, address) {
 		return false
 	}
+	for _, p := range s.rs.peers {
+		if h, _, err := net.SplitHostPort(p); err == nil && h == address {
+			return false
+		}
+	}
 	s.rs.asked = append(s.rs.asked, id)
+	s.rs.askedHosts = append(s.rs.askedHosts, address)
 	return true
 }
 
@@ -586,7 +595,7 @@ func (f *serverFSM) Restore(b []byte) error {
 	s.kv.Reset()
 	s.comm.Reset()
 	s.limits.joined = nil
-	s.rs.configured, s.rs.peers, s.rs.asked, s.rs.history = false, nil, nil, nil
+	s.rs.configured, s.rs.peers, s.rs.asked, s.rs.askedHosts, s.rs.history = false, nil, nil, nil, nil
 	s.mu.Unlock()
 	for _, l := range hist {
 		f.Apply(l.Data)

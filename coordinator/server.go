@@ -462,7 +462,7 @@ func (s *Server) applyJoin(now time.Time, b []byte) (joinResult, error) {
 	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
 	s.apply(acts)
 	s.tickOnDeadline()
-	return joinResult{id: id, warnings: warnings, hostReplica: s.askReplica(id)}, nil // replicated.go
+	return joinResult{id: id, warnings: warnings, hostReplica: s.askReplica(id, info.Address)}, nil // replicated.go
 }
 
 // WatchGenerations streams the node's generation events. The stream is the

@@ -29,6 +29,7 @@ type replicaView struct {
 	joinedAt    string           // the replica that answered Join
 	lastSeq     atomic.Uint64    // the seq of the last event received
 	stopReplica func()           // stops the replica this node hosts; nil when none
+	movedSaid   atomic.Int64     // when leaderMoved last printed (Unix ns)
 }
 
 // splitAddrs reads --coordinator: one HOST:PORT, or several (the replicas
@@ -55,8 +56,15 @@ func (a *agent) learnReplicas(addrs []string) {
 	}
 }
 
-// leaderMoved is the connection's note of a leader change, for people.
+// leaderMoved is the connection's note of a leader change, for people: at
+// most one a second (during an election the connection tries the replicas
+// in turn).
 func (a *agent) leaderMoved(from, to, why string) {
+	now := time.Now()
+	if last := a.movedSaid.Load(); last != 0 && now.Sub(time.Unix(0, last)) < time.Second {
+		return
+	}
+	a.movedSaid.Store(now.UnixNano())
 	fmt.Fprintf(a.cfg.Stderr, "gotrain: the coordinator's leader is now at %s (was %s: %s)\n", to, from, why)
 }
 

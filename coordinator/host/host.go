@@ -141,7 +141,7 @@ func (c Config) validate() error {
 
 // gossips says whether the job gossips: only with several nodes, and not
 // with NoGossip.
-func (c Config) gossips() bool { return c.Nodes > 1 && !c.NoGossip }
+func (c Config) gossips() bool { return (c.Nodes > 1 || c.replicated()) && !c.NoGossip }
 
 // Coordinator is a coordinator started by Start. Stop it once.
 type Coordinator struct {

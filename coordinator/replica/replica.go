@@ -100,12 +100,13 @@ type Config struct {
 
 // Node is a running replica.
 type Node struct {
-	id      string
-	r       *raft.Raft
-	trans   *raft.NetworkTransport
-	log     *slog.Logger
-	notify  chan bool
-	started time.Time
+	id        string
+	r         *raft.Raft
+	trans     *raft.NetworkTransport
+	log       *slog.Logger
+	notify    chan bool
+	started   time.Time
+	heartbeat time.Duration
 
 	mu        sync.Mutex
 	leading   bool
@@ -154,6 +155,7 @@ func Start(cfg Config) (*Node, error) {
 	rc.SnapshotInterval = 10 * time.Minute
 	n := &Node{id: cfg.ID, trans: trans, log: logger, notify: make(chan bool, 16), done: make(chan struct{}), started: time.Now()}
 	rc.NotifyCh = n.notify
+	n.heartbeat = rc.HeartbeatTimeout
 	logs := raft.NewInmemStore()
 	snaps := raft.NewInmemSnapshotStore()
 	r, err := raft.NewRaft(rc, fsmAdapter{cfg.FSM}, logs, logs, snaps, trans)
@@ -224,10 +226,15 @@ func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 // Leading says whether this replica is the leader now.
 func (n *Node) Leading() bool { return n.r.State() == raft.Leader }
 
-// Leader is the leader's ID, "" when none is known.
+// Leader is the leader's ID, "" when none is known: also when this
+// follower has not heard from the one it knew for a heartbeat timeout (it
+// may be dead; naming it would send clients back and forth).
 func (n *Node) Leader() string {
 	_, id := n.r.LeaderWithID()
-	return string(id)
+	if id == "" || n.Leading() || time.Since(n.r.LastContact()) <= n.heartbeat {
+		return string(id)
+	}
+	return ""
 }
 
 // Propose replicates entry and applies it (FSM.Apply) once a majority has
@@ -268,12 +275,21 @@ func (n *Node) Peers() []Peer {
 	return ps
 }
 
+// stopLinger is how long a leader that stops still serves Raft: followers
+// learn the commit index of the last entries (the job's end) from its next
+// replication round (every CommitTimeout, 50 ms) — without it, a leader
+// stopping right after the end left followers waiting for a leader.
+const stopLinger = 200 * time.Millisecond
+
 // Stop stops the replica and waits for its goroutines.
 func (n *Node) Stop() {
 	select {
 	case <-n.done:
 		return
 	default:
+	}
+	if n.r != nil && n.Leading() {
+		time.Sleep(stopLinger)
 	}
 	if n.r != nil {
 		_ = n.r.Shutdown().Error()
