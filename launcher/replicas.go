@@ -29,7 +29,7 @@ type replicaView struct {
 	joinedAt    string           // the replica that answered Join
 	lastSeq     atomic.Uint64    // the seq of the last event received
 	stopReplica func()           // stops the replica this node hosts; nil when none
-	movedSaid   atomic.Int64     // when leaderMoved last printed (Unix ns)
+	movedSeq    atomic.Uint64    // counts leader changes (leaderMoved)
 }
 
 // splitAddrs reads --coordinator: one HOST:PORT, or several (the replicas
@@ -56,17 +56,20 @@ func (a *agent) learnReplicas(addrs []string) {
 	}
 }
 
-// leaderMoved is the connection's note of a leader change, for people: at
-// most one a second (during an election the connection tries the replicas
-// in turn).
+// leaderMoved is the connection's note of a leader change, for people:
+// printed once the target has stayed put for movedSettle (during an
+// election the connection tries the replicas in turn, many times a second).
 func (a *agent) leaderMoved(from, to, why string) {
-	now := time.Now()
-	if last := a.movedSaid.Load(); last != 0 && now.Sub(time.Unix(0, last)) < time.Second {
-		return
-	}
-	a.movedSaid.Store(now.UnixNano())
-	fmt.Fprintf(a.cfg.Stderr, "gotrain: the coordinator's leader is now at %s (was %s: %s)\n", to, from, why)
+	seq := a.movedSeq.Add(1)
+	time.AfterFunc(movedSettle, func() {
+		if a.movedSeq.Load() == seq {
+			fmt.Fprintf(a.cfg.Stderr, "gotrain: the coordinator's leader is now at %s (was %s: %s)\n", to, from, why)
+		}
+	})
 }
+
+// movedSettle is how long a leader change must last to be printed.
+const movedSettle = 300 * time.Millisecond
 
 // hostReplica starts the replica of the coordinator that Join asked this
 // node to host and has the leader add it. A replica that cannot start or
