@@ -38,13 +38,16 @@ import (
 )
 
 // Default timeouts. Raft's own defaults (1 s heartbeat and election
-// timeouts) put a leader change at 2–4 s; 700 ms meets the job's target of
-// about 2 s from a lost leader to agents served by a new one. The leader's
-// lease (how long it leads without hearing a majority) is 500 ms: 250 ms
-// made leaders on a loaded 2-core host step down for nothing.
+// timeouts) put a leader change at 2–4 s. A follower starts an election
+// after a randomised 1–2 heartbeat timeouts without the leader: 700 ms
+// gave 1.3–2.4 s from a lost leader to agents served by a new one on a
+// loaded 2-core machine (bench/results/coordinator-failover-2026-12-01.md);
+// 500 ms aims at the job's target of about 2 s. The leader's lease (how
+// long it leads without hearing a majority) is 500 ms: 250 ms made leaders
+// on a loaded 2-core host step down for nothing.
 const (
-	DefaultHeartbeatTimeout = 700 * time.Millisecond
-	DefaultElectionTimeout  = 700 * time.Millisecond
+	DefaultHeartbeatTimeout = 500 * time.Millisecond
+	DefaultElectionTimeout  = 500 * time.Millisecond
 	defaultLeaderLease      = 500 * time.Millisecond
 	applyTimeout            = 10 * time.Second
 	dialTimeout             = 2 * time.Second
