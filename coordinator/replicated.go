@@ -6,8 +6,11 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,12 +53,13 @@ func init() {
 // entry is one entry of the replicated log. Exactly one of Event, Join, KV,
 // Config, Replica is set.
 type entry struct {
-	Time    time.Time
-	Event   job.Event
-	Join    []byte // a JoinRequest without its CSR
-	KV      *kvEntry
-	Config  *configEntry
-	Replica string // a replica's gRPC address, added to the set
+	Time        time.Time
+	Event       job.Event
+	Join        []byte // a JoinRequest without its CSR
+	KV          *kvEntry
+	Config      *configEntry
+	Replica     string // a replica's gRPC address, added to the set
+	ReplicaNode string // the node hosting it (embedded)
 }
 
 type kvEntry struct {
@@ -94,15 +98,16 @@ type applied struct {
 // replState is a replica's part in replication. Guarded by Server.mu.
 type replState struct {
 	leading    bool
-	term       uint64        // counts this replica's changes of leadership
-	down       chan struct{} // closed when the current leadership ends
-	configured bool          // the config entry was applied
-	peers      []string      // the replica set (gRPC addresses)
-	want       int           // embedded: replicas to ask for
-	asked      []string      // nodes asked to host one
-	askedHosts []string      // their addresses
-	history    []logged      // every entry applied, for snapshots
-	ownConfig  job.Config    // this replica's own configuration
+	term       uint64            // counts this replica's changes of leadership
+	down       chan struct{}     // closed when the current leadership ends
+	configured bool              // the config entry was applied
+	peers      []string          // the replica set (gRPC addresses)
+	want       int               // embedded: replicas to ask for
+	asked      []string          // nodes asked to host one
+	askedHosts []string          // their addresses
+	hostOf     map[string]string // embedded: each replica's node (by gRPC address)
+	history    []logged          // every entry applied, for snapshots
+	ownConfig  job.Config        // this replica's own configuration
 }
 
 // logged is an applied entry kept for snapshots: its kind and node let
@@ -220,7 +225,7 @@ func (s *Server) applyEntry(now time.Time, e entry) applied {
 	case e.Config != nil:
 		return applied{err: s.applyConfig(*e.Config)}
 	case e.Replica != "":
-		s.addPeer(e.Replica)
+		s.addPeer(e.Replica, e.ReplicaNode)
 		return applied{}
 	}
 	return applied{err: status.Error(codes.Internal, "replicate: an empty log entry")}
@@ -243,16 +248,116 @@ func (s *Server) applyConfig(c configEntry) error {
 	return nil
 }
 
-// addPeer adds a replica to the set and tells every node. s.mu is held.
-func (s *Server) addPeer(addr string) {
+// addPeer adds the replica at addr, hosted by node (embedded; "" when
+// standalone), to the set and tells every node. s.mu is held.
+func (s *Server) addPeer(addr, node string) {
 	if slices.Contains(s.rs.peers, addr) {
 		return
 	}
 	s.rs.peers = append(s.rs.peers, addr)
+	if node != "" {
+		s.hostReplica(addr, node)
+	}
 	s.log.Info("coordinator replica added", "addr", addr, "replicas", len(s.rs.peers))
+	s.tellPeers()
+}
+
+// tellPeers sends every node the replica set. s.mu is held.
+func (s *Server) tellPeers() {
 	ev := &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Replicas{Replicas: &gotrainv1.Replicas{Addrs: slices.Clone(s.rs.peers)}}}
 	for _, o := range s.outboxes {
 		o.push(ev)
+	}
+}
+
+// hostReplica records that node hosts the replica at addr. s.mu is held.
+func (s *Server) hostReplica(addr, node string) {
+	if s.rs.hostOf == nil {
+		s.rs.hostOf = map[string]string{}
+	}
+	s.rs.hostOf[addr] = node
+}
+
+// replaceLostReplicas: a replica whose node the job lost is gone with it
+// (embedded). It leaves the set, and the first node (in join order) on a
+// host without a replica is asked to host one in its place (a HostReplica
+// event), so that the set keeps its size and can lose one more. Every
+// replica decides alike; the leader also takes the lost one out of Raft's
+// configuration (reconcileVoters). s.mu is held.
+func (s *Server) replaceLostReplicas() {
+	if s.m.Finished() {
+		return
+	}
+	var lost []string
+	for addr, node := range s.rs.hostOf {
+		if !s.m.HasNode(node) {
+			lost = append(lost, addr)
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	slices.Sort(lost)
+	for _, addr := range lost {
+		delete(s.rs.hostOf, addr)
+		s.rs.peers = slices.DeleteFunc(s.rs.peers, func(p string) bool { return p == addr })
+		s.log.Warn("coordinator replica lost with its node", "addr", addr, "replicas", len(s.rs.peers))
+	}
+	s.tellPeers()
+	ids := slices.SortedFunc(maps.Keys(s.outboxes), naturalNodeOrder)
+	for _, id := range ids {
+		if len(s.rs.peers)+s.pendingReplicas() >= s.rs.want {
+			break
+		}
+		addr := s.m.NodeAddress(id)
+		if slices.Contains(s.rs.askedHosts, addr) || s.peerOnHost(addr) {
+			continue
+		}
+		s.rs.asked = append(s.rs.asked, id)
+		s.rs.askedHosts = append(s.rs.askedHosts, addr)
+		s.outboxes[id].push(&gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_HostReplica{HostReplica: &gotrainv1.HostReplica{}}})
+		s.log.Info("a node is asked to host a coordinator replica", "node_id", id)
+	}
+	if s.rs.leading {
+		go s.reconcileVoters()
+	}
+}
+
+// pendingReplicas counts the nodes asked to host a replica that is not in
+// the set (yet). s.mu is held.
+func (s *Server) pendingReplicas() int {
+	n := 0
+	for _, id := range s.rs.asked {
+		if s.m.HasNode(id) && !slices.Contains(slices.Collect(maps.Values(s.rs.hostOf)), id) {
+			n++
+		}
+	}
+	return n
+}
+
+// peerOnHost says whether a replica of the set runs at address. s.mu is
+// held.
+func (s *Server) peerOnHost(address string) bool {
+	for _, p := range s.rs.peers {
+		if h, _, err := net.SplitHostPort(p); err == nil && h == address {
+			return true
+		}
+	}
+	return false
+}
+
+// reconcileVoters takes replicas that left the set out of Raft's
+// configuration (on the leader).
+func (s *Server) reconcileVoters() {
+	s.mu.Lock()
+	peers := slices.Clone(s.rs.peers)
+	s.mu.Unlock()
+	for _, p := range s.repl.Peers() {
+		if !slices.Contains(peers, p.ID) {
+			if err := s.repl.RemoveVoter(p.ID); err != nil {
+				s.log.Warn("take a lost replica out of the set", "addr", p.ID, "err", err)
+			}
+		}
 	}
 }
 
@@ -261,13 +366,11 @@ func (s *Server) addPeer(addr string) {
 // Want; the first node's own agent joins first, where the first replica
 // runs). s.mu is held; every replica decides alike.
 func (s *Server) askReplica(id, address string) bool {
-	if len(s.rs.asked)+1 >= s.rs.want || slices.Contains(s.rs.askedHosts, address) {
-		return false
+	if s.rs.want > 1 && len(s.rs.hostOf) == 0 && len(s.rs.peers) == 1 && s.peerOnHost(address) {
+		s.hostReplica(s.rs.peers[0], id) // the first node: its agent joins its own coordinator first
 	}
-	for _, p := range s.rs.peers {
-		if h, _, err := net.SplitHostPort(p); err == nil && h == address {
-			return false
-		}
+	if len(s.rs.asked)+1 >= s.rs.want || slices.Contains(s.rs.askedHosts, address) || s.peerOnHost(address) {
+		return false
 	}
 	s.rs.asked = append(s.rs.asked, id)
 	s.rs.askedHosts = append(s.rs.askedHosts, address)
@@ -304,7 +407,7 @@ func (s *Server) AddReplica(_ context.Context, req *gotrainv1.AddReplicaRequest)
 	if err := s.repl.AddVoter(replica.Peer{ID: req.GetAddr(), RaftAddr: req.GetRaftAddr()}); err != nil {
 		return nil, err
 	}
-	if _, err := s.commit(entry{Replica: req.GetAddr()}); err != nil {
+	if _, err := s.commit(entry{Replica: req.GetAddr(), ReplicaNode: req.GetNodeId()}); err != nil {
 		return nil, err
 	}
 	return &gotrainv1.AddReplicaResponse{}, nil
@@ -354,6 +457,7 @@ func (s *Server) leadership(leading bool, rc ReplicaConfig) {
 	}
 	time.AfterFunc(leaderGrace, func() { s.missingStreams(term) })
 	s.tickOnDeadline()
+	go s.reconcileVoters()
 }
 
 // missingStreams counts the nodes that have not opened a watch stream at
@@ -595,10 +699,20 @@ func (f *serverFSM) Restore(b []byte) error {
 	s.kv.Reset()
 	s.comm.Reset()
 	s.limits.joined = nil
-	s.rs.configured, s.rs.peers, s.rs.asked, s.rs.askedHosts, s.rs.history = false, nil, nil, nil, nil
+	s.rs.configured, s.rs.peers, s.rs.asked, s.rs.askedHosts, s.rs.hostOf, s.rs.history = false, nil, nil, nil, nil, nil
 	s.mu.Unlock()
 	for _, l := range hist {
 		f.Apply(l.Data)
 	}
 	return nil
+}
+
+// naturalNodeOrder orders node ids ("node-N") by N: the order they joined.
+func naturalNodeOrder(a, b string) int {
+	na, errA := strconv.Atoi(strings.TrimPrefix(a, "node-"))
+	nb, errB := strconv.Atoi(strings.TrimPrefix(b, "node-"))
+	if errA != nil || errB != nil {
+		return strings.Compare(a, b)
+	}
+	return na - nb
 }

@@ -318,6 +318,7 @@ func (s *Server) applyEvent(now time.Time, ev job.Event) error {
 	s.apply(acts)
 	s.dropLost() // reach.go
 	s.tickOnDeadline()
+	s.replaceLostReplicas() // replicated.go
 	if p, ok := ev.(job.ProgressReported); ok {
 		s.heardFrom(p.NodeID) // reach.go: a report (a heartbeat when empty) overrules gossip
 	}

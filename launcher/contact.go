@@ -71,6 +71,10 @@ func (a *agent) recvAll(ctx context.Context, stream gotrainv1.Coordinator_WatchG
 			a.learnReplicas(r.GetAddrs()) // replicas.go
 			continue
 		}
+		if ev.GetHostReplica() != nil {
+			a.replaceReplica(ctx) // replicas.go
+			continue
+		}
 		select {
 		case events <- ev:
 		case <-ctx.Done():

@@ -36,7 +36,7 @@ func (a *agent) startGossip(coordAddr string) (stop func()) {
 	// it at, at the gossip port Join returned; other replicas at their
 	// port + 1 (the default).
 	peers := []string{net.JoinHostPort(host, strconv.Itoa(a.gossipPort))}
-	for _, r := range a.replicas {
+	for _, r := range a.replicaSet() {
 		if h, p, err := net.SplitHostPort(r); err == nil && h != host {
 			if n, err := strconv.Atoi(p); err == nil {
 				peers = append(peers, net.JoinHostPort(h, strconv.Itoa(n+1)))

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,8 +29,11 @@ type replicaView struct {
 	hostReplica bool             // Join asked this node to host a replica
 	joinedAt    string           // the replica that answered Join
 	lastSeq     atomic.Uint64    // the seq of the last event received
+	replicaMu   sync.Mutex       // guards replicas, stopReplica and hosting
 	stopReplica func()           // stops the replica this node hosts; nil when none
+	hosting     bool             // a replica is started (or being started) here
 	movedSeq    atomic.Uint64    // counts leader changes (leaderMoved)
+	replicaWG   sync.WaitGroup   // replaceReplica's starts
 }
 
 // splitAddrs reads --coordinator: one HOST:PORT, or several (the replicas
@@ -50,10 +54,19 @@ func (a *agent) learnReplicas(addrs []string) {
 	if len(addrs) == 0 {
 		return
 	}
+	a.replicaMu.Lock()
 	a.replicas = slices.Clone(addrs)
+	a.replicaMu.Unlock()
 	if a.lc != nil {
 		a.lc.SetAddrs(addrs)
 	}
+}
+
+// replicaSet is the replica set as this agent knows it.
+func (a *agent) replicaSet() []string {
+	a.replicaMu.Lock()
+	defer a.replicaMu.Unlock()
+	return slices.Clone(a.replicas)
 }
 
 // leaderMoved is the connection's note of a leader change, for people:
@@ -75,10 +88,26 @@ const movedSettle = 300 * time.Millisecond
 // node to host and has the leader add it. A replica that cannot start or
 // be added costs the job one replica: it is a warning, not an error.
 func (a *agent) startHostedReplica(ctx context.Context, joinedAt string) {
+	a.replicaMu.Lock()
+	if a.hosting {
+		a.replicaMu.Unlock()
+		return
+	}
+	a.hosting = true
+	a.replicaMu.Unlock()
 	cfg := a.coordinatorConfig() // coordinator.go
 	cfg.JoinReplica = true
+	// Its gossip joins the others': the one Join answered at (at the port
+	// Join named), and every replica at its port + 1.
 	if h, _, err := net.SplitHostPort(joinedAt); err == nil && a.gossipPort != 0 {
 		cfg.GossipJoin = []string{net.JoinHostPort(h, strconv.Itoa(a.gossipPort))}
+	}
+	for _, r := range a.replicaSet() {
+		if h, p, err := net.SplitHostPort(r); err == nil {
+			if n, err := strconv.Atoi(p); err == nil {
+				cfg.GossipJoin = append(cfg.GossipJoin, net.JoinHostPort(h, strconv.Itoa(n+1)))
+			}
+		}
 	}
 	c, err := host.Start(context.WithoutCancel(ctx), cfg)
 	if err != nil {
@@ -94,11 +123,19 @@ func (a *agent) startHostedReplica(ctx context.Context, joinedAt string) {
 		return
 	}
 	fmt.Fprintf(a.cfg.Stderr, "gotrain: this node hosts a replica of the coordinator at %s\n", c.ReplicaID())
+	a.replicaMu.Lock()
 	a.stopReplica = func() {
 		if err := c.Stop(); err != nil {
 			a.log.Warn("coordinator replica", "err", err)
 		}
 	}
+	a.replicaMu.Unlock()
+}
+
+// replaceReplica: the coordinator asks this node to host a replica in
+// place of one lost with its node.
+func (a *agent) replaceReplica(ctx context.Context) {
+	a.replicaWG.Go(func() { a.startHostedReplica(ctx, a.lc.Leader()) })
 }
 
 // coordConn is the agent's connection to the coordinator, and the replica
@@ -106,9 +143,13 @@ func (a *agent) startHostedReplica(ctx context.Context, joinedAt string) {
 type coordConn struct{ a *agent }
 
 func (c coordConn) Close() error {
+	c.a.replicaWG.Wait() // a replica being started is stopped below, not left behind
 	err := c.a.lc.Close()
-	if c.a.stopReplica != nil {
-		c.a.stopReplica()
+	c.a.replicaMu.Lock()
+	stop := c.a.stopReplica
+	c.a.replicaMu.Unlock()
+	if stop != nil {
+		stop()
 	}
 	return err
 }
@@ -117,7 +158,7 @@ func (c coordConn) Close() error {
 // coordinator: addr, and every replica this agent knows of.
 func (a *agent) coordinatorAddrs(addr string) string {
 	all := splitAddrs(addr)
-	for _, r := range a.replicas {
+	for _, r := range a.replicaSet() {
 		if !slices.Contains(all, r) {
 			all = append(all, r)
 		}

@@ -75,7 +75,7 @@ func (a *agent) joinConnected(ctx context.Context, addrs string, trust jobtls.Tr
 		return nil, err
 	}
 	cert := jobtls.NodeCertificate(der, key)
-	if a.lc, err = a.dialCoordinator(append(list, a.replicas...), trust, &cert); err != nil {
+	if a.lc, err = a.dialCoordinator(append(list, a.replicaSet()...), trust, &cert); err != nil {
 		return nil, err
 	}
 	a.coord = gotrainv1.NewCoordinatorClient(a.lc)

@@ -292,3 +292,11 @@ func (m *Machine) Unreachable(id string) bool {
 	n := m.nodes[id]
 	return n != nil && !n.unreachableSince.IsZero()
 }
+
+// NodeAddress is node id's address as it joined ("" for an unknown node).
+func (m *Machine) NodeAddress(id string) string {
+	if n := m.nodes[id]; n != nil {
+		return n.info.Address
+	}
+	return ""
+}

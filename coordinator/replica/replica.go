@@ -265,6 +265,17 @@ func (n *Node) AddVoter(p Peer) error {
 	return nil
 }
 
+// RemoveVoter takes a replica out of the set (on the leader).
+func (n *Node) RemoveVoter(id string) error {
+	if err := n.r.RemoveServer(raft.ServerID(id), 0, applyTimeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return &ErrNotLeader{Self: n.id, Leader: n.Leader()}
+		}
+		return fmt.Errorf("remove replica %s: %w", id, err)
+	}
+	return nil
+}
+
 // Peers is the replica set as this replica knows it.
 func (n *Node) Peers() []Peer {
 	f := n.r.GetConfiguration()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -420,6 +421,18 @@ func TestEmbeddedReplicatedNodeZeroKilled(t *testing.T) {
 	}
 	if final == nil || final[2] != "true" {
 		t.Errorf("rank 0's final line %q, want ranks_agree=true", final)
+	}
+	// The replica lost with node 1 is replaced: the survivor that hosted
+	// none is asked to host one, so the set is 3 again.
+	replaced := false
+	for _, p := range survivors {
+		if !slices.Contains(hosting, p) && strings.Contains(p.Stderr(), "gotrain: this node hosts a replica of the coordinator at ") {
+			replaced = true
+			t.Logf("the lost replica was replaced on %s", p.Host.Name)
+		}
+	}
+	if !replaced {
+		t.Errorf("no survivor took the place of the replica lost with %s", victim.Name)
 	}
 	gens := generationsOf(nl)
 	if len(gens) < 2 || gens[0] != 4 || gens[len(gens)-1] != 3 {

@@ -1136,6 +1136,44 @@ func (*AddReplicaResponse) Descriptor() ([]byte, []int) {
 	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
 }
 
+// HostReplica asks a node to host a replica of the coordinator in place of
+// one lost with its node: start it, then call AddReplica.
+type HostReplica struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostReplica) Reset() {
+	*x = HostReplica{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostReplica) ProtoMessage() {}
+
+func (x *HostReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostReplica.ProtoReflect.Descriptor instead.
+func (*HostReplica) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
+}
+
 // Replicas is the coordinator's replica set (gRPC addresses), sent when it
 // changes.
 type Replicas struct {
@@ -1147,7 +1185,7 @@ type Replicas struct {
 
 func (x *Replicas) Reset() {
 	*x = Replicas{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1197,7 @@ func (x *Replicas) String() string {
 func (*Replicas) ProtoMessage() {}
 
 func (x *Replicas) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1210,7 @@ func (x *Replicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replicas.ProtoReflect.Descriptor instead.
 func (*Replicas) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Replicas) GetAddrs() []string {
@@ -1197,7 +1235,7 @@ type RankAssignment struct {
 
 func (x *RankAssignment) Reset() {
 	*x = RankAssignment{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1247,7 @@ func (x *RankAssignment) String() string {
 func (*RankAssignment) ProtoMessage() {}
 
 func (x *RankAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1260,7 @@ func (x *RankAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankAssignment.ProtoReflect.Descriptor instead.
 func (*RankAssignment) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RankAssignment) GetRank() int32 {
@@ -1269,7 +1307,7 @@ type GenerationStarted struct {
 
 func (x *GenerationStarted) Reset() {
 	*x = GenerationStarted{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1319,7 @@ func (x *GenerationStarted) String() string {
 func (*GenerationStarted) ProtoMessage() {}
 
 func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1332,7 @@ func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationStarted.ProtoReflect.Descriptor instead.
 func (*GenerationStarted) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GenerationStarted) GetGeneration() int64 {
@@ -1378,7 +1416,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1428,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1441,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkerFailure) GetRank() int32 {
@@ -1494,7 +1532,7 @@ type GenerationEnded struct {
 
 func (x *GenerationEnded) Reset() {
 	*x = GenerationEnded{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1544,7 @@ func (x *GenerationEnded) String() string {
 func (*GenerationEnded) ProtoMessage() {}
 
 func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1557,7 @@ func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEnded.ProtoReflect.Descriptor instead.
 func (*GenerationEnded) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GenerationEnded) GetGeneration() int64 {
@@ -1555,7 +1593,7 @@ type JobFinished struct {
 
 func (x *JobFinished) Reset() {
 	*x = JobFinished{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1605,7 @@ func (x *JobFinished) String() string {
 func (*JobFinished) ProtoMessage() {}
 
 func (x *JobFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1618,7 @@ func (x *JobFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFinished.ProtoReflect.Descriptor instead.
 func (*JobFinished) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JobFinished) GetSucceeded() bool {
@@ -1620,6 +1658,7 @@ type GenerationEvent struct {
 	//	*GenerationEvent_Finished
 	//	*GenerationEvent_Evidence
 	//	*GenerationEvent_Replicas
+	//	*GenerationEvent_HostReplica
 	Event isGenerationEvent_Event `protobuf_oneof:"event"`
 	// seq numbers a node's events from 1, in order (WatchGenerationsRequest.after_seq).
 	Seq           uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -1629,7 +1668,7 @@ type GenerationEvent struct {
 
 func (x *GenerationEvent) Reset() {
 	*x = GenerationEvent{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1680,7 @@ func (x *GenerationEvent) String() string {
 func (*GenerationEvent) ProtoMessage() {}
 
 func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1693,7 @@ func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEvent.ProtoReflect.Descriptor instead.
 func (*GenerationEvent) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GenerationEvent) GetEvent() isGenerationEvent_Event {
@@ -1709,6 +1748,15 @@ func (x *GenerationEvent) GetReplicas() *Replicas {
 	return nil
 }
 
+func (x *GenerationEvent) GetHostReplica() *HostReplica {
+	if x != nil {
+		if x, ok := x.Event.(*GenerationEvent_HostReplica); ok {
+			return x.HostReplica
+		}
+	}
+	return nil
+}
+
 func (x *GenerationEvent) GetSeq() uint64 {
 	if x != nil {
 		return x.Seq
@@ -1740,6 +1788,10 @@ type GenerationEvent_Replicas struct {
 	Replicas *Replicas `protobuf:"bytes,5,opt,name=replicas,proto3,oneof"`
 }
 
+type GenerationEvent_HostReplica struct {
+	HostReplica *HostReplica `protobuf:"bytes,7,opt,name=host_replica,json=hostReplica,proto3,oneof"`
+}
+
 func (*GenerationEvent_Started) isGenerationEvent_Event() {}
 
 func (*GenerationEvent_Ended) isGenerationEvent_Event() {}
@@ -1749,6 +1801,8 @@ func (*GenerationEvent_Finished) isGenerationEvent_Event() {}
 func (*GenerationEvent_Evidence) isGenerationEvent_Event() {}
 
 func (*GenerationEvent_Replicas) isGenerationEvent_Event() {}
+
+func (*GenerationEvent_HostReplica) isGenerationEvent_Event() {}
 
 // EvidenceRequest tells every agent that the hang detector fired; the agent
 // logs the verdict and collects evidence (goroutine stacks, py-spy, /proc) for
@@ -1765,7 +1819,7 @@ type EvidenceRequest struct {
 
 func (x *EvidenceRequest) Reset() {
 	*x = EvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1831,7 @@ func (x *EvidenceRequest) String() string {
 func (*EvidenceRequest) ProtoMessage() {}
 
 func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1844,7 @@ func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvidenceRequest.ProtoReflect.Descriptor instead.
 func (*EvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EvidenceRequest) GetRequestId() int64 {
@@ -1834,7 +1888,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1900,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +1913,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Evidence) GetRank() int32 {
@@ -1901,7 +1955,7 @@ type ReportEvidenceRequest struct {
 
 func (x *ReportEvidenceRequest) Reset() {
 	*x = ReportEvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +1967,7 @@ func (x *ReportEvidenceRequest) String() string {
 func (*ReportEvidenceRequest) ProtoMessage() {}
 
 func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +1980,7 @@ func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReportEvidenceRequest) GetNodeId() string {
@@ -1958,7 +2012,7 @@ type ReportEvidenceResponse struct {
 
 func (x *ReportEvidenceResponse) Reset() {
 	*x = ReportEvidenceResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2024,7 @@ func (x *ReportEvidenceResponse) String() string {
 func (*ReportEvidenceResponse) ProtoMessage() {}
 
 func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2037,7 @@ func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
 }
 
 // Culprit is a rank a verdict blames, and what it was doing.
@@ -2008,7 +2062,7 @@ type Culprit struct {
 
 func (x *Culprit) Reset() {
 	*x = Culprit{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2074,7 @@ func (x *Culprit) String() string {
 func (*Culprit) ProtoMessage() {}
 
 func (x *Culprit) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2087,7 @@ func (x *Culprit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Culprit.ProtoReflect.Descriptor instead.
 func (*Culprit) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Culprit) GetRank() int32 {
@@ -2123,7 +2177,7 @@ type HangVerdict struct {
 
 func (x *HangVerdict) Reset() {
 	*x = HangVerdict{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2189,7 @@ func (x *HangVerdict) String() string {
 func (*HangVerdict) ProtoMessage() {}
 
 func (x *HangVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2202,7 @@ func (x *HangVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangVerdict.ProtoReflect.Descriptor instead.
 func (*HangVerdict) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HangVerdict) GetId() int64 {
@@ -2243,7 +2297,7 @@ type DiagnoseRequest struct {
 
 func (x *DiagnoseRequest) Reset() {
 	*x = DiagnoseRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2309,7 @@ func (x *DiagnoseRequest) String() string {
 func (*DiagnoseRequest) ProtoMessage() {}
 
 func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2322,7 @@ func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseRequest.ProtoReflect.Descriptor instead.
 func (*DiagnoseRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
 }
 
 type DiagnoseResponse struct {
@@ -2285,7 +2339,7 @@ type DiagnoseResponse struct {
 
 func (x *DiagnoseResponse) Reset() {
 	*x = DiagnoseResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2351,7 @@ func (x *DiagnoseResponse) String() string {
 func (*DiagnoseResponse) ProtoMessage() {}
 
 func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2364,7 @@ func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseResponse.ProtoReflect.Descriptor instead.
 func (*DiagnoseResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DiagnoseResponse) GetStatus() *JobStatus {
@@ -2351,7 +2405,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2417,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2430,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -2401,7 +2455,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2467,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2480,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
 }
 
 type KVGetRequest struct {
@@ -2440,7 +2494,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2506,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2519,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -2492,7 +2546,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2558,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2571,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KVGetResponse) GetFound() bool {
@@ -2545,7 +2599,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2611,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2624,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BarrierRequest) GetName() string {
@@ -2602,7 +2656,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2668,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2681,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
 }
 
 type CommProgress struct {
@@ -2656,7 +2710,7 @@ type CommProgress struct {
 
 func (x *CommProgress) Reset() {
 	*x = CommProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2722,7 @@ func (x *CommProgress) String() string {
 func (*CommProgress) ProtoMessage() {}
 
 func (x *CommProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2735,7 @@ func (x *CommProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommProgress.ProtoReflect.Descriptor instead.
 func (*CommProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CommProgress) GetComm() string {
@@ -2781,7 +2835,7 @@ type Collective struct {
 
 func (x *Collective) Reset() {
 	*x = Collective{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +2847,7 @@ func (x *Collective) String() string {
 func (*Collective) ProtoMessage() {}
 
 func (x *Collective) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +2860,7 @@ func (x *Collective) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Collective.ProtoReflect.Descriptor instead.
 func (*Collective) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Collective) GetSeq() int64 {
@@ -2903,7 +2957,7 @@ type RankProgress struct {
 
 func (x *RankProgress) Reset() {
 	*x = RankProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2915,7 +2969,7 @@ func (x *RankProgress) String() string {
 func (*RankProgress) ProtoMessage() {}
 
 func (x *RankProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2928,7 +2982,7 @@ func (x *RankProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankProgress.ProtoReflect.Descriptor instead.
 func (*RankProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RankProgress) GetRank() int32 {
@@ -3060,7 +3114,7 @@ type GPUSample struct {
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3126,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3139,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GPUSample) GetIndex() int32 {
@@ -3203,7 +3257,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3215,7 +3269,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3228,7 +3282,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -3253,7 +3307,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3319,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3332,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
 }
 
 type ReportWorkerExitRequest struct {
@@ -3302,7 +3356,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3314,7 +3368,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3327,7 +3381,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -3415,7 +3469,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3481,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3494,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
 }
 
 type GetJobStatusRequest struct {
@@ -3451,7 +3505,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3517,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3530,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
 }
 
 type NodeStatus struct {
@@ -3490,7 +3544,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3502,7 +3556,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3515,7 +3569,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3557,7 +3611,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3623,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +3636,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -3660,7 +3714,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +3726,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +3739,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -3852,7 +3906,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1b\n" +
 	"\traft_addr\x18\x03 \x01(\tR\braftAddr\"\x14\n" +
-	"\x12AddReplicaResponse\" \n" +
+	"\x12AddReplicaResponse\"\r\n" +
+	"\vHostReplica\" \n" +
 	"\bReplicas\x12\x14\n" +
 	"\x05addrs\x18\x01 \x03(\tR\x05addrs\"q\n" +
 	"\x0eRankAssignment\x12\x12\n" +
@@ -3902,13 +3957,14 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x123\n" +
 	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xc2\x02\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x80\x03\n" +
 	"\x0fGenerationEvent\x129\n" +
 	"\astarted\x18\x01 \x01(\v2\x1d.gotrain.v1.GenerationStartedH\x00R\astarted\x123\n" +
 	"\x05ended\x18\x02 \x01(\v2\x1b.gotrain.v1.GenerationEndedH\x00R\x05ended\x125\n" +
 	"\bfinished\x18\x03 \x01(\v2\x17.gotrain.v1.JobFinishedH\x00R\bfinished\x129\n" +
 	"\bevidence\x18\x04 \x01(\v2\x1b.gotrain.v1.EvidenceRequestH\x00R\bevidence\x122\n" +
-	"\breplicas\x18\x05 \x01(\v2\x14.gotrain.v1.ReplicasH\x00R\breplicas\x12\x10\n" +
+	"\breplicas\x18\x05 \x01(\v2\x14.gotrain.v1.ReplicasH\x00R\breplicas\x12<\n" +
+	"\fhost_replica\x18\a \x01(\v2\x17.gotrain.v1.HostReplicaH\x00R\vhostReplica\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seqB\a\n" +
 	"\x05event\"\x99\x01\n" +
 	"\x0fEvidenceRequest\x12\x1d\n" +
@@ -4137,7 +4193,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
@@ -4154,116 +4210,118 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WatchGenerationsRequest)(nil),  // 12: gotrain.v1.WatchGenerationsRequest
 	(*AddReplicaRequest)(nil),        // 13: gotrain.v1.AddReplicaRequest
 	(*AddReplicaResponse)(nil),       // 14: gotrain.v1.AddReplicaResponse
-	(*Replicas)(nil),                 // 15: gotrain.v1.Replicas
-	(*RankAssignment)(nil),           // 16: gotrain.v1.RankAssignment
-	(*GenerationStarted)(nil),        // 17: gotrain.v1.GenerationStarted
-	(*WorkerFailure)(nil),            // 18: gotrain.v1.WorkerFailure
-	(*GenerationEnded)(nil),          // 19: gotrain.v1.GenerationEnded
-	(*JobFinished)(nil),              // 20: gotrain.v1.JobFinished
-	(*GenerationEvent)(nil),          // 21: gotrain.v1.GenerationEvent
-	(*EvidenceRequest)(nil),          // 22: gotrain.v1.EvidenceRequest
-	(*Evidence)(nil),                 // 23: gotrain.v1.Evidence
-	(*ReportEvidenceRequest)(nil),    // 24: gotrain.v1.ReportEvidenceRequest
-	(*ReportEvidenceResponse)(nil),   // 25: gotrain.v1.ReportEvidenceResponse
-	(*Culprit)(nil),                  // 26: gotrain.v1.Culprit
-	(*HangVerdict)(nil),              // 27: gotrain.v1.HangVerdict
-	(*DiagnoseRequest)(nil),          // 28: gotrain.v1.DiagnoseRequest
-	(*DiagnoseResponse)(nil),         // 29: gotrain.v1.DiagnoseResponse
-	(*KVPutRequest)(nil),             // 30: gotrain.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 31: gotrain.v1.KVPutResponse
-	(*KVGetRequest)(nil),             // 32: gotrain.v1.KVGetRequest
-	(*KVGetResponse)(nil),            // 33: gotrain.v1.KVGetResponse
-	(*BarrierRequest)(nil),           // 34: gotrain.v1.BarrierRequest
-	(*BarrierResponse)(nil),          // 35: gotrain.v1.BarrierResponse
-	(*CommProgress)(nil),             // 36: gotrain.v1.CommProgress
-	(*Collective)(nil),               // 37: gotrain.v1.Collective
-	(*RankProgress)(nil),             // 38: gotrain.v1.RankProgress
-	(*GPUSample)(nil),                // 39: gotrain.v1.GPUSample
-	(*ReportProgressRequest)(nil),    // 40: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 41: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 42: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 43: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 44: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 45: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 46: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 47: gotrain.v1.JobStatus
+	(*HostReplica)(nil),              // 15: gotrain.v1.HostReplica
+	(*Replicas)(nil),                 // 16: gotrain.v1.Replicas
+	(*RankAssignment)(nil),           // 17: gotrain.v1.RankAssignment
+	(*GenerationStarted)(nil),        // 18: gotrain.v1.GenerationStarted
+	(*WorkerFailure)(nil),            // 19: gotrain.v1.WorkerFailure
+	(*GenerationEnded)(nil),          // 20: gotrain.v1.GenerationEnded
+	(*JobFinished)(nil),              // 21: gotrain.v1.JobFinished
+	(*GenerationEvent)(nil),          // 22: gotrain.v1.GenerationEvent
+	(*EvidenceRequest)(nil),          // 23: gotrain.v1.EvidenceRequest
+	(*Evidence)(nil),                 // 24: gotrain.v1.Evidence
+	(*ReportEvidenceRequest)(nil),    // 25: gotrain.v1.ReportEvidenceRequest
+	(*ReportEvidenceResponse)(nil),   // 26: gotrain.v1.ReportEvidenceResponse
+	(*Culprit)(nil),                  // 27: gotrain.v1.Culprit
+	(*HangVerdict)(nil),              // 28: gotrain.v1.HangVerdict
+	(*DiagnoseRequest)(nil),          // 29: gotrain.v1.DiagnoseRequest
+	(*DiagnoseResponse)(nil),         // 30: gotrain.v1.DiagnoseResponse
+	(*KVPutRequest)(nil),             // 31: gotrain.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 32: gotrain.v1.KVPutResponse
+	(*KVGetRequest)(nil),             // 33: gotrain.v1.KVGetRequest
+	(*KVGetResponse)(nil),            // 34: gotrain.v1.KVGetResponse
+	(*BarrierRequest)(nil),           // 35: gotrain.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 36: gotrain.v1.BarrierResponse
+	(*CommProgress)(nil),             // 37: gotrain.v1.CommProgress
+	(*Collective)(nil),               // 38: gotrain.v1.Collective
+	(*RankProgress)(nil),             // 39: gotrain.v1.RankProgress
+	(*GPUSample)(nil),                // 40: gotrain.v1.GPUSample
+	(*ReportProgressRequest)(nil),    // 41: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 42: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 43: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 44: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 45: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 46: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 47: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 48: gotrain.v1.JobStatus
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
-	38, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
+	39, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
 	1,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
-	19, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
-	17, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
-	17, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
+	20, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
+	18, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
+	18, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
 	3,  // 6: gotrain.v1.AgentMessage.dump_stacks:type_name -> gotrain.v1.DumpStacksRequest
 	4,  // 7: gotrain.v1.AgentMessage.generation:type_name -> gotrain.v1.GenerationChange
 	5,  // 8: gotrain.v1.AgentMessage.assign:type_name -> gotrain.v1.StandbyAssignment
 	7,  // 9: gotrain.v1.NodeInfo.gpus:type_name -> gotrain.v1.GPU
 	8,  // 10: gotrain.v1.JoinRequest.node:type_name -> gotrain.v1.NodeInfo
 	10, // 11: gotrain.v1.JoinRequest.settings:type_name -> gotrain.v1.JobSettings
-	16, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
-	18, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
-	18, // 14: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
-	17, // 15: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
-	19, // 16: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
-	20, // 17: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
-	22, // 18: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
-	15, // 19: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
-	27, // 20: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
-	23, // 21: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
-	37, // 22: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
-	37, // 23: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
-	26, // 24: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
-	23, // 25: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	47, // 26: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
-	27, // 27: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
-	37, // 28: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
-	36, // 29: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	39, // 30: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
-	38, // 31: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	8,  // 32: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	38, // 33: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	45, // 34: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	46, // 35: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	18, // 36: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	27, // 37: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	9,  // 38: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	12, // 39: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	30, // 40: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	32, // 41: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	34, // 42: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	40, // 43: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	42, // 44: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	44, // 45: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	24, // 46: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	28, // 47: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	13, // 48: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
-	30, // 49: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	32, // 50: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	34, // 51: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	40, // 52: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 53: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	11, // 54: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	21, // 55: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	31, // 56: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	33, // 57: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	35, // 58: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	41, // 59: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	43, // 60: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	47, // 61: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	25, // 62: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	29, // 63: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	14, // 64: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
-	31, // 65: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	33, // 66: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	35, // 67: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	41, // 68: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	6,  // 69: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	54, // [54:70] is the sub-list for method output_type
-	38, // [38:54] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	17, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
+	19, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
+	19, // 14: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
+	18, // 15: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
+	20, // 16: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
+	21, // 17: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
+	23, // 18: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
+	16, // 19: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
+	15, // 20: gotrain.v1.GenerationEvent.host_replica:type_name -> gotrain.v1.HostReplica
+	28, // 21: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
+	24, // 22: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
+	38, // 23: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
+	38, // 24: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
+	27, // 25: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
+	24, // 26: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
+	48, // 27: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	28, // 28: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	38, // 29: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	37, // 30: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	40, // 31: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	39, // 32: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	8,  // 33: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	39, // 34: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	46, // 35: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	47, // 36: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	19, // 37: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	28, // 38: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	9,  // 39: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	12, // 40: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	31, // 41: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	33, // 42: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	35, // 43: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	41, // 44: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	43, // 45: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	45, // 46: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	25, // 47: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	29, // 48: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	13, // 49: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
+	31, // 50: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	33, // 51: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	35, // 52: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	41, // 53: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 54: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	11, // 55: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	22, // 56: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	32, // 57: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	34, // 58: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	36, // 59: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	42, // 60: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	44, // 61: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	48, // 62: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	26, // 63: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	30, // 64: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	14, // 65: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	32, // 66: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	34, // 67: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	36, // 68: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	42, // 69: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	6,  // 70: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	55, // [55:71] is the sub-list for method output_type
+	39, // [39:55] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -4282,12 +4340,13 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*AgentMessage_Assign)(nil),
 	}
 	file_gotrain_v1_gotrain_proto_msgTypes[10].OneofWrappers = []any{}
-	file_gotrain_v1_gotrain_proto_msgTypes[21].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[22].OneofWrappers = []any{
 		(*GenerationEvent_Started)(nil),
 		(*GenerationEvent_Ended)(nil),
 		(*GenerationEvent_Finished)(nil),
 		(*GenerationEvent_Evidence)(nil),
 		(*GenerationEvent_Replicas)(nil),
+		(*GenerationEvent_HostReplica)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4295,7 +4354,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
