@@ -1,7 +1,9 @@
 package coordinator
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -114,5 +116,54 @@ func TestSnapshotRestore(t *testing.T) {
 	// host-a (10.0.0.1) runs the first replica: only host-b was asked.
 	if !reflect.DeepEqual(b.rs.peers, []string{"10.0.0.1:29400", "10.0.0.2:29400"}) || !reflect.DeepEqual(b.rs.asked, []string{ids[1]}) {
 		t.Errorf("restored replica set %v, asked %v", b.rs.peers, b.rs.asked)
+	}
+}
+
+// Embedded: a replica lost with its node leaves the set, and the first
+// node on a host without a replica is asked to host one in its place.
+func TestLostReplicaReplaced(t *testing.T) {
+	s, err := New(Config{RunID: "run", Token: "t", Nodes: 4, MinNodes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := s.FSM()
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	apply := func(e entry) applied {
+		t.Helper()
+		b, err := e.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := f.Apply(b).(applied)
+		if r.err != nil {
+			t.Fatalf("apply %+v: %v", e, r.err)
+		}
+		return r
+	}
+	apply(entry{Time: t0, Config: &configEntry{Job: s.m.Config(), Peers: []string{"10.0.0.1:29400"}, Want: 3}})
+	var asked []bool
+	for i := range 4 {
+		req, _ := proto.Marshal(&gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{Hostname: fmt.Sprintf("host-%d", i+1), Address: fmt.Sprintf("10.0.0.%d", i+1), Nproc: 1, FreePort: 2000, AgentPid: 100}})
+		asked = append(asked, apply(entry{Time: t0, Join: req}).v.(joinResult).hostReplica)
+	}
+	if !slices.Equal(asked, []bool{false, true, true, false}) {
+		t.Fatalf("asked to host a replica at join: %v, want the 2nd and 3rd node only", asked)
+	}
+	apply(entry{Time: t0, Replica: "10.0.0.2:29400", ReplicaNode: "node-2"})
+	apply(entry{Time: t0, Replica: "10.0.0.3:29400", ReplicaNode: "node-3"})
+	apply(entry{Time: t0.Add(time.Second), Event: job.NodeLost{NodeID: "node-1", Reason: "SIGKILL"}})
+	if !slices.Equal(s.rs.peers, []string{"10.0.0.2:29400", "10.0.0.3:29400"}) {
+		t.Errorf("replica set after node-1's loss: %v", s.rs.peers)
+	}
+	evs := s.outboxes["node-4"].events
+	if len(evs) == 0 || evs[len(evs)-1].GetHostReplica() == nil {
+		t.Fatalf("node-4 was not asked to host a replica: %v", evs)
+	}
+	for _, id := range []string{"node-2", "node-3"} {
+		for _, ev := range s.outboxes[id].events {
+			if ev.GetHostReplica() != nil {
+				t.Errorf("%s, which hosts a replica, was asked to host another", id)
+			}
+		}
 	}
 }
