@@ -12,7 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -164,14 +164,14 @@ func TestLoad(t *testing.T) {
 	if idle.dialed < idleConns*9/10 {
 		t.Errorf("only %d of %d idle connections were made", idle.dialed, idleConns)
 	}
-	// 2500 from one address: at most 512 (MaxConnsPerIP) held at once, the
-	// rest closed at once. (How many are refused depends on how fast the
-	// 2500 are dialled: a slot freed by the handshake deadline admits
-	// another.) The client sees a close a moment after the server made it,
-	// hence a little slack.
-	t.Logf("idle connections from %s: at most %d held open at once", crowdedSrc, idle.crowdOpen)
-	if idle.crowdOpen > 512+512/20 {
-		t.Errorf("%d idle connections from %s held open at once, want at most 512 (the per-address bound)", idle.crowdOpen, crowdedSrc)
+	// 2500 from one address: the listener refuses those over its bound of
+	// 512 (MaxConnsPerIP; coordinator/host's connlimit tests count them
+	// exactly). From the outside, how many close within a second depends
+	// on load (a slot freed by the handshake deadline admits another; a
+	// busy accept loop closes late), so the test reads the coordinator's
+	// own account: it refused 127.0.0.2 at 512 open from it.
+	if !crowdRefused.MatchString(a.err.String()) {
+		t.Errorf("the coordinator logged no refusal of 127.0.0.2 at its per-address bound (want a line matching %s)", crowdRefused)
 	}
 	if idle.refused == 0 {
 		t.Errorf("no idle connection was closed at once, want those over the per-address bound refused")
@@ -223,19 +223,16 @@ func raiseFileLimit(t *testing.T, n uint64) {
 
 const idleConns = 5000
 
+// crowdRefused is the coordinator's warning when it refuses connections
+// from 127.0.0.2 at its per-address bound.
+var crowdRefused = regexp.MustCompile(`connections refused: over the coordinator's connection limit" .*remote_ip=127\.0\.0\.2 .*open_from_ip=512 `)
+
 type idleResult struct {
 	dialed, dialFailed       int
 	dialTime                 time.Duration
 	refused, deadline, open  int
 	minDeadline, maxDeadline time.Duration
-	// crowdOpen is the most connections from the crowded address
-	// (127.0.0.2) that were held open (past the first second) at once.
-	crowdOpen int
 }
-
-// crowdedSrc is where half the idle connections come from: more than the
-// listener admits from one address.
-const crowdedSrc = "127.0.0.2"
 
 // idleFlood opens idleConns TCP connections to addr that send nothing: half
 // from 127.0.0.2 (over the per-address bound), half spread over 127.0.0.3-7
@@ -244,9 +241,8 @@ const crowdedSrc = "127.0.0.2"
 // handshake deadline), or not within 15 s.
 func idleFlood(t *testing.T, addr string, dialed chan<- struct{}) idleResult {
 	type conn struct {
-		c     net.Conn
-		at    time.Time
-		crowd bool // from crowdedSrc
+		c  net.Conn
+		at time.Time
 	}
 	var (
 		mu    sync.Mutex
@@ -257,7 +253,7 @@ func idleFlood(t *testing.T, addr string, dialed chan<- struct{}) idleResult {
 	start := time.Now()
 	sem := make(chan struct{}, 256)
 	for i := range idleConns {
-		src := crowdedSrc
+		src := "127.0.0.2"
 		if i >= idleConns/2 {
 			src = fmt.Sprintf("127.0.0.%d", 3+(i-idleConns/2)/500)
 		}
@@ -272,7 +268,7 @@ func idleFlood(t *testing.T, addr string, dialed chan<- struct{}) idleResult {
 				fails++
 				return
 			}
-			conns = append(conns, conn{c, time.Now(), src == crowdedSrc})
+			conns = append(conns, conn{c, time.Now()})
 		})
 	}
 	wg.Wait()
@@ -283,8 +279,6 @@ func idleFlood(t *testing.T, addr string, dialed chan<- struct{}) idleResult {
 	}
 	var refused, deadline, open atomic.Int64
 	var dmu sync.Mutex
-	type span struct{ from, to time.Time }
-	var held []span // crowdedSrc's connections held open past a second
 	for _, c := range conns {
 		wg.Go(func() {
 			defer c.c.Close()
@@ -300,9 +294,6 @@ func idleFlood(t *testing.T, addr string, dialed chan<- struct{}) idleResult {
 			default:
 				deadline.Add(1)
 				dmu.Lock()
-				if c.crowd {
-					held = append(held, span{c.at, c.at.Add(after)})
-				}
 				if r.minDeadline == 0 || after < r.minDeadline {
 					r.minDeadline = after
 				}
@@ -313,25 +304,6 @@ func idleFlood(t *testing.T, addr string, dialed chan<- struct{}) idleResult {
 	}
 	wg.Wait()
 	r.refused, r.deadline, r.open = int(refused.Load()), int(deadline.Load()), int(open.Load())
-	// The most held at once: +1 at each open, -1 at each close, in time order.
-	type edge struct {
-		at time.Time
-		d  int
-	}
-	var edges []edge
-	for _, h := range held {
-		edges = append(edges, edge{h.from, 1}, edge{h.to, -1})
-	}
-	slices.SortFunc(edges, func(a, b edge) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		return a.d - b.d // a close before an open at the same instant
-	})
-	for n := 0; len(edges) > 0; edges = edges[1:] {
-		n += edges[0].d
-		r.crowdOpen = max(r.crowdOpen, n)
-	}
 	return r
 }
 
