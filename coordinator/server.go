@@ -733,3 +733,10 @@ func (s *Server) GetJobStatus(context.Context, *gotrainv1.GetJobStatusRequest) (
 	s.mu.Unlock()
 	return statusToProto(st), nil
 }
+
+// HasNode says whether node id is in the job (tests, tools).
+func (s *Server) HasNode(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.HasNode(id)
+}

@@ -245,3 +245,53 @@ func TestReplicatedNoMajority(t *testing.T) {
 		t.Fatalf("without a majority, calls end with %q, which does not say so", msg)
 	}
 }
+
+// A standalone replica that is restarted (same --peers and --listen, empty
+// state) rejoins: the leader replays the log to it, and it can then make
+// the majority when the leader is lost.
+func TestReplicaRestartRejoins(t *testing.T) {
+	peers, cs := startReplicas(t, 3, 2)
+	a := joinReplicas(t, peers, "host-a")
+	l := leader(t, cs)
+	var follower *Coordinator
+	for _, c := range cs {
+		if c != l {
+			follower = c
+			break
+		}
+	}
+	listen := follower.Config().Listen
+	if err := follower.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.JobToken, cfg.Listen, cfg.Peers, cfg.Nodes, cfg.MinNodes, cfg.NoGossip, cfg.MaxRestarts = replicaToken, listen, peers, 2, 2, true, 0
+	var back *Coordinator
+	var err error
+	for deadline := time.Now().Add(rpcTimeout); ; time.Sleep(100 * time.Millisecond) {
+		// The port may linger a moment after the stop.
+		if back, err = Start(t.Context(), cfg); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = back.Stop() })
+	// Caught up: it knows host-a's node.
+	waitUntil := time.Now().Add(rpcTimeout)
+	for !back.srv.HasNode(a.id) {
+		if time.Now().After(waitUntil) {
+			t.Fatal("the restarted replica never learnt the job's state")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The leader goes; the restarted replica and the third make the majority.
+	_ = l.Stop()
+	b := joinReplicas(t, peers, "host-b")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*rpcTimeout)
+	defer cancel()
+	if ev := b.next(t, ctx); ev.GetStarted() == nil {
+		t.Fatalf("after the leader's loss, the second node got %v, want the job started", ev)
+	}
+}
