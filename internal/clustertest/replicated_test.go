@@ -456,4 +456,3 @@ func generationsOf(p *vcluster.Proc) []int {
 func generationAfterOn(p *vcluster.Proc, ws int, t time.Time) time.Time {
 	return (&job{agents: []*vcluster.Proc{p}}).generationAfter(ws, t)
 }
-
