@@ -6,22 +6,15 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
-	"maps"
-	"net"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/coordinator/replica"
-	"github.com/gotrain/gotrain/internal/leaderconn"
-	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
 // A replicated coordinator (package replica: Raft) keeps the job's state
@@ -36,12 +29,8 @@ import (
 // refuse calls and name the leader (leaderconn.NotLeader), and the agents'
 // client goes there. A watch stream carries on at the new leader from the
 // last event the agent got (after_seq); barriers and long polls are
-// called again there.
-
-// leaderGrace is how long a new leader waits for the agents to open their
-// watch streams before it counts the missing ones as out of contact (and
-// probes them: a node whose agent died with the old leader is lost then).
-const leaderGrace = time.Second
+// called again there. The leader's part: leadership.go; the replica
+// set: replicaset.go.
 
 func init() {
 	for _, ev := range []job.Event{job.NodeJoined{}, job.NodeLost{}, job.WorkerExited{}, job.BarrierArrived{}, job.BarrierCanceled{},
@@ -248,237 +237,6 @@ func (s *Server) applyConfig(c configEntry) error {
 	return nil
 }
 
-// addPeer adds the replica at addr, hosted by node (embedded; "" when
-// standalone), to the set and tells every node. s.mu is held.
-func (s *Server) addPeer(addr, node string) {
-	if slices.Contains(s.rs.peers, addr) {
-		return
-	}
-	s.rs.peers = append(s.rs.peers, addr)
-	if node != "" {
-		s.hostReplica(addr, node)
-	}
-	s.log.Info("coordinator replica added", "addr", addr, "replicas", len(s.rs.peers))
-	s.tellPeers()
-}
-
-// tellPeers sends every node the replica set. s.mu is held.
-func (s *Server) tellPeers() {
-	ev := &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Replicas{Replicas: &gotrainv1.Replicas{Addrs: slices.Clone(s.rs.peers)}}}
-	for _, o := range s.outboxes {
-		o.push(ev)
-	}
-}
-
-// hostReplica records that node hosts the replica at addr. s.mu is held.
-func (s *Server) hostReplica(addr, node string) {
-	if s.rs.hostOf == nil {
-		s.rs.hostOf = map[string]string{}
-	}
-	s.rs.hostOf[addr] = node
-}
-
-// replaceLostReplicas: a replica whose node the job lost is gone with it
-// (embedded). It leaves the set, and the first node (in join order) on a
-// host without a replica is asked to host one in its place (a HostReplica
-// event), so that the set keeps its size and can lose one more. Every
-// replica decides alike; the leader also takes the lost one out of Raft's
-// configuration (reconcileVoters). s.mu is held.
-func (s *Server) replaceLostReplicas() {
-	if s.m.Finished() {
-		return
-	}
-	var lost []string
-	for addr, node := range s.rs.hostOf {
-		if !s.m.HasNode(node) {
-			lost = append(lost, addr)
-		}
-	}
-	if len(lost) == 0 {
-		return
-	}
-	slices.Sort(lost)
-	for _, addr := range lost {
-		delete(s.rs.hostOf, addr)
-		s.rs.peers = slices.DeleteFunc(s.rs.peers, func(p string) bool { return p == addr })
-		s.log.Warn("coordinator replica lost with its node", "addr", addr, "replicas", len(s.rs.peers))
-	}
-	s.tellPeers()
-	ids := slices.SortedFunc(maps.Keys(s.outboxes), naturalNodeOrder)
-	for _, id := range ids {
-		if len(s.rs.peers)+s.pendingReplicas() >= s.rs.want {
-			break
-		}
-		addr := s.m.NodeAddress(id)
-		if slices.Contains(s.rs.askedHosts, addr) || s.peerOnHost(addr) {
-			continue
-		}
-		s.rs.asked = append(s.rs.asked, id)
-		s.rs.askedHosts = append(s.rs.askedHosts, addr)
-		s.outboxes[id].push(&gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_HostReplica{HostReplica: &gotrainv1.HostReplica{}}})
-		s.log.Info("a node is asked to host a coordinator replica", "node_id", id)
-	}
-	if s.rs.leading {
-		go s.reconcileVoters()
-	}
-}
-
-// pendingReplicas counts the nodes asked to host a replica that is not in
-// the set (yet). s.mu is held.
-func (s *Server) pendingReplicas() int {
-	n := 0
-	for _, id := range s.rs.asked {
-		if s.m.HasNode(id) && !slices.Contains(slices.Collect(maps.Values(s.rs.hostOf)), id) {
-			n++
-		}
-	}
-	return n
-}
-
-// peerOnHost says whether a replica of the set runs at address. s.mu is
-// held.
-func (s *Server) peerOnHost(address string) bool {
-	for _, p := range s.rs.peers {
-		if h, _, err := net.SplitHostPort(p); err == nil && h == address {
-			return true
-		}
-	}
-	return false
-}
-
-// reconcileVoters takes replicas that left the set out of Raft's
-// configuration (on the leader).
-func (s *Server) reconcileVoters() {
-	s.mu.Lock()
-	peers := slices.Clone(s.rs.peers)
-	s.mu.Unlock()
-	for _, p := range s.repl.Peers() {
-		if !slices.Contains(peers, p.ID) {
-			if err := s.repl.RemoveVoter(p.ID); err != nil {
-				s.log.Warn("take a lost replica out of the set", "addr", p.ID, "err", err)
-			}
-		}
-	}
-}
-
-// askReplica says whether node id, at address, joining now, is to host a
-// replica (embedded: the first nodes to join on a host without one, until
-// Want; the first node's own agent joins first, where the first replica
-// runs). s.mu is held; every replica decides alike.
-func (s *Server) askReplica(id, address string) bool {
-	if s.rs.want > 1 && len(s.rs.hostOf) == 0 && len(s.rs.peers) == 1 && s.peerOnHost(address) {
-		s.hostReplica(s.rs.peers[0], id) // the first node: its agent joins its own coordinator first
-	}
-	if len(s.rs.asked)+1 >= s.rs.want || slices.Contains(s.rs.askedHosts, address) || s.peerOnHost(address) {
-		return false
-	}
-	s.rs.asked = append(s.rs.asked, id)
-	s.rs.askedHosts = append(s.rs.askedHosts, address)
-	return true
-}
-
-// replicaAddrs is the replica set, the leader first; nil when the
-// coordinator is not replicated. s.mu is held.
-func (s *Server) replicaAddrs() []string {
-	if s.repl == nil {
-		return nil
-	}
-	self := s.repl.ID()
-	addrs := []string{self}
-	for _, p := range s.rs.peers {
-		if p != self {
-			addrs = append(addrs, p)
-		}
-	}
-	return addrs
-}
-
-// AddReplica adds the replica a node started at the leader's request.
-func (s *Server) AddReplica(_ context.Context, req *gotrainv1.AddReplicaRequest) (*gotrainv1.AddReplicaResponse, error) {
-	if s.repl == nil {
-		return nil, status.Error(codes.FailedPrecondition, "add replica: this coordinator is not replicated (--coordinator-replicas 1)")
-	}
-	s.mu.Lock()
-	asked := slices.Contains(s.rs.asked, req.GetNodeId())
-	s.mu.Unlock()
-	if !asked || req.GetAddr() == "" || req.GetRaftAddr() == "" {
-		return nil, status.Errorf(codes.InvalidArgument, "add replica: node %q was not asked to host a replica, or gave no address", req.GetNodeId())
-	}
-	if err := s.repl.AddVoter(replica.Peer{ID: req.GetAddr(), RaftAddr: req.GetRaftAddr()}); err != nil {
-		return nil, err
-	}
-	if _, err := s.commit(entry{Replica: req.GetAddr(), ReplicaNode: req.GetNodeId()}); err != nil {
-		return nil, err
-	}
-	return &gotrainv1.AddReplicaResponse{}, nil
-}
-
-// leadership: this replica became the leader, or stopped being it.
-func (s *Server) leadership(leading bool, rc ReplicaConfig) {
-	if !leading {
-		s.mu.Lock()
-		s.rs.newTerm(false) // ends streams, barriers and long polls: their callers go to the new leader
-		s.mu.Unlock()
-		return
-	}
-	// Act only on the whole state: every entry committed before this
-	// leadership must be applied here first.
-	if err := s.repl.Barrier(); err != nil {
-		s.log.Warn("coordinator replica: became the leader but could not catch up", "err", err)
-		return
-	}
-	s.mu.Lock()
-	configured := s.rs.configured
-	c := configEntry{Job: s.rs.ownConfig, Peers: slices.Clone(rc.Peers), Want: rc.Want}
-	s.mu.Unlock()
-	if len(c.Peers) == 0 {
-		c.Peers = []string{s.repl.ID()}
-	}
-	if !configured {
-		if _, err := s.commit(entry{Config: &c}); err != nil {
-			s.log.Warn("coordinator replica: could not record the job's configuration", "err", err)
-			return
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.repl.Leading() {
-		return
-	}
-	s.rs.newTerm(true)
-	term := s.rs.term
-	s.log.Info("coordinator replica leads", "replica", s.repl.ID(), "nodes", len(s.outboxes))
-	for id, o := range s.outboxes {
-		// Start from what the log says; the streams open here anew.
-		o.unreachable = s.m.Unreachable(id)
-		if o.gossipDown {
-			s.reachability(id, o, "gossip: no answer (declared dead by the other nodes)")
-		}
-	}
-	time.AfterFunc(leaderGrace, func() { s.missingStreams(term) })
-	s.tickOnDeadline()
-	go s.reconcileVoters()
-}
-
-// missingStreams counts the nodes that have not opened a watch stream at
-// this new leader as out of contact, and probes their agents.
-func (s *Server) missingStreams(term uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.rs.term != term || !s.rs.leading || s.stop.Err() != nil || s.m.Finished() {
-		return
-	}
-	for id, o := range s.outboxes {
-		if o.attached {
-			continue
-		}
-		why := "no watch stream since this coordinator replica became the leader"
-		s.reachability(id, o, why)
-		s.probes.Add(1)
-		go s.probe(id, why)
-	}
-}
-
 // proposeLater queues ev, observed by this replica, for the log: only the
 // leader proposes. s.mu is held.
 func (s *Server) proposeLater(ev job.Event) {
@@ -544,81 +302,6 @@ func (q *proposalQueue) pop(ctx context.Context) (entry, bool) {
 		case <-q.wake:
 		}
 	}
-}
-
-// notLeader is the error of a call this replica cannot serve: it does not
-// lead (now, or any more). s.mu is held.
-func (s *Server) notLeader(ctx context.Context) error {
-	leader := s.repl.Leader()
-	if leader == s.repl.ID() {
-		leader = "" // leading in Raft, not yet here (catching up): try again
-	}
-	if silent := time.Since(s.repl.LastContact()); leader == "" && silent > noMajorityAfter {
-		return status.Errorf(codes.Unavailable, "coordinator replica %s has had no leader for %s: no majority of the replica set %v answers, "+
-			"so the job cannot go on (bring back the lost replicas' hosts, or restart the job)", s.repl.ID(), silent.Round(100*time.Millisecond), s.rs.peers)
-	}
-	return leaderconn.NotLeader(ctx, s.repl.ID(), leader)
-}
-
-// noMajorityAfter: a replica without a leader for this long says there is
-// no majority (an election takes well under a second).
-const noMajorityAfter = 3 * time.Second
-
-func (s *Server) notLeaderNow(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.notLeader(ctx)
-}
-
-// leading says whether this server serves calls: it is not replicated, or
-// it leads. s.mu is held.
-func (s *Server) leading() bool { return s.repl == nil || s.rs.leading && s.rs.configured }
-
-// leaderUnary refuses calls on a replica that does not lead, naming the
-// leader; a call whose leadership ended on the way gets the same answer.
-func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if s.repl == nil {
-		return h(ctx, req)
-	}
-	s.mu.Lock()
-	ok := s.leading() || s.m.Finished() && afterTheEnd[info.FullMethod]
-	s.mu.Unlock()
-	if !ok {
-		return nil, s.notLeaderNow(ctx)
-	}
-	resp, err := h(ctx, req)
-	var nl *replica.ErrNotLeader
-	if errors.As(err, &nl) {
-		return nil, s.notLeaderNow(ctx)
-	}
-	return resp, err
-}
-
-// leaderStream is leaderUnary for streams.
-func (s *Server) leaderStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if s.repl == nil {
-		return h(srv, ss)
-	}
-	s.mu.Lock()
-	ok := s.leading() || s.m.Finished() && afterTheEnd[info.FullMethod]
-	s.mu.Unlock()
-	if !ok {
-		return s.notLeaderNow(ss.Context())
-	}
-	return h(srv, ss)
-}
-
-// afterTheEnd are the calls any replica serves once the job finished (its
-// state is final everywhere): the agents' last words and reads. Replicas
-// wind down as their nodes' agents exit, and a majority may be gone
-// before the last agent heard the end.
-var afterTheEnd = map[string]bool{
-	gotrainv1.Coordinator_WatchGenerations_FullMethodName: true,
-	gotrainv1.Coordinator_GetJobStatus_FullMethodName:     true,
-	gotrainv1.Coordinator_Diagnose_FullMethodName:         true,
-	gotrainv1.Coordinator_ReportProgress_FullMethodName:   true,
-	gotrainv1.Coordinator_ReportWorkerExit_FullMethodName: true,
-	gotrainv1.Coordinator_ReportEvidence_FullMethodName:   true,
 }
 
 // serverFSM is the Server as replica.FSM.
@@ -705,14 +388,4 @@ func (f *serverFSM) Restore(b []byte) error {
 		f.Apply(l.Data)
 	}
 	return nil
-}
-
-// naturalNodeOrder orders node ids ("node-N") by N: the order they joined.
-func naturalNodeOrder(a, b string) int {
-	na, errA := strconv.Atoi(strings.TrimPrefix(a, "node-"))
-	nb, errB := strconv.Atoi(strings.TrimPrefix(b, "node-"))
-	if errA != nil || errB != nil {
-		return strings.Compare(a, b)
-	}
-	return na - nb
 }

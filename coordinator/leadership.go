@@ -1,0 +1,166 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/coordinator/replica"
+	"github.com/gotrain/gotrain/internal/leaderconn"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// Leadership of a replicated coordinator (replicated.go): only the leader
+// serves calls; the others name it, and a new leader takes over from the
+// log.
+
+// leaderGrace is how long a new leader waits for the agents to open their
+// watch streams before it counts the missing ones as out of contact (and
+// probes them: a node whose agent died with the old leader is lost then).
+const leaderGrace = time.Second
+
+// leadership: this replica became the leader, or stopped being it.
+func (s *Server) leadership(leading bool, rc ReplicaConfig) {
+	if !leading {
+		s.mu.Lock()
+		s.rs.newTerm(false) // ends streams, barriers and long polls: their callers go to the new leader
+		s.mu.Unlock()
+		return
+	}
+	// Act only on the whole state: every entry committed before this
+	// leadership must be applied here first.
+	if err := s.repl.Barrier(); err != nil {
+		s.log.Warn("coordinator replica: became the leader but could not catch up", "err", err)
+		return
+	}
+	s.mu.Lock()
+	configured := s.rs.configured
+	c := configEntry{Job: s.rs.ownConfig, Peers: slices.Clone(rc.Peers), Want: rc.Want}
+	s.mu.Unlock()
+	if len(c.Peers) == 0 {
+		c.Peers = []string{s.repl.ID()}
+	}
+	if !configured {
+		if _, err := s.commit(entry{Config: &c}); err != nil {
+			s.log.Warn("coordinator replica: could not record the job's configuration", "err", err)
+			return
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.repl.Leading() {
+		return
+	}
+	s.rs.newTerm(true)
+	term := s.rs.term
+	s.log.Info("coordinator replica leads", "replica", s.repl.ID(), "nodes", len(s.outboxes))
+	for id, o := range s.outboxes {
+		// Start from what the log says; the streams open here anew.
+		o.unreachable = s.m.Unreachable(id)
+		if o.gossipDown {
+			s.reachability(id, o, "gossip: no answer (declared dead by the other nodes)")
+		}
+	}
+	time.AfterFunc(leaderGrace, func() { s.missingStreams(term) })
+	s.tickOnDeadline()
+	go s.reconcileVoters()
+}
+
+// missingStreams counts the nodes that have not opened a watch stream at
+// this new leader as out of contact, and probes their agents.
+func (s *Server) missingStreams(term uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rs.term != term || !s.rs.leading || s.stop.Err() != nil || s.m.Finished() {
+		return
+	}
+	for id, o := range s.outboxes {
+		if o.attached {
+			continue
+		}
+		why := "no watch stream since this coordinator replica became the leader"
+		s.reachability(id, o, why)
+		s.probes.Add(1)
+		go s.probe(id, why)
+	}
+}
+
+// notLeader is the error of a call this replica cannot serve: it does not
+// lead (now, or any more). s.mu is held.
+func (s *Server) notLeader(ctx context.Context) error {
+	leader := s.repl.Leader()
+	if leader == s.repl.ID() {
+		leader = "" // leading in Raft, not yet here (catching up): try again
+	}
+	if silent := time.Since(s.repl.LastContact()); leader == "" && silent > noMajorityAfter {
+		return status.Errorf(codes.Unavailable, "coordinator replica %s has had no leader for %s: no majority of the replica set %v answers, "+
+			"so the job cannot go on (bring back the lost replicas' hosts, or restart the job)", s.repl.ID(), silent.Round(100*time.Millisecond), s.rs.peers)
+	}
+	return leaderconn.NotLeader(ctx, s.repl.ID(), leader)
+}
+
+// noMajorityAfter: a replica without a leader for this long says there is
+// no majority (an election takes well under a second).
+const noMajorityAfter = 3 * time.Second
+
+func (s *Server) notLeaderNow(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.notLeader(ctx)
+}
+
+// leading says whether this server serves calls: it is not replicated, or
+// it leads. s.mu is held.
+func (s *Server) leading() bool { return s.repl == nil || s.rs.leading && s.rs.configured }
+
+// leaderUnary refuses calls on a replica that does not lead, naming the
+// leader; a call whose leadership ended on the way gets the same answer.
+func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if s.repl == nil {
+		return h(ctx, req)
+	}
+	s.mu.Lock()
+	ok := s.leading() || s.m.Finished() && afterTheEnd[info.FullMethod]
+	s.mu.Unlock()
+	if !ok {
+		return nil, s.notLeaderNow(ctx)
+	}
+	resp, err := h(ctx, req)
+	var nl *replica.ErrNotLeader
+	if errors.As(err, &nl) {
+		return nil, s.notLeaderNow(ctx)
+	}
+	return resp, err
+}
+
+// leaderStream is leaderUnary for streams.
+func (s *Server) leaderStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if s.repl == nil {
+		return h(srv, ss)
+	}
+	s.mu.Lock()
+	ok := s.leading() || s.m.Finished() && afterTheEnd[info.FullMethod]
+	s.mu.Unlock()
+	if !ok {
+		return s.notLeaderNow(ss.Context())
+	}
+	return h(srv, ss)
+}
+
+// afterTheEnd are the calls any replica serves once the job finished (its
+// state is final everywhere): the agents' last words and reads. Replicas
+// wind down as their nodes' agents exit, and a majority may be gone
+// before the last agent heard the end.
+var afterTheEnd = map[string]bool{
+	gotrainv1.Coordinator_WatchGenerations_FullMethodName: true,
+	gotrainv1.Coordinator_GetJobStatus_FullMethodName:     true,
+	gotrainv1.Coordinator_Diagnose_FullMethodName:         true,
+	gotrainv1.Coordinator_ReportProgress_FullMethodName:   true,
+	gotrainv1.Coordinator_ReportWorkerExit_FullMethodName: true,
+	gotrainv1.Coordinator_ReportEvidence_FullMethodName:   true,
+}
