@@ -95,7 +95,13 @@ func (a *agent) rewatch(ctx context.Context, cause error) (gotrainv1.Coordinator
 			return nil, err
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("cut off for %s (%v), longer than the node timeout: the coordinator has lost this node", a.nodeTimeout, status.Convert(cause).Message())
+			why := status.Convert(cause).Message()
+			if _, last := a.hub.silence(time.Now()); last != nil {
+				// The coordinator's last word on this node's heartbeat
+				// (a replicated one says when there is no majority).
+				why = status.Convert(last).Message()
+			}
+			return nil, fmt.Errorf("cut off for %s (%v), longer than the node timeout: the coordinator has lost this node", a.nodeTimeout, why)
 		}
 		select {
 		case <-ctx.Done():

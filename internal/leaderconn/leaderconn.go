@@ -368,11 +368,14 @@ type retry struct {
 }
 
 // result is what a call that gives up returns: err, or, when err is the
-// network's (a replica down), the last answer of a replica that is up —
-// it says why (an election, no majority) where a refused connection does
-// not.
+// network's (a replica down) or the caller's deadline, the last answer of
+// a replica that is up — it says why (an election, no majority) where a
+// refused connection or a deadline does not.
 func (r *retry) result(err error) error {
-	if r.answer != nil && status.Code(err) == codes.Unavailable && !answered(err) {
+	if r.answer == nil {
+		return err
+	}
+	if status.Code(err) == codes.Unavailable && !answered(err) || status.Code(err) == codes.DeadlineExceeded {
 		return r.answer
 	}
 	return err
