@@ -20,9 +20,7 @@ package jobtls
 // CA, with mutual TLS: ReplicaCertificate and ReplicaTLS.
 
 import (
-	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/elliptic"
 	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
@@ -32,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"net"
 	"slices"
 	"time"
 )
@@ -126,26 +123,9 @@ func (ca *CA) ReplicaCertificate(name string, hosts []string) (tls.Certificate, 
 	if name == "" {
 		return tls.Certificate{}, errors.New("jobtls: a replica certificate needs the replica's name")
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
 	tmpl := ca.leaf(pkix.Name{CommonName: name, OrganizationalUnit: []string{replicaOU}}, x509.ExtKeyUsageServerAuth)
 	tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			if !ip.IsUnspecified() {
-				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-			}
-		} else if h != "" {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("jobtls: issue replica %s's certificate: %w", name, err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: key}, nil
+	return ca.issueFor(tmpl, hosts, "replica "+name+"'s certificate")
 }
 
 // ReplicaTLS are the TLS configurations of the replicas' traffic among

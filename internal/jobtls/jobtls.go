@@ -137,13 +137,21 @@ func CheckHash(h string) error {
 // localhost and hosts (IP addresses and names; unspecified addresses such
 // as 0.0.0.0 are left out).
 func (ca *CA) ServerCertificate(hosts []string) (tls.Certificate, error) {
+	tmpl := ca.leaf(pkix.Name{CommonName: ServerName}, x509.ExtKeyUsageServerAuth)
+	tmpl.DNSNames = []string{ServerName, "localhost"}
+	tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	return ca.issueFor(tmpl, hosts, "the coordinator's certificate")
+}
+
+// issueFor issues tmpl, valid also for hosts (IP addresses and names;
+// unspecified addresses such as 0.0.0.0 are left out), with a new key:
+// a certificate whose chain carries the CA, so that a peer can find the
+// pinned key in it. what names it in errors.
+func (ca *CA) issueFor(tmpl *x509.Certificate, hosts []string, what string) (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
-	tmpl := ca.leaf(pkix.Name{CommonName: ServerName}, x509.ExtKeyUsageServerAuth)
-	tmpl.DNSNames = []string{ServerName, "localhost"}
-	tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			if !ip.IsUnspecified() {
@@ -155,9 +163,8 @@ func (ca *CA) ServerCertificate(hosts []string) (tls.Certificate, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("issue the coordinator's certificate: %w", err)
+		return tls.Certificate{}, fmt.Errorf("jobtls: issue %s: %w", what, err)
 	}
-	// The chain carries the CA, so that a joiner can find the pinned key in it.
 	return tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: key}, nil
 }
 
