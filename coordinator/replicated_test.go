@@ -45,6 +45,27 @@ func TestEntryRoundTrip(t *testing.T) {
 	}
 }
 
+// t0 is the tests' log time.
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+// applier applies entries to s as Raft would (encoded, through its FSM),
+// failing the test on an entry that fails.
+func applier(t *testing.T, s *Server) func(entry) applied {
+	f := s.FSM()
+	return func(e entry) applied {
+		t.Helper()
+		b, err := e.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := f.Apply(b).(applied)
+		if r.err != nil {
+			t.Fatalf("apply %+v: %v", e, r.err)
+		}
+		return r
+	}
+}
+
 // A replica restored from a snapshot holds what the one that took it held:
 // the same machine (nodes, generation, ranks), KV values and outboxes;
 // progress reports superseded by later ones are left out of the snapshot.
@@ -55,19 +76,7 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	fa := a.FSM()
-	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	apply := func(e entry) applied {
-		t.Helper()
-		b, err := e.encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, _ := fa.Apply(b).(applied)
-		if r.err != nil {
-			t.Fatalf("apply %+v: %v", e, r.err)
-		}
-		return r
-	}
+	apply := applier(t, a)
 	apply(entry{Time: t0, Config: &configEntry{Job: a.m.Config(), Peers: []string{"10.0.0.1:29400"}, Want: 3}})
 	var ids []string
 	for i, host := range []string{"host-a", "host-b"} {
@@ -126,20 +135,7 @@ func TestLostReplicaReplaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := s.FSM()
-	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	apply := func(e entry) applied {
-		t.Helper()
-		b, err := e.encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, _ := f.Apply(b).(applied)
-		if r.err != nil {
-			t.Fatalf("apply %+v: %v", e, r.err)
-		}
-		return r
-	}
+	apply := applier(t, s)
 	apply(entry{Time: t0, Config: &configEntry{Job: s.m.Config(), Peers: []string{"10.0.0.1:29400"}, Want: 3}})
 	var asked []bool
 	for i := range 4 {
