@@ -241,35 +241,52 @@ func replicatedMNIST() []string {
 	return []string{bin.mnist, "--data", bin.data, "--epochs", "12"}
 }
 
+// loseLeader starts the standalone tests' job, and once it trains strikes
+// the leader replica's host with fault (what and after name it in the
+// TIMING line): another replica leads, and every agent's stream resumes
+// there. It returns the job, the old and the new leader, and when the
+// fault struck.
+func loseLeader(t *testing.T, what, after string, fault func(*vcluster.Host)) (r *replicatedJob, old, nl *vcluster.Proc, at time.Time) {
+	t.Helper()
+	r = startReplicatedJob(t, 2, []string{"--verbose", "--max-restarts", "0"}, replicatedMNIST()...)
+	r.running(t)
+	old, _ = r.leader()
+	at = time.Now()
+	fault(old.Host)
+	nl = r.waitNewLeader(t, old)
+	led := lines(nl, leadsMsg)
+	served := resumedAt(nl, len(r.agents), at, time.Minute)
+	if served.IsZero() {
+		t.Errorf("the new leader on %s logged no resumed watch stream for every agent:\n%s", nl.Host.Name, tail(nl.Stderr(), 20))
+	} else {
+		t.Logf("TIMING leader %s: a new leader (%s) %v after %s; every agent's stream resumed there %v after it",
+			what, nl.Host.Name, led[len(led)-1].at.Sub(at).Round(time.Millisecond), after, served.Sub(at).Round(time.Millisecond))
+	}
+	return r, old, nl, at
+}
+
+// followNewLeader checks that every agent said it follows nl.
+func (r *replicatedJob) followNewLeader(t *testing.T, nl *vcluster.Proc) {
+	t.Helper()
+	for _, p := range r.agents {
+		if !followed(p, nl.Host.IP+":"+replicaPort) {
+			t.Errorf("%s's agent never said it follows the new leader at %s:%s:\n%s", p.Host.Name, nl.Host.IP, replicaPort, tail(p.Stderr(), 10))
+		}
+	}
+}
+
 // TestReplicatedLeaderKilled: three standalone replicas serve a 2-node
 // MNIST job; the leader is SIGKILLed mid-training: another replica leads,
 // both agents follow it, and the job finishes with one generation, no
 // restart and ranks that agree; every replica exits.
 func TestReplicatedLeaderKilled(t *testing.T) {
 	t.Parallel()
-	r := startReplicatedJob(t, 2, []string{"--verbose", "--max-restarts", "0"}, replicatedMNIST()...)
-	r.running(t)
-	old, _ := r.leader()
-	killed := time.Now()
-	old.Host.Kill()
-	nl := r.waitNewLeader(t, old)
-	led := lines(nl, leadsMsg)
-	served := resumedAt(nl, len(r.agents), killed, time.Minute)
-	if served.IsZero() {
-		t.Errorf("the new leader on %s logged no resumed watch stream for every agent:\n%s", nl.Host.Name, tail(nl.Stderr(), 20))
-	} else {
-		t.Logf("TIMING leader SIGKILL: a new leader (%s) %v after the kill; every agent's stream resumed there %v after it",
-			nl.Host.Name, led[len(led)-1].at.Sub(killed).Round(time.Millisecond), served.Sub(killed).Round(time.Millisecond))
-	}
+	r, old, nl, _ := loseLeader(t, "SIGKILL", "the kill", (*vcluster.Host).Kill)
 	if failoverOnly(t, r) {
 		return
 	}
 	r.finishesOnOneGeneration(t, "after the leader replica was killed")
-	for _, p := range r.agents {
-		if !followed(p, nl.Host.IP+":"+replicaPort) {
-			t.Errorf("%s's agent never said it follows the new leader at %s:%s:\n%s", p.Host.Name, nl.Host.IP, replicaPort, tail(p.Stderr(), 10))
-		}
-	}
+	r.followNewLeader(t, nl)
 	r.replicasExit(t, old)
 	t.Logf("TIMING leader changes: %d leaderships taken (2 expected: the first leader, its successor)", leads(r.replicas))
 	if t.Failed() {
@@ -282,29 +299,12 @@ func TestReplicatedLeaderKilled(t *testing.T) {
 // replica ends too (it is healed once the job is over).
 func TestReplicatedLeaderPartitioned(t *testing.T) {
 	t.Parallel()
-	r := startReplicatedJob(t, 2, []string{"--verbose", "--max-restarts", "0"}, replicatedMNIST()...)
-	r.running(t)
-	old, _ := r.leader()
-	cut := time.Now()
-	old.Host.Partition(vcluster.Both)
-	nl := r.waitNewLeader(t, old)
-	led := lines(nl, leadsMsg)
-	served := resumedAt(nl, len(r.agents), cut, time.Minute)
-	if served.IsZero() {
-		t.Errorf("the new leader on %s logged no resumed watch stream for every agent:\n%s", nl.Host.Name, tail(nl.Stderr(), 20))
-	} else {
-		t.Logf("TIMING leader partition: a new leader (%s) %v after the cut; every agent's stream resumed there %v after it",
-			nl.Host.Name, led[len(led)-1].at.Sub(cut).Round(time.Millisecond), served.Sub(cut).Round(time.Millisecond))
-	}
+	r, old, nl, cut := loseLeader(t, "partition", "the cut", func(h *vcluster.Host) { h.Partition(vcluster.Both) })
 	if failoverOnly(t, r) {
 		return
 	}
 	r.finishesOnOneGeneration(t, "after the leader replica was cut off")
-	for _, p := range r.agents {
-		if !followed(p, nl.Host.IP+":"+replicaPort) {
-			t.Errorf("%s's agent never said it follows the new leader at %s:%s:\n%s", p.Host.Name, nl.Host.IP, replicaPort, tail(p.Stderr(), 10))
-		}
-	}
+	r.followNewLeader(t, nl)
 	// The cut-off replica stops on its own (no majority for long), or
 	// learns the end once it hears from the others.
 	old.Host.Heal()
