@@ -22,7 +22,6 @@ package jobtls
 import (
 	"crypto/ed25519"
 	"crypto/hkdf"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -102,17 +101,7 @@ func DeriveCA(secret, name string) (*CA, error) {
 		SubjectKeyId:          skid[:20],
 	}
 	// Ed25519 signatures are deterministic: rand is not read.
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
-	if err != nil {
-		return nil, fmt.Errorf("make the job CA: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &CA{Cert: cert, key: key, pool: pool}, nil
+	return selfSigned(tmpl, pub, key)
 }
 
 // ReplicaCertificate issues a coordinator replica's certificate for the

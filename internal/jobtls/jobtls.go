@@ -96,7 +96,12 @@ func NewCA(runID string) (*CA, error) {
 		IsCA:                  true,
 		MaxPathLenZero:        true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	return selfSigned(tmpl, &key.PublicKey, key)
+}
+
+// selfSigned makes the CA of tmpl, signed by its own key.
+func selfSigned(tmpl *x509.Certificate, pub crypto.PublicKey, key crypto.Signer) (*CA, error) {
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
 	if err != nil {
 		return nil, fmt.Errorf("make the job CA: %w", err)
 	}
