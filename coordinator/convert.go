@@ -21,6 +21,8 @@ func nodeInfoFromProto(p *gotrainv1.NodeInfo) job.NodeInfo {
 		Nproc:    int(p.GetNproc()),
 		AgentPID: int(p.GetAgentPid()),
 		FreePort: int(p.GetFreePort()),
+
+		RanksPerGPU: int(p.GetRanksPerGpu()),
 	}
 	for _, g := range p.GetGpus() {
 		info.GPUs = append(info.GPUs, job.GPU{
@@ -41,6 +43,8 @@ func nodeInfoToProto(info job.NodeInfo) *gotrainv1.NodeInfo {
 		Nproc:    int32(info.Nproc),
 		AgentPid: int32(info.AgentPID),
 		FreePort: int32(info.FreePort),
+
+		RanksPerGpu: int32(info.RanksPerGPU),
 	}
 	for _, g := range info.GPUs {
 		p.Gpus = append(p.Gpus, &gotrainv1.GPU{

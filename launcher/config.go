@@ -21,6 +21,10 @@ type Config struct {
 	Scheduled bool
 	// NprocPerNode is how many workers this node runs (required, ≥ 1).
 	NprocPerNode int
+	// RanksPerGPU is how many workers may share one GPU (NCCL ≥ 2.30's
+	// multi-rank-per-GPU: workers get NCCL_MULTI_RANK_GPU_ENABLE=1);
+	// 0 or 1: one worker per GPU.
+	RanksPerGPU int
 	// Backend is the data plane workers use: "cpu" or "nccl" (required).
 	Backend string
 	// Program and Args are the worker command line.

@@ -24,6 +24,7 @@ func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) ([]byte,
 	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
 		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),
 		AgentPid: int32(os.Getpid()), FreePort: int32(port), Gpus: a.place.joinGPUs(),
+		RanksPerGpu: int32(a.cfg.RanksPerGPU),
 	}, Settings: a.cfg.JobSettings.Given(a.cfg.JobFlagsGiven), Csr: csr}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.JoinTimeout)
 	defer cancel()

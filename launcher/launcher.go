@@ -428,6 +428,7 @@ func (a *agent) workerEnv(vars []string, gpus []int) []string {
 	env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
 	if len(gpus) > 0 {
 		env = append(env, WorkerGPUEnv(gpus)...)
+		env = append(env, multiRankEnv(a.cfg.Env, a.cfg.RanksPerGPU)...)
 	}
 	return env
 }

@@ -3,6 +3,7 @@ package launcher
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -135,4 +136,34 @@ func nvmlGPUCount() (int, bool) {
 	defer nv.Close()
 	n, err := nv.Count()
 	return n, err == nil
+}
+
+// multiRankEnv is what workers that share GPUs (ranksPerGPU > 1) need
+// beside base, the environment given: NCCL_MULTI_RANK_GPU_ENABLE=1, without
+// which NCCL ≥ 2.30 refuses a communicator with two ranks on one device,
+// and, for more than two ranks per GPU, fewer channels per rank
+// (NCCL_MAX_CTAS), since every rank allocates its own and NCCL hangs when
+// the device runs out (NCCL's env.rst: two ranks per GPU fit the
+// defaults). A value the user set is kept.
+func multiRankEnv(base []string, ranksPerGPU int) []string {
+	if ranksPerGPU <= 1 {
+		return nil
+	}
+	set := func(k string) bool {
+		return slices.ContainsFunc(base, func(kv string) bool { return strings.HasPrefix(kv, k+"=") })
+	}
+	var env []string
+	if !set("NCCL_MULTI_RANK_GPU_ENABLE") {
+		env = append(env, "NCCL_MULTI_RANK_GPU_ENABLE=1")
+	}
+	if ranksPerGPU > 2 && !set("NCCL_MAX_CTAS") {
+		env = append(env, "NCCL_MAX_CTAS="+strconv.Itoa(MultiRankMaxCTAs(ranksPerGPU)))
+	}
+	return env
+}
+
+// MultiRankMaxCTAs is the NCCL_MAX_CTAS workers get when ranksPerGPU
+// (more than two) share one GPU.
+func MultiRankMaxCTAs(ranksPerGPU int) int {
+	return max(1, 16/ranksPerGPU)
 }

@@ -149,3 +149,22 @@ func TestPin(t *testing.T) {
 		t.Errorf("child affinity has %d CPUs, want only CPU %d", got.Count(), cpu)
 	}
 }
+
+func TestMultiRankEnv(t *testing.T) {
+	tests := []struct {
+		base   []string
+		perGPU int
+		want   []string
+	}{
+		{nil, 1, nil},
+		{nil, 2, []string{"NCCL_MULTI_RANK_GPU_ENABLE=1"}},
+		{nil, 8, []string{"NCCL_MULTI_RANK_GPU_ENABLE=1", "NCCL_MAX_CTAS=2"}},
+		{[]string{"NCCL_MAX_CTAS=4"}, 8, []string{"NCCL_MULTI_RANK_GPU_ENABLE=1"}},
+		{[]string{"NCCL_MULTI_RANK_GPU_ENABLE=1"}, 2, nil},
+	}
+	for _, tt := range tests {
+		if got := multiRankEnv(tt.base, tt.perGPU); !slices.Equal(got, tt.want) {
+			t.Errorf("multiRankEnv(%q, %d) = %q, want %q", tt.base, tt.perGPU, got, tt.want)
+		}
+	}
+}

@@ -72,9 +72,11 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 		verbose       bool
 		logDir        string
 		launchTimeout time.Duration
+		ranksPerGPU   int
 	)
 	fs.IntVar(&gpus, "gpus", 0, "ranks: one per GPU (default: every GPU; with --backend cpu, 2)")
 	fs.IntVar(&gpus, "nproc-per-node", 0, "alias of --gpus")
+	fs.IntVar(&ranksPerGPU, "ranks-per-gpu", 1, "ranks that share one GPU (NCCL ≥ 2.30, as gotrain launch --ranks-per-gpu): --gpus may then be up to GPUs × N")
 	fs.StringVar(&backend, "backend", "nccl", "nccl (GPUs) or cpu (TCP between CPU ranks, host buffers)")
 	fs.StringVar(&minS, "min", "8", "smallest size in bytes (suffixes K, M, G)")
 	fs.StringVar(&maxS, "max", "4G", "largest size in bytes (suffixes K, M, G); with --backend cpu the default is "+benchrun.FormatSize(cpuSpec.Max))
@@ -136,7 +138,10 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 			gpus = 2
 		}
 	case "nccl":
-		if gpus, err = benchPreflight(gpus); err != nil {
+		if err := checkRanksPerGPU(&launcher.Config{Backend: backend, RanksPerGPU: ranksPerGPU}, given["ranks-per-gpu"]); err != nil { // ranksgpu.go
+			return err
+		}
+		if gpus, err = benchPreflight(gpus, max(ranksPerGPU, 1)); err != nil {
 			return err
 		}
 	default:
@@ -175,7 +180,7 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, launchTimeout)
 	defer cancel()
 	err = launcher.Run(ctx, launcher.Config{
-		NprocPerNode: gpus, Backend: backend,
+		NprocPerNode: gpus, Backend: backend, RanksPerGPU: ranksPerGPU,
 		Program: exe, Args: workerArgs, Env: os.Environ(), LogDir: logDir,
 		GracePeriod: 5 * time.Second, Signals: sigs,
 		// The table is the only thing on stdout: workers' lines go to stderr.
@@ -211,8 +216,9 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 }
 
 // benchPreflight checks that GPUs, the driver and NCCL are here before any
-// worker starts, and says plainly what is missing. It returns the rank count.
-func benchPreflight(gpus int) (int, error) {
+// worker starts, and says plainly what is missing. It returns the rank
+// count: gpus, or every GPU when 0, with up to ranksPerGPU ranks per GPU.
+func benchPreflight(gpus, ranksPerGPU int) (int, error) {
 	hint := "To measure without GPUs, run the same benchmark on CPU ranks: gotrain bench <collective> --backend cpu --gpus 2"
 	found := launcher.CountGPUs()
 	if found == 0 {
@@ -230,10 +236,10 @@ func benchPreflight(gpus int) (int, error) {
 		return 0, fmt.Errorf("gotrain bench: NCCL is missing: %v\n%s", err, hint)
 	}
 	if gpus == 0 {
-		gpus = n
+		gpus = n * ranksPerGPU
 	}
-	if gpus > n {
-		return 0, &usageError{msg: fmt.Sprintf("--gpus %d, but this machine has %d GPU(s)", gpus, n), hint: "Use at most one rank per GPU, or --backend cpu."}
+	if gpus > n*ranksPerGPU {
+		return 0, &usageError{msg: fmt.Sprintf("--gpus %d, but this machine has %d GPU(s)", gpus, n), hint: "Use at most one rank per GPU (or N with --ranks-per-gpu N, NCCL ≥ 2.30), or --backend cpu."}
 	}
 	return gpus, nil
 }

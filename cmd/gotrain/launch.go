@@ -168,7 +168,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 				hint: "To run on CPUs, pass --nproc-per-node N --backend cpu (e.g. --nproc-per-node 4 --backend cpu).",
 			}
 		}
-		cfg.NprocPerNode = gpus
+		cfg.NprocPerNode = gpus * max(cfg.RanksPerGPU, 1)
 	}
 	if cfg.Backend == "" {
 		cfg.Backend = "cpu"
@@ -179,8 +179,11 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	if cfg.Backend == "nccl" && gpus == 0 {
 		return &usageError{msg: "--backend nccl needs NVIDIA GPUs and none were found", hint: "Use --backend cpu on machines without GPUs."}
 	}
-	if cfg.Backend == "nccl" && cfg.NprocPerNode > gpus {
-		return &usageError{msg: fmt.Sprintf("--nproc-per-node %d with --backend nccl, but this node has %d GPU(s)", cfg.NprocPerNode, gpus), hint: "Run one worker per GPU, or use --backend cpu."}
+	if cfg.Backend == "nccl" && cfg.NprocPerNode > gpus*max(cfg.RanksPerGPU, 1) {
+		return &usageError{msg: fmt.Sprintf("--nproc-per-node %d with --backend nccl, but this node has %d GPU(s)", cfg.NprocPerNode, gpus), hint: "Run one worker per GPU (or up to N per GPU with --ranks-per-gpu N, NCCL ≥ 2.30), or use --backend cpu."}
+	}
+	if err := checkRanksPerGPU(&cfg, cfg.JobFlagsGiven["ranks-per-gpu"]); err != nil { // ranksgpu.go
+		return err
 	}
 
 	level := slog.LevelWarn
@@ -221,6 +224,7 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	registerJobTokenFile(fs) // jobtoken.go
 	fs.IntVar(&cfg.NprocPerNode, "nproc-per-node", 0, "workers to start on this node (default: the number of GPUs)")
 	fs.IntVar(&cfg.NprocPerNode, "gpus", 0, "alias of --nproc-per-node")
+	fs.IntVar(&cfg.RanksPerGPU, "ranks-per-gpu", 1, "with --backend nccl: how many workers may share one GPU (NCCL 2.30's multi-rank-per-GPU, experimental: workers get NCCL_MULTI_RANK_GPU_ENABLE=1, and NCCL_MAX_CTAS=16/N above 2 unless set); --nproc-per-node defaults to GPUs × N")
 	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs, else cpu)")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "also write each rank's output to DIR/RUN_ID/attempt-N/rankN.log: a directory of its own per run (named on stderr), never through a symbolic link; a log dir lost or full mid-job is warned about once and never fails the job")
 	fs.StringVar(&cfg.Coordinator, "coordinator", "", "join the coordinator at HOST:PORT (HOST alone: port 29400) instead of starting one here; a replicated coordinator: its replicas, comma-separated (any one is enough, the rest are learnt)")

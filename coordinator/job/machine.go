@@ -280,8 +280,10 @@ func validateJoin(ev NodeJoined) error {
 		problem = "address is empty: give the address other nodes reach this node at"
 	case in.Nproc < 1:
 		problem = fmt.Sprintf("nproc is %d: a node runs at least one worker", in.Nproc)
-	case len(in.GPUs) > 0 && in.Nproc > len(in.GPUs):
-		problem = fmt.Sprintf("nproc is %d but the node has %d GPUs: run at most one worker per GPU", in.Nproc, len(in.GPUs))
+	case in.RanksPerGPU < 0:
+		problem = fmt.Sprintf("ranks per GPU is %d: give 1 or more", in.RanksPerGPU)
+	case len(in.GPUs) > 0 && in.Nproc > len(in.GPUs)*max(in.RanksPerGPU, 1):
+		problem = fmt.Sprintf("nproc is %d but the node has %d GPUs: run at most %d worker(s) per GPU", in.Nproc, len(in.GPUs), max(in.RanksPerGPU, 1))
 	case in.FreePort < 1 || in.FreePort > 65535:
 		problem = fmt.Sprintf("free port is %d: give a free TCP port (1-65535)", in.FreePort)
 	default:
@@ -310,7 +312,7 @@ func (m *Machine) start(gen int64, restarts int) StartGeneration {
 		for local := range n.info.Nproc {
 			gpu := -1
 			if len(n.info.GPUs) > 0 {
-				gpu = n.info.GPUs[local].Index
+				gpu = n.info.GPUs[gpuSlot(local, n.info.Nproc, len(n.info.GPUs))].Index
 			}
 			// A parked process keeps its node and local rank; its rank
 			// may change when the job shrinks or grows.
@@ -322,6 +324,17 @@ func (m *Machine) start(gen int64, restarts int) StartGeneration {
 	}
 	sg.WorldSize = len(m.ranks)
 	return sg
+}
+
+// gpuSlot is the position in its node's GPU list (NVLink order) of local
+// rank local among nproc workers on gpus GPUs: the i-th GPU for one worker
+// per GPU; with more workers than GPUs (several ranks per GPU), contiguous
+// local ranks share a GPU, so that ring neighbours are mostly on one device.
+func gpuSlot(local, nproc, gpus int) int {
+	if nproc <= gpus {
+		return local
+	}
+	return local * gpus / nproc
 }
 
 // sortedNodes returns the present nodes ordered by hostname (naturally:

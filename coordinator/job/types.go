@@ -15,6 +15,9 @@ type NodeInfo struct {
 	// FreePort is a TCP port the agent found free; it becomes MASTER_PORT when
 	// this node is group rank 0.
 	FreePort int
+	// RanksPerGPU is how many workers may share one GPU (NCCL 2.30's
+	// multi-rank-per-GPU); 0 or 1: one per GPU.
+	RanksPerGPU int
 }
 
 // GPU is one GPU of a node.

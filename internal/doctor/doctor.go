@@ -150,6 +150,11 @@ type Report struct {
 	Driver     string         `json:"driver_version"`
 	CUDADriver string         `json:"cuda_driver_version"`
 	NCCL       string         `json:"nccl_version,omitempty"`
+	// MultiRankGPU says whether several ranks may share a GPU: "enabled"
+	// (NCCL ≥ 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1 here), "available"
+	// (NCCL ≥ 2.30: gotrain launch --ranks-per-gpu N sets it), or
+	// "unavailable" (an older NCCL).
+	MultiRankGPU string `json:"multi_rank_per_gpu,omitempty"`
 	GPUs       []GPU          `json:"gpus"`
 	Topology   *topo.Topology `json:"topology,omitempty"`
 	Smoke      *SmokeResult   `json:"smoke,omitempty"`
@@ -309,6 +314,7 @@ func checkNCCL(rep *Report, cfg Config) bool {
 		return false
 	}
 	rep.NCCL = info.Version.String()
+	rep.MultiRankGPU = multiRankGPU(info.Version, os.Getenv("NCCL_MULTI_RANK_GPU_ENABLE"))
 	if info.Version < cfg.MinNCCL {
 		rep.add(Check{Name: "nccl", Status: Fail, Detail: fmt.Sprintf("NCCL %s at %s is older than %s", info.Version, info.Path, cfg.MinNCCL),
 			Fix: "install NCCL " + cfg.MinNCCL.String() + " or newer built for CUDA " + rep.CUDADriver + " or older, or point " + nccl.LibraryEnv + " at one"})
@@ -316,8 +322,29 @@ func checkNCCL(rep *Report, cfg Config) bool {
 	}
 	// NCCL does not say which CUDA it was built for; the all-reduce of the
 	// smoke test is what proves it runs on this driver.
-	rep.add(Check{Name: "nccl", Status: OK, Detail: fmt.Sprintf("NCCL %s at %s (need ≥ %s; the smoke test's all-reduce shows it works with driver CUDA %s)", info.Version, info.Path, cfg.MinNCCL, rep.CUDADriver)})
+	rep.add(Check{Name: "nccl", Status: OK, Detail: fmt.Sprintf("NCCL %s at %s (need ≥ %s; the smoke test's all-reduce shows it works with driver CUDA %s); multi-rank-per-GPU %s", info.Version, info.Path, cfg.MinNCCL, rep.CUDADriver, multiRankDetail[rep.MultiRankGPU])})
 	return true
+}
+
+// MultiRankNCCL is the first NCCL that lets ranks of one communicator share
+// a GPU (NCCL_MULTI_RANK_GPU_ENABLE, experimental).
+var MultiRankNCCL = nccl.MakeVersion(2, 30, 0)
+
+// multiRankGPU is Report.MultiRankGPU for NCCL v with the variable's value.
+func multiRankGPU(v nccl.Version, enable string) string {
+	switch {
+	case v < MultiRankNCCL:
+		return "unavailable"
+	case enable == "1":
+		return "enabled"
+	}
+	return "available"
+}
+
+var multiRankDetail = map[string]string{
+	"unavailable": "unavailable (needs NCCL ≥ 2.30)",
+	"enabled":     "enabled (NCCL_MULTI_RANK_GPU_ENABLE=1)",
+	"available":   "available (gotrain launch --ranks-per-gpu N)",
 }
 
 func checkHealth(rep *Report, cfg Config) {

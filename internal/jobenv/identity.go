@@ -70,8 +70,10 @@ func (g NodeGeneration) RankAt(local int) (int, bool) {
 	return g.Ranks[i].Rank, true
 }
 
-// GPUs returns the GPUs of g's ranks in local-rank order, nil when they
-// have none (the CPU backend) or the local ranks are not 0..n-1.
+// GPUs returns the GPUs of g's ranks in local-rank order, each once (ranks
+// that share a GPU, NCCL's multi-rank-per-GPU, list it once: a device named twice in
+// CUDA_VISIBLE_DEVICES is no second device), nil when they have none
+// (the CPU backend) or the local ranks are not 0..n-1.
 func (g NodeGeneration) GPUs() []int {
 	gpus := make([]int, len(g.Ranks))
 	for _, r := range g.Ranks {
@@ -80,7 +82,13 @@ func (g NodeGeneration) GPUs() []int {
 		}
 		gpus[r.LocalRank] = r.GPU
 	}
-	return gpus
+	out := gpus[:0]
+	for _, gpu := range gpus {
+		if !slices.Contains(out, gpu) {
+			out = append(out, gpu)
+		}
+	}
+	return out
 }
 
 // Identity is rank's identity in generation g on node n: the variables a

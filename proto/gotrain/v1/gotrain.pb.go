@@ -615,7 +615,10 @@ type NodeInfo struct {
 	AgentPid int32  `protobuf:"varint,5,opt,name=agent_pid,json=agentPid,proto3" json:"agent_pid,omitempty"`
 	// A TCP port the agent found free, used as MASTER_PORT when this node is
 	// group rank 0.
-	FreePort      int32 `protobuf:"varint,6,opt,name=free_port,json=freePort,proto3" json:"free_port,omitempty"`
+	FreePort int32 `protobuf:"varint,6,opt,name=free_port,json=freePort,proto3" json:"free_port,omitempty"`
+	// ranks_per_gpu is how many workers may share one GPU (NCCL 2.30's
+	// multi-rank-per-GPU); 0 or 1: one worker per GPU.
+	RanksPerGpu   int32 `protobuf:"varint,7,opt,name=ranks_per_gpu,json=ranksPerGpu,proto3" json:"ranks_per_gpu,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -688,6 +691,13 @@ func (x *NodeInfo) GetAgentPid() int32 {
 func (x *NodeInfo) GetFreePort() int32 {
 	if x != nil {
 		return x.FreePort
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetRanksPerGpu() int32 {
+	if x != nil {
+		return x.RanksPerGpu
 	}
 	return 0
 }
@@ -3857,14 +3867,15 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"pci_bus_id\x18\x03 \x01(\tR\bpciBusId\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1b\n" +
-	"\tnuma_node\x18\x05 \x01(\x05R\bnumaNode\"\xb5\x01\n" +
+	"\tnuma_node\x18\x05 \x01(\x05R\bnumaNode\"\xd9\x01\n" +
 	"\bNodeInfo\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05nproc\x18\x03 \x01(\x05R\x05nproc\x12#\n" +
 	"\x04gpus\x18\x04 \x03(\v2\x0f.gotrain.v1.GPUR\x04gpus\x12\x1b\n" +
 	"\tagent_pid\x18\x05 \x01(\x05R\bagentPid\x12\x1b\n" +
-	"\tfree_port\x18\x06 \x01(\x05R\bfreePort\"~\n" +
+	"\tfree_port\x18\x06 \x01(\x05R\bfreePort\x12\"\n" +
+	"\rranks_per_gpu\x18\a \x01(\x05R\vranksPerGpu\"~\n" +
 	"\vJoinRequest\x12(\n" +
 	"\x04node\x18\x01 \x01(\v2\x14.gotrain.v1.NodeInfoR\x04node\x123\n" +
 	"\bsettings\x18\x02 \x01(\v2\x17.gotrain.v1.JobSettingsR\bsettings\x12\x10\n" +
