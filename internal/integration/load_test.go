@@ -173,9 +173,10 @@ func TestLoad(t *testing.T) {
 	if !crowdRefused.MatchString(a.err.String()) {
 		t.Errorf("the coordinator logged no refusal of 127.0.0.2 at its per-address bound (want a line matching %s)", crowdRefused)
 	}
-	if idle.refused == 0 {
-		t.Errorf("no idle connection was closed at once, want those over the per-address bound refused")
-	}
+	// idle.refused (closed within a second, seen from outside) is only
+	// logged: on a loaded machine every close can come later than that
+	// (CI on a fresh machine: 0 of 5000 within 1 s, while the coordinator
+	// logged its refusals), so it says nothing about the bound.
 	if idle.open > 0 {
 		t.Errorf("%d idle connections still open after 15 s: a silent connection must be closed within seconds", idle.open)
 	}
