@@ -71,8 +71,9 @@ func (g NodeGeneration) RankAt(local int) (int, bool) {
 }
 
 // GPUs returns the GPUs of g's ranks in local-rank order, each once (ranks
-// that share a GPU, NCCL's multi-rank-per-GPU, list it once: a device named twice in
-// CUDA_VISIBLE_DEVICES is no second device), nil when they have none
+// that share a GPU, NCCL's multi-rank-per-GPU, list it once: CUDA sees no device at
+// all when CUDA_VISIBLE_DEVICES names one twice — torch.cuda.device_count()
+// is 0 with "0,0" on an H200, bench/results/multirank-2026-12-02.md), nil when they have none
 // (the CPU backend) or the local ranks are not 0..n-1.
 func (g NodeGeneration) GPUs() []int {
 	gpus := make([]int, len(g.Ranks))
