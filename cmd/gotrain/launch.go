@@ -205,12 +205,18 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 	defer signal.Stop(sigs)
 	defer signal.Stop(dropped)
-	cfg.Signals = sigs
+	// From here on, every wait (Slurm's token exchange, the coordinator,
+	// the other nodes, ...) ends at the first SIGINT or SIGTERM, and its
+	// message names the wait; the loop that runs the workers gets the
+	// signals after it on cfg.Signals (launcher/stop.go).
+	var stopSignals context.CancelFunc
+	ctx, cfg.Signals, stopSignals = launcher.StopOnSignal(ctx, sigs)
+	defer stopSignals()
 
 	if self, err := os.Executable(); err == nil {
 		cfg.ReaperCommand = []string{self, "launch", reaperArg}
 	}
-	return step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run)
+	return launcher.StopCause(ctx, step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run))
 }
 
 // launchFlags are gotrain launch's flags: the job-wide ones, which gotrain
