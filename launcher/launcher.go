@@ -218,7 +218,7 @@ func (a *agent) run(ctx context.Context) error {
 
 	coordAddr, trust := a.cfg.Coordinator, a.cfg.Trust
 	if coordAddr == "" {
-		SetPhase(ctx, "starting the coordinator")
+		a.setPhase(ctx, "starting the coordinator")
 		addr, pin, stopCoord, err := a.startCoordinator(ctx)
 		if err != nil {
 			return err
@@ -408,7 +408,7 @@ func (a *agent) loop(ctx context.Context, coordAddr string, events <-chan *gotra
 			return *f, lost
 		}
 		if a.m.Stopping() == 0 {
-			SetPhase(ctx, a.phase(time.Now(), coordAddr))
+			a.setPhase(ctx, a.phase(time.Now(), coordAddr))
 		}
 	}
 }

@@ -102,16 +102,26 @@ func StopOnSignal(ctx context.Context, in <-chan os.Signal) (_ context.Context, 
 // SetPhase records what the run of ctx (a context of StopOnSignal) is doing
 // now, as the clause a signal's message ends with: "waiting for the
 // coordinator at 10.0.0.1:29400". The clock restarts only when the phase
-// changes. With any other context it does nothing.
-func SetPhase(ctx context.Context, phase string) {
+// changes; SetPhase reports whether it did (the caller may log it). With
+// any other context it does nothing.
+func SetPhase(ctx context.Context, phase string) (changed bool) {
 	st, _ := ctx.Value(stopKey{}).(*stopState)
 	if st == nil {
-		return
+		return false
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.phase != phase {
-		st.phase, st.since = phase, time.Now()
+	if st.phase == phase {
+		return false
+	}
+	st.phase, st.since = phase, time.Now()
+	return true
+}
+
+// setPhase is SetPhase, logged (--verbose) when the phase changes.
+func (a *agent) setPhase(ctx context.Context, phase string) {
+	if SetPhase(ctx, phase) {
+		a.log.Info("phase", "phase", phase)
 	}
 }
 

@@ -134,7 +134,7 @@ func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run f
 		fctx, cancel := context.WithTimeout(ctx, joinTimeout)
 		defer cancel()
 		addr := net.JoinHostPort(s.Head(), strconv.Itoa(s.ExchangePort()))
-		launcher.SetPhase(ctx, fmt.Sprintf("waiting for the job token from node 0 (%s) over munge", addr))
+		setPhase(ctx, env.Log, fmt.Sprintf("waiting for the job token from node 0 (%s) over munge", addr))
 		g, err := Fetch(fctx, addr, env.Munge, env.UID, s.String())
 		if cause := stopCause(ctx); cause != nil {
 			return cause
@@ -212,6 +212,13 @@ func stoppedWins(run func(context.Context, launcher.Config) error) func(context.
 		case <-t.C:
 			return err
 		}
+	}
+}
+
+// setPhase is launcher.SetPhase, logged (--verbose) when the phase changes.
+func setPhase(ctx context.Context, log *slog.Logger, phase string) {
+	if launcher.SetPhase(ctx, phase) && log != nil {
+		log.Info("phase", "phase", phase)
 	}
 }
 
@@ -331,7 +338,7 @@ func exitCode(err error) int {
 // returns its exit status; SIGINT or SIGTERM (scancel: ctx's of
 // launcher.StopOnSignal ends) end the wait at once.
 func (s *Step) follow(ctx context.Context, cfg launcher.Config) error {
-	launcher.SetPhase(ctx, fmt.Sprintf("waiting for this node's agent (the task with SLURM_LOCALID 0 of step %s) to start", s))
+	setPhase(ctx, cfg.Logger, fmt.Sprintf("waiting for this node's agent (the task with SLURM_LOCALID 0 of step %s) to start", s))
 	deadline := time.Now().Add(cfg.JoinTimeout)
 	if cfg.JoinTimeout <= 0 {
 		deadline = time.Now().Add(time.Minute)
@@ -356,7 +363,7 @@ func (s *Step) follow(ctx context.Context, cfg launcher.Config) error {
 		}
 	}
 	defer conn.Close()
-	launcher.SetPhase(ctx, fmt.Sprintf("waiting for this node's agent (the task with SLURM_LOCALID 0 of step %s) to finish", s))
+	setPhase(ctx, cfg.Logger, fmt.Sprintf("waiting for this node's agent (the task with SLURM_LOCALID 0 of step %s) to finish", s))
 	status := make(chan int, 1)
 	go func() {
 		var code int
