@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -176,6 +177,9 @@ type agent struct {
 	lastEnded *gotrainv1.GenerationEnded
 	// finished is the coordinator's verdict, once it came.
 	finished *gotrainv1.JobFinished
+	// rewatching: the watch stream broke and is being opened again
+	// (contact.go).
+	rewatching atomic.Bool
 	// forced is the second SIGINT or SIGTERM, which killed the workers at
 	// once; 0 if none came.
 	forced syscall.Signal
@@ -342,9 +346,10 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 // phase is what the loop waits for or runs at now, for the message of a
 // signal that stops it (stop.go).
 func (a *agent) phase(now time.Time, coordAddr string) string {
-	if silent, _ := a.hub.silence(now); silent > 0 && a.gen != nil {
-		// The coordinator has not answered the last progress report (it
-		// is cut off, or has no majority): the workers run on meanwhile.
+	if silent, _ := a.hub.silence(now); (silent > 0 || a.rewatching.Load()) && a.gen != nil {
+		// The watch stream broke, or the coordinator has not answered the
+		// last progress report (it is cut off, or has no majority): the
+		// workers run on meanwhile (contact.go).
 		return fmt.Sprintf("waiting for the coordinator at %s to answer again (generation %d runs on meanwhile)", coordAddr, a.gen.GetGeneration())
 	}
 	switch {
