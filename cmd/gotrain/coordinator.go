@@ -33,6 +33,8 @@ with GOTRAIN_JOB_TOKEN set on every node (the hash is printed when it starts;
 the token never is: a token made here is written to a file only you can read).
 It exits when the job finishes, with the job's exit status; when not every
 node has joined within --rendezvous-timeout, the job fails and it exits 1.
+SIGINT or SIGTERM stops it at once (exit 130 or 143), saying what it was
+waiting for.
 
 Replicated (no single point of failure): run it on three hosts with the same
 --peers and token, each with --listen set to its own entry:

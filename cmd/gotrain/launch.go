@@ -36,7 +36,10 @@ TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
 TORCHELASTIC_ERROR_FILE; OMP_NUM_THREADS=1 with more than one worker when it
 is unset, as torchrun), and supervises them: output is prefixed "[rank N]", the exit status is the first failing
 worker's, Ctrl-C and SIGTERM reach every worker, and no worker outlives
-gotrain.
+gotrain. Ctrl-C or SIGTERM stops gotrain whatever it waits for (the
+coordinator, the other nodes, a restart): workers get --grace-period, a
+second signal kills them at once, the exit status is 130 (SIGINT) or 143
+(SIGTERM) and the last line says what gotrain was waiting for.
 
 When a worker fails, every worker of the generation is stopped (SIGTERM,
 --grace-period, SIGKILL) and the next generation starts, up to --max-restarts

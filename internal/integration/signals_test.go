@@ -209,6 +209,21 @@ func TestSignalTwiceKillsWorkersInTheirGracePeriod(t *testing.T) {
 	}
 }
 
+// A standby warming up (a program that never says hello, and a long
+// --standby-timeout): the signal stops it with the workers.
+func TestSignalWhileAStandbyWarmsUp(t *testing.T) {
+	t.Parallel()
+	j := startSigJob(t, nil, "launch", "--verbose", "--nproc-per-node", "1", "--backend", "cpu", "--standby", "on", "--standby-timeout", "60s",
+		"--", bin.testprog, "sleep", "--pid-dir", t.TempDir())
+	waitOutput(t, j.job, "a standby and the worker", func() bool {
+		return standbyLine.MatchString(j.out.String()) && strings.Contains(j.out.String(), "[rank 0] sleeping")
+	})
+	if strings.Contains(j.err.String(), "standby ready") {
+		t.Fatalf("the standby said hello: it is not warming up")
+	}
+	j.stop(t, syscall.SIGTERM, "gotrain: stopped by SIGTERM while running generation 0 (")
+}
+
 // A node cut off from its coordinator: a standalone `gotrain coordinator`,
 // SIGSTOPped while the agent's worker runs. The agent waits for it to
 // answer again (its workers run on) and SIGTERM ends that wait.
