@@ -153,7 +153,9 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	defer leaderless.Stop()
 	giveUp := max(2*cfg.NodeTimeout, 30*time.Second)
 	for {
-		launcher.SetPhase(ctx, coordinatorPhase(coord))
+		if phase := coordinatorPhase(coord); launcher.SetPhase(ctx, phase) {
+			cfg.Logger.Info("phase", "phase", phase)
+		}
 		select {
 		case <-leaderless.C:
 			if d := coord.Leaderless(); d > giveUp {

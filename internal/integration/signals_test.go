@@ -248,8 +248,38 @@ func TestSignalWhileCutOffFromTheCoordinator(t *testing.T) {
 func TestSignalToAStandaloneCoordinatorWaitingForNodes(t *testing.T) {
 	t.Parallel()
 	coord := startSigJob(t, nil, "coordinator", "--nnodes", "2", "--listen", "127.0.0.1:0")
-	joinArgs(t, coord.job) // it serves, and waits for the nodes
+	coord.waitPhase(t, "waiting for the job's nodes to join (0 of --nnodes 2 joined)")
 	coord.stop(t, syscall.SIGTERM, "gotrain coordinator: stopped by SIGTERM while waiting for the job's nodes to join (0 of --nnodes 2 joined) (")
+}
+
+// One replica of a replicated coordinator whose two peers never come: it
+// has no majority, and waits for one.
+func TestSignalToACoordinatorReplicaWithoutMajority(t *testing.T) {
+	t.Parallel()
+	// Three replicas' ports, each free with its gossip (+1) and Raft (+3)
+	// ports; only the first replica runs.
+	var peers []string
+	for len(peers) < 3 {
+		addr := freeAddr(t)
+		_, p, _ := net.SplitHostPort(addr)
+		port, _ := strconv.Atoi(p)
+		free := true
+		for _, off := range []int{1, 3} {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+off)))
+			if err != nil {
+				free = false
+				break
+			}
+			l.Close()
+		}
+		if free {
+			peers = append(peers, addr)
+		}
+	}
+	coord := startSigJob(t, nil, "coordinator", "--nnodes", "1", "--peers", strings.Join(peers, ","), "--listen", peers[0],
+		"--job-token", "signal-test-token-long-enough-to-derive-the-replicas-CA")
+	coord.waitPhase(t, "waiting for a majority of its --peers to elect a leader")
+	coord.stop(t, syscall.SIGINT, "gotrain coordinator: stopped by SIGINT while waiting for a majority of its --peers to elect a leader (")
 }
 
 // Under Slurm with several tasks per node, a task with SLURM_LOCALID > 0
