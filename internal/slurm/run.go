@@ -63,6 +63,11 @@ func LocalEnv(getenv func(string) string, log *slog.Logger) Env {
 // The job token and the coordinator's CA: on several nodes, node 0's agent
 // makes a token (unless given one) and a job CA, and the others get both
 // over munge (exchange.go): nothing to copy, nothing printed.
+//
+// Every wait (the token over munge, a task waiting for the node's agent)
+// ends with ctx; with ctx of launcher.StopOnSignal (gotrain launch's), a
+// SIGINT or SIGTERM ends it, and the error is its *launcher.Stopped, which
+// names the wait.
 func (s *Step) Run(ctx context.Context, cfg launcher.Config, env Env, run func(context.Context, launcher.Config) error) error {
 	if s == nil {
 		return run(ctx, cfg)
@@ -136,11 +141,8 @@ func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run f
 		addr := net.JoinHostPort(s.Head(), strconv.Itoa(s.ExchangePort()))
 		setPhase(ctx, env.Log, fmt.Sprintf("waiting for the job token from node 0 (%s) over munge", addr))
 		g, err := Fetch(fctx, addr, env.Munge, env.UID, s.String())
-		if cause := stopCause(ctx); cause != nil {
-			return cause
-		}
 		if err != nil {
-			return fmt.Errorf("slurm: get the job token from node 0 (%s) over munge: %w; or pass --job-token-file and --ca-hash to every node and GOTRAIN_SLURM=off", s.Head(), err)
+			return launcher.StopCause(ctx, fmt.Errorf("slurm: get the job token from node 0 (%s) over munge: %w; or pass --job-token-file and --ca-hash to every node and GOTRAIN_SLURM=off", s.Head(), err))
 		}
 		if cfg.JobToken == "" {
 			cfg.JobToken = g.Token
@@ -220,15 +222,6 @@ func setPhase(ctx context.Context, log *slog.Logger, phase string) {
 	if launcher.SetPhase(ctx, phase) && log != nil {
 		log.Info("phase", "phase", phase)
 	}
-}
-
-// stopCause is the *launcher.Stopped that ended ctx, as an error; nil when
-// no signal did.
-func stopCause(ctx context.Context) error {
-	if st := launcher.StoppedBy(ctx); st != nil {
-		return st
-	}
-	return nil
 }
 
 // JobCA is the CAHooks of gotrain's own TLS (internal/jobtls): node 0's
