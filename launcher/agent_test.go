@@ -65,7 +65,7 @@ func TestAgentRestartsThenFailsWithTheRanksStatus(t *testing.T) {
 }
 
 // SIGTERM to the agent stops the workers (they get it) and the agent exits
-// 128+15 once they are gone.
+// 128+15 once they are gone, saying what it was doing.
 func TestAgentStopsOnSIGTERM(t *testing.T) {
 	cfg, out := agentConfig(t, 2, `trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.1; done`)
 	sigs := make(chan os.Signal, 1)
@@ -75,9 +75,9 @@ func TestAgentStopsOnSIGTERM(t *testing.T) {
 	waitFor(t, func() bool { return strings.Count(out.String(), "ready") == 2 })
 	sigs <- syscall.SIGTERM
 	err := <-done
-	var ee *ExitError
-	if !errors.As(err, &ee) || ee.Code != 128+15 {
-		t.Fatalf("Run = %v; want exit 143\n%s", err, out)
+	var st *Stopped
+	if !errors.As(err, &st) || st.ExitCode() != 128+15 || st.Phase != "running generation 0" {
+		t.Fatalf("Run = %v; want a stop by SIGTERM (exit 143) while running generation 0\n%s", err, out)
 	}
 	if strings.Count(out.String(), "got TERM") != 2 {
 		t.Errorf("the workers did not get SIGTERM:\n%s", out)

@@ -49,7 +49,10 @@ func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGen
 		}
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: lost contact with the coordinator at %s (%v); trying again for up to %s, the workers run on\n",
 			coordAddr, status.Convert(err).Message(), a.nodeTimeout)
-		if stream, err = a.rewatch(ctx, err); err != nil {
+		a.rewatching.Store(true) // the loop's phase (launcher.go)
+		stream, err = a.rewatch(ctx, err)
+		a.rewatching.Store(false)
+		if err != nil {
 			if ctx.Err() == nil {
 				lost <- err
 			}

@@ -31,6 +31,7 @@ func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) ([]byte,
 	backoff := 50 * time.Millisecond
 	start, said := time.Now(), time.Now()
 	a.nodeTimeout = a.cfg.NodeTimeout // until Join says the job's
+	a.setPhase(ctx, "waiting for the coordinator at "+coordAddr) // stop.go
 	for {
 		resp, err := a.coord.Join(ctx, req)
 		if err == nil {

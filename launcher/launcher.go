@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,9 +37,20 @@ type ExitError struct {
 func (e *ExitError) Error() string { return e.Message }
 
 // Run runs the agent until the job finishes. It returns nil when every
-// worker succeeded, an *ExitError when the job failed or was stopped by a
-// signal, and another error when the agent itself could not do its work.
+// worker succeeded, a *Stopped when SIGINT or SIGTERM (from cfg.Signals, or
+// ctx's of StopOnSignal) stopped it, whatever it was waiting for, an
+// *ExitError when the job failed, and another error when the agent itself
+// could not do its work.
 func Run(ctx context.Context, cfg Config) error {
+	if !hasStop(ctx) { // cmd/gotrain made it before its own waits (internal/slurm)
+		var stop context.CancelFunc
+		ctx, cfg.Signals, stop = StopOnSignal(ctx, cfg.Signals) // stop.go
+		defer stop()
+	}
+	return StopCause(ctx, run(ctx, cfg))
+}
+
+func run(ctx context.Context, cfg Config) error {
 	tokenMade := cfg.JobToken == "" // then setDefaults makes one, and the join hint says where it is kept
 	if err := cfg.setDefaults(); err != nil {
 		return err
@@ -161,8 +173,16 @@ type agent struct {
 	// gen is the current generation as the coordinator sent it (handed to
 	// survivors and standbys as it is); nil before the first.
 	gen *gotrainv1.GenerationStarted
+	// lastEnded is the generation that ended, until the next one starts.
+	lastEnded *gotrainv1.GenerationEnded
 	// finished is the coordinator's verdict, once it came.
 	finished *gotrainv1.JobFinished
+	// rewatching: the watch stream broke and is being opened again
+	// (contact.go).
+	rewatching atomic.Bool
+	// forced is the second SIGINT or SIGTERM, which killed the workers at
+	// once; 0 if none came.
+	forced syscall.Signal
 	// inbox carries events from the agent's other goroutines to the loop;
 	// loopDone closes when the loop returned, so that nothing blocks on it.
 	inbox    chan agentcore.Event
@@ -202,6 +222,7 @@ func (a *agent) run(ctx context.Context) error {
 
 	coordAddr, trust := a.cfg.Coordinator, a.cfg.Trust
 	if coordAddr == "" {
+		a.setPhase(ctx, "starting the coordinator")
 		addr, pin, stopCoord, err := a.startCoordinator(ctx)
 		if err != nil {
 			return err
@@ -265,7 +286,9 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	}
 	a.hub.onDetach = func(w *attachedWorker) { a.post(agentcore.Detached{Pid: w.pid}) }
 
-	subCtx, stopSubsystems := context.WithCancel(ctx)
+	// The subsystems outlive a signal (ctx's end) until the workers are
+	// gone: they supervise and report them while they stop.
+	subCtx, stopSubsystems := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSubsystems()
 	g, gctx := errgroup.WithContext(subCtx)
 	// peerCredentials: each connection's peer pid, which hellos must name (claims.go).
@@ -293,7 +316,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	g.Go(func() error { a.waitForStart(gctx, started); return nil })                       // join.go
 	a.started = started
 
-	f, lost := a.loop(ctx, events, streamErr)
+	f, lost := a.loop(ctx, coordAddr, events, streamErr)
 	close(a.loopDone)
 	// Every process is reaped before the relay stops: standbys, killed by
 	// now, never see their agent go first.
@@ -307,12 +330,37 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		a.recordRootCause(a.finished)
 		return a.finish(a.finished)
 	case agentcore.FinishedSignal:
+		if st := StoppedBy(ctx); st != nil {
+			s := *st
+			s.Forced = a.forced
+			return &s
+		}
 		sig := syscall.Signal(f.Code - 128)
 		return &ExitError{Code: f.Code, Message: fmt.Sprintf("gotrain: stopped by %s", unix.SignalName(sig))}
 	case agentcore.FinishedLost:
 		return fmt.Errorf("lost the coordinator at %s: %w; this node's workers on %s were stopped", coordAddr, lost, a.host)
 	}
 	return ctx.Err()
+}
+
+// phase is what the loop waits for or runs at now, for the message of a
+// signal that stops it (stop.go).
+func (a *agent) phase(now time.Time, coordAddr string) string {
+	if silent, _ := a.hub.silence(now); (silent > 0 || a.rewatching.Load()) && a.gen != nil {
+		// The watch stream broke, or the coordinator has not answered the
+		// last progress report (it is cut off, or has no majority): the
+		// workers run on meanwhile (contact.go).
+		return fmt.Sprintf("waiting for the coordinator at %s to answer again (generation %d runs on meanwhile)", coordAddr, a.gen.GetGeneration())
+	}
+	switch {
+	case a.gen == nil && a.cfg.Nodes > 1:
+		return fmt.Sprintf("waiting for the job's other nodes to join (--nnodes %s)", a.nnodes())
+	case a.gen == nil:
+		return "waiting for the job to start"
+	case a.lastEnded != nil:
+		return fmt.Sprintf("waiting for the job's next generation (generation %d ended: %s; --restart-backoff)", a.lastEnded.GetGeneration(), a.lastEnded.GetReason())
+	}
+	return fmt.Sprintf("running generation %d", a.gen.GetGeneration())
 }
 
 // post hands ev to the loop; it gives up once the loop returned.
@@ -325,7 +373,7 @@ func (a *agent) post(ev agentcore.Event) {
 
 // loop feeds the machine every event until it says the agent is done, and
 // returns its Finish and, when the coordinator was lost, why.
-func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEvent, streamErr <-chan error) (agentcore.Finish, error) {
+func (a *agent) loop(ctx context.Context, coordAddr string, events <-chan *gotrainv1.GenerationEvent, streamErr <-chan error) (agentcore.Finish, error) {
 	tick := time.NewTicker(tickEvery)
 	defer tick.Stop()
 	done := ctx.Done()
@@ -338,6 +386,9 @@ func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEve
 		case ev = <-a.inbox:
 		case sig := <-a.cfg.Signals:
 			s, _ := sig.(syscall.Signal)
+			if (s == syscall.SIGINT || s == syscall.SIGTERM) && a.m.Stopping() != 0 {
+				a.forced = s // the machine kills the workers now
+			}
 			ev = agentcore.Signaled{Sig: s}
 		case now := <-tick.C:
 			ev = agentcore.Tick{}
@@ -351,12 +402,18 @@ func (a *agent) loop(ctx context.Context, events <-chan *gotrainv1.GenerationEve
 		case <-done:
 			done = nil
 			ev = agentcore.Canceled{}
+			if st := StoppedBy(ctx); st != nil { // the first SIGINT or SIGTERM (stop.go)
+				ev = agentcore.Signaled{Sig: st.Sig}
+			}
 		}
 		if ev == nil {
 			continue
 		}
 		if f := a.feed(ev); f != nil {
 			return *f, lost
+		}
+		if a.m.Stopping() == 0 {
+			a.setPhase(ctx, a.phase(time.Now(), coordAddr))
 		}
 	}
 }
@@ -370,13 +427,14 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 		if a.gen == nil {
 			close(a.started) // waitForStart says no more
 		}
-		a.gen = g
+		a.gen, a.lastEnded = g, nil
 		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
 		// RAS-derived progress spans the job's communicators (raspoll.go).
 		a.hub.ras.generation(g.GetGeneration(), int(g.GetWorldSize()))
 		return agentcore.GenerationStarted{Gen: genwire.Generation(g)}
 	case *gotrainv1.GenerationEvent_Ended:
 		a.log.Info("generation ended", "generation", e.Ended.GetGeneration(), "reason", e.Ended.GetReason())
+		a.lastEnded = e.Ended
 		return agentcore.GenerationEnded{Generation: e.Ended.GetGeneration(), Reason: e.Ended.GetReason()}
 	case *gotrainv1.GenerationEvent_Evidence:
 		a.onHang(e.Evidence) // progress.go

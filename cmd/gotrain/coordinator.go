@@ -33,6 +33,8 @@ with GOTRAIN_JOB_TOKEN set on every node (the hash is printed when it starts;
 the token never is: a token made here is written to a file only you can read).
 It exits when the job finishes, with the job's exit status; when not every
 node has joined within --rendezvous-timeout, the job fails and it exits 1.
+SIGINT or SIGTERM stops it at once (exit 130 or 143), saying what it was
+waiting for.
 
 Replicated (no single point of failure): run it on three hosts with the same
 --peers and token, each with --listen set to its own entry:
@@ -114,7 +116,10 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	cfg.AdvertiseAddr = launcher.OutboundAddress
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, _, stop := launcher.StopOnSignal(ctx, sigs) // its cause says what the coordinator waited for
 	defer stop()
 	tokenMade := cfg.JobToken == ""
 	coord, err := host.Start(ctx, cfg)
@@ -148,6 +153,9 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	defer leaderless.Stop()
 	giveUp := max(2*cfg.NodeTimeout, 30*time.Second)
 	for {
+		if phase := coordinatorPhase(coord); launcher.SetPhase(ctx, phase) {
+			cfg.Logger.Info("phase", "phase", phase)
+		}
 		select {
 		case <-leaderless.C:
 			if d := coord.Leaderless(); d > giveUp {
@@ -167,9 +175,29 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 			}
 			return &jobFailed{code: int(res.GetExitCode()), msg: "gotrain coordinator: job failed: " + res.GetMessage()}
 		case <-coord.Done(): // a signal, or serving failed
-			return coord.Stop()
+			err := coord.Stop()
+			if st := launcher.StoppedBy(ctx); st != nil {
+				return &jobFailed{code: st.ExitCode(), msg: "gotrain coordinator: " + strings.TrimPrefix(st.Error(), "gotrain: ")}
+			}
+			return err
 		}
 	}
+}
+
+// coordinatorPhase is what a standalone coordinator waits for now, for the
+// message of a signal that stops it.
+func coordinatorPhase(c *host.Coordinator) string {
+	if d := c.Leaderless(); d > 0 {
+		return "waiting for a majority of its --peers to elect a leader"
+	}
+	st := c.Status()
+	switch st.GetState() {
+	case "waiting":
+		return fmt.Sprintf("waiting for the job's nodes to join (%d of --nnodes %d joined)", len(st.GetNodes()), c.Config().Nodes)
+	case "restarting":
+		return fmt.Sprintf("waiting for the job's next generation (generation %d ended; --restart-backoff)", st.GetGeneration())
+	}
+	return fmt.Sprintf("running the job (generation %d)", st.GetGeneration())
 }
 
 // settingsUsageError turns a setting that cannot work into a usage error

@@ -305,6 +305,12 @@ func (c *Coordinator) GossipPort() int { return c.gossipPort }
 // Finished is closed once the job finished, successfully or not.
 func (c *Coordinator) Finished() <-chan struct{} { return c.srv.Finished() }
 
+// Status is the job's state as this coordinator sees it (gotrain top's).
+func (c *Coordinator) Status() *gotrainv1.JobStatus {
+	st, _ := c.srv.GetJobStatus(context.Background(), &gotrainv1.GetJobStatusRequest{})
+	return st
+}
+
 // Result returns how the job finished, or nil before Finished is closed.
 func (c *Coordinator) Result() *gotrainv1.JobFinished { return c.srv.Result() }
 

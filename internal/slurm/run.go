@@ -63,6 +63,11 @@ func LocalEnv(getenv func(string) string, log *slog.Logger) Env {
 // The job token and the coordinator's CA: on several nodes, node 0's agent
 // makes a token (unless given one) and a job CA, and the others get both
 // over munge (exchange.go): nothing to copy, nothing printed.
+//
+// Every wait (the token over munge, a task waiting for the node's agent)
+// ends with ctx; with ctx of launcher.StopOnSignal (gotrain launch's), a
+// SIGINT or SIGTERM ends it, and the error is its *launcher.Stopped, which
+// names the wait.
 func (s *Step) Run(ctx context.Context, cfg launcher.Config, env Env, run func(context.Context, launcher.Config) error) error {
 	if s == nil {
 		return run(ctx, cfg)
@@ -97,9 +102,8 @@ func (s *Step) Run(ctx context.Context, cfg launcher.Config, env Env, run func(c
 }
 
 func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run func(context.Context, launcher.Config) error) error {
-	stopped := make(chan syscall.Signal, 1)
-	cfg.Signals = slurmSignals(ctx, cfg.Signals, stopped)
-	run = stoppedWins(run, stopped)
+	cfg.Signals = slurmSignals(ctx, cfg.Signals)
+	run = stoppedWins(run)
 	if len(s.Nodes) == 1 && cfg.Coordinator == "" {
 		return run(ctx, cfg) // nobody to share a token with
 	}
@@ -135,9 +139,10 @@ func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run f
 		fctx, cancel := context.WithTimeout(ctx, joinTimeout)
 		defer cancel()
 		addr := net.JoinHostPort(s.Head(), strconv.Itoa(s.ExchangePort()))
+		setPhase(ctx, env.Log, fmt.Sprintf("waiting for the job token from node 0 (%s) over munge", addr))
 		g, err := Fetch(fctx, addr, env.Munge, env.UID, s.String())
 		if err != nil {
-			return fmt.Errorf("slurm: get the job token from node 0 (%s) over munge: %w; or pass --job-token-file and --ca-hash to every node and GOTRAIN_SLURM=off", s.Head(), err)
+			return launcher.StopCause(ctx, fmt.Errorf("slurm: get the job token from node 0 (%s) over munge: %w; or pass --job-token-file and --ca-hash to every node and GOTRAIN_SLURM=off", s.Head(), err))
 		}
 		if cfg.JobToken == "" {
 			cfg.JobToken = g.Token
@@ -157,9 +162,7 @@ func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run f
 // would deliver each twice. SIGINT and SIGTERM still reach the agent. So
 // under Slurm --signals-to-handle changes nothing: Slurm, not the agent,
 // delivers those signals, to every worker.
-//
-// A SIGTERM or SIGINT is also noted on stopped.
-func slurmSignals(ctx context.Context, in <-chan os.Signal, stopped chan<- syscall.Signal) <-chan os.Signal {
+func slurmSignals(ctx context.Context, in <-chan os.Signal) <-chan os.Signal {
 	if in == nil {
 		return nil
 	}
@@ -173,11 +176,6 @@ func slurmSignals(ctx context.Context, in <-chan os.Signal, stopped chan<- sysca
 				switch sig {
 				case syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGCONT:
 					continue
-				case syscall.SIGTERM, syscall.SIGINT:
-					select {
-					case stopped <- sig.(syscall.Signal):
-					default:
-					}
 				}
 				select {
 				case out <- sig:
@@ -197,19 +195,32 @@ func slurmSignals(ctx context.Context, in <-chan os.Signal, stopped chan<- sysca
 const stopGrace = 2 * time.Second
 
 // stoppedWins makes run's failure a stop by signal when the agent was, or
-// is within stopGrace, sent SIGTERM or SIGINT.
-func stoppedWins(run func(context.Context, launcher.Config) error, stopped <-chan syscall.Signal) func(context.Context, launcher.Config) error {
+// is within stopGrace, sent SIGTERM or SIGINT (ctx's of
+// launcher.StopOnSignal ends then).
+func stoppedWins(run func(context.Context, launcher.Config) error) func(context.Context, launcher.Config) error {
 	return func(ctx context.Context, cfg launcher.Config) error {
 		err := run(ctx, cfg)
 		if err == nil || exitCode(err) > 128 {
 			return err
 		}
+		t := time.NewTimer(stopGrace)
+		defer t.Stop()
 		select {
-		case sig := <-stopped:
-			return &launcher.ExitError{Code: 128 + int(sig), Message: fmt.Sprintf("gotrain: stopped by %s (Slurm ended the step; %v)", unix.SignalName(sig), err)}
-		case <-time.After(stopGrace):
+		case <-ctx.Done():
+			if st := launcher.StoppedBy(ctx); st != nil {
+				return &launcher.ExitError{Code: st.ExitCode(), Message: fmt.Sprintf("gotrain: stopped by %s (Slurm ended the step; %v)", unix.SignalName(st.Sig), err)}
+			}
+			return err
+		case <-t.C:
 			return err
 		}
+	}
+}
+
+// setPhase is launcher.SetPhase, logged (--verbose) when the phase changes.
+func setPhase(ctx context.Context, log *slog.Logger, phase string) {
+	if launcher.SetPhase(ctx, phase) && log != nil {
+		log.Info("phase", "phase", phase)
 	}
 }
 
@@ -317,8 +328,10 @@ func exitCode(err error) int {
 }
 
 // follow waits for the node's agent (the task with SLURM_LOCALID 0) and
-// returns its exit status; SIGINT or SIGTERM (scancel) end the wait at once.
+// returns its exit status; SIGINT or SIGTERM (scancel: ctx's of
+// launcher.StopOnSignal ends) end the wait at once.
 func (s *Step) follow(ctx context.Context, cfg launcher.Config) error {
+	setPhase(ctx, cfg.Logger, fmt.Sprintf("waiting for this node's agent (the task with SLURM_LOCALID 0 of step %s) to start", s))
 	deadline := time.Now().Add(cfg.JoinTimeout)
 	if cfg.JoinTimeout <= 0 {
 		deadline = time.Now().Add(time.Minute)
@@ -338,15 +351,12 @@ func (s *Step) follow(ctx context.Context, cfg launcher.Config) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case sig := <-cfg.Signals:
-			if code, stop := stopCode(sig); stop {
-				return &launcher.ExitError{Code: code}
-			}
+			return context.Cause(ctx)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	defer conn.Close()
+	setPhase(ctx, cfg.Logger, fmt.Sprintf("waiting for this node's agent (the task with SLURM_LOCALID 0 of step %s) to finish", s))
 	status := make(chan int, 1)
 	go func() {
 		var code int
@@ -363,21 +373,9 @@ func (s *Step) follow(ctx context.Context, cfg launcher.Config) error {
 			}
 			return &launcher.ExitError{Code: code, Message: ""} // the agent's task says why
 		case <-ctx.Done():
-			return ctx.Err()
-		case sig := <-cfg.Signals:
-			if code, stop := stopCode(sig); stop {
-				return &launcher.ExitError{Code: code}
-			}
+			return context.Cause(ctx)
 		}
 	}
-}
-
-func stopCode(sig os.Signal) (int, bool) {
-	s, ok := sig.(syscall.Signal)
-	if ok && (s == syscall.SIGTERM || s == syscall.SIGINT) {
-		return 128 + int(s), true
-	}
-	return 0, false
 }
 
 func peerUID(c net.Conn) int {

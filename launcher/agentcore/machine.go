@@ -490,9 +490,13 @@ func (m *Machine) signaled(sig syscall.Signal) []Action {
 		}
 		m.stopping = sig
 		m.killAllAt = m.now.Add(m.cfg.Grace)
+		stops := m.signalAll(sig)
+		if len(stops) == 0 {
+			return nil // no worker to wait for: the agent says why it stopped as it ends
+		}
 		out := []Action{Print{Text: fmt.Sprintf("gotrain: %s received: stopping %d worker(s) (SIGKILL in %s; press Ctrl-C again to kill now)",
-			SignalName(sig), len(m.workers), m.cfg.Grace)}}
-		return append(out, m.signalAll(sig)...)
+			SignalName(sig), len(stops), m.cfg.Grace)}}
+		return append(out, stops...)
 	}
 	return m.signalAll(sig)
 }
