@@ -126,13 +126,12 @@ func (p *placement) pin(pid, gpu int, log *slog.Logger) {
 	}
 }
 
-// nvmlGPUCount returns NVML's GPU count; ok is false without NVML.
-func nvmlGPUCount() (int, bool) {
+// nvmlGPUCount returns NVML's GPU count, or why NVML cannot tell.
+func nvmlGPUCount() (int, error) {
 	nv, err := openNVML()
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
 	defer nv.Close()
-	n, err := nv.Count()
-	return n, err == nil
+	return nv.Count()
 }
