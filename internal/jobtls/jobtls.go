@@ -149,7 +149,7 @@ func CheckHash(h string) error {
 		}
 	}
 	if why != "" {
-		return fmt.Errorf("--ca-hash %q: %s; want sha256: and 64 hex digits, copied whole from the line the first node (or gotrain coordinator) printed", h, why)
+		return fmt.Errorf("--ca-hash %q: %s (want sha256: and 64 hex digits)", h, why)
 	}
 	return nil
 }
