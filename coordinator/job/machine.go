@@ -486,7 +486,12 @@ func (m *Machine) afterEnd() []Action {
 	var why string
 	switch {
 	case len(m.nodes) < m.cfg.MinNodes:
-		why = fmt.Sprintf("only %d of the %s it needs remain (--nnodes %s); start the lost nodes' agents again to rejoin, or give a lower minimum", len(m.nodes), plural(m.cfg.MinNodes, "node"), m.nnodes())
+		// A finished job takes no joins: the lost nodes cannot come back to it.
+		again := "start the job again, with a lower minimum to go on with fewer nodes"
+		if m.cfg.MinNodes == m.cfg.Nodes {
+			again = "start the job again (under --nnodes MIN:MAX a job goes on without a lost node)"
+		}
+		why = fmt.Sprintf("only %d of the %s it needs remain (--nnodes %s); %s", len(m.nodes), plural(m.cfg.MinNodes, "node"), m.nnodes(), again)
 	case m.cfg.MaxRestarts == 0:
 		why = "restarts are off (max restarts 0)"
 	case m.restarts >= m.cfg.MaxRestarts:
