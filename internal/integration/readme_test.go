@@ -17,10 +17,9 @@ import (
 // node prints, the token file it names, the hash — is README's. TestMNISTDemo
 // runs README's demo command.
 
-// readmeSection returns the commands and printed lines of README.md's
-// section titled title (up to the next ### heading): the lines of its code
-// blocks.
-func readmeSection(t *testing.T, title string) []string {
+// readmeBlocks returns the code blocks of README.md's section titled
+// title (up to the next ### heading), each as its lines.
+func readmeBlocks(t *testing.T, title string) [][]string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
@@ -31,37 +30,33 @@ func readmeSection(t *testing.T, title string) []string {
 		t.Fatalf("README.md has no section %q", title)
 	}
 	sec, _, _ = strings.Cut(sec, "\n### ")
-	var lines []string
+	var blocks [][]string
+	var cur []string
 	in := false
 	for _, l := range strings.Split(sec, "\n") {
-		if strings.HasPrefix(l, "```") {
-			in = !in
-			continue
-		}
-		if in {
-			lines = append(lines, l)
+		switch {
+		case strings.HasPrefix(l, "```") && in:
+			blocks, cur = append(blocks, cur), nil
+			in = false
+		case strings.HasPrefix(l, "```"):
+			in = true
+		case in:
+			cur = append(cur, l)
 		}
 	}
-	return lines
+	return blocks
 }
 
-// readmeBlock returns the lines of the code block whose first line starts
-// with prefix, in lines of readmeSection.
-func readmeBlock(t *testing.T, lines []string, prefix string) []string {
+// readmeBlock returns the code block of blocks whose first line starts
+// with prefix.
+func readmeBlock(t *testing.T, blocks [][]string, prefix string) []string {
 	t.Helper()
-	for i, l := range lines {
-		if strings.HasPrefix(l, prefix) {
-			var out []string
-			for _, l := range lines[i:] {
-				if strings.HasPrefix(l, "```") || l == "" {
-					break
-				}
-				out = append(out, l)
-			}
-			return out
+	for _, b := range blocks {
+		if len(b) > 0 && strings.HasPrefix(b[0], prefix) {
+			return b
 		}
 	}
-	t.Fatalf("README's Several nodes section has no line starting %q", prefix)
+	t.Fatalf("README's Several nodes section has no code block starting %q", prefix)
 	return nil
 }
 
@@ -177,7 +172,7 @@ func checkTwoRanks(t *testing.T, js ...*job) {
 // the second runs it with the token from the file the line names.
 func TestReadmeSeveralNodesFirstNode(t *testing.T) {
 	t.Parallel()
-	block := readmeBlock(t, readmeSection(t, "Several nodes"), "node0$ ")
+	block := readmeBlock(t, readmeBlocks(t, "Several nodes"), "node0$ ")
 	if len(block) != 4 {
 		t.Fatalf("README's first-node example changed shape (node0$, its line, node1$ export, node1$ launch):\n%s", strings.Join(block, "\n"))
 	}
@@ -203,7 +198,7 @@ func TestReadmeSeveralNodesFirstNode(t *testing.T) {
 // `gotrain coordinator` on its own, and the same command on every node.
 func TestReadmeSeveralNodesStandalone(t *testing.T) {
 	t.Parallel()
-	block := readmeBlock(t, readmeSection(t, "Several nodes"), "head$ ")
+	block := readmeBlock(t, readmeBlocks(t, "Several nodes"), "head$ ")
 	if len(block) != 3 {
 		t.Fatalf("README's standalone example changed shape (head$, its line, nodeN$):\n%s", strings.Join(block, "\n"))
 	}
