@@ -184,3 +184,10 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// CheckProgram finds program as Run will (resolveProgram), so that a
+// caller can refuse a typo as bad input before anything starts or waits.
+func CheckProgram(program string) error {
+	_, _, err := resolveProgram(program, nil, io.Discard)
+	return err
+}

@@ -30,7 +30,7 @@ func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) ([]byte,
 	defer cancel()
 	backoff := 50 * time.Millisecond
 	start, said := time.Now(), time.Now()
-	a.nodeTimeout = a.cfg.NodeTimeout // until Join says the job's
+	a.nodeTimeout = a.cfg.NodeTimeout                            // until Join says the job's
 	a.setPhase(ctx, "waiting for the coordinator at "+coordAddr) // stop.go
 	for {
 		resp, err := a.coord.Join(ctx, req)
@@ -55,7 +55,7 @@ func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) ([]byte,
 			return resp.GetNodeCert(), nil
 		}
 		if notVerified(err) { // tls.go: nothing was sent, and trying again cannot help
-			return nil, fmt.Errorf("join the coordinator at %s: it is not the coordinator this node was told to trust, so the job token was not sent: %s", coordAddr, status.Convert(err).Message())
+			return nil, fmt.Errorf("join the coordinator at %s: it is not the coordinator this node was told to trust, so the job token was not sent: %s", coordAddr, verifyFailure(err))
 		}
 		if status.Code(err) == codes.PermissionDenied {
 			return nil, fmt.Errorf("join the coordinator at %s: wrong job token: pass the --job-token (or set %s) that the first node or `gotrain coordinator` printed: %w",

@@ -75,7 +75,9 @@ func nodePlacement(cfg *Config, log *slog.Logger) *placement {
 	}
 	nv, err := openNVML()
 	if err != nil {
-		log.Warn("no GPU topology: workers are not reordered along NVLink nor pinned to CPUs", "err", err)
+		// On the NCCL backend a rank needs its GPU: say plainly that there
+		// is no placement (gotrain launch has checked that GPUs are here).
+		fmt.Fprintf(cfg.Stderr, "gotrain: warning: no GPU placement (%v): ranks are not given a GPU each (every worker sees every GPU; Go workers take their local rank's), nor ordered along NVLink, nor pinned to CPUs; run gotrain doctor\n", err)
 		return nil
 	}
 	defer nv.Close()
@@ -127,15 +129,14 @@ func (p *placement) pin(pid, gpu int, log *slog.Logger) {
 	}
 }
 
-// nvmlGPUCount returns NVML's GPU count; ok is false without NVML.
-func nvmlGPUCount() (int, bool) {
+// nvmlGPUCount returns NVML's GPU count, or why NVML cannot tell.
+func nvmlGPUCount() (int, error) {
 	nv, err := openNVML()
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
 	defer nv.Close()
-	n, err := nv.Count()
-	return n, err == nil
+	return nv.Count()
 }
 
 // multiRankEnv is what workers that share GPUs (ranksPerGPU > 1) need

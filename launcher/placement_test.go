@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -95,14 +96,17 @@ func TestNodePlacement(t *testing.T) {
 	if !strings.Contains(stderr.String(), "gotrain: warning: NCCL_P2P_DISABLE=1") {
 		t.Errorf("stderr %q", stderr.String())
 	}
-	if n, ok := nvmlGPUCount(); !ok || n != 2 {
-		t.Errorf("nvmlGPUCount = %d, %v", n, ok)
+	if g := FindGPUs(); g.N != 2 || g.How != "NVML counts 2" {
+		t.Errorf("FindGPUs = %+v", g)
 	}
 	cfg.Backend = "cpu"
 	if p := nodePlacement(cfg, slog.New(slog.DiscardHandler)); p != nil {
 		t.Error("a CPU job got a GPU placement")
 	}
 	openNVML = func() (gpuinfo.NVML, error) { return nil, &gpuinfo.NoDriverError{Reason: "test"} }
+	if g := FindGPUs(); !hasGPUDeviceFiles() && (g.N != 0 || !strings.Contains(g.How, "no /dev/nvidia0... device files; no NVIDIA driver found (NVML: test)")) {
+		t.Errorf("FindGPUs without NVML = %+v: want none, saying why", g)
+	}
 	cfg.Backend = "nccl"
 	if p := nodePlacement(cfg, slog.New(slog.DiscardHandler)); p != nil || p.joinGPUs() != nil {
 		t.Error("no NVML should give no placement")
@@ -167,4 +171,9 @@ func TestMultiRankEnv(t *testing.T) {
 			t.Errorf("multiRankEnv(%q, %d) = %q, want %q", tt.base, tt.perGPU, got, tt.want)
 		}
 	}
+}
+
+func hasGPUDeviceFiles() bool {
+	m, _ := filepath.Glob("/dev/nvidia[0-9]*")
+	return len(m) > 0
 }

@@ -53,11 +53,26 @@ func notVerified(err error) bool {
 	return strings.Contains(m, "jobtls: ") || strings.Contains(m, "x509: ") || strings.Contains(m, "tls: failed to verify")
 }
 
+// verifyFailure is why the coordinator failed verification, without
+// gRPC's `connection error: desc = "transport: ..."` around it.
+func verifyFailure(err error) string {
+	m := status.Convert(err).Message()
+	for _, p := range []string{"jobtls: ", "tls: failed to verify", "x509: "} {
+		if i := strings.Index(m, p); i >= 0 {
+			return strings.TrimSuffix(m[i:], `"`)
+		}
+	}
+	return m
+}
+
 // joinConnected joins over a connection without a node certificate, then
 // returns the connection every later call uses: the same trust, and the
 // certificate Join issued, to the leader of the coordinator's replicas
 // (addrs: one, or several separated by commas; Join names them all).
 func (a *agent) joinConnected(ctx context.Context, addrs string, trust jobtls.Trust) (io.Closer, error) {
+	if _, err := trust.Config(nil); err != nil {
+		return nil, err // a --tls-ca that cannot be read: no dial would ever succeed
+	}
 	key, csr, err := jobtls.NewNodeKey()
 	if err != nil {
 		return nil, err

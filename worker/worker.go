@@ -109,7 +109,9 @@ func Init(ctx context.Context, opts ...Option) (*Worker, error) {
 	if w.Backend == "nccl" && !w.noPrewarm {
 		// The CUDA driver, the GPU's primary context and NCCL load in the
 		// background while the program starts up; NewComm waits for them.
-		ncclcomm.Prewarm(ncclcomm.DeviceFor(w.GPU, os.Getenv))
+		if dev, err := rankDevice(w.LocalRank, w.GPU, os.Getenv, func(string) {}); err == nil { // NewComm says why not
+			ncclcomm.Prewarm(dev)
+		}
 	}
 	if conn == nil {
 		conn, err = dialAgent(vars.AgentSocket, vars.JobToken)
@@ -159,10 +161,16 @@ func (w *Worker) NewComm(ctx context.Context, name string, opts ...CommOption) (
 		}
 		return w.diag.track(name, c), nil
 	case "nccl":
+		dev, err := rankDevice(w.LocalRank, w.GPU, os.Getenv, func(msg string) {
+			fmt.Fprintf(os.Stderr, "gotrain worker: warning: rank %d: %s\n", w.Rank, msg) // the agent prefixes it [rank N]
+		})
+		if err != nil {
+			return nil, fmt.Errorf("worker: rank %d: %w", w.Rank, err)
+		}
 		c, err := ncclcomm.New(ctx, ncclcomm.Config{
 			Name: name, Generation: w.Generation,
 			Rank: w.Rank, Size: w.WorldSize,
-			Device: ncclcomm.DeviceFor(w.GPU, os.Getenv),
+			Device: dev,
 			Store:  w.Store(), Logger: w.logger, Tuning: co.nccl,
 		})
 		if err != nil {

@@ -220,9 +220,10 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 // count: gpus, or every GPU when 0, with up to ranksPerGPU ranks per GPU.
 func benchPreflight(gpus, ranksPerGPU int) (int, error) {
 	hint := "To measure without GPUs, run the same benchmark on CPU ranks: gotrain bench <collective> --backend cpu --gpus 2"
-	found := launcher.CountGPUs()
+	gpus0 := launcher.FindGPUs()
+	found := gpus0.N
 	if found == 0 {
-		return 0, fmt.Errorf("gotrain bench: no NVIDIA GPUs on this machine (no /dev/nvidiaN devices), so there is nothing for --backend nccl to measure.\n%s", hint)
+		return 0, fmt.Errorf("gotrain bench: no NVIDIA GPU on this machine (%s), so there is nothing for --backend nccl to measure.\n%s", gpus0.How, hint)
 	}
 	drv, err := cudadrv.Load()
 	if err != nil {

@@ -108,7 +108,7 @@ func TestUsageErrors(t *testing.T) {
 		cases = append(cases, tc{[]string{c.name(), "--no-such-flag"}, "flag provided but not defined: -no-such-flag"})
 	}
 	cases = append(cases, []tc{
-		{[]string{"launch", "--backend", "cpu", "--", "true"}, "no NVIDIA GPUs found"}, // no count, no GPUs
+		{[]string{"launch", "--backend", "cpu", "--", "true"}, "no NVIDIA GPU found on this machine"}, // no count, no GPUs
 		{[]string{"launch", "--nproc-per-node", "0", "--", "true"}, "--nproc-per-node 0\nGive 1 or more workers"},
 		{[]string{"launch", "--gpus", "-2", "--", "true"}, "--gpus -2\nGive 1 or more workers"},
 		{[]string{"launch", "--nproc-per-node", "1"}, "no program given"},

@@ -63,9 +63,10 @@ func coordinatorFlags(cfg *host.Config) *flag.FlagSet {
 	fs.Func("peers", "the replica set of a replicated coordinator: HOST:PORT of each replica, comma-separated (3 or 5), the same list on every replica; --listen names this one", func(v string) error {
 		cfg.Peers = nil
 		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				cfg.Peers = append(cfg.Peers, p)
+			if p = strings.TrimSpace(p); p == "" {
+				return errors.New("an empty entry: give each replica's HOST:PORT, separated by single commas")
 			}
+			cfg.Peers = append(cfg.Peers, p)
 		}
 		return nil
 	})
@@ -97,6 +98,14 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := checkHostPort("--metrics-addr", cfg.MetricsAddr, false); err != nil {
+		return err
+	}
+	for _, p := range cfg.Peers {
+		if err := checkHostPort("--peers", p, true); err != nil {
+			return err
+		}
+	}
+	if err := checkServerTLS(cfg.TLSCert, cfg.TLSKey); err != nil { // validate.go
 		return err
 	}
 	replicated := false

@@ -78,7 +78,10 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 	if *stackLines < 0 {
 		return &usageError{msg: fmt.Sprintf("--stack-lines %d", *stackLines), hint: "Give 0 or more (0: all lines)."}
 	}
-	if err := checkCoordinatorAddrs(*addr); err != nil { // findjob.go
+	if err := checkCoordinatorAddrs(*addr); err != nil { // validate.go
+		return err
+	}
+	if err := checkTrust(trust); err != nil {
 		return err
 	}
 	coordAddr, jobToken, trust, err := findJob(c.name(), *addr, *tok, trust)
@@ -95,7 +98,7 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 	defer conn.Close()
 	resp, err := gotrainv1.NewCoordinatorClient(conn).Diagnose(ctx, &gotrainv1.DiagnoseRequest{})
 	if err != nil {
-		return fmt.Errorf("ask the coordinator at %s: %w (is the job still running? is the token right?)", *addr, err)
+		return askFailed(*addr, err) // findjob.go
 	}
 	if *asJSON {
 		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(resp)

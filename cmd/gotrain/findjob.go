@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobtls"
@@ -71,13 +72,15 @@ func dialJob(addrs, tok string, trust jobtls.Trust) (*leaderconn.Conn, error) {
 	return lc, nil
 }
 
-// checkCoordinatorAddrs checks --coordinator: HOST:PORT, or several
-// (a replicated coordinator's replicas) separated by commas.
-func checkCoordinatorAddrs(addrs string) error {
-	for _, a := range strings.Split(addrs, ",") {
-		if err := checkHostPort("--coordinator", strings.TrimSpace(a), true); err != nil {
-			return err
+// askFailed is a local tool's error for a call to the coordinator at addr
+// that failed: a coordinator that failed verification is named as such
+// (trying again cannot help); anything else may be a job that ended.
+func askFailed(addr string, err error) error {
+	m := status.Convert(err).Message()
+	for _, p := range []string{"jobtls: ", "tls: failed to verify", "x509: "} {
+		if i := strings.Index(m, p); i >= 0 {
+			return fmt.Errorf("the coordinator at %s is not the one this tool was told to trust, so the job token was not sent: %s", addr, strings.TrimSuffix(m[i:], `"`))
 		}
 	}
-	return nil
+	return fmt.Errorf("ask the coordinator at %s: %w (is the job still running? is the token right?)", addr, err)
 }

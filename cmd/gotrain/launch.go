@@ -16,6 +16,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/nccl"
 )
 
 type launchCmd struct{}
@@ -36,10 +37,7 @@ TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
 TORCHELASTIC_ERROR_FILE; OMP_NUM_THREADS=1 with more than one worker when it
 is unset, as torchrun), and supervises them: output is prefixed "[rank N]", the exit status is the first failing
 worker's, Ctrl-C and SIGTERM reach every worker, and no worker outlives
-gotrain. Ctrl-C or SIGTERM stops gotrain whatever it waits for (the
-coordinator, the other nodes, a restart): workers get --grace-period, a
-second signal kills them at once, the exit status is 130 (SIGINT) or 143
-(SIGTERM) and the last line says what gotrain was waiting for.
+gotrain.
 
 When a worker fails, every worker of the generation is stopped (SIGTERM,
 --grace-period, SIGKILL) and the next generation starts, up to --max-restarts
@@ -157,36 +155,31 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Program, cfg.Args = fs.Arg(0), fs.Args()[1:]
+	if err := launcher.CheckProgram(cfg.Program); err != nil {
+		return &usageError{msg: err.Error(), hint: "Put the program after `--`: a path (./train), a command on PATH, or a .py script."}
+	}
 	step, err := slurm.FromEnv(os.Getenv) // inside `srun`: the step's nodes, rank, coordinator
 	if err != nil {
 		return &usageError{msg: err.Error(), hint: "Run gotrain launch under srun, or set GOTRAIN_SLURM=off to ignore Slurm's variables."}
 	}
 	step.Apply(&cfg, cfg.JobFlagsGiven)
 
-	gpus := launcher.CountGPUs()
-	if cfg.NprocPerNode == 0 {
-		if gpus == 0 {
-			return &usageError{
-				msg:  "no NVIDIA GPUs found on this machine (no /dev/nvidiaN devices), so there is no default worker count",
-				hint: "To run on CPUs, pass --nproc-per-node N --backend cpu (e.g. --nproc-per-node 4 --backend cpu).",
-			}
+	if err := chooseBackend(&cfg, cfg.JobFlagsGiven, launcher.FindGPUs(), func(w string) { fmt.Fprintln(os.Stderr, w) }); err != nil { // gpus.go
+		return err
+	}
+	if cfg.Backend == "nccl" {
+		if _, err := nccl.Load(); err != nil {
+			// PyTorch programs bring their own NCCL; Go workers need this one.
+			fmt.Fprintf(os.Stderr, "gotrain: warning: --backend nccl, but NCCL cannot be loaded here (%v): Go workers (package worker) will fail to make a communicator; PyTorch programs use their own\n", err)
 		}
-		cfg.NprocPerNode = gpus * max(cfg.RanksPerGPU, 1)
-	}
-	if cfg.Backend == "" {
-		cfg.Backend = "cpu"
-		if gpus > 0 {
-			cfg.Backend = "nccl"
-		}
-	}
-	if cfg.Backend == "nccl" && gpus == 0 {
-		return &usageError{msg: "--backend nccl needs NVIDIA GPUs and none were found", hint: "Use --backend cpu on machines without GPUs."}
-	}
-	if cfg.Backend == "nccl" && cfg.NprocPerNode > gpus*max(cfg.RanksPerGPU, 1) {
-		return &usageError{msg: fmt.Sprintf("--nproc-per-node %d with --backend nccl, but this node has %d GPU(s)", cfg.NprocPerNode, gpus), hint: "Run one worker per GPU (or up to N per GPU with --ranks-per-gpu N, NCCL ≥ 2.30), or use --backend cpu."}
 	}
 	if err := checkRanksPerGPU(&cfg, cfg.JobFlagsGiven["ranks-per-gpu"]); err != nil { // ranksgpu.go
 		return err
+	}
+	if step == nil && cfg.Coordinator != "" { // under Slurm, munge brings both
+		if err := checkJoin(cfg.JobToken, cfg.Trust); err != nil { // validate.go
+			return err
+		}
 	}
 
 	level := slog.LevelWarn
@@ -211,18 +204,12 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 	defer signal.Stop(sigs)
 	defer signal.Stop(dropped)
-	// From here on, every wait (Slurm's token exchange, the coordinator,
-	// the other nodes, ...) ends at the first SIGINT or SIGTERM, and its
-	// message names the wait; the loop that runs the workers gets the
-	// signals after it on cfg.Signals (launcher/stop.go).
-	var stopSignals context.CancelFunc
-	ctx, cfg.Signals, stopSignals = launcher.StopOnSignal(ctx, sigs)
-	defer stopSignals()
+	cfg.Signals = sigs
 
 	if self, err := os.Executable(); err == nil {
 		cfg.ReaperCommand = []string{self, "launch", reaperArg}
 	}
-	return launcher.StopCause(ctx, step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run))
+	return step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run)
 }
 
 // launchFlags are gotrain launch's flags: the job-wide ones, which gotrain
@@ -232,9 +219,9 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	host.RegisterJobFlags(fs, &cfg.JobSettings, os.Getenv(jobenv.JobToken))
 	registerJobTokenFile(fs) // jobtoken.go
 	fs.IntVar(&cfg.NprocPerNode, "nproc-per-node", 0, "workers to start on this node (default: the number of GPUs)")
-	fs.IntVar(&cfg.NprocPerNode, "gpus", 0, "alias of --nproc-per-node")
-	fs.IntVar(&cfg.RanksPerGPU, "ranks-per-gpu", 1, "with --backend nccl: how many workers may share one GPU (NCCL 2.30's multi-rank-per-GPU, experimental: workers get NCCL_MULTI_RANK_GPU_ENABLE=1, and NCCL_MAX_CTAS=16/N above 2 unless set); --nproc-per-node defaults to GPUs × N")
-	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs, else cpu)")
+	fs.IntVar(&cfg.NprocPerNode, "gpus", 0, "workers on this node, one per GPU: N GPUs, which the machine must have (an error without them; CPU workers: --nproc-per-node N --backend cpu)")
+	fs.IntVar(&cfg.RanksPerGPU, "ranks-per-gpu", 1, "with --backend nccl: how many workers may share one GPU (NCCL 2.30's multi-rank-per-GPU, experimental: workers get NCCL_MULTI_RANK_GPU_ENABLE=1, and NCCL_MAX_CTAS=16/N above 2 unless set); --gpus and --nproc-per-node may then be up to GPUs × N, and default to it")
+	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs; without GPUs --nproc-per-node N runs on cpu with a warning)")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "also write each rank's output to DIR/RUN_ID/attempt-N/rankN.log: a directory of its own per run (named on stderr), never through a symbolic link; a log dir lost or full mid-job is warned about once and never fails the job")
 	fs.StringVar(&cfg.Coordinator, "coordinator", "", "join the coordinator at HOST:PORT (HOST alone: port 29400) instead of starting one here; a replicated coordinator: its replicas, comma-separated (any one is enough, the rest are learnt)")
 	fs.StringVar(&cfg.CoordinatorListen, "coordinator-listen", "", "where the embedded coordinator listens (default 127.0.0.1:0 on one node, 0.0.0.0:29400 with --nnodes > 1)")
@@ -283,25 +270,22 @@ func validateLaunchFlags(cfg *launcher.Config, given map[string]bool) error {
 		return err
 	}
 	cfg.Coordinator = withDefaultPort(cfg.Coordinator)
-	for _, a := range []struct {
-		flag, addr string
-		needPort   bool
-	}{
-		{"--coordinator", cfg.Coordinator, true},
-		{"--coordinator-listen", cfg.CoordinatorListen, false},
-		{"--metrics-addr", cfg.MetricsAddr, false},
-	} {
-		addrs := []string{a.addr}
-		if a.flag == "--coordinator" {
-			addrs = strings.Split(a.addr, ",") // one, or every replica
-		}
-		for _, addr := range addrs {
-			if err := checkHostPort(a.flag, addr, a.needPort); err != nil {
-				return err
-			}
-		}
+	if err := checkCoordinatorAddrs(cfg.Coordinator); err != nil { // validate.go
+		return err
 	}
-	return nil
+	if err := checkHostPort("--coordinator-listen", cfg.CoordinatorListen, false); err != nil {
+		return err
+	}
+	if err := checkHostPort("--metrics-addr", cfg.MetricsAddr, false); err != nil {
+		return err
+	}
+	if err := checkNodeAddr(cfg.NodeAddress); err != nil {
+		return err
+	}
+	if err := checkTrust(cfg.Trust); err != nil {
+		return err
+	}
+	return checkServerTLS(cfg.TLSCert, cfg.TLSKey)
 }
 
 func hostnameOr(def string) string {

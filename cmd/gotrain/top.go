@@ -71,7 +71,10 @@ func (c *topCmd) run(ctx context.Context, args []string) error {
 	if *interval <= 0 {
 		return &usageError{msg: fmt.Sprintf("--interval %s", *interval), hint: "Give a positive duration, e.g. --interval 2s."}
 	}
-	if err := checkCoordinatorAddrs(*addr); err != nil { // findjob.go
+	if err := checkCoordinatorAddrs(*addr); err != nil { // validate.go
+		return err
+	}
+	if err := checkTrust(trust); err != nil {
 		return err
 	}
 	a, t, trust, err := findJob("top", *addr, *tok, trust)
@@ -89,7 +92,7 @@ func (c *topCmd) run(ctx context.Context, args []string) error {
 		defer cancel()
 		st, err := client.GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
 		if err != nil {
-			return top.Snapshot{}, fmt.Errorf("ask the coordinator at %s: %w (is the job still running? is the token right?)", a, err)
+			return top.Snapshot{}, askFailed(a, err) // findjob.go
 		}
 		return top.Build(st, time.Now()), nil
 	}

@@ -54,7 +54,8 @@ func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.Usage()
 		return flag.ErrHelp
 	}
-	r, err := torchrun.Map(args, torchrun.Machine{GPUs: launcher.CountGPUs(), CPUs: runtime.NumCPU(), Getenv: os.Getenv})
+	gpus := launcher.FindGPUs()
+	r, err := torchrun.Map(args, torchrun.Machine{GPUs: gpus.N, GPUsHow: gpus.How, CPUs: runtime.NumCPU(), Getenv: os.Getenv})
 	if err != nil {
 		if errors.Is(err, torchrun.ErrUsage) {
 			return &usageError{msg: strings.TrimPrefix(err.Error(), torchrun.ErrUsage.Error()+": "),
@@ -65,6 +66,9 @@ func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	for _, n := range r.Notes {
 		fmt.Fprintf(stderr, "gotrain torchrun: note: %s\n", n)
 	}
+	for _, w := range r.Warnings {
+		fmt.Fprintf(stderr, "gotrain torchrun: warning: %s\n", w)
+	}
 	return (&launchCmd{}).run(ctx, r.LaunchArgs)
 }
 
@@ -72,7 +76,7 @@ func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // (both spellings, PET_* defaults), not this FlagSet.
 func torchrunFlags() *flag.FlagSet {
 	fs := newFlagSet("torchrun", torchrunUsage)
-	fs.String("nproc-per-node", "1", "workers on this node: N, auto (the GPUs, else the CPUs), gpu or cpu; without enough GPUs, gotrain's CPU backend")
+	fs.String("nproc-per-node", "1", "workers on this node: N, auto (the GPUs, else the CPUs), gpu (the GPUs: an error without them) or cpu; without enough GPUs, gotrain's CPU backend, with a warning")
 	fs.Bool("standalone", false, "one node with its own coordinator (rendezvous flags have no effect)")
 	fs.String("nnodes", "1", "nodes: N, or MIN:MAX (elastic)")
 	fs.String("rdzv-endpoint", "", "HOST:PORT of gotrain's coordinator (with --node-rank 0: listen at PORT)")

@@ -283,7 +283,11 @@ func validateJoin(ev NodeJoined) error {
 	case in.RanksPerGPU < 0:
 		problem = fmt.Sprintf("ranks per GPU is %d: give 1 or more", in.RanksPerGPU)
 	case len(in.GPUs) > 0 && in.Nproc > len(in.GPUs)*max(in.RanksPerGPU, 1):
-		problem = fmt.Sprintf("nproc is %d but the node has %d GPUs: run at most %d worker(s) per GPU", in.Nproc, len(in.GPUs), max(in.RanksPerGPU, 1))
+		per := "one worker"
+		if in.RanksPerGPU > 1 {
+			per = fmt.Sprintf("%d workers", in.RanksPerGPU)
+		}
+		problem = fmt.Sprintf("nproc is %d but the node has %d GPUs: run at most %s per GPU", in.Nproc, len(in.GPUs), per)
 	case in.FreePort < 1 || in.FreePort > 65535:
 		problem = fmt.Sprintf("free port is %d: give a free TCP port (1-65535)", in.FreePort)
 	default:
@@ -499,7 +503,12 @@ func (m *Machine) afterEnd() []Action {
 	var why string
 	switch {
 	case len(m.nodes) < m.cfg.MinNodes:
-		why = fmt.Sprintf("only %d of the %s it needs remain (--nnodes %s); start the lost nodes' agents again to rejoin, or give a lower minimum", len(m.nodes), plural(m.cfg.MinNodes, "node"), m.nnodes())
+		// A finished job takes no joins: the lost nodes cannot come back to it.
+		again := "start the job again, with a lower minimum to go on with fewer nodes"
+		if m.cfg.MinNodes == m.cfg.Nodes {
+			again = "start the job again (under --nnodes MIN:MAX a job goes on without a lost node)"
+		}
+		why = fmt.Sprintf("only %d of the %s it needs remain (--nnodes %s); %s", len(m.nodes), plural(m.cfg.MinNodes, "node"), m.nnodes(), again)
 	case m.cfg.MaxRestarts == 0:
 		why = "restarts are off (max restarts 0)"
 	case m.restarts >= m.cfg.MaxRestarts:

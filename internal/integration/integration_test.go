@@ -170,7 +170,7 @@ func TestBadInvocations(t *testing.T) {
 		want string
 	}{
 		{"no program", []string{"launch", "--nproc-per-node", "2", "--backend", "cpu"}, 2, "Put the program after `--`"},
-		{"missing program", []string{"launch", "--nproc-per-node", "2", "--backend", "cpu", "--", "./no-such-program"}, 1, "no-such-program"},
+		{"missing program", []string{"launch", "--nproc-per-node", "2", "--backend", "cpu", "--", "./no-such-program"}, 2, "no-such-program"}, // a usage error (issue 23)
 		{"bad backend", []string{"launch", "--nproc-per-node", "2", "--backend", "gloo", "--", "true"}, 2, "Use --backend cpu or --backend nccl"}, // a usage error: exit 2 (issue 17)
 		{"bad flag", []string{"launch", "--no-such-flag"}, 2, "no-such-flag"},
 		{"unknown command", []string{"lunch"}, 2, "unknown command"},
@@ -190,7 +190,7 @@ func TestNoGPUsNeedsExplicitCount(t *testing.T) {
 		t.Skip("this machine has GPUs")
 	}
 	r := launch(t, 30*time.Second, "launch", "--", "true")
-	if r.code == 0 || !strings.Contains(r.stderr, "--nproc-per-node N --backend cpu") {
+	if r.code != 2 || !strings.Contains(r.stderr, "--backend cpu --nproc-per-node N") {
 		t.Errorf("exit %d, stderr:\n%s", r.code, r.stderr)
 	}
 }

@@ -129,13 +129,76 @@ func Hash(cert *x509.Certificate) string {
 }
 
 // CheckHash says whether h is a well-formed pin ("sha256:" and 64 hex
-// digits).
+// digits), and when not, what is wrong with it: an elided example copied
+// as it is (sha256:5f0c…), a missing prefix, a wrong length.
 func CheckHash(h string) error {
 	hx, ok := strings.CutPrefix(h, "sha256:")
-	if b, err := hex.DecodeString(hx); !ok || err != nil || len(b) != sha256.Size {
-		return fmt.Errorf("--ca-hash %q: want sha256: and 64 hex digits, as the first node printed it", h)
+	var why string
+	switch {
+	case strings.Contains(h, "…") || strings.Contains(h, "..."):
+		why = "it is cut short (…): that is an elided example, not a hash"
+	case !ok:
+		why = `it does not start with "sha256:"`
+	case strings.Trim(hx, "0123456789abcdefABCDEF") != "":
+		why = "it holds characters that are not hex digits"
+	case len(hx) != 2*sha256.Size:
+		why = fmt.Sprintf("it has %d hex digits, not %d", len(hx), 2*sha256.Size)
+	default:
+		if _, err := hex.DecodeString(hx); err != nil {
+			why = err.Error()
+		}
+	}
+	if why != "" {
+		return fmt.Errorf("--ca-hash %q: %s (want sha256: and 64 hex digits)", h, why)
 	}
 	return nil
+}
+
+// LoadCAFile reads a CA file (--tls-ca): a regular file holding one or
+// more PEM certificates, every one of which must parse.
+func LoadCAFile(path string) (*x509.CertPool, error) {
+	b, err := readRegular("--tls-ca", path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	n := 0
+	for rest := b; ; {
+		var blk *pem.Block
+		if blk, rest = pem.Decode(rest); blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca %s: certificate %d: %w", path, n+1, err)
+		}
+		pool.AddCert(c)
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("--tls-ca %s holds no PEM certificate (a file that starts with -----BEGIN CERTIFICATE-----)", path)
+	}
+	return pool, nil
+}
+
+// readRegular reads a file that flag names, refusing what is not a
+// regular file (a directory, a device) with a message that names both.
+func readRegular(flag, path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s %s is not a regular file (mode %s)", flag, path, st.Mode())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return b, nil
 }
 
 // ServerCertificate issues the coordinator's certificate for ServerName,
@@ -254,11 +317,37 @@ func ServerConfig(cert tls.Certificate, ca *CA) *tls.Config {
 	}
 }
 
-// LoadServerCertificate loads a site's certificate and key (PEM files).
+// LoadServerCertificate loads a site's certificate and key (PEM files):
+// regular files, the key readable by no one but its owner (and its
+// group), the key matching the certificate, the certificate valid now.
 func LoadServerCertificate(certFile, keyFile string) (tls.Certificate, error) {
-	c, err := tls.LoadX509KeyPair(certFile, keyFile)
+	certPEM, err := readRegular("--tls-cert", certFile)
 	if err != nil {
-		return c, fmt.Errorf("load --tls-cert %s and --tls-key %s: %w", certFile, keyFile, err)
+		return tls.Certificate{}, err
+	}
+	keyPEM, err := readRegular("--tls-key", keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	if st, err := os.Stat(keyFile); err == nil && st.Mode().Perm()&0o027 != 0 {
+		return tls.Certificate{}, fmt.Errorf("--tls-key %s is readable or writable by other users (mode %#o): chmod 600 %s", keyFile, st.Mode().Perm(), keyFile)
+	}
+	if blk, _ := pem.Decode(certPEM); blk == nil || blk.Type != "CERTIFICATE" {
+		return tls.Certificate{}, fmt.Errorf("--tls-cert %s holds no PEM certificate (a file that starts with -----BEGIN CERTIFICATE-----)", certFile)
+	}
+	if blk, _ := pem.Decode(keyPEM); blk == nil || !strings.HasSuffix(blk.Type, "PRIVATE KEY") {
+		return tls.Certificate{}, fmt.Errorf("--tls-key %s holds no PEM private key (a file that starts with -----BEGIN PRIVATE KEY-----)", keyFile)
+	}
+	c, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return c, fmt.Errorf("--tls-cert %s and --tls-key %s: %w (is the key the certificate's?)", certFile, keyFile, err)
+	}
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		return c, fmt.Errorf("--tls-cert %s: %w", certFile, err)
+	}
+	if now := time.Now(); now.After(leaf.NotAfter) || now.Before(leaf.NotBefore) {
+		return c, fmt.Errorf("--tls-cert %s is valid from %s to %s, not now", certFile, leaf.NotBefore.Format(time.RFC3339), leaf.NotAfter.Format(time.RFC3339))
 	}
 	return c, nil
 }
@@ -307,13 +396,9 @@ func (t Trust) Config(client *tls.Certificate) (*tls.Config, error) {
 	}
 	switch {
 	case t.CAFile != "":
-		b, err := os.ReadFile(t.CAFile)
+		pool, err := LoadCAFile(t.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("read --tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", t.CAFile)
+			return nil, err
 		}
 		conf.RootCAs = pool
 	case t.CAHash != "":
@@ -369,19 +454,25 @@ func verifyPinned(raw [][]byte, want string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: it presented %s (check the --ca-hash the first node printed; a different hash means another coordinator, or someone in the middle)", ErrCAHashMismatch, hashes(certs))
+	return fmt.Errorf("%w: --ca-hash is %s, but the coordinator presented %s: check the --ca-hash the first node printed; a different hash means another coordinator (another job's, or one restarted since), or someone in the middle", ErrCAHashMismatch, want, hashes(certs))
 }
 
 func pinned(c *x509.Certificate, want string) bool {
 	return subtle.ConstantTimeCompare([]byte(Hash(c)), []byte(want)) == 1
 }
 
+// hashes names each certificate of a chain by its pin, the CAs first (the
+// hash a first node prints is its CA's).
 func hashes(certs []*x509.Certificate) string {
-	var hs []string
+	var cas, leaves []string
 	for _, c := range certs {
-		hs = append(hs, Hash(c))
+		if c.IsCA {
+			cas = append(cas, fmt.Sprintf("%s (CA: %s)", Hash(c), c.Subject.CommonName))
+		} else {
+			leaves = append(leaves, fmt.Sprintf("%s (its certificate: %s)", Hash(c), c.Subject.CommonName))
+		}
 	}
-	return strings.Join(hs, ", ")
+	return strings.Join(append(cas, leaves...), ", ")
 }
 
 // PEM encodes cert.

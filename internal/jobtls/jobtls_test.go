@@ -3,6 +3,7 @@ package jobtls
 import (
 	"crypto/x509"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -59,5 +60,33 @@ func TestVerifyPinned(t *testing.T) {
 	}
 	if _, err := ca.IssueNode("node-3", []byte("junk")); err == nil {
 		t.Error("IssueNode accepts a junk request")
+	}
+}
+
+// A malformed pin says what is wrong with it; a mismatch names both the
+// pinned hash and the ones presented.
+func TestCheckHashSaysWhy(t *testing.T) {
+	hex64 := strings.Repeat("ab", 32)
+	for h, want := range map[string]string{
+		"sha256:5f0c":                 "it has 4 hex digits, not 64",
+		"sha256:5f0c…":                "cut short",
+		"sha256:5f0c...":              "cut short",
+		hex64:                         `does not start with "sha256:"`,
+		"sha256:" + hex64[:62] + "zz": "not hex digits",
+		"sha256:" + hex64 + "ab":      "66 hex digits",
+	} {
+		if err := CheckHash(h); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckHash(%q) = %v, want %q", h, err, want)
+		}
+	}
+	if err := CheckHash("sha256:" + hex64); err != nil {
+		t.Error(err)
+	}
+	ca, _ := NewCA("run")
+	other, _ := NewCA("other")
+	srv, _ := ca.ServerCertificate(nil)
+	err := verifyPinned(srv.Certificate, other.Hash())
+	if err == nil || !strings.Contains(err.Error(), "--ca-hash is "+other.Hash()) || !strings.Contains(err.Error(), "presented "+ca.Hash()) {
+		t.Errorf("mismatch: %v; want both hashes named", err)
 	}
 }

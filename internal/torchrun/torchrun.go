@@ -22,6 +22,8 @@ var ErrUsage = errors.New("torchrun: usage")
 // Machine is what the mapping needs to know about the node.
 type Machine struct {
 	GPUs, CPUs int
+	// GPUsHow says how GPUs was found (launcher.GPUs.How), for warnings.
+	GPUsHow string
 	// Getenv reads PET_* variables (os.Getenv in production); nil: none.
 	Getenv func(string) string
 }
@@ -32,6 +34,9 @@ type Result struct {
 	LaunchArgs []string
 	// Notes say, one each, what was accepted without effect.
 	Notes []string
+	// Warnings say what runs otherwise than the command line may suggest:
+	// workers that get no GPU.
+	Warnings []string
 }
 
 type kind int
@@ -181,6 +186,19 @@ func Map(args []string, m Machine) (Result, error) {
 	out = append(out, "--nproc-per-node", nproc)
 	if n, _ := strconv.Atoi(nproc); m.GPUs == 0 || n > m.GPUs {
 		out = append(out, "--backend", "cpu")
+		// torchrun counts processes, not GPUs: the workers run, on
+		// gotrain's CPU backend, and the user is told that they get no GPU.
+		how := ""
+		if m.GPUsHow != "" {
+			how = " (" + m.GPUsHow + ")"
+		}
+		switch v, _ := get("nproc-per-node"); {
+		case v == "cpu":
+		case m.GPUs == 0:
+			r.Warnings = append(r.Warnings, fmt.Sprintf("this machine has no NVIDIA GPU%s: the %s worker(s) run on gotrain's CPU backend, with no GPU each (--nproc-per-node cpu says so)", how, nproc))
+		default:
+			r.Warnings = append(r.Warnings, fmt.Sprintf("--nproc-per-node %s, but this machine has %d NVIDIA GPU(s)%s: the workers run on gotrain's CPU backend, with no GPU each (give %d or fewer for one GPU each)", nproc, m.GPUs, how, m.GPUs))
+		}
 	}
 
 	// Nodes and rendezvous.

@@ -132,3 +132,27 @@ func TestBothSpellings(t *testing.T) {
 		t.Fatal("no nproc-per-node")
 	}
 }
+
+// Workers that get no GPU are warned about, except when asked for CPUs.
+func TestMapWarnsOfNoGPU(t *testing.T) {
+	for _, tc := range []struct {
+		args string
+		m    Machine
+		want string // "" for no warning
+	}{
+		{"--nproc-per-node 2 t.py", Machine{CPUs: 4, GPUsHow: "no /dev/nvidia0..."}, "this machine has no NVIDIA GPU (no /dev/nvidia0...): the 2 worker(s) run on gotrain's CPU backend"},
+		{"--nproc-per-node auto t.py", Machine{CPUs: 4}, "the 4 worker(s) run on gotrain's CPU backend"},
+		{"--nproc-per-node 16 t.py", Machine{GPUs: 8, CPUs: 64}, "--nproc-per-node 16, but this machine has 8 NVIDIA GPU(s): the workers run on gotrain's CPU backend"},
+		{"--nproc-per-node cpu t.py", Machine{CPUs: 4}, ""},
+		{"--nproc-per-node 8 t.py", Machine{GPUs: 8, CPUs: 64}, ""},
+	} {
+		r, err := Map(strings.Fields(tc.args), tc.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Join(r.Warnings, "\n")
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("%s on %+v: warnings %q, want %q", tc.args, tc.m, got, tc.want)
+		}
+	}
+}
