@@ -37,7 +37,10 @@ TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
 TORCHELASTIC_ERROR_FILE; OMP_NUM_THREADS=1 with more than one worker when it
 is unset, as torchrun), and supervises them: output is prefixed "[rank N]", the exit status is the first failing
 worker's, Ctrl-C and SIGTERM reach every worker, and no worker outlives
-gotrain.
+gotrain. Ctrl-C or SIGTERM stops gotrain whatever it waits for (the
+coordinator, the other nodes, a restart): workers get --grace-period, a
+second signal kills them at once, the exit status is 130 (SIGINT) or 143
+(SIGTERM) and the last line says what gotrain was waiting for.
 
 When a worker fails, every worker of the generation is stopped (SIGTERM,
 --grace-period, SIGKILL) and the next generation starts, up to --max-restarts
@@ -204,12 +207,18 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 	defer signal.Stop(sigs)
 	defer signal.Stop(dropped)
-	cfg.Signals = sigs
+	// From here on, every wait (Slurm's token exchange, the coordinator,
+	// the other nodes, ...) ends at the first SIGINT or SIGTERM, and its
+	// message names the wait; the loop that runs the workers gets the
+	// signals after it on cfg.Signals (launcher/stop.go).
+	var stopSignals context.CancelFunc
+	ctx, cfg.Signals, stopSignals = launcher.StopOnSignal(ctx, sigs)
+	defer stopSignals()
 
 	if self, err := os.Executable(); err == nil {
 		cfg.ReaperCommand = []string{self, "launch", reaperArg}
 	}
-	return step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run)
+	return launcher.StopCause(ctx, step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run))
 }
 
 // launchFlags are gotrain launch's flags: the job-wide ones, which gotrain
