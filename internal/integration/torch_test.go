@@ -165,7 +165,7 @@ func TestTorchElasticResumesAfterKilledRank(t *testing.T) {
 func TestTorchRecordErrorFileInRootCause(t *testing.T) {
 	t.Parallel()
 	needTorch(t)
-	r := runTorch(t, time.Minute, "launch", "--nproc-per-node", "1", "--backend", "cpu", "--max-restarts", "0", "--", testdata(t, "record_fail.py"))
+	r := runTorch(t, 3*time.Minute, "launch", "--nproc-per-node", "1", "--backend", "cpu", "--max-restarts", "0", "--", testdata(t, "record_fail.py"))
 	if r.code == 0 || !strings.Contains(r.stderr, "@record): RuntimeError: loss is NaN at step 7") {
 		t.Errorf("exit %d; want the error file's exception in the report:\n%s", r.code, r.stderr)
 	}
