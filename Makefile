@@ -46,7 +46,8 @@ test: vet proto-check test-race
 	$(GO) test -count=1 -timeout 12m ./...
 
 # test-race runs the in-process packages' tests under the race detector
-# (about 4 min of CPU on a cold cache, most of it building with -race).
+# (about 5 min of CPU on a cold build cache, 4 of them building with
+# -race; 1 min warm).
 # -short leaves out worker/cpucomm's 1 Mi-element collectives, which the
 # plain pass runs: the detector slows element loops about twentyfold and
 # finds the same sharing at 65537 elements.
