@@ -66,9 +66,9 @@ func (s *Server) leadership(leading bool, rc ReplicaConfig) {
 			s.reachability(id, o, "gossip: no answer (declared dead by the other nodes)")
 		}
 	}
-	time.AfterFunc(leaderGrace, func() { s.missingStreams(term) })
+	s.bg.after(leaderGrace, func() { s.missingStreams(term) })
 	s.tickOnDeadline()
-	go s.reconcileVoters()
+	s.bg.do(s.reconcileVoters)
 }
 
 // missingStreams counts the nodes that have not opened a watch stream at
@@ -85,8 +85,7 @@ func (s *Server) missingStreams(term uint64) {
 		}
 		why := "no watch stream since this coordinator replica became the leader"
 		s.reachability(id, o, why)
-		s.probes.Add(1)
-		go s.probe(id, why)
+		s.bg.do(func() { s.probe(id, why) })
 	}
 }
 

@@ -118,26 +118,35 @@ func TestJoinRanksPerJobBounded(t *testing.T) {
 func TestKVGetMissingKeyLeavesNothing(t *testing.T) {
 	_, addr := startBounded(t, Config{}, nil)
 	c := newClient(t, addr)
-	ctx := rpcCtx(t) // one context: each rpcCtx holds a cleanup until the test ends
-	get := func(i int) {
-		if _, err := c.KVGet(ctx, &gotrainv1.KVGetRequest{Key: fmt.Sprintf("missing/%08d", i), WaitMs: 1}); err != nil {
-			t.Fatal(err)
-		}
+	// Each call has its own deadline (20000 calls under one took longer on
+	// a loaded machine), not rpcCtx: its cleanup would be held, on the heap,
+	// until the test ends.
+	get := func(i int) error {
+		ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+		defer cancel()
+		_, err := c.KVGet(ctx, &gotrainv1.KVGetRequest{Key: fmt.Sprintf("missing/%08d", i), WaitMs: 1})
+		return err
 	}
 	for i := range 200 { // warm up connections and pools
-		get(i)
+		if err := get(i); err != nil {
+			t.Fatal(err)
+		}
 	}
 	const n = 20000
 	before := heapAfterGC()
 	var wg sync.WaitGroup
-	for w := range 8 {
+	errs := make([]error, 8)
+	for w := range errs {
 		wg.Go(func() {
-			for i := w; i < n; i += 8 {
-				get(1000 + i)
+			for i := w; i < n && errs[w] == nil; i += 8 {
+				errs[w] = get(1000 + i)
 			}
 		})
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 	grew := int64(heapAfterGC()) - int64(before)
 	t.Logf("%d lookups of missing keys: heap grew by %d bytes (%d per lookup)", n, grew, grew/n)
 	if grew > n*20 {

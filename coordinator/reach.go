@@ -79,10 +79,9 @@ func (s *Server) gossipAlive(id string) {
 }
 
 // probe checks, after node id's stream ended, whether its agent's process
-// is gone, and loses the node at once when it is. It runs on a goroutine of
-// its own, which Serve waits for.
+// is gone, and loses the node at once when it is. It runs in the
+// background (s.bg), which Serve ends.
 func (s *Server) probe(id, reason string) {
-	defer s.probes.Done()
 	s.mu.Lock()
 	addr := s.gossip.addr(id)
 	s.mu.Unlock()

@@ -90,7 +90,7 @@ func (s *Server) replaceLostReplicas() {
 		s.log.Info("a node is asked to host a coordinator replica", "node_id", id)
 	}
 	if s.rs.leading {
-		go s.reconcileVoters()
+		s.bg.do(s.reconcileVoters)
 	}
 }
 

@@ -1,8 +1,6 @@
 package coordinator
 
 import (
-	"time"
-
 	"github.com/gotrain/gotrain/coordinator/job"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -16,7 +14,7 @@ func (s *Server) tickOnDeadline() {
 		return
 	}
 	s.deadlineArmed, s.deadline = true, d
-	time.AfterFunc(max(d.Sub(s.now()), 0), func() {
+	s.bg.after(max(d.Sub(s.now()), 0), func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.deadline.Equal(d) {

@@ -104,9 +104,9 @@ type Server struct {
 	// gossipPort is the coordinator's memberlist port (gossip.go); 0: none.
 	gossipPort int
 	gossip     *gossipEvents // nil without gossip
-	// probes counts the goroutines probing agents whose stream ended
-	// (reach.go); Serve waits for them.
-	probes sync.WaitGroup
+	// bg runs the timers and goroutines no call waits for (probes, timers
+	// for deadlines, voter changes); Serve ends them (background.go).
+	bg background
 	// limits are the bounds on callers (limits.go).
 	limits limits
 
@@ -271,7 +271,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		<-stopped
 	}
 	<-tickDone
-	s.probes.Wait()
+	s.bg.close()
 	return err
 }
 
@@ -574,8 +574,7 @@ func (s *Server) streamEnded(id string, o *outbox, my uint64, reason string) {
 		return
 	}
 	s.reachability(id, o, reason)
-	s.probes.Add(1)
-	go s.probe(id, reason)
+	s.bg.do(func() { s.probe(id, reason) })
 }
 
 // KVPut stores a value once.

@@ -308,6 +308,10 @@ func (n *Node) Stop() {
 	if n.r != nil {
 		_ = n.r.Shutdown().Error()
 	}
+	// Close leaves the pooled connections to the peers open (raft closes
+	// them only in CloseStreams): each would hold a socket here and a
+	// goroutine reading it at the peer until this process exits.
+	n.trans.CloseStreams()
 	_ = n.trans.Close()
 	close(n.done)
 	n.wg.Wait()

@@ -1,0 +1,173 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine a replica starts (Raft's, its transport's, the
+// leadership watcher) has ended once Stop returned.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// logFSM is a replica's state: the entries applied, in order.
+type logFSM struct {
+	mu      sync.Mutex
+	entries []string
+}
+
+func (f *logFSM) Apply(b []byte) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.entries = append(f.entries, string(b))
+	return len(f.entries)
+}
+
+func (f *logFSM) Snapshot() ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return []byte(strings.Join(f.entries, "\n")), nil
+}
+
+func (f *logFSM) Restore(b []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.entries = nil
+	if len(b) > 0 {
+		f.entries = strings.Split(string(b), "\n")
+	}
+	return nil
+}
+
+// applied is the entries applied, but for "x": a follower's proposal,
+// which its Propose refuses unless it became the leader meanwhile.
+func (f *logFSM) applied() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(f.entries), func(e string) bool { return e == "x" })
+}
+
+// freeAddr is a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitFor polls cond until it holds, failing the test after a generous
+// bound (elections on a loaded machine take a few seconds).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("gave up waiting for %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// A set of three agrees on the log; the leader's loss elects another,
+// which goes on from the same log; every replica stops without leaving a
+// goroutine (TestMain).
+func TestThreeReplicasAgreeAndFailOver(t *testing.T) {
+	var peers []Peer
+	for range 3 {
+		peers = append(peers, Peer{ID: freeAddr(t), RaftAddr: freeAddr(t)})
+	}
+	nodes := make([]*Node, len(peers))
+	fsms := make([]*logFSM, len(peers))
+	leads := make([]atomic.Bool, len(peers)) // what OnLeadership said last
+	for i, p := range peers {
+		fsms[i] = &logFSM{}
+		n, err := Start(Config{ID: p.ID, RaftBind: p.RaftAddr, Peers: peers, FSM: fsms[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.OnLeadership(leads[i].Store)
+		nodes[i] = n
+		t.Cleanup(n.Stop)
+	}
+	leader := func(live []*Node) *Node {
+		var l *Node
+		waitFor(t, "a leader", func() bool {
+			for _, n := range live {
+				if n.Leading() {
+					l = n
+					return true
+				}
+			}
+			return false
+		})
+		return l
+	}
+	// propose proposes e at the leader among live until one takes it: on a
+	// loaded machine leadership may move meanwhile. A proposal cut off by
+	// a lost leadership may still have been committed, so e may be in the
+	// log twice in a row (want compacts).
+	propose := func(live []*Node, e string) {
+		t.Helper()
+		waitFor(t, fmt.Sprintf("a leader to take %q", e), func() bool {
+			_, err := leader(live).Propose([]byte(e))
+			var nl *ErrNotLeader
+			if err != nil && !errors.As(err, &nl) {
+				t.Fatalf("propose %q: %v", e, err)
+			}
+			return err == nil
+		})
+	}
+
+	first := leader(nodes)
+	for _, n := range nodes {
+		if n == first {
+			continue
+		}
+		_, err := n.Propose([]byte("x"))
+		var nl *ErrNotLeader
+		if !errors.As(err, &nl) && !n.Leading() {
+			t.Fatalf("a follower's Propose: %v, want *ErrNotLeader", err)
+		}
+	}
+	for i := range 3 {
+		propose(nodes, fmt.Sprint("a", i))
+	}
+	first = leader(nodes)
+	first.Stop()
+	var live []*Node
+	var liveFSMs []*logFSM
+	for i, n := range nodes {
+		if n != first {
+			live, liveFSMs = append(live, n), append(liveFSMs, fsms[i])
+		}
+	}
+	propose(live, "b0")
+	want := []string{"a0", "a1", "a2", "b0"}
+	for i, f := range liveFSMs {
+		waitFor(t, fmt.Sprintf("replica %s to apply %v", live[i].ID(), want), func() bool { return slices.Equal(slices.Compact(f.applied()), want) })
+	}
+	if a, b := liveFSMs[0].applied(), liveFSMs[1].applied(); !slices.Equal(a, b) {
+		t.Errorf("the replicas' logs differ: %q and %q", a, b)
+	}
+	waitFor(t, "OnLeadership(true) at the new leader", func() bool {
+		second := leader(live)
+		return leads[slices.Index(nodes, second)].Load()
+	})
+	for _, n := range live {
+		n.Stop()
+	}
+}
