@@ -15,6 +15,14 @@
 // checked for the exact sum. A phase that outlives -cycle-timeout is a
 // hang: the program names it and exits 3, it does not stall.
 //
+// Aborts and destroys run in the background, off recovery's path, as
+// worker/ncclcomm does; the benchmark waits for them (bg-wait) before the
+// next all-reduce. Without that wait, 3 of 4 configurations hung on the
+// H200 (a launch or an all-reduce never returned while an earlier
+// cycle's abort ran): in one process, an abort's synchronisation next to
+// kernels that wait for a peer is the likely cause; with one process per
+// rank, as gotrain runs them, the abort is in another context.
+//
 //	go build -o bin/shrinkgrow ./bench/shrinkgrow
 //	GOTRAIN_NCCL_LIBRARY=/path/libnccl.so.2 bin/shrinkgrow -mode shrink -ranks 4 -cycles 200
 //	GOTRAIN_NCCL_LIBRARY=/path/libnccl.so.2 bin/shrinkgrow -mode reinit -ranks 4 -cycles 200
@@ -35,7 +43,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
@@ -475,14 +482,14 @@ func (b *bench) shrinkCycle() error {
 	}
 	b.stats.add(b.cycle, "recovery=shrink+grow", shrinkTime+b.last)
 	b.workers = grown
-	if err := b.phase("allreduce-grown", grown, b.allReduceCheck); err != nil {
-		return err
-	}
 	// The shrunk communicators are healthy: destroyed the ordinary way.
 	for _, c := range shrunk {
 		b.bg.start("shrunk-destroy", b.cycle, c.Destroy)
 	}
-	return nil
+	if err := b.bg.barrier(b.cycle, "bg-wait"); err != nil {
+		return err
+	}
+	return b.phase("allreduce-grown", grown, b.allReduceCheck)
 }
 
 func (b *bench) reinitCycle() error {
@@ -494,14 +501,8 @@ func (b *bench) reinitCycle() error {
 	}
 	// Today's recovery: abort in the background (the abort flag ends the
 	// in-flight kernel), then a new world from a new unique id.
-	var aborted sync.WaitGroup
 	for _, w := range survivors {
-		aborted.Add(1)
-		c := w.comm
-		b.bg.start("old-abort", b.cycle, func() error {
-			defer aborted.Done()
-			return c.Abort()
-		})
+		b.bg.start("old-abort", b.cycle, w.comm.Abort)
 		w.comm = nil
 	}
 	deadComm := dead.comm
@@ -540,14 +541,12 @@ func (b *bench) reinitCycle() error {
 	}
 	b.stats.add(b.cycle, "recovery=reinit", b.last)
 	b.workers = world
-	if err := b.phase("allreduce-reinit", world, b.allReduceCheck); err != nil {
+	// The dead rank's communicator goes after the re-init: the survivors'
+	// aborts raised their abort flags, which end the in-flight kernels that
+	// point at its buffers, as their first step, long before.
+	b.bg.start("dead-abort", b.cycle, deadComm.Abort)
+	if err := b.bg.barrier(b.cycle, "bg-wait"); err != nil {
 		return err
 	}
-	// The dead rank's communicator goes once the survivors' aborts (which
-	// end the kernels that point at its buffers) are done.
-	b.bg.start("dead-abort", b.cycle, func() error {
-		aborted.Wait()
-		return deadComm.Abort()
-	})
-	return nil
+	return b.phase("allreduce-reinit", world, b.allReduceCheck)
 }

@@ -141,6 +141,15 @@ func (bg *background) check(cycle int) error {
 	return nil
 }
 
+// barrier waits for every background call, at most the timeout, and
+// records how long it waited as phase name.
+func (bg *background) barrier(cycle int, name string) error {
+	start := time.Now()
+	err := bg.wait()
+	bg.stats.add(cycle, name, time.Since(start))
+	return err
+}
+
 // wait waits for every background call, at most the timeout.
 func (bg *background) wait() error {
 	done := make(chan struct{})
