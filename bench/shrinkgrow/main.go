@@ -251,10 +251,10 @@ func setDefaultEnv(ranks int) {
 	set("NCCL_MULTI_RANK_GPU_ENABLE", "1")
 	set("NCCL_MAX_CTAS", strconv.Itoa(max(1, 16/ranks)))
 	set("NCCL_NVLS_ENABLE", "0")
-	// Connections made at init, not by the first collective: with lazy
-	// connection the first all-reduce after the first init hung in 2 of 5
-	// runs on the H200 (the guess: in one process, a rank still connecting
-	// while its peers' kernels already wait for it).
+	// Connections made at init, not by the first collective, so that no
+	// connection setup overlaps running kernels. It did not cure the one
+	// hang seen before any cycle (the first all-reduce of the first
+	// communicator: 2 of 5 runs with lazy connection, 1 of 6 without).
 	set("NCCL_RUNTIME_CONNECT", "0")
 }
 
