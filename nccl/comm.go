@@ -22,6 +22,8 @@ type Comm struct {
 	cfg         *cConfig // C strings NCCL may point at until the comm dies
 	slot        slot     // where NCCL stored the handle; NCCL may write it late
 	nonBlocking bool
+	revoked     atomic.Bool // Revoke ran: Finalize is invalid
+	abortOnly   atomic.Bool // an abortive Shrink came from c: never ncclCommDestroy
 }
 
 // GetUniqueID returns a new unique id: rank 0 calls it and hands the id to
@@ -295,6 +297,9 @@ func (c *Comm) Finalize(ctx context.Context) error {
 	if h == 0 {
 		return ErrClosed
 	}
+	if c.revoked.Load() {
+		return fmt.Errorf("nccl: ncclCommFinalize after ncclCommRevoke is invalid; abort or destroy the communicator instead")
+	}
 	r := cFinalize(h)
 	if r == InProgress || (r == Success && c.nonBlocking) {
 		return c.Wait(ctx)
@@ -306,8 +311,13 @@ func (c *Comm) Finalize(ctx context.Context) error {
 }
 
 // Destroy frees c (ncclCommDestroy). Without Finalize first it may wait for
-// c's outstanding work. Using c afterwards returns ErrClosed.
+// c's outstanding work. Using c afterwards returns ErrClosed. A c that a
+// Shrink with ShrinkAbort came from is aborted instead: ncclCommDestroy
+// can hang there (NCCL 2.31.2).
 func (c *Comm) Destroy() error {
+	if c.abortOnly.Load() {
+		return c.Abort()
+	}
 	h := c.h.Swap(0)
 	if h == 0 {
 		return ErrClosed

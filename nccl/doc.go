@@ -12,8 +12,10 @@
 // place it looked and says how to install NCCL. NCCL 2.7 is the oldest it
 // accepts. Functions that later releases added (ncclGetLastError 2.13,
 // ncclCommInitRankConfig and ncclCommFinalize 2.14, ncclCommSplit 2.18,
-// ncclCommInitRankScalable 2.23) are optional: calling one that the loaded
-// library lacks returns a *MissingError naming the release that added it.
+// ncclCommInitRankScalable 2.23, ncclCommShrink 2.27, ncclCommRevoke,
+// ncclCommGetUniqueId and ncclCommGrow 2.29) are optional: calling one that
+// the loaded library lacks returns a *MissingError naming the release that
+// added it (Library.Has tells beforehand, for a fallback).
 // Every NCCL failure is an *Error carrying ncclGetErrorString and
 // ncclGetLastError; errors.Is(err, nccl.InProgress) and the like test its
 // Result.
@@ -25,6 +27,15 @@
 // thread that opened it. Goroutines move between threads, so lock the
 // goroutine to its thread (runtime.LockOSThread) while it makes a device's
 // context current and calls NCCL; Group does that for a group.
+//
+// # Recovery without a new unique id
+//
+// After a rank dies, the survivors stop the communicator's work with Revoke
+// (or Shrink with ShrinkAbort) and Shrink it to themselves; a replacement
+// joins with Grow (the survivors) and JoinGrow (the new rank), using the id
+// one survivor gets from GrowID. The parent of such a shrink is aborted,
+// never destroyed (Destroy aborts it). bench/shrinkgrow measures this
+// against re-init; bench/results/shrink-grow-2026-12-02.md has the numbers.
 //
 // # Usage
 //

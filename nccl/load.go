@@ -187,6 +187,10 @@ var Since = map[string]Version{
 	"ncclMemFree":              MakeVersion(2, 19, 0),
 	"ncclCommWindowRegister":   MakeVersion(2, 27, 0),
 	"ncclCommWindowDeregister": MakeVersion(2, 27, 0),
+	"ncclCommShrink":           MakeVersion(2, 27, 0),
+	"ncclCommRevoke":           MakeVersion(2, 29, 0),
+	"ncclCommGetUniqueId":      MakeVersion(2, 29, 0),
+	"ncclCommGrow":             MakeVersion(2, 29, 0),
 }
 
 // newLibrary describes the NCCL that cOpen just opened.

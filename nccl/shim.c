@@ -44,6 +44,10 @@ static struct {
 	int (*memFree)(void *);
 	int (*commWindowRegister)(comm_t, void *, size_t, void **, int);
 	int (*commWindowDeregister)(comm_t, void *);
+	int (*commShrink)(comm_t, int *, int, comm_t *, gtn_config *, int);
+	int (*commRevoke)(comm_t, int);
+	int (*commGetUniqueId)(comm_t, gtn_uid *);
+	int (*commGrow)(comm_t, int, const gtn_uid *, int, comm_t *, gtn_config *);
 } fn;
 
 static const char *optional_names[GTN_OPT_COUNT] = {
@@ -56,6 +60,10 @@ static const char *optional_names[GTN_OPT_COUNT] = {
 	"ncclMemFree",
 	"ncclCommWindowRegister",
 	"ncclCommWindowDeregister",
+	"ncclCommShrink",
+	"ncclCommRevoke",
+	"ncclCommGetUniqueId",
+	"ncclCommGrow",
 };
 
 #define REQUIRE(field, name)                                                   \
@@ -113,6 +121,10 @@ int gtn_open(const char *path, char *err, size_t errlen) {
 	OPTIONAL(memFree, optional_names[GTN_OPT_MEM_FREE]);
 	OPTIONAL(commWindowRegister, optional_names[GTN_OPT_WINDOW_REGISTER]);
 	OPTIONAL(commWindowDeregister, optional_names[GTN_OPT_WINDOW_DEREGISTER]);
+	OPTIONAL(commShrink, optional_names[GTN_OPT_SHRINK]);
+	OPTIONAL(commRevoke, optional_names[GTN_OPT_REVOKE]);
+	OPTIONAL(commGetUniqueId, optional_names[GTN_OPT_COMM_GET_UNIQUE_ID]);
+	OPTIONAL(commGrow, optional_names[GTN_OPT_GROW]);
 	fn.handle = h;
 	return 0;
 fail:
@@ -143,6 +155,10 @@ int gtn_optional_present(int i) {
 	case GTN_OPT_MEM_FREE: return fn.memFree != NULL;
 	case GTN_OPT_WINDOW_REGISTER: return fn.commWindowRegister != NULL;
 	case GTN_OPT_WINDOW_DEREGISTER: return fn.commWindowDeregister != NULL;
+	case GTN_OPT_SHRINK: return fn.commShrink != NULL;
+	case GTN_OPT_REVOKE: return fn.commRevoke != NULL;
+	case GTN_OPT_COMM_GET_UNIQUE_ID: return fn.commGetUniqueId != NULL;
+	case GTN_OPT_GROW: return fn.commGrow != NULL;
 	}
 	return 0;
 }
@@ -183,6 +199,29 @@ int gtn_comm_split(uintptr_t comm, int color, int key, uintptr_t *newcomm, gtn_c
 int gtn_comm_finalize(uintptr_t comm) {
 	if (fn.commFinalize == NULL) return GTN_MISSING;
 	return fn.commFinalize((comm_t)comm);
+}
+
+// ncclCommShrink sorts the exclude list in place; the caller's copy is C
+// memory that lives for the call (NCCL keeps its own copy for the async job).
+int gtn_comm_shrink(uintptr_t comm, int *exclude, int nexclude, uintptr_t *newcomm, gtn_config *cfg, int flags) {
+	if (fn.commShrink == NULL) return GTN_MISSING;
+	return fn.commShrink((comm_t)comm, exclude, nexclude, (comm_t *)newcomm, cfg, flags);
+}
+
+int gtn_comm_revoke(uintptr_t comm, int flags) {
+	if (fn.commRevoke == NULL) return GTN_MISSING;
+	return fn.commRevoke((comm_t)comm, flags);
+}
+
+int gtn_comm_get_unique_id(uintptr_t comm, gtn_uid *id) {
+	if (fn.commGetUniqueId == NULL) return GTN_MISSING;
+	return fn.commGetUniqueId((comm_t)comm, id);
+}
+
+// comm is 0 on a new rank; id is NULL on an existing rank other than the root.
+int gtn_comm_grow(uintptr_t comm, int nranks, const gtn_uid *id, int rank, uintptr_t *newcomm, gtn_config *cfg) {
+	if (fn.commGrow == NULL) return GTN_MISSING;
+	return fn.commGrow((comm_t)comm, nranks, id, rank, (comm_t *)newcomm, cfg);
 }
 
 int gtn_comm_destroy(uintptr_t comm) { return fn.commDestroy((comm_t)comm); }

@@ -52,6 +52,10 @@ enum {
 	GTN_OPT_MEM_FREE,
 	GTN_OPT_WINDOW_REGISTER,
 	GTN_OPT_WINDOW_DEREGISTER,
+	GTN_OPT_SHRINK,
+	GTN_OPT_REVOKE,
+	GTN_OPT_COMM_GET_UNIQUE_ID,
+	GTN_OPT_GROW,
 	GTN_OPT_COUNT
 };
 
@@ -70,6 +74,12 @@ int gtn_comm_init_rank_config(uintptr_t *comm, int nranks, const gtn_uid *id, in
 int gtn_comm_init_rank_scalable(uintptr_t *comm, int nranks, int rank, int nids, gtn_uid *ids, gtn_config *cfg);
 int gtn_comm_split(uintptr_t comm, int color, int key, uintptr_t *newcomm, gtn_config *cfg);
 int gtn_comm_finalize(uintptr_t comm);
+
+// NCCL 2.27: shrink; 2.29: revoke, grow and the per-communicator id grow takes.
+int gtn_comm_shrink(uintptr_t comm, int *exclude, int nexclude, uintptr_t *newcomm, gtn_config *cfg, int flags);
+int gtn_comm_revoke(uintptr_t comm, int flags);
+int gtn_comm_get_unique_id(uintptr_t comm, gtn_uid *id);
+int gtn_comm_grow(uintptr_t comm, int nranks, const gtn_uid *id, int rank, uintptr_t *newcomm, gtn_config *cfg);
 int gtn_comm_destroy(uintptr_t comm);
 int gtn_comm_abort(uintptr_t comm);
 int gtn_comm_get_async_error(uintptr_t comm, int *state);

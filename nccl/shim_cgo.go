@@ -104,6 +104,29 @@ func cSplit(comm uintptr, color, key int, s slot, cfg *cConfig) Result {
 	return Result(C.gtn_comm_split(C.uintptr_t(comm), C.int(color), C.int(key), s.p, cfg.ptr()))
 }
 
+func cShrink(comm uintptr, exclude []int, s slot, cfg *cConfig, flags int) Result {
+	n := len(exclude)
+	list := (*C.int)(C.calloc(C.size_t(max(n, 1)), C.size_t(unsafe.Sizeof(C.int(0)))))
+	defer C.free(unsafe.Pointer(list))
+	for i, r := range exclude {
+		unsafe.Slice(list, n)[i] = C.int(r)
+	}
+	return Result(C.gtn_comm_shrink(C.uintptr_t(comm), list, C.int(n), s.p, cfg.ptr(), C.int(flags)))
+}
+
+func cRevoke(comm uintptr, flags int) Result {
+	return Result(C.gtn_comm_revoke(C.uintptr_t(comm), C.int(flags)))
+}
+
+func cCommGetUniqueID(comm uintptr, id *UniqueID) Result {
+	return Result(C.gtn_comm_get_unique_id(C.uintptr_t(comm), (*C.gtn_uid)(unsafe.Pointer(id))))
+}
+
+// cGrow passes id as NULL when it is nil (an existing rank other than the root).
+func cGrow(comm uintptr, nranks int, id *UniqueID, rank int, s slot, cfg *cConfig) Result {
+	return Result(C.gtn_comm_grow(C.uintptr_t(comm), C.int(nranks), (*C.gtn_uid)(unsafe.Pointer(id)), C.int(rank), s.p, cfg.ptr()))
+}
+
 func cFinalize(comm uintptr) Result { return Result(C.gtn_comm_finalize(C.uintptr_t(comm))) }
 func cDestroy(comm uintptr) Result  { return Result(C.gtn_comm_destroy(C.uintptr_t(comm))) }
 func cAbort(comm uintptr) Result    { return Result(C.gtn_comm_abort(C.uintptr_t(comm))) }

@@ -70,6 +70,10 @@ func cInitRank(slot, int, *UniqueID, int) Result                    { unreachabl
 func cInitRankConfig(slot, int, *UniqueID, int, *cConfig) Result    { unreachable(); return 0 }
 func cInitRankScalable(slot, int, int, []UniqueID, *cConfig) Result { unreachable(); return 0 }
 func cSplit(uintptr, int, int, slot, *cConfig) Result               { unreachable(); return 0 }
+func cShrink(uintptr, []int, slot, *cConfig, int) Result            { unreachable(); return 0 }
+func cRevoke(uintptr, int) Result                                   { unreachable(); return 0 }
+func cCommGetUniqueID(uintptr, *UniqueID) Result                    { unreachable(); return 0 }
+func cGrow(uintptr, int, *UniqueID, int, slot, *cConfig) Result     { unreachable(); return 0 }
 
 func cMemAlloc(int) (uintptr, Result)                              { unreachable(); return 0, 0 }
 func cMemFree(uintptr) Result                                      { unreachable(); return 0 }
