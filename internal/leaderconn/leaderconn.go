@@ -334,7 +334,7 @@ func NoMajority(replicas []ReplicaState, since time.Time) error {
 	down := 0
 	for _, r := range replicas {
 		if r.Heard == NotTried || r.At.Before(since) {
-			said = append(said, r.Addr+" was not tried since")
+			said = append(said, r.Addr+" was not tried since contact was lost")
 			continue
 		}
 		switch r.Heard {
