@@ -273,6 +273,22 @@ const (
 	Unreachable
 )
 
+func (h Heard) String() string {
+	switch h {
+	case NotTried:
+		return "not tried"
+	case Answers:
+		return "answers"
+	case NamesLeader:
+		return "names a leader"
+	case NoLeader:
+		return "has no leader"
+	case Unreachable:
+		return "unreachable"
+	}
+	return fmt.Sprintf("Heard(%d)", int(h))
+}
+
 // ReplicaState is the outcome of the last call the Conn made at one
 // replica.
 type ReplicaState struct {
@@ -522,10 +538,11 @@ func unverified(err error) bool {
 }
 
 // answered says whether an Unavailable came from a replica (its own
-// message) rather than from the network or gRPC's transport.
+// message) rather than from the network or gRPC's transport, or a probe
+// that got no answer in time.
 func answered(err error) bool {
 	m := status.Convert(err).Message()
-	for _, s := range []string{"connection error", "transport", "leaderconn: dial", "error reading from server", "the coordinator's leader moved"} {
+	for _, s := range []string{"connection error", "transport", "leaderconn: dial", "error reading from server", "the coordinator's leader moved", " did not answer /"} {
 		if strings.Contains(m, s) {
 			return false
 		}
