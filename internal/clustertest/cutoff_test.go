@@ -17,8 +17,10 @@ const nodeTimeout = 10 * time.Second
 // cut-off host (its agent and its workers) is gone within twice the node
 // timeout of the cut (plus the grace period and a margin for a loaded
 // machine), and its agent exits non-zero with a report that says it was
-// cut off. Once with a node that hosts a replica of the coordinator (its
-// own replica still answers it, leaderless), once with one that hosts none.
+// cut off, or that the job lost it. While cut off it never says it is back
+// in contact. Once with a node that hosts a replica of the coordinator
+// (its own replica still answers it, leaderless), once with one that hosts
+// none.
 func TestCutOffNodeStops(t *testing.T) {
 	t.Parallel()
 	for _, hosting := range []bool{true, false} {
@@ -61,6 +63,7 @@ func cutOffNodeStops(t *testing.T, hosting bool) {
 	if pids := victim.Pids(); len(pids) < 2 {
 		t.Fatalf("%s runs %v: want its agent and its worker", victim.Name, pids)
 	}
+	atCut := len(agent.Stderr())
 	cut := time.Now()
 	victim.Partition(vcluster.Both)
 	// The partition is lifted as soon as the job ended elsewhere: the
@@ -74,7 +77,14 @@ func cutOffNodeStops(t *testing.T, hosting bool) {
 		return false
 	})
 	healed := time.Now()
+	cutOff := agent.Stderr()[atCut:]
 	victim.Heal()
+	// A stream that opens into the partition (it does, locally) is no
+	// contact: the node must not say it is back, nor start its node
+	// timeout again.
+	if strings.Contains(cutOff, "back in contact") {
+		t.Errorf("%s's agent said it was back in contact while cut off:\n%s", victim.Name, cutOff)
+	}
 	t.Logf("the job ended on the others %v after the cut; %s healed", healed.Sub(cut).Round(time.Millisecond), victim.Name)
 	j.othersFail(t, victim, "although "+victim.Name+" was cut off")
 	for _, p := range j.agents {
