@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -47,7 +48,9 @@ const rewatchEvery = 200 * time.Millisecond
 // that cannot open a stream at all gives up one node timeout after it, one
 // whose streams open unanswered (a partition, where the coordinator may
 // notice late and a blip must not end the job) two node timeouts after it,
-// as the heartbeat's silence does (cutOff).
+// as the heartbeat's silence does (cutOff), unless every replica refuses
+// once the partition heals (the job ended elsewhere and the coordinator is
+// gone).
 func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGenerationsClient, events chan<- *gotrainv1.GenerationEvent, lost chan<- error, coordAddr string) {
 	opened, confirmed := time.Now(), true // the first stream came after Join's answer
 	var lostAt time.Time
@@ -73,12 +76,8 @@ func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGen
 				coordAddr, status.Convert(err).Message(), a.nodeTimeout)
 		}
 		stop()
-		patience := a.nodeTimeout
-		if unanswered {
-			patience = 2 * a.nodeTimeout
-		}
 		var next func()
-		if stream, next, err = a.rewatch(ctx, err, lostAt, patience); err != nil {
+		if stream, next, err = a.rewatch(ctx, err, lostAt, unanswered); err != nil {
 			if ctx.Err() == nil {
 				lost <- err
 			}
@@ -97,12 +96,8 @@ func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGen
 		// bound unless the coordinator has answered by then.
 		unanswered = true
 		at := opened
-		t := time.AfterFunc(time.Until(lostAt.Add(2*a.nodeTimeout)), func() {
-			if !a.hub.answeredSince(at) {
-				next()
-			}
-		})
-		stop = func() { t.Stop(); next() }
+		end := a.endOnDeadline(lostAt, true, func() bool { return a.hub.answeredSince(at) }, next)
+		stop = func() { end(); next() }
 	}
 }
 
@@ -131,20 +126,22 @@ func (a *agent) recvAll(ctx context.Context, stream gotrainv1.Coordinator_WatchG
 	}
 }
 
-// rewatch opens the watch stream again, until patience after lostAt,
-// when contact was lost; stop ends the stream. An attempt is cut short at
-// that deadline too: the connection may look for a leader among the
-// replicas for longer.
-func (a *agent) rewatch(ctx context.Context, cause error, lostAt time.Time, patience time.Duration) (_ gotrainv1.Coordinator_WatchGenerationsClient, stop func(), _ error) {
-	deadline := lostAt.Add(patience)
+// rewatch opens the watch stream again until contactDeadline: one node
+// timeout after lostAt, when contact was lost, or two when streams opened
+// since (unanswered) — unless every replica now refuses the connection:
+// the coordinator is gone, which no blip explains. stop ends the stream.
+// An attempt is cut short at the deadline too: the connection may look for
+// a leader among the replicas for longer.
+func (a *agent) rewatch(ctx context.Context, cause error, lostAt time.Time, unanswered bool) (_ gotrainv1.Coordinator_WatchGenerationsClient, stop func(), _ error) {
 	for {
-		if time.Now().After(deadline) {
+		if time.Now().After(a.contactDeadline(lostAt, unanswered)) {
 			return nil, nil, a.cutOffFor(lostAt, cause)
 		}
 		sctx, cancel := context.WithCancel(ctx)
-		late := time.AfterFunc(time.Until(deadline), cancel)
+		end := a.endOnDeadline(lostAt, unanswered, nil, cancel)
 		stream, err := a.coord.WatchGenerations(sctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID, AfterSeq: a.lastSeq.Load()})
-		if late.Stop() && err == nil {
+		end()
+		if err == nil && sctx.Err() == nil {
 			return stream, cancel, nil
 		}
 		cancel()
@@ -162,6 +159,44 @@ func (a *agent) rewatch(ctx context.Context, cause error, lostAt time.Time, pati
 		case <-time.After(rewatchEvery):
 		}
 	}
+}
+
+// contactDeadline is when a node out of contact since lostAt gives up:
+// one node timeout after, two when streams opened since, unanswered (see
+// watch) — unless every replica refuses the connection by now.
+func (a *agent) contactDeadline(lostAt time.Time, unanswered bool) time.Time {
+	if unanswered && (a.lc == nil || !leaderconn.AllRefused(a.lc.Replicas(), lostAt)) {
+		return lostAt.Add(2 * a.nodeTimeout)
+	}
+	return lostAt.Add(a.nodeTimeout)
+}
+
+// endOnDeadline calls cancel once contactDeadline passes, looking every
+// rewatchEvery (the deadline comes nearer when every replica refuses),
+// unless answered (when not nil) says contact is back first; stop ends the
+// watch.
+func (a *agent) endOnDeadline(lostAt time.Time, unanswered bool, answered func() bool, cancel func()) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(rewatchEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if answered != nil && answered() {
+				return
+			}
+			if time.Now().After(a.contactDeadline(lostAt, unanswered)) {
+				cancel()
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
 }
 
 // cutOffFor is why a node out of contact since lostAt, the last error

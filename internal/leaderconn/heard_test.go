@@ -48,6 +48,9 @@ func TestNoMajority(t *testing.T) {
 		{"a single coordinator", []leaderconn.ReplicaState{st(a, leaderconn.Unreachable, refused)}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if got, want := leaderconn.AllRefused(tc.rs, t0), strings.HasPrefix(tc.name, "all refused") || tc.name == "a single coordinator"; got != want {
+				t.Errorf("AllRefused = %v, want %v", got, want)
+			}
 			// Every order of the same states gives the same verdict (up
 			// to the order in which they are listed).
 			for i := range tc.rs {

@@ -372,6 +372,18 @@ func NoMajority(replicas []ReplicaState, since time.Time) error {
 	return fmt.Errorf("no majority of the coordinator's %d replicas answers with a leader: %s", len(replicas), strings.Join(said, ", "))
 }
 
+// AllRefused says whether every replica refused the connection when last
+// tried, since since: their hosts answer and nothing listens there (the
+// coordinator's processes are gone), which no blip explains.
+func AllRefused(replicas []ReplicaState, since time.Time) bool {
+	for _, r := range replicas {
+		if r.Heard != Unreachable || r.At.Before(since) || !strings.Contains(status.Convert(r.Err).Message(), "connection refused") {
+			return false
+		}
+	}
+	return len(replicas) > 0
+}
+
 // unreachable says in a few words why a replica could not be reached.
 func unreachable(err error) string {
 	m := status.Convert(err).Message()
