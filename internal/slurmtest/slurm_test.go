@@ -506,12 +506,6 @@ echo "srun exit $?"
 			o := readFile(t, out)
 			return strings.Contains(o, "[rank 0] got USR1") && strings.Contains(o, "[rank 1] got USR1")
 		})
-		time.Sleep(500 * time.Millisecond) // a second delivery would come by now
-		for _, r := range []string{"[rank 0] got USR1", "[rank 1] got USR1"} {
-			if n := strings.Count(readFile(t, out), r); n != 1 {
-				t.Errorf("%q %d times, want once:\n%s", r, n, readFile(t, out))
-			}
-		}
 		t0 := time.Now()
 		if b, err := c.client("scancel", job); err != nil {
 			t.Fatalf("scancel: %v: %s", err, b)
@@ -527,6 +521,13 @@ echo "srun exit $?"
 		o := readFile(t, out)
 		if n := strings.Count(o, "Exited with exit code 143"); n != 2 || strings.Contains(o, "with exit code 1\n") {
 			t.Errorf("want both tasks to exit 143 (stopped by SIGTERM):\n%s", o)
+		}
+		// Counted once the job is over, not after a pause: a second
+		// delivery of USR1, however late, came before the ranks ended.
+		for _, r := range []string{"[rank 0] got USR1", "[rank 1] got USR1"} {
+			if n := strings.Count(o, r); n != 1 {
+				t.Errorf("%q %d times, want once:\n%s", r, n, o)
+			}
 		}
 		t.Logf("scancel to nothing left in %s", time.Since(t0).Round(10*time.Millisecond))
 	})

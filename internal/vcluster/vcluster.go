@@ -267,6 +267,10 @@ func (h *Host) Proc() *Proc {
 	return h.last
 }
 
+// Pids are the live processes in h's network namespace: every process
+// started there and their descendants (workers, their children).
+func (h *Host) Pids() []int { return nsPids(h.NS) }
+
 // Kill sends SIGKILL to h's process (Proc).
 func (h *Host) Kill() { h.signal(syscall.SIGKILL) }
 
