@@ -146,19 +146,19 @@ func (c *Config) setDefaults() {
 
 // Report is the result of Run. Its JSON form is `gotrain doctor --json`.
 type Report struct {
-	Healthy    bool           `json:"healthy"`
-	Driver     string         `json:"driver_version"`
-	CUDADriver string         `json:"cuda_driver_version"`
-	NCCL       string         `json:"nccl_version,omitempty"`
+	Healthy    bool   `json:"healthy"`
+	Driver     string `json:"driver_version"`
+	CUDADriver string `json:"cuda_driver_version"`
+	NCCL       string `json:"nccl_version,omitempty"`
 	// MultiRankGPU says whether several ranks may share a GPU: "enabled"
 	// (NCCL ≥ 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1 here), "available"
 	// (NCCL ≥ 2.30: gotrain launch --ranks-per-gpu N sets it), or
 	// "unavailable" (an older NCCL).
-	MultiRankGPU string `json:"multi_rank_per_gpu,omitempty"`
-	GPUs       []GPU          `json:"gpus"`
-	Topology   *topo.Topology `json:"topology,omitempty"`
-	Smoke      *SmokeResult   `json:"smoke,omitempty"`
-	Checks     []Check        `json:"checks"`
+	MultiRankGPU string         `json:"multi_rank_per_gpu,omitempty"`
+	GPUs         []GPU          `json:"gpus"`
+	Topology     *topo.Topology `json:"topology,omitempty"`
+	Smoke        *SmokeResult   `json:"smoke,omitempty"`
+	Checks       []Check        `json:"checks"`
 }
 
 func (r *Report) add(c Check) {
