@@ -96,7 +96,7 @@ func TestBenchCPUBinary(t *testing.T) {
 			t.Skip("skipping: this machine has a GPU")
 		}
 		stdout, stderr, code := runGotrain(t, bin, "bench", "allreduce")
-		if code == 0 || stdout != "" || !strings.Contains(stderr, "no NVIDIA GPUs") || !strings.Contains(stderr, "--backend cpu") {
+		if code == 0 || stdout != "" || !strings.Contains(stderr, "no NVIDIA GPU") || !strings.Contains(stderr, "--backend cpu") {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
 	})
