@@ -328,47 +328,10 @@ func (p *Proc) drain(pumpsDone <-chan struct{}) {
 		case <-t.C:
 		}
 	}
-	p.closePipes(pumpsDone, grace)
-	<-pumpsDone
-}
-
-// closePipes closes the output pipes' read ends, which ends the pumps'
-// reads, once nothing is left buffered in them: lines the process wrote
-// before it exited are copied out first, however slowly a loaded machine
-// runs the pumps (they lost the last lines of a rank that wrote 120 KB and
-// exited while its console lagged), for at most grace more; what a
-// leftover writer still sends after that is dropped.
-func (p *Proc) closePipes(pumpsDone <-chan struct{}, grace time.Duration) {
-	deadline := time.Now().Add(grace)
-	for buffered(p.pipes) && time.Now().Before(deadline) {
-		select {
-		case <-pumpsDone:
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 	for _, f := range p.pipes {
-		_ = f.Close()
+		_ = f.Close() // the pumps' reads end
 	}
-}
-
-// buffered says whether a pipe holds bytes not yet read (FIONREAD, which
-// Linux names TIOCINQ). It
-// reads the descriptor through SyscallConn, not Fd, which would make it
-// blocking and let a read in flight keep Close from closing it.
-func buffered(pipes [2]*os.File) bool {
-	for _, f := range pipes {
-		rc, err := f.SyscallConn()
-		if err != nil {
-			continue
-		}
-		n := 0
-		_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
-		if n > 0 {
-			return true
-		}
-	}
-	return false
+	<-pumpsDone
 }
 
 // groupEmpty reports whether process group pgid has no process left.

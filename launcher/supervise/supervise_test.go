@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -226,39 +225,6 @@ func TestOutputLines(t *testing.T) {
 	}
 	if got, want := rec.get(Stderr), []string{"on stderr"}; !slices.Equal(got, want) {
 		t.Errorf("stderr %q, want %q", got, want)
-	}
-}
-
-// slowSink lags (2 ms a line) on lines from..from+200, like a console on
-// a loaded machine, and keeps up before and after.
-type slowSink struct {
-	*recorder
-	seen *atomic.Int32
-	from int32
-}
-
-func (s slowSink) Line(st Stream, l []byte) {
-	if n := s.seen.Add(1); n > s.from && n <= s.from+200 {
-		time.Sleep(2 * time.Millisecond)
-	}
-	s.recorder.Line(st, l)
-}
-
-// What a process wrote before it exited reaches the sink, however slowly
-// the sink takes it: its pipe is not closed on lines still in it.
-func TestOutputOfAnExitedProcessDrained(t *testing.T) {
-	s := newSupervisor(t, Config{})
-	rec := &recorder{}
-	// 1500 lines of 100 bytes; the sink lags on lines 1001-1200 for 0.4 s,
-	// when the shell has put its last lines in the pipe and exited: the
-	// pipe then holds lines for longer than DrainOrphanWait.
-	p, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"-c", `i=0; while [ $i -lt 1500 ]; do printf '%099d\n' $i; i=$((i+1)); done`}, Output: slowSink{rec, &atomic.Int32{}, 1000}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitDone(t, p)
-	if got := rec.get(Stdout); len(got) != 1500 || !strings.HasSuffix(got[len(got)-1], "1499") {
-		t.Errorf("%d lines reached the sink, want 1500 ending with 1499", len(got))
 	}
 }
 
