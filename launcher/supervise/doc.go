@@ -14,7 +14,8 @@
 // other children's statuses). Exited closes when the exit is known: at
 // wait4, or earlier when both pipes reached EOF and /proc says every thread
 // is exiting (Exit.Early; procfs.go explains why that pays off with CUDA).
-// After the exit the output is drained: descendants in the group get
+// After the exit the output is drained: pipes no process holds any more
+// are read to their end, however long that takes; descendants in the group get
 // Config.DrainGrace to close the pipes before the group is SIGKILLed, and
 // pipes held only by processes that left the group are closed on them after
 // DrainOrphanWait. Then the group is killed, leftover descendants are killed

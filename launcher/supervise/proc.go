@@ -295,16 +295,15 @@ func (p *Proc) exitEarly() {
 }
 
 // drain waits, after the process exited, until its output pipes reach EOF.
-// Without descendants that is at once: the kernel closed the process's ends
-// before wait4 returned. Descendants in its group get DrainGrace, then the
+// Without descendants that is once the pumps read what is left in them:
+// the kernel closed the process's ends before wait4 returned (pumpsFinish).
+// Descendants in its group get DrainGrace, then the
 // group is killed; pipes that stay open after that, or that only processes
 // outside the group hold, are closed on them, so that a detached grandchild
 // can neither delay the exit's report nor block it forever.
 func (p *Proc) drain(pumpsDone <-chan struct{}) {
-	select {
-	case <-pumpsDone:
+	if p.pumpsFinish(pumpsDone) {
 		return
-	default:
 	}
 	grace := p.s.cfg.DrainGrace
 	orphansOnly := groupEmpty(p.pid)
@@ -319,6 +318,9 @@ func (p *Proc) drain(pumpsDone <-chan struct{}) {
 		return
 	case <-t.C:
 	}
+	if p.pumpsFinish(pumpsDone) {
+		return
+	}
 	if !orphansOnly {
 		_ = unix.Kill(-p.pid, unix.SIGKILL)
 		t.Reset(grace)
@@ -327,11 +329,54 @@ func (p *Proc) drain(pumpsDone <-chan struct{}) {
 			return
 		case <-t.C:
 		}
+		if p.pumpsFinish(pumpsDone) {
+			return
+		}
 	}
 	for _, f := range p.pipes {
 		_ = f.Close() // the pumps' reads end
 	}
 	<-pumpsDone
+}
+
+// pumpsFinish says whether the pumps are done or will be by themselves,
+// and then waits for them: once no process holds a pipe's write end, its
+// pump reaches EOF after the lines left in it. Reading them may take long
+// on a loaded machine (a process that exits after a burst leaves up to a
+// pipe buffer full), and closing the pipe then would cut off the process's
+// last lines; only pipes still held (by descendants) are closed on them.
+func (p *Proc) pumpsFinish(pumpsDone <-chan struct{}) bool {
+	select {
+	case <-pumpsDone:
+		return true
+	default:
+	}
+	for _, f := range p.pipes {
+		if !writersGone(f) {
+			return false
+		}
+	}
+	<-pumpsDone
+	return true
+}
+
+// writersGone reports whether no process holds the write end of the pipe
+// whose read end is r: poll says POLLHUP. A read end its pump closed
+// counts as gone.
+func writersGone(r *os.File) bool {
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return true
+	}
+	gone := true
+	if err := rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		gone = err == nil && n == 1 && fds[0].Revents&unix.POLLHUP != 0
+	}); err != nil {
+		return true // closed
+	}
+	return gone
 }
 
 // groupEmpty reports whether process group pgid has no process left.

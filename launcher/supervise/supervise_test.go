@@ -228,6 +228,46 @@ func TestOutputLines(t *testing.T) {
 	}
 }
 
+// lateSink is a recorder that takes its first line only once the process
+// is reaped, and a moment after: the rest waits in the pipe meanwhile, as
+// on a loaded machine.
+type lateSink struct {
+	recorder
+	pid   chan int
+	first sync.Once
+}
+
+func (s *lateSink) Line(st Stream, b []byte) {
+	s.first.Do(func() {
+		pid := <-s.pid
+		for deadline := time.Now().Add(patience); present(pid) && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // past DrainOrphanWait and DrainGrace
+	})
+	s.recorder.Line(st, b)
+}
+
+// A process that fills its pipe and exits keeps every line, however long
+// the lines take to read after its exit: no process holds the pipe any
+// more, so it is read to its end, not closed after DrainOrphanWait (under
+// load, launcher's TestFullDiskWarnsOnce lost a worker's last lines so).
+func TestLinesLeftInPipeAfterExit(t *testing.T) {
+	s := newSupervisor(t, Config{DrainOrphanWait: time.Millisecond, DrainGrace: time.Millisecond})
+	rec := &lateSink{pid: make(chan int, 1)}
+	const n = 3000 // about 30 KiB: the pipe holds them all
+	p, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"-c", fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo "line $i"; i=$((i+1)); done`, n)}, Output: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.pid <- p.Pid()
+	waitDone(t, p)
+	got := rec.get(Stdout)
+	if len(got) != n || got[n-1] != fmt.Sprintf("line %d", n-1) {
+		t.Fatalf("%d lines, the last %q; want %d, the last \"line %d\"", len(got), got[len(got)-1:], n, n-1)
+	}
+}
+
 // A line longer than MaxLine comes in pieces of MaxLine bytes, none lost.
 func TestLongLine(t *testing.T) {
 	s := newSupervisor(t, Config{})

@@ -530,11 +530,20 @@ func TestPeerCloseTwoRanks(t *testing.T) {
 
 func TestContextCancelUnblocks(t *testing.T) {
 	comms := newMesh(t, 2)
-	// Rank 1 never joins: rank 0 blocks until its deadline.
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
+	// Rank 1 never joins: rank 0 blocks until its deadline. The deadline
+	// must pass during the collective: one that passed before it began
+	// (a loaded machine can take 50 ms to get there) fails it at once,
+	// unnumbered, and the communicator stays usable; try a longer one.
 	b := comm.Host(make([]float32, 1<<20))
-	err := comms[0].AllReduce(ctx, b, b, comm.Sum)
+	var err error
+	for d := 50 * time.Millisecond; ; d *= 2 {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		err = comms[0].AllReduce(ctx, b, b, comm.Sum)
+		cancel()
+		if err == nil || strings.Contains(err.Error(), "#") || d > 10*time.Second {
+			break
+		}
+	}
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "allreduce #1") {
 		t.Fatalf("err = %v, want DeadlineExceeded during allreduce #1", err)
 	}
