@@ -8,10 +8,6 @@ import (
 	"github.com/gotrain/gotrain/nccl"
 )
 
-// minMultiRankNCCL is the first NCCL that lets several ranks of one
-// communicator share a GPU (NCCL_MULTI_RANK_GPU_ENABLE).
-var minMultiRankNCCL = doctor.MultiRankNCCL
-
 // checkRanksPerGPU refuses a --ranks-per-gpu that can never work, before
 // anything starts: below 1, on the CPU backend, or with an NCCL older than
 // 2.30 (whose init fails on a second rank of one GPU, on every rank). given
@@ -29,11 +25,11 @@ func checkRanksPerGPU(cfg *launcher.Config, given bool) error {
 	}
 	lib, err := nccl.Load()
 	if err != nil {
-		return fmt.Errorf("--ranks-per-gpu %d needs NCCL %s or newer: %w", cfg.RanksPerGPU, minMultiRankNCCL, err)
+		return fmt.Errorf("--ranks-per-gpu %d needs NCCL %s or newer: %w", cfg.RanksPerGPU, doctor.MultiRankNCCL, err)
 	}
-	if lib.Version() < minMultiRankNCCL {
+	if lib.Version() < doctor.MultiRankNCCL {
 		return fmt.Errorf("--ranks-per-gpu %d needs NCCL %s or newer (several ranks of one communicator on one GPU), but the NCCL workers would load is %s at %s: point %s at a newer libnccl.so.2, or run one worker per GPU",
-			cfg.RanksPerGPU, minMultiRankNCCL, lib.Version(), lib.Path(), nccl.LibraryEnv)
+			cfg.RanksPerGPU, doctor.MultiRankNCCL, lib.Version(), lib.Path(), nccl.LibraryEnv)
 	}
 	return nil
 }
