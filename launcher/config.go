@@ -177,8 +177,6 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
 	case c.GossipPort < 0 || c.GossipPort > 65535:
 		return fmt.Errorf("--gossip-port must be between 0 and 65535, got %d", c.GossipPort)
-	case c.Coordinator != "" && c.Trust == (jobtls.Trust{}):
-		return errNoTrust
 	case c.MetricsAddr != "" && c.Coordinator != "":
 		return errors.New("--metrics-addr is served by the coordinator, and this node joins one at --coordinator: pass --metrics-addr to the node or `gotrain coordinator` that runs it")
 	}

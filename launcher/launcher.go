@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -131,6 +132,7 @@ type agent struct {
 
 	coord       gotrainv1.CoordinatorClient
 	replicaView // the coordinator's replicas, as this agent knows them (replicas.go)
+	keysView    // the pin and the job CA (keys.go)
 	nodeID      string
 	socket      string
 	sup         *supervise.Supervisor // starts and watches every process (launcher/supervise)
@@ -252,7 +254,7 @@ func (a *agent) run(ctx context.Context) error {
 		a.cfg.LogDir = dir
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: logs in %s\n", dir)
 	}
-	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: a.coordinatorAddrs(coordAddr), Token: a.cfg.JobToken, Metrics: a.metricsAddr, Trust: trust}); err == nil {
+	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: a.coordinatorAddrs(coordAddr), Token: a.cfg.JobToken, Metrics: a.metricsAddr, Trust: a.trust}); err == nil {
 		defer f.Remove() // lets `gotrain diagnose` find this job
 	} else {
 		a.log.Warn("no run file for gotrain diagnose", "err", err)
@@ -338,6 +340,10 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		sig := syscall.Signal(f.Code - 128)
 		return &ExitError{Code: f.Code, Message: fmt.Sprintf("gotrain: stopped by %s", unix.SignalName(sig))}
 	case agentcore.FinishedLost:
+		var re *coordinatorRestarted
+		if errors.As(lost, &re) { // keys.go: not a blip, not this node's loss
+			return &ExitError{Code: 1, Message: re.Error() + "; this node's workers on " + a.host + " were stopped"}
+		}
 		return fmt.Errorf("lost the coordinator at %s: %w; this node's workers on %s were stopped", coordAddr, lost, a.host)
 	}
 	return ctx.Err()
