@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"golang.org/x/sys/unix"
 
 	"github.com/gotrain/gotrain/internal/jobtls"
