@@ -183,7 +183,7 @@ func (p *proofCreds) ClientHandshake(ctx context.Context, authority string, raw 
 	n, err := io.ReadFull(conn, got)
 	switch {
 	case n >= len(serverRefuse) && string(got[:len(serverRefuse)]) == serverRefuse:
-		return fail(fmt.Errorf("%w at %s: the job token given here is not the job's (check %s or --job-token-file)", ErrProofRefused, authority, "GOTRAIN_JOB_TOKEN"))
+		return fail(fmt.Errorf("%w at %s: the job token given here is not the job's (check %s or --job-token-file), or someone in the middle relays this connection", ErrProofRefused, authority, "GOTRAIN_JOB_TOKEN"))
 	case err != nil || string(got[:len(serverOK)]) != serverOK || !hmac.Equal(got[len(serverOK):], proofOf(p.tok, "gotrain server", ekm)):
 		return fail(p.noProof(authority, ti.State.PeerCertificates))
 	}
