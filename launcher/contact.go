@@ -153,7 +153,7 @@ func (a *agent) rewatch(ctx context.Context, cause error, lostAt time.Time, unan
 			return nil, nil, ctx.Err()
 		case final(err):
 			return nil, nil, err
-		case restarted(err) != nil: // keys.go: a new identity, not a blip
+		case len(a.replicaSet()) <= 1 && restarted(err) != nil: // keys.go: a new identity, not a blip
 			return nil, nil, restarted(err)
 		case err != nil:
 			cause = err

@@ -2,19 +2,26 @@ package launcher
 
 import (
 	"bytes"
+	"context"
+	"encoding/base64"
 	"errors"
+	"log/slog"
 	"crypto/tls"
 	"io"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
 
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobtls"
+	"github.com/gotrain/gotrain/internal/leaderconn"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
 const keysToken = "0123456789abcdef0123456789abcdef"
@@ -22,7 +29,15 @@ const keysToken = "0123456789abcdef0123456789abcdef"
 // startCoordinator runs a real coordinator of one node at listen.
 func startCoordinator(t *testing.T, listen string) *host.Coordinator {
 	t.Helper()
+	return startCoordinatorCA(t, listen, nil)
+}
+
+// startCoordinatorCA is startCoordinator with the job CA ca (nil: a new
+// one).
+func startCoordinatorCA(t *testing.T, listen string, ca *jobtls.CA) *host.Coordinator {
+	t.Helper()
 	cfg := host.DefaultConfig()
+	cfg.CA = ca
 	cfg.JobToken, cfg.Listen, cfg.Nodes, cfg.NoGossip = keysToken, listen, 1, true
 	cfg.NodeTimeout = 2 * time.Minute // far longer than a restart takes to be noticed
 	c, err := host.Start(t.Context(), cfg)
@@ -213,3 +228,125 @@ func (s *syncBuffer) String() string {
 }
 
 var _ io.Writer = (*syncBuffer)(nil)
+
+// hintServer is a coordinator that holds the token (a token holder can
+// serve one) with a CA of its own: as a follower it names leader in every
+// answer with proof, as the attacker's coordinator it counts the calls
+// it gets.
+type hintServer struct {
+	gotrainv1.UnimplementedCoordinatorServer
+	addr   string
+	leader string
+	proof  []string
+	calls  atomic.Int32
+}
+
+func startHintServer(t *testing.T, leader string, proof ...string) *hintServer {
+	t.Helper()
+	ca, err := jobtls.NewCA("token holder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.ServerCertificate([]string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hintServer{leader: leader, proof: proof}
+	s := grpc.NewServer(grpc.Creds(jobtls.ServerCredentials(jobtls.ServerConfig(cert, ca), keysToken)))
+	gotrainv1.RegisterCoordinatorServer(s, h)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.addr = lis.Addr().String()
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return h
+}
+
+func (h *hintServer) GetJobStatus(ctx context.Context, _ *gotrainv1.GetJobStatusRequest) (*gotrainv1.JobStatus, error) {
+	h.calls.Add(1)
+	if h.leader != "" {
+		return nil, leaderconn.NotLeader(ctx, h.addr, h.leader, h.proof...)
+	}
+	return &gotrainv1.JobStatus{State: "the attacker's"}, nil
+}
+
+// Issue 24: a token holder answering as a follower sent every agent to
+// its own coordinator with a gotrain-leader hint. The agent believes a
+// hint only when the replica set's CA signed it (leader and term): a
+// forged, unsigned or stale one is ignored, and the call goes on to the
+// real replicas; a signed one is followed.
+func TestForgedLeaderHintIgnored(t *testing.T) {
+	ca, err := jobtls.NewCA("real")
+	if err != nil {
+		t.Fatal(err)
+	}
+	signWith := func(_ *testing.T, _ *host.Coordinator, msg []byte) []byte {
+		sig, err := ca.Sign(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sig
+	}
+	real := startCoordinatorCA(t, "127.0.0.1:0", ca)
+	attacker := startHintServer(t, "")
+	mine, _ := jobtls.NewCA("mine")
+	forgedSig, _ := mine.Sign(leaderconn.HintMessage(attacker.addr, 99))
+	b64 := base64.StdEncoding.EncodeToString
+	jobCA := ca.Cert
+	staleSig := signWith(t, real, leaderconn.HintMessage(attacker.addr, 1))
+	for _, tc := range []struct {
+		name  string
+		proof []string
+	}{
+		{"unsigned", nil},
+		{"signed by another CA", []string{leaderconn.TermKey, "99", leaderconn.SigKey, b64(forgedSig)}},
+		{"the job CA's signature of another term", []string{leaderconn.TermKey, "7", leaderconn.SigKey, b64(staleSig)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := attacker.calls.Load()
+			follower := startHintServer(t, attacker.addr, tc.proof...)
+			a := &agent{log: slog.New(slog.DiscardHandler), cfg: Config{JobSettings: host.JobSettings{JobToken: keysToken}}}
+			a.jobCA = jobCA
+			lc, err := a.dialCoordinator([]string{follower.addr, real.Addr().String()}, jobtls.Trust{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lc.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			st, err := gotrainv1.NewCoordinatorClient(lc).GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.GetState() == "the attacker's" || attacker.calls.Load() != before {
+				t.Errorf("the agent followed a %s hint to the attacker", tc.name)
+			}
+			if follower.calls.Load() == 0 {
+				t.Error("the call never reached the follower: the test cannot fail")
+			}
+		})
+	}
+	// The control: a hint the job CA signed is followed.
+	t.Run("signed by the job CA", func(t *testing.T) {
+		before := attacker.calls.Load()
+		sig := signWith(t, real, leaderconn.HintMessage(attacker.addr, 5))
+		follower := startHintServer(t, attacker.addr, leaderconn.TermKey, "5", leaderconn.SigKey, b64(sig))
+		a := &agent{log: slog.New(slog.DiscardHandler), cfg: Config{JobSettings: host.JobSettings{JobToken: keysToken}}}
+		a.jobCA = jobCA
+		lc, err := a.dialCoordinator([]string{follower.addr, real.Addr().String()}, jobtls.Trust{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lc.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		if _, err := gotrainv1.NewCoordinatorClient(lc).GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if attacker.calls.Load() == before {
+			t.Error("a hint signed by the job CA was not followed")
+		}
+	})
+}
