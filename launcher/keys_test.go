@@ -3,11 +3,11 @@ package launcher
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
-	"log/slog"
-	"crypto/tls"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"

@@ -242,4 +242,3 @@ func mustParse(t *testing.T, der []byte) *x509.Certificate {
 	}
 	return c
 }
-
