@@ -58,9 +58,10 @@ type Config struct {
 	// 127.0.0.1 on one node, else the first non-loopback IPv4 address).
 	NodeAddress string
 	// Trust is how a joining agent (Coordinator set) verifies the
-	// coordinator before it sends the token: the CA hash the first node
-	// printed, the site's CA file, or, only when asked, no check. An agent
-	// that starts the coordinator pins its own.
+	// coordinator besides the proof of the token that every connection
+	// makes: the CA hash the first node printed, the site's CA file, or
+	// none (the CA found at Join is pinned then). An agent that starts the
+	// coordinator pins its own.
 	Trust jobtls.Trust
 	// TLSCert and TLSKey, when set, are the certificate of the site's PKI
 	// that the embedded coordinator presents (see host.Config).
