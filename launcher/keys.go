@@ -36,7 +36,7 @@ type keysView struct {
 
 // learnKeys takes, after Join, the pin and the job CA: the CA the joining
 // connection presented (proven) is pinned from now on when no pin was
-// given, and the CA Join names must be that one when the chain holds it.
+// given, and the job CA Join names verifies leader hints.
 func (a *agent) learnKeys(trust jobtls.Trust, proven jobtls.Proven, caDER []byte) (jobtls.Trust, error) {
 	if trust.CAFile == "" && trust.CAHash == "" && proven.Pin != "" {
 		trust = jobtls.Trust{CAHash: proven.Pin}
@@ -49,24 +49,12 @@ func (a *agent) learnKeys(trust jobtls.Trust, proven jobtls.Proven, caDER []byte
 	}
 	ca, err := x509.ParseCertificate(caDER)
 	if err != nil || !ca.IsCA {
-		return trust, fmt.Errorf("the coordinator's job CA (from Join) does not parse as a CA: %v", err)
+		return trust, fmt.Errorf("the coordinator's job CA (from Join) is not a CA: %v", err)
 	}
-	if inChain(proven, ca) || proven.Pin == "" || !chainHasCA(proven) {
-		a.jobCA = ca
-		return trust, nil
-	}
-	return trust, fmt.Errorf("the coordinator names job CA %s but presented %s: refusing its hints and keys", jobtls.Hash(ca), proven.Pin)
-}
-
-func inChain(p jobtls.Proven, ca *x509.Certificate) bool { return p.Pin == jobtls.Hash(ca) }
-
-func chainHasCA(p jobtls.Proven) bool {
-	for _, c := range p.State.PeerCertificates {
-		if c.IsCA {
-			return true
-		}
-	}
-	return false
+	// Join's answer came over a connection that proved the token and
+	// passed the pin (or the site's PKI): its CA is the job's.
+	a.jobCA = ca
+	return trust, nil
 }
 
 // checkHint is the connection's check of a follower's leader hint

@@ -181,17 +181,19 @@ func (p *proofCreds) ClientHandshake(ctx context.Context, authority string, raw 
 	}
 	got := make([]byte, len(serverOK)+proofLen)
 	n, err := io.ReadFull(conn, got)
+	proven := err == nil && string(got[:len(serverOK)]) == serverOK && hmac.Equal(got[len(serverOK):], proofOf(p.tok, "gotrain server", ekm))
+	mismatch := p.want != "" && verifyPinned(rawChain(ti.State.PeerCertificates), p.want) != nil
 	switch {
+	case !proven && mismatch:
+		return fail(p.noProof(authority, ti.State.PeerCertificates)) // another coordinator, not this job's restarted
 	case n >= len(serverRefuse) && string(got[:len(serverRefuse)]) == serverRefuse:
 		return fail(fmt.Errorf("%w at %s: the job token given here is not the job's (check %s or --job-token-file), or someone in the middle relays this connection", ErrProofRefused, authority, "GOTRAIN_JOB_TOKEN"))
-	case err != nil || string(got[:len(serverOK)]) != serverOK || !hmac.Equal(got[len(serverOK):], proofOf(p.tok, "gotrain server", ekm)):
+	case !proven:
 		return fail(p.noProof(authority, ti.State.PeerCertificates))
 	}
 	pin := chainPin(ti.State.PeerCertificates)
-	if p.want != "" {
-		if err := verifyPinned(rawChain(ti.State.PeerCertificates), p.want); err != nil {
-			return fail(&IdentityError{Addr: authority, Was: p.want, Now: pin})
-		}
+	if mismatch {
+		return fail(&IdentityError{Addr: authority, Was: p.want, Now: pin})
 	}
 	return conn, Proven{TLSInfo: ti, Pin: pin}, nil
 }
@@ -216,14 +218,17 @@ func rawChain(certs []*x509.Certificate) [][]byte {
 	return raw
 }
 
-// chainPin is the pin of the CA in certs that issued the leaf (certs[0]),
-// or the leaf's own when none did.
+// chainPin is the pin of the CA in certs that issued the leaf (certs[0])
+// for the coordinator (ServerName, server authentication): a job CA. For
+// any other chain (a site's certificate) it is the leaf's own pin, which
+// verifyPinned accepts as it is.
 func chainPin(certs []*x509.Certificate) string {
 	if len(certs) == 0 {
 		return ""
 	}
+	raw := rawChain(certs)
 	for _, c := range certs[1:] {
-		if c.IsCA && certs[0].CheckSignatureFrom(c) == nil {
+		if c.IsCA && verifyPinned(raw, Hash(c)) == nil {
 			return Hash(c)
 		}
 	}
