@@ -124,6 +124,12 @@ func containsNewIdentity(err error) bool {
 	return strings.Contains(verifyFailure(err), "restarted with a new identity")
 }
 
+// restartedExit is the agent's exit after its coordinator restarted with
+// a new identity (err, a *coordinatorRestarted).
+func (a *agent) restartedExit(err error) error {
+	return &ExitError{Code: 1, Message: err.Error() + "; this node's workers on " + a.host + " were stopped"}
+}
+
 // coordinatorRestarted ends the agent: the coordinator cannot continue
 // the job.
 type coordinatorRestarted struct{ msg string }

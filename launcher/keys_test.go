@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -171,7 +171,7 @@ func TestRestartedCoordinatorHasNewIdentity(t *testing.T) {
 	addr := first.Addr().String()
 	cfg := joinerConfig(addr, jobtls.Trust{}) // pins the first CA at Join
 	cfg.JobToken, cfg.Program, cfg.Args = keysToken, "/bin/sleep", []string{"600"}
-	var stderr syncBuffer
+	var stderr lockedBuffer
 	cfg.Stderr = &stderr
 	errc := make(chan error, 1)
 	go func() { errc <- Run(t.Context(), cfg) }()
@@ -209,25 +209,6 @@ func TestRestartedCoordinatorHasNewIdentity(t *testing.T) {
 		t.Errorf("the agent's error %v is not a non-zero exit", err)
 	}
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var _ io.Writer = (*syncBuffer)(nil)
 
 // hintServer is a coordinator that holds the token (a token holder can
 // serve one) with a CA of its own: as a follower it names leader in every
@@ -307,19 +288,7 @@ func TestForgedLeaderHintIgnored(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := attacker.calls.Load()
 			follower := startHintServer(t, attacker.addr, tc.proof...)
-			a := &agent{log: slog.New(slog.DiscardHandler), cfg: Config{JobSettings: host.JobSettings{JobToken: keysToken}}}
-			a.jobCA = jobCA
-			lc, err := a.dialCoordinator([]string{follower.addr, real.Addr().String()}, jobtls.Trust{}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer lc.Close()
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-			defer cancel()
-			st, err := gotrainv1.NewCoordinatorClient(lc).GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := statusVia(t, jobCA, follower.addr, real.Addr().String())
 			if st.GetState() == "the attacker's" || attacker.calls.Load() != before {
 				t.Errorf("the agent followed a %s hint to the attacker", tc.name)
 			}
@@ -333,20 +302,29 @@ func TestForgedLeaderHintIgnored(t *testing.T) {
 		before := attacker.calls.Load()
 		sig := signWith(t, real, leaderconn.HintMessage(attacker.addr, 5))
 		follower := startHintServer(t, attacker.addr, leaderconn.TermKey, "5", leaderconn.SigKey, b64(sig))
-		a := &agent{log: slog.New(slog.DiscardHandler), cfg: Config{JobSettings: host.JobSettings{JobToken: keysToken}}}
-		a.jobCA = jobCA
-		lc, err := a.dialCoordinator([]string{follower.addr, real.Addr().String()}, jobtls.Trust{}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lc.Close()
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		if _, err := gotrainv1.NewCoordinatorClient(lc).GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{}); err != nil {
-			t.Fatal(err)
-		}
+		statusVia(t, jobCA, follower.addr, real.Addr().String())
 		if attacker.calls.Load() == before {
 			t.Error("a hint signed by the job CA was not followed")
 		}
 	})
+}
+
+// statusVia asks for the job's status as an agent whose job CA is jobCA
+// would, through its connection over the replicas at addrs.
+func statusVia(t *testing.T, jobCA *x509.Certificate, addrs ...string) *gotrainv1.JobStatus {
+	t.Helper()
+	a := &agent{log: slog.New(slog.DiscardHandler), cfg: Config{JobSettings: host.JobSettings{JobToken: keysToken}}}
+	a.jobCA = jobCA
+	lc, err := a.dialCoordinator(addrs, jobtls.Trust{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	st, err := gotrainv1.NewCoordinatorClient(lc).GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

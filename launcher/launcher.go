@@ -309,6 +309,9 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		relaySrv.Stop()
 		stopSubsystems()
 		_ = g.Wait()
+		if re := restarted(err); re != nil && len(a.replicaSet()) <= 1 {
+			return a.restartedExit(re) // keys.go
+		}
 		return fmt.Errorf("watch the coordinator at %s: %w", coordAddr, err)
 	}
 	events := make(chan *gotrainv1.GenerationEvent)
@@ -340,9 +343,8 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		sig := syscall.Signal(f.Code - 128)
 		return &ExitError{Code: f.Code, Message: fmt.Sprintf("gotrain: stopped by %s", unix.SignalName(sig))}
 	case agentcore.FinishedLost:
-		var re *coordinatorRestarted
-		if errors.As(lost, &re) { // keys.go: not a blip, not this node's loss
-			return &ExitError{Code: 1, Message: re.Error() + "; this node's workers on " + a.host + " were stopped"}
+		if errors.As(lost, new(*coordinatorRestarted)) { // keys.go: not a blip, not this node's loss
+			return a.restartedExit(lost)
 		}
 		return fmt.Errorf("lost the coordinator at %s: %w; this node's workers on %s were stopped", coordAddr, lost, a.host)
 	}
