@@ -242,3 +242,36 @@ func mustParse(t *testing.T, der []byte) *x509.Certificate {
 	}
 	return c
 }
+
+// A standalone replica hands the job CA only to a caller from a listed
+// peer's host whose connection proved the token: from another address,
+// PermissionDenied; from a peer's host, the set's CA.
+func TestStandaloneReplicaCAOnlyToListedPeers(t *testing.T) {
+	peers, cs := startReplicas(t, 3, 1)
+	ask := func(from string) (*gotrainv1.ReplicaCAResponse, error) {
+		creds, err := jobtls.Trust{}.Credentials(replicaToken, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		cc, err := grpc.NewClient(peers[0], grpc.WithTransportCredentials(creds),
+			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+		defer cancel()
+		return gotrainv1.NewCoordinatorClient(cc).ReplicaCA(ctx, &gotrainv1.ReplicaCARequest{})
+	}
+	if _, err := ask("127.0.0.2"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("ReplicaCA from a host --peers does not list: %v, want PermissionDenied", err)
+	}
+	resp, err := ask("127.0.0.1")
+	if err != nil {
+		t.Fatalf("ReplicaCA from a listed peer's host: %v", err)
+	}
+	if ca, err := jobtls.ParseCA(resp.GetCaCert(), resp.GetCaKey()); err != nil || ca.Hash() != cs[0].CAHash() {
+		t.Errorf("the CA handed over: %v; want %s", err, cs[0].CAHash())
+	}
+}

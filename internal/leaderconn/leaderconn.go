@@ -4,7 +4,9 @@
 //
 // A replica that is not the leader fails each call with codes.Unavailable
 // and names the leader in the trailer LeaderKey (NotLeader builds that
-// answer on the server side). The Conn follows the hint at once; without
+// answer on the server side), with proof beside it (TermKey, SigKey: the
+// replica set's signature of HintMessage). The Conn follows the hint at
+// once — WithHintCheck, only a hint whose proof passes; without
 // one (an election, or a replica that is down) it tries the replicas in
 // turn, backing off from 25 ms to 500 ms, for at most the failover window
 // (15 s by default) of each call. It then returns the last error
