@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,19 @@ func TestTokenHolderCannotMintCertificates(t *testing.T) {
 		t.Fatalf("a forged certificate of %s reported its rank's exit", a.id)
 	}
 	t.Logf("forged node certificate: %v", err)
+	// Sent regardless of the CAs the server asks for: the handshake fails.
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", ld.Addr().String(), &tls.Config{
+		InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"h2"},
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &forged, nil },
+	})
+	if err == nil {
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("a forged node certificate sent anyway: %v; want the handshake refused", err)
+	}
 }
 
 // nodeAt joins the embedded coordinator at addr as a node at address,
