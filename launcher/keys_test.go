@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -313,7 +314,7 @@ func TestForgedLeaderHintIgnored(t *testing.T) {
 // would, through its connection over the replicas at addrs.
 func statusVia(t *testing.T, jobCA *x509.Certificate, addrs ...string) *gotrainv1.JobStatus {
 	t.Helper()
-	a := &agent{log: slog.New(slog.DiscardHandler), cfg: Config{JobSettings: host.JobSettings{JobToken: keysToken}}}
+	a := &agent{log: slog.New(slog.DiscardHandler), cfg: Config{JobSettings: host.JobSettings{JobToken: keysToken}, Stderr: io.Discard}}
 	a.jobCA = jobCA
 	lc, err := a.dialCoordinator(addrs, jobtls.Trust{}, nil)
 	if err != nil {
