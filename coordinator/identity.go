@@ -8,8 +8,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/jobtls"
@@ -31,6 +29,10 @@ import (
 //     cpucomm's address of rank R: rank R), in the current generation.
 //     Other keys: any node of the job.
 //   - KVGet: only by a node.
+//   - AddReplica: only with the certificate's node id, and only a node
+//     asked to host a replica (replicakeys.go); ReplicaCA likewise
+//     (embedded), checked by its handler (a standalone peer has no node
+//     certificate).
 //   - Join, GetJobStatus, Diagnose: the job token alone (a joining node has
 //     no certificate yet; gotrain diagnose and top have none).
 //
@@ -45,20 +47,17 @@ var nodeCalls = map[string]bool{
 	gotrainv1.Coordinator_ReportProgress_FullMethodName:   true,
 	gotrainv1.Coordinator_ReportWorkerExit_FullMethodName: true,
 	gotrainv1.Coordinator_ReportEvidence_FullMethodName:   true,
+	gotrainv1.Coordinator_AddReplica_FullMethodName:       true,
 }
 
 // callerNode is the node id of the caller's verified certificate, "" when
 // it presented none.
 func callerNode(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
+	st, ok := jobtls.ProvenPeer(ctx)
+	if !ok || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
 		return ""
 	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return ""
-	}
-	return jobtls.NodeID(ti.State.VerifiedChains[0][0])
+	return jobtls.NodeID(st.VerifiedChains[0][0])
 }
 
 // identityUnary checks a unary call's identity (see above).
@@ -121,6 +120,8 @@ func (s *Server) mayAct(node string, req any) error {
 	case *gotrainv1.ReportWorkerExitRequest:
 		return self(r.GetNodeId())
 	case *gotrainv1.ReportEvidenceRequest:
+		return self(r.GetNodeId())
+	case *gotrainv1.AddReplicaRequest:
 		return self(r.GetNodeId())
 	case *gotrainv1.BarrierRequest:
 		return s.ownsRank(node, r.GetGeneration(), int(r.GetRank()), "barrier "+strconv.Quote(r.GetName()))

@@ -43,14 +43,14 @@ func startTLSJob(t *testing.T, n int) (*Server, string, *jobtls.CA, []tlsNode) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		joinCreds, _ := trust.Credentials(nil)
+		joinCreds, _ := trust.Credentials(testToken, nil)
 		resp, err := dial(t, addr, withCreds(joinCreds), token.DialOption(testToken)).Join(rpcCtx(t), &gotrainv1.JoinRequest{
 			Node: &gotrainv1.NodeInfo{Hostname: "host-" + string(rune('a'+i)), Address: "127.0.0.1", Nproc: 1, FreePort: 1, AgentPid: 4000}, Csr: csr})
 		if err != nil {
 			t.Fatalf("join: %v", err)
 		}
 		c := jobtls.NodeCertificate(resp.GetNodeCert(), key)
-		creds, _ := trust.Credentials(&c)
+		creds, _ := trust.Credentials(testToken, &c)
 		nodes = append(nodes, tlsNode{id: resp.GetNodeId(), c: dial(t, addr, withCreds(creds), token.DialOption(testToken))})
 	}
 	return srv, addr, ca, nodes
@@ -147,7 +147,7 @@ func TestNodeActsOnlyForItself(t *testing.T) {
 // it may still join (and get an identity of its own) and read the status.
 func TestTokenWithoutNodeCertificate(t *testing.T) {
 	_, addr, ca, nodes := startTLSJob(t, 1)
-	creds, _ := jobtls.Trust{CAHash: ca.Hash()}.Credentials(nil)
+	creds, _ := jobtls.Trust{CAHash: ca.Hash()}.Credentials(testToken, nil)
 	c := dial(t, addr, withCreds(creds), token.DialOption(testToken))
 	ctx := rpcCtx(t)
 	_, err := c.ReportWorkerExit(ctx, &gotrainv1.ReportWorkerExitRequest{NodeId: nodes[0].id, Rank: 0})

@@ -100,7 +100,7 @@ func (s *Server) notLeader(ctx context.Context) error {
 		return status.Errorf(codes.Unavailable, "coordinator replica %s has had no leader for %s: no majority of the replica set %v answers, "+
 			"so the job cannot go on (bring back the lost replicas' hosts, or restart the job)", s.repl.ID(), silent.Round(100*time.Millisecond), s.rs.peers)
 	}
-	return leaderconn.NotLeader(ctx, s.repl.ID(), leader)
+	return leaderconn.NotLeader(ctx, s.repl.ID(), leader, s.signedHint(leader)...) // replicakeys.go
 }
 
 // noMajorityAfter: a replica without a leader for this long says there is
@@ -124,7 +124,7 @@ func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServe
 		return h(ctx, req)
 	}
 	s.mu.Lock()
-	ok := s.leading() || s.m.Finished() && afterTheEnd[info.FullMethod]
+	ok := s.leading() || s.m.Finished() && afterTheEnd[info.FullMethod] || anyReplica[info.FullMethod]
 	s.mu.Unlock()
 	if !ok {
 		return nil, s.notLeaderNow(ctx)
@@ -150,6 +150,9 @@ func (s *Server) leaderStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	}
 	return h(srv, ss)
 }
+
+// anyReplica are the calls every replica serves, leading or not.
+var anyReplica = map[string]bool{gotrainv1.Coordinator_ReplicaCA_FullMethodName: true}
 
 // afterTheEnd are the calls any replica serves once the job finished (its
 // state is final everywhere): the agents' last words and reads. Replicas

@@ -10,11 +10,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/coordinator/kv"
+	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -96,7 +96,7 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 	s.mu.Unlock()
 	opts := token.ServerOptions(s.cfg.Token)
 	if s.cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
+		opts = append(opts, grpc.Creds(jobtls.ServerCredentials(s.cfg.TLS, s.cfg.Token))) // the proof of the token, both ways
 	}
 	// After the token check: who may act for which node (identity.go).
 	// A replica that does not lead names the leader (replicated.go); then

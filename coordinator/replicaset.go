@@ -164,16 +164,20 @@ func (s *Server) replicaAddrs() []string {
 	return addrs
 }
 
-// AddReplica adds the replica a node started at the leader's request.
-func (s *Server) AddReplica(_ context.Context, req *gotrainv1.AddReplicaRequest) (*gotrainv1.AddReplicaResponse, error) {
+// AddReplica adds the replica a node started at the leader's request:
+// only that node, calling with its own node certificate, not yet in the
+// set, and with its replica on its own host (mayAddReplica); anyone else
+// is refused and nothing reaches the log.
+func (s *Server) AddReplica(ctx context.Context, req *gotrainv1.AddReplicaRequest) (*gotrainv1.AddReplicaResponse, error) {
 	if s.repl == nil {
 		return nil, status.Error(codes.FailedPrecondition, "add replica: this coordinator is not replicated (--coordinator-replicas 1)")
 	}
 	s.mu.Lock()
-	asked := slices.Contains(s.rs.asked, req.GetNodeId())
+	err := s.mayAddReplica(ctx, req) // replicakeys.go
 	s.mu.Unlock()
-	if !asked || req.GetAddr() == "" || req.GetRaftAddr() == "" {
-		return nil, status.Errorf(codes.InvalidArgument, "add replica: node %q was not asked to host a replica, or gave no address", req.GetNodeId())
+	if err != nil {
+		s.log.Warn("add replica refused", "node_id", req.GetNodeId(), "addr", req.GetAddr(), "caller", callerAddr(ctx), "err", status.Convert(err).Message())
+		return nil, err
 	}
 	if err := s.repl.AddVoter(replica.Peer{ID: req.GetAddr(), RaftAddr: req.GetRaftAddr()}); err != nil {
 		return nil, err

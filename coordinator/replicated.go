@@ -97,6 +97,7 @@ type replState struct {
 	hostOf     map[string]string // embedded: each replica's node (by gRPC address)
 	history    []logged          // every entry applied, for snapshots
 	ownConfig  job.Config        // this replica's own configuration
+	fixed      []string          // standalone: the replica set --peers lists (ReplicaCA)
 }
 
 // logged is an applied entry kept for snapshots: its kind and node let
@@ -149,6 +150,7 @@ func (s *Server) UseReplica(n *replica.Node, rc ReplicaConfig) {
 	s.mu.Lock()
 	s.repl = n
 	s.rs.ownConfig = s.m.Config()
+	s.rs.fixed = rc.Peers
 	s.rs.down = make(chan struct{})
 	s.proposals = newProposalQueue()
 	s.mu.Unlock()

@@ -420,8 +420,12 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	jc := s.m.Config()
+	var caCert []byte
+	if s.cfg.CA != nil {
+		caCert = s.cfg.CA.Cert.Raw // the key that signs leader hints (replicakeys.go)
+	}
 	return &gotrainv1.JoinResponse{NodeId: joined.id, RunId: jc.RunID, MaxRestarts: int32(jc.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: joined.warnings,
-		NodeTimeoutMs: jc.NodeTimeout.Milliseconds(), NodeCert: cert, Replicas: s.replicaAddrs(), HostReplica: joined.hostReplica}, nil
+		NodeTimeoutMs: jc.NodeTimeout.Milliseconds(), NodeCert: cert, Replicas: s.replicaAddrs(), HostReplica: joined.hostReplica, CaCert: caCert}, nil
 }
 
 // joinResult is what applying a join gives the Join call.

@@ -58,9 +58,10 @@ type Config struct {
 	// 127.0.0.1 on one node, else the first non-loopback IPv4 address).
 	NodeAddress string
 	// Trust is how a joining agent (Coordinator set) verifies the
-	// coordinator before it sends the token: the CA hash the first node
-	// printed, the site's CA file, or, only when asked, no check. An agent
-	// that starts the coordinator pins its own.
+	// coordinator besides the proof of the token that every connection
+	// makes: the CA hash the first node printed, the site's CA file, or
+	// none (the CA found at Join is pinned then). An agent that starts the
+	// coordinator pins its own.
 	Trust jobtls.Trust
 	// TLSCert and TLSKey, when set, are the certificate of the site's PKI
 	// that the embedded coordinator presents (see host.Config).
@@ -177,8 +178,6 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
 	case c.GossipPort < 0 || c.GossipPort > 65535:
 		return fmt.Errorf("--gossip-port must be between 0 and 65535, got %d", c.GossipPort)
-	case c.Coordinator != "" && c.Trust == (jobtls.Trust{}):
-		return errNoTrust
 	case c.MetricsAddr != "" && c.Coordinator != "":
 		return errors.New("--metrics-addr is served by the coordinator, and this node joins one at --coordinator: pass --metrics-addr to the node or `gotrain coordinator` that runs it")
 	}

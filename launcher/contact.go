@@ -153,6 +153,8 @@ func (a *agent) rewatch(ctx context.Context, cause error, lostAt time.Time, unan
 			return nil, nil, ctx.Err()
 		case final(err):
 			return nil, nil, err
+		case len(a.replicaSet()) <= 1 && restarted(err) != nil: // keys.go: a new identity, not a blip
+			return nil, nil, restarted(err)
 		case err != nil:
 			cause = err
 		}

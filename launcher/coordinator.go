@@ -6,7 +6,6 @@ import (
 
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
-	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/runfile"
 )
 
@@ -61,11 +60,5 @@ func (a *agent) coordinatorConfig() host.Config {
 	cfg.Logger = a.log.With("component", "coordinator")
 	cfg.TLSCert, cfg.TLSKey, cfg.CA = a.cfg.TLSCert, a.cfg.TLSKey, a.cfg.CA
 	cfg.Replicas = a.cfg.JobSettings.Replicas() // replicated (Raft) when > 1: coordinator/host's replicas.go
-	if cfg.Replicas > 1 && a.cfg.CoordinatorReplicas == 0 && len(a.cfg.JobToken) < jobtls.MinDeriveSecret {
-		// The default: a token too short to derive the replicas' CA from
-		// (jobtls.DeriveCA) runs one coordinator, as before.
-		a.log.Warn("the coordinator is not replicated: the job token is too short to derive the replicas' CA from", "min_bytes", jobtls.MinDeriveSecret)
-		cfg.Replicas = 1
-	}
 	return cfg
 }

@@ -2,24 +2,37 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
-	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/jobtls"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
 // join registers this node, retrying while the coordinator is not up yet,
 // and returns the node certificate the coordinator issued for csr.
-func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) ([]byte, error) {
+func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) (_ []byte, _ jobtls.Proven, caDER []byte, _ error) {
+	cert, p, err := a.joinOnce(ctx, coordAddr, csr)
+	var proven jobtls.Proven
+	if p != nil {
+		proven, _ = p.AuthInfo.(jobtls.Proven)
+	}
+	return cert, proven, a.joinCA, err
+}
+
+func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]byte, *peer.Peer, error) {
 	port, err := freePort(a.cfg.NodeAddress)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
 		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),
@@ -33,7 +46,8 @@ func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) ([]byte,
 	a.nodeTimeout = a.cfg.NodeTimeout                            // until Join says the job's
 	a.setPhase(ctx, "waiting for the coordinator at "+coordAddr) // stop.go
 	for {
-		resp, err := a.coord.Join(ctx, req)
+		var p peer.Peer // the connection's proof and the CA it presented (keys.go)
+		resp, err := a.coord.Join(ctx, req, grpc.Peer(&p))
 		if err == nil {
 			a.nodeID = resp.GetNodeId()
 			if ms := resp.GetNodeTimeoutMs(); ms > 0 {
@@ -50,24 +64,25 @@ func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) ([]byte,
 				a.cfg.RunID = id // every node's workers see the same TORCHELASTIC_RUN_ID
 			}
 			if len(resp.GetNodeCert()) == 0 {
-				return nil, fmt.Errorf("join the coordinator at %s: it issued no node certificate (a coordinator of an older gotrain?)", coordAddr)
+				return nil, nil, fmt.Errorf("join the coordinator at %s: it issued no node certificate (a coordinator of an older gotrain?)", coordAddr)
 			}
-			return resp.GetNodeCert(), nil
+			a.joinCA = resp.GetCaCert()
+			return resp.GetNodeCert(), &p, nil
 		}
-		if notVerified(err) { // tls.go: nothing was sent, and trying again cannot help
-			return nil, fmt.Errorf("join the coordinator at %s: it is not the coordinator this node was told to trust, so the job token was not sent: %s", coordAddr, verifyFailure(err))
-		}
-		if status.Code(err) == codes.PermissionDenied {
-			return nil, fmt.Errorf("join the coordinator at %s: wrong job token: pass the --job-token (or set %s) that the first node or `gotrain coordinator` printed: %w",
+		if errors.Is(err, jobtls.ErrProofRefused) || strings.Contains(status.Convert(err).Message(), jobtls.ErrProofRefused.Error()) || status.Code(err) == codes.PermissionDenied {
+			return nil, nil, fmt.Errorf("join the coordinator at %s: wrong job token: pass the --job-token (or set %s) that the first node or `gotrain coordinator` printed: %w",
 				coordAddr, jobenv.JobToken, err)
+		}
+		if notVerified(err) { // tls.go: nothing it could use was sent, and trying again cannot help
+			return nil, nil, fmt.Errorf("join the coordinator at %s: it is not the coordinator this node was told to trust, so nothing of the job token was sent: %s", coordAddr, verifyFailure(err))
 		}
 		if status.Code(err) == codes.FailedPrecondition {
 			// A setting that contradicts the job's, or a job already
 			// started: the coordinator's message says what to do.
-			return nil, &joinRefused{addr: coordAddr, err: err}
+			return nil, nil, &joinRefused{addr: coordAddr, err: err}
 		}
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			return nil, fmt.Errorf("join the coordinator at %s: %w", coordAddr, err)
+			return nil, nil, fmt.Errorf("join the coordinator at %s: %w", coordAddr, err)
 		}
 		if time.Since(said) >= progressEvery {
 			said = time.Now()
@@ -76,7 +91,7 @@ func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) ([]byte,
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("join the coordinator at %s: not reachable within %s (is it running? check --coordinator): %w", coordAddr, a.cfg.JoinTimeout, err)
+			return nil, nil, fmt.Errorf("join the coordinator at %s: not reachable within %s (is it running? check --coordinator): %w", coordAddr, a.cfg.JoinTimeout, err)
 		case <-time.After(backoff):
 		}
 		// At most a second between tries: a node joins within a second of

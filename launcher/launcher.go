@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -131,6 +132,7 @@ type agent struct {
 
 	coord       gotrainv1.CoordinatorClient
 	replicaView // the coordinator's replicas, as this agent knows them (replicas.go)
+	keysView    // the pin and the job CA (keys.go)
 	nodeID      string
 	socket      string
 	sup         *supervise.Supervisor // starts and watches every process (launcher/supervise)
@@ -252,7 +254,7 @@ func (a *agent) run(ctx context.Context) error {
 		a.cfg.LogDir = dir
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: logs in %s\n", dir)
 	}
-	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: a.coordinatorAddrs(coordAddr), Token: a.cfg.JobToken, Metrics: a.metricsAddr, Trust: trust}); err == nil {
+	if f, err := runfile.Write(runfile.Job{RunID: a.cfg.RunID, Coordinator: a.coordinatorAddrs(coordAddr), Token: a.cfg.JobToken, Metrics: a.metricsAddr, Trust: a.trust}); err == nil {
 		defer f.Remove() // lets `gotrain diagnose` find this job
 	} else {
 		a.log.Warn("no run file for gotrain diagnose", "err", err)
@@ -307,6 +309,9 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		relaySrv.Stop()
 		stopSubsystems()
 		_ = g.Wait()
+		if re := restarted(err); re != nil && len(a.replicaSet()) <= 1 {
+			return a.restartedExit(re) // keys.go
+		}
 		return fmt.Errorf("watch the coordinator at %s: %w", coordAddr, err)
 	}
 	events := make(chan *gotrainv1.GenerationEvent)
@@ -338,6 +343,9 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		sig := syscall.Signal(f.Code - 128)
 		return &ExitError{Code: f.Code, Message: fmt.Sprintf("gotrain: stopped by %s", unix.SignalName(sig))}
 	case agentcore.FinishedLost:
+		if errors.As(lost, new(*coordinatorRestarted)) { // keys.go: not a blip, not this node's loss
+			return a.restartedExit(lost)
+		}
 		return fmt.Errorf("lost the coordinator at %s: %w; this node's workers on %s were stopped", coordAddr, lost, a.host)
 	}
 	return ctx.Err()

@@ -109,6 +109,16 @@ func (a *agent) startHostedReplica(ctx context.Context, joinedAt string) {
 			}
 		}
 	}
+	// The replica's CA is the set's: handed over this node's own
+	// connection, to this node only (keys.go), never derived.
+	cactx, cacancel := context.WithTimeout(ctx, 30*time.Second)
+	ca, err := a.replicaCA(cactx)
+	cacancel()
+	if err != nil {
+		fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: this node was asked to host a replica of the coordinator and did not get the job CA: %v (the job goes on with fewer replicas)\n", err)
+		return
+	}
+	cfg.CA = ca
 	c, err := host.Start(context.WithoutCancel(ctx), cfg)
 	if err != nil {
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: this node was asked to host a replica of the coordinator and cannot: %v (the job goes on with fewer replicas)\n", err)

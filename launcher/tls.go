@@ -3,7 +3,6 @@ package launcher
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -15,27 +14,20 @@ import (
 
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/leaderconn"
-	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// errNoTrust is a joining agent given no way to verify the coordinator.
-var errNoTrust = errors.New("joining a coordinator needs a way to verify it before the job token is sent: " +
-	"pass the --ca-hash sha256:... that the first node (or `gotrain coordinator`) printed, " +
-	"or --tls-ca FILE when the coordinator has a certificate of your site's PKI; " +
-	"--insecure-skip-ca-check sends the token to whatever answers at --coordinator (anyone on the path can pose as the coordinator and take it)")
-
 // dial opens the agent's connection to the coordinator: TLS verified as
-// trust says, the token on every call, and the node certificate (nil
-// before Join) presented as the node's identity.
+// trust says, the proof of the token both ways (the token itself is never
+// sent), and the node certificate (nil before Join) presented as the
+// node's identity.
 func dial(addr string, trust jobtls.Trust, tok string, cert *tls.Certificate) (*grpc.ClientConn, error) {
-	creds, err := trust.Credentials(cert)
+	creds, err := trust.Credentials(tok, cert)
 	if err != nil {
 		return nil, err
 	}
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
-		token.DialOption(tok),
 		// Pings find a coordinator that vanished without closing the
 		// connection (its machine died, the network split).
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}))
@@ -70,7 +62,7 @@ func verifyFailure(err error) string {
 // certificate Join issued, to the leader of the coordinator's replicas
 // (addrs: one, or several separated by commas; Join names them all).
 func (a *agent) joinConnected(ctx context.Context, addrs string, trust jobtls.Trust) (io.Closer, error) {
-	if _, err := trust.Config(nil); err != nil {
+	if _, err := trust.Credentials(a.cfg.JobToken, nil); err != nil {
 		return nil, err // a --tls-ca that cannot be read: no dial would ever succeed
 	}
 	key, csr, err := jobtls.NewNodeKey()
@@ -83,11 +75,14 @@ func (a *agent) joinConnected(ctx context.Context, addrs string, trust jobtls.Tr
 		return nil, err
 	}
 	a.coord = gotrainv1.NewCoordinatorClient(lc)
-	der, err := a.join(ctx, addrs, csr)
+	der, proven, caDER, err := a.join(ctx, addrs, csr)
 	a.joinedAt = lc.Leader()
 	lc.Close()
 	if err != nil {
 		return nil, err
+	}
+	if trust, err = a.learnKeys(trust, proven, caDER); err != nil { // keys.go: pin what was proven
+		return nil, fmt.Errorf("join the coordinator at %s: %w", addrs, err)
 	}
 	cert := jobtls.NodeCertificate(der, key)
 	if a.lc, err = a.dialCoordinator(append(list, a.replicaSet()...), trust, &cert); err != nil {
@@ -105,7 +100,7 @@ func (a *agent) joinConnected(ctx context.Context, addrs string, trust jobtls.Tr
 func (a *agent) dialCoordinator(addrs []string, trust jobtls.Trust, cert *tls.Certificate) (*leaderconn.Conn, error) {
 	return leaderconn.New(addrs, func(addr string) (*grpc.ClientConn, error) {
 		return dial(addr, trust, a.cfg.JobToken, cert)
-	}, leaderconn.WithOnSwitch(a.leaderMoved),
+	}, leaderconn.WithOnSwitch(a.leaderMoved), leaderconn.WithHintCheck(a.checkHint), // keys.go
 		// The heartbeat (one a second) finds a leader cut off by a
 		// partition: it moves the calls in flight there to the new one.
 		leaderconn.WithProbe(gotrainv1.Coordinator_ReportProgress_FullMethodName, time.Second))

@@ -25,6 +25,13 @@ type fakeCoordinator struct {
 	addr   string
 	mu     sync.Mutex
 	tokens []string
+	calls  int
+}
+
+func (f *fakeCoordinator) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
 }
 
 func startFake(t *testing.T) *fakeCoordinator {
@@ -41,6 +48,7 @@ func startFake(t *testing.T) *fakeCoordinator {
 	keep := func(ctx context.Context) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		f.mu.Lock()
+		f.calls++
 		f.tokens = append(f.tokens, md.Get(token.MetadataKey)...)
 		f.mu.Unlock()
 	}
@@ -71,48 +79,43 @@ func joinerConfig(coord string, trust jobtls.Trust) Config {
 		NodeAddress: "127.0.0.1", JoinTimeout: 20 * time.Second, Stdout: io.Discard, Stderr: io.Discard}
 }
 
-// Issue 16 item 2: a fake coordinator received an agent's token (and then
-// steered it). An agent given --ca-hash refuses a coordinator of another
-// CA during the TLS handshake: at once, and before the token is sent.
-// The control (--insecure-skip-ca-check) shows the fake does get the token
-// from an agent that does not verify it, as every agent did before.
+// Issue 16 item 2, issue 24: a fake coordinator received an agent's token
+// (and then steered it). Every connection now proves the token both ways
+// over its own TLS session, and the token itself never travels: a fake
+// that holds no token gets no call, no token and nothing it can replay,
+// with or without --ca-hash, and the agent refuses it at once.
 func TestJoinerRefusesFakeCoordinator(t *testing.T) {
 	real, err := jobtls.NewCA("real")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const tok = "0123456789abcdef0123456789abcdef"
-
-	t.Run("--ca-hash of the real CA", func(t *testing.T) {
-		fake := startFake(t)
-		cfg := joinerConfig(fake.addr, jobtls.Trust{CAHash: real.Hash()})
-		cfg.JobToken = tok
-		start := time.Now()
-		err := Run(t.Context(), cfg)
-		if err == nil || !strings.Contains(err.Error(), "the job token was not sent") || !strings.Contains(err.Error(), "does not match --ca-hash") {
-			t.Errorf("Run against a fake coordinator: %v", err)
-		}
-		if d := time.Since(start); d > 10*time.Second {
-			t.Errorf("refused after %v; a mismatch needs no retries", d)
-		}
-		if got := fake.got(); len(got) > 0 {
-			t.Errorf("the fake coordinator received the token: %q", got)
-		}
-	})
-	t.Run("no check, as before", func(t *testing.T) {
-		fake := startFake(t)
-		cfg := joinerConfig(fake.addr, jobtls.Trust{SkipCheck: true})
-		cfg.JobToken = tok
-		_ = Run(t.Context(), cfg) // the fake answers Unimplemented
-		if got := fake.got(); len(got) == 0 || got[0] != tok {
-			t.Errorf("the fake did not get the token from an agent that skips the check (%q): the test cannot fail", got)
-		}
-	})
-	t.Run("no way to verify", func(t *testing.T) {
-		cfg := joinerConfig("127.0.0.1:1", jobtls.Trust{})
-		cfg.JobToken = tok
-		if err := Run(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), "--ca-hash") {
-			t.Errorf("Run without --ca-hash: %v", err)
-		}
-	})
+	for _, tc := range []struct {
+		name  string
+		trust jobtls.Trust
+		want  []string
+	}{
+		{"--ca-hash of the real CA", jobtls.Trust{CAHash: real.Hash()}, []string{"nothing of the job token was sent", "does not match --ca-hash", "does not prove the job token"}},
+		{"no --ca-hash: the proof alone", jobtls.Trust{}, []string{"nothing of the job token was sent", "does not prove the job token"}},
+		{"--insecure-skip-ca-check: the proof still", jobtls.Trust{SkipCheck: true}, []string{"does not prove the job token"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := startFake(t)
+			cfg := joinerConfig(fake.addr, tc.trust)
+			cfg.JobToken = tok
+			start := time.Now()
+			err := Run(t.Context(), cfg)
+			for _, w := range tc.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("Run against a fake coordinator: %v; want it to say %q", err, w)
+				}
+			}
+			if d := time.Since(start); d > 15*time.Second {
+				t.Errorf("refused after %v; a fake needs no retries", d)
+			}
+			if got, calls := fake.got(), fake.callCount(); len(got) > 0 || calls > 0 {
+				t.Errorf("the fake coordinator got %d calls, tokens %q", calls, got)
+			}
+		})
+	}
 }

@@ -294,17 +294,19 @@ func run(n, ranks int, hosted bool) (res result, err error) {
 	dial := func(i int, cert *tls.Certificate) (*grpc.ClientConn, error) {
 		creds := insecure.NewCredentials()
 		opts := []grpc.DialOption{
-			token.DialOption(tok),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		}
 		if hosted {
 			var err error
-			if creds, err = (jobtls.Trust{CAHash: c.caHash}).Credentials(cert); err != nil {
+			if creds, err = (jobtls.Trust{CAHash: c.caHash}).Credentials(tok, cert); err != nil {
 				return nil, err
 			}
 			src := &net.TCPAddr{IP: net.IPv4(127, 0, byte((2+i/perIP)/256), byte((2+i/perIP)%256))}
 			d := &net.Dialer{LocalAddr: src}
 			opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }))
+		}
+		if !hosted {
+			opts = append(opts, token.DialOption(tok)) // plaintext: the token on every call
 		}
 		return grpc.NewClient(c.addr, append(opts, grpc.WithTransportCredentials(creds))...)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/leaderconn"
 	"github.com/gotrain/gotrain/internal/runfile"
-	"github.com/gotrain/gotrain/internal/token"
 )
 
 // findJob returns the coordinator address, token and how to verify the
@@ -42,10 +41,8 @@ func findJob(cmd, addr, tok string, trust jobtls.Trust) (string, string, jobtls.
 	if tok == "" {
 		return "", "", trust, &usageError{msg: "no job token", hint: "Pass --job-token or set " + jobenv.JobToken + "."}
 	}
-	if trust == (jobtls.Trust{}) {
-		return "", "", trust, &usageError{msg: "no way to verify the coordinator before sending it the job token",
-			hint: "Pass --ca-hash sha256:... as the first node printed it, or --tls-ca FILE for your site's PKI (--insecure-skip-ca-check sends the token unverified)."}
-	}
+	// Without --ca-hash or --tls-ca, the proof of the token alone
+	// verifies the coordinator (jobtls.Trust).
 	return addr, tok, trust, nil
 }
 
@@ -53,7 +50,7 @@ func findJob(cmd, addr, tok string, trust jobtls.Trust) (string, string, jobtls.
 // HOST:PORT, or a replicated coordinator's replicas, comma-separated):
 // calls go to the leader, verified as trust says, with the job token.
 func dialJob(addrs, tok string, trust jobtls.Trust) (*leaderconn.Conn, error) {
-	creds, err := trust.Credentials(nil)
+	creds, err := trust.Credentials(tok, nil) // the proof of the token, both ways
 	if err != nil {
 		return nil, &usageError{msg: err.Error()}
 	}
@@ -64,7 +61,7 @@ func dialJob(addrs, tok string, trust jobtls.Trust) (*leaderconn.Conn, error) {
 		}
 	}
 	lc, err := leaderconn.New(list, func(addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), token.DialOption(tok))
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("coordinator address %q: %w", addrs, err)

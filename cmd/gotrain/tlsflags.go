@@ -7,15 +7,15 @@ import (
 )
 
 // Every control-plane connection is TLS (issue 16 item 1). A client
-// verifies the coordinator before it sends the job token: by the hash of
-// the job CA that the first node (or `gotrain coordinator`) printed, by the
-// site's CA file, or not at all when asked to.
+// verifies the coordinator besides its proof of the job token: by the hash
+// of the job CA that the first node (or `gotrain coordinator`) printed, by
+// the site's CA file, or by the proof alone.
 
 // trustFlags registers how a client verifies the coordinator.
 func trustFlags(fs *flag.FlagSet, t *jobtls.Trust) {
-	fs.StringVar(&t.CAHash, "ca-hash", "", "sha256:HEX of the job CA, as the first node (or gotrain coordinator) printed it: the coordinator is verified by it before the job token is sent")
+	fs.StringVar(&t.CAHash, "ca-hash", "", "sha256:HEX of the job CA, as the first node (or gotrain coordinator) printed it: the coordinator must present it (besides proving the job token); without it, the CA of the coordinator that proves the token is pinned at Join")
 	fs.StringVar(&t.CAFile, "tls-ca", "", "CA certificate (PEM) of your site's PKI that issued the coordinator's --tls-cert; replaces --ca-hash")
-	fs.BoolVar(&t.SkipCheck, "insecure-skip-ca-check", false, "send the job token to whatever answers at --coordinator without verifying it: anyone on the path can then pose as the coordinator, take the token and steer the job")
+	fs.BoolVar(&t.SkipCheck, "insecure-skip-ca-check", false, "kept for compatibility: check no certificate; the coordinator's proof of the job token alone verifies it (the token itself is never sent)")
 }
 
 // serverTLSFlags registers the certificate a coordinator presents instead

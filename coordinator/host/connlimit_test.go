@@ -124,7 +124,7 @@ func TestIdleConnectionFloodIsBounded(t *testing.T) {
 func clientFrom(t *testing.T, src, addr string) (gotrainv1.CoordinatorClient, func()) {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-	creds, err := jobtls.Trust{SkipCheck: true}.Credentials(nil)
+	creds, err := jobtls.Trust{SkipCheck: true}.Credentials(testToken, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -175,7 +175,7 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		return nil, err
 	}
 	log := cfg.Logger
-	ca, srvCert, pin, err := cfg.credentials() // tls.go
+	ca, srvCert, pin, err := cfg.credentials(ctx) // tls.go
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func testConfig() Config {
 
 func client(t *testing.T, addr string) (gotrainv1.CoordinatorClient, func()) {
 	t.Helper()
-	creds, err := jobtls.Trust{SkipCheck: true}.Credentials(nil)
+	creds, err := jobtls.Trust{SkipCheck: true}.Credentials(testToken, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,20 +20,13 @@ import (
 // (Config.Replicas > 1) and the next nodes to join host the others when
 // Join asks them (Config.JoinReplica). Each replica serves gRPC at its
 // address (its ID), gossips at port + 1 and speaks Raft at port + 3 (+ 2 is the Slurm token exchange),
-// mutually authenticated with certificates of the job CA, which every
-// replica derives from the job token (jobtls.DeriveCA): replicas start
-// apart and must agree on it without copying a key.
+// mutually authenticated with replica certificates of the job CA. The CA
+// is random: the first replica makes it, the others get it from the set
+// over an authenticated channel (peerca.go; embedded, the launcher asks
+// the coordinator with its node certificate), never from the job token.
 
 // RaftPortOffset: a replica's Raft port is its gRPC port + RaftPortOffset.
 const RaftPortOffset = 3
-
-// caName names the derived job CA; every replica must use the same.
-const caName = "replicated"
-
-// DeriveJobCA is the job CA every replica of a replicated coordinator
-// derives from the job token (a caller that hands its hash out before the
-// coordinator starts, as under Slurm, makes it so too).
-func DeriveJobCA(token string) (*jobtls.CA, error) { return jobtls.DeriveCA(token, caName) }
 
 // replicated says whether cfg runs a replica of a replicated coordinator.
 func (c Config) replicated() bool {

@@ -20,7 +20,7 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// replicaToken is long enough to derive the replicas' CA from.
+// replicaToken is the replicated tests' job token.
 const replicaToken = "replicated-test-token-0123456789"
 
 // freeReplicaAddrs returns n addresses on 127.0.0.1 whose port, port + 1
@@ -90,7 +90,7 @@ func leader(t *testing.T, cs []*Coordinator) *Coordinator {
 	return nil
 }
 
-// replicaClient joins the set as an agent does: pinned to the derived CA,
+// replicaClient joins the set as an agent does: by the proof of the token,
 // then with its node certificate, through a leaderconn over every replica.
 type replicaClient struct {
 	id  string
@@ -101,14 +101,10 @@ type replicaClient struct {
 
 func joinReplicas(t *testing.T, peers []string, host string) *replicaClient {
 	t.Helper()
-	ca, err := DeriveJobCA(replicaToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	trust := jobtls.Trust{CAHash: ca.Hash()}
+	trust := jobtls.Trust{} // the proof of the token alone: the replicas share one CA
 	conn := func(cert *tls.Certificate) *leaderconn.Conn {
 		lc, err := leaderconn.New(peers, func(addr string) (*grpc.ClientConn, error) {
-			creds, err := trust.Credentials(cert)
+			creds, err := trust.Credentials(replicaToken, cert)
 			if err != nil {
 				return nil, err
 			}

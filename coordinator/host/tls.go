@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
 	"os"
@@ -8,22 +9,25 @@ import (
 	"github.com/gotrain/gotrain/internal/jobtls"
 )
 
-// credentials makes the job CA (in memory only: it never touches disk) and
+// credentials makes the job CA (random, in memory only: it never touches
+// disk; a standalone replica takes its peers', peerca.go) and
 // the certificate the coordinator presents: the site's (TLSCert, TLSKey),
 // or one from the job CA for jobtls.ServerName, localhost, the listen
 // address, the advertised address and this host's name. pin is what local
 // tools pin (Coordinator.Pin).
-func (c Config) credentials() (ca *jobtls.CA, cert tls.Certificate, pin string, err error) {
+func (c Config) credentials(ctx context.Context) (ca *jobtls.CA, cert tls.Certificate, pin string, err error) {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return nil, cert, "", &ConfigError{Msg: "--tls-cert without --tls-key (or the other way round)", Hint: "Give both: the coordinator's certificate and its key, PEM files."}
 	}
 	switch {
 	case c.CA != nil:
 		ca = c.CA
-	case c.replicated():
-		// Every replica derives the same CA from the job token (replicas.go).
-		if ca, err = DeriveJobCA(c.JobToken); err != nil {
-			return nil, cert, "", &ConfigError{Msg: "a replicated coordinator's job token", Hint: err.Error() + " (every replica needs the same token: give each the same GOTRAIN_JOB_TOKEN or --job-token-file, e.g. from `head -c 32 /dev/urandom | base64`)"}
+	case c.JoinReplica:
+		// A node's replica gets the CA from the set (launcher: ReplicaCA).
+		return nil, cert, "", &ConfigError{Msg: "a replica hosted by a node needs the job CA", Hint: "The agent asks the coordinator for it (ReplicaCA) before it starts the replica."}
+	case len(c.Peers) > 1:
+		if ca, err = c.peerCA(ctx); err != nil { // peerca.go
+			return nil, cert, "", err
 		}
 	default:
 		if ca, err = jobtls.NewCA(c.RunID); err != nil {

@@ -226,6 +226,9 @@ func (n *Node) ID() string { return n.id }
 // RaftAddr is where this replica's Raft listens.
 func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 
+// Term is Raft's current term here (a leader hint names it).
+func (n *Node) Term() uint64 { return n.r.CurrentTerm() }
+
 // Leading says whether this replica is the leader now.
 func (n *Node) Leading() bool { return n.r.State() == raft.Leader }
 

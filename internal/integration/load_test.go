@@ -318,7 +318,7 @@ func idleFlood(t *testing.T, addr string, dialed chan<- struct{}) idleResult {
 // the job token, verifying the coordinator by the CA's hash as gotrain
 // diagnose does, without a node certificate.
 func client(t *testing.T, src, addr, tok, caHash string) gotrainv1.CoordinatorClient {
-	creds, err := jobtls.Trust{CAHash: caHash}.Credentials(nil)
+	creds, err := jobtls.Trust{CAHash: caHash}.Credentials(tok, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

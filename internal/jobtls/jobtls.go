@@ -1,7 +1,8 @@
 // Package jobtls makes and checks a job's TLS credentials: the job CA that
-// the node starting the coordinator makes in memory (or, for a replicated
-// coordinator, that each replica derives from the job token: DeriveCA, with
-// ReplicaTLS for the replicas' own traffic), the coordinator's
+// the node starting the coordinator makes in memory (a replicated
+// coordinator's replicas hand it to one another, with ReplicaTLS for
+// their own traffic), the proof of the job token that every connection
+// makes both ways (proof.go), the coordinator's
 // server certificate, each node's client certificate (its identity), and
 // the client side's trust in the coordinator — a pin on the CA's public key
 // (as kubeadm's --discovery-token-ca-cert-hash), a CA file of the site's
@@ -16,10 +17,11 @@
 //
 //	key, csr, _ := jobtls.NewNodeKey()          // a joining agent
 //	t := jobtls.Trust{CAHash: hash}
-//	creds, _ := t.Credentials(nil)              // Join: pinned, no client cert
+//	creds, _ := t.Credentials(tok, nil)         // Join: token proof, pinned, no client cert
 //	// ... Join sends csr, gets der = ca.IssueNode(nodeID, csr)
 //	cert := jobtls.NodeCertificate(der, key)
-//	creds, _ = t.Credentials(&cert)             // every later call: mTLS
+//	creds, _ = t.Credentials(tok, &cert)        // every later call: mTLS
+//	// the coordinator: grpc.Creds(jobtls.ServerCredentials(conf, tok))
 package jobtls
 
 import (
@@ -64,15 +66,14 @@ var (
 	// ErrCAHashMismatch: the coordinator's chain holds no CA with the
 	// pinned hash; it is another coordinator (or someone in the middle).
 	ErrCAHashMismatch = errors.New("jobtls: the coordinator's CA does not match --ca-hash")
-	// ErrNoTrust: neither a CA hash nor a CA file was given, and the check
-	// was not skipped explicitly.
+	// ErrNoTrust: Config without a CA hash, a CA file or SkipCheck (the
+	// proof of the token, Credentials, needs none of them).
 	ErrNoTrust = errors.New("jobtls: no way to verify the coordinator")
 )
 
-// CA is a job's certificate authority: a key and a self-signed
-// certificate, held in memory only. The key is ECDSA P-256 (NewCA) or
-// Ed25519 derived from the job token (DeriveCA, for replicated
-// coordinators).
+// CA is a job's certificate authority: a random key (ECDSA P-256) and a
+// self-signed certificate, held in memory only (a replicated
+// coordinator's replicas hand it to one another: MarshalCA, ParseCA).
 type CA struct {
 	Cert *x509.Certificate
 	key  crypto.Signer
@@ -366,12 +367,16 @@ func LeafHash(cert tls.Certificate) (string, error) {
 	return Hash(c), nil
 }
 
-// Trust is how a client verifies the coordinator before it sends anything
-// (the job token travels in the first request's headers). Exactly one way
-// applies, in this order: CAFile (the site's PKI: normal verification of
-// the address's name), CAHash (a pin on the job CA's key, or on the
-// coordinator's own certificate), SkipCheck (no verification: anyone on
-// the path can pose as the coordinator and receive the token).
+// Trust is how a client verifies the coordinator. Every connection
+// proves the job token both ways (proof.go), so the token itself never
+// travels; besides, exactly one of these applies, in this order: CAFile
+// (the site's PKI: normal verification of the address's name), CAHash (a
+// pin on the job CA's key, or on the coordinator's own certificate,
+// checked after the proof: ErrNewIdentity when the coordinator proves
+// the token under another CA), none (the proof alone: whoever holds the
+// token can pose as the coordinator to this client; a joiner pins the CA
+// it found from then on). SkipCheck is kept for compatibility: it is the
+// proof alone.
 type Trust struct {
 	CAHash    string `json:"ca_hash,omitempty"`
 	CAFile    string `json:"ca_file,omitempty"`
@@ -379,17 +384,25 @@ type Trust struct {
 }
 
 // Credentials are gRPC transport credentials that verify the coordinator
-// as t says, presenting client (a node certificate) when not nil.
-func (t Trust) Credentials(client *tls.Certificate) (credentials.TransportCredentials, error) {
-	conf, err := t.Config(client)
+// as t says and prove tok (ServerCredentials' other end), presenting
+// client (a node certificate) when not nil.
+func (t Trust) Credentials(tok string, client *tls.Certificate) (credentials.TransportCredentials, error) {
+	conf, err := t.config(client, true)
 	if err != nil {
 		return nil, err
 	}
-	return credentials.NewTLS(conf), nil
+	p := &proofCreds{TransportCredentials: credentials.NewTLS(conf), tok: tok}
+	if t.CAFile == "" {
+		p.want = t.CAHash
+	}
+	return p, nil
 }
 
-// Config is the client's TLS configuration (see Credentials).
-func (t Trust) Config(client *tls.Certificate) (*tls.Config, error) {
+// Config is the client's TLS configuration without the proof of the
+// token: the pin, when given, is checked in the handshake.
+func (t Trust) Config(client *tls.Certificate) (*tls.Config, error) { return t.config(client, false) }
+
+func (t Trust) config(client *tls.Certificate, proof bool) (*tls.Config, error) {
 	conf := &tls.Config{MinVersion: tls.VersionTLS13}
 	if client != nil {
 		conf.Certificates = []tls.Certificate{*client}
@@ -401,7 +414,7 @@ func (t Trust) Config(client *tls.Certificate) (*tls.Config, error) {
 			return nil, err
 		}
 		conf.RootCAs = pool
-	case t.CAHash != "":
+	case t.CAHash != "" && !proof:
 		if err := CheckHash(t.CAHash); err != nil {
 			return nil, err
 		}
@@ -411,12 +424,38 @@ func (t Trust) Config(client *tls.Certificate) (*tls.Config, error) {
 		// during the handshake, before any request is written.
 		conf.InsecureSkipVerify = true
 		conf.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error { return verifyPinned(raw, want) }
-	case t.SkipCheck:
+	case t.CAHash != "" || proof || t.SkipCheck:
+		if t.CAHash != "" {
+			if err := CheckHash(t.CAHash); err != nil {
+				return nil, err
+			}
+		}
+		// The proof of the token verifies the server (and the pin after
+		// it): here, only that a CA in the chain issued the leaf for the
+		// coordinator.
 		conf.InsecureSkipVerify = true
+		if !t.SkipCheck {
+			conf.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error { return verifyShape(raw) }
+		}
 	default:
 		return nil, ErrNoTrust
 	}
 	return conf, nil
+}
+
+// verifyShape accepts any chain that parses: the proof of the token
+// verifies the server, and the pin (chainPin) is taken from the chain
+// after it.
+func verifyShape(raw [][]byte) error {
+	if len(raw) == 0 {
+		return errors.New("jobtls: the coordinator sent no certificate")
+	}
+	for _, r := range raw {
+		if _, err := x509.ParseCertificate(r); err != nil {
+			return fmt.Errorf("jobtls: the coordinator's certificate: %w", err)
+		}
+	}
+	return nil
 }
 
 // verifyPinned accepts the chain raw when a certificate in it has the pin

@@ -4,7 +4,9 @@
 //
 // A replica that is not the leader fails each call with codes.Unavailable
 // and names the leader in the trailer LeaderKey (NotLeader builds that
-// answer on the server side). The Conn follows the hint at once; without
+// answer on the server side), with proof beside it (TermKey, SigKey: the
+// replica set's signature of HintMessage). The Conn follows the hint at
+// once — WithHintCheck, only a hint whose proof passes; without
 // one (an election, or a replica that is down) it tries the replicas in
 // turn, backing off from 25 ms to 500 ms, for at most the failover window
 // (15 s by default) of each call. It then returns the last error
@@ -62,6 +64,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -80,26 +83,62 @@ const LeaderKey = "gotrain-leader"
 // ErrClosed is returned by calls on a closed Conn.
 var ErrClosed = errors.New("leaderconn: the connection is closed")
 
+// TermKey and SigKey are the trailer keys in which a replica vouches for
+// its hint: the Raft term, and the replica set's signature (base64) of
+// HintMessage. A Conn WithHintCheck follows only hints that pass its
+// check.
+const (
+	TermKey = "gotrain-leader-term"
+	SigKey  = "gotrain-leader-sig"
+)
+
+// HintMessage is what the signature of a hint naming leader in term
+// covers.
+func HintMessage(leader string, term uint64) []byte {
+	return fmt.Appendf(nil, "gotrain leader hint v1\n%s\n%d", leader, term)
+}
+
 // NotLeader is a non-leader replica's answer to any call: Unavailable,
 // with the leader's address (leader, "" when unknown) in the trailer
-// LeaderKey. ctx is the handler's context (a stream's Context() for
+// LeaderKey, and the pairs of proof (TermKey, SigKey and their values)
+// beside it. ctx is the handler's context (a stream's Context() for
 // streaming calls); self names this replica in the message.
-func NotLeader(ctx context.Context, self, leader string) error {
+func NotLeader(ctx context.Context, self, leader string, proof ...string) error {
 	if leader == "" {
 		return status.Errorf(codes.Unavailable, "coordinator replica %s is not the leader; no leader is known yet (an election is in progress)", self)
 	}
 	// SetTrailer fails only outside a gRPC handler; the status then still
 	// says where the leader is, for a person to read.
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(LeaderKey, leader))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(append([]string{LeaderKey, leader}, proof...)...))
 	return status.Errorf(codes.Unavailable, "coordinator replica %s is not the leader; the leader is at %s", self, leader)
 }
 
-// leaderHint is the leader a trailer names, "" for none.
-func leaderHint(md metadata.MD) string {
-	if v := md.Get(LeaderKey); len(v) > 0 {
-		return v[len(v)-1]
+// leaderHint is the leader a trailer names, "" for none, or for one that
+// fails the Conn's check (WithHintCheck).
+func (c *Conn) leaderHint(md metadata.MD) string {
+	v := md.Get(LeaderKey)
+	if len(v) == 0 || v[len(v)-1] == "" {
+		return ""
 	}
-	return ""
+	leader := v[len(v)-1]
+	if c.cfg.checkHint != nil {
+		if err := c.cfg.checkHint(leader, md); err != nil {
+			return ""
+		}
+	}
+	return leader
+}
+
+// Hint is a hint's term and signature as a trailer carries them (zero
+// values when absent).
+func Hint(md metadata.MD) (term uint64, sig string) {
+	if v := md.Get(TermKey); len(v) > 0 {
+		term, _ = strconv.ParseUint(v[len(v)-1], 10, 64)
+	}
+	if v := md.Get(SigKey); len(v) > 0 {
+		sig = v[len(v)-1]
+	}
+	return term, sig
 }
 
 // Option configures a Conn.
@@ -111,6 +150,15 @@ type config struct {
 	maxBackoff time.Duration
 	probes     map[string]time.Duration
 	onSwitch   func(from, to, why string)
+	checkHint  func(leader string, md metadata.MD) error
+}
+
+// WithHintCheck has the Conn follow a replica's leader hint only when
+// check(leader, trailer) returns nil (the agent's: the replica set's
+// signature, SigKey, under the CA it pinned); a hint it refuses is
+// ignored, as if the replica knew no leader. check logs why.
+func WithHintCheck(check func(leader string, md metadata.MD) error) Option {
+	return func(c *config) { c.checkHint = check }
 }
 
 // WithFailoverWindow bounds how long one call keeps looking for a leader
@@ -615,7 +663,7 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 			var trailer metadata.MD
 			a := e.begin(ctx, method, probe)
 			err = cc.Invoke(a.ctx, method, args, reply, append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))...)
-			err, hint = a.end(c, ctx, err, leaderHint(trailer))
+			err, hint = a.end(c, ctx, err, c.leaderHint(trailer))
 		} else {
 			// A replica that cannot be dialled is as good as down.
 			err = status.Error(codes.Unavailable, err.Error())
@@ -701,7 +749,7 @@ func (s *stream) Trailer() metadata.MD     { cs, _ := s.cur(); return cs.Trailer
 // failedOn is err, a failure of cs in attempt a, as the caller is to see
 // it, and the hint for where the leader is.
 func (s *stream) failedOn(cs grpc.ClientStream, a *attempt, err error) (error, string) {
-	return a.end(s.c, s.ctx, err, leaderHint(cs.Trailer()))
+	return a.end(s.c, s.ctx, err, s.c.leaderHint(cs.Trailer()))
 }
 
 func (s *stream) Header() (metadata.MD, error) {

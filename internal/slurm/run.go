@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gotrain/gotrain/coordinator/host"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/gotrain/gotrain/internal/jobtls"
@@ -237,12 +235,9 @@ func (JobCA) NewCA(cfg *launcher.Config) (string, error) {
 	if cfg.TLSCert != "" {
 		return "", nil
 	}
-	newCA := func() (*jobtls.CA, error) { return jobtls.NewCA(cfg.RunID) }
-	if cfg.JobSettings.Replicas() > 1 && len(cfg.JobToken) >= jobtls.MinDeriveSecret {
-		// The nodes that host the coordinator's replicas derive it too.
-		newCA = func() (*jobtls.CA, error) { return host.DeriveJobCA(cfg.JobToken) }
-	}
-	ca, err := newCA()
+	// Random; the nodes that host the coordinator's replicas get it from
+	// the coordinator over their node connections.
+	ca, err := jobtls.NewCA(cfg.RunID)
 	if err != nil {
 		return "", err
 	}

@@ -896,7 +896,10 @@ type JoinResponse struct {
 	Replicas []string `protobuf:"bytes,8,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// host_replica: this node is asked to host a replica of the coordinator
 	// (embedded, --coordinator-replicas): start one, then call AddReplica.
-	HostReplica   bool `protobuf:"varint,9,opt,name=host_replica,json=hostReplica,proto3" json:"host_replica,omitempty"`
+	HostReplica bool `protobuf:"varint,9,opt,name=host_replica,json=hostReplica,proto3" json:"host_replica,omitempty"`
+	// ca_cert is the job CA's certificate (DER): its key signs the node
+	// certificates and the followers' leader hints; empty without TLS.
+	CaCert        []byte `protobuf:"bytes,40,opt,name=ca_cert,json=caCert,proto3" json:"ca_cert,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -992,6 +995,13 @@ func (x *JoinResponse) GetHostReplica() bool {
 		return x.HostReplica
 	}
 	return false
+}
+
+func (x *JoinResponse) GetCaCert() []byte {
+	if x != nil {
+		return x.CaCert
+	}
+	return nil
 }
 
 type WatchGenerationsRequest struct {
@@ -1146,6 +1156,104 @@ func (*AddReplicaResponse) Descriptor() ([]byte, []int) {
 	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
 }
 
+type ReplicaCARequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id: the node asked to host a replica (embedded); empty for a
+	// standalone peer.
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaCARequest) Reset() {
+	*x = ReplicaCARequest{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaCARequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaCARequest) ProtoMessage() {}
+
+func (x *ReplicaCARequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaCARequest.ProtoReflect.Descriptor instead.
+func (*ReplicaCARequest) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReplicaCARequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type ReplicaCAResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CaCert        []byte                 `protobuf:"bytes,1,opt,name=ca_cert,json=caCert,proto3" json:"ca_cert,omitempty"` // DER
+	CaKey         []byte                 `protobuf:"bytes,2,opt,name=ca_key,json=caKey,proto3" json:"ca_key,omitempty"`    // PKCS #8, DER
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaCAResponse) Reset() {
+	*x = ReplicaCAResponse{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaCAResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaCAResponse) ProtoMessage() {}
+
+func (x *ReplicaCAResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaCAResponse.ProtoReflect.Descriptor instead.
+func (*ReplicaCAResponse) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReplicaCAResponse) GetCaCert() []byte {
+	if x != nil {
+		return x.CaCert
+	}
+	return nil
+}
+
+func (x *ReplicaCAResponse) GetCaKey() []byte {
+	if x != nil {
+		return x.CaKey
+	}
+	return nil
+}
+
 // HostReplica asks a node to host a replica of the coordinator in place of
 // one lost with its node: start it, then call AddReplica.
 type HostReplica struct {
@@ -1156,7 +1264,7 @@ type HostReplica struct {
 
 func (x *HostReplica) Reset() {
 	*x = HostReplica{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1276,7 @@ func (x *HostReplica) String() string {
 func (*HostReplica) ProtoMessage() {}
 
 func (x *HostReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1289,7 @@ func (x *HostReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReplica.ProtoReflect.Descriptor instead.
 func (*HostReplica) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
 }
 
 // Replicas is the coordinator's replica set (gRPC addresses), sent when it
@@ -1195,7 +1303,7 @@ type Replicas struct {
 
 func (x *Replicas) Reset() {
 	*x = Replicas{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1315,7 @@ func (x *Replicas) String() string {
 func (*Replicas) ProtoMessage() {}
 
 func (x *Replicas) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1328,7 @@ func (x *Replicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replicas.ProtoReflect.Descriptor instead.
 func (*Replicas) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Replicas) GetAddrs() []string {
@@ -1245,7 +1353,7 @@ type RankAssignment struct {
 
 func (x *RankAssignment) Reset() {
 	*x = RankAssignment{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1365,7 @@ func (x *RankAssignment) String() string {
 func (*RankAssignment) ProtoMessage() {}
 
 func (x *RankAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1378,7 @@ func (x *RankAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankAssignment.ProtoReflect.Descriptor instead.
 func (*RankAssignment) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RankAssignment) GetRank() int32 {
@@ -1317,7 +1425,7 @@ type GenerationStarted struct {
 
 func (x *GenerationStarted) Reset() {
 	*x = GenerationStarted{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1437,7 @@ func (x *GenerationStarted) String() string {
 func (*GenerationStarted) ProtoMessage() {}
 
 func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1450,7 @@ func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationStarted.ProtoReflect.Descriptor instead.
 func (*GenerationStarted) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GenerationStarted) GetGeneration() int64 {
@@ -1426,7 +1534,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1546,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1559,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WorkerFailure) GetRank() int32 {
@@ -1542,7 +1650,7 @@ type GenerationEnded struct {
 
 func (x *GenerationEnded) Reset() {
 	*x = GenerationEnded{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1662,7 @@ func (x *GenerationEnded) String() string {
 func (*GenerationEnded) ProtoMessage() {}
 
 func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1675,7 @@ func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEnded.ProtoReflect.Descriptor instead.
 func (*GenerationEnded) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GenerationEnded) GetGeneration() int64 {
@@ -1603,7 +1711,7 @@ type JobFinished struct {
 
 func (x *JobFinished) Reset() {
 	*x = JobFinished{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1723,7 @@ func (x *JobFinished) String() string {
 func (*JobFinished) ProtoMessage() {}
 
 func (x *JobFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1736,7 @@ func (x *JobFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFinished.ProtoReflect.Descriptor instead.
 func (*JobFinished) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JobFinished) GetSucceeded() bool {
@@ -1678,7 +1786,7 @@ type GenerationEvent struct {
 
 func (x *GenerationEvent) Reset() {
 	*x = GenerationEvent{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1798,7 @@ func (x *GenerationEvent) String() string {
 func (*GenerationEvent) ProtoMessage() {}
 
 func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1811,7 @@ func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEvent.ProtoReflect.Descriptor instead.
 func (*GenerationEvent) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GenerationEvent) GetEvent() isGenerationEvent_Event {
@@ -1829,7 +1937,7 @@ type EvidenceRequest struct {
 
 func (x *EvidenceRequest) Reset() {
 	*x = EvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +1949,7 @@ func (x *EvidenceRequest) String() string {
 func (*EvidenceRequest) ProtoMessage() {}
 
 func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +1962,7 @@ func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvidenceRequest.ProtoReflect.Descriptor instead.
 func (*EvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EvidenceRequest) GetRequestId() int64 {
@@ -1898,7 +2006,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2018,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2031,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Evidence) GetRank() int32 {
@@ -1965,7 +2073,7 @@ type ReportEvidenceRequest struct {
 
 func (x *ReportEvidenceRequest) Reset() {
 	*x = ReportEvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2085,7 @@ func (x *ReportEvidenceRequest) String() string {
 func (*ReportEvidenceRequest) ProtoMessage() {}
 
 func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2098,7 @@ func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportEvidenceRequest) GetNodeId() string {
@@ -2022,7 +2130,7 @@ type ReportEvidenceResponse struct {
 
 func (x *ReportEvidenceResponse) Reset() {
 	*x = ReportEvidenceResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2142,7 @@ func (x *ReportEvidenceResponse) String() string {
 func (*ReportEvidenceResponse) ProtoMessage() {}
 
 func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2155,7 @@ func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
 }
 
 // Culprit is a rank a verdict blames, and what it was doing.
@@ -2072,7 +2180,7 @@ type Culprit struct {
 
 func (x *Culprit) Reset() {
 	*x = Culprit{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2192,7 @@ func (x *Culprit) String() string {
 func (*Culprit) ProtoMessage() {}
 
 func (x *Culprit) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2205,7 @@ func (x *Culprit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Culprit.ProtoReflect.Descriptor instead.
 func (*Culprit) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Culprit) GetRank() int32 {
@@ -2187,7 +2295,7 @@ type HangVerdict struct {
 
 func (x *HangVerdict) Reset() {
 	*x = HangVerdict{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2307,7 @@ func (x *HangVerdict) String() string {
 func (*HangVerdict) ProtoMessage() {}
 
 func (x *HangVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2320,7 @@ func (x *HangVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangVerdict.ProtoReflect.Descriptor instead.
 func (*HangVerdict) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HangVerdict) GetId() int64 {
@@ -2307,7 +2415,7 @@ type DiagnoseRequest struct {
 
 func (x *DiagnoseRequest) Reset() {
 	*x = DiagnoseRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2427,7 @@ func (x *DiagnoseRequest) String() string {
 func (*DiagnoseRequest) ProtoMessage() {}
 
 func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2440,7 @@ func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseRequest.ProtoReflect.Descriptor instead.
 func (*DiagnoseRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
 }
 
 type DiagnoseResponse struct {
@@ -2349,7 +2457,7 @@ type DiagnoseResponse struct {
 
 func (x *DiagnoseResponse) Reset() {
 	*x = DiagnoseResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2469,7 @@ func (x *DiagnoseResponse) String() string {
 func (*DiagnoseResponse) ProtoMessage() {}
 
 func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2482,7 @@ func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseResponse.ProtoReflect.Descriptor instead.
 func (*DiagnoseResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DiagnoseResponse) GetStatus() *JobStatus {
@@ -2415,7 +2523,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2535,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2548,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -2465,7 +2573,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2585,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2598,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
 }
 
 type KVGetRequest struct {
@@ -2504,7 +2612,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2624,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2637,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -2556,7 +2664,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2676,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2689,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KVGetResponse) GetFound() bool {
@@ -2609,7 +2717,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2729,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2742,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BarrierRequest) GetName() string {
@@ -2666,7 +2774,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2786,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2799,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
 }
 
 type CommProgress struct {
@@ -2720,7 +2828,7 @@ type CommProgress struct {
 
 func (x *CommProgress) Reset() {
 	*x = CommProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2840,7 @@ func (x *CommProgress) String() string {
 func (*CommProgress) ProtoMessage() {}
 
 func (x *CommProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2853,7 @@ func (x *CommProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommProgress.ProtoReflect.Descriptor instead.
 func (*CommProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CommProgress) GetComm() string {
@@ -2845,7 +2953,7 @@ type Collective struct {
 
 func (x *Collective) Reset() {
 	*x = Collective{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +2965,7 @@ func (x *Collective) String() string {
 func (*Collective) ProtoMessage() {}
 
 func (x *Collective) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +2978,7 @@ func (x *Collective) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Collective.ProtoReflect.Descriptor instead.
 func (*Collective) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Collective) GetSeq() int64 {
@@ -2967,7 +3075,7 @@ type RankProgress struct {
 
 func (x *RankProgress) Reset() {
 	*x = RankProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3087,7 @@ func (x *RankProgress) String() string {
 func (*RankProgress) ProtoMessage() {}
 
 func (x *RankProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3100,7 @@ func (x *RankProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankProgress.ProtoReflect.Descriptor instead.
 func (*RankProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RankProgress) GetRank() int32 {
@@ -3124,7 +3232,7 @@ type GPUSample struct {
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3244,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3257,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GPUSample) GetIndex() int32 {
@@ -3267,7 +3375,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3387,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3400,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -3317,7 +3425,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3329,7 +3437,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3342,7 +3450,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
 }
 
 type ReportWorkerExitRequest struct {
@@ -3366,7 +3474,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3486,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3499,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -3479,7 +3587,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3491,7 +3599,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3504,7 +3612,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
 }
 
 type GetJobStatusRequest struct {
@@ -3515,7 +3623,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3635,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3648,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
 }
 
 type NodeStatus struct {
@@ -3554,7 +3662,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3566,7 +3674,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3579,7 +3687,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3621,7 +3729,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3633,7 +3741,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3646,7 +3754,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -3724,7 +3832,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +3844,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +3857,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{48}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -3898,7 +4006,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x16_rendezvous_timeout_msB\t\n" +
 	"\a_run_idB\f\n" +
 	"\n" +
-	"_min_nodes\"\xa2\x02\n" +
+	"_min_nodes\"\xbb\x02\n" +
 	"\fJoinResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12!\n" +
@@ -3909,7 +4017,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x0fnode_timeout_ms\x18\x06 \x01(\x03R\rnodeTimeoutMs\x12\x1b\n" +
 	"\tnode_cert\x18\a \x01(\fR\bnodeCert\x12\x1a\n" +
 	"\breplicas\x18\b \x03(\tR\breplicas\x12!\n" +
-	"\fhost_replica\x18\t \x01(\bR\vhostReplica\"O\n" +
+	"\fhost_replica\x18\t \x01(\bR\vhostReplica\x12\x17\n" +
+	"\aca_cert\x18( \x01(\fR\x06caCert\"O\n" +
 	"\x17WatchGenerationsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"]\n" +
@@ -3917,7 +4026,12 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1b\n" +
 	"\traft_addr\x18\x03 \x01(\tR\braftAddr\"\x14\n" +
-	"\x12AddReplicaResponse\"\r\n" +
+	"\x12AddReplicaResponse\"+\n" +
+	"\x10ReplicaCARequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"C\n" +
+	"\x11ReplicaCAResponse\x12\x17\n" +
+	"\aca_cert\x18\x01 \x01(\fR\x06caCert\x12\x15\n" +
+	"\x06ca_key\x18\x02 \x01(\fR\x05caKey\"\r\n" +
 	"\vHostReplica\" \n" +
 	"\bReplicas\x12\x14\n" +
 	"\x05addrs\x18\x01 \x03(\tR\x05addrs\"q\n" +
@@ -4171,7 +4285,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05nodes\x18\x06 \x03(\v2\x16.gotrain.v1.NodeStatusR\x05nodes\x12,\n" +
 	"\x05ranks\x18\a \x03(\v2\x16.gotrain.v1.RankStatusR\x05ranks\x123\n" +
 	"\afailure\x18\b \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x123\n" +
-	"\bverdicts\x18\t \x03(\v2\x17.gotrain.v1.HangVerdictR\bverdicts2\xcd\x06\n" +
+	"\bverdicts\x18\t \x03(\v2\x17.gotrain.v1.HangVerdictR\bverdicts2\x97\a\n" +
 	"\vCoordinator\x129\n" +
 	"\x04Join\x12\x17.gotrain.v1.JoinRequest\x1a\x18.gotrain.v1.JoinResponse\x12V\n" +
 	"\x10WatchGenerations\x12#.gotrain.v1.WatchGenerationsRequest\x1a\x1b.gotrain.v1.GenerationEvent0\x01\x12<\n" +
@@ -4184,7 +4298,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x0eReportEvidence\x12!.gotrain.v1.ReportEvidenceRequest\x1a\".gotrain.v1.ReportEvidenceResponse\x12E\n" +
 	"\bDiagnose\x12\x1b.gotrain.v1.DiagnoseRequest\x1a\x1c.gotrain.v1.DiagnoseResponse\x12K\n" +
 	"\n" +
-	"AddReplica\x12\x1d.gotrain.v1.AddReplicaRequest\x1a\x1e.gotrain.v1.AddReplicaResponse2\xe3\x02\n" +
+	"AddReplica\x12\x1d.gotrain.v1.AddReplicaRequest\x1a\x1e.gotrain.v1.AddReplicaResponse\x12H\n" +
+	"\tReplicaCA\x12\x1c.gotrain.v1.ReplicaCARequest\x1a\x1d.gotrain.v1.ReplicaCAResponse2\xe3\x02\n" +
 	"\x05Agent\x12<\n" +
 	"\x05KVPut\x12\x18.gotrain.v1.KVPutRequest\x1a\x19.gotrain.v1.KVPutResponse\x12<\n" +
 	"\x05KVGet\x12\x18.gotrain.v1.KVGetRequest\x1a\x19.gotrain.v1.KVGetResponse\x12B\n" +
@@ -4204,7 +4319,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
@@ -4221,115 +4336,119 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WatchGenerationsRequest)(nil),  // 12: gotrain.v1.WatchGenerationsRequest
 	(*AddReplicaRequest)(nil),        // 13: gotrain.v1.AddReplicaRequest
 	(*AddReplicaResponse)(nil),       // 14: gotrain.v1.AddReplicaResponse
-	(*HostReplica)(nil),              // 15: gotrain.v1.HostReplica
-	(*Replicas)(nil),                 // 16: gotrain.v1.Replicas
-	(*RankAssignment)(nil),           // 17: gotrain.v1.RankAssignment
-	(*GenerationStarted)(nil),        // 18: gotrain.v1.GenerationStarted
-	(*WorkerFailure)(nil),            // 19: gotrain.v1.WorkerFailure
-	(*GenerationEnded)(nil),          // 20: gotrain.v1.GenerationEnded
-	(*JobFinished)(nil),              // 21: gotrain.v1.JobFinished
-	(*GenerationEvent)(nil),          // 22: gotrain.v1.GenerationEvent
-	(*EvidenceRequest)(nil),          // 23: gotrain.v1.EvidenceRequest
-	(*Evidence)(nil),                 // 24: gotrain.v1.Evidence
-	(*ReportEvidenceRequest)(nil),    // 25: gotrain.v1.ReportEvidenceRequest
-	(*ReportEvidenceResponse)(nil),   // 26: gotrain.v1.ReportEvidenceResponse
-	(*Culprit)(nil),                  // 27: gotrain.v1.Culprit
-	(*HangVerdict)(nil),              // 28: gotrain.v1.HangVerdict
-	(*DiagnoseRequest)(nil),          // 29: gotrain.v1.DiagnoseRequest
-	(*DiagnoseResponse)(nil),         // 30: gotrain.v1.DiagnoseResponse
-	(*KVPutRequest)(nil),             // 31: gotrain.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 32: gotrain.v1.KVPutResponse
-	(*KVGetRequest)(nil),             // 33: gotrain.v1.KVGetRequest
-	(*KVGetResponse)(nil),            // 34: gotrain.v1.KVGetResponse
-	(*BarrierRequest)(nil),           // 35: gotrain.v1.BarrierRequest
-	(*BarrierResponse)(nil),          // 36: gotrain.v1.BarrierResponse
-	(*CommProgress)(nil),             // 37: gotrain.v1.CommProgress
-	(*Collective)(nil),               // 38: gotrain.v1.Collective
-	(*RankProgress)(nil),             // 39: gotrain.v1.RankProgress
-	(*GPUSample)(nil),                // 40: gotrain.v1.GPUSample
-	(*ReportProgressRequest)(nil),    // 41: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 42: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 43: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 44: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 45: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 46: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 47: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 48: gotrain.v1.JobStatus
+	(*ReplicaCARequest)(nil),         // 15: gotrain.v1.ReplicaCARequest
+	(*ReplicaCAResponse)(nil),        // 16: gotrain.v1.ReplicaCAResponse
+	(*HostReplica)(nil),              // 17: gotrain.v1.HostReplica
+	(*Replicas)(nil),                 // 18: gotrain.v1.Replicas
+	(*RankAssignment)(nil),           // 19: gotrain.v1.RankAssignment
+	(*GenerationStarted)(nil),        // 20: gotrain.v1.GenerationStarted
+	(*WorkerFailure)(nil),            // 21: gotrain.v1.WorkerFailure
+	(*GenerationEnded)(nil),          // 22: gotrain.v1.GenerationEnded
+	(*JobFinished)(nil),              // 23: gotrain.v1.JobFinished
+	(*GenerationEvent)(nil),          // 24: gotrain.v1.GenerationEvent
+	(*EvidenceRequest)(nil),          // 25: gotrain.v1.EvidenceRequest
+	(*Evidence)(nil),                 // 26: gotrain.v1.Evidence
+	(*ReportEvidenceRequest)(nil),    // 27: gotrain.v1.ReportEvidenceRequest
+	(*ReportEvidenceResponse)(nil),   // 28: gotrain.v1.ReportEvidenceResponse
+	(*Culprit)(nil),                  // 29: gotrain.v1.Culprit
+	(*HangVerdict)(nil),              // 30: gotrain.v1.HangVerdict
+	(*DiagnoseRequest)(nil),          // 31: gotrain.v1.DiagnoseRequest
+	(*DiagnoseResponse)(nil),         // 32: gotrain.v1.DiagnoseResponse
+	(*KVPutRequest)(nil),             // 33: gotrain.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 34: gotrain.v1.KVPutResponse
+	(*KVGetRequest)(nil),             // 35: gotrain.v1.KVGetRequest
+	(*KVGetResponse)(nil),            // 36: gotrain.v1.KVGetResponse
+	(*BarrierRequest)(nil),           // 37: gotrain.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 38: gotrain.v1.BarrierResponse
+	(*CommProgress)(nil),             // 39: gotrain.v1.CommProgress
+	(*Collective)(nil),               // 40: gotrain.v1.Collective
+	(*RankProgress)(nil),             // 41: gotrain.v1.RankProgress
+	(*GPUSample)(nil),                // 42: gotrain.v1.GPUSample
+	(*ReportProgressRequest)(nil),    // 43: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 44: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 45: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 46: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 47: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 48: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 49: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 50: gotrain.v1.JobStatus
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
-	39, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
+	41, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
 	1,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
-	20, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
-	18, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
-	18, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
+	22, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
+	20, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
+	20, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
 	3,  // 6: gotrain.v1.AgentMessage.dump_stacks:type_name -> gotrain.v1.DumpStacksRequest
 	4,  // 7: gotrain.v1.AgentMessage.generation:type_name -> gotrain.v1.GenerationChange
 	5,  // 8: gotrain.v1.AgentMessage.assign:type_name -> gotrain.v1.StandbyAssignment
 	7,  // 9: gotrain.v1.NodeInfo.gpus:type_name -> gotrain.v1.GPU
 	8,  // 10: gotrain.v1.JoinRequest.node:type_name -> gotrain.v1.NodeInfo
 	10, // 11: gotrain.v1.JoinRequest.settings:type_name -> gotrain.v1.JobSettings
-	17, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
-	19, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
-	19, // 14: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
-	18, // 15: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
-	20, // 16: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
-	21, // 17: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
-	23, // 18: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
-	16, // 19: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
-	15, // 20: gotrain.v1.GenerationEvent.host_replica:type_name -> gotrain.v1.HostReplica
-	28, // 21: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
-	24, // 22: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
-	38, // 23: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
-	38, // 24: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
-	27, // 25: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
-	24, // 26: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	48, // 27: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
-	28, // 28: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
-	38, // 29: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
-	37, // 30: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	40, // 31: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
-	39, // 32: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	19, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
+	21, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
+	21, // 14: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
+	20, // 15: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
+	22, // 16: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
+	23, // 17: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
+	25, // 18: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
+	18, // 19: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
+	17, // 20: gotrain.v1.GenerationEvent.host_replica:type_name -> gotrain.v1.HostReplica
+	30, // 21: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
+	26, // 22: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
+	40, // 23: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
+	40, // 24: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
+	29, // 25: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
+	26, // 26: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
+	50, // 27: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	30, // 28: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	40, // 29: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	39, // 30: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	42, // 31: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	41, // 32: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
 	8,  // 33: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	39, // 34: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	46, // 35: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	47, // 36: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	19, // 37: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	28, // 38: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	41, // 34: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	48, // 35: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	49, // 36: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	21, // 37: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	30, // 38: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
 	9,  // 39: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
 	12, // 40: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	31, // 41: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	33, // 42: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	35, // 43: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	41, // 44: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	43, // 45: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	45, // 46: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	25, // 47: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	29, // 48: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	33, // 41: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	35, // 42: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	37, // 43: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	43, // 44: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	45, // 45: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	47, // 46: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	27, // 47: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	31, // 48: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
 	13, // 49: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
-	31, // 50: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	33, // 51: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	35, // 52: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	41, // 53: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 54: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	11, // 55: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	22, // 56: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	32, // 57: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	34, // 58: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	36, // 59: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	42, // 60: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	44, // 61: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	48, // 62: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	26, // 63: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	30, // 64: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	14, // 65: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
-	32, // 66: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	34, // 67: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	36, // 68: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	42, // 69: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	6,  // 70: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	55, // [55:71] is the sub-list for method output_type
-	39, // [39:55] is the sub-list for method input_type
+	15, // 50: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
+	33, // 51: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	35, // 52: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	37, // 53: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	43, // 54: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 55: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	11, // 56: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	24, // 57: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	34, // 58: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	36, // 59: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	38, // 60: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	44, // 61: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	46, // 62: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	50, // 63: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	28, // 64: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	32, // 65: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	14, // 66: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	16, // 67: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
+	34, // 68: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	36, // 69: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	38, // 70: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	44, // 71: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	6,  // 72: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	56, // [56:73] is the sub-list for method output_type
+	39, // [39:56] is the sub-list for method input_type
 	39, // [39:39] is the sub-list for extension type_name
 	39, // [39:39] is the sub-list for extension extendee
 	0,  // [0:39] is the sub-list for field type_name
@@ -4351,7 +4470,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*AgentMessage_Assign)(nil),
 	}
 	file_gotrain_v1_gotrain_proto_msgTypes[10].OneofWrappers = []any{}
-	file_gotrain_v1_gotrain_proto_msgTypes[22].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[24].OneofWrappers = []any{
 		(*GenerationEvent_Started)(nil),
 		(*GenerationEvent_Ended)(nil),
 		(*GenerationEvent_Finished)(nil),
@@ -4365,7 +4484,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -38,6 +38,7 @@ const (
 	Coordinator_ReportEvidence_FullMethodName   = "/gotrain.v1.Coordinator/ReportEvidence"
 	Coordinator_Diagnose_FullMethodName         = "/gotrain.v1.Coordinator/Diagnose"
 	Coordinator_AddReplica_FullMethodName       = "/gotrain.v1.Coordinator/AddReplica"
+	Coordinator_ReplicaCA_FullMethodName        = "/gotrain.v1.Coordinator/ReplicaCA"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -76,6 +77,12 @@ type CoordinatorClient interface {
 	// replica of the coordinator, and that started it, asks the leader to add
 	// it to the replica set.
 	AddReplica(ctx context.Context, in *AddReplicaRequest, opts ...grpc.CallOption) (*AddReplicaResponse, error)
+	// ReplicaCA hands the job CA (certificate and key) to a replica about to
+	// start: embedded, only to the node the coordinator asked to host one
+	// (its node certificate naming it) and not yet added; standalone
+	// (--peers), only to a listed peer's host whose connection proved the
+	// job token. Any replica answers.
+	ReplicaCA(ctx context.Context, in *ReplicaCARequest, opts ...grpc.CallOption) (*ReplicaCAResponse, error)
 }
 
 type coordinatorClient struct {
@@ -205,6 +212,16 @@ func (c *coordinatorClient) AddReplica(ctx context.Context, in *AddReplicaReques
 	return out, nil
 }
 
+func (c *coordinatorClient) ReplicaCA(ctx context.Context, in *ReplicaCARequest, opts ...grpc.CallOption) (*ReplicaCAResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicaCAResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ReplicaCA_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -241,6 +258,12 @@ type CoordinatorServer interface {
 	// replica of the coordinator, and that started it, asks the leader to add
 	// it to the replica set.
 	AddReplica(context.Context, *AddReplicaRequest) (*AddReplicaResponse, error)
+	// ReplicaCA hands the job CA (certificate and key) to a replica about to
+	// start: embedded, only to the node the coordinator asked to host one
+	// (its node certificate naming it) and not yet added; standalone
+	// (--peers), only to a listed peer's host whose connection proved the
+	// job token. Any replica answers.
+	ReplicaCA(context.Context, *ReplicaCARequest) (*ReplicaCAResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -283,6 +306,9 @@ func (UnimplementedCoordinatorServer) Diagnose(context.Context, *DiagnoseRequest
 }
 func (UnimplementedCoordinatorServer) AddReplica(context.Context, *AddReplicaRequest) (*AddReplicaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddReplica not implemented")
+}
+func (UnimplementedCoordinatorServer) ReplicaCA(context.Context, *ReplicaCARequest) (*ReplicaCAResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplicaCA not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -496,6 +522,24 @@ func _Coordinator_AddReplica_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_ReplicaCA_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicaCARequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ReplicaCA(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ReplicaCA_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ReplicaCA(ctx, req.(*ReplicaCARequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -542,6 +586,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AddReplica",
 			Handler:    _Coordinator_AddReplica_Handler,
+		},
+		{
+			MethodName: "ReplicaCA",
+			Handler:    _Coordinator_ReplicaCA_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,103 +1,64 @@
 package jobtls
 
 import (
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
-	"errors"
 	"net"
 	"strings"
 	"testing"
 	"time"
 )
 
-const (
-	secretA = "0123456789abcdef0123456789abcdef"
-	secretB = "fedcba9876543210fedcba9876543210"
-)
-
-func deriveCA(t *testing.T, secret string) *CA {
+func newCA(t *testing.T) *CA {
 	t.Helper()
-	ca, err := DeriveCA(secret, "replicated")
+	ca, err := NewCA("test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ca
 }
 
-func TestDeriveCADeterministic(t *testing.T) {
-	a1, a2, b := deriveCA(t, secretA), deriveCA(t, secretA), deriveCA(t, secretB)
-	if string(a1.Cert.Raw) != string(a2.Cert.Raw) || a1.Hash() != a2.Hash() {
-		t.Errorf("the same secret gave two CAs: %s and %s", a1.Hash(), a2.Hash())
-	}
-	if a1.Hash() == b.Hash() || string(a1.Cert.Raw) == string(b.Cert.Raw) {
-		t.Errorf("two secrets gave one CA %s", a1.Hash())
-	}
-	if !a1.Cert.IsCA || a1.Cert.SignatureAlgorithm != x509.PureEd25519 {
-		t.Errorf("IsCA %v, signature %v; want a CA signed with Ed25519", a1.Cert.IsCA, a1.Cert.SignatureAlgorithm)
-	}
-	// Replicas of different gotrain versions must derive the same CA: a
-	// change of the derivation must be a new deriveLabel, on purpose.
-	const (
-		wantHash = "sha256:f30d121de0df57001ea08c66bc771873124d669e75cadcfeca4d02e5bde6aa45"
-		wantRaw  = "e6c19d5880e137f1d6fcc4a33c272db9f6042653ee7f841c8a6bf1ab7950beec"
-	)
-	raw := sha256.Sum256(a1.Cert.Raw)
-	if a1.Hash() != wantHash || hex.EncodeToString(raw[:]) != wantRaw {
-		t.Errorf("DeriveCA(%q) changed: Hash %s, SHA-256 of the certificate %x; want %s, %s", secretA, a1.Hash(), raw, wantHash, wantRaw)
-	}
-}
-
-func TestDeriveCARefusesShortSecret(t *testing.T) {
-	for _, s := range []string{"", "tok", secretA[:MinDeriveSecret-1]} {
-		if _, err := DeriveCA(s, "replicated"); !errors.Is(err, ErrShortSecret) {
-			t.Errorf("DeriveCA(%q): %v, want ErrShortSecret", s, err)
-		}
-	}
-	if _, err := DeriveCA(secretA[:MinDeriveSecret], "replicated"); err != nil {
-		t.Errorf("DeriveCA of %d bytes: %v", MinDeriveSecret, err)
-	}
-}
-
-// A node certificate one replica issued is one the other accepts, and the
-// coordinator's certificate of one passes the other's pin.
-func TestDerivedCAsIssueForEachOther(t *testing.T) {
-	ca1, ca2 := deriveCA(t, secretA), deriveCA(t, secretA)
-	key, csr, err := NewNodeKey()
+// A CA handed over (MarshalCA, ParseCA) is the same CA: its node
+// certificates verify under the original, its hash is the same, and a
+// key that is not the certificate's is refused.
+func TestMarshalCA(t *testing.T) {
+	ca := newCA(t)
+	cert, key, err := ca.MarshalCA()
 	if err != nil {
 		t.Fatal(err)
 	}
-	der, err := ca1.IssueNode("node-4", csr)
+	got, err := ParseCA(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Hash() != ca.Hash() {
+		t.Errorf("hash %s, want %s", got.Hash(), ca.Hash())
+	}
+	_, csr, _ := NewNodeKey()
+	der, err := got.IssueNode("node-2", csr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	node, _ := x509.ParseCertificate(der)
-	if _, err := node.Verify(x509.VerifyOptions{Roots: ca2.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		t.Errorf("a node certificate of one replica, verified by the other: %v", err)
+	if _, err := node.Verify(x509.VerifyOptions{Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("a node certificate of the handed-over CA, under the original: %v", err)
 	}
-	if _, err := node.Verify(x509.VerifyOptions{Roots: deriveCA(t, secretB).Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
-		t.Error("another token's CA accepted the node certificate")
+	_, otherKey, _ := newCA(t).MarshalCA()
+	if _, err := ParseCA(cert, otherKey); err == nil {
+		t.Error("ParseCA took another CA's key for this certificate")
 	}
-
-	// A full handshake: the coordinator's certificate from ca1, the
-	// joiner pinning ca2's hash and presenting the node certificate, which
-	// ca1's server configuration verifies.
-	srv, err := ca1.ServerCertificate([]string{"127.0.0.1"})
+	sig, err := ca.Sign([]byte("leader 10.0.0.1:29400"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodeCert := NodeCertificate(der, key)
-	client, err := Trust{CAHash: ca2.Hash()}.Config(&nodeCert)
-	if err != nil {
-		t.Fatal(err)
+	if err := VerifySigned(got.Cert, []byte("leader 10.0.0.1:29400"), sig); err != nil {
+		t.Errorf("VerifySigned: %v", err)
 	}
-	st, serverErr, clientErr := handshake(t, ServerConfig(srv, ca1), client)
-	if serverErr != nil || clientErr != nil {
-		t.Fatalf("handshake: server %v, client %v", serverErr, clientErr)
+	if err := VerifySigned(got.Cert, []byte("leader 10.6.6.6:29400"), sig); err == nil {
+		t.Error("a signature verified for another message")
 	}
-	if len(st.PeerCertificates) == 0 || NodeID(st.PeerCertificates[0]) != "node-4" || len(st.VerifiedChains) == 0 {
-		t.Errorf("the server saw %d certificates, %d verified chains; want node-4's, verified", len(st.PeerCertificates), len(st.VerifiedChains))
+	if err := VerifySigned(newCA(t).Cert, []byte("leader 10.0.0.1:29400"), sig); err == nil {
+		t.Error("a signature verified under another CA")
 	}
 }
 
@@ -105,7 +66,7 @@ func TestDerivedCAsIssueForEachOther(t *testing.T) {
 // either side; node certificates and the coordinator's certificate of the
 // same CA are refused, by the replica-certificate check itself.
 func TestReplicaTLS(t *testing.T) {
-	ca, other := deriveCA(t, secretA), deriveCA(t, secretB)
+	ca, other := newCA(t), newCA(t)
 	replica := func(ca *CA, name string) tls.Certificate {
 		c, err := ca.ReplicaCertificate(name, []string{"10.0.0.1", "0.0.0.0", "host1"})
 		if err != nil {
@@ -175,7 +136,7 @@ func TestReplicaTLS(t *testing.T) {
 }
 
 func TestReplicaCertificate(t *testing.T) {
-	ca := deriveCA(t, secretA)
+	ca := newCA(t)
 	c, err := ca.ReplicaCertificate("replica-3", []string{"10.0.0.3", "host3"})
 	if err != nil {
 		t.Fatal(err)
