@@ -46,7 +46,7 @@ type command struct {
 var commands = map[string]command{
 	// A new machine; before anything else, else the first command makes one
 	// with the defaults.
-	"config":      {"run nodes min-nodes node-timeout settle max-restarts backoff rendezvous hang-timeout on-hang straggler", (*env).config},
+	"config": {"run nodes min-nodes node-timeout settle max-restarts backoff rendezvous hang-timeout on-hang straggler", (*env).config},
 	// coord: the node's agent runs the coordinator; node-rank: its
 	// scheduler's node rank (order.go).
 	"join":        {"id host addr nproc gpus port pid coord node-rank", (*env).join},
