@@ -198,6 +198,9 @@ func (s *Server) commit(e entry) (any, error) {
 		if errors.As(err, &nl) {
 			return nil, nl
 		}
+		if errors.Is(err, replica.ErrEntryTooLarge) {
+			return nil, status.Errorf(codes.InvalidArgument, "the request is too large for the coordinator's replicated log: %v", err)
+		}
 		return nil, status.Errorf(codes.Unavailable, "the coordinator's replicas could not agree: %v", err)
 	}
 	a, _ := r.(applied)
