@@ -56,8 +56,8 @@ var _ raft.LogStore = (*sizedLog)(nil)
 
 func logBytes(l *raft.Log) int64 { return int64(len(l.Data) + len(l.Extensions)) }
 
-func (s *sizedLog) FirstIndex() (uint64, error)           { return s.s.FirstIndex() }
-func (s *sizedLog) LastIndex() (uint64, error)            { return s.s.LastIndex() }
+func (s *sizedLog) FirstIndex() (uint64, error)            { return s.s.FirstIndex() }
+func (s *sizedLog) LastIndex() (uint64, error)             { return s.s.LastIndex() }
 func (s *sizedLog) GetLog(index uint64, l *raft.Log) error { return s.s.GetLog(index, l) }
 func (s *sizedLog) StoreLog(l *raft.Log) error             { return s.StoreLogs([]*raft.Log{l}) }
 
