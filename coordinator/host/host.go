@@ -89,6 +89,9 @@ type Config struct {
 	Replicas    int
 	JoinReplica bool
 	GossipJoin  []string
+	// maxRaftLog bounds the replica's log (replica.Config.MaxLogBytes);
+	// 0: replica's default. Tests set a small one.
+	maxRaftLog int64
 }
 
 // DefaultConfig returns a Config with every default: DefaultJobSettings,
