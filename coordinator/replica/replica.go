@@ -7,8 +7,9 @@
 // elections, log replication and membership changes as one library (Consul,
 // Nomad and Vault run on it), where etcd's raft is a core that leaves the
 // network, storage and ticking to the caller. The coordinator's state is
-// small and lives in memory: logs and snapshots are kept in memory, and a
-// replica that restarts joins as a new one.
+// small and lives in memory: logs and snapshots are kept in memory, the log
+// bounded in bytes and compacted by snapshots (logsize.go), and a replica
+// that restarts joins as a new one.
 //
 // A replica's ID is the address clients reach it at (its gRPC HOST:PORT),
 // so that a follower can name the leader to a client.
