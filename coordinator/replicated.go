@@ -44,7 +44,8 @@ func init() {
 type entry struct {
 	Time        time.Time
 	Event       job.Event
-	Join        []byte // a JoinRequest without its CSR
+	Join        []byte // a JoinRequest without its CSR, host key and unknown fields
+	Host        bool   // the join is of the node whose agent runs the coordinator
 	KV          *kvEntry
 	Config      *configEntry
 	Replica     string // a replica's gRPC address, added to the set
@@ -172,7 +173,15 @@ func (s *Server) commit(e entry) (any, error) {
 	}
 	s.mu.Lock()
 	over := s.m.Finished()
+	var refused error
+	if e.Event != nil && !over {
+		// Only what the machine takes goes into the log.
+		refused = s.m.Admit(e.Event)
+	}
 	s.mu.Unlock()
+	if refused != nil {
+		return nil, grpcError(refused)
+	}
 	if over && e.Event != nil {
 		// The job's state is final on every replica: a late report (a
 		// worker stopping after the end) changes nothing, and any replica
@@ -191,6 +200,9 @@ func (s *Server) commit(e entry) (any, error) {
 		if errors.As(err, &nl) {
 			return nil, nl
 		}
+		if errors.Is(err, replica.ErrEntryTooLarge) {
+			return nil, status.Errorf(codes.InvalidArgument, "the request is too large for the coordinator's replicated log: %v", err)
+		}
 		return nil, status.Errorf(codes.Unavailable, "the coordinator's replicas could not agree: %v", err)
 	}
 	a, _ := r.(applied)
@@ -206,7 +218,7 @@ func (s *Server) applyEntry(now time.Time, e entry) applied {
 		}
 		return applied{}
 	case e.Join != nil:
-		r, err := s.applyJoin(now, e.Join)
+		r, err := s.applyJoin(now, e.Join, e.Host)
 		return applied{v: r, err: err}
 	case e.KV != nil:
 		if err := s.store(e.KV.Key).Put(e.KV.Key, e.KV.Value); err != nil {
@@ -323,6 +335,11 @@ func (f *serverFSM) Apply(b []byte) any {
 		s.log.Error("replicate: an entry before the job's configuration")
 	}
 	r := s.applyEntry(e.Time, e)
+	if r.err != nil {
+		// A refused entry changed nothing: a restored replica does not
+		// need it, and the snapshot does not keep it.
+		return r
+	}
 	l := logged{Data: b}
 	if p, ok := e.Event.(job.ProgressReported); ok {
 		l.Progress = p.NodeID

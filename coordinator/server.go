@@ -74,6 +74,10 @@ type Config struct {
 	// from it, and later calls act only for the node their certificate
 	// names (identity.go). It needs TLS.
 	CA *jobtls.CA
+	// HostKey, when not empty, is the secret of the agent that runs this
+	// coordinator: a Join that gives it is that agent's node, the first
+	// in the node order (admit.go).
+	HostKey []byte
 }
 
 // Server is a job's coordinator.
@@ -398,15 +402,21 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 			return nil, err
 		}
 	}
-	// The request goes into the log without its CSR: only the leader
-	// issues the certificate, after the join is committed.
-	logged := proto.CloneOf(req)
-	logged.Csr = nil
-	b, err := proto.Marshal(logged)
+	host, err := s.hostJoin(req) // admit.go
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "join: %v", err)
+		return nil, err
 	}
-	r, err := s.commit(entry{Join: b})
+	b, err := loggedJoin(req)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	_, _, err = s.admitJoin(req, host) // a refused join leaves nothing in the log
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.commit(entry{Join: b, Host: host})
 	if err != nil {
 		return nil, err
 	}
@@ -435,33 +445,28 @@ type joinResult struct {
 	hostReplica bool
 }
 
-// applyJoin joins the node of req (a JoinRequest without its CSR). Every
-// replica runs it, in the log's order. s.mu is held.
-func (s *Server) applyJoin(now time.Time, b []byte) (joinResult, error) {
+// applyJoin joins the node of req (a JoinRequest without its CSR; host:
+// its agent runs the coordinator). Every replica runs it, in the log's
+// order. s.mu is held.
+func (s *Server) applyJoin(now time.Time, b []byte, host bool) (joinResult, error) {
 	req := &gotrainv1.JoinRequest{}
 	if err := proto.Unmarshal(b, req); err != nil {
 		return joinResult{}, status.Errorf(codes.InvalidArgument, "join: %v", err)
 	}
-	if err := s.checkJoin(req); err != nil { // limits.go
-		s.log.Warn("join rejected", "err", err)
+	ev, warnings, err := s.admitJoin(req, host) // admit.go
+	if err != nil {
 		return joinResult{}, err
 	}
-	info := nodeInfoFromProto(req.GetNode())
-	warnings, err := checkSettings(s.m.Config(), req.GetSettings()) // settings.go
-	if err != nil {
-		s.log.Warn("join rejected", "hostname", info.Hostname, "err", err)
-		return joinResult{}, status.Error(codes.FailedPrecondition, err.Error())
-	}
+	info, id := ev.Info, ev.NodeID
 	for _, w := range warnings {
 		s.log.Warn("join", "hostname", info.Hostname, "warning", w)
 	}
-	s.nodeSeq++
-	id := fmt.Sprintf("node-%d", s.nodeSeq)
-	acts, err := s.m.Step(now, job.NodeJoined{NodeID: id, Info: info})
+	acts, err := s.m.Step(now, ev)
 	if err != nil {
 		s.log.Warn("join rejected", "hostname", info.Hostname, "err", err)
 		return joinResult{}, grpcError(err)
 	}
+	s.nodeSeq++
 	s.outboxes[id] = newOutbox() // before apply: the start may include this node
 	s.joinedNode(id, req)
 	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
@@ -586,8 +591,11 @@ func (s *Server) KVPut(_ context.Context, req *gotrainv1.KVPutRequest) (*gotrain
 	if req.GetKey() == "" {
 		return nil, status.Error(codes.InvalidArgument, "kv put: key is empty")
 	}
-	if err := s.store(req.GetKey()).CheckKey(req.GetKey()); err != nil {
+	// Neither a refused put nor a repeated one reaches the log.
+	if held, err := s.store(req.GetKey()).Check(req.GetKey(), req.GetValue()); err != nil {
 		return nil, kvError(err) // limits.go
+	} else if held {
+		return &gotrainv1.KVPutResponse{}, nil
 	}
 	if _, err := s.commit(entry{KV: &kvEntry{Key: req.GetKey(), Value: req.GetValue()}}); err != nil {
 		return nil, err

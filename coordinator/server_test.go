@@ -272,8 +272,9 @@ func TestTokenRequired(t *testing.T) {
 	}
 }
 
-// Two agents join in the opposite of their rank order, meet at a barrier,
-// exchange a value through the KV store, exit 0, and the job succeeds.
+// Two agents join (host-b first: the node order is the join order, not
+// the names'), meet at a barrier, exchange a value through the KV store,
+// exit 0, and the job succeeds.
 func TestTwoAgentsSucceed(t *testing.T) {
 	srv, addr := startServer(t, Config{Nodes: 2}, testHooks{})
 	ctx := rpcCtx(t)
@@ -307,10 +308,10 @@ func TestTwoAgentsSucceed(t *testing.T) {
 		t.Errorf("result = %v, want success", res)
 	}
 	wantEvents(t, "host-a", <-resA,
-		"started gen=0 world=4 group=0/2 restarts=0 master=10.0.0.1:2222 ranks=0/0/0,1/1/1",
+		"started gen=0 world=4 group=1/2 restarts=0 master=10.0.0.2:1111 ranks=2/0/0,3/1/1",
 		"finished succeeded=true exit=0")
 	wantEvents(t, "host-b", <-resB,
-		"started gen=0 world=4 group=1/2 restarts=0 master=10.0.0.1:2222 ranks=2/0/0,3/1/1",
+		"started gen=0 world=4 group=0/2 restarts=0 master=10.0.0.2:1111 ranks=0/0/0,1/1/1",
 		"finished succeeded=true exit=0")
 
 	st, err := a.c.GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})

@@ -48,6 +48,11 @@ type Config struct {
 	// against the job's when joining, never defaults.
 	JobFlagsGiven map[string]bool
 
+	// NodeRank, when not nil, is this node's place as its scheduler numbers
+	// the nodes (Slurm's SLURM_NODEID): the coordinator orders the nodes by
+	// it, after the node that runs the coordinator. Nil: none (join order).
+	NodeRank *int
+
 	// Coordinator is the address of the job's coordinator. Empty: this agent
 	// starts one, listening on CoordinatorListen.
 	Coordinator string

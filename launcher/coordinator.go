@@ -18,6 +18,7 @@ func (a *agent) startCoordinator(ctx context.Context) (addr, pin string, stop fu
 		return "", "", nil, fmt.Errorf("start the coordinator: %w", err)
 	}
 	addr = c.Addr().String()
+	a.hostKey = c.HostKey() // join.go: this node is the job's first
 	if a.metricsAddr = c.MetricsAddr(); a.metricsAddr != "" {
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: metrics at http://%s/metrics\n", a.metricsAddr)
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobtls"
@@ -38,7 +39,10 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),
 		AgentPid: int32(os.Getpid()), FreePort: int32(port), Gpus: a.place.joinGPUs(),
 		RanksPerGpu: int32(a.cfg.RanksPerGPU),
-	}, Settings: a.cfg.JobSettings.Given(a.cfg.JobFlagsGiven), Csr: csr}
+	}, Settings: a.cfg.JobSettings.Given(a.cfg.JobFlagsGiven), Csr: csr, HostKey: a.hostKey}
+	if r := a.cfg.NodeRank; r != nil {
+		req.Node.NodeRank = proto.Int32(int32(*r)) // the scheduler's node order (coordinator/job's order.go)
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.JoinTimeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond

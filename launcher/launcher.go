@@ -150,6 +150,9 @@ type agent struct {
 	joinHint string
 	// tokenMade: this agent made the job token (none was given).
 	tokenMade bool
+	// hostKey: the embedded coordinator's secret this agent joins with, to
+	// be the job's first node (coordinator/host's HostKey); nil otherwise.
+	hostKey []byte
 	// gossipPort is the coordinator's gossip port from Join; 0: no gossip.
 	gossipPort int
 	// nodeTimeout is how long this node may be out of contact with the

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -235,6 +236,14 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	fs.StringVar(&cfg.Coordinator, "coordinator", "", "join the coordinator at HOST:PORT (HOST alone: port 29400) instead of starting one here; a replicated coordinator: its replicas, comma-separated (any one is enough, the rest are learnt)")
 	fs.StringVar(&cfg.CoordinatorListen, "coordinator-listen", "", "where the embedded coordinator listens (default 127.0.0.1:0 on one node, 0.0.0.0:29400 with --nnodes > 1)")
 	fs.StringVar(&cfg.NodeAddress, "node-addr", "", "address other nodes reach this node at (default 127.0.0.1 on one node, else the first non-loopback IPv4)")
+	fs.Func("node-rank", "this node's `rank` (0 or more) in the job's node order, as torchrun's --node-rank: nodes with one go by it, after the node that runs the coordinator (always first: group rank 0, MASTER_ADDR); under Slurm, SLURM_NODEID; default: the order the nodes join in", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return fmt.Errorf("give 0 or more, not %q", s)
+		}
+		cfg.NodeRank = &n
+		return nil
+	})
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", 10*time.Second, "time workers get between SIGTERM and SIGKILL")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 10*time.Minute, "how long to keep trying to reach the coordinator (long enough for a cluster to come up; progress every 10 s)")
 	cfg.Standby = launcher.StandbyAuto

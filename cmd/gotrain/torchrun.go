@@ -32,8 +32,11 @@ value, PET_* variables as defaults. Workers see torchrun's variables (RANK,
 LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, TORCHELASTIC_RESTART_COUNT, ...).
 Installed as a symlink named torchrun, gotrain behaves the same.
 
+--node-rank 0 starts the coordinator (group rank 0, MASTER_ADDR); another
+node rank places the node after it in that order (gotrain launch --node-rank).
+
 Accepted without effect, with a note each: --rdzv-backend, --rdzv-conf,
---node-rank (nodes are ordered by hostname), --redirects, --tee,
+--redirects, --tee,
 --local-ranks-filter (every rank's output is printed, prefixed [rank N]),
 --monitor-interval, --start-method, --role, --local-addr, --run-path,
 --logs-specs. Any other flag is an error. For gotrain's own flags (--standby,
@@ -82,7 +85,7 @@ func torchrunFlags() *flag.FlagSet {
 	fs.String("rdzv-endpoint", "", "HOST:PORT of gotrain's coordinator (with --node-rank 0: listen at PORT)")
 	fs.String("master-addr", "", "with --master-port and no --rdzv-endpoint: the coordinator's host")
 	fs.String("master-port", "", "with --master-addr: the coordinator's port")
-	fs.String("node-rank", "", "0: this node starts the coordinator (nodes are ordered by hostname)")
+	fs.String("node-rank", "", "0: this node starts the coordinator (group rank 0); others: the node's place after it (gotrain launch --node-rank)")
 	fs.String("rdzv-id", "", "the run id (TORCHELASTIC_RUN_ID)")
 	fs.Int("max-restarts", 0, "restarts after a worker fails")
 	fs.String("log-dir", "", "each rank's log in DIR/RUN_ID/attempt-N")

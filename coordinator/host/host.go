@@ -21,6 +21,7 @@ package host
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -88,6 +89,9 @@ type Config struct {
 	Replicas    int
 	JoinReplica bool
 	GossipJoin  []string
+	// maxRaftLog bounds the replica's log (replica.Config.MaxLogBytes);
+	// 0: replica's default. Tests set a small one.
+	maxRaftLog int64
 }
 
 // DefaultConfig returns a Config with every default: DefaultJobSettings,
@@ -161,6 +165,9 @@ type Coordinator struct {
 
 	ca  *jobtls.CA // the job CA: issues node certificates, and the server's unless TLSCert
 	pin string     // what local tools pin: the job CA's hash, or the site certificate's own
+	// hostKey is the secret the agent that embeds this coordinator joins
+	// with, to be the job's first node (coordinator.Config.HostKey).
+	hostKey []byte
 
 	replica *replica.Node // nil when not replicated (replicas.go)
 }
@@ -179,8 +186,12 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if err != nil {
 		return nil, err
 	}
+	hostKey := make([]byte, 32)
+	if _, err := rand.Read(hostKey); err != nil {
+		return nil, fmt.Errorf("make the coordinator's host key: %w", err)
+	}
 	srv, err := coordinator.New(coordinator.Config{
-		TLS: jobtls.ServerConfig(srvCert, ca), CA: ca,
+		TLS: jobtls.ServerConfig(srvCert, ca), CA: ca, HostKey: hostKey,
 		RunID: cfg.RunID, Token: cfg.JobToken, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes,
 		NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
 		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff, RestartCountBase: cfg.RestartCountBase,
@@ -211,7 +222,7 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		}
 		undo = append(undo, func() { _ = mlis.Close() })
 	}
-	c := &Coordinator{cfg: cfg, srv: srv, addr: lis.Addr().(*net.TCPAddr), stopGossip: func() {}, done: make(chan struct{}), ca: ca, pin: pin}
+	c := &Coordinator{cfg: cfg, srv: srv, addr: lis.Addr().(*net.TCPAddr), stopGossip: func() {}, done: make(chan struct{}), ca: ca, pin: pin, hostKey: hostKey}
 	if mlis != nil {
 		c.metricsAddr = mlis.Addr().String()
 	}
@@ -275,6 +286,11 @@ func (c *Coordinator) startGossip() error {
 	c.gossipPort, c.stopGossip = gport, stop
 	return nil
 }
+
+// HostKey is the secret the agent that embeds this coordinator gives in
+// its Join (JoinRequest.host_key) to be the job's first node, group rank 0
+// and MASTER_ADDR, whatever joined before it. Keep it in memory only.
+func (c *Coordinator) HostKey() []byte { return c.hostKey }
 
 // Config returns the coordinator's configuration, defaults filled in (the
 // token and run id too).

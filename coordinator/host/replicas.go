@@ -136,6 +136,7 @@ func (c *Coordinator) startReplica(srv *coordinator.Server) error {
 		ID: id, RaftBind: raftBind, RaftAdvertise: raftAdv,
 		Peers: peers, Alone: len(peers) == 0 && !c.cfg.JoinReplica,
 		ServerTLS: srvTLS, ClientTLS: cliTLS, FSM: srv.FSM(), Logger: c.cfg.Logger.With("component", "replica"),
+		MaxLogBytes: c.cfg.maxRaftLog,
 	})
 	if err != nil {
 		return err

@@ -56,14 +56,18 @@ func freeReplicaAddrs(t *testing.T, n int) []string {
 	return out
 }
 
-// startReplicas starts a standalone replica set of n.
-func startReplicas(t *testing.T, n int, nodes int) (peers []string, cs []*Coordinator) {
+// startReplicas starts a standalone replica set of n; opts change each
+// replica's Config.
+func startReplicas(t *testing.T, n int, nodes int, opts ...func(*Config)) (peers []string, cs []*Coordinator) {
 	t.Helper()
 	peers = freeReplicaAddrs(t, n)
 	for _, p := range peers {
 		cfg := DefaultConfig()
 		cfg.JobToken, cfg.Listen, cfg.Peers, cfg.Nodes, cfg.MinNodes, cfg.NoGossip = replicaToken, p, peers, nodes, nodes, true
 		cfg.MaxRestarts = 0
+		for _, o := range opts {
+			o(&cfg)
+		}
 		c, err := Start(t.Context(), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -101,21 +105,7 @@ type replicaClient struct {
 
 func joinReplicas(t *testing.T, peers []string, host string) *replicaClient {
 	t.Helper()
-	trust := jobtls.Trust{} // the proof of the token alone: the replicas share one CA
-	conn := func(cert *tls.Certificate) *leaderconn.Conn {
-		lc, err := leaderconn.New(peers, func(addr string) (*grpc.ClientConn, error) {
-			creds, err := trust.Credentials(replicaToken, cert)
-			if err != nil {
-				return nil, err
-			}
-			return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), token.DialOption(replicaToken))
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { lc.Close() })
-		return lc
-	}
+	conn := func(cert *tls.Certificate) *leaderconn.Conn { return replicaConn(t, peers, cert) }
 	key, csr, err := jobtls.NewNodeKey()
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +122,26 @@ func joinReplicas(t *testing.T, peers []string, host string) *replicaClient {
 	cert := jobtls.NodeCertificate(resp.GetNodeCert(), key)
 	lc := conn(&cert)
 	return &replicaClient{id: resp.GetNodeId(), c: gotrainv1.NewCoordinatorClient(lc), lc: lc}
+}
+
+// replicaConn is a connection to the replica set as an agent has it: by
+// the proof of the token alone (the replicas share one CA), and cert (nil
+// before Join).
+func replicaConn(t *testing.T, peers []string, cert *tls.Certificate) *leaderconn.Conn {
+	t.Helper()
+	trust := jobtls.Trust{}
+	lc, err := leaderconn.New(peers, func(addr string) (*grpc.ClientConn, error) {
+		creds, err := trust.Credentials(replicaToken, cert)
+		if err != nil {
+			return nil, err
+		}
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), token.DialOption(replicaToken))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Close() })
+	return lc
 }
 
 // next returns the node's next event, opening the stream again (after the

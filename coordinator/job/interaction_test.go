@@ -46,8 +46,10 @@ type command struct {
 var commands = map[string]command{
 	// A new machine; before anything else, else the first command makes one
 	// with the defaults.
-	"config":      {"run nodes min-nodes node-timeout settle max-restarts backoff rendezvous hang-timeout on-hang straggler", (*env).config},
-	"join":        {"id host addr nproc gpus port pid", (*env).join},
+	"config": {"run nodes min-nodes node-timeout settle max-restarts backoff rendezvous hang-timeout on-hang straggler", (*env).config},
+	// coord: the node's agent runs the coordinator; node-rank: its
+	// scheduler's node rank (order.go).
+	"join":        {"id host addr nproc gpus port pid coord node-rank", (*env).join},
 	"lost":        {"id reason", (*env).lost},
 	"unreachable": {"id reason", (*env).unreachable},
 	"reachable":   {"id", (*env).reachable},
@@ -149,7 +151,9 @@ func (e *env) join(t *testing.T, d *datadriven.TestData) string {
 	for i := range gpus {
 		in.GPUs = append(in.GPUs, job.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", in.Hostname, i)})
 	}
-	return e.step(job.NodeJoined{NodeID: id, Info: in})
+	ev := job.NodeJoined{NodeID: id, Info: in, Host: d.HasArg("coord"), NodeRank: -1}
+	d.MaybeScanArgs(t, "node-rank", &ev.NodeRank)
+	return e.step(ev)
 }
 
 func (e *env) lost(t *testing.T, d *datadriven.TestData) string {

@@ -144,12 +144,18 @@ type Machine struct {
 	repeats repeats // failures that repeat before any progress (restart.go)
 
 	members membership // joins to act on and a growth under way (membership.go)
+	joins   int        // joins so far: the next node's seq (order.go)
 }
 
 type node struct {
 	id        string
 	info      NodeInfo
 	groupRank int // in the current generation; -1 before the first, or when it joined since
+	// Its place in the admission order (order.go): the host first, then by
+	// node rank (-1: none given), then by seq (join order).
+	host     bool
+	nodeRank int
+	seq      int
 	// unreachableSince is when the node became unreachable; zero while it
 	// is reachable (membership.go).
 	unreachableSince time.Time
@@ -243,29 +249,38 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 }
 
 func (m *Machine) join(ev NodeJoined) ([]Action, error) {
-	if m.Finished() {
-		return nil, fmt.Errorf("%w: node %q cannot join; start a new job", ErrJobFinished, ev.Info.Hostname)
-	}
-	if m.state != StateWaiting && len(m.nodes) >= m.cfg.Nodes {
-		return nil, fmt.Errorf("%w: node %q cannot join generation %d: the job runs on its maximum of %s already (--nnodes %s)",
-			ErrJobStarted, ev.Info.Hostname, m.gen, plural(m.cfg.Nodes, "node"), m.nnodes())
-	}
-	if err := validateJoin(ev); err != nil {
+	if err := m.checkJoin(ev); err != nil {
 		return nil, err
-	}
-	if n := m.nodes[ev.NodeID]; n != nil {
-		return nil, fmt.Errorf("%w: node id %q is taken by %s", ErrDuplicateNode, ev.NodeID, n.info.Hostname)
-	}
-	for _, n := range m.nodes {
-		if n.info.Hostname == ev.Info.Hostname && n.info.AgentPID == ev.Info.AgentPID {
-			return nil, fmt.Errorf("%w: the agent on %s with pid %d joined already as node %q; an agent joins once",
-				ErrDuplicateNode, n.info.Hostname, n.info.AgentPID, n.id)
-		}
 	}
 	info := ev.Info
 	info.GPUs = slices.Clone(info.GPUs)
-	m.nodes[ev.NodeID] = &node{id: ev.NodeID, info: info, groupRank: -1}
+	m.nodes[ev.NodeID] = &node{id: ev.NodeID, info: info, groupRank: -1, host: ev.Host, nodeRank: max(ev.NodeRank, -1), seq: m.joins}
+	m.joins++
 	return m.joined(ev.NodeID), nil // membership.go
+}
+
+// checkJoin says why ev cannot join now; nil when it can.
+func (m *Machine) checkJoin(ev NodeJoined) error {
+	if m.Finished() {
+		return fmt.Errorf("%w: node %q cannot join; start a new job", ErrJobFinished, ev.Info.Hostname)
+	}
+	if m.state != StateWaiting && len(m.nodes) >= m.cfg.Nodes {
+		return fmt.Errorf("%w: node %q cannot join generation %d: the job runs on its maximum of %s already (--nnodes %s)",
+			ErrJobStarted, ev.Info.Hostname, m.gen, plural(m.cfg.Nodes, "node"), m.nnodes())
+	}
+	if err := validateJoin(ev); err != nil {
+		return err
+	}
+	if n := m.nodes[ev.NodeID]; n != nil {
+		return fmt.Errorf("%w: node id %q is taken by %s", ErrDuplicateNode, ev.NodeID, n.info.Hostname)
+	}
+	for _, n := range m.nodes {
+		if n.info.Hostname == ev.Info.Hostname && n.info.AgentPID == ev.Info.AgentPID {
+			return fmt.Errorf("%w: the agent on %s with pid %d joined already as node %q; an agent joins once",
+				ErrDuplicateNode, n.info.Hostname, n.info.AgentPID, n.id)
+		}
+	}
+	return m.checkHost(ev) // order.go
 }
 
 func validateJoin(ev NodeJoined) error {
@@ -298,7 +313,7 @@ func validateJoin(ev NodeJoined) error {
 
 // start opens generation gen with the nodes present now.
 func (m *Machine) start(gen int64, restarts int) StartGeneration {
-	order := m.sortedNodes()
+	order := m.orderedNodes() // order.go
 	survivors := m.survivorsOf()
 	m.pendingRestart, m.members.growing, m.members.actAt = false, false, time.Time{}
 	m.gen, m.restarts, m.state = gen, restarts, StateRunning
@@ -341,22 +356,6 @@ func gpuSlot(local, nproc, gpus int) int {
 	return local * gpus / nproc
 }
 
-// sortedNodes returns the present nodes ordered by hostname (naturally:
-// node9 before node10), address, id.
-func (m *Machine) sortedNodes() []*node {
-	out := make([]*node, 0, len(m.nodes))
-	for _, n := range m.nodes {
-		out = append(out, n)
-	}
-	slices.SortFunc(out, func(a, b *node) int {
-		return cmp.Or(
-			naturalCompare(a.info.Hostname, b.info.Hostname),
-			cmp.Compare(a.info.Address, b.info.Address),
-			cmp.Compare(a.id, b.id))
-	})
-	return out
-}
-
 func (m *Machine) lost(ev NodeLost) ([]Action, error) {
 	n := m.nodes[ev.NodeID]
 	if n == nil {
@@ -378,6 +377,9 @@ func (m *Machine) lost(ev NodeLost) ([]Action, error) {
 		return m.afterEnd(), nil
 	}
 	if len(lostRanks) == 0 {
+		if f, desc := m.leftEarly(n); f != nil { // order.go
+			return append(m.end(f, desc), m.afterEnd()...), nil
+		}
 		// Its workers are done; the running generation does not need it.
 		return nil, nil
 	}
@@ -410,19 +412,27 @@ func rankList(rs []int) string {
 	return "ranks " + strings.Join(s, ",")
 }
 
-func (m *Machine) exited(ev WorkerExited) ([]Action, error) {
+// checkExit says why ev is refused; nil when Step takes it.
+func (m *Machine) checkExit(ev WorkerExited) error {
 	if m.nodes[ev.NodeID] == nil {
-		return nil, fmt.Errorf("%w %q reports rank %d exited; only nodes of the job report exits", ErrUnknownNode, ev.NodeID, ev.Rank)
+		return fmt.Errorf("%w %q reports rank %d exited; only nodes of the job report exits", ErrUnknownNode, ev.NodeID, ev.Rank)
 	}
 	if m.gen < 0 || ev.Generation > m.gen {
-		return nil, fmt.Errorf("%w: node %q reports rank %d of generation %d, which has not started (current generation: %d)",
+		return fmt.Errorf("%w: node %q reports rank %d of generation %d, which has not started (current generation: %d)",
 			ErrInvalidEvent, ev.NodeID, ev.Rank, ev.Generation, m.gen)
+	}
+	if ev.Generation == m.gen && (ev.Rank < 0 || ev.Rank >= len(m.ranks) || m.ranks[ev.Rank].nodeID != ev.NodeID) {
+		return fmt.Errorf("%w: rank %d does not run on node %q in generation %d", ErrInvalidEvent, ev.Rank, ev.NodeID, ev.Generation)
+	}
+	return nil
+}
+
+func (m *Machine) exited(ev WorkerExited) ([]Action, error) {
+	if err := m.checkExit(ev); err != nil {
+		return nil, err
 	}
 	if ev.Generation < m.gen {
 		return nil, nil // a late report of an old generation
-	}
-	if ev.Rank < 0 || ev.Rank >= len(m.ranks) || m.ranks[ev.Rank].nodeID != ev.NodeID {
-		return nil, fmt.Errorf("%w: rank %d does not run on node %q in generation %d", ErrInvalidEvent, ev.Rank, ev.NodeID, ev.Generation)
 	}
 	r := &m.ranks[ev.Rank]
 	if r.state == RankParked {
@@ -552,18 +562,26 @@ func exitCode(f *Failure) int {
 	}
 }
 
-func (m *Machine) arrive(ev BarrierArrived) ([]Action, error) {
+// checkArrive says why ev is refused; nil when Step takes it.
+func (m *Machine) checkArrive(ev BarrierArrived) error {
 	if ev.Name == "" {
-		return nil, fmt.Errorf("%w: barrier name is empty", ErrInvalidEvent)
+		return fmt.Errorf("%w: barrier name is empty", ErrInvalidEvent)
 	}
 	if _, dup := m.waiters[ev.Waiter]; dup {
-		return nil, fmt.Errorf("%w: barrier waiter %d is waiting already", ErrInvalidEvent, ev.Waiter)
+		return fmt.Errorf("%w: barrier waiter %d is waiting already", ErrInvalidEvent, ev.Waiter)
+	}
+	if m.state == StateRunning && ev.Generation == m.gen && (ev.Rank < 0 || ev.Rank >= len(m.ranks)) {
+		return fmt.Errorf("%w: barrier %q: rank %d is outside world size %d", ErrInvalidEvent, ev.Name, ev.Rank, len(m.ranks))
+	}
+	return nil
+}
+
+func (m *Machine) arrive(ev BarrierArrived) ([]Action, error) {
+	if err := m.checkArrive(ev); err != nil {
+		return nil, err
 	}
 	if m.state != StateRunning || ev.Generation != m.gen {
 		return []Action{FailBarrier{Name: ev.Name, Generation: ev.Generation, Waiters: []uint64{ev.Waiter}, Reason: m.notRunning(ev.Generation)}}, nil
-	}
-	if ev.Rank < 0 || ev.Rank >= len(m.ranks) {
-		return nil, fmt.Errorf("%w: barrier %q: rank %d is outside world size %d", ErrInvalidEvent, ev.Name, ev.Rank, len(m.ranks))
 	}
 	if m.released[ev.Name] {
 		return []Action{ReleaseBarrier{Name: ev.Name, Generation: ev.Generation, Waiters: []uint64{ev.Waiter}}}, nil
@@ -646,18 +664,30 @@ func (m *Machine) failBarriers(reason string) []Action {
 	return acts
 }
 
-func (m *Machine) progress(now time.Time, ev ProgressReported) error {
+// checkProgress says why ev is refused; nil when Step takes it.
+func (m *Machine) checkProgress(ev ProgressReported) error {
 	if m.nodes[ev.NodeID] == nil {
 		return fmt.Errorf("%w %q reports progress; only nodes of the job report progress", ErrUnknownNode, ev.NodeID)
 	}
-	current := func(p Progress) bool { return m.gen >= 0 && p.Generation == m.gen && !m.Finished() }
 	for _, p := range ev.Ranks {
-		if current(p) && (p.Rank < 0 || p.Rank >= len(m.ranks) || m.ranks[p.Rank].nodeID != ev.NodeID) {
+		if m.currentProgress(p) && (p.Rank < 0 || p.Rank >= len(m.ranks) || m.ranks[p.Rank].nodeID != ev.NodeID) {
 			return fmt.Errorf("%w: progress for rank %d, which does not run on node %q in generation %d", ErrInvalidEvent, p.Rank, ev.NodeID, m.gen)
 		}
 	}
+	return nil
+}
+
+// currentProgress: p is of the running generation (others are ignored).
+func (m *Machine) currentProgress(p Progress) bool {
+	return m.gen >= 0 && p.Generation == m.gen && !m.Finished()
+}
+
+func (m *Machine) progress(now time.Time, ev ProgressReported) error {
+	if err := m.checkProgress(ev); err != nil {
+		return err
+	}
 	for _, p := range ev.Ranks {
-		if !current(p) {
+		if !m.currentProgress(p) {
 			continue
 		}
 		p.Comms = slices.Clone(p.Comms)
@@ -679,7 +709,7 @@ func (m *Machine) Status() Status {
 		Failure:      copyFailure(m.failure),
 		Verdicts:     m.Verdicts(),
 	}
-	for _, n := range m.sortedNodes() {
+	for _, n := range m.orderedNodes() {
 		info := n.info
 		info.GPUs = slices.Clone(info.GPUs)
 		st.Nodes = append(st.Nodes, NodeStatus{NodeID: n.id, Info: info, GroupRank: n.groupRank})

@@ -78,6 +78,11 @@ func TestRejectedEventsChangeNothing(t *testing.T) {
 		{nil, ErrInvalidEvent},
 	}
 	for _, b := range bad {
+		// Admit, which a replicated coordinator's leader asks before it
+		// proposes, refuses the same events.
+		if err := m.Admit(b.ev); !errors.Is(err, b.want) {
+			t.Errorf("Admit(%+v) = %v, want %v", b.ev, err, b.want)
+		}
 		acts, err := m.Step(now, b.ev)
 		if !errors.Is(err, b.want) || acts != nil {
 			t.Errorf("Step(%+v) = %v, %v; want nil, %v", b.ev, acts, err, b.want)
@@ -85,6 +90,17 @@ func TestRejectedEventsChangeNothing(t *testing.T) {
 	}
 	if after := m.Status(); !reflect.DeepEqual(before, after) {
 		t.Errorf("status changed:\nbefore %+v\nafter  %+v", before, after)
+	}
+	// Admit takes what Step takes.
+	for _, ev := range []Event{
+		BarrierArrived{Name: "x", Generation: 0, Rank: 3, Waiter: 2},
+		WorkerExited{NodeID: "a", Generation: 0, Rank: 1, ExitCode: 0},
+		ProgressReported{NodeID: "b", Ranks: []Progress{{Rank: 2, Generation: 0, Step: 1}}},
+		NodeLost{NodeID: "a"}, Tick{}, BarrierCanceled{Waiter: 99},
+	} {
+		if err := m.Admit(ev); err != nil {
+			t.Errorf("Admit(%+v) = %v, want nil", ev, err)
+		}
 	}
 	// The barrier still works: the rejected duplicate waiter did not count.
 	acts := step(BarrierArrived{Name: "x", Generation: 0, Rank: 3, Waiter: 2})

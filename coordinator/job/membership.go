@@ -152,7 +152,7 @@ func (m *Machine) membershipTick() []Action {
 		return []Action{m.start(0, 0)}
 	case m.state == StateRunning:
 		var joined []string
-		for _, n := range m.sortedNodes() {
+		for _, n := range m.orderedNodes() {
 			if n.groupRank < 0 {
 				joined = append(joined, fmt.Sprintf("%s on %s", n.id, n.info.Hostname))
 			}
@@ -170,7 +170,7 @@ func (m *Machine) membershipTick() []Action {
 // timeouts loses the nodes unreachable for NodeTimeout; nil when none is.
 func (m *Machine) timeouts() []Action {
 	var late []*node
-	for _, n := range m.sortedNodes() {
+	for _, n := range m.orderedNodes() {
 		if !n.unreachableSince.IsZero() && !m.now.Before(n.unreachableSince.Add(m.cfg.NodeTimeout)) {
 			late = append(late, n)
 		}
@@ -217,7 +217,7 @@ func (m *Machine) cutOff() *node {
 // other node: restarting on it alone would only repeat that.
 func (m *Machine) failCutOff(cut *node) []Action {
 	var others []string
-	for _, n := range m.sortedNodes() {
+	for _, n := range m.orderedNodes() {
 		if n != cut {
 			others = append(others, n.info.Hostname)
 		}
@@ -237,52 +237,6 @@ func (m *Machine) failCutOff(cut *node) []Action {
 	desc := fmt.Sprintf("node %s on %s (%s) was %s", cut.id, cut.info.Hostname, cut.info.Address, reason)
 	acts := m.failBarriers("the job failed: " + desc)
 	return append(acts, FinishJob{ExitCode: 1, Failure: copyFailure(f), Message: "job failed: " + desc})
-}
-
-// naturalCompare orders host names as people do: digit runs by value, so
-// node9 comes before node10.
-func naturalCompare(a, b string) int {
-	for a != "" && b != "" {
-		ca, cb := a[0], b[0]
-		if isDigit(ca) && isDigit(cb) {
-			da, db := digitRun(a), digitRun(b)
-			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
-			if c := compareInts(len(na), len(nb)); c != 0 {
-				return c
-			}
-			if c := strings.Compare(na, nb); c != 0 {
-				return c
-			}
-			a, b = a[da:], b[db:]
-			continue
-		}
-		if ca != cb {
-			return compareInts(int(ca), int(cb))
-		}
-		a, b = a[1:], b[1:]
-	}
-	return compareInts(len(a), len(b))
-}
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// digitRun is the length of the digits s starts with.
-func digitRun(s string) int {
-	i := 0
-	for i < len(s) && isDigit(s[i]) {
-		i++
-	}
-	return i
-}
-
-func compareInts(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Unreachable says whether node id is out of contact now (NodeUnreachable

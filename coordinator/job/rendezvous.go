@@ -19,7 +19,7 @@ func (m *Machine) rendezvousTick() []Action {
 		return nil
 	}
 	joined := make([]string, 0, len(m.nodes))
-	for _, n := range m.sortedNodes() {
+	for _, n := range m.orderedNodes() {
 		joined = append(joined, fmt.Sprintf("%s on %s at %s", n.id, n.info.Hostname, n.info.Address))
 	}
 	who := "none joined"

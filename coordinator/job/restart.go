@@ -31,23 +31,34 @@ func (WorkerParked) isEvent() {}
 // RankParked: the rank's process waits in process for the next generation.
 const RankParked RankState = "parked"
 
-func (m *Machine) parked(ev WorkerParked) ([]Action, error) {
+// checkParked says why ev is refused; nil when Step takes it.
+func (m *Machine) checkParked(ev WorkerParked) error {
 	if m.nodes[ev.NodeID] == nil {
-		return nil, fmt.Errorf("%w %q reports rank %d parked; only nodes of the job report", ErrUnknownNode, ev.NodeID, ev.Rank)
+		return fmt.Errorf("%w %q reports rank %d parked; only nodes of the job report", ErrUnknownNode, ev.NodeID, ev.Rank)
 	}
 	if m.gen < 0 || ev.Generation > m.gen {
-		return nil, fmt.Errorf("%w: node %q parks rank %d of generation %d, which has not started (current generation: %d)",
+		return fmt.Errorf("%w: node %q parks rank %d of generation %d, which has not started (current generation: %d)",
 			ErrInvalidEvent, ev.NodeID, ev.Rank, ev.Generation, m.gen)
 	}
 	if ev.Generation < m.gen || m.Finished() {
-		return nil, nil // late
+		return nil // late
 	}
 	if ev.Rank < 0 || ev.Rank >= len(m.ranks) || m.ranks[ev.Rank].nodeID != ev.NodeID {
-		return nil, fmt.Errorf("%w: rank %d does not run on node %q in generation %d", ErrInvalidEvent, ev.Rank, ev.NodeID, ev.Generation)
+		return fmt.Errorf("%w: rank %d does not run on node %q in generation %d", ErrInvalidEvent, ev.Rank, ev.NodeID, ev.Generation)
 	}
 	if m.state != StateRestarting {
-		return nil, fmt.Errorf("%w: node %q parks rank %d, but generation %d is running; ranks park only after the generation ended",
+		return fmt.Errorf("%w: node %q parks rank %d, but generation %d is running; ranks park only after the generation ended",
 			ErrInvalidEvent, ev.NodeID, ev.Rank, ev.Generation)
+	}
+	return nil
+}
+
+func (m *Machine) parked(ev WorkerParked) ([]Action, error) {
+	if err := m.checkParked(ev); err != nil {
+		return nil, err
+	}
+	if ev.Generation < m.gen || m.Finished() {
+		return nil, nil // late
 	}
 	r := &m.ranks[ev.Rank]
 	if r.state != RankRunning {

@@ -35,10 +35,17 @@ type GPU struct {
 type Event interface{ isEvent() }
 
 // NodeJoined: an agent joined the job. NodeID is chosen by the caller and must
-// be unique.
+// be unique. Host and NodeRank decide its place in the node order
+// (order.go); its name never does.
 type NodeJoined struct {
 	NodeID string
 	Info   NodeInfo
+	// Host: this node's agent runs the coordinator, as the caller checked
+	// (a secret only that agent holds). At most one node is the host.
+	Host bool
+	// NodeRank is the node's place as its scheduler numbers the nodes
+	// (Slurm's SLURM_NODEID, torchrun's --node-rank); -1: none given.
+	NodeRank int
 }
 
 // NodeLost: a node went away (its watch stream broke, gossip declared it dead).

@@ -91,24 +91,12 @@ func (s *Store) CheckKey(key string) error {
 // value returns ErrConflict. A key or value over the limits returns
 // ErrTooLarge, a store at its limits ErrFull.
 func (s *Store) Put(key string, value []byte) error {
-	if err := s.CheckKey(key); err != nil {
-		return err
-	}
-	if len(value) > s.lim.MaxValueBytes {
-		return fmt.Errorf("%w: value of %d bytes under key %q, at most %d", ErrTooLarge, len(value), key, s.lim.MaxValueBytes)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.vals[key]; ok {
-		if bytes.Equal(old, value) {
-			return nil
-		}
-		return fmt.Errorf("%w: key %q: keys are written once; put each generation's value under its own key", ErrConflict, key)
+	if held, err := s.check(key, value); held || err != nil {
+		return err
 	}
 	cost := int64(len(key) + len(value) + EntryOverhead)
-	if len(s.vals) >= s.lim.MaxKeys || s.bytes+cost > s.lim.MaxBytes {
-		return fmt.Errorf("%w: it holds %d keys and %d bytes (at most %d keys, %d bytes); put rendezvous data only", ErrFull, len(s.vals), s.bytes, s.lim.MaxKeys, s.lim.MaxBytes)
-	}
 	v := slices.Clone(value)
 	if v == nil {
 		v = []byte{}
@@ -120,6 +108,37 @@ func (s *Store) Put(key string, value []byte) error {
 		delete(s.waiting, key)
 	}
 	return nil
+}
+
+// Check says what Put(key, value) would do now, changing nothing: held
+// when the key holds this value already (Put is a no-op), or Put's error.
+// A replicated coordinator's leader asks before it puts a value into the
+// log, so that neither refused nor repeated puts reach it.
+func (s *Store) Check(key string, value []byte) (held bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.check(key, value)
+}
+
+// check is Check with s.mu held.
+func (s *Store) check(key string, value []byte) (held bool, err error) {
+	if err := s.CheckKey(key); err != nil {
+		return false, err
+	}
+	if len(value) > s.lim.MaxValueBytes {
+		return false, fmt.Errorf("%w: value of %d bytes under key %q, at most %d", ErrTooLarge, len(value), key, s.lim.MaxValueBytes)
+	}
+	if old, ok := s.vals[key]; ok {
+		if bytes.Equal(old, value) {
+			return true, nil
+		}
+		return false, fmt.Errorf("%w: key %q: keys are written once; put each generation's value under its own key", ErrConflict, key)
+	}
+	cost := int64(len(key) + len(value) + EntryOverhead)
+	if len(s.vals) >= s.lim.MaxKeys || s.bytes+cost > s.lim.MaxBytes {
+		return false, fmt.Errorf("%w: it holds %d keys and %d bytes (at most %d keys, %d bytes); put rendezvous data only", ErrFull, len(s.vals), s.bytes, s.lim.MaxKeys, s.lim.MaxBytes)
+	}
+	return false, nil
 }
 
 // Reset empties the store (a coordinator replica restoring a snapshot);

@@ -183,3 +183,36 @@ func TestLimits(t *testing.T) {
 		t.Errorf("store holds %d bytes, over its limit %d", st.Bytes, DefaultLimits().MaxBytes)
 	}
 }
+
+// Check says what Put would do, and changes nothing.
+func TestCheck(t *testing.T) {
+	s := NewWithLimits(Limits{MaxKeyBytes: 8, MaxValueBytes: 8, MaxKeys: 2, MaxBytes: 1 << 10})
+	if err := s.Put("a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key, value string
+		held       bool
+		err        error
+	}{
+		{"a", "1", true, nil},
+		{"a", "2", false, ErrConflict},
+		{"b", "1", false, nil},
+		{"long key!", "1", false, ErrTooLarge},
+		{"b", "long value", false, ErrTooLarge},
+	} {
+		held, err := s.Check(c.key, []byte(c.value))
+		if held != c.held || !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
+			t.Errorf("Check(%q, %q) = %t, %v; want %t, %v", c.key, c.value, held, err, c.held, c.err)
+		}
+	}
+	if st := s.Stats(); st.Keys != 1 {
+		t.Errorf("Check changed the store: %+v", st)
+	}
+	if err := s.Put("b", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Check("c", []byte("1")); !errors.Is(err, ErrFull) {
+		t.Errorf("Check on a full store: %v, want ErrFull", err)
+	}
+}

@@ -7,8 +7,9 @@
 // elections, log replication and membership changes as one library (Consul,
 // Nomad and Vault run on it), where etcd's raft is a core that leaves the
 // network, storage and ticking to the caller. The coordinator's state is
-// small and lives in memory: logs and snapshots are kept in memory, and a
-// replica that restarts joins as a new one.
+// small and lives in memory: logs and snapshots are kept in memory, the log
+// bounded in bytes and compacted by snapshots (logsize.go), and a replica
+// that restarts joins as a new one.
 //
 // A replica's ID is the address clients reach it at (its gRPC HOST:PORT),
 // so that a follower can name the leader to a client.
@@ -23,6 +24,7 @@
 package replica
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -99,6 +101,10 @@ type Config struct {
 	Logger               *slog.Logger
 	// Timeouts; zero: the defaults above.
 	HeartbeatTimeout, ElectionTimeout time.Duration
+	// MaxLogBytes and MaxEntryBytes bound the log (logsize.go); zero:
+	// DefaultMaxLogBytes, DefaultMaxEntryBytes.
+	MaxLogBytes   int64
+	MaxEntryBytes int
 }
 
 // Node is a running replica.
@@ -110,10 +116,14 @@ type Node struct {
 	notify    chan bool
 	started   time.Time
 	heartbeat time.Duration
+	logs      *sizedLog     // logsize.go
+	compact   chan struct{} // the log passed its bound
+	maxEntry  int
 
 	mu        sync.Mutex
 	leading   bool
 	listeners []func(leading bool)
+	snapshots int // taken for the log's size
 	done      chan struct{}
 	wg        sync.WaitGroup
 }
@@ -153,15 +163,22 @@ func Start(cfg Config) (*Node, error) {
 	rc.ElectionTimeout = orDefault(cfg.ElectionTimeout, DefaultElectionTimeout)
 	rc.LeaderLeaseTimeout = min(defaultLeaderLease, rc.HeartbeatTimeout)
 	rc.Logger = hl
-	// The state is the job's and small; snapshots are rare and in memory.
-	rc.SnapshotThreshold = 1 << 16
-	rc.SnapshotInterval = 10 * time.Minute
-	n := &Node{id: cfg.ID, trans: trans, log: logger, notify: make(chan bool, 16), done: make(chan struct{}), started: time.Now()}
+	// The log is bounded and compacted by snapshots (logsize.go); the
+	// snapshot store keeps the latest one only.
+	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = snapshotThreshold, snapshotInterval, trailingLogs
+	n := &Node{id: cfg.ID, trans: trans, log: logger, notify: make(chan bool, 16), done: make(chan struct{}), started: time.Now(),
+		compact: make(chan struct{}, 1), maxEntry: cmp.Or(cfg.MaxEntryBytes, DefaultMaxEntryBytes)}
 	rc.NotifyCh = n.notify
 	n.heartbeat = rc.HeartbeatTimeout
-	logs := raft.NewInmemStore()
+	stable := raft.NewInmemStore()
+	n.logs = &sizedLog{s: raft.NewInmemStore(), bound: cmp.Or(cfg.MaxLogBytes, DefaultMaxLogBytes), over: func() {
+		select {
+		case n.compact <- struct{}{}:
+		default:
+		}
+	}}
 	snaps := raft.NewInmemSnapshotStore()
-	r, err := raft.NewRaft(rc, fsmAdapter{cfg.FSM}, logs, logs, snaps, trans)
+	r, err := raft.NewRaft(rc, fsmAdapter{cfg.FSM}, n.logs, stable, snaps, trans)
 	if err != nil {
 		_ = trans.Close()
 		return nil, fmt.Errorf("replica: start Raft: %w", err)
@@ -180,8 +197,9 @@ func Start(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("replica: bootstrap: %w", err)
 		}
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.watchLeadership()
+	go n.compactLoop() // logsize.go
 	return n, nil
 }
 
@@ -247,6 +265,9 @@ func (n *Node) Leader() string {
 // it; it returns what Apply returned on this replica. Only the leader
 // proposes: elsewhere it returns *ErrNotLeader at once.
 func (n *Node) Propose(entry []byte) (any, error) {
+	if len(entry) > n.maxEntry {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrEntryTooLarge, len(entry), n.maxEntry)
+	}
 	f := n.r.Apply(entry, applyTimeout)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {

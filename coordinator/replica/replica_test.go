@@ -171,3 +171,72 @@ func TestThreeReplicasAgreeAndFailOver(t *testing.T) {
 		n.Stop()
 	}
 }
+
+// The log stays within its bound in bytes: many entries are compacted by
+// snapshots on every replica (the state itself is kept: each applies all
+// of them), and an entry over the bound is refused before it reaches the
+// log.
+func TestLogBoundedBySnapshots(t *testing.T) {
+	const bound, entry, total = 256 << 10, 4 << 10, 400 // 1.6 MB of entries, 6 times the bound
+	var peers []Peer
+	for range 3 {
+		peers = append(peers, Peer{ID: freeAddr(t), RaftAddr: freeAddr(t)})
+	}
+	nodes := make([]*Node, len(peers))
+	fsms := make([]*logFSM, len(peers))
+	for i, p := range peers {
+		fsms[i] = &logFSM{}
+		n, err := Start(Config{ID: p.ID, RaftBind: p.RaftAddr, Peers: peers, FSM: fsms[i], MaxLogBytes: bound, MaxEntryBytes: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = n
+		t.Cleanup(n.Stop)
+	}
+	var leader *Node
+	lead := func() {
+		waitFor(t, "a leader", func() bool {
+			for _, n := range nodes {
+				if n.Leading() {
+					leader = n
+					return true
+				}
+			}
+			return false
+		})
+	}
+	pad := strings.Repeat("p", entry)
+	for i := range total {
+		// On a loaded machine leadership may move: propose at the new
+		// leader (an entry cut off that way may be applied twice in a row).
+		waitFor(t, fmt.Sprintf("a leader to take entry %d", i), func() bool {
+			lead()
+			_, err := leader.Propose([]byte(fmt.Sprintf("%04d%s", i, pad)))
+			var nl *ErrNotLeader
+			if err != nil && !errors.As(err, &nl) {
+				t.Fatalf("propose %d: %v", i, err)
+			}
+			return err == nil
+		})
+	}
+	lead()
+	before := leader.LogStats()
+	if _, err := leader.Propose(make([]byte, 64<<10+1)); !errors.Is(err, ErrEntryTooLarge) {
+		t.Errorf("a 64 KiB + 1 entry: %v, want ErrEntryTooLarge", err)
+	}
+	if after := leader.LogStats(); after.LastIndex != before.LastIndex {
+		t.Errorf("the refused entry reached the log: last index %d, was %d", after.LastIndex, before.LastIndex)
+	}
+	for i, n := range nodes {
+		waitFor(t, fmt.Sprintf("replica %s to apply %d entries", n.ID(), total), func() bool { return len(slices.Compact(fsms[i].applied())) == total })
+		var st LogStats
+		waitFor(t, fmt.Sprintf("replica %s's log within %d bytes", n.ID(), bound), func() bool {
+			st = n.LogStats()
+			return st.Bytes <= bound
+		})
+		if st.Snapshots == 0 || st.Entries >= total {
+			t.Errorf("replica %s: %+v: want the log compacted by snapshots", n.ID(), st)
+		}
+		t.Logf("replica %s: %+v", n.ID(), st)
+	}
+}

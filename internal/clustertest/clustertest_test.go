@@ -73,7 +73,8 @@ func startElasticJob(t *testing.T, n int, nnodes string, agentFlags []string, pr
 			args = append(args, "--nnodes", nnodes, "--coordinator-listen", "0.0.0.0:"+coordPort)
 		} else {
 			// As a person would: the CA's hash from node1's join line.
-			args = append(args, "--coordinator", first.IP, "--ca-hash", caHash) // the default port
+			// --node-rank: the nodes join in any order; node K runs rank K-1.
+			args = append(args, "--coordinator", first.IP, "--ca-hash", caHash, "--node-rank", fmt.Sprint(i)) // the default port
 		}
 		args = append(append(append(args, agentFlags...), "--"), program...)
 		j.args = append(j.args, args)
@@ -183,7 +184,7 @@ var mnistFinal = regexp.MustCompile(`(?m)^\[rank 0\] final test_accuracy=([0-9.]
 
 // TestMNISTFourNodes: 4 hosts, one agent and one CPU rank each, train MNIST
 // to ranks_agree=true; each host joins under its own hostname and address,
-// and the ranks follow the hostnames (node K runs rank K-1).
+// and the ranks follow their --node-rank (node K runs rank K-1).
 func TestMNISTFourNodes(t *testing.T) {
 	t.Parallel()
 	j := startJob(t, 4, []string{"--verbose", "--max-restarts", "0"}, bin.mnist, "--data", bin.data, "--epochs", "1", "--limit", "8000")
@@ -206,7 +207,7 @@ func TestMNISTFourNodes(t *testing.T) {
 		if want := fmt.Sprintf(" hostname=%s address=%s ", h.Name, h.IP); !strings.Contains(joined, want) {
 			t.Errorf("the coordinator did not log a join with%s", want)
 		}
-		// Ranks are ordered by hostname: node K's only rank is K-1, and
+		// Ranks follow --node-rank: node K's only rank is K-1, and
 		// its --log-dir holds that rank's log.
 		// LOGDIR/RUN_ID/attempt-N/rankK.log: each run has a directory of its own.
 		if m, _ := filepath.Glob(filepath.Join(j.logDir[k], "*", "attempt-*", fmt.Sprintf("rank%d.log", k))); len(m) != 1 {

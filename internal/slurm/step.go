@@ -174,6 +174,10 @@ func (s *Step) Apply(cfg *launcher.Config, given map[string]bool) {
 		cfg.RunID = "slurm-" + s.String()
 	}
 	cfg.RestartCountBase = s.RestartCount
+	if !given["node-rank"] {
+		nodeRank := s.NodeID // the job's node order is the step's (SLURM_NODEID)
+		cfg.NodeRank = &nodeRank
+	}
 	cfg.Scheduled = true // nothing printed is to be copied by hand
 }
 

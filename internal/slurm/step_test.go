@@ -103,23 +103,28 @@ func TestApply(t *testing.T) {
 		cfg   launcher.Config
 		want  string
 	}{
-		{"node 1 joins node 0", s, nil, launcher.Config{}, "nodes=2:2 coord=node1:" + port + " listen=0.0.0.0:" + port + " nproc=0 run=slurm-17.0 restarts=0"},
-		{"node 0 runs it", &head, nil, launcher.Config{}, "nodes=2:2 coord= listen=0.0.0.0:" + port + " nproc=0 run=slurm-17.0 restarts=0"},
-		{"flags win", s, map[string]bool{"nnodes": true, "coordinator": true, "run-id": true},
+		{"node 1 joins node 0", s, nil, launcher.Config{}, "nodes=2:2 coord=node1:" + port + " listen=0.0.0.0:" + port + " nproc=0 run=slurm-17.0 restarts=0 rank=1"},
+		{"node 0 runs it", &head, nil, launcher.Config{}, "nodes=2:2 coord= listen=0.0.0.0:" + port + " nproc=0 run=slurm-17.0 restarts=0 rank=0"},
+		{"flags win", s, map[string]bool{"nnodes": true, "coordinator": true, "run-id": true, "node-rank": true},
 			func() launcher.Config {
-				c := launcher.Config{Coordinator: "10.0.0.1:1234"}
+				five := 5
+				c := launcher.Config{Coordinator: "10.0.0.1:1234", NodeRank: &five}
 				c.Nodes, c.MinNodes, c.RunID = 3, 2, "mine"
 				return c
-			}(), "nodes=2:3 coord=10.0.0.1:1234 listen= nproc=0 run=mine restarts=0"},
-		{"task per GPU", &Step{JobID: 17, Nodes: []string{"a", "b"}, NodeID: 1, TasksOnNode: 4}, nil, launcher.Config{}, "nodes=2:2 coord=a:" + fmt.Sprint((&Step{JobID: 17}).Port()) + " listen=0.0.0.0:" + fmt.Sprint((&Step{JobID: 17}).Port()) + " nproc=4 run=slurm-17.0 restarts=0"},
-		{"nproc given", &Step{JobID: 17, Nodes: []string{"a"}, TasksOnNode: 4}, nil, launcher.Config{NprocPerNode: 1}, "nodes=1:1 coord= listen= nproc=1 run=slurm-17.0 restarts=0"},
+			}(), "nodes=2:3 coord=10.0.0.1:1234 listen= nproc=0 run=mine restarts=0 rank=5"},
+		{"task per GPU", &Step{JobID: 17, Nodes: []string{"a", "b"}, NodeID: 1, TasksOnNode: 4}, nil, launcher.Config{}, "nodes=2:2 coord=a:" + fmt.Sprint((&Step{JobID: 17}).Port()) + " listen=0.0.0.0:" + fmt.Sprint((&Step{JobID: 17}).Port()) + " nproc=4 run=slurm-17.0 restarts=0 rank=1"},
+		{"nproc given", &Step{JobID: 17, Nodes: []string{"a"}, TasksOnNode: 4}, nil, launcher.Config{NprocPerNode: 1}, "nodes=1:1 coord= listen= nproc=1 run=slurm-17.0 restarts=0 rank=0"},
 		// A requeued job's workers count on from its requeues.
-		{"requeued", &Step{JobID: 17, Nodes: []string{"a"}, TasksOnNode: 1, RestartCount: 2}, nil, launcher.Config{}, "nodes=1:1 coord= listen= nproc=0 run=slurm-17.0 restarts=2"},
+		{"requeued", &Step{JobID: 17, Nodes: []string{"a"}, TasksOnNode: 1, RestartCount: 2}, nil, launcher.Config{}, "nodes=1:1 coord= listen= nproc=0 run=slurm-17.0 restarts=2 rank=0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
 			tc.step.Apply(&cfg, tc.given)
-			got := fmt.Sprintf("nodes=%d:%d coord=%s listen=%s nproc=%d run=%s restarts=%d", cfg.MinNodes, cfg.Nodes, cfg.Coordinator, cfg.CoordinatorListen, cfg.NprocPerNode, cfg.RunID, cfg.RestartCountBase)
+			rank := "none" // the job's node order is the step's (SLURM_NODEID) unless --node-rank is given
+			if cfg.NodeRank != nil {
+				rank = fmt.Sprint(*cfg.NodeRank)
+			}
+			got := fmt.Sprintf("nodes=%d:%d coord=%s listen=%s nproc=%d run=%s restarts=%d rank=%s", cfg.MinNodes, cfg.Nodes, cfg.Coordinator, cfg.CoordinatorListen, cfg.NprocPerNode, cfg.RunID, cfg.RestartCountBase, rank)
 			if got != tc.want {
 				t.Fatalf("got  %s\nwant %s", got, tc.want)
 			}

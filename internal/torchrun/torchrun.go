@@ -267,16 +267,17 @@ func Map(args []string, m Machine) (Result, error) {
 			}
 			if hasRank && nodeRank == "0" {
 				out = append(out, "--coordinator-listen", net.JoinHostPort("0.0.0.0", p))
-				note("node rank 0 starts the coordinator at port %s; gotrain orders nodes by hostname, so --node-rank decides nothing else", p)
+				note("node rank 0 starts the coordinator at port %s", p)
 			} else {
 				out = append(out, "--coordinator", net.JoinHostPort(host, p))
 				if hasRank {
-					note("--node-rank %s has no effect: gotrain orders nodes by hostname", nodeRank)
+					// The node order follows it, after the coordinator's node.
+					out = append(out, "--node-rank", nodeRank)
 				}
 			}
 		default:
 			if hasRank {
-				note("--node-rank %s has no effect: gotrain orders nodes by hostname", nodeRank)
+				note("--node-rank %s has no effect without a rendezvous endpoint (--rdzv-endpoint or --master-addr)", nodeRank)
 			}
 		}
 	}

@@ -618,7 +618,11 @@ type NodeInfo struct {
 	FreePort int32 `protobuf:"varint,6,opt,name=free_port,json=freePort,proto3" json:"free_port,omitempty"`
 	// ranks_per_gpu is how many workers may share one GPU (NCCL 2.30's
 	// multi-rank-per-GPU); 0 or 1: one worker per GPU.
-	RanksPerGpu   int32 `protobuf:"varint,7,opt,name=ranks_per_gpu,json=ranksPerGpu,proto3" json:"ranks_per_gpu,omitempty"`
+	RanksPerGpu int32 `protobuf:"varint,7,opt,name=ranks_per_gpu,json=ranksPerGpu,proto3" json:"ranks_per_gpu,omitempty"`
+	// node_rank is this node's place as its scheduler numbers the nodes
+	// (Slurm's SLURM_NODEID); absent: none. Nodes with one come, in its
+	// order, after the coordinator's own node and before those without.
+	NodeRank      *int32 `protobuf:"varint,60,opt,name=node_rank,json=nodeRank,proto3,oneof" json:"node_rank,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -702,6 +706,13 @@ func (x *NodeInfo) GetRanksPerGpu() int32 {
 	return 0
 }
 
+func (x *NodeInfo) GetNodeRank() int32 {
+	if x != nil && x.NodeRank != nil {
+		return *x.NodeRank
+	}
+	return 0
+}
+
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -713,7 +724,11 @@ type JoinRequest struct {
 	// job CA for the node id it gives, and the agent presents it on every
 	// later call. The subject is ignored; the private key never leaves the
 	// node.
-	Csr           []byte `protobuf:"bytes,3,opt,name=csr,proto3" json:"csr,omitempty"`
+	Csr []byte `protobuf:"bytes,3,opt,name=csr,proto3" json:"csr,omitempty"`
+	// host_key is the secret of the coordinator embedded in this node's
+	// agent (in its memory only): it makes this node the job's first, group
+	// rank 0. Empty for every other node.
+	HostKey       []byte `protobuf:"bytes,60,opt,name=host_key,json=hostKey,proto3" json:"host_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -765,6 +780,13 @@ func (x *JoinRequest) GetSettings() *JobSettings {
 func (x *JoinRequest) GetCsr() []byte {
 	if x != nil {
 		return x.Csr
+	}
+	return nil
+}
+
+func (x *JoinRequest) GetHostKey() []byte {
+	if x != nil {
+		return x.HostKey
 	}
 	return nil
 }
@@ -3975,7 +3997,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"pci_bus_id\x18\x03 \x01(\tR\bpciBusId\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1b\n" +
-	"\tnuma_node\x18\x05 \x01(\x05R\bnumaNode\"\xd9\x01\n" +
+	"\tnuma_node\x18\x05 \x01(\x05R\bnumaNode\"\x89\x02\n" +
 	"\bNodeInfo\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -3983,11 +4005,15 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x04gpus\x18\x04 \x03(\v2\x0f.gotrain.v1.GPUR\x04gpus\x12\x1b\n" +
 	"\tagent_pid\x18\x05 \x01(\x05R\bagentPid\x12\x1b\n" +
 	"\tfree_port\x18\x06 \x01(\x05R\bfreePort\x12\"\n" +
-	"\rranks_per_gpu\x18\a \x01(\x05R\vranksPerGpu\"~\n" +
+	"\rranks_per_gpu\x18\a \x01(\x05R\vranksPerGpu\x12 \n" +
+	"\tnode_rank\x18< \x01(\x05H\x00R\bnodeRank\x88\x01\x01B\f\n" +
+	"\n" +
+	"_node_rank\"\x99\x01\n" +
 	"\vJoinRequest\x12(\n" +
 	"\x04node\x18\x01 \x01(\v2\x14.gotrain.v1.NodeInfoR\x04node\x123\n" +
 	"\bsettings\x18\x02 \x01(\v2\x17.gotrain.v1.JobSettingsR\bsettings\x12\x10\n" +
-	"\x03csr\x18\x03 \x01(\fR\x03csr\"\xca\x03\n" +
+	"\x03csr\x18\x03 \x01(\fR\x03csr\x12\x19\n" +
+	"\bhost_key\x18< \x01(\fR\ahostKey\"\xca\x03\n" +
 	"\vJobSettings\x12\x19\n" +
 	"\x05nodes\x18\x01 \x01(\x05H\x00R\x05nodes\x88\x01\x01\x12&\n" +
 	"\fmax_restarts\x18\x02 \x01(\x05H\x01R\vmaxRestarts\x88\x01\x01\x121\n" +
@@ -4469,6 +4495,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*AgentMessage_Generation)(nil),
 		(*AgentMessage_Assign)(nil),
 	}
+	file_gotrain_v1_gotrain_proto_msgTypes[8].OneofWrappers = []any{}
 	file_gotrain_v1_gotrain_proto_msgTypes[10].OneofWrappers = []any{}
 	file_gotrain_v1_gotrain_proto_msgTypes[24].OneofWrappers = []any{
 		(*GenerationEvent_Started)(nil),
