@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/coordinator/kv"
+	"github.com/gotrain/gotrain/internal/connguard"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -48,6 +50,9 @@ const (
 	// handshakeTimeout closes a connection that has not completed its
 	// HTTP/2 handshake (a silent TCP connection) within it.
 	handshakeTimeout = 5 * time.Second
+	// maxHeaderListSize bounds one call's metadata (grpc's default is
+	// 16 MiB): the token, a leader hint and trace headers fit many times.
+	maxHeaderListSize = 64 << 10
 	// maxConnectionIdle closes a connection without a call in flight for
 	// it (agents hold a watch stream and are never idle; a CLI reconnects).
 	maxConnectionIdle = 15 * time.Second
@@ -86,15 +91,22 @@ func (l *limits) withDefaults() {
 	}
 }
 
-// serverOptions are the gRPC server's: the token check, the bounds on
-// connections, streams and messages, keepalive, and the request bounds
-// (checkRequest).
-func (s *Server) serverOptions() []grpc.ServerOption {
+// serverOptions are the gRPC server's on lis: the token check, the bounds
+// on connections, streams, headers and messages, keepalive, and the request
+// bounds (checkRequest).
+func (s *Server) serverOptions(lis net.Listener) []grpc.ServerOption {
 	s.mu.Lock()
 	s.limits.withDefaults()
 	l := s.limits
 	s.mu.Unlock()
 	opts := token.ServerOptions(s.cfg.Token)
+	if g, ok := lis.(*connguard.Listener); ok {
+		// Right after the token check: a call found valid moves its
+		// connection to the guard's authenticated budget, out of reach of
+		// unauthenticated floods and their handshake deadline
+		// (coordinator/host/bounds.go).
+		opts = append(opts, connguard.GRPCServerOptions(g.Guard)...)
+	}
 	if s.cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
 	}
@@ -105,6 +117,7 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 	return append(opts,
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.MaxConcurrentStreams(l.streamsPerConn),
+		grpc.MaxHeaderListSize(maxHeaderListSize),
 		grpc.ConnectionTimeout(handshakeTimeout),
 		// The server pings a connection silent for keepaliveTime and drops
 		// it when no answer comes within keepaliveTimeout, so that a node
