@@ -140,10 +140,8 @@ func Start(cfg Config) (*Node, error) {
 		_ = lis.Close()
 		return nil, fmt.Errorf("replica: Raft address %q: %w", adv, err)
 	}
-	stream := &tlsStream{Listener: lis, advertise: advAddr, server: cfg.ServerTLS, client: cfg.ClientTLS}
-	if cfg.ServerTLS != nil {
-		stream.Listener = tls.NewListener(lis, cfg.ServerTLS)
-	}
+	// Bounded, with TLS per connection (bounds.go).
+	stream := &tlsStream{Listener: guardedListener(lis, logger), advertise: advAddr, server: cfg.ServerTLS, client: cfg.ClientTLS}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Info, Output: slogWriter{logger}})
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: stream, MaxPool: 3, Timeout: 5 * time.Second, Logger: hl})
 

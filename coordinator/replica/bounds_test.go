@@ -1,0 +1,65 @@
+package replica
+
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/jobtls"
+)
+
+// Issue 24, item 4: the Raft port had no connection bound: silent
+// connections, each held by Raft's reader for good, took 20 000
+// descriptors in seconds. Now a source keeps at most
+// MaxRaftPendingPerSource connections that have not completed their mutual
+// TLS handshake, each closed after RaftAuthTimeout, and the replica goes on
+// replicating.
+func TestRaftFloodIsBounded(t *testing.T) {
+	ca, err := jobtls.NewCA("run-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.ServerCertificate([]string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAnyClientCert, MinVersion: tls.VersionTLS13}
+	n, err := Start(Config{ID: "127.0.0.1:1", RaftBind: "127.0.0.1:0", Alone: true, FSM: &logFSM{}, ServerTLS: srv, ClientTLS: &tls.Config{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	waitFor(t, "the lone replica to lead", n.Leading)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for range 300 {
+		c, err := net.Dial("tcp", n.RaftAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	open := conns
+	for deadline := time.Now().Add(RaftAuthTimeout / 2); len(open) > MaxRaftPendingPerSource && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var left []net.Conn
+		for _, c := range open {
+			_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+			if _, err := io.Copy(io.Discard, c); err != nil { // a timeout: still open
+				left = append(left, c)
+			}
+		}
+		open = left
+	}
+	if len(open) > MaxRaftPendingPerSource {
+		t.Errorf("%d of %d silent connections to the Raft port are open, want at most %d", len(open), len(conns), MaxRaftPendingPerSource)
+	}
+	if _, err := n.Propose([]byte("a")); err != nil {
+		t.Errorf("propose during the flood: %v", err)
+	}
+}
