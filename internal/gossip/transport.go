@@ -108,4 +108,3 @@ func (t *boundedTransport) Shutdown() error {
 	})
 	return err
 }
-
