@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/coordinator/kv"
@@ -105,7 +106,7 @@ func (s *Server) serverOptions(lis net.Listener) []grpc.ServerOption {
 		// connection to the guard's authenticated budget, out of reach of
 		// unauthenticated floods and their handshake deadline
 		// (coordinator/host/bounds.go).
-		opts = append(opts, connguard.GRPCServerOptions(g.Guard)...)
+		opts = append(opts, grpc.ChainUnaryInterceptor(markUnary(g.Guard)), grpc.ChainStreamInterceptor(markStream(g.Guard)))
 	}
 	if s.cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
@@ -128,6 +129,38 @@ func (s *Server) serverOptions(lis net.Listener) []grpc.ServerOption {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(s.checkRequest),
 	)
+}
+
+// markAuthenticated marks the connection of a call that passed the token
+// check authenticated in g; a call whose connection finds g's
+// authenticated budget full fails (its connection is closed).
+func markAuthenticated(ctx context.Context, g *connguard.Guard) error {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	if err := g.MarkAuthenticated(p.LocalAddr, p.Addr); err != nil {
+		return status.Errorf(codes.Unavailable, "the coordinator holds its maximum of %d connections: try again later, or raise the bound (coordinator/host/bounds.go)", g.Limits().Authenticated)
+	}
+	return nil
+}
+
+func markUnary(g *connguard.Guard) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := markAuthenticated(ctx, g); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+}
+
+func markStream(g *connguard.Guard) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if err := markAuthenticated(ss.Context(), g); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}
 }
 
 // checkJoin bounds a Join: nproc per node, ranks per job, the size of the
