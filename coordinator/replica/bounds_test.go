@@ -2,11 +2,13 @@ package replica
 
 import (
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/connguard"
 	"github.com/gotrain/gotrain/internal/jobtls"
 )
 
@@ -61,5 +63,42 @@ func TestRaftFloodIsBounded(t *testing.T) {
 	}
 	if _, err := n.Propose([]byte("a")); err != nil {
 		t.Errorf("propose during the flood: %v", err)
+	}
+}
+
+// Replicas' own connections pass the mutual TLS handshake and count as
+// authenticated, out of reach of a flood's evictions and deadline.
+func TestReplicaConnectionsAreAuthenticated(t *testing.T) {
+	ca, err := jobtls.NewCA("run-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peers []Peer
+	for range 2 {
+		peers = append(peers, Peer{ID: freeAddr(t), RaftAddr: freeAddr(t)})
+	}
+	var nodes []*Node
+	for i, p := range peers {
+		cert, err := ca.ReplicaCertificate(fmt.Sprintf("replica-%d", i), []string{"127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, cli := jobtls.ReplicaTLS(ca, cert)
+		n, err := Start(Config{ID: p.ID, RaftBind: p.RaftAddr, Peers: peers, FSM: &logFSM{}, ServerTLS: srv, ClientTLS: cli})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Stop()
+		nodes = append(nodes, n)
+	}
+	waitFor(t, "a leader", func() bool { return nodes[0].Leading() || nodes[1].Leading() })
+	follower := nodes[0]
+	if follower.Leading() {
+		follower = nodes[1]
+	}
+	guard := follower.stream.Listener.(*connguard.Listener)
+	waitFor(t, "the leader's connections, authenticated", func() bool { _, authed := guard.Counts(); return authed > 0 })
+	if pending, _ := guard.Counts(); pending > 0 {
+		t.Logf("%d connections not yet authenticated", pending)
 	}
 }

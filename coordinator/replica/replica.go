@@ -106,6 +106,7 @@ type Node struct {
 	id        string
 	r         *raft.Raft
 	trans     *raft.NetworkTransport
+	stream    *tlsStream
 	log       *slog.Logger
 	notify    chan bool
 	started   time.Time
@@ -154,7 +155,7 @@ func Start(cfg Config) (*Node, error) {
 	// The state is the job's and small; snapshots are rare and in memory.
 	rc.SnapshotThreshold = 1 << 16
 	rc.SnapshotInterval = 10 * time.Minute
-	n := &Node{id: cfg.ID, trans: trans, log: logger, notify: make(chan bool, 16), done: make(chan struct{}), started: time.Now()}
+	n := &Node{id: cfg.ID, trans: trans, stream: stream, log: logger, notify: make(chan bool, 16), done: make(chan struct{}), started: time.Now()}
 	rc.NotifyCh = n.notify
 	n.heartbeat = rc.HeartbeatTimeout
 	logs := raft.NewInmemStore()

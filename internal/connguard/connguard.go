@@ -99,6 +99,14 @@ func New(name string, lim Limits, log *slog.Logger) *Guard {
 		pending: map[string]*list.List{}, authed: map[string]int{}, byAddr: map[string]*Conn{}, dropped: map[string]int{}}
 }
 
+// Counts are the connections the guard holds now, unauthenticated and
+// authenticated.
+func (g *Guard) Counts() (unauthenticated, authenticated int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.nPending, g.nAuthed
+}
+
 // Limits are the guard's bounds, defaults filled in.
 func (g *Guard) Limits() Limits { return g.lim }
 
