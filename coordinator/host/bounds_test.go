@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 
+	"github.com/gotrain/gotrain/internal/connguard/connguardtest"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -37,42 +38,6 @@ func dialFrom(t *testing.T, src, addr string) net.Conn {
 	return c
 }
 
-// flood opens n silent connections to addr from src and returns them.
-func flood(t *testing.T, src, addr string, n int) []net.Conn {
-	t.Helper()
-	var conns []net.Conn
-	for range n {
-		conns = append(conns, dialFrom(t, src, addr))
-	}
-	return conns
-}
-
-// stillOpen polls until at most max of conns are still open (the server
-// closes the others), giving up after d; it returns how many are open.
-func stillOpen(conns []net.Conn, max int, d time.Duration) int {
-	open := conns
-	for deadline := time.Now().Add(d); ; {
-		var left []net.Conn
-		for _, c := range open {
-			if !closedSoon(c, time.Millisecond) {
-				left = append(left, c)
-			}
-		}
-		open = left
-		if len(open) <= max || time.Now().After(deadline) {
-			return len(open)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// withLimits sets GRPCLimits to lim for the test.
-func withLimits(t *testing.T, lim func(*Config)) Config {
-	cfg := testConfig()
-	lim(&cfg)
-	return cfg
-}
-
 // Issue 16, item 1 and issue 24, item 4: idle connections to the
 // coordinator's port used up the agent's descriptors, and (once bounded)
 // held the bound full. A source keeps at most MaxPendingConnsPerIP silent
@@ -87,8 +52,8 @@ func TestIdleConnectionFloodIsBounded(t *testing.T) {
 	}
 	defer c.Stop()
 	addr := c.Addr().String()
-	conns := flood(t, "127.0.0.1", addr, MaxPendingConnsPerIP+200)
-	if n := stillOpen(conns, MaxPendingConnsPerIP, 5*time.Second); n > MaxPendingConnsPerIP {
+	conns := connguardtest.Flood(t, "127.0.0.1", addr, MaxPendingConnsPerIP+200)
+	if n := connguardtest.StillOpen(conns, MaxPendingConnsPerIP, 5*time.Second); n > MaxPendingConnsPerIP {
 		t.Errorf("%d of %d silent connections from one address are open, want at most %d", n, len(conns), MaxPendingConnsPerIP)
 	}
 	for _, src := range []string{"127.0.0.2", "127.0.0.1"} {
@@ -101,7 +66,7 @@ func TestIdleConnectionFloodIsBounded(t *testing.T) {
 		closeConn()
 	}
 	start := time.Now()
-	if n := stillOpen(conns, 0, AuthTimeout+20*time.Second); n > 0 {
+	if n := connguardtest.StillOpen(conns, 0, AuthTimeout+20*time.Second); n > 0 {
 		t.Fatalf("%d silent connections still open %v after the flood", n, time.Since(start))
 	}
 	t.Logf("every silent connection closed within %v", time.Since(start))
@@ -173,14 +138,15 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // answered during the flood.
 func TestMetricsFloodIsBounded(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	cfg := withLimits(t, func(c *Config) { c.MetricsAddr = "127.0.0.1:0" })
+	cfg := testConfig()
+	cfg.MetricsAddr = "127.0.0.1:0"
 	c, err := Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Stop()
-	conns := flood(t, "127.0.0.1", c.MetricsAddr(), 300)
-	if n := stillOpen(conns, MaxMetricsConnsPerIP, 5*time.Second); n > MaxMetricsConnsPerIP {
+	conns := connguardtest.Flood(t, "127.0.0.1", c.MetricsAddr(), 300)
+	if n := connguardtest.StillOpen(conns, MaxMetricsConnsPerIP, 5*time.Second); n > MaxMetricsConnsPerIP {
 		t.Errorf("%d of %d silent /metrics connections from one address are open, want at most %d", n, len(conns), MaxMetricsConnsPerIP)
 	}
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.5")}}

@@ -3,12 +3,10 @@ package replica
 import (
 	"crypto/tls"
 	"fmt"
-	"io"
-	"net"
 	"testing"
-	"time"
 
 	"github.com/gotrain/gotrain/internal/connguard"
+	"github.com/gotrain/gotrain/internal/connguard/connguardtest"
 	"github.com/gotrain/gotrain/internal/jobtls"
 )
 
@@ -34,32 +32,9 @@ func TestRaftFloodIsBounded(t *testing.T) {
 	}
 	defer n.Stop()
 	waitFor(t, "the lone replica to lead", n.Leading)
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	}()
-	for range 300 {
-		c, err := net.Dial("tcp", n.RaftAddr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	open := conns
-	for deadline := time.Now().Add(RaftAuthTimeout / 2); len(open) > MaxRaftPendingPerSource && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		var left []net.Conn
-		for _, c := range open {
-			_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
-			if _, err := io.Copy(io.Discard, c); err != nil { // a timeout: still open
-				left = append(left, c)
-			}
-		}
-		open = left
-	}
-	if len(open) > MaxRaftPendingPerSource {
-		t.Errorf("%d of %d silent connections to the Raft port are open, want at most %d", len(open), len(conns), MaxRaftPendingPerSource)
+	conns := connguardtest.Flood(t, "127.0.0.1", n.RaftAddr(), 300)
+	if open := connguardtest.StillOpen(conns, MaxRaftPendingPerSource, RaftAuthTimeout/2); open > MaxRaftPendingPerSource {
+		t.Errorf("%d of %d silent connections to the Raft port are open, want at most %d", open, len(conns), MaxRaftPendingPerSource)
 	}
 	if _, err := n.Propose([]byte("a")); err != nil {
 		t.Errorf("propose during the flood: %v", err)

@@ -1,13 +1,14 @@
 package gossip
 
 import (
-	"io"
 	"net"
 	"strconv"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/gotrain/gotrain/internal/connguard/connguardtest"
 )
 
 // Issue 24, item 4: the gossip port had no connection bound: silent TCP
@@ -22,33 +23,14 @@ func TestGossipFloodIsBounded(t *testing.T) {
 	}
 	defer a.Shutdown()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(a.LocalNode().Port)))
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
-	var conns []net.Conn
-	defer func() {
+	conns := connguardtest.Flood(t, "127.0.0.2", addr, MaxStreamsPerSource+200)
+	defer func() { // before goleak: memberlist's readers end with their connections
 		for _, c := range conns {
 			_ = c.Close()
 		}
 	}()
-	for range MaxStreamsPerSource + 200 {
-		c, err := d.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	open := conns
-	for deadline := time.Now().Add(StreamTimeout / 2); len(open) > MaxStreamsPerSource && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		var left []net.Conn
-		for _, c := range open {
-			_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
-			if _, err := io.Copy(io.Discard, c); err != nil { // a timeout: still open
-				left = append(left, c)
-			}
-		}
-		open = left
-	}
-	if len(open) > MaxStreamsPerSource {
-		t.Errorf("%d of %d silent connections to the gossip port are open, want at most %d", len(open), len(conns), MaxStreamsPerSource)
+	if open := connguardtest.StillOpen(conns, MaxStreamsPerSource, StreamTimeout/2); open > MaxStreamsPerSource {
+		t.Errorf("%d of %d silent connections to the gossip port are open, want at most %d", open, len(conns), MaxStreamsPerSource)
 	}
 	b, err := Start(Options{Name: "node-1", BindAddr: "127.0.0.1", Token: "tok"})
 	if err != nil {

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/gotrain/gotrain/internal/connguard/connguardtest"
 	"github.com/gotrain/gotrain/launcher"
 )
 
@@ -228,37 +227,14 @@ func TestExchangeFloodDoesNotBlockJoiners(t *testing.T) {
 	server := &fakeMunge{uid: 1000, used: map[string]bool{}}
 	go Serve(ctx, ln, server, 1000, "17.0", Grant{Token: "secret-token"}, discardLog())
 	addr := ln.Addr().String()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range 100 {
-		c, err := d.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
+	conns := connguardtest.Flood(t, "127.0.0.2", addr, 100)
 	fctx, cancel := context.WithTimeout(ctx, exchangeTimeout/2)
 	defer cancel()
 	if g, err := Fetch(fctx, addr, &fakeMunge{uid: 1000, used: server.used}, 1000, "17.0"); err != nil || g.Token != "secret-token" {
 		t.Fatalf("a joiner during the flood: Fetch = %+v, %v", g, err)
 	}
-	open := conns
-	for deadline := time.Now().Add(exchangeTimeout / 2); len(open) > maxExchangePendingPerSource && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		var left []net.Conn
-		for _, c := range open {
-			c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
-			if _, err := io.Copy(io.Discard, c); err != nil { // a timeout: still open
-				left = append(left, c)
-			}
-		}
-		open = left
-	}
-	if len(open) > maxExchangePendingPerSource {
-		t.Errorf("%d of %d silent connections are open, want at most %d", len(open), len(conns), maxExchangePendingPerSource)
+	open := connguardtest.StillOpen(conns, maxExchangePendingPerSource, exchangeTimeout/2)
+	if open > maxExchangePendingPerSource {
+		t.Errorf("%d of %d silent connections are open, want at most %d", open, len(conns), maxExchangePendingPerSource)
 	}
 }
