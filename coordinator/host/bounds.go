@@ -24,9 +24,12 @@ const (
 	// MaxPendingConns bounds the gRPC port's connections that have not yet
 	// made a call with the job's credentials, MaxPendingConnsPerIP those
 	// from one address: a joiner's connection makes its call within
-	// milliseconds, so these are the flood's.
+	// milliseconds, so past a burst of joins these are a flood's. The
+	// per-address bound lets the 128 agents of one machine (or NAT
+	// address) connect at once, twice over; a flood from other addresses
+	// evicts its own connections before any of theirs (connguard).
 	MaxPendingConns      = 1024
-	MaxPendingConnsPerIP = 64
+	MaxPendingConnsPerIP = 512
 	// AuthTimeout closes a gRPC connection that made no call with the
 	// job's credentials within it: a silent TCP connection, a TLS or HTTP/2
 	// handshake left half done, a stream whose request never comes.
