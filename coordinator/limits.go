@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -11,9 +12,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/coordinator/kv"
+	"github.com/gotrain/gotrain/internal/connguard"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -48,6 +51,9 @@ const (
 	// handshakeTimeout closes a connection that has not completed its
 	// HTTP/2 handshake (a silent TCP connection) within it.
 	handshakeTimeout = 5 * time.Second
+	// maxHeaderListSize bounds one call's metadata (grpc's default is
+	// 16 MiB): the token, a leader hint and trace headers fit many times.
+	maxHeaderListSize = 64 << 10
 	// maxConnectionIdle closes a connection without a call in flight for
 	// it (agents hold a watch stream and are never idle; a CLI reconnects).
 	maxConnectionIdle = 15 * time.Second
@@ -86,25 +92,33 @@ func (l *limits) withDefaults() {
 	}
 }
 
-// serverOptions are the gRPC server's: the token check, the bounds on
-// connections, streams and messages, keepalive, and the request bounds
-// (checkRequest).
-func (s *Server) serverOptions() []grpc.ServerOption {
+// serverOptions are the gRPC server's on lis: the token check, the bounds
+// on connections, streams, headers and messages, keepalive, and the request
+// bounds (checkRequest).
+func (s *Server) serverOptions(lis net.Listener) []grpc.ServerOption {
 	s.mu.Lock()
 	s.limits.withDefaults()
 	l := s.limits
 	s.mu.Unlock()
 	opts := token.ServerOptions(s.cfg.Token)
+	if g, ok := lis.(*connguard.Listener); ok {
+		// Right after the token check: a call found valid moves its
+		// connection to the guard's authenticated budget, out of reach of
+		// unauthenticated floods and their handshake deadline
+		// (coordinator/host/bounds.go).
+		opts = append(opts, grpc.ChainUnaryInterceptor(markUnary(g.Guard)), grpc.ChainStreamInterceptor(markStream(g.Guard)))
+	}
 	if s.cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(jobtls.ServerCredentials(s.cfg.TLS, s.cfg.Token))) // the proof of the token, both ways
 	}
-	// After the token check: who may act for which node (identity.go).
-	// A replica that does not lead names the leader (replicated.go); then
+	// After the token check: a replica that does not lead names the
+	// leader (replicated.go); then
 	// who may act for which node (identity.go).
 	opts = append(opts, grpc.ChainUnaryInterceptor(s.leaderUnary, s.identityUnary), grpc.ChainStreamInterceptor(s.leaderStream, s.identityStream))
 	return append(opts,
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.MaxConcurrentStreams(l.streamsPerConn),
+		grpc.MaxHeaderListSize(maxHeaderListSize),
 		grpc.ConnectionTimeout(handshakeTimeout),
 		// The server pings a connection silent for keepaliveTime and drops
 		// it when no answer comes within keepaliveTimeout, so that a node
@@ -115,6 +129,38 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(s.checkRequest),
 	)
+}
+
+// markAuthenticated marks the connection of a call that passed the token
+// check authenticated in g; a call whose connection finds g's
+// authenticated budget full fails (its connection is closed).
+func markAuthenticated(ctx context.Context, g *connguard.Guard) error {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	if err := g.MarkAuthenticated(p.LocalAddr, p.Addr); err != nil {
+		return status.Errorf(codes.Unavailable, "the coordinator holds its maximum of %d connections: try again later, or raise the bound (coordinator/host/bounds.go)", g.Limits().Authenticated)
+	}
+	return nil
+}
+
+func markUnary(g *connguard.Guard) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := markAuthenticated(ctx, g); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+}
+
+func markStream(g *connguard.Guard) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if err := markAuthenticated(ss.Context(), g); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}
 }
 
 // checkJoin bounds a Join: nproc per node, ranks per job, the size of the

@@ -176,7 +176,12 @@ func (s *Server) MetricsHandler() http.Handler {
 func (s *Server) ServeMetrics(ctx context.Context, lis net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.MetricsHandler())
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Bounds on one scrape (the caller bounds the connections,
+	// coordinator/host/bounds.go): its header, its whole request and its
+	// answer in seconds, a connection between scrapes (Prometheus scrapes
+	// every 15–60 s) a minute, headers 16 KiB.
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 15 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 16 << 10}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(lis) }()
 	select {
@@ -186,7 +191,9 @@ func (s *Server) ServeMetrics(ctx context.Context, lis net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), stopGrace)
 	defer cancel()
-	_ = hs.Shutdown(sctx)
+	if hs.Shutdown(sctx) != nil {
+		_ = hs.Close() // connections still open (a scrape, or one never sent): closed, their goroutines end
+	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("coordinator: metrics on %s: %w", lis.Addr(), err)
 	}

@@ -235,7 +235,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.serving = true
 	s.mu.Unlock()
 
-	gs := grpc.NewServer(s.serverOptions()...) // limits.go
+	gs := grpc.NewServer(s.serverOptions(lis)...) // limits.go
 	gotrainv1.RegisterCoordinatorServer(gs, s)
 	s.mu.Lock()
 	if err := s.step(job.Tick{}); err != nil { // the rendezvous clock starts now

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
+	"github.com/gotrain/gotrain/internal/connguard"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobenv/genwire"
 	"github.com/gotrain/gotrain/internal/jobtls"
@@ -273,6 +274,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	if err != nil {
 		return fmt.Errorf("listen on the workers' socket: %w", err)
 	}
+	lis = connguard.Listen(lis, "the agent's socket", agentSocketLimits, a.log) // peercred_linux.go
 	a.m = agentcore.New(agentcore.Config{
 		Node:  jobenv.Node{AgentSocket: a.socket, JobToken: a.cfg.JobToken, RunID: a.cfg.RunID, Backend: a.cfg.Backend, Host: a.cfg.NodeAddress},
 		Grace: a.cfg.GracePeriod, Standby: a.cfg.Standby, StandbyTimeout: a.cfg.StandbyTimeout,

@@ -9,6 +9,9 @@ import (
 // connPeer returns the process at the other end of a unix socket
 // connection, as the kernel recorded it when the peer connected.
 func connPeer(conn net.Conn) (pid, uid, gid int, ok bool) {
+	if w, wrapped := conn.(interface{ NetConn() net.Conn }); wrapped { // connguard's
+		conn = w.NetConn()
+	}
 	uc, isUnix := conn.(*net.UnixConn)
 	if !isUnix {
 		return 0, 0, 0, false

@@ -18,8 +18,8 @@
 //
 // By default the child serves coordinator.New + Serve on its own loopback
 // listener, in plaintext: coordinator/host's listener admits at most
-// host.MaxConns (1024) connections, host.MaxConnsPerIP (64) from one
-// address. -hosted uses host.Start itself (gossip off: simulated agents do
+// host.MaxConns (8192) authenticated connections, host.MaxConnsPerIP (512)
+// from one address (and host.MaxPendingConns, 1024, not yet authenticated). -hosted uses host.Start itself (gossip off: simulated agents do
 // not gossip) and the agents do as launcher/tls.go does: a TLS connection
 // pinned on the job CA's hash, Join with a CSR, then a new connection with
 // the node certificate for WatchGenerations (keys and CSRs are made before

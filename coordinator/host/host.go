@@ -33,6 +33,7 @@ import (
 
 	"github.com/gotrain/gotrain/coordinator"
 	"github.com/gotrain/gotrain/coordinator/replica"
+	"github.com/gotrain/gotrain/internal/connguard"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -213,13 +214,14 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w (choose another with %s)", cfg.Listen, err, cfg.ListenFlag)
 	}
-	lis = newLimitListener(lis, MaxConns, MaxConnsPerIP, log) // connlimit.go
+	lis = connguard.Listen(lis, "the coordinator's gRPC port", GRPCLimits, log) // bounds.go
 	undo = append(undo, func() { _ = lis.Close() })
 	var mlis net.Listener
 	if cfg.MetricsAddr != "" {
 		if mlis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
 			return nil, fmt.Errorf("serve metrics on %s: %w (choose another with --%s)", cfg.MetricsAddr, err, FlagMetricsAddr)
 		}
+		mlis = connguard.Listen(mlis, "the coordinator's /metrics port", MetricsLimits, log) // bounds.go
 		undo = append(undo, func() { _ = mlis.Close() })
 	}
 	c := &Coordinator{cfg: cfg, srv: srv, addr: lis.Addr().(*net.TCPAddr), stopGossip: func() {}, done: make(chan struct{}), ca: ca, pin: pin, hostKey: hostKey}

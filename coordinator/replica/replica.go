@@ -112,6 +112,7 @@ type Node struct {
 	id        string
 	r         *raft.Raft
 	trans     *raft.NetworkTransport
+	stream    *tlsStream
 	log       *slog.Logger
 	notify    chan bool
 	started   time.Time
@@ -150,10 +151,8 @@ func Start(cfg Config) (*Node, error) {
 		_ = lis.Close()
 		return nil, fmt.Errorf("replica: Raft address %q: %w", adv, err)
 	}
-	stream := &tlsStream{Listener: lis, advertise: advAddr, server: cfg.ServerTLS, client: cfg.ClientTLS}
-	if cfg.ServerTLS != nil {
-		stream.Listener = tls.NewListener(lis, cfg.ServerTLS)
-	}
+	// Bounded, with TLS per connection (bounds.go).
+	stream := &tlsStream{Listener: guardedListener(lis, logger), advertise: advAddr, server: cfg.ServerTLS, client: cfg.ClientTLS}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Info, Output: slogWriter{logger}})
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: stream, MaxPool: 3, Timeout: 5 * time.Second, Logger: hl})
 
@@ -166,7 +165,7 @@ func Start(cfg Config) (*Node, error) {
 	// The log is bounded and compacted by snapshots (logsize.go); the
 	// snapshot store keeps the latest one only.
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = snapshotThreshold, snapshotInterval, trailingLogs
-	n := &Node{id: cfg.ID, trans: trans, log: logger, notify: make(chan bool, 16), done: make(chan struct{}), started: time.Now(),
+	n := &Node{id: cfg.ID, trans: trans, stream: stream, log: logger, notify: make(chan bool, 16), done: make(chan struct{}), started: time.Now(),
 		compact: make(chan struct{}, 1), maxEntry: cmp.Or(cfg.MaxEntryBytes, DefaultMaxEntryBytes)}
 	rc.NotifyCh = n.notify
 	n.heartbeat = rc.HeartbeatTimeout

@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -26,6 +27,9 @@ import (
 var bin struct{ gotrain, mnist, data string }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(floodEnv) != "" { // this binary, started on a host as the flooder (flood_test.go)
+		os.Exit(floodMain())
+	}
 	pkgs := []string{"./cmd/gotrain", "./examples/mnist"}
 	testbin.Main(m, "gotrain-clustertest-", pkgs, func(_ string, built map[string]string) (err error) {
 		bin.gotrain, bin.mnist = built[pkgs[0]], built[pkgs[1]]
@@ -57,20 +61,35 @@ func startJob(t *testing.T, n int, agentFlags []string, program ...string) *job 
 // startElasticJob is startJob with node1 given --nnodes nnodes.
 func startElasticJob(t *testing.T, n int, nnodes string, agentFlags []string, program ...string) *job {
 	t.Helper()
+	c := newCluster(t, n)
+	return startJobOn(t, c, c.Hosts, nnodes, nil, nil, agentFlags, program...)
+}
+
+// newCluster makes a cluster of n hosts whose processes share a new job
+// token.
+func newCluster(t *testing.T, n int) *vcluster.Cluster {
+	t.Helper()
 	tok := make([]byte, 16)
 	if _, err := rand.Read(tok); err != nil {
 		t.Fatal(err)
 	}
-	c := vcluster.New(t, n, vcluster.Options{Env: []string{"GOTRAIN_JOB_TOKEN=" + hex.EncodeToString(tok)}})
+	return vcluster.New(t, n, vcluster.Options{Env: []string{"GOTRAIN_JOB_TOKEN=" + hex.EncodeToString(tok)}})
+}
+
+// startJobOn is startElasticJob on hosts of c (the first runs the
+// coordinator, with firstFlags too); afterFirst, when not nil, runs once
+// the first node printed its join line, before the others start.
+func startJobOn(t *testing.T, c *vcluster.Cluster, hosts []*vcluster.Host, nnodes string, firstFlags []string, afterFirst func(), agentFlags []string, program ...string) *job {
+	t.Helper()
 	j := &job{c: c}
-	first := c.Hosts[0]
+	first := hosts[0]
 	var caHash string
-	for i, h := range c.Hosts {
+	for i, h := range hosts {
 		dir := filepath.Join(t.TempDir(), h.Name)
 		j.logDir = append(j.logDir, dir)
 		args := []string{bin.gotrain, "launch", "--nproc-per-node", "1", "--backend", "cpu", "--node-addr", h.IP, "--log-dir", dir}
 		if i == 0 {
-			args = append(args, "--nnodes", nnodes, "--coordinator-listen", "0.0.0.0:"+coordPort)
+			args = append(append(args, "--nnodes", nnodes, "--coordinator-listen", "0.0.0.0:"+coordPort), firstFlags...)
 		} else {
 			// As a person would: the CA's hash from node1's join line.
 			// --node-rank: the nodes join in any order; node K runs rank K-1.
@@ -79,7 +98,7 @@ func startElasticJob(t *testing.T, n int, nnodes string, agentFlags []string, pr
 		args = append(append(append(args, agentFlags...), "--"), program...)
 		j.args = append(j.args, args)
 		j.agents = append(j.agents, h.Start(args...))
-		if i == 0 && len(c.Hosts) > 1 {
+		if i == 0 && len(hosts) > 1 {
 			waitFor(t, time.Minute, "node1's join line", func() bool {
 				if m := caHashFlag.FindStringSubmatch(j.agents[0].Stderr()); m != nil {
 					caHash = m[1]
@@ -92,6 +111,9 @@ func startElasticJob(t *testing.T, n int, nnodes string, agentFlags []string, pr
 				}
 				return false
 			})
+			if afterFirst != nil {
+				afterFirst()
+			}
 		}
 	}
 	j.lastStart = time.Now()

@@ -147,8 +147,14 @@ func Start(o Options) (*memberlist.Memberlist, error) {
 	if err != nil {
 		return nil, err
 	}
+	t, err := newTransport(c, o.Logger) // transport.go: bounded
+	if err != nil {
+		return nil, fmt.Errorf("gossip: start on %s:%d: %w", c.BindAddr, o.Port, err)
+	}
+	c.Transport = t
 	ml, err := memberlist.Create(c)
 	if err != nil {
+		_ = t.Shutdown()
 		return nil, fmt.Errorf("gossip: start on %s:%d: %w", c.BindAddr, o.Port, err)
 	}
 	return ml, nil

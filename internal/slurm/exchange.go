@@ -9,6 +9,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/connguard"
 )
 
 // The token exchange: how the agents of a step agree on a job token with
@@ -34,6 +36,25 @@ import (
 
 // exchangeTimeout bounds one exchange on either side.
 const exchangeTimeout = 10 * time.Second
+
+// Connection bounds of the exchange port (issue 24, item 4): 16 silent
+// connections used to keep every joiner out (the 17th was closed at once).
+// Now a connection that has not shown a valid credential has
+// exchangeTimeout, and a budget where a flood evicts its own connections
+// first, never a joiner's; one whose credential munge decoded is
+// authenticated (it is answered and closed at once). maxMunge bounds the
+// munge processes run at once; the others wait their turn.
+const (
+	maxExchangePending          = 64
+	maxExchangePendingPerSource = 8
+	maxExchangeAuthenticated    = 16
+	maxMunge                    = 16
+)
+
+var exchangeLimits = connguard.Limits{
+	Unauthenticated: maxExchangePending, UnauthenticatedPerSource: maxExchangePendingPerSource, HandshakeTimeout: exchangeTimeout,
+	Authenticated: maxExchangeAuthenticated,
+}
 
 // ErrRefused: node 0's agent refused this agent's request (another user's
 // job, another step).
@@ -62,11 +83,12 @@ func decodeGrant(s string) (Grant, bool) {
 // Serve hands g out on ln to the agents of step (JOB.STEP) whose munge
 // credential says uid, until ctx ends. It closes ln.
 func Serve(ctx context.Context, ln net.Listener, m Munge, uid int, step string, g Grant, log *slog.Logger) {
+	ln = connguard.Listen(ln, "the Slurm token exchange port", exchangeLimits, log)
 	go func() {
 		<-ctx.Done()
 		ln.Close()
 	}()
-	sem := make(chan struct{}, 16) // munge runs a process per credential
+	sem := make(chan struct{}, maxMunge) // munge runs a process per credential
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -75,16 +97,9 @@ func Serve(ctx context.Context, ln net.Listener, m Munge, uid int, step string, 
 			}
 			return
 		}
-		select {
-		case sem <- struct{}{}:
-		default:
-			conn.Close() // too many at once: the joiner tries again
-			continue
-		}
 		go func() {
-			defer func() { <-sem }()
 			defer conn.Close()
-			if err := answer(ctx, conn, m, uid, step, g); err != nil {
+			if err := answer(ctx, conn.(*connguard.Conn), sem, m, uid, step, g); err != nil {
 				log.Warn("slurm token exchange: refused", "from", conn.RemoteAddr().String(), "err", err)
 				fmt.Fprintf(conn, "error: %v\n", err)
 			}
@@ -92,13 +107,19 @@ func Serve(ctx context.Context, ln net.Listener, m Munge, uid int, step string, 
 	}
 }
 
-func answer(ctx context.Context, conn net.Conn, m Munge, uid int, step string, g Grant) error {
+func answer(ctx context.Context, conn *connguard.Conn, sem chan struct{}, m Munge, uid int, step string, g Grant) error {
 	ctx, cancel := context.WithTimeout(ctx, exchangeTimeout)
 	defer cancel()
 	_ = conn.SetDeadline(time.Now().Add(exchangeTimeout))
 	line, err := readLine(conn)
 	if err != nil {
 		return err
+	}
+	select {
+	case sem <- struct{}{}:
+		defer func() { <-sem }()
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	from, payload, err := m.Decode(ctx, line)
 	if err != nil {
@@ -109,6 +130,9 @@ func answer(ctx context.Context, conn net.Conn, m Munge, uid int, step string, g
 	}
 	if payload != requestPayload(step) {
 		return fmt.Errorf("%w: the request is for %q, this is step %s", ErrRefused, payload, step)
+	}
+	if err := conn.MarkAuthenticated(); err != nil { // the job's own user, munge says
+		return err
 	}
 	cred, err := m.Encode(ctx, answerPrefix(step)+g.encode(), uid)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gotrain/gotrain/internal/connguard/connguardtest"
 	"github.com/gotrain/gotrain/launcher"
 )
 
@@ -217,3 +218,28 @@ func TestExchange(t *testing.T) {
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// Issue 24, item 4: 16 silent connections to the exchange port kept every
+// joiner out until they timed out. Now a source keeps at most
+// maxExchangePendingPerSource of them, and a joiner from another address
+// gets the token at once.
+func TestExchangeFloodDoesNotBlockJoiners(t *testing.T) {
+	ctx := t.Context()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := &fakeMunge{uid: 1000, used: map[string]bool{}}
+	go Serve(ctx, ln, server, 1000, "17.0", Grant{Token: "secret-token"}, discardLog())
+	addr := ln.Addr().String()
+	conns := connguardtest.Flood(t, "127.0.0.2", addr, 100)
+	fctx, cancel := context.WithTimeout(ctx, exchangeTimeout/2)
+	defer cancel()
+	if g, err := Fetch(fctx, addr, &fakeMunge{uid: 1000, used: server.used}, 1000, "17.0"); err != nil || g.Token != "secret-token" {
+		t.Fatalf("a joiner during the flood: Fetch = %+v, %v", g, err)
+	}
+	open := connguardtest.StillOpen(conns, maxExchangePendingPerSource, exchangeTimeout/2)
+	if open > maxExchangePendingPerSource {
+		t.Errorf("%d of %d silent connections are open, want at most %d", open, len(conns), maxExchangePendingPerSource)
+	}
+}

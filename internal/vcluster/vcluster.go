@@ -371,6 +371,24 @@ func (h *Host) LinkDown() { h.c.must("-n", h.c.bridgeNS, "link", "set", h.port, 
 // LinkUp sets the bridge side of h's veth up again.
 func (h *Host) LinkUp() { h.c.must("-n", h.c.bridgeNS, "link", "set", h.port, "up") }
 
+// AddAddrs gives h n more addresses on its eth0, SUBNET.first to
+// SUBNET.first+n-1 (clear of the hosts' own while the cluster has fewer
+// than first hosts), and returns them: one host that connects from many
+// source addresses.
+func (h *Host) AddAddrs(first, n int) []string {
+	h.c.t.Helper()
+	if first <= len(h.c.Hosts) || first+n-1 > 254 {
+		h.c.t.Fatalf("vcluster: addresses .%d to .%d: want them above the hosts' (.1 to .%d) and at most .254", first, first+n-1, len(h.c.Hosts))
+	}
+	var ips []string
+	for i := range n {
+		ip := fmt.Sprintf("%s.%d", h.c.subnet, first+i)
+		h.c.must("-n", h.NS, "addr", "add", ip+"/24", "dev", "eth0")
+		ips = append(ips, ip)
+	}
+	return ips
+}
+
 // exec runs a command in h's network namespace (no new hostname) and
 // returns its combined output.
 func (h *Host) exec(name string, args ...string) ([]byte, error) {

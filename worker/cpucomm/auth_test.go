@@ -121,3 +121,49 @@ func TestIdleConnectionsDoNotDelayNew(t *testing.T) {
 		}
 	}
 }
+
+// Issue 24, item 4: 64 silent connections to a rank's port (the bound on
+// handshakes in progress) made it close every rank's connection until they
+// timed out, so New failed. Now strangers flooding from another address
+// evict their own connections: at most acceptLimits' bound of theirs stay
+// open, and the rank's own connection is taken.
+func TestFloodDoesNotKeepRanksOut(t *testing.T) {
+	store := commtest.NewMemStore()
+	addr, done0, comm0 := startRank0(t, store, "job-secret")
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	var flood []net.Conn
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	for range 300 {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood = append(flood, c)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), acceptHandshakeTimeout/2)
+	defer cancel()
+	c1, err := New(ctx, Config{Name: "a", Generation: 4, Rank: 1, Size: 2, Host: "127.0.0.1", Store: store, Token: "job-secret"})
+	if err != nil {
+		t.Fatalf("rank 1 during the flood: %v", err)
+	}
+	defer c1.Close()
+	if err := <-done0; err != nil {
+		t.Fatal(err)
+	}
+	defer comm0().Close()
+	max := acceptLimits(2).Unauthenticated
+	open := 0
+	for _, c := range flood {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if _, err := io.Copy(io.Discard, c); err != nil {
+			open++
+		}
+	}
+	if open > max {
+		t.Errorf("%d of %d strangers' connections open, want at most %d", open, len(flood), max)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/connguard"
 	"github.com/gotrain/gotrain/worker/comm"
 )
 
@@ -41,10 +42,19 @@ const (
 	// one. dialHandshakeTimeout bounds the dialer's side.
 	acceptHandshakeTimeout = 5 * time.Second
 	dialHandshakeTimeout   = 10 * time.Second
-	// maxPendingHandshakes bounds the accepted connections in their
-	// handshake at once; more are closed at once.
+	// maxPendingHandshakes, with twice the communicator's size, bounds the
+	// accepted connections in their handshake at once (connguard: a new one
+	// past it evicts the oldest of the source holding the most, so that
+	// strangers flooding from other hosts evict their own connections, and
+	// the ranks dialing at once all fit).
 	maxPendingHandshakes = 64
 )
+
+// acceptLimits bound a rank's listener for a communicator of size ranks:
+// at most size-1 ranks pass the handshake.
+func acceptLimits(size int) connguard.Limits {
+	return connguard.Limits{Unauthenticated: maxPendingHandshakes + 2*size, HandshakeTimeout: acceptHandshakeTimeout, Authenticated: size}
+}
 
 // Config configures a communicator.
 type Config struct {
@@ -211,6 +221,7 @@ func (c *Comm) connect(ctx context.Context, host string, store comm.Store) error
 		return fmt.Errorf("cpucomm: rank %d: listen on %s: %w", c.rank, host, err)
 	}
 	defer ln.Close()
+	gl := connguard.Listen(ln, fmt.Sprintf("rank %d's CPU backend port", c.rank), acceptLimits(c.size), c.log)
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	port := ln.Addr().(*net.TCPAddr).Port
@@ -227,7 +238,7 @@ func (c *Comm) connect(ctx context.Context, host string, store comm.Store) error
 			results <- dialResult{p, err}
 		}()
 	}
-	go c.acceptAll(ctx, ln, results)
+	go c.acceptAll(ctx, gl, results)
 
 	peers := make([]*peer, c.size)
 	var first error
@@ -332,7 +343,6 @@ func (c *Comm) acceptAll(ctx context.Context, ln net.Listener, results chan<- di
 	for j := c.rank + 1; j < c.size; j++ {
 		a.waiting[j] = true
 	}
-	pending := make(chan struct{}, maxPendingHandshakes)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for a.left() > 0 {
@@ -348,23 +358,21 @@ func (c *Comm) acceptAll(ctx context.Context, ln net.Listener, results chan<- di
 			}
 			return
 		}
-		tc := conn.(*net.TCPConn)
-		select {
-		case pending <- struct{}{}:
-		default:
-			c.log.Warn("rejected a connection: too many handshakes in progress", "remote", tc.RemoteAddr().String(), "max", maxPendingHandshakes)
-			tc.Close()
-			continue
-		}
+		gc := conn.(*connguard.Conn) // within its bounds (connect)
 		wg.Go(func() {
-			defer func() { <-pending }()
-			rank, addr, err := c.serverHandshake(ctx, tc, a)
+			rank, addr, err := c.serverHandshake(ctx, gc, a)
+			if err == nil {
+				err = gc.MarkAuthenticated()
+			}
 			if err != nil {
-				c.log.Warn("rejected a connection", "remote", tc.RemoteAddr().String(), "err", err)
-				tc.Close()
+				c.log.Warn("rejected a connection", "remote", gc.RemoteAddr().String(), "err", err)
+				gc.Close()
 				return
 			}
-			results <- dialResult{p: &peer{rank: rank, addr: addr, conn: tc}}
+			// The peer's connection itself: collectives write it with
+			// writev (net.Buffers); the listener and its bounds end with
+			// connect.
+			results <- dialResult{p: &peer{rank: rank, addr: addr, conn: gc.NetConn().(*net.TCPConn)}}
 		})
 	}
 }
@@ -409,7 +417,7 @@ func (a *acceptor) giveUp() []int {
 // serverHandshake challenges a dialer, checks its proof of the job token and
 // its hello, claims its rank and returns the rank and advertised address. A
 // dialer without the token is closed without an answer.
-func (c *Comm) serverHandshake(ctx context.Context, conn *net.TCPConn, a *acceptor) (int, string, error) {
+func (c *Comm) serverHandshake(ctx context.Context, conn net.Conn, a *acceptor) (int, string, error) {
 	deadline := time.Now().Add(acceptHandshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d

@@ -51,8 +51,11 @@
 // does not break it. The dialer checks the acceptor's HMAC (a stranger
 // listening at a published address does not get a rank's connection) and
 // that the acceptor is the rank it meant to reach. Each accepted connection
-// does its handshake in a goroutine of its own, within 5 s, and at most 64 at
-// once: a silent connection delays no one and is closed at its deadline.
+// does its handshake in a goroutine of its own, within 5 s, and at most 64
+// plus twice the ranks at once (internal/connguard): a silent connection
+// delays no one and is closed at its deadline, and past the bound a new
+// connection evicts the oldest of the address holding the most, so that
+// strangers flooding a rank's port evict their own, not a rank's.
 //
 // # Collectives
 //

@@ -1,0 +1,48 @@
+package gossip
+
+import (
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gotrain/gotrain/internal/connguard/connguardtest"
+)
+
+// Issue 24, item 4: the gossip port had no connection bound: silent TCP
+// connections took 20 000 descriptors in seconds. Now a source keeps at
+// most MaxStreamsPerSource of them, and a member joins through the port
+// during the flood (its push/pull comes from another source).
+func TestGossipFloodIsBounded(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	a, err := Start(Options{Name: "coordinator", BindAddr: "127.0.0.1", Token: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(a.LocalNode().Port)))
+	conns := connguardtest.Flood(t, "127.0.0.2", addr, MaxStreamsPerSource+200)
+	defer func() { // before goleak: memberlist's readers end with their connections
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	if open := connguardtest.StillOpen(conns, MaxStreamsPerSource, StreamTimeout/2); open > MaxStreamsPerSource {
+		t.Errorf("%d of %d silent connections to the gossip port are open, want at most %d", open, len(conns), MaxStreamsPerSource)
+	}
+	b, err := Start(Options{Name: "node-1", BindAddr: "127.0.0.1", Token: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown()
+	if _, err := b.Join([]string{addr}); err != nil {
+		t.Fatalf("join during the flood: %v", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); a.NumMembers() != 2 || b.NumMembers() != 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("members %d and %d, want 2 each", a.NumMembers(), b.NumMembers())
+		}
+	}
+}
