@@ -76,6 +76,11 @@ type Span struct{ Offset, Len int }
 type Config struct {
 	Grads   cudadrv.DevicePtr // the gradient buffer (device memory of cuMemAlloc, possibly inside a larger allocation)
 	Buckets []Span            // reduced one at a time, in this order on every rank
+	// SharedGPUOnly makes Open answer UnavailableError unless two ranks
+	// share a GPU, where NCCL's kernels take turns in time slices and the
+	// copy engines win; on GPUs of their own NCCL has not been measured
+	// against it.
+	SharedGPUOnly bool
 }
 
 // align is the chunk granularity in elements: 256-byte lines.
@@ -308,7 +313,9 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 	}
 	n.peers = make([]peer, size)
 	reason := ""
-	if err := do(func() error { reason = n.mapPeers(dev, recs); return nil }); err != nil {
+	if cfg.SharedGPUOnly && !sharesGPU(recs) {
+		reason = "every rank has a GPU of its own (the copy engines are taken only where ranks share one)"
+	} else if err := do(func() error { reason = n.mapPeers(dev, recs); return nil }); err != nil {
 		reason = err.Error()
 	}
 	ok := []int32{1}
@@ -327,6 +334,22 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 		return nil, &UnavailableError{Rank: n.rank, Reason: reason}
 	}
 	return n, nil
+}
+
+// sharesGPU reports whether two ranks of one node have the same GPU: the
+// same answer on every rank, which sees the same records.
+func sharesGPU(recs []record) bool {
+	seen := map[[2]uint64]bool{}
+	for _, r := range recs {
+		h := fnv.New64a()
+		h.Write([]byte(r.busID))
+		k := [2]uint64{r.node, h.Sum64()}
+		if seen[k] {
+			return true
+		}
+		seen[k] = true
+	}
+	return false
 }
 
 // mapPeers maps every other rank's inbox and gradients, or says why it

@@ -93,3 +93,22 @@ func TestOpenRefusesWithoutCUDA(t *testing.T) {
 		t.Fatalf("one rank: %v, want an UnavailableError of rank 0", err)
 	}
 }
+
+func TestSharesGPU(t *testing.T) {
+	a := record{node: 1, busID: "0000:00:06.0"}
+	b := record{node: 1, busID: "0000:00:07.0"}
+	other := record{node: 2, busID: "0000:00:06.0"}
+	for _, c := range []struct {
+		recs []record
+		want bool
+	}{
+		{[]record{a, b}, false},
+		{[]record{a, other}, false},
+		{[]record{a, b, a}, true},
+		{[]record{a, a, a, a}, true},
+	} {
+		if got := sharesGPU(c.recs); got != c.want {
+			t.Errorf("sharesGPU(%+v) = %t, want %t", c.recs, got, c.want)
+		}
+	}
+}
