@@ -98,8 +98,14 @@ func (e *deviceEngine) launchPair(b int, update bool) error {
 		}
 		if e.node != nil {
 			// The sum writes only this rank's chunk, which no copy of
-			// Send reads: it need not wait for them.
+			// Send reads: it waits for the bucket to be ready, not for
+			// the copies. (The peers' copies alone do not order it after
+			// this rank's backward: without the wait it could add before
+			// backward wrote the chunk, which backward then overwrites.)
 			if err := e.node.Send(b, e.copyStream); err != nil {
+				return err
+			}
+			if err := e.sumStream.WaitEvent(e.readyEv[b]); err != nil {
 				return err
 			}
 			if err := e.node.Reduce(b, scale, e.sumStream); err != nil {

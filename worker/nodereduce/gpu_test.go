@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,18 @@ import (
 // the exchange of handles. They share pointers; bench/nodereduce's runs
 // under gotrain launch take the CUDA IPC path between processes. They skip
 // without a GPU.
+
+// TestMain gives the process's one CUDA context more hardware work queues
+// than the 8 ranks' 16 streams: with CUDA's default of 8, two streams share
+// a queue, and one stream's wait for a flag holds back the other's work
+// that would raise one (a deadlock that ranks in processes of their own,
+// each with its own context, never meet).
+func TestMain(m *testing.M) {
+	if os.Getenv("CUDA_DEVICE_MAX_CONNECTIONS") == "" {
+		os.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+	}
+	os.Exit(m.Run())
+}
 
 type gpuRank struct {
 	ex    *osthread.Executor

@@ -20,6 +20,11 @@
 // kernel waits for another rank: the waits are in the streams (the GPU's
 // front end), and the copies of all ranks run on the copy engines.
 //
+// Ranks in one process share one CUDA context, whose streams share CUDA's
+// hardware work queues (8 unless CUDA_DEVICE_MAX_CONNECTIONS says more):
+// give it at least as many as the ranks have streams, or a stream waiting
+// for a flag can hold back the work that would raise it.
+//
 // Flags count steps, so nothing is reset between steps: rank r's copy of
 // bucket b for step s into rank k's inbox waits until k has consumed r's
 // copy of step s-1 (consumed flag, written by k into r's memory); k's
