@@ -40,15 +40,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"math/rand/v2"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/internal/peermem"
 	"github.com/gotrain/gotrain/worker/comm"
 )
 
@@ -56,11 +53,6 @@ import (
 //
 //go:embed kernels/node.ptx
 var nodePTX string
-
-// processID tells ranks of one process (tests) from ranks of several: the
-// first share pointers directly, the second map each other's memory
-// through CUDA IPC, which cannot open a process's own handles.
-var processID = rand.Uint64()
 
 // UnavailableError is Open's answer when the ranks cannot map each other's
 // memory; the caller reduces with NCCL instead. Every rank gets one.
@@ -224,18 +216,6 @@ func decode(w []int32) record {
 	return r
 }
 
-// nodeID identifies this boot of this machine: ranks with equal ids can
-// share device memory.
-func nodeID() uint64 {
-	h := fnv.New64a()
-	host, _ := os.Hostname()
-	h.Write([]byte(host))
-	if boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
-		h.Write(boot)
-	}
-	return h.Sum64()
-}
-
 // Open sets up rank c.Rank()'s side of the reduction: an inbox of about
 // the gradient buffer's size in device memory, mapped by the other ranks,
 // and the others' inboxes and gradient buffers mapped here. It is
@@ -305,7 +285,7 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 		n.free(do)
 		return nil, fmt.Errorf("nodereduce: rank %d: %w", n.rank, err)
 	}
-	mine.inboxPtr, mine.node, mine.process = uint64(n.alloc), nodeID(), processID
+	mine.inboxPtr, mine.node, mine.process = uint64(n.alloc), peermem.NodeID(), peermem.ProcessID
 
 	all := make([]int32, size*recordBytes/4)
 	if err := c.AllGather(ctx, comm.Host(mine.encode()), comm.Host(all)); err != nil {
@@ -344,11 +324,13 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 // sharesGPU reports whether two ranks of one node have the same GPU: the
 // same answer on every rank, which sees the same records.
 func sharesGPU(recs []record) bool {
-	seen := map[[2]uint64]bool{}
+	type gpu struct {
+		node  uint64
+		busID string
+	}
+	seen := map[gpu]bool{}
 	for _, r := range recs {
-		h := fnv.New64a()
-		h.Write([]byte(r.busID))
-		k := [2]uint64{r.node, h.Sum64()}
+		k := gpu{r.node, r.busID}
 		if seen[k] {
 			return true
 		}
@@ -505,33 +487,17 @@ func (n *Node) Release() {
 		return
 	}
 	n.released = true
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// The thread is never unlocked: it ends with the goroutine, and
-		// the context current on it with it.
-		runtime.LockOSThread()
-		if n.cuctx.SetCurrent() != nil {
-			return
-		}
-		s, err := cudadrv.NewStream(cudadrv.StreamNonBlocking)
-		if err != nil {
-			return
-		}
-		v := n.step.Load() + 1<<30
-		for kind := range flagKinds {
-			for b := range n.buckets {
-				for j := range n.size {
-					_ = s.WriteValue32(n.flag(n.alloc, kind, b, j), v)
-				}
+	var flags []cudadrv.DevicePtr
+	for kind := range flagKinds {
+		for b := range n.buckets {
+			for j := range n.size {
+				flags = append(flags, n.flag(n.alloc, kind, b, j))
 			}
 		}
-		// Done before Release returns, so that Close never frees the
-		// flags under a pending write.
-		_ = s.Synchronize()
-		_ = s.Destroy()
-	}()
-	<-done
+	}
+	// Done before Release returns, so that Close never frees the flags
+	// under a pending write.
+	peermem.WriteFlags(n.cuctx, flags, n.step.Load()+1<<30)
 }
 
 // Close unmaps the other ranks' memory and frees this rank's. Call it
