@@ -106,7 +106,7 @@ clean:
 # and one test binary per GPU package (bin/<pkg path with _>.test). Carry bin/
 # there and run `bash bench/gpu_check.sh`: it runs them all, `gotrain bench`
 # and the all-reduce comparison, and writes a report.
-GPU_TEST_PKGS ?= nccl internal/cudadrv worker/ncclcomm worker/pairreduce
+GPU_TEST_PKGS ?= nccl internal/cudadrv worker/ncclcomm worker/pairreduce worker/nodereduce
 
 .PHONY: gpu
 gpu: cuda-stub
@@ -141,7 +141,7 @@ vet-cuda: cuda-stub
 # ptx regenerates the MLP example's PTX from its CUDA source with nvcc
 # (CUDA 12 or newer; the GPU machine has it). Without nvcc here, run it there
 # and copy the .ptx back: kernels/*.ptx are committed and embedded.
-PTX_SRC := $(wildcard examples/mlp/kernels/*.cu worker/pairreduce/kernels/*.cu)
+PTX_SRC := $(wildcard examples/mlp/kernels/*.cu worker/pairreduce/kernels/*.cu worker/nodereduce/kernels/*.cu)
 NVCC    ?= $(shell command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 
 .PHONY: ptx

@@ -89,13 +89,17 @@ type Transport int
 
 const (
 	// TransportAuto: TransportCopyEngine where it works (two ranks of one
-	// node, fp32 reduction), else TransportNCCL.
+	// node, or more ranks of one node of which some share a GPU; fp32
+	// reduction), else TransportNCCL.
 	TransportAuto Transport = iota
 	// TransportNCCL: NCCL's all-reduce (its kernels, on SMs).
 	TransportNCCL
 	// TransportCopyEngine: for two ranks of one node, each copies its
 	// gradients into the other GPU's memory with a copy engine and a small
-	// kernel adds them (package pairreduce): SMs only for the addition.
+	// kernel adds them (package pairreduce): SMs only for the addition. For
+	// more ranks of one node, a reduce-scatter and all-gather of chunks
+	// over the copy engines, each rank adding its own chunk (package
+	// nodereduce); FusedSum then does not apply.
 	// NewDataParallel and Close are then collective. An error when the two
 	// ranks cannot map each other's memory, or with BF16.
 	TransportCopyEngine
@@ -303,7 +307,7 @@ func (dp *DataParallel) Transport() Transport {
 	switch {
 	case !ok:
 		return TransportAuto
-	case e.pair != nil:
+	case e.ce != nil:
 		return TransportCopyEngine
 	default:
 		return TransportNCCL

@@ -8,6 +8,7 @@ import (
 	"github.com/gotrain/gotrain/internal/cudadrv"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
+	"github.com/gotrain/gotrain/worker/nodereduce"
 	"github.com/gotrain/gotrain/worker/pairreduce"
 )
 
@@ -49,6 +50,8 @@ type deviceEngine struct {
 	// after each bucket's copy, and the abort hook that releases streams
 	// waiting for a peer that is gone.
 	pair       *pairreduce.Pair
+	node       *nodereduce.Node // more than two ranks (nil: pair or NCCL)
+	ce         copyEngine       // pair or node, nil with NCCL
 	copyStream cudadrv.Stream
 	sumStream  cudadrv.Stream
 	sentEv     []cudadrv.Event
@@ -80,16 +83,16 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 	if dp.cfg.DeferUpdate && dp.cfg.AfterReduce != nil {
 		e.relEv = make([]cudadrv.Event, len(dp.bkts))
 	}
-	// The pair's reducedEv events are recorded on its sum stream.
-	separate := e.pair != nil || (dp.cfg.AfterReduce != nil && !dp.cfg.SerialUpdate)
+	// The copy engines' reducedEv events are recorded on the sum stream.
+	separate := e.ce != nil || (dp.cfg.AfterReduce != nil && !dp.cfg.SerialUpdate)
 	if separate {
 		e.reducedEv = make([]cudadrv.Event, len(dp.bkts))
 	}
-	if e.pair != nil {
+	if e.ce != nil {
 		e.sentEv = make([]cudadrv.Event, len(dp.bkts))
 	}
 	rec := recorderOf(dp.c)
-	if rec != nil || e.pair != nil {
+	if rec != nil || e.ce != nil {
 		e.stepEv = make([]cudadrv.Event, stepMarks)
 	}
 	err := nc.Do(func() error {
@@ -102,7 +105,7 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 				return err
 			}
 		}
-		if e.pair != nil {
+		if e.ce != nil {
 			var err error
 			if e.copyStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
 				return fmt.Errorf("create the copy stream: %w", err)
@@ -156,7 +159,7 @@ func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
 	if e.tracker != nil {
 		e.tracker.launched(e.dp.bkts[b].Len, uintptr(e.nc.Stream()))
 	}
-	if e.pair != nil {
+	if e.ce != nil {
 		return e.launchPair(b, update)
 	}
 	dp := e.dp
@@ -276,8 +279,8 @@ func (e *deviceEngine) reduce(bk Bucket, g uintptr, s cudadrv.Stream) error {
 func (e *deviceEngine) finish(ctx context.Context) error {
 	err := e.nc.Do(func() error {
 		last := e.nc.Stream()
-		if e.pair != nil {
-			e.pair.Next()
+		if e.ce != nil {
+			e.ce.Next()
 			// Every copy is done (the sums waited for them; with FusedSum
 			// there are none, and the copy stream is waited for here).
 			if err := e.sentDoneEv.Record(e.copyStream); err != nil {
@@ -315,7 +318,7 @@ func (e *deviceEngine) finish(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil || e.pair == nil {
+	if err != nil || e.ce == nil {
 		return err
 	}
 	return e.boundRunAhead(ctx)

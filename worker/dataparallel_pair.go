@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/worker/nodereduce"
 	"github.com/gotrain/gotrain/worker/pairreduce"
 )
 
-// The copy-engine transport of deviceEngine (package pairreduce): each
-// bucket is copied to the peer on the copy stream as soon as backward has
+// The copy-engine transport of deviceEngine (package pairreduce for two
+// ranks, nodereduce for more): each bucket is copied to the peer (its chunks
+// to their owners) on the copy stream as soon as backward has
 // produced it; its sum with the peer's copy runs on the sum stream once the
 // peer's copy has arrived and this rank's own has left (the sum overwrites
 // the gradients the copy reads), and AfterReduce after it on the update
@@ -21,29 +23,61 @@ import (
 // releases them (the peer is gone) and for the peer to reach its own close.
 const pairCloseWait = 5 * time.Second
 
+// copyEngine is what the two copy-engine transports (pairreduce for two
+// ranks, nodereduce for more) have in common.
+type copyEngine interface {
+	Next()
+	Release()
+	Close() error
+}
+
 // openPair sets up the copy-engine transport when the config allows it and
-// the ranks can map each other's memory; with TransportAuto, falls back to
-// NCCL (and says why) when they cannot.
+// the ranks can map each other's memory: package pairreduce for two ranks,
+// nodereduce for more. With TransportAuto it falls back to NCCL (and says
+// why) when they cannot, and past two ranks it takes the copy engines only
+// where ranks share a GPU (NCCL's kernels there take turns in time slices).
 func (e *deviceEngine) openPair() error {
 	dp := e.dp
 	want := dp.cfg.Transport
-	if want == TransportNCCL || (want == TransportAuto && (dp.c.Size() != 2 || dp.cfg.BF16)) {
+	if want == TransportNCCL || dp.c.Size() < 2 || (want == TransportAuto && dp.cfg.BF16) {
 		return nil
 	}
-	p, err := pairreduce.Open(context.Background(), e.nc, e.nc.Do,
-		pairreduce.Config{Elements: dp.grads.Len(), Buckets: len(dp.bkts), Lanes: dp.cfg.CopyEngineLanes})
-	var unavailable *pairreduce.UnavailableError
+	var err error
+	if dp.c.Size() == 2 {
+		var p *pairreduce.Pair
+		p, err = pairreduce.Open(context.Background(), e.nc, e.nc.Do,
+			pairreduce.Config{Elements: dp.grads.Len(), Buckets: len(dp.bkts), Lanes: dp.cfg.CopyEngineLanes})
+		if err == nil {
+			e.pair, e.ce = p, p
+		}
+	} else {
+		spans := make([]nodereduce.Span, len(dp.bkts))
+		for i, b := range dp.bkts {
+			spans[i] = nodereduce.Span{Offset: b.Offset, Len: b.Len}
+		}
+		var n *nodereduce.Node
+		n, err = nodereduce.Open(context.Background(), e.nc, e.nc.Do, nodereduce.Config{
+			Grads: cudadrv.DevicePtr(dp.grads.DevicePointer()), Buckets: spans, SharedGPUOnly: want == TransportAuto})
+		if err == nil {
+			e.node, e.ce = n, n
+		}
+	}
+	var pairUn *pairreduce.UnavailableError
+	var nodeUn *nodereduce.UnavailableError
 	switch {
 	case err == nil:
-		e.pair = p
+		ce := e.ce
 		e.removeHook = e.nc.OnAbort(func() {
 			dp.log.Warn("the communicator was aborted: releasing the copy-engine transport's waits on the GPU", "rank", dp.c.Rank())
-			p.Release()
+			ce.Release()
 		})
-		dp.log.Info("gradients are averaged over the copy engines", "rank", dp.c.Rank(), "transport", TransportCopyEngine)
+		dp.log.Info("gradients are averaged over the copy engines", "rank", dp.c.Rank(), "ranks", dp.c.Size(), "transport", TransportCopyEngine)
 		return nil
-	case errors.As(err, &unavailable) && want == TransportAuto:
-		dp.log.Info("gradients are averaged with NCCL", "rank", dp.c.Rank(), "transport", TransportNCCL, "why_not_copy_engine", unavailable.Reason)
+	case errors.As(err, &pairUn) && want == TransportAuto:
+		dp.log.Info("gradients are averaged with NCCL", "rank", dp.c.Rank(), "transport", TransportNCCL, "why_not_copy_engine", pairUn.Reason)
+		return nil
+	case errors.As(err, &nodeUn) && want == TransportAuto:
+		dp.log.Info("gradients are averaged with NCCL", "rank", dp.c.Rank(), "transport", TransportNCCL, "why_not_copy_engine", nodeUn.Reason)
 		return nil
 	default:
 		return fmt.Errorf("worker: DataParallel: %w", err)
@@ -61,6 +95,23 @@ func (e *deviceEngine) launchPair(b int, update bool) error {
 		}
 		if err := e.copyStream.WaitEvent(e.readyEv[b]); err != nil {
 			return err
+		}
+		if e.node != nil {
+			// The sum writes only this rank's chunk, which no copy of
+			// Send reads: it waits for the bucket to be ready, not for
+			// the copies. (The peers' copies alone do not order it after
+			// this rank's backward: without the wait it could add before
+			// backward wrote the chunk, which backward then overwrites.)
+			if err := e.node.Send(b, e.copyStream); err != nil {
+				return err
+			}
+			if err := e.sumStream.WaitEvent(e.readyEv[b]); err != nil {
+				return err
+			}
+			if err := e.node.Reduce(b, scale, e.sumStream); err != nil {
+				return err
+			}
+			return e.afterReduced(b, e.sumStream, update)
 		}
 		if err := e.pair.Send(b, bk.Offset, bk.Len, g, e.copyStream); err != nil {
 			return err
@@ -111,7 +162,7 @@ func (e *deviceEngine) fusedUpdate(b int) error {
 // once on an aborted communicator), so that neither rank frees memory the
 // other still writes into.
 func (e *deviceEngine) closePair() {
-	if e.pair == nil {
+	if e.ce == nil {
 		return
 	}
 	e.removeHook()
@@ -130,7 +181,7 @@ func (e *deviceEngine) closePair() {
 	for !idle() {
 		if time.Now().After(deadline) {
 			e.dp.log.Warn("the copy-engine transport's streams still wait for the peer: releasing them", "rank", e.dp.c.Rank())
-			e.pair.Release()
+			e.ce.Release()
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -144,9 +195,9 @@ func (e *deviceEngine) closePair() {
 		_ = e.copyStream.Synchronize()
 		_ = e.sumStream.Synchronize()
 		_ = e.upd.Synchronize()
-		return e.pair.Close()
+		return e.ce.Close()
 	})
-	e.pair = nil
+	e.pair, e.node, e.ce = nil, nil, nil
 }
 
 // boundRunAhead waits, polling, until the previous step's mark (finish

@@ -66,8 +66,11 @@ package worker
 // up to 24 CTAs resident and slowed them by up to 45 % on 2 × H200. With
 // FusedSum the optimizer (AfterReduce) adds the peer's copy as it reads
 // the gradients (Bucket.Peer), saving a pass over them. Both ranks compute
-// own + peer's, so their weights stay bitwise equal. NewDataParallel and
-// Close are collective on that path.
+// own + peer's, so their weights stay bitwise equal. Past two ranks of one
+// node, TransportCopyEngine (and TransportAuto where two ranks share a GPU)
+// reduce-scatters and all-gathers chunks over the copy engines instead
+// (package nodereduce; FusedSum does not apply). NewDataParallel and Close
+// are collective on that path.
 //
 // On the NCCL backend, NewComm's options tune the communication stream:
 // WithHighPriorityStream (its kernels take SMs ahead of compute kernels) and

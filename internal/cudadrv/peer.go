@@ -110,3 +110,13 @@ func (s Stream) WaitValue32(addr DevicePtr, v uint32) error {
 	}
 	return check("cuStreamWaitValue32", cStreamWaitValue32(s, addr, v, 0))
 }
+
+// MemGetAddressRange returns the start and size in bytes of the allocation
+// that holds p (cuMemGetAddressRange): IPCGetMemHandle needs the start.
+func MemGetAddressRange(p DevicePtr) (base DevicePtr, bytes int, err error) {
+	if err := openPeerCalls(); err != nil {
+		return 0, 0, err
+	}
+	base, bytes, r := cMemGetAddressRange(p)
+	return base, bytes, check("cuMemGetAddressRange", r)
+}

@@ -67,3 +67,10 @@ func cStreamWriteValue32(s Stream, addr DevicePtr, v uint32, flags uint32) int {
 func cStreamWaitValue32(s Stream, addr DevicePtr, v uint32, flags uint32) int {
 	return int(C.gtp_stream_wait_value32(C.uintptr_t(s), C.uint64_t(addr), C.uint32_t(v), C.uint(flags)))
 }
+
+func cMemGetAddressRange(p DevicePtr) (DevicePtr, int, int) {
+	var base C.uint64_t
+	var size C.size_t
+	r := C.gtp_mem_get_address_range(&base, &size, C.uint64_t(p))
+	return DevicePtr(base), int(size), int(r)
+}

@@ -14,3 +14,4 @@ func cDeviceByPCIBusID(string) (Device, int)                    { return 0, notL
 func cCtxEnablePeerAccess(Context) int                          { return notLoaded }
 func cStreamWriteValue32(Stream, DevicePtr, uint32, uint32) int { return notLoaded }
 func cStreamWaitValue32(Stream, DevicePtr, uint32, uint32) int  { return notLoaded }
+func cMemGetAddressRange(DevicePtr) (DevicePtr, int, int)       { return 0, 0, notLoaded }

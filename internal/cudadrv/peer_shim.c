@@ -28,6 +28,7 @@ static struct {
 	int (*ctxEnablePeerAccess)(ptr_t, unsigned);
 	int (*streamWriteValue32)(ptr_t, uint64_t, uint32_t, unsigned);
 	int (*streamWaitValue32)(ptr_t, uint64_t, uint32_t, unsigned);
+	int (*memGetAddressRange)(uint64_t *, size_t *, uint64_t);
 } fp;
 
 int gtp_open(const char *path, char *err, size_t errlen) {
@@ -47,6 +48,7 @@ int gtp_open(const char *path, char *err, size_t errlen) {
 		{(void **)&fp.ctxEnablePeerAccess, "cuCtxEnablePeerAccess"},
 		{(void **)&fp.streamWriteValue32, "cuStreamWriteValue32_v2"},
 		{(void **)&fp.streamWaitValue32, "cuStreamWaitValue32_v2"},
+		{(void **)&fp.memGetAddressRange, "cuMemGetAddressRange_v2"},
 	};
 	fp.handle = gtc_dlopen_syms(path, syms, sizeof syms / sizeof syms[0],
 				    "the CUDA IPC, peer access or stream memory operation calls (driver for CUDA 12 or newer needed)",
@@ -104,4 +106,9 @@ int gtp_stream_write_value32(uintptr_t stream, uint64_t addr, uint32_t value, un
 int gtp_stream_wait_value32(uintptr_t stream, uint64_t addr, uint32_t value, unsigned flags) {
 	if (fp.handle == NULL) return GTP_NOT_LOADED;
 	return fp.streamWaitValue32((ptr_t)stream, addr, value, flags);
+}
+
+int gtp_mem_get_address_range(uint64_t *base, size_t *size, uint64_t ptr) {
+	if (fp.handle == NULL) return GTP_NOT_LOADED;
+	return fp.memGetAddressRange(base, size, ptr);
 }

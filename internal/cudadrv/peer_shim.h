@@ -20,5 +20,6 @@ int gtp_device_by_pci_bus_id(int *dev, const char *id);
 int gtp_ctx_enable_peer_access(uintptr_t peer_ctx);
 int gtp_stream_write_value32(uintptr_t stream, uint64_t addr, uint32_t value, unsigned flags);
 int gtp_stream_wait_value32(uintptr_t stream, uint64_t addr, uint32_t value, unsigned flags);
+int gtp_mem_get_address_range(uint64_t *base, size_t *size, uint64_t ptr);
 
 #endif

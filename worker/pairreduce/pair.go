@@ -28,15 +28,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"math/rand/v2"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/internal/peermem"
 	"github.com/gotrain/gotrain/worker/comm"
 )
 
@@ -44,11 +41,6 @@ import (
 //
 //go:embed kernels/pair.ptx
 var pairPTX string
-
-// processID tells two ranks of one process (tests, or a program driving
-// both GPUs) from two processes: the first share pointers directly, the
-// second through CUDA IPC, which cannot open a process's own handles.
-var processID = rand.Uint64()
 
 // UnavailableError is Open's answer when the two ranks cannot map each
 // other's memory; the caller reduces with NCCL instead. Both ranks get one.
@@ -138,18 +130,6 @@ func decode(w []int32) record {
 	return r
 }
 
-// nodeID identifies this boot of this machine: ranks with equal ids can
-// share device memory.
-func nodeID() uint64 {
-	h := fnv.New64a()
-	host, _ := os.Hostname()
-	h.Write([]byte(host))
-	if boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
-		h.Write(boot)
-	}
-	return h.Sum64()
-}
-
 // DefaultLanes is how many copies a bucket's copy is split into when
 // Config.Lanes is 0: one, the fastest on 2 × H200.
 const DefaultLanes = 1
@@ -237,7 +217,7 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 		p.free(do)
 		return nil, fmt.Errorf("pairreduce: rank %d: %w", p.rank, err)
 	}
-	mine.ptr, mine.node, mine.process = uint64(p.alloc), nodeID(), processID
+	mine.ptr, mine.node, mine.process = uint64(p.alloc), peermem.NodeID(), peermem.ProcessID
 
 	all := make([]int32, 2*recordBytes/4)
 	if err := c.AllGather(ctx, comm.Host(mine.encode()), comm.Host(all)); err != nil {
@@ -417,30 +397,13 @@ func (p *Pair) Release() {
 		return
 	}
 	p.released = true
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// The thread is never unlocked: it ends with the goroutine, and
-		// the context current on it with it.
-		runtime.LockOSThread()
-		if p.cuctx.SetCurrent() != nil {
-			return
-		}
-		s, err := cudadrv.NewStream(cudadrv.StreamNonBlocking)
-		if err != nil {
-			return
-		}
-		v := p.step.Load() + 1<<30
-		for b := range p.buckets {
-			_ = s.WriteValue32(p.arrived(p.alloc, b), v)
-			_ = s.WriteValue32(p.consumed(p.alloc, b), v)
-		}
-		// Done before Release returns, so that Close never frees the
-		// flags under a pending write.
-		_ = s.Synchronize()
-		_ = s.Destroy()
-	}()
-	<-done
+	var flags []cudadrv.DevicePtr
+	for b := range p.buckets {
+		flags = append(flags, p.arrived(p.alloc, b), p.consumed(p.alloc, b))
+	}
+	// Done before Release returns, so that Close never frees the flags
+	// under a pending write.
+	peermem.WriteFlags(p.cuctx, flags, p.step.Load()+1<<30)
 }
 
 // Close unmaps the peer's memory and frees this rank's. Call it through

@@ -25,12 +25,6 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
-func TestNodeIDStable(t *testing.T) {
-	if a, b := nodeID(), nodeID(); a != b || a == 0 {
-		t.Fatalf("nodeID %x then %x, want one non-zero id", a, b)
-	}
-}
-
 // Three ranks cannot pair: every rank gets an UnavailableError before any
 // CUDA call, so a job of any size can ask for the transport and fall back.
 func TestOpenNeedsTwoRanks(t *testing.T) {

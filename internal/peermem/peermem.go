@@ -1,0 +1,63 @@
+// Package peermem holds what the copy-engine transports (worker/pairreduce,
+// worker/nodereduce) share about ranks that map each other's device
+// memory: which boot of which machine and which process a rank runs in
+// (ranks of one node can share memory through CUDA IPC, ranks of one
+// process share pointers), and raising a set of stream flags from a
+// thread of its own, for an abort.
+package peermem
+
+import (
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"runtime"
+
+	"github.com/gotrain/gotrain/internal/cudadrv"
+)
+
+// ProcessID tells ranks of one process (tests, or a program driving
+// several GPUs) from ranks of several: the first share pointers directly,
+// the second map each other's memory through CUDA IPC, which cannot open a
+// process's own handles.
+var ProcessID = rand.Uint64()
+
+// NodeID identifies this boot of this machine: ranks with equal ids can
+// share device memory.
+func NodeID() uint64 {
+	h := fnv.New64a()
+	host, _ := os.Hostname()
+	h.Write([]byte(host))
+	if boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		h.Write(boot)
+	}
+	return h.Sum64()
+}
+
+// WriteFlags writes v to each 32-bit flag in device memory from a new
+// stream in ctx, on a thread of its own (the caller's device thread may be
+// the one whose streams wait on them), and returns once the writes are
+// done, so that the memory may then be freed. Errors are dropped: it runs
+// when a peer is gone, and a failed write leaves a stream waiting, which
+// the caller's own timeout then reports.
+func WriteFlags(ctx cudadrv.Context, flags []cudadrv.DevicePtr, v uint32) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// The thread is never unlocked: it ends with the goroutine, and
+		// the context current on it with it.
+		runtime.LockOSThread()
+		if ctx.SetCurrent() != nil {
+			return
+		}
+		s, err := cudadrv.NewStream(cudadrv.StreamNonBlocking)
+		if err != nil {
+			return
+		}
+		for _, f := range flags {
+			_ = s.WriteValue32(f, v)
+		}
+		_ = s.Synchronize()
+		_ = s.Destroy()
+	}()
+	<-done
+}
