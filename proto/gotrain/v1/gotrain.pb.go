@@ -1419,7 +1419,9 @@ type WorkerFailure struct {
 	// Kernel log lines about GPUs ("NVRM: Xid ...") seen while it ran.
 	XidErrors []string `protobuf:"bytes,10,rep,name=xid_errors,json=xidErrors,proto3" json:"xid_errors,omitempty"`
 	// Other evidence found on the node (kernel log lines, cgroup counters).
-	Notes         []string `protobuf:"bytes,11,rep,name=notes,proto3" json:"notes,omitempty"`
+	Notes []string `protobuf:"bytes,11,rep,name=notes,proto3" json:"notes,omitempty"`
+	// Why the failure can only repeat (ReportWorkerExitRequest.permanent).
+	Permanent     string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1531,6 +1533,13 @@ func (x *WorkerFailure) GetNotes() []string {
 	return nil
 }
 
+func (x *WorkerFailure) GetPermanent() string {
+	if x != nil {
+		return x.Permanent
+	}
+	return ""
+}
+
 type GenerationEnded struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generation    int64                  `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
@@ -1591,6 +1600,96 @@ func (x *GenerationEnded) GetFailure() *WorkerFailure {
 	return nil
 }
 
+// RestartPlanned: the ended generation's ranks all stopped, and the next
+// generation starts after wait_ms (sent before it starts), for the line a
+// person reads on every node.
+type RestartPlanned struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation that ended, its world size and its root cause.
+	Generation int64          `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	WorldSize  int32          `protobuf:"varint,2,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
+	Failure    *WorkerFailure `protobuf:"bytes,3,opt,name=failure,proto3" json:"failure,omitempty"`
+	// The next generation's attempt, counting the first run as 1, of
+	// max_attempts (max restarts + 1).
+	Attempt       int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	MaxAttempts   int32 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	WaitMs        int64 `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestartPlanned) Reset() {
+	*x = RestartPlanned{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestartPlanned) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestartPlanned) ProtoMessage() {}
+
+func (x *RestartPlanned) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestartPlanned.ProtoReflect.Descriptor instead.
+func (*RestartPlanned) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RestartPlanned) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RestartPlanned) GetWorldSize() int32 {
+	if x != nil {
+		return x.WorldSize
+	}
+	return 0
+}
+
+func (x *RestartPlanned) GetFailure() *WorkerFailure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+func (x *RestartPlanned) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RestartPlanned) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RestartPlanned) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
 type JobFinished struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Succeeded     bool                   `protobuf:"varint,1,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
@@ -1603,7 +1702,7 @@ type JobFinished struct {
 
 func (x *JobFinished) Reset() {
 	*x = JobFinished{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1714,7 @@ func (x *JobFinished) String() string {
 func (*JobFinished) ProtoMessage() {}
 
 func (x *JobFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1727,7 @@ func (x *JobFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFinished.ProtoReflect.Descriptor instead.
 func (*JobFinished) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JobFinished) GetSucceeded() bool {
@@ -1669,6 +1768,7 @@ type GenerationEvent struct {
 	//	*GenerationEvent_Evidence
 	//	*GenerationEvent_Replicas
 	//	*GenerationEvent_HostReplica
+	//	*GenerationEvent_Restarting
 	Event isGenerationEvent_Event `protobuf_oneof:"event"`
 	// seq numbers a node's events from 1, in order (WatchGenerationsRequest.after_seq).
 	Seq           uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -1678,7 +1778,7 @@ type GenerationEvent struct {
 
 func (x *GenerationEvent) Reset() {
 	*x = GenerationEvent{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1790,7 @@ func (x *GenerationEvent) String() string {
 func (*GenerationEvent) ProtoMessage() {}
 
 func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1803,7 @@ func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEvent.ProtoReflect.Descriptor instead.
 func (*GenerationEvent) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GenerationEvent) GetEvent() isGenerationEvent_Event {
@@ -1767,6 +1867,15 @@ func (x *GenerationEvent) GetHostReplica() *HostReplica {
 	return nil
 }
 
+func (x *GenerationEvent) GetRestarting() *RestartPlanned {
+	if x != nil {
+		if x, ok := x.Event.(*GenerationEvent_Restarting); ok {
+			return x.Restarting
+		}
+	}
+	return nil
+}
+
 func (x *GenerationEvent) GetSeq() uint64 {
 	if x != nil {
 		return x.Seq
@@ -1802,6 +1911,10 @@ type GenerationEvent_HostReplica struct {
 	HostReplica *HostReplica `protobuf:"bytes,7,opt,name=host_replica,json=hostReplica,proto3,oneof"`
 }
 
+type GenerationEvent_Restarting struct {
+	Restarting *RestartPlanned `protobuf:"bytes,140,opt,name=restarting,proto3,oneof"`
+}
+
 func (*GenerationEvent_Started) isGenerationEvent_Event() {}
 
 func (*GenerationEvent_Ended) isGenerationEvent_Event() {}
@@ -1813,6 +1926,8 @@ func (*GenerationEvent_Evidence) isGenerationEvent_Event() {}
 func (*GenerationEvent_Replicas) isGenerationEvent_Event() {}
 
 func (*GenerationEvent_HostReplica) isGenerationEvent_Event() {}
+
+func (*GenerationEvent_Restarting) isGenerationEvent_Event() {}
 
 // EvidenceRequest tells every agent that the hang detector fired; the agent
 // logs the verdict and collects evidence (goroutine stacks, py-spy, /proc) for
@@ -1829,7 +1944,7 @@ type EvidenceRequest struct {
 
 func (x *EvidenceRequest) Reset() {
 	*x = EvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +1956,7 @@ func (x *EvidenceRequest) String() string {
 func (*EvidenceRequest) ProtoMessage() {}
 
 func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +1969,7 @@ func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvidenceRequest.ProtoReflect.Descriptor instead.
 func (*EvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EvidenceRequest) GetRequestId() int64 {
@@ -1898,7 +2013,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2025,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2038,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Evidence) GetRank() int32 {
@@ -1965,7 +2080,7 @@ type ReportEvidenceRequest struct {
 
 func (x *ReportEvidenceRequest) Reset() {
 	*x = ReportEvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2092,7 @@ func (x *ReportEvidenceRequest) String() string {
 func (*ReportEvidenceRequest) ProtoMessage() {}
 
 func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2105,7 @@ func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportEvidenceRequest) GetNodeId() string {
@@ -2022,7 +2137,7 @@ type ReportEvidenceResponse struct {
 
 func (x *ReportEvidenceResponse) Reset() {
 	*x = ReportEvidenceResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2149,7 @@ func (x *ReportEvidenceResponse) String() string {
 func (*ReportEvidenceResponse) ProtoMessage() {}
 
 func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2162,7 @@ func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
 }
 
 // Culprit is a rank a verdict blames, and what it was doing.
@@ -2072,7 +2187,7 @@ type Culprit struct {
 
 func (x *Culprit) Reset() {
 	*x = Culprit{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2199,7 @@ func (x *Culprit) String() string {
 func (*Culprit) ProtoMessage() {}
 
 func (x *Culprit) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2212,7 @@ func (x *Culprit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Culprit.ProtoReflect.Descriptor instead.
 func (*Culprit) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Culprit) GetRank() int32 {
@@ -2187,7 +2302,7 @@ type HangVerdict struct {
 
 func (x *HangVerdict) Reset() {
 	*x = HangVerdict{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2314,7 @@ func (x *HangVerdict) String() string {
 func (*HangVerdict) ProtoMessage() {}
 
 func (x *HangVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2327,7 @@ func (x *HangVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangVerdict.ProtoReflect.Descriptor instead.
 func (*HangVerdict) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HangVerdict) GetId() int64 {
@@ -2307,7 +2422,7 @@ type DiagnoseRequest struct {
 
 func (x *DiagnoseRequest) Reset() {
 	*x = DiagnoseRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2434,7 @@ func (x *DiagnoseRequest) String() string {
 func (*DiagnoseRequest) ProtoMessage() {}
 
 func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2447,7 @@ func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseRequest.ProtoReflect.Descriptor instead.
 func (*DiagnoseRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
 }
 
 type DiagnoseResponse struct {
@@ -2349,7 +2464,7 @@ type DiagnoseResponse struct {
 
 func (x *DiagnoseResponse) Reset() {
 	*x = DiagnoseResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2476,7 @@ func (x *DiagnoseResponse) String() string {
 func (*DiagnoseResponse) ProtoMessage() {}
 
 func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2489,7 @@ func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseResponse.ProtoReflect.Descriptor instead.
 func (*DiagnoseResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DiagnoseResponse) GetStatus() *JobStatus {
@@ -2415,7 +2530,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2542,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2555,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -2465,7 +2580,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2592,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2605,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
 }
 
 type KVGetRequest struct {
@@ -2504,7 +2619,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2631,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2644,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -2556,7 +2671,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2683,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2696,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KVGetResponse) GetFound() bool {
@@ -2609,7 +2724,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2736,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2749,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BarrierRequest) GetName() string {
@@ -2666,7 +2781,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2793,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2806,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
 }
 
 type CommProgress struct {
@@ -2720,7 +2835,7 @@ type CommProgress struct {
 
 func (x *CommProgress) Reset() {
 	*x = CommProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2847,7 @@ func (x *CommProgress) String() string {
 func (*CommProgress) ProtoMessage() {}
 
 func (x *CommProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2860,7 @@ func (x *CommProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommProgress.ProtoReflect.Descriptor instead.
 func (*CommProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CommProgress) GetComm() string {
@@ -2845,7 +2960,7 @@ type Collective struct {
 
 func (x *Collective) Reset() {
 	*x = Collective{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +2972,7 @@ func (x *Collective) String() string {
 func (*Collective) ProtoMessage() {}
 
 func (x *Collective) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +2985,7 @@ func (x *Collective) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Collective.ProtoReflect.Descriptor instead.
 func (*Collective) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Collective) GetSeq() int64 {
@@ -2967,7 +3082,7 @@ type RankProgress struct {
 
 func (x *RankProgress) Reset() {
 	*x = RankProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3094,7 @@ func (x *RankProgress) String() string {
 func (*RankProgress) ProtoMessage() {}
 
 func (x *RankProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3107,7 @@ func (x *RankProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankProgress.ProtoReflect.Descriptor instead.
 func (*RankProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RankProgress) GetRank() int32 {
@@ -3124,7 +3239,7 @@ type GPUSample struct {
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3251,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3264,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GPUSample) GetIndex() int32 {
@@ -3267,7 +3382,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3394,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3407,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -3317,7 +3432,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3329,7 +3444,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3342,7 +3457,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
 }
 
 type ReportWorkerExitRequest struct {
@@ -3359,14 +3474,18 @@ type ReportWorkerExitRequest struct {
 	Notes      []string               `protobuf:"bytes,10,rep,name=notes,proto3" json:"notes,omitempty"`
 	// The worker did not exit: it waits in process for the next generation
 	// (in-process recovery). Only sent after its generation ended.
-	Parked        bool `protobuf:"varint,11,opt,name=parked,proto3" json:"parked,omitempty"`
+	Parked bool `protobuf:"varint,11,opt,name=parked,proto3" json:"parked,omitempty"`
+	// Why this failure can only repeat (the program cannot be executed, a
+	// Python import error), when the agent was not asked to retry such
+	// failures; the job then ends unless its generation made progress.
+	Permanent     string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3497,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3510,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -3471,6 +3590,13 @@ func (x *ReportWorkerExitRequest) GetParked() bool {
 	return false
 }
 
+func (x *ReportWorkerExitRequest) GetPermanent() string {
+	if x != nil {
+		return x.Permanent
+	}
+	return ""
+}
+
 type ReportWorkerExitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3479,7 +3605,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3491,7 +3617,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3504,7 +3630,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
 }
 
 type GetJobStatusRequest struct {
@@ -3515,7 +3641,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3653,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3666,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
 }
 
 type NodeStatus struct {
@@ -3554,7 +3680,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3566,7 +3692,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3579,7 +3705,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3621,7 +3747,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3633,7 +3759,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3646,7 +3772,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -3724,7 +3850,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +3862,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +3875,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{48}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -3941,7 +4067,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"masterAddr\x12\x1f\n" +
 	"\vmaster_port\x18\a \x01(\x05R\n" +
 	"masterPort\x12#\n" +
-	"\rrestart_count\x18\b \x01(\x05R\frestartCount\"\xac\x02\n" +
+	"\rrestart_count\x18\b \x01(\x05R\frestartCount\"\xcb\x02\n" +
 	"\rWorkerFailure\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x10\n" +
@@ -3957,25 +4083,39 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"xid_errors\x18\n" +
 	" \x03(\tR\txidErrors\x12\x14\n" +
-	"\x05notes\x18\v \x03(\tR\x05notes\"~\n" +
+	"\x05notes\x18\v \x03(\tR\x05notes\x12\x1d\n" +
+	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\"~\n" +
 	"\x0fGenerationEnded\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
 	"generation\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x123\n" +
-	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\"\x97\x01\n" +
+	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\"\xda\x01\n" +
+	"\x0eRestartPlanned\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x03R\n" +
+	"generation\x12\x1d\n" +
+	"\n" +
+	"world_size\x18\x02 \x01(\x05R\tworldSize\x123\n" +
+	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12!\n" +
+	"\fmax_attempts\x18\x05 \x01(\x05R\vmaxAttempts\x12\x17\n" +
+	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\"\x97\x01\n" +
 	"\vJobFinished\x12\x1c\n" +
 	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x123\n" +
 	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x80\x03\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xbf\x03\n" +
 	"\x0fGenerationEvent\x129\n" +
 	"\astarted\x18\x01 \x01(\v2\x1d.gotrain.v1.GenerationStartedH\x00R\astarted\x123\n" +
 	"\x05ended\x18\x02 \x01(\v2\x1b.gotrain.v1.GenerationEndedH\x00R\x05ended\x125\n" +
 	"\bfinished\x18\x03 \x01(\v2\x17.gotrain.v1.JobFinishedH\x00R\bfinished\x129\n" +
 	"\bevidence\x18\x04 \x01(\v2\x1b.gotrain.v1.EvidenceRequestH\x00R\bevidence\x122\n" +
 	"\breplicas\x18\x05 \x01(\v2\x14.gotrain.v1.ReplicasH\x00R\breplicas\x12<\n" +
-	"\fhost_replica\x18\a \x01(\v2\x17.gotrain.v1.HostReplicaH\x00R\vhostReplica\x12\x10\n" +
+	"\fhost_replica\x18\a \x01(\v2\x17.gotrain.v1.HostReplicaH\x00R\vhostReplica\x12=\n" +
+	"\n" +
+	"restarting\x18\x8c\x01 \x01(\v2\x1a.gotrain.v1.RestartPlannedH\x00R\n" +
+	"restarting\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seqB\a\n" +
 	"\x05event\"\x99\x01\n" +
 	"\x0fEvidenceRequest\x12\x1d\n" +
@@ -4121,7 +4261,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x15ReportProgressRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
 	"\x05ranks\x18\x02 \x03(\v2\x18.gotrain.v1.RankProgressR\x05ranks\"\x18\n" +
-	"\x16ReportProgressResponse\"\xba\x02\n" +
+	"\x16ReportProgressResponse\"\xd9\x02\n" +
 	"\x17ReportWorkerExitRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\n" +
@@ -4139,7 +4279,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"xid_errors\x18\t \x03(\tR\txidErrors\x12\x14\n" +
 	"\x05notes\x18\n" +
 	" \x03(\tR\x05notes\x12\x16\n" +
-	"\x06parked\x18\v \x01(\bR\x06parked\"\x1a\n" +
+	"\x06parked\x18\v \x01(\bR\x06parked\x12\x1d\n" +
+	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\"\x1a\n" +
 	"\x18ReportWorkerExitResponse\"\x15\n" +
 	"\x13GetJobStatusRequest\"n\n" +
 	"\n" +
@@ -4204,7 +4345,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
@@ -4227,38 +4368,39 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*GenerationStarted)(nil),        // 18: gotrain.v1.GenerationStarted
 	(*WorkerFailure)(nil),            // 19: gotrain.v1.WorkerFailure
 	(*GenerationEnded)(nil),          // 20: gotrain.v1.GenerationEnded
-	(*JobFinished)(nil),              // 21: gotrain.v1.JobFinished
-	(*GenerationEvent)(nil),          // 22: gotrain.v1.GenerationEvent
-	(*EvidenceRequest)(nil),          // 23: gotrain.v1.EvidenceRequest
-	(*Evidence)(nil),                 // 24: gotrain.v1.Evidence
-	(*ReportEvidenceRequest)(nil),    // 25: gotrain.v1.ReportEvidenceRequest
-	(*ReportEvidenceResponse)(nil),   // 26: gotrain.v1.ReportEvidenceResponse
-	(*Culprit)(nil),                  // 27: gotrain.v1.Culprit
-	(*HangVerdict)(nil),              // 28: gotrain.v1.HangVerdict
-	(*DiagnoseRequest)(nil),          // 29: gotrain.v1.DiagnoseRequest
-	(*DiagnoseResponse)(nil),         // 30: gotrain.v1.DiagnoseResponse
-	(*KVPutRequest)(nil),             // 31: gotrain.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 32: gotrain.v1.KVPutResponse
-	(*KVGetRequest)(nil),             // 33: gotrain.v1.KVGetRequest
-	(*KVGetResponse)(nil),            // 34: gotrain.v1.KVGetResponse
-	(*BarrierRequest)(nil),           // 35: gotrain.v1.BarrierRequest
-	(*BarrierResponse)(nil),          // 36: gotrain.v1.BarrierResponse
-	(*CommProgress)(nil),             // 37: gotrain.v1.CommProgress
-	(*Collective)(nil),               // 38: gotrain.v1.Collective
-	(*RankProgress)(nil),             // 39: gotrain.v1.RankProgress
-	(*GPUSample)(nil),                // 40: gotrain.v1.GPUSample
-	(*ReportProgressRequest)(nil),    // 41: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 42: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 43: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 44: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 45: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 46: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 47: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 48: gotrain.v1.JobStatus
+	(*RestartPlanned)(nil),           // 21: gotrain.v1.RestartPlanned
+	(*JobFinished)(nil),              // 22: gotrain.v1.JobFinished
+	(*GenerationEvent)(nil),          // 23: gotrain.v1.GenerationEvent
+	(*EvidenceRequest)(nil),          // 24: gotrain.v1.EvidenceRequest
+	(*Evidence)(nil),                 // 25: gotrain.v1.Evidence
+	(*ReportEvidenceRequest)(nil),    // 26: gotrain.v1.ReportEvidenceRequest
+	(*ReportEvidenceResponse)(nil),   // 27: gotrain.v1.ReportEvidenceResponse
+	(*Culprit)(nil),                  // 28: gotrain.v1.Culprit
+	(*HangVerdict)(nil),              // 29: gotrain.v1.HangVerdict
+	(*DiagnoseRequest)(nil),          // 30: gotrain.v1.DiagnoseRequest
+	(*DiagnoseResponse)(nil),         // 31: gotrain.v1.DiagnoseResponse
+	(*KVPutRequest)(nil),             // 32: gotrain.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 33: gotrain.v1.KVPutResponse
+	(*KVGetRequest)(nil),             // 34: gotrain.v1.KVGetRequest
+	(*KVGetResponse)(nil),            // 35: gotrain.v1.KVGetResponse
+	(*BarrierRequest)(nil),           // 36: gotrain.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 37: gotrain.v1.BarrierResponse
+	(*CommProgress)(nil),             // 38: gotrain.v1.CommProgress
+	(*Collective)(nil),               // 39: gotrain.v1.Collective
+	(*RankProgress)(nil),             // 40: gotrain.v1.RankProgress
+	(*GPUSample)(nil),                // 41: gotrain.v1.GPUSample
+	(*ReportProgressRequest)(nil),    // 42: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 43: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 44: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 45: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 46: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 47: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 48: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 49: gotrain.v1.JobStatus
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
-	39, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
+	40, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
 	1,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
 	20, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
 	18, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
@@ -4271,68 +4413,70 @@ var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	10, // 11: gotrain.v1.JoinRequest.settings:type_name -> gotrain.v1.JobSettings
 	17, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
 	19, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
-	19, // 14: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
-	18, // 15: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
-	20, // 16: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
-	21, // 17: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
-	23, // 18: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
-	16, // 19: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
-	15, // 20: gotrain.v1.GenerationEvent.host_replica:type_name -> gotrain.v1.HostReplica
-	28, // 21: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
-	24, // 22: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
-	38, // 23: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
-	38, // 24: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
-	27, // 25: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
-	24, // 26: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	48, // 27: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
-	28, // 28: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
-	38, // 29: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
-	37, // 30: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	40, // 31: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
-	39, // 32: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	8,  // 33: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	39, // 34: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	46, // 35: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	47, // 36: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	19, // 37: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	28, // 38: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	9,  // 39: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	12, // 40: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	31, // 41: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	33, // 42: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	35, // 43: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	41, // 44: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	43, // 45: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	45, // 46: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	25, // 47: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	29, // 48: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	13, // 49: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
-	31, // 50: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	33, // 51: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	35, // 52: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	41, // 53: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 54: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	11, // 55: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	22, // 56: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	32, // 57: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	34, // 58: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	36, // 59: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	42, // 60: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	44, // 61: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	48, // 62: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	26, // 63: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	30, // 64: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	14, // 65: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
-	32, // 66: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	34, // 67: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	36, // 68: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	42, // 69: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	6,  // 70: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	55, // [55:71] is the sub-list for method output_type
-	39, // [39:55] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	19, // 14: gotrain.v1.RestartPlanned.failure:type_name -> gotrain.v1.WorkerFailure
+	19, // 15: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
+	18, // 16: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
+	20, // 17: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
+	22, // 18: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
+	24, // 19: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
+	16, // 20: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
+	15, // 21: gotrain.v1.GenerationEvent.host_replica:type_name -> gotrain.v1.HostReplica
+	21, // 22: gotrain.v1.GenerationEvent.restarting:type_name -> gotrain.v1.RestartPlanned
+	29, // 23: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
+	25, // 24: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
+	39, // 25: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
+	39, // 26: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
+	28, // 27: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
+	25, // 28: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
+	49, // 29: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	29, // 30: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	39, // 31: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	38, // 32: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	41, // 33: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	40, // 34: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	8,  // 35: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	40, // 36: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	47, // 37: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	48, // 38: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	19, // 39: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	29, // 40: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	9,  // 41: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	12, // 42: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	32, // 43: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	34, // 44: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	36, // 45: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	42, // 46: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	44, // 47: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	46, // 48: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	26, // 49: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	30, // 50: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	13, // 51: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
+	32, // 52: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	34, // 53: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	36, // 54: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	42, // 55: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 56: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	11, // 57: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	23, // 58: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	33, // 59: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	35, // 60: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	37, // 61: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	43, // 62: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	45, // 63: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	49, // 64: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	27, // 65: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	31, // 66: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	14, // 67: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	33, // 68: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	35, // 69: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	37, // 70: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	43, // 71: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	6,  // 72: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	57, // [57:73] is the sub-list for method output_type
+	41, // [41:57] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -4351,13 +4495,14 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*AgentMessage_Assign)(nil),
 	}
 	file_gotrain_v1_gotrain_proto_msgTypes[10].OneofWrappers = []any{}
-	file_gotrain_v1_gotrain_proto_msgTypes[22].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[23].OneofWrappers = []any{
 		(*GenerationEvent_Started)(nil),
 		(*GenerationEvent_Ended)(nil),
 		(*GenerationEvent_Finished)(nil),
 		(*GenerationEvent_Evidence)(nil),
 		(*GenerationEvent_Replicas)(nil),
 		(*GenerationEvent_HostReplica)(nil),
+		(*GenerationEvent_Restarting)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4365,7 +4510,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
