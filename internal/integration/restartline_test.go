@@ -28,7 +28,7 @@ func TestRestartLine(t *testing.T) {
 			t.Errorf("stderr lacks a line matching %s:\n%s", want, r.stderr)
 		}
 	}
-	for _, unwanted := range []string{"generation ended", "level=", "attempt 4"} {
+	for _, unwanted := range []string{"generation ended", "level=", "attempt 4", "Setting OMP_NUM_THREADS"} { // torchrun's banner: Python programs only
 		if strings.Contains(r.stderr, unwanted) {
 			t.Errorf("stderr has %q:\n%s", unwanted, r.stderr)
 		}
@@ -79,6 +79,10 @@ func TestPermanentFailureNotRetried(t *testing.T) {
 			}
 			if strings.Contains(r.stderr, "restarting all") || strings.Contains(r.stderr, "pid 0") {
 				t.Errorf("restarted, or says pid 0:\n%s", r.stderr)
+			}
+			// torchrun's OMP_NUM_THREADS banner: for a Python program only, once.
+			if n, want := strings.Count(r.stderr, "Setting OMP_NUM_THREADS environment variable"), map[bool]int{true: 1}[strings.HasSuffix(tc.program, ".py")]; n != want {
+				t.Errorf("torchrun's OMP banner %d times, want %d:\n%s", n, want, r.stderr)
 			}
 
 			r = launch(t, 2*time.Minute, "launch", "--nproc-per-node", "2", "--backend", "cpu", "--max-restarts", "1", "--standby=off", "--retry-permanent", "--", tc.program)
