@@ -3,8 +3,8 @@ package coordinator
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"net"
 	"syscall"
 	"time"

@@ -218,7 +218,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("host", hostnameOr("?"))
 	cfg.Env = os.Environ()
 	torchEnv, warning := jobenv.TorchrunDefaults(os.Getenv, cfg.NprocPerNode, cfg.MaxRestarts) // what torchrun sets too
-	if warning != "" && launcher.IsPython(cfg.Program) { // torchrun's banner is for PyTorch users; gotrain set the variable
+	if warning != "" && launcher.IsPython(cfg.Program) {                                       // torchrun's banner is for PyTorch users; gotrain set the variable
 		fmt.Fprintln(os.Stderr, warning)
 	}
 	cfg.Env = append(cfg.Env, torchEnv...)
