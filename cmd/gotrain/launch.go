@@ -134,8 +134,8 @@ passes on outside Slurm). Flags win; GOTRAIN_SLURM=off ignores Slurm.
 README: "Under Slurm".
 
 A PROGRAM ending in .py runs with python3 from PATH (gotrain says so once).
-Flags may be spelled with underscores too (--nproc_per_node), and gotrain
-torchrun takes torchrun's whole command line.
+torchrun's own flags (--standalone, --master_port, -m, ...) are answered
+with the same command line for gotrain torchrun, which takes it whole.
 
 Every connection to the coordinator is TLS. The node that starts it makes a
 job CA (in memory) and prints its hash; a joining node verifies the
@@ -218,7 +218,8 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("host", hostnameOr("?"))
 	cfg.Env = os.Environ()
 	torchEnv, warning := jobenv.TorchrunDefaults(os.Getenv, cfg.NprocPerNode, cfg.MaxRestarts) // what torchrun sets too
-	if warning != "" && launcher.IsPython(cfg.Program) {                                       // torchrun's banner is for PyTorch users; gotrain set the variable
+	// torchrun's banner, when gotrain set the variable, is for Python programs only.
+	if warning != "" && launcher.IsPython(cfg.Program) {
 		fmt.Fprintln(os.Stderr, warning)
 	}
 	cfg.Env = append(cfg.Env, torchEnv...)
