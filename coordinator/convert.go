@@ -133,6 +133,7 @@ func failureToProto(f *job.Failure) *gotrainv1.WorkerFailure {
 		OomKilled:  f.OOMKilled,
 		XidErrors:  f.XIDErrors,
 		Notes:      f.Notes,
+		Permanent:  f.Permanent,
 	}
 }
 

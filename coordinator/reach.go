@@ -1,8 +1,10 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"syscall"
 	"time"
@@ -46,7 +48,13 @@ func (s *Server) reachability(id string, o *outbox, why string) {
 		}
 	case !reachable && !o.unreachable:
 		o.unreachable = true
-		s.log.Warn("node unreachable", "node_id", id, "reason", why, "lost_after", s.m.Config().NodeTimeout)
+		level := slog.LevelWarn
+		if s.m.Config().Nodes == 1 {
+			// The one node's agent is the one that stops (Ctrl-C), and its
+			// coordinator is most often its own: nothing to warn of.
+			level = slog.LevelInfo
+		}
+		s.log.Log(context.Background(), level, "node unreachable", "node_id", id, "reason", why, "lost_after", s.m.Config().NodeTimeout)
 		if err := s.step(job.NodeUnreachable{NodeID: id, Reason: why}); err != nil {
 			s.log.Error("node unreachable", "node_id", id, "err", err)
 		}

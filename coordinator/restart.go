@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"time"
+
 	"github.com/gotrain/gotrain/coordinator/job"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -37,4 +39,50 @@ func (s *Server) reportParked(req *gotrainv1.ReportWorkerExitRequest) (*gotrainv
 		return nil, err
 	}
 	return &gotrainv1.ReportWorkerExitResponse{}, nil
+}
+
+// restartPlan is what a restart's announcement needs: the generation that
+// ended (nil once announced), its world size, and the restart count of the
+// generation that runs.
+type restartPlan struct {
+	ended    *job.EndGeneration
+	world    int
+	restarts int
+}
+
+// announceRestart tells every node that the next generation, restart
+// number restarts, starts after wait, when it follows the ended generation
+// the plan holds (not a generation that grows an elastic job, nor one
+// already announced). s.mu is held.
+func (s *Server) announceRestart(restarts int, wait time.Duration) {
+	e := s.plan.ended
+	if e == nil || restarts <= s.plan.restarts {
+		return
+	}
+	s.plan.ended = nil
+	maxRestarts := s.m.Config().MaxRestarts
+	ev := &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Restarting{Restarting: &gotrainv1.RestartPlanned{
+		Generation:  e.Generation,
+		WorldSize:   int32(s.plan.world),
+		Failure:     failureToProto(e.Failure),
+		Attempt:     int32(restarts + 1),
+		MaxAttempts: int32(maxRestarts + 1),
+		WaitMs:      wait.Milliseconds(),
+	}}}
+	s.log.Info("restarting", "generation", e.Generation+1, "restart_count", restarts, "max_restarts", maxRestarts, "in", wait, "reason", e.Reason)
+	for _, o := range s.outboxes {
+		o.push(ev)
+	}
+}
+
+// announceWait announces a restart that waits out its backoff, once the
+// machine has decided on it (every rank of the ended generation stopped).
+// s.mu is held.
+func (s *Server) announceWait(now time.Time) {
+	if s.plan.ended == nil || s.m.Status().State != job.StateRestarting {
+		return
+	}
+	if d, ok := s.m.Deadline(); ok {
+		s.announceRestart(s.plan.restarts+1, max(d.Sub(now), 0))
+	}
 }

@@ -105,6 +105,9 @@ type Server struct {
 	// deadline is the machine deadline a timer is armed for (restart.go).
 	deadline      time.Time
 	deadlineArmed bool
+	// plan is the ended generation a restart may follow, until the
+	// restart is announced to the nodes (restart.go).
+	plan restartPlan
 	// gossipPort is the coordinator's memberlist port (gossip.go); 0: none.
 	gossipPort int
 	gossip     *gossipEvents // nil without gossip
@@ -320,7 +323,8 @@ func (s *Server) applyEvent(now time.Time, ev job.Event) error {
 		return err
 	}
 	s.apply(acts)
-	s.dropLost() // reach.go
+	s.announceWait(now) // restart.go
+	s.dropLost()        // reach.go
 	s.tickOnDeadline()
 	s.replaceLostReplicas() // replicated.go
 	if p, ok := ev.(job.ProgressReported); ok {
@@ -334,6 +338,8 @@ func (s *Server) apply(acts []job.Action) {
 	for _, a := range acts {
 		switch a := a.(type) {
 		case job.StartGeneration:
+			s.announceRestart(a.RestartCount, 0) // restart.go: one that starts at once
+			s.plan.restarts = a.RestartCount
 			s.log.Info("generation started", "generation", a.Generation, "world_size", a.WorldSize,
 				"restart_count", a.RestartCount, "master", net.JoinHostPort(a.MasterAddr, fmt.Sprint(a.MasterPort)))
 			for id, ev := range startedEvents(a) {
@@ -342,7 +348,9 @@ func (s *Server) apply(acts []job.Action) {
 				}
 			}
 		case job.EndGeneration:
-			s.log.Warn("generation ended", "generation", a.Generation, "reason", a.Reason)
+			// Info: the agents print the line a person reads (RestartPlanned, or the report)
+			s.log.Info("generation ended", "generation", a.Generation, "reason", a.Reason)
+			s.plan.ended, s.plan.world = &a, s.m.Status().WorldSize
 			ev := endedEvent(a)
 			for _, o := range s.outboxes {
 				o.push(ev)
@@ -352,7 +360,7 @@ func (s *Server) apply(acts []job.Action) {
 			if a.Succeeded {
 				s.log.Info("job finished", "message", a.Message)
 			} else {
-				s.log.Error("job finished", "exit_code", a.ExitCode, "message", a.Message)
+				s.log.Info("job finished", "exit_code", a.ExitCode, "message", a.Message)
 			}
 			ev := &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Finished{Finished: s.result}}
 			for _, o := range s.outboxes {
@@ -728,6 +736,7 @@ func (s *Server) ReportWorkerExit(_ context.Context, req *gotrainv1.ReportWorker
 		OOMKilled:  req.GetOomKilled(),
 		XIDErrors:  req.GetXidErrors(),
 		Notes:      req.GetNotes(),
+		Permanent:  req.GetPermanent(),
 	}
 	s.log.Debug("worker exited", "node_id", ev.NodeID, "generation", ev.Generation, "rank", ev.Rank,
 		"pid", ev.Pid, "exit_code", ev.ExitCode, "signal", ev.Signal)

@@ -206,6 +206,10 @@ func describe(ev *gotrainv1.GenerationEvent) string {
 			e.Ended.GetGeneration(), f.GetRank(), f.GetHostname(), f.GetExitCode(), f.GetSignal(), f.GetReason())
 	case *gotrainv1.GenerationEvent_Finished:
 		return fmt.Sprintf("finished succeeded=%t exit=%d", e.Finished.GetSucceeded(), e.Finished.GetExitCode())
+	case *gotrainv1.GenerationEvent_Restarting:
+		r := e.Restarting
+		return fmt.Sprintf("restarting after gen=%d world=%d failure=rank %d attempt %d of %d in %dms",
+			r.GetGeneration(), r.GetWorldSize(), r.GetFailure().GetRank(), r.GetAttempt(), r.GetMaxAttempts(), r.GetWaitMs())
 	}
 	return fmt.Sprintf("unknown event %v", ev)
 }
@@ -356,14 +360,17 @@ func TestFailureRestarts(t *testing.T) {
 		t.Errorf("result = %v, want success", res)
 	}
 	ended := `ended gen=0 failure=rank 3 on host-b code 3 signal "" reason ""`
+	restarting := "restarting after gen=0 world=4 failure=rank 3 attempt 2 of 2 in 0ms" // once every rank stopped
 	wantEvents(t, "host-a", <-resA,
 		"started gen=0 world=4 group=0/2 restarts=0 master=10.0.0.1:2222 ranks=0/0/0,1/1/1",
 		ended,
+		restarting,
 		"started gen=1 world=4 group=0/2 restarts=1 master=10.0.0.1:2222 ranks=0/0/0,1/1/1",
 		"finished succeeded=true exit=0")
 	wantEvents(t, "host-b", <-resB,
 		"started gen=0 world=4 group=1/2 restarts=0 master=10.0.0.1:2222 ranks=2/0/0,3/1/1",
 		ended,
+		restarting,
 		"started gen=1 world=4 group=1/2 restarts=1 master=10.0.0.1:2222 ranks=2/0/0,3/1/1",
 		"finished succeeded=true exit=0")
 	st, err := a.c.GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})

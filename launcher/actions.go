@@ -227,6 +227,9 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 	p := a.procs[act.Proc]
 	if act.SpawnErr != "" || p == nil {
 		req.ExitCode, req.StderrTail = int32(act.Code), []string{act.SpawnErr}
+		if !a.cfg.RetryPermanent {
+			req.Permanent = permanentCause(act.SpawnErr, nil) // permanent.go
+		}
 		a.queueReport(req)
 		return
 	}
@@ -243,6 +246,9 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 		errFile := jobenv.Vars{AgentSocket: a.socket, Generation: act.Generation, Rank: act.Rank}.ErrorFile()
 		if note, ok := errorFileNote(errFile); ok {
 			req.Notes = append(req.Notes, note)
+		}
+		if !a.cfg.RetryPermanent && e.Signal == 0 {
+			req.Permanent = permanentCause("", req.StderrTail) // permanent.go
 		}
 	}
 	a.hub.exited(act.Generation, act.Rank)

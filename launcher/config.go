@@ -34,6 +34,10 @@ type Config struct {
 	Env []string
 	// LogDir, when set, receives one log file per rank.
 	LogDir string
+	// RetryPermanent restarts after a failure that can only repeat (the
+	// program cannot be executed, a Python import error: permanent.go)
+	// too; without it such a failure ends the job.
+	RetryPermanent bool
 
 	// JobSettings are the job-wide settings (package coordinator/host):
 	// Nodes, JobToken, RunID, MaxRestarts, RestartBackoff, HangTimeout,

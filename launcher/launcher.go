@@ -438,7 +438,10 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 	case *gotrainv1.GenerationEvent_Started:
 		g := e.Started
 		if a.gen == nil {
-			close(a.started) // waitForStart says no more
+			close(a.started)             // waitForStart says no more
+			if a.cfg.Coordinator != "" { // joined another node's (or a standalone) coordinator
+				fmt.Fprintln(a.cfg.Stderr, joinedLine(a.cfg.RunID, a.host, g)) // restartline.go
+			}
 		}
 		a.gen, a.lastEnded = g, nil
 		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
@@ -449,6 +452,8 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 		a.log.Info("generation ended", "generation", e.Ended.GetGeneration(), "reason", e.Ended.GetReason())
 		a.lastEnded = e.Ended
 		return agentcore.GenerationEnded{Generation: e.Ended.GetGeneration(), Reason: e.Ended.GetReason()}
+	case *gotrainv1.GenerationEvent_Restarting:
+		fmt.Fprintln(a.cfg.Stderr, restartLine(e.Restarting)) // restartline.go
 	case *gotrainv1.GenerationEvent_Evidence:
 		a.onHang(e.Evidence) // progress.go
 	case *gotrainv1.GenerationEvent_Finished:
@@ -542,7 +547,11 @@ func describeFailure(f *gotrainv1.JobFinished) string {
 	if fl.GetReason() != "" {
 		cause = fl.GetReason()
 	}
-	fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s (pid %d) failed first: %s", fl.GetRank(), fl.GetHostname(), fl.GetPid(), cause)
+	if fl.GetPid() == 0 {
+		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s could not be started: %s", fl.GetRank(), fl.GetHostname(), errorLine(fl.GetStderrTail()))
+	} else {
+		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s (pid %d) failed first: %s", fl.GetRank(), fl.GetHostname(), fl.GetPid(), cause)
+	}
 	if m := f.GetMessage(); m != "" {
 		fmt.Fprintf(&b, "\n  %s", m)
 	}

@@ -250,3 +250,9 @@ func (a *agent) handToPython(p *workerProc, env []string) error {
 	}
 	return nil
 }
+
+// IsPython says whether program (as given to gotrain launch) runs as a
+// Python program: a .py script, or a python interpreter.
+func IsPython(program string) bool {
+	return strings.HasSuffix(program, ".py") || pythonName.MatchString(filepath.Base(program))
+}

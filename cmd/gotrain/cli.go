@@ -112,7 +112,7 @@ func newFlagSet(name, usage string) *flag.FlagSet {
 		if n > 0 {
 			fmt.Fprintln(fs.Output())
 			fmt.Fprintln(fs.Output(), "Flags:")
-			fs.PrintDefaults()
+			fs.VisitAll(func(f *flag.Flag) { printFlag(fs.Output(), f) }) // help.go
 		}
 	}
 	return fs
@@ -131,7 +131,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	if err != nil {
-		return &usageError{msg: err.Error()}
+		return flagError(fs, err, args)
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ func helpFlags(t *testing.T, bin, cmd string) []string {
 	t.Helper()
 	stdout, _, _ := runGotrain(t, bin, cmd, "--help")
 	var names []string
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`).FindAllStringSubmatch(stdout, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  --?([a-z][a-z0-9-]*)`).FindAllStringSubmatch(stdout, -1) {
 		names = append(names, m[1])
 	}
 	return names
@@ -59,7 +59,7 @@ func TestHelpEveryCommand(t *testing.T) {
 			t.Errorf("gotrain %s: exit %d, stderr %q, stdout %q; want the command list on stdout, exit 0", strings.Join(args, " "), code, stderr, stdout)
 		}
 	}
-	flagLine := regexp.MustCompile(`^  -[a-z][a-z0-9-]*( [a-z0-9]+)?$`)
+	flagLine := regexp.MustCompile(`^  --[a-z][a-z0-9-]*( [a-zA-Z0-9|:]+)?$`)
 	for _, c := range commands() {
 		for _, args := range [][]string{{c.name(), "--help"}, {c.name(), "-h"}, {c.name(), "-help"}, {"help", c.name()}} {
 			t.Run(strings.Join(args, " "), func(t *testing.T) {
@@ -76,10 +76,10 @@ func TestHelpEveryCommand(t *testing.T) {
 				}
 				n := 0
 				for _, l := range strings.Split(flags, "\n") {
-					if strings.HasPrefix(l, "  -") {
+					if strings.HasPrefix(l, "  --") {
 						n++
 						if !flagLine.MatchString(l) {
-							t.Errorf("flag line %q: want '  -name' and at most a one-word value type", l)
+							t.Errorf("flag line %q: want '  --name' and at most a one-word value type", l)
 						}
 					}
 				}
@@ -105,14 +105,22 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"help", "no-such-command"}, `unknown command "no-such-command"`},
 	}
 	for _, c := range commands() {
-		cases = append(cases, tc{[]string{c.name(), "--no-such-flag"}, "flag provided but not defined: -no-such-flag"})
+		cases = append(cases, tc{[]string{c.name(), "--no-such-flag"}, "unknown flag --no-such-flag"})
 	}
 	cases = append(cases, []tc{
 		{[]string{"launch", "--backend", "cpu", "--", "true"}, "no NVIDIA GPU found on this machine"}, // no count, no GPUs
 		{[]string{"launch", "--nproc-per-node", "0", "--", "true"}, "--nproc-per-node 0\nGive 1 or more workers"},
 		{[]string{"launch", "--gpus", "-2", "--", "true"}, "--gpus -2\nGive 1 or more workers"},
 		{[]string{"launch", "--nproc-per-node", "1"}, "no program given"},
-		{[]string{"launch", "--nproc-per-node", "x", "--", "true"}, `invalid value "x" for flag -nproc-per-node`},
+		{[]string{"launch", "--nproc-per-node", "x", "--", "true"}, `invalid value "x" for --nproc-per-node: want a number of workers, auto, gpu or cpu`},
+		{[]string{"launch", "--nproc-per-nod", "2", "--", "true"}, "unknown flag --nproc-per-nod\nDid you mean --nproc-per-node?"},
+		{[]string{"launch", "--max_restart", "2", "--", "true"}, "unknown flag --max_restart\nDid you mean --max-restarts?"},
+		{[]string{"launch", "--grace-period", "30", "--", "true"}, "--grace-period 30: not a duration\nGive a unit, e.g. --grace-period 30s"},
+		{[]string{"launch", "--join-timeout", "soon", "--", "true"}, "--join-timeout soon: not a duration\nGive a duration with a unit"},
+		{[]string{"launch", "--nproc-per-node", "gpu", "--", "true"}, "--nproc-per-node gpu, but this machine has no NVIDIA GPU"},
+		{[]string{"torchrun", "--nproc_per_nod=2", "t.py"}, "unknown flag --nproc_per_nod\nDid you mean --nproc-per-node?"},
+		{[]string{"coordinator", "--nnode", "2"}, "unknown flag --nnode\nDid you mean --nnodes?"},
+		{[]string{"coordinator", "--restart-backoff", "2"}, "--restart-backoff 2: not a duration\nGive a unit, e.g. --restart-backoff 2s"},
 		{[]string{"launch", "--nnodes", "0", "--", "true"}, `re:nnodes.*(\nGive at least 1|want N or MIN:MAX with 1 <= MIN)`},
 		{[]string{"launch", "--max-restarts", "-1", "--", "true"}, "--max-restarts -1\nGive 0 or more"},
 		{[]string{"launch", "--restart-backoff", "-1s", "--", "true"}, "--restart-backoff -1s\nGive a duration of 0 or more"},
@@ -153,7 +161,7 @@ func TestUsageErrors(t *testing.T) {
 	}...)
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
-			if len(c.args) > 1 && c.args[0] == "launch" && c.args[1] == "--backend" && hasGPUDevices() {
+			if len(c.args) > 2 && c.args[0] == "launch" && (c.args[1] == "--backend" || c.args[2] == "gpu") && hasGPUDevices() {
 				t.Skip("this machine has GPUs")
 			}
 			stdout, stderr, code := runGotrain(t, bin, c.args...)

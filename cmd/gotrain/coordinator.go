@@ -49,12 +49,18 @@ gotrain launch, with the same defaults: --max-restarts 3 (0 turns restarts
 off). They are given here; an agent that joins with a different --nnodes,
 --max-restarts or --on-hang is refused, and a different timing
 (--hang-timeout, --restart-backoff, --rendezvous-timeout) gets a warning.
+
+Examples:
+  gotrain coordinator --nnodes 4 --listen 0.0.0.0:29400
+  gotrain coordinator --nnodes 4 --max-restarts 5 --metrics-addr 0.0.0.0:9400
+  gotrain coordinator --peers a1:29400,a2:29400,a3:29400 --listen a1:29400 --nnodes 8 --job-token-file TOKEN_FILE
 `
 
 // coordinatorFlags are gotrain coordinator's flags: the job-wide ones that
 // gotrain launch has too (host.RegisterJobFlags), and where it listens.
 func coordinatorFlags(cfg *host.Config) *flag.FlagSet {
 	fs := newFlagSet("coordinator", coordinatorUsage)
+	setGroupedUsage(fs, coordinatorUsage, coordinatorGroups, "") // help.go
 	*cfg = host.DefaultConfig()
 	host.RegisterJobFlags(fs, &cfg.JobSettings, os.Getenv(jobenv.JobToken))
 	registerJobTokenFile(fs) // jobtoken.go

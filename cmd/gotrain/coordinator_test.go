@@ -17,8 +17,7 @@ import (
 func TestJobFlagsAgree(t *testing.T) {
 	t.Setenv(jobenv.JobToken, "tok-from-env")
 	var lcfg launcher.Config
-	var verbose bool
-	launch := launchFlags(&lcfg, &verbose)
+	launch := launchFlags(&lcfg, new(launchOpts))
 	var ccfg host.Config
 	coord := coordinatorFlags(&ccfg)
 

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobtls"
@@ -67,7 +63,7 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 	var trust jobtls.Trust
 	trustFlags(fs, &trust) // tlsflags.go
 	tok := fs.String("job-token", os.Getenv(jobenv.JobToken), "the job token (default $"+jobenv.JobToken+", or the local job's)")
-	asJSON := fs.Bool("json", false, "print the DiagnoseResponse as JSON (proto3 JSON mapping, field names as in the .proto)")
+	asJSON := fs.Bool("json", false, "print the DiagnoseResponse as JSON: field names as in the .proto, every field with its zero value too, numbers (int64 too) as JSON numbers, as gotrain top --json")
 	stackLines := fs.Int("stack-lines", 40, "lines of each culprit's stacks to print (0: all)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -101,16 +97,7 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 		return askFailed(*addr, err) // findjob.go
 	}
 	if *asJSON {
-		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(resp)
-		if err != nil {
-			return err
-		}
-		var out bytes.Buffer
-		if err := json.Indent(&out, b, "", "  "); err != nil {
-			return err
-		}
-		out.WriteByte('\n')
-		if _, err = os.Stdout.Write(out.Bytes()); err != nil {
+		if err := writeJSON(os.Stdout, resp, true); err != nil { // jsonout.go
 			return err
 		}
 	} else {
@@ -193,7 +180,11 @@ func printVerdict(w io.Writer, title string, v *gotrainv1.HangVerdict, now time.
 		fmt.Fprintf(w, "  %s\n", d)
 	}
 	for _, e := range v.GetEvidence() {
-		lines := strings.Split(strings.TrimRight(e.GetText(), "\n"), "\n")
+		text := e.GetText()
+		if e.GetKind() == "goroutines" {
+			text = programStacks(text) // stacks.go: the program's frames first
+		}
+		lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
 		more := 0
 		if stackLines > 0 && len(lines) > stackLines {
 			lines, more = lines[:stackLines], len(lines)-stackLines

@@ -47,8 +47,7 @@ func TestJobTokenFile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cfg launcher.Config
-			var verbose bool
-			fs := launchFlags(&cfg, &verbose)
+			fs := launchFlags(&cfg, new(launchOpts))
 			if err := fs.Parse(append(tc.args, "--", "prog")); err != nil {
 				t.Fatal(err)
 			}

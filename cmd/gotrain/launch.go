@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,33 @@ func (*launchCmd) synopsis() string {
 const launchUsage = `
 Usage: gotrain launch [flags] -- PROGRAM [ARGS...]
 
+Starts one worker process per GPU (or per CPU rank with --backend cpu) on
+this node and supervises them: each line is prefixed "[rank N]", a failed
+worker restarts every worker (--max-restarts, one line says so), and
+Ctrl-C stops them all. Workers get torchrun's variables (RANK, LOCAL_RANK,
+WORLD_SIZE, ...); gotrain torchrun takes torchrun's command line as it is.
+
+Examples:
+  gotrain launch --nproc-per-node 2 --backend cpu -- train.py --epochs 3
+  srun gotrain launch -- ./train          # in an sbatch script: nothing else to pass
+  gotrain launch --gpus 8 -- ./train --epochs 3
+  gotrain launch --nproc-per-node 4 --backend cpu -- ./bin/mnist
+  gotrain launch --gpus 8 --standby=off -- ./train   # no spare processes (GPU memory is tight)
+  # two nodes: the first starts the coordinator and prints the second's command
+  gotrain launch --nnodes 2 --gpus 8 -- ./train
+  export GOTRAIN_JOB_TOKEN=$(cat TOKEN_FILE)   # the file the first node named
+  gotrain launch --nnodes 2 --gpus 8 --coordinator 10.0.0.1:29400 --ca-hash sha256:HEX -- ./train
+
+Values: --nproc-per-node takes N, auto (one worker per GPU, or per CPU
+without GPUs), gpu (one per GPU: an error without them) or cpu (one per CPU
+core, on the CPU backend), as torchrun's does. Durations need a unit: 500ms,
+30s, 10m, 1h. Flags may be spelled with underscores too (--nproc_per_node).
+`
+
+// launchDetails follows the flags in gotrain launch --help.
+const launchDetails = `
+Details:
+
 Starts one worker process per GPU (or per CPU rank with --backend cpu), each
 with its rank in GOTRAIN_* and torchrun-compatible variables (RANK,
 LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
@@ -45,8 +73,14 @@ second signal kills them at once, the exit status is 130 (SIGINT) or 143
 
 When a worker fails, every worker of the generation is stopped (SIGTERM,
 --grace-period, SIGKILL) and the next generation starts, up to --max-restarts
-times (default 3); workers see the count in GOTRAIN_RESTART_COUNT and
-TORCHELASTIC_RESTART_COUNT. A failure that repeats before any rank made
+times (default 3), with one line that says so ("gotrain: rank 1 on node3
+exited 1 (ImportError: No module named 'foo'): restarting all 8 ranks,
+attempt 2 of 4, in 0 s"); workers see the count in GOTRAIN_RESTART_COUNT
+and TORCHELASTIC_RESTART_COUNT. A failure that can only repeat is not
+retried unless --retry-permanent is given, and the report says so: the
+program cannot be executed (not found, exec format error, permission
+denied), or a Python program ends with ImportError, ModuleNotFoundError or
+SyntaxError before any rank made progress. A failure that repeats before any rank made
 progress (no step reported, no collective completed) waits longer each
 time: 1s more after the second, 2s after the third, ... up to 30s, on top
 of --restart-backoff; the report then says "the same failure N times".
@@ -101,19 +135,8 @@ passes on outside Slurm). Flags win; GOTRAIN_SLURM=off ignores Slurm.
 README: "Under Slurm".
 
 A PROGRAM ending in .py runs with python3 from PATH (gotrain says so once).
-Flags may be spelled with underscores too (--nproc_per_node), and gotrain
-torchrun takes torchrun's whole command line.
-
-Examples:
-  gotrain launch --nproc-per-node 2 --backend cpu -- train.py --epochs 3
-  srun gotrain launch -- ./train          # in an sbatch script: nothing else to pass
-  gotrain launch --gpus 8 -- ./train --epochs 3
-  gotrain launch --nproc-per-node 4 --backend cpu -- ./bin/mnist
-  gotrain launch --gpus 8 --standby=off -- ./train   # no spare processes (GPU memory is tight)
-  # two nodes: the first starts the coordinator and prints the second's command
-  gotrain launch --nnodes 2 --gpus 8 -- ./train
-  export GOTRAIN_JOB_TOKEN=$(cat TOKEN_FILE)   # the file the first node named
-  gotrain launch --nnodes 2 --gpus 8 --coordinator 10.0.0.1:29400 --ca-hash sha256:HEX -- ./train
+torchrun's own flags (--standalone, --master_port, -m, ...) are answered
+with the same command line for gotrain torchrun, which takes it whole.
 
 Every connection to the coordinator is TLS. The node that starts it makes a
 job CA (in memory) and prints its hash; a joining node verifies the
@@ -134,13 +157,12 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 		return launcher.RunReaper(os.Stdin)
 	}
 	var cfg launcher.Config
-	var verbose bool
-	fs := launchFlags(&cfg, &verbose)
-	forward := fs.String("signals-to-handle", slurm.DefaultSignals, "signals the agent passes on to every worker, of SIGUSR1,SIGUSR2,SIGHUP,SIGQUIT (\"none\": none; the others are dropped). SIGINT and SIGTERM always stop the workers. Under Slurm, Slurm itself delivers these signals to every worker")
+	var opts launchOpts
+	fs := launchFlags(&cfg, &opts)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	handle, err := slurm.ParseSignals(*forward)
+	handle, err := slurm.ParseSignals(opts.signals)
 	if err != nil {
 		return &usageError{msg: err.Error(), hint: "Give a comma-separated list of SIGUSR1, SIGUSR2, SIGHUP and SIGQUIT (e.g. --signals-to-handle SIGUSR1,SIGUSR2), or none."}
 	}
@@ -155,6 +177,10 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 	cfg.JobFlagsGiven = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { cfg.JobFlagsGiven[f.Name] = true })
+	gpus := launcher.FindGPUs()
+	if err := resolveNprocWord(&cfg, opts.nprocWord, gpus, runtime.NumCPU()); err != nil { // nproc.go
+		return err
+	}
 	if err := validateLaunchFlags(&cfg, cfg.JobFlagsGiven); err != nil {
 		return err
 	}
@@ -168,7 +194,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 	step.Apply(&cfg, cfg.JobFlagsGiven)
 
-	if err := chooseBackend(&cfg, cfg.JobFlagsGiven, launcher.FindGPUs(), func(w string) { fmt.Fprintln(os.Stderr, w) }); err != nil { // gpus.go
+	if err := chooseBackend(&cfg, cfg.JobFlagsGiven, gpus, func(w string) { fmt.Fprintln(os.Stderr, w) }); err != nil { // gpus.go
 		return err
 	}
 	if cfg.Backend == "nccl" {
@@ -187,13 +213,14 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 
 	level := slog.LevelWarn
-	if verbose {
+	if opts.verbose {
 		level = slog.LevelInfo
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("host", hostnameOr("?"))
 	cfg.Env = os.Environ()
 	torchEnv, warning := jobenv.TorchrunDefaults(os.Getenv, cfg.NprocPerNode, cfg.MaxRestarts) // what torchrun sets too
-	if warning != "" {
+	// torchrun's banner, when gotrain set the variable, is for Python programs only.
+	if warning != "" && launcher.IsPython(cfg.Program) {
 		fmt.Fprintln(os.Stderr, warning)
 	}
 	cfg.Env = append(cfg.Env, torchEnv...)
@@ -222,13 +249,21 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	return launcher.StopCause(ctx, step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run))
 }
 
+// launchOpts are gotrain launch's flags that are not the agent's Config.
+type launchOpts struct {
+	verbose   bool
+	nprocWord string // --nproc-per-node auto, gpu or cpu (nproc.go)
+	signals   string // --signals-to-handle
+}
+
 // launchFlags are gotrain launch's flags: the job-wide ones, which gotrain
 // coordinator has too (host.RegisterJobFlags), and the agent's own.
-func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
+func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs := newFlagSet("launch", launchUsage)
+	setGroupedUsage(fs, launchUsage, launchGroups, launchDetails) // help.go
 	host.RegisterJobFlags(fs, &cfg.JobSettings, os.Getenv(jobenv.JobToken))
 	registerJobTokenFile(fs) // jobtoken.go
-	fs.IntVar(&cfg.NprocPerNode, "nproc-per-node", 0, "workers to start on this node (default: the number of GPUs)")
+	fs.Var(&nprocFlag{n: &cfg.NprocPerNode, word: &opts.nprocWord}, "nproc-per-node", "`N|auto|gpu|cpu`: the workers on this node: N, auto (one per GPU, or per CPU core without GPUs), gpu (one per GPU: an error without them) or cpu (one per CPU core, on the CPU backend), as torchrun's (default: one per GPU)")
 	fs.IntVar(&cfg.NprocPerNode, "gpus", 0, "workers on this node, one per GPU: N GPUs, which the machine must have (an error without them; CPU workers: --nproc-per-node N --backend cpu)")
 	fs.IntVar(&cfg.RanksPerGPU, "ranks-per-gpu", 1, "with --backend nccl: how many workers may share one GPU (NCCL 2.30's multi-rank-per-GPU, experimental: workers get NCCL_MULTI_RANK_GPU_ENABLE=1, and NCCL_MAX_CTAS=16/N above 2 unless set); --gpus and --nproc-per-node may then be up to GPUs × N, and default to it")
 	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs; without GPUs --nproc-per-node N runs on cpu with a warning)")
@@ -258,7 +293,9 @@ func launchFlags(cfg *launcher.Config, verbose *bool) *flag.FlagSet {
 	})
 	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby of a Go program that has not attached (worker.Init) by then means the program does not support standbys (Python standbys have no timeout: one is used once it is ready)")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
-	fs.BoolVar(verbose, "verbose", false, "log the agent's own steps to stderr")
+	fs.BoolVar(&cfg.RetryPermanent, "retry-permanent", false, "restart after a failure that can only repeat too: the program cannot be executed (not found, exec format error, permission denied), or a Python ImportError, ModuleNotFoundError or SyntaxError before any progress; without it such a failure ends the job at once, and says so")
+	fs.BoolVar(&opts.verbose, "verbose", false, "log the agent's own steps to stderr")
+	fs.StringVar(&opts.signals, "signals-to-handle", slurm.DefaultSignals, "signals the agent passes on to every worker, of SIGUSR1,SIGUSR2,SIGHUP,SIGQUIT (\"none\": none; the others are dropped). SIGINT and SIGTERM always stop the workers. Under Slurm, Slurm itself delivers these signals to every worker")
 	trustFlags(fs, &cfg.Trust) // tlsflags.go
 	serverTLSFlags(fs, &cfg.TLSCert, &cfg.TLSKey)
 	return fs

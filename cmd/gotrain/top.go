@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -146,16 +145,5 @@ func writeTop(w io.Writer, snap top.Snapshot, asJSON, indent bool) error {
 	if !asJSON {
 		return snap.WriteTable(w)
 	}
-	var b []byte
-	var err error
-	if indent {
-		b, err = json.MarshalIndent(snap, "", "  ")
-	} else {
-		b, err = json.Marshal(snap)
-	}
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(b, '\n'))
-	return err
+	return writeJSON(w, snap, indent) // jsonout.go
 }

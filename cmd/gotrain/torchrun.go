@@ -42,8 +42,10 @@ Accepted without effect, with a note each: --rdzv-backend, --rdzv-conf,
 --logs-specs. Any other flag is an error. For gotrain's own flags (--standby,
 --hang-timeout, ...) use gotrain launch.
 
-Example:
+Examples:
   gotrain torchrun --nproc_per_node=2 --standalone train.py --epochs 3
+  gotrain torchrun --nproc_per_node=gpu -m mypkg.train --lr 0.1
+  gotrain torchrun --nnodes 2 --node_rank 0 --master_addr 10.0.0.1 --master_port 29500 train.py
 `
 
 func (c *torchrunCmd) run(ctx context.Context, args []string) error {
@@ -61,8 +63,15 @@ func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	r, err := torchrun.Map(args, torchrun.Machine{GPUs: gpus.N, GPUsHow: gpus.How, CPUs: runtime.NumCPU(), Getenv: os.Getenv})
 	if err != nil {
 		if errors.Is(err, torchrun.ErrUsage) {
-			return &usageError{msg: strings.TrimPrefix(err.Error(), torchrun.ErrUsage.Error()+": "),
-				hint: "torchrun's flags come before the script; the script's own after it."}
+			msg := strings.TrimPrefix(err.Error(), torchrun.ErrUsage.Error()+": ")
+			hint := "torchrun's flags come before the script; the script's own after it."
+			if m := undefinedFlag.FindStringSubmatch(msg); m != nil { // help.go
+				msg = "unknown flag --" + m[1]
+				if near := nearestFlag(torchrunFlags(), m[1]); near != "" {
+					hint = fmt.Sprintf("Did you mean --%s? %s", near, hint)
+				}
+			}
+			return &usageError{msg: msg, hint: hint}
 		}
 		return err
 	}
@@ -79,9 +88,10 @@ func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // (both spellings, PET_* defaults), not this FlagSet.
 func torchrunFlags() *flag.FlagSet {
 	fs := newFlagSet("torchrun", torchrunUsage)
-	fs.String("nproc-per-node", "1", "workers on this node: N, auto (the GPUs, else the CPUs), gpu (the GPUs: an error without them) or cpu; without enough GPUs, gotrain's CPU backend, with a warning")
+	setGroupedUsage(fs, torchrunUsage, torchrunGroups, "") // help.go
+	fs.String("nproc-per-node", "1", "`N|auto|gpu|cpu`: the workers on this node: N, auto (the GPUs, else the CPUs), gpu (the GPUs: an error without them) or cpu; without enough GPUs, gotrain's CPU backend, with a warning")
 	fs.Bool("standalone", false, "one node with its own coordinator (rendezvous flags have no effect)")
-	fs.String("nnodes", "1", "nodes: N, or MIN:MAX (elastic)")
+	fs.String("nnodes", "1", "`N|MIN:MAX`: nodes: N, or MIN:MAX (elastic)")
 	fs.String("rdzv-endpoint", "", "HOST:PORT of gotrain's coordinator (with --node-rank 0: listen at PORT)")
 	fs.String("master-addr", "", "with --master-port and no --rdzv-endpoint: the coordinator's host")
 	fs.String("master-port", "", "with --master-addr: the coordinator's port")

@@ -29,7 +29,7 @@ func TestTorchrunSymlink(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"--nproc_per_node=2", "--bogus", "t.py"}, "gotrain torchrun: flag provided but not defined: -bogus"},
+			{[]string{"--nproc_per_node=2", "--bogus", "t.py"}, "gotrain torchrun: unknown flag --bogus"},
 			{[]string{"--nproc-per-node", "two", "t.py"}, `--nproc-per-node "two"`},
 			{[]string{"--standalone"}, "no training script given"},
 		} {

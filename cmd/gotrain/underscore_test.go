@@ -33,8 +33,7 @@ func TestUnderscoreSpellings(t *testing.T) {
 
 // Through gotrain launch's own FlagSet: parsed as the dashed flags.
 func TestLaunchUnderscoreFlags(t *testing.T) {
-	var cfgVerbose bool
-	fs := launchFlags(new(launcher.Config), &cfgVerbose)
+	fs := launchFlags(new(launcher.Config), new(launchOpts))
 	if err := parseFlags(fs, strings.Fields("--nproc_per_node=3 --max_restarts 2 --log_dir /tmp/x -- ./t")); err != nil {
 		t.Fatal(err)
 	}

@@ -12,23 +12,47 @@ func (*versionCmd) name() string     { return "version" }
 func (*versionCmd) synopsis() string { return "print gotrain's version" }
 
 func (c *versionCmd) run(_ context.Context, args []string) error {
-	fs := newFlagSet(c.name(), "Usage: gotrain version\n\nPrints the version gotrain was built from.")
+	fs := newFlagSet(c.name(), "Usage: gotrain version\n\nPrints the version gotrain was built from: the module version, the VCS commit\n(and whether the tree was modified), its time, and the Go version.")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		v = bi.Main.Version
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				v += " " + s.Value
-			}
-		}
-		v += " " + bi.GoVersion
-	}
-	fmt.Println("gotrain", v)
+	fmt.Println(versionLine(debug.ReadBuildInfo()))
 	return nil
+}
+
+// versionLine is `gotrain version`'s line: the module's version, the VCS
+// revision the binary was built from (", modified" when the tree had
+// uncommitted changes) and the Go version: "gotrain (devel) commit 4162240…
+// (modified) go1.25.1". A binary built without VCS information says "commit
+// unknown".
+func versionLine(bi *debug.BuildInfo, ok bool) string {
+	if !ok {
+		return "gotrain (unknown version: no build information)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	rev, modified, at := "unknown", false, ""
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		case "vcs.time":
+			at = s.Value
+		}
+	}
+	line := "gotrain " + v + " commit " + rev
+	if modified {
+		line += " (modified)"
+	}
+	if at != "" {
+		line += " from " + at
+	}
+	return line + " " + bi.GoVersion
 }

@@ -53,7 +53,7 @@ var commands = map[string]command{
 	"lost":        {"id reason", (*env).lost},
 	"unreachable": {"id reason", (*env).unreachable},
 	"reachable":   {"id", (*env).reachable},
-	"exit":        {"id gen rank code signal pid tail", (*env).exit},
+	"exit":        {"id gen rank code signal pid tail permanent", (*env).exit},
 	"park":        {"id gen rank pid", (*env).park},
 	"barrier":     {"name gen rank waiter", (*env).barrier},
 	"cancel":      {"waiter", (*env).cancel},
@@ -186,6 +186,7 @@ func (e *env) exit(t *testing.T, d *datadriven.TestData) string {
 	d.MaybeScanArgs(t, "code", &ev.ExitCode)
 	d.MaybeScanArgs(t, "signal", &ev.Signal)
 	d.MaybeScanArgs(t, "tail", &ev.StderrTail)
+	d.MaybeScanArgs(t, "permanent", &ev.Permanent)
 	return e.step(ev)
 }
 
@@ -284,6 +285,10 @@ func formatFailure(f *job.Failure) []string {
 	if f == nil {
 		return nil
 	}
-	return []string{fmt.Sprintf("  failure rank=%d node=%s host=%s pid=%d code=%d signal=%q reason=%q tail=%q",
-		f.Rank, f.NodeID, f.Hostname, f.Pid, f.ExitCode, f.Signal, f.Reason, f.StderrTail)}
+	s := fmt.Sprintf("  failure rank=%d node=%s host=%s pid=%d code=%d signal=%q reason=%q tail=%q",
+		f.Rank, f.NodeID, f.Hostname, f.Pid, f.ExitCode, f.Signal, f.Reason, f.StderrTail)
+	if f.Permanent != "" {
+		s += fmt.Sprintf(" permanent=%q", f.Permanent)
+	}
+	return []string{s}
 }

@@ -474,11 +474,15 @@ func (m *Machine) exited(ev WorkerExited) ([]Action, error) {
 		OOMKilled:  ev.OOMKilled,
 		XIDErrors:  slices.Clone(ev.XIDErrors),
 		Notes:      slices.Clone(ev.Notes),
+		Permanent:  ev.Permanent,
 	}
 	return append(m.end(f, describeExit(f)), m.afterEnd()...), nil
 }
 
 func describeExit(f *Failure) string {
+	if f.Pid == 0 { // its process never started (the agent's spawn failed)
+		return fmt.Sprintf("rank %d on %s could not be started (exit code %d)", f.Rank, f.Hostname, f.ExitCode)
+	}
 	if f.OOMKilled {
 		return fmt.Sprintf("rank %d (pid %d) on %s was killed by the kernel's OOM killer (signal %s)", f.Rank, f.Pid, f.Hostname, cmp.Or(f.Signal, "SIGKILL"))
 	}
@@ -519,6 +523,8 @@ func (m *Machine) afterEnd() []Action {
 			again = "start the job again (under --nnodes MIN:MAX a job goes on without a lost node)"
 		}
 		why = fmt.Sprintf("only %d of the %s it needs remain (--nnodes %s); %s", len(m.nodes), plural(m.cfg.MinNodes, "node"), m.nnodes(), again)
+	case m.failure != nil && m.failure.Permanent != "" && !m.repeats.movedIn(m.gen):
+		why = m.failure.Permanent + ", so a restart can only fail the same way (--retry-permanent retries it anyway)"
 	case m.cfg.MaxRestarts == 0:
 		why = "restarts are off (max restarts 0)"
 	case m.restarts >= m.cfg.MaxRestarts:

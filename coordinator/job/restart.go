@@ -117,6 +117,10 @@ func (r *repeats) observe(gen int64, p Progress) {
 	}
 }
 
+// movedIn says whether a rank's step or completed collective moved in
+// generation gen.
+func (r *repeats) movedIn(gen int64) bool { return r.gen == gen && r.moved }
+
 // ended counts generation gen's failure f and returns how many generations
 // in a row failed that way before any rank made progress (0 when gen made
 // progress).
@@ -125,7 +129,7 @@ func (r *repeats) ended(gen int64, f *Failure) int {
 		return r.count
 	}
 	r.counted = gen + 1
-	moved := r.gen == gen && r.moved
+	moved := r.movedIn(gen)
 	var sig failureSignature
 	if f != nil {
 		sig = failureSignature{f.ExitCode, f.Signal, f.Reason, f.OOMKilled}

@@ -70,6 +70,10 @@ type WorkerExited struct {
 	OOMKilled bool
 	XIDErrors []string
 	Notes     []string
+	// Permanent says why the failure can only repeat (the program cannot
+	// be executed, a Python import error); "" when it may not. Such a
+	// failure ends the job unless its generation made progress.
+	Permanent string
 }
 
 // BarrierArrived: rank arrived at barrier Name of Generation. Waiter is the
@@ -248,6 +252,8 @@ type Failure struct {
 	XIDErrors []string
 	// Notes is other evidence the agent found.
 	Notes []string
+	// Permanent says why the failure can only repeat ([WorkerExited]).
+	Permanent string
 }
 
 // State of the job.

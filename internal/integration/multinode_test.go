@@ -175,6 +175,14 @@ func TestMultiNodeJob(t *testing.T) {
 			if c != nil && !strings.Contains(c.err.String(), "job succeeded") {
 				t.Errorf("the coordinator did not report success:\n%s", c.err.String())
 			}
+			// A node that joined another's coordinator says which job it joined.
+			joined := regexp.MustCompile(`(?m)^gotrain: joined run multi: 4 ranks on 2 nodes; this node \(\S+\) runs ranks (\d-\d)$`)
+			if m := joined.FindStringSubmatch(b.err.String()); m == nil || m[1] != "2-3" {
+				t.Errorf("the second node does not say it joined run multi with ranks 2-3 (%v)\n%s", m, dump(js...))
+			}
+			if m := joined.FindStringSubmatch(a.err.String()); (m != nil) != standalone || standalone && m[1] != "0-1" {
+				t.Errorf("the first node: joined line %v, want one only when it joined a standalone coordinator\n%s", m, dump(js...))
+			}
 		})
 		t.Run(name+"/collectives", func(t *testing.T) {
 			t.Parallel()

@@ -75,12 +75,12 @@ type Collective struct {
 	Comm  string `json:"comm"`
 	Op    string `json:"op"`
 	Seq   int64  `json:"seq"`
-	Dtype string `json:"dtype,omitempty"`
+	Dtype string `json:"dtype"`
 	Count int64  `json:"count"`
 	// State is "waiting" (entered, not completed), "failed" or "completed".
 	State string `json:"state"`
 	// WaitingSeconds is how long it has waited, for state "waiting".
-	WaitingSeconds float64 `json:"waiting_seconds,omitempty"`
+	WaitingSeconds float64 `json:"waiting_seconds"`
 }
 
 // GPU is a rank's GPU sample. Values NVML could not give are -1.

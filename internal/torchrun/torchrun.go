@@ -360,3 +360,13 @@ func flagName(a string) string {
 	name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 	return name
 }
+
+// IsFlag says whether name (either spelling, without dashes; "m" is
+// --module) is one of torchrun's flags.
+func IsFlag(name string) bool {
+	if name == "m" {
+		return true
+	}
+	_, ok := flags[strings.ReplaceAll(name, "_", "-")]
+	return ok
+}

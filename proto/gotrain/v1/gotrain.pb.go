@@ -1549,7 +1549,9 @@ type WorkerFailure struct {
 	// Kernel log lines about GPUs ("NVRM: Xid ...") seen while it ran.
 	XidErrors []string `protobuf:"bytes,10,rep,name=xid_errors,json=xidErrors,proto3" json:"xid_errors,omitempty"`
 	// Other evidence found on the node (kernel log lines, cgroup counters).
-	Notes         []string `protobuf:"bytes,11,rep,name=notes,proto3" json:"notes,omitempty"`
+	Notes []string `protobuf:"bytes,11,rep,name=notes,proto3" json:"notes,omitempty"`
+	// Why the failure can only repeat (ReportWorkerExitRequest.permanent).
+	Permanent     string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1661,6 +1663,13 @@ func (x *WorkerFailure) GetNotes() []string {
 	return nil
 }
 
+func (x *WorkerFailure) GetPermanent() string {
+	if x != nil {
+		return x.Permanent
+	}
+	return ""
+}
+
 type GenerationEnded struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generation    int64                  `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
@@ -1721,6 +1730,96 @@ func (x *GenerationEnded) GetFailure() *WorkerFailure {
 	return nil
 }
 
+// RestartPlanned: the ended generation's ranks all stopped, and the next
+// generation starts after wait_ms (sent before it starts), for the line a
+// person reads on every node.
+type RestartPlanned struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation that ended, its world size and its root cause.
+	Generation int64          `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	WorldSize  int32          `protobuf:"varint,2,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
+	Failure    *WorkerFailure `protobuf:"bytes,3,opt,name=failure,proto3" json:"failure,omitempty"`
+	// The next generation's attempt, counting the first run as 1, of
+	// max_attempts (max restarts + 1).
+	Attempt       int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	MaxAttempts   int32 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	WaitMs        int64 `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestartPlanned) Reset() {
+	*x = RestartPlanned{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestartPlanned) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestartPlanned) ProtoMessage() {}
+
+func (x *RestartPlanned) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestartPlanned.ProtoReflect.Descriptor instead.
+func (*RestartPlanned) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RestartPlanned) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RestartPlanned) GetWorldSize() int32 {
+	if x != nil {
+		return x.WorldSize
+	}
+	return 0
+}
+
+func (x *RestartPlanned) GetFailure() *WorkerFailure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+func (x *RestartPlanned) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RestartPlanned) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RestartPlanned) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
 type JobFinished struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Succeeded     bool                   `protobuf:"varint,1,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
@@ -1733,7 +1832,7 @@ type JobFinished struct {
 
 func (x *JobFinished) Reset() {
 	*x = JobFinished{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1844,7 @@ func (x *JobFinished) String() string {
 func (*JobFinished) ProtoMessage() {}
 
 func (x *JobFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1857,7 @@ func (x *JobFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFinished.ProtoReflect.Descriptor instead.
 func (*JobFinished) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobFinished) GetSucceeded() bool {
@@ -1799,6 +1898,7 @@ type GenerationEvent struct {
 	//	*GenerationEvent_Evidence
 	//	*GenerationEvent_Replicas
 	//	*GenerationEvent_HostReplica
+	//	*GenerationEvent_Restarting
 	Event isGenerationEvent_Event `protobuf_oneof:"event"`
 	// seq numbers a node's events from 1, in order (WatchGenerationsRequest.after_seq).
 	Seq           uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -1808,7 +1908,7 @@ type GenerationEvent struct {
 
 func (x *GenerationEvent) Reset() {
 	*x = GenerationEvent{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1920,7 @@ func (x *GenerationEvent) String() string {
 func (*GenerationEvent) ProtoMessage() {}
 
 func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1933,7 @@ func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEvent.ProtoReflect.Descriptor instead.
 func (*GenerationEvent) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GenerationEvent) GetEvent() isGenerationEvent_Event {
@@ -1897,6 +1997,15 @@ func (x *GenerationEvent) GetHostReplica() *HostReplica {
 	return nil
 }
 
+func (x *GenerationEvent) GetRestarting() *RestartPlanned {
+	if x != nil {
+		if x, ok := x.Event.(*GenerationEvent_Restarting); ok {
+			return x.Restarting
+		}
+	}
+	return nil
+}
+
 func (x *GenerationEvent) GetSeq() uint64 {
 	if x != nil {
 		return x.Seq
@@ -1932,6 +2041,10 @@ type GenerationEvent_HostReplica struct {
 	HostReplica *HostReplica `protobuf:"bytes,7,opt,name=host_replica,json=hostReplica,proto3,oneof"`
 }
 
+type GenerationEvent_Restarting struct {
+	Restarting *RestartPlanned `protobuf:"bytes,140,opt,name=restarting,proto3,oneof"`
+}
+
 func (*GenerationEvent_Started) isGenerationEvent_Event() {}
 
 func (*GenerationEvent_Ended) isGenerationEvent_Event() {}
@@ -1943,6 +2056,8 @@ func (*GenerationEvent_Evidence) isGenerationEvent_Event() {}
 func (*GenerationEvent_Replicas) isGenerationEvent_Event() {}
 
 func (*GenerationEvent_HostReplica) isGenerationEvent_Event() {}
+
+func (*GenerationEvent_Restarting) isGenerationEvent_Event() {}
 
 // EvidenceRequest tells every agent that the hang detector fired; the agent
 // logs the verdict and collects evidence (goroutine stacks, py-spy, /proc) for
@@ -1959,7 +2074,7 @@ type EvidenceRequest struct {
 
 func (x *EvidenceRequest) Reset() {
 	*x = EvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2086,7 @@ func (x *EvidenceRequest) String() string {
 func (*EvidenceRequest) ProtoMessage() {}
 
 func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2099,7 @@ func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvidenceRequest.ProtoReflect.Descriptor instead.
 func (*EvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EvidenceRequest) GetRequestId() int64 {
@@ -2028,7 +2143,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2155,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2168,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Evidence) GetRank() int32 {
@@ -2095,7 +2210,7 @@ type ReportEvidenceRequest struct {
 
 func (x *ReportEvidenceRequest) Reset() {
 	*x = ReportEvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2222,7 @@ func (x *ReportEvidenceRequest) String() string {
 func (*ReportEvidenceRequest) ProtoMessage() {}
 
 func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2235,7 @@ func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReportEvidenceRequest) GetNodeId() string {
@@ -2152,7 +2267,7 @@ type ReportEvidenceResponse struct {
 
 func (x *ReportEvidenceResponse) Reset() {
 	*x = ReportEvidenceResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2279,7 @@ func (x *ReportEvidenceResponse) String() string {
 func (*ReportEvidenceResponse) ProtoMessage() {}
 
 func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2292,7 @@ func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
 }
 
 // Culprit is a rank a verdict blames, and what it was doing.
@@ -2202,7 +2317,7 @@ type Culprit struct {
 
 func (x *Culprit) Reset() {
 	*x = Culprit{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +2329,7 @@ func (x *Culprit) String() string {
 func (*Culprit) ProtoMessage() {}
 
 func (x *Culprit) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2342,7 @@ func (x *Culprit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Culprit.ProtoReflect.Descriptor instead.
 func (*Culprit) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Culprit) GetRank() int32 {
@@ -2317,7 +2432,7 @@ type HangVerdict struct {
 
 func (x *HangVerdict) Reset() {
 	*x = HangVerdict{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2444,7 @@ func (x *HangVerdict) String() string {
 func (*HangVerdict) ProtoMessage() {}
 
 func (x *HangVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2457,7 @@ func (x *HangVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangVerdict.ProtoReflect.Descriptor instead.
 func (*HangVerdict) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HangVerdict) GetId() int64 {
@@ -2437,7 +2552,7 @@ type DiagnoseRequest struct {
 
 func (x *DiagnoseRequest) Reset() {
 	*x = DiagnoseRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2564,7 @@ func (x *DiagnoseRequest) String() string {
 func (*DiagnoseRequest) ProtoMessage() {}
 
 func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2577,7 @@ func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseRequest.ProtoReflect.Descriptor instead.
 func (*DiagnoseRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
 }
 
 type DiagnoseResponse struct {
@@ -2479,7 +2594,7 @@ type DiagnoseResponse struct {
 
 func (x *DiagnoseResponse) Reset() {
 	*x = DiagnoseResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2606,7 @@ func (x *DiagnoseResponse) String() string {
 func (*DiagnoseResponse) ProtoMessage() {}
 
 func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2619,7 @@ func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseResponse.ProtoReflect.Descriptor instead.
 func (*DiagnoseResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DiagnoseResponse) GetStatus() *JobStatus {
@@ -2545,7 +2660,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2672,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2685,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -2595,7 +2710,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2722,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2735,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
 }
 
 type KVGetRequest struct {
@@ -2634,7 +2749,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +2761,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +2774,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -2686,7 +2801,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2698,7 +2813,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2711,7 +2826,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KVGetResponse) GetFound() bool {
@@ -2739,7 +2854,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +2866,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +2879,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BarrierRequest) GetName() string {
@@ -2796,7 +2911,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2808,7 +2923,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2821,7 +2936,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
 }
 
 type CommProgress struct {
@@ -2850,7 +2965,7 @@ type CommProgress struct {
 
 func (x *CommProgress) Reset() {
 	*x = CommProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +2977,7 @@ func (x *CommProgress) String() string {
 func (*CommProgress) ProtoMessage() {}
 
 func (x *CommProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +2990,7 @@ func (x *CommProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommProgress.ProtoReflect.Descriptor instead.
 func (*CommProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CommProgress) GetComm() string {
@@ -2975,7 +3090,7 @@ type Collective struct {
 
 func (x *Collective) Reset() {
 	*x = Collective{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3102,7 @@ func (x *Collective) String() string {
 func (*Collective) ProtoMessage() {}
 
 func (x *Collective) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3115,7 @@ func (x *Collective) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Collective.ProtoReflect.Descriptor instead.
 func (*Collective) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Collective) GetSeq() int64 {
@@ -3097,7 +3212,7 @@ type RankProgress struct {
 
 func (x *RankProgress) Reset() {
 	*x = RankProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +3224,7 @@ func (x *RankProgress) String() string {
 func (*RankProgress) ProtoMessage() {}
 
 func (x *RankProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +3237,7 @@ func (x *RankProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankProgress.ProtoReflect.Descriptor instead.
 func (*RankProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RankProgress) GetRank() int32 {
@@ -3254,7 +3369,7 @@ type GPUSample struct {
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3381,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3394,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GPUSample) GetIndex() int32 {
@@ -3397,7 +3512,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +3524,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +3537,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -3447,7 +3562,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +3574,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +3587,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
 }
 
 type ReportWorkerExitRequest struct {
@@ -3489,14 +3604,18 @@ type ReportWorkerExitRequest struct {
 	Notes      []string               `protobuf:"bytes,10,rep,name=notes,proto3" json:"notes,omitempty"`
 	// The worker did not exit: it waits in process for the next generation
 	// (in-process recovery). Only sent after its generation ended.
-	Parked        bool `protobuf:"varint,11,opt,name=parked,proto3" json:"parked,omitempty"`
+	Parked bool `protobuf:"varint,11,opt,name=parked,proto3" json:"parked,omitempty"`
+	// Why this failure can only repeat (the program cannot be executed, a
+	// Python import error), when the agent was not asked to retry such
+	// failures; the job then ends unless its generation made progress.
+	Permanent     string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3508,7 +3627,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3521,7 +3640,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -3601,6 +3720,13 @@ func (x *ReportWorkerExitRequest) GetParked() bool {
 	return false
 }
 
+func (x *ReportWorkerExitRequest) GetPermanent() string {
+	if x != nil {
+		return x.Permanent
+	}
+	return ""
+}
+
 type ReportWorkerExitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3609,7 +3735,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3621,7 +3747,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3634,7 +3760,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
 }
 
 type GetJobStatusRequest struct {
@@ -3645,7 +3771,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3657,7 +3783,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3670,7 +3796,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{48}
 }
 
 type NodeStatus struct {
@@ -3684,7 +3810,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +3822,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +3835,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{48}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3751,7 +3877,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3763,7 +3889,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3776,7 +3902,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{49}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -3854,7 +3980,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3866,7 +3992,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3879,7 +4005,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{50}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -4081,7 +4207,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"masterAddr\x12\x1f\n" +
 	"\vmaster_port\x18\a \x01(\x05R\n" +
 	"masterPort\x12#\n" +
-	"\rrestart_count\x18\b \x01(\x05R\frestartCount\"\xac\x02\n" +
+	"\rrestart_count\x18\b \x01(\x05R\frestartCount\"\xcb\x02\n" +
 	"\rWorkerFailure\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x10\n" +
@@ -4097,25 +4223,39 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"xid_errors\x18\n" +
 	" \x03(\tR\txidErrors\x12\x14\n" +
-	"\x05notes\x18\v \x03(\tR\x05notes\"~\n" +
+	"\x05notes\x18\v \x03(\tR\x05notes\x12\x1d\n" +
+	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\"~\n" +
 	"\x0fGenerationEnded\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
 	"generation\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x123\n" +
-	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\"\x97\x01\n" +
+	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\"\xda\x01\n" +
+	"\x0eRestartPlanned\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x03R\n" +
+	"generation\x12\x1d\n" +
+	"\n" +
+	"world_size\x18\x02 \x01(\x05R\tworldSize\x123\n" +
+	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12!\n" +
+	"\fmax_attempts\x18\x05 \x01(\x05R\vmaxAttempts\x12\x17\n" +
+	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\"\x97\x01\n" +
 	"\vJobFinished\x12\x1c\n" +
 	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x123\n" +
 	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x80\x03\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xbf\x03\n" +
 	"\x0fGenerationEvent\x129\n" +
 	"\astarted\x18\x01 \x01(\v2\x1d.gotrain.v1.GenerationStartedH\x00R\astarted\x123\n" +
 	"\x05ended\x18\x02 \x01(\v2\x1b.gotrain.v1.GenerationEndedH\x00R\x05ended\x125\n" +
 	"\bfinished\x18\x03 \x01(\v2\x17.gotrain.v1.JobFinishedH\x00R\bfinished\x129\n" +
 	"\bevidence\x18\x04 \x01(\v2\x1b.gotrain.v1.EvidenceRequestH\x00R\bevidence\x122\n" +
 	"\breplicas\x18\x05 \x01(\v2\x14.gotrain.v1.ReplicasH\x00R\breplicas\x12<\n" +
-	"\fhost_replica\x18\a \x01(\v2\x17.gotrain.v1.HostReplicaH\x00R\vhostReplica\x12\x10\n" +
+	"\fhost_replica\x18\a \x01(\v2\x17.gotrain.v1.HostReplicaH\x00R\vhostReplica\x12=\n" +
+	"\n" +
+	"restarting\x18\x8c\x01 \x01(\v2\x1a.gotrain.v1.RestartPlannedH\x00R\n" +
+	"restarting\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seqB\a\n" +
 	"\x05event\"\x99\x01\n" +
 	"\x0fEvidenceRequest\x12\x1d\n" +
@@ -4261,7 +4401,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x15ReportProgressRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
 	"\x05ranks\x18\x02 \x03(\v2\x18.gotrain.v1.RankProgressR\x05ranks\"\x18\n" +
-	"\x16ReportProgressResponse\"\xba\x02\n" +
+	"\x16ReportProgressResponse\"\xd9\x02\n" +
 	"\x17ReportWorkerExitRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\n" +
@@ -4279,7 +4419,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"xid_errors\x18\t \x03(\tR\txidErrors\x12\x14\n" +
 	"\x05notes\x18\n" +
 	" \x03(\tR\x05notes\x12\x16\n" +
-	"\x06parked\x18\v \x01(\bR\x06parked\"\x1a\n" +
+	"\x06parked\x18\v \x01(\bR\x06parked\x12\x1d\n" +
+	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\"\x1a\n" +
 	"\x18ReportWorkerExitResponse\"\x15\n" +
 	"\x13GetJobStatusRequest\"n\n" +
 	"\n" +
@@ -4345,7 +4486,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
@@ -4370,38 +4511,39 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*GenerationStarted)(nil),        // 20: gotrain.v1.GenerationStarted
 	(*WorkerFailure)(nil),            // 21: gotrain.v1.WorkerFailure
 	(*GenerationEnded)(nil),          // 22: gotrain.v1.GenerationEnded
-	(*JobFinished)(nil),              // 23: gotrain.v1.JobFinished
-	(*GenerationEvent)(nil),          // 24: gotrain.v1.GenerationEvent
-	(*EvidenceRequest)(nil),          // 25: gotrain.v1.EvidenceRequest
-	(*Evidence)(nil),                 // 26: gotrain.v1.Evidence
-	(*ReportEvidenceRequest)(nil),    // 27: gotrain.v1.ReportEvidenceRequest
-	(*ReportEvidenceResponse)(nil),   // 28: gotrain.v1.ReportEvidenceResponse
-	(*Culprit)(nil),                  // 29: gotrain.v1.Culprit
-	(*HangVerdict)(nil),              // 30: gotrain.v1.HangVerdict
-	(*DiagnoseRequest)(nil),          // 31: gotrain.v1.DiagnoseRequest
-	(*DiagnoseResponse)(nil),         // 32: gotrain.v1.DiagnoseResponse
-	(*KVPutRequest)(nil),             // 33: gotrain.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 34: gotrain.v1.KVPutResponse
-	(*KVGetRequest)(nil),             // 35: gotrain.v1.KVGetRequest
-	(*KVGetResponse)(nil),            // 36: gotrain.v1.KVGetResponse
-	(*BarrierRequest)(nil),           // 37: gotrain.v1.BarrierRequest
-	(*BarrierResponse)(nil),          // 38: gotrain.v1.BarrierResponse
-	(*CommProgress)(nil),             // 39: gotrain.v1.CommProgress
-	(*Collective)(nil),               // 40: gotrain.v1.Collective
-	(*RankProgress)(nil),             // 41: gotrain.v1.RankProgress
-	(*GPUSample)(nil),                // 42: gotrain.v1.GPUSample
-	(*ReportProgressRequest)(nil),    // 43: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 44: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 45: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 46: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 47: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 48: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 49: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 50: gotrain.v1.JobStatus
+	(*RestartPlanned)(nil),           // 23: gotrain.v1.RestartPlanned
+	(*JobFinished)(nil),              // 24: gotrain.v1.JobFinished
+	(*GenerationEvent)(nil),          // 25: gotrain.v1.GenerationEvent
+	(*EvidenceRequest)(nil),          // 26: gotrain.v1.EvidenceRequest
+	(*Evidence)(nil),                 // 27: gotrain.v1.Evidence
+	(*ReportEvidenceRequest)(nil),    // 28: gotrain.v1.ReportEvidenceRequest
+	(*ReportEvidenceResponse)(nil),   // 29: gotrain.v1.ReportEvidenceResponse
+	(*Culprit)(nil),                  // 30: gotrain.v1.Culprit
+	(*HangVerdict)(nil),              // 31: gotrain.v1.HangVerdict
+	(*DiagnoseRequest)(nil),          // 32: gotrain.v1.DiagnoseRequest
+	(*DiagnoseResponse)(nil),         // 33: gotrain.v1.DiagnoseResponse
+	(*KVPutRequest)(nil),             // 34: gotrain.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 35: gotrain.v1.KVPutResponse
+	(*KVGetRequest)(nil),             // 36: gotrain.v1.KVGetRequest
+	(*KVGetResponse)(nil),            // 37: gotrain.v1.KVGetResponse
+	(*BarrierRequest)(nil),           // 38: gotrain.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 39: gotrain.v1.BarrierResponse
+	(*CommProgress)(nil),             // 40: gotrain.v1.CommProgress
+	(*Collective)(nil),               // 41: gotrain.v1.Collective
+	(*RankProgress)(nil),             // 42: gotrain.v1.RankProgress
+	(*GPUSample)(nil),                // 43: gotrain.v1.GPUSample
+	(*ReportProgressRequest)(nil),    // 44: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 45: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 46: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 47: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 48: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 49: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 50: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 51: gotrain.v1.JobStatus
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
-	41, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
+	42, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
 	1,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
 	22, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
 	20, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
@@ -4414,70 +4556,72 @@ var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	10, // 11: gotrain.v1.JoinRequest.settings:type_name -> gotrain.v1.JobSettings
 	19, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
 	21, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
-	21, // 14: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
-	20, // 15: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
-	22, // 16: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
-	23, // 17: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
-	25, // 18: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
-	18, // 19: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
-	17, // 20: gotrain.v1.GenerationEvent.host_replica:type_name -> gotrain.v1.HostReplica
-	30, // 21: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
-	26, // 22: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
-	40, // 23: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
-	40, // 24: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
-	29, // 25: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
-	26, // 26: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	50, // 27: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
-	30, // 28: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
-	40, // 29: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
-	39, // 30: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	42, // 31: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
-	41, // 32: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	8,  // 33: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	41, // 34: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	48, // 35: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	49, // 36: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	21, // 37: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	30, // 38: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	9,  // 39: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	12, // 40: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	33, // 41: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	35, // 42: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	37, // 43: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	43, // 44: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	45, // 45: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	47, // 46: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	27, // 47: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	31, // 48: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	13, // 49: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
-	15, // 50: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
-	33, // 51: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	35, // 52: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	37, // 53: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	43, // 54: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 55: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	11, // 56: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	24, // 57: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	34, // 58: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	36, // 59: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	38, // 60: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	44, // 61: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	46, // 62: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	50, // 63: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	28, // 64: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	32, // 65: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	14, // 66: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
-	16, // 67: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
-	34, // 68: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	36, // 69: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	38, // 70: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	44, // 71: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	6,  // 72: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	56, // [56:73] is the sub-list for method output_type
-	39, // [39:56] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	21, // 14: gotrain.v1.RestartPlanned.failure:type_name -> gotrain.v1.WorkerFailure
+	21, // 15: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
+	20, // 16: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
+	22, // 17: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
+	24, // 18: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
+	26, // 19: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
+	18, // 20: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
+	17, // 21: gotrain.v1.GenerationEvent.host_replica:type_name -> gotrain.v1.HostReplica
+	23, // 22: gotrain.v1.GenerationEvent.restarting:type_name -> gotrain.v1.RestartPlanned
+	31, // 23: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
+	27, // 24: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
+	41, // 25: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
+	41, // 26: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
+	30, // 27: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
+	27, // 28: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
+	51, // 29: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	31, // 30: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	41, // 31: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	40, // 32: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	43, // 33: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	42, // 34: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	8,  // 35: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	42, // 36: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	49, // 37: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	50, // 38: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	21, // 39: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	31, // 40: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	9,  // 41: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	12, // 42: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	34, // 43: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	36, // 44: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	38, // 45: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	44, // 46: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	46, // 47: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	48, // 48: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	28, // 49: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	32, // 50: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	13, // 51: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
+	15, // 52: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
+	34, // 53: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	36, // 54: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	38, // 55: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	44, // 56: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 57: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	11, // 58: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	25, // 59: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	35, // 60: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	37, // 61: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	39, // 62: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	45, // 63: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	47, // 64: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	51, // 65: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	29, // 66: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	33, // 67: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	14, // 68: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	16, // 69: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
+	35, // 70: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	37, // 71: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	39, // 72: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	45, // 73: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	6,  // 74: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	58, // [58:75] is the sub-list for method output_type
+	41, // [41:58] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -4497,13 +4641,14 @@ func file_gotrain_v1_gotrain_proto_init() {
 	}
 	file_gotrain_v1_gotrain_proto_msgTypes[8].OneofWrappers = []any{}
 	file_gotrain_v1_gotrain_proto_msgTypes[10].OneofWrappers = []any{}
-	file_gotrain_v1_gotrain_proto_msgTypes[24].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[25].OneofWrappers = []any{
 		(*GenerationEvent_Started)(nil),
 		(*GenerationEvent_Ended)(nil),
 		(*GenerationEvent_Finished)(nil),
 		(*GenerationEvent_Evidence)(nil),
 		(*GenerationEvent_Replicas)(nil),
 		(*GenerationEvent_HostReplica)(nil),
+		(*GenerationEvent_Restarting)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4511,7 +4656,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,48 @@
+package coordinator
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A one-node job's agent that goes away (Ctrl-C: its stream ends) is no
+// warning; a node of several that does is.
+func TestOneNodeStreamEndIsNoWarning(t *testing.T) {
+	for _, tc := range []struct {
+		nodes int
+		level string
+	}{{1, "level=INFO"}, {2, "level=WARN"}} {
+		logs := &logBuffer{}
+		_, addr := startBounded(t, Config{Nodes: tc.nodes, NodeTimeout: time.Minute}, func(s *Server) {
+			s.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		})
+		var agents []*agent
+		for i := range tc.nodes {
+			agents = append(agents, join(t, newClient(t, addr), "host-"+string(rune('a'+i)), "10.0.0.1", 1, 2222))
+		}
+		ctx, cancel := context.WithCancel(rpcCtx(t))
+		stream := agents[0].watch(ctx)
+		if _, err := stream.Recv(); err != nil { // started
+			t.Fatal(err)
+		}
+		cancel()
+		var line string
+		deadline := time.Now().Add(rpcTimeout)
+		for line == "" && time.Now().Before(deadline) {
+			logs.mu.Lock()
+			for _, l := range strings.Split(logs.buf.String(), "\n") {
+				if strings.Contains(l, `msg="node unreachable"`) {
+					line = l
+				}
+			}
+			logs.mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !strings.Contains(line, tc.level) {
+			t.Errorf("--nnodes %d: the stream's end logs %q, want %s", tc.nodes, line, tc.level)
+		}
+	}
+}
