@@ -140,7 +140,10 @@ type outbox struct {
 	closed   bool   // the job finished; end the stream once events are sent
 	attached bool   // a watch stream serves this outbox
 	stream   uint64 // the number of the latest watch stream; an older one ends
-	lost     string // the node was lost: end the stream with this
+	// agentStream is the agent's own number of the stream served
+	// (WatchGenerationsRequest.stream): one numbered lower is stale.
+	agentStream uint64
+	lost        string // the node was lost: end the stream with this
 	// gossipDown: gossip finds the node dead; unreachable: the machine was
 	// told so (reach.go).
 	gossipDown, unreachable bool
@@ -484,7 +487,15 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 	}
 	// A new stream replaces an older one, which may not know yet that its
 	// connection is gone (a blip): the agent reconnects within its node
-	// timeout.
+	// timeout. Streams of one agent may arrive out of order (one queued in
+	// a partition, delivered after the one the agent opened since, on
+	// another connection): by the agent's numbers, the newest wins.
+	if n := req.GetStream(); n != 0 && n < o.agentStream {
+		served := o.agentStream
+		s.mu.Unlock()
+		return superseded(id, n, served)
+	}
+	o.agentStream = max(o.agentStream, req.GetStream())
 	o.stream++
 	my := o.stream
 	o.attached = true
@@ -513,8 +524,9 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 		// job's last words (finished) must reach the agents.
 		s.mu.Lock()
 		if o.stream != my {
+			served := o.agentStream
 			s.mu.Unlock()
-			return status.Errorf(codes.Aborted, "node %q opened a newer watch stream", id)
+			return superseded(id, req.GetStream(), served)
 		}
 		if s.rs.term != term && !s.m.Finished() {
 			// This replica stopped leading: the agent goes on at the new
@@ -557,6 +569,13 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 		case <-s.rs.stepDown(term):
 		}
 	}
+}
+
+// superseded ends watch stream n of node id, which its stream served
+// replaces: ALREADY_EXISTS, which the agent takes as a blip (its newer
+// stream goes on), never Aborted, which ends its contact for good.
+func superseded(id string, n, served uint64) error {
+	return status.Errorf(codes.AlreadyExists, "superseded: node %q opened a newer watch stream (its stream %d is served; this is %d)", id, served, n)
 }
 
 // streamEnded detaches o from node id's stream number my (unless a newer

@@ -598,12 +598,13 @@ func TestCallerMistakes(t *testing.T) {
 		t.Fatalf("first event = %v, %v", ev, err)
 	}
 	// A second stream of the node replaces the first (an agent reconnecting
-	// after a blip), which ends.
+	// after a blip), which ends, superseded (not Aborted: that would end
+	// the agent's contact).
 	if _, err := c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.id}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = stream.Recv()
-	wantCode(t, "the replaced stream", err, codes.Aborted)
+	wantCode(t, "the replaced stream", err, codes.AlreadyExists)
 	unknown, err := c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: "nope"})
 	if err == nil {
 		_, err = unknown.Recv()
@@ -718,5 +719,63 @@ func TestNewValidates(t *testing.T) {
 		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", cfg, err)
 		}
+	}
+}
+
+// TestNewerWatchStreamWins: streams of one node that reach the coordinator
+// out of order (one queued in a partition arrives after the one its agent
+// opened since) never end the newer: a stale stream is refused, and a
+// newer one supersedes the one served, which ends with ALREADY_EXISTS (a
+// blip to the agent, never Aborted, which ends its contact); the node
+// stays in the job throughout.
+func TestNewerWatchStreamWins(t *testing.T) {
+	srv, addr := startServer(t, Config{Nodes: 1, NodeTimeout: time.Hour}, testHooks{})
+	ctx := rpcCtx(t)
+	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 1, 2222)
+	open := func(n uint64) grpc.ServerStreamingClient[gotrainv1.GenerationEvent] {
+		t.Helper()
+		s, err := a.c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.id, Stream: n})
+		if err != nil {
+			t.Fatalf("watch stream %d: %v", n, err)
+		}
+		if ev, err := s.Recv(); err != nil || ev.GetStarted() == nil {
+			t.Fatalf("watch stream %d: first event %v, %v; want started", n, ev, err)
+		}
+		return s
+	}
+	// In order: stream 2 supersedes stream 1.
+	s1 := open(1)
+	s2 := open(2)
+	if _, err := s1.Recv(); status.Code(err) != codes.AlreadyExists || !strings.Contains(status.Convert(err).Message(), "superseded") {
+		t.Errorf("stream 1 after stream 2 opened: %v; want AlreadyExists, superseded", err)
+	}
+	// Out of order: stream 3 first, then the late stream 2' (numbered 2
+	// again, as if queued): refused, and stream 3 goes on.
+	s3 := open(3)
+	if _, err := s2.Recv(); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("stream 2 after stream 3 opened: %v; want AlreadyExists", err)
+	}
+	late, err := a.c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.id, Stream: 2})
+	if err == nil {
+		_, err = late.Recv()
+	}
+	if status.Code(err) != codes.AlreadyExists {
+		t.Errorf("a late stream 2 while stream 3 is served: %v; want AlreadyExists", err)
+	}
+	// Stream 3 still gets the job's events: its end.
+	if _, err := srv.ReportWorkerExit(ctx, &gotrainv1.ReportWorkerExitRequest{NodeId: a.id, Generation: 0, Rank: 0}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := s3.Recv()
+		if err != nil {
+			t.Fatalf("stream 3 ended before the job's end: %v", err)
+		}
+		if ev.GetFinished() != nil {
+			break
+		}
+	}
+	if !srv.HasNode(a.id) && !srv.Result().GetSucceeded() {
+		t.Errorf("the node was lost to the stream races: %v", srv.Result())
 	}
 }
