@@ -39,18 +39,34 @@ func (s *Server) reachability(id string, o *outbox, why string) {
 	reachable := o.attached && !o.gossipDown
 	switch {
 	case reachable && o.unreachable:
-		o.unreachable = false
+		o.unreachable, o.blamed = false, false
 		s.log.Info("node reachable again", "node_id", id)
 		if err := s.step(job.NodeReachable{NodeID: id}); err != nil {
 			s.log.Error("node reachable", "node_id", id, "err", err)
 		}
 	case !reachable && !o.unreachable:
 		o.unreachable = true
-		s.log.Warn("node unreachable", "node_id", id, "reason", why, "lost_after", s.m.Config().NodeTimeout)
+		s.blame(id, o, why)
 		if err := s.step(job.NodeUnreachable{NodeID: id, Reason: why}); err != nil {
 			s.log.Error("node unreachable", "node_id", id, "err", err)
 		}
+	case !reachable && o.gossipDown && !o.blamed:
+		s.blame(id, o, why) // its peers agree now
 	}
+}
+
+// blame logs that node id is out of contact. A node is named as
+// unreachable (a warning) only once its peers agree: gossip finds it dead
+// too, or the job does not gossip. Until then only this coordinator lost
+// its stream — a blip on the way, or this replica cut off — and the line
+// says so, as information. s.mu is held.
+func (s *Server) blame(id string, o *outbox, why string) {
+	if o.gossipDown || s.gossip == nil {
+		o.blamed = true
+		s.log.Warn("node unreachable", "node_id", id, "reason", why, "lost_after", s.m.Config().NodeTimeout)
+		return
+	}
+	s.log.Info("node out of contact with this coordinator; its peers still hear it", "node_id", id, "reason", why, "lost_after", s.m.Config().NodeTimeout)
 }
 
 // gossipDead: gossip finds node ev.NodeID dead. It is unreachable until

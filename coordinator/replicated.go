@@ -97,6 +97,7 @@ type replState struct {
 	hostOf     map[string]string // embedded: each replica's node (by gRPC address)
 	history    []logged          // every entry applied, for snapshots
 	ownConfig  job.Config        // this replica's own configuration
+	hosted     bool              // started at the leader's request (ReplicaConfig.Hosted)
 }
 
 // logged is an applied entry kept for snapshots: its kind and node let
@@ -138,6 +139,10 @@ type ReplicaConfig struct {
 	// Want is how many replicas the embedded coordinator asks joining
 	// nodes to host (itself included); 0 or 1: none.
 	Want int
+	// Hosted: the replica was started on a joining node at the leader's
+	// request; its own job settings are that node's flags, not the job's,
+	// and differing from the leader's is no news.
+	Hosted bool
 }
 
 // FSM returns the server as Raft's state machine (package replica); start
@@ -149,6 +154,7 @@ func (s *Server) UseReplica(n *replica.Node, rc ReplicaConfig) {
 	s.mu.Lock()
 	s.repl = n
 	s.rs.ownConfig = s.m.Config()
+	s.rs.hosted = rc.Hosted
 	s.rs.down = make(chan struct{})
 	s.proposals = newProposalQueue()
 	s.mu.Unlock()
@@ -231,7 +237,7 @@ func (s *Server) applyConfig(c configEntry) error {
 	}
 	s.m, s.rs.configured = m, true
 	s.rs.peers, s.rs.want = slices.Clone(c.Peers), c.Want
-	if c.Job != s.rs.ownConfig {
+	if c.Job != s.rs.ownConfig && !s.rs.hosted {
 		s.log.Warn("this replica's job settings differ from the leader's; the leader's hold", "leader", fmt.Sprintf("%+v", c.Job))
 	}
 	return nil

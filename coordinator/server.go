@@ -147,6 +147,7 @@ type outbox struct {
 	// gossipDown: gossip finds the node dead; unreachable: the machine was
 	// told so (reach.go).
 	gossipDown, unreachable bool
+	blamed                  bool // logged as unreachable, its peers agreeing (reach.go)
 	wake                    chan struct{}
 }
 

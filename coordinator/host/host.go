@@ -170,6 +170,7 @@ type Coordinator struct {
 // until ctx is done or Stop. The goroutines it starts are all joined by
 // Stop. On error nothing is left running.
 func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
+	runIDGiven := cfg.RunID != ""
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -178,6 +179,10 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	ca, srvCert, pin, err := cfg.credentials() // tls.go
 	if err != nil {
 		return nil, err
+	}
+	if !runIDGiven && len(cfg.Peers) > 1 {
+		// Standalone replicas start apart: each would make its own.
+		cfg.RunID = replicasRunID(ca)
 	}
 	srv, err := coordinator.New(coordinator.Config{
 		TLS: jobtls.ServerConfig(srvCert, ca), CA: ca,

@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gotrain/gotrain/coordinator"
@@ -34,6 +35,15 @@ const caName = "replicated"
 // derives from the job token (a caller that hands its hash out before the
 // coordinator starts, as under Slurm, makes it so too).
 func DeriveJobCA(token string) (*jobtls.CA, error) { return jobtls.DeriveCA(token, caName) }
+
+// replicasRunID is the run id of a replica set started apart (standalone,
+// --peers) without --run-id: every replica derives the same CA from the
+// token, so its public hash, which the join hint prints anyway, names the
+// job alike on every replica and tells nothing more of the token.
+func replicasRunID(ca *jobtls.CA) string {
+	h := strings.TrimPrefix(ca.Hash(), "sha256:")
+	return "gotrain-" + h[:min(8, len(h))]
+}
 
 // replicated says whether cfg runs a replica of a replicated coordinator.
 func (c Config) replicated() bool {
@@ -148,7 +158,7 @@ func (c *Coordinator) startReplica(srv *coordinator.Server) error {
 		return err
 	}
 	c.replica = n
-	srv.UseReplica(n, coordinator.ReplicaConfig{Peers: c.cfg.Peers, Want: c.cfg.Replicas})
+	srv.UseReplica(n, coordinator.ReplicaConfig{Peers: c.cfg.Peers, Want: c.cfg.Replicas, Hosted: c.cfg.JoinReplica})
 	return nil
 }
 

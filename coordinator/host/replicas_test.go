@@ -165,6 +165,12 @@ func (r *replicaClient) next(t *testing.T, ctx context.Context) *gotrainv1.Gener
 // count 0.
 func TestReplicatedLeaderLoss(t *testing.T) {
 	peers, cs := startReplicas(t, 3, 2)
+	// Replicas started apart without --run-id name the job alike.
+	for _, c := range cs[1:] {
+		if got, want := c.Config().RunID, cs[0].Config().RunID; got != want || !strings.HasPrefix(got, "gotrain-") {
+			t.Errorf("run ids %q and %q: want one run id per job, gotrain-...", got, want)
+		}
+	}
 	a, b := joinReplicas(t, peers, "host-a"), joinReplicas(t, peers, "host-b")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*rpcTimeout)
 	defer cancel()
