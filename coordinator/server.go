@@ -116,6 +116,8 @@ type Server struct {
 	repl      *replica.Node
 	rs        replState
 	proposals *proposalQueue
+	// aq: the agents this replica hears while it leads (agentquorum.go).
+	aq agentQuorum
 
 	hooks testHooks
 }
@@ -291,6 +293,7 @@ func (s *Server) tick(ctx context.Context) {
 			if err := s.step(job.Tick{}); err != nil {
 				s.log.Error("tick", "err", err)
 			}
+			s.checkAgentQuorum() // agentquorum.go
 			s.mu.Unlock()
 		}
 	}
@@ -710,6 +713,9 @@ func (s *Server) cancelWaiter(w uint64) {
 
 // ReportProgress stores the progress of a node's ranks.
 func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgressRequest) (*gotrainv1.ReportProgressResponse, error) {
+	s.mu.Lock()
+	s.heartbeat(req.GetNodeId()) // agentquorum.go
+	s.mu.Unlock()
 	ev := job.ProgressReported{NodeID: req.GetNodeId()}
 	for _, p := range req.GetRanks() {
 		ev.Ranks = append(ev.Ranks, progressFromProto(p))
