@@ -18,6 +18,28 @@ import (
 // chaos says whether the whole battery runs (bench/cluster_faults.sh).
 func chaos() bool { return os.Getenv("GOTRAIN_CHAOS") != "" }
 
+// chaosLine logs a scenario's timings for bench/cluster_faults.sh: from
+// the fault to its detection (the coordinator's first word on it) and to
+// the recovery (the job served again); zero when not seen.
+func chaosLine(t *testing.T, detect, recover time.Duration) {
+	t.Helper()
+	d := func(v time.Duration) string {
+		if v <= 0 {
+			return "-"
+		}
+		return v.Round(time.Millisecond).String()
+	}
+	t.Logf("CHAOS scenario=%s detect=%s recover=%s", t.Name(), d(detect), d(recover))
+}
+
+// since is t - from, or 0 when t is zero.
+func since(from, t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Sub(from)
+}
+
 // outOfContactMsg is the coordinator's line for a node whose stream it
 // lost while gossip still hears it.
 const outOfContactMsg = "node out of contact with this coordinator; its peers still hear it"
@@ -144,6 +166,7 @@ func rideOut(t *testing.T, d time.Duration, fault blip, hosting bool) {
 		t.Logf("TIMING blip %s %s %s: unreachable %v after the cut; reachable again %v after the heal",
 			d, fault.name, victim.Name, unreach.Sub(cut).Round(time.Millisecond), back.Sub(healed).Round(time.Millisecond))
 	}
+	chaosLine(t, since(cut, unreach), since(healed, back))
 	if t.Failed() {
 		t.Log(j.c.Dump())
 	}
@@ -212,10 +235,63 @@ func twoReplicaHostsLost(t *testing.T, withLeader bool) {
 	}
 	// Timing from the first survivor's own log: the 3-node generation.
 	s := (&job{agents: survivors[:1]})
-	if at := s.generationAfter(3, killed); !at.IsZero() {
+	at := s.generationAfter(3, killed)
+	if !at.IsZero() {
 		t.Logf("TIMING two replica hosts lost (%s, %s): the 3-node generation started %v after the SIGKILLs", victims[0].Name, victims[1].Name, at.Sub(killed).Round(time.Millisecond))
 	}
+	var lost time.Time
+	for _, p := range survivors {
+		for _, l := range lines(p, "node lost") {
+			if l.at.After(killed) && (lost.IsZero() || l.at.Before(lost)) {
+				lost = l.at
+			}
+		}
+	}
+	chaosLine(t, since(killed, lost), since(killed, at))
 	if t.Failed() {
 		t.Log(j.c.Dump())
+	}
+}
+
+// handOverMsg is what a leader that the agents do not reach logs.
+const handOverMsg = "the agents do not reach this coordinator replica: handing the lead to another replica"
+
+// TestLeaderCutOffFromAgents: three standalone replicas serve a 2-node
+// MNIST job; the leader's host drops the agents' gRPC traffic only (its
+// gRPC port; Raft and gossip flow, so the replicas still hear their
+// leader and no election happens by itself): the leader, no longer hearing
+// the agents, hands the lead over; every agent's stream resumes at the new
+// leader and the job finishes with one generation and ranks that agree.
+func TestLeaderCutOffFromAgents(t *testing.T) {
+	t.Parallel()
+	r := startReplicatedJob(t, 2, []string{"--verbose", "--max-restarts", "0"}, replicatedMNIST()...)
+	r.running(t)
+	old, _ := r.leader()
+	cut := time.Now()
+	if out, err := old.Host.Exec("iptables", "-A", "INPUT", "-p", "tcp", "--dport", replicaPort, "-j", "DROP"); err != nil {
+		t.Fatalf("drop the agents' traffic on %s: %v: %s", old.Host.Name, err, out)
+	}
+	nl := r.waitNewLeader(t, old)
+	led := lines(nl, leadsMsg)
+	served := resumedAt(nl, len(r.agents), cut, time.Minute)
+	if served.IsZero() {
+		t.Errorf("the new leader on %s logged no resumed watch stream for every agent:\n%s", nl.Host.Name, tail(nl.Stderr(), 20))
+	} else {
+		t.Logf("TIMING agent-only cut of the leader (%s): a new leader (%s) %v after the cut; every agent's stream resumed there %v after it",
+			old.Host.Name, nl.Host.Name, led[len(led)-1].at.Sub(cut).Round(time.Millisecond), served.Sub(cut).Round(time.Millisecond))
+	}
+	var handed time.Time
+	for _, l := range lines(old, handOverMsg) {
+		if l.at.After(cut) {
+			handed = l.at
+			break
+		}
+	}
+	chaosLine(t, since(cut, handed), since(cut, served))
+	r.finishesOnOneGeneration(t, "after the leader was cut off from the agents")
+	old.Host.Heal()
+	r.replicasExit(t, nil)
+	if t.Failed() {
+		t.Log(r.c.Dump())
 	}
 }
