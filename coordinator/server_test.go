@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -778,4 +780,39 @@ func TestNewerWatchStreamWins(t *testing.T) {
 	if !srv.HasNode(a.id) && !srv.Result().GetSucceeded() {
 		t.Errorf("the node was lost to the stream races: %v", srv.Result())
 	}
+}
+
+// TestBlameOnceGossipAgrees: a node whose stream this coordinator lost
+// while gossip still hears it is not named unreachable (a warning) — only
+// an information line says so; once gossip finds it dead too, it is.
+func TestBlameOnceGossipAgrees(t *testing.T) {
+	logs := &logBuffer{}
+	srv, addr := startServer(t, Config{Nodes: 2, NodeTimeout: time.Hour}, testHooks{})
+	srv.mu.Lock()
+	srv.gossip = &gossipEvents{s: srv, now: time.Now}
+	srv.log = slog.New(slog.NewTextHandler(logs, nil))
+	srv.mu.Unlock()
+	ctx := rpcCtx(t)
+	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 1, 2222)
+	b := join(t, newClient(t, addr), "host-b", "10.0.0.2", 1, 1111)
+	as := a.watch(ctx)
+	bctx, breakStream := context.WithCancel(ctx)
+	bs := b.watch(bctx)
+	for _, s := range []grpc.ServerStreamingClient[gotrainv1.GenerationEvent]{as, bs} {
+		if ev, err := s.Recv(); err != nil || ev.GetStarted() == nil {
+			t.Fatalf("first event = %v, %v; want started", ev, err)
+		}
+	}
+	breakStream()
+	logged := func(what string) bool {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		return strings.Contains(logs.buf.String(), what)
+	}
+	waitFor(t, "the out-of-contact line", func() bool { return logged(`msg="node out of contact with this coordinator; its peers still hear it" node_id=` + b.id) })
+	if logged(`msg="node unreachable"`) {
+		t.Errorf("host-b named unreachable while gossip still hears it")
+	}
+	srv.gossipDead(job.NodeLost{NodeID: b.id, Reason: "gossip: no answer"})
+	waitFor(t, "the unreachable warning", func() bool { return logged(`level=WARN msg="node unreachable" node_id=` + b.id) })
 }
