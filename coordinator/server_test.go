@@ -809,7 +809,9 @@ func TestBlameOnceGossipAgrees(t *testing.T) {
 		defer logs.mu.Unlock()
 		return strings.Contains(logs.buf.String(), what)
 	}
-	waitFor(t, "the out-of-contact line", func() bool { return logged(`msg="node out of contact with this coordinator; its peers still hear it" node_id=` + b.id) })
+	waitFor(t, "the out-of-contact line", func() bool {
+		return logged(`msg="node out of contact with this coordinator; its peers still hear it" node_id=` + b.id)
+	})
 	if logged(`msg="node unreachable"`) {
 		t.Errorf("host-b named unreachable while gossip still hears it")
 	}
