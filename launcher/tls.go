@@ -51,11 +51,12 @@ func dial(addr string, trust jobtls.Trust, tok string, cert *tls.Certificate) (*
 // a connection attempt lasts 20 s: a joiner started before its
 // coordinator joined 11–16 s after it listened, and a node cut off for
 // less than the node timeout could miss its deadline to reconnect. At most
-// a second between attempts, each given a few seconds (a TLS handshake on
-// a loaded machine), so that a healed network is found within ~2 s.
+// a second between attempts, each given 5 s (a TCP and TLS handshake on a
+// loaded machine: 3 s failed every attempt at a load of 35 on 2 cores), so
+// that a healed network is found within a few seconds.
 var connectParams = grpc.ConnectParams{
 	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-	MinConnectTimeout: 3 * time.Second,
+	MinConnectTimeout: 5 * time.Second,
 }
 
 // notVerified says whether err is a coordinator that failed verification
