@@ -45,6 +45,7 @@ type entry struct {
 	Time        time.Time
 	Event       job.Event
 	Join        []byte // a JoinRequest without its CSR
+	JoinCSR     []byte // the CSR's SHA-256: a retried Join repeats it (joinKey)
 	KV          *kvEntry
 	Config      *configEntry
 	Replica     string // a replica's gRPC address, added to the set
@@ -210,7 +211,7 @@ func (s *Server) applyEntry(now time.Time, e entry) applied {
 		}
 		return applied{}
 	case e.Join != nil:
-		r, err := s.applyJoin(now, e.Join)
+		r, err := s.applyJoin(now, e.Join, e.JoinCSR)
 		return applied{v: r, err: err}
 	case e.KV != nil:
 		if err := s.store(e.KV.Key).Put(e.KV.Key, e.KV.Value); err != nil {
@@ -384,7 +385,7 @@ func (f *serverFSM) Restore(b []byte) error {
 		s.mu.Unlock()
 		return err
 	}
-	s.m, s.nodeSeq, s.outboxes = m, 0, map[string]*outbox{}
+	s.m, s.nodeSeq, s.outboxes, s.joinKeys = m, 0, map[string]*outbox{}, nil
 	s.kv.Reset()
 	s.comm.Reset()
 	s.limits.joined = nil

@@ -2,12 +2,15 @@ package coordinator
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,6 +97,7 @@ type Server struct {
 	m         *job.Machine
 	serving   bool
 	nodeSeq   int
+	joinKeys  map[string]string  // joinKey -> node id: a Join retried is the same node
 	outboxes  map[string]*outbox // per node present: events for its watch stream
 	waiters   map[uint64]chan error
 	waiterSeq uint64
@@ -413,7 +417,8 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "join: %v", err)
 	}
-	r, err := s.commit(entry{Join: b})
+	csr := sha256.Sum256(req.GetCsr())
+	r, err := s.commit(entry{Join: b, JoinCSR: csr[:]})
 	if err != nil {
 		return nil, err
 	}
@@ -440,10 +445,20 @@ type joinResult struct {
 
 // applyJoin joins the node of req (a JoinRequest without its CSR). Every
 // replica runs it, in the log's order. s.mu is held.
-func (s *Server) applyJoin(now time.Time, b []byte) (joinResult, error) {
+func (s *Server) applyJoin(now time.Time, b, csr []byte) (joinResult, error) {
 	req := &gotrainv1.JoinRequest{}
 	if err := proto.Unmarshal(b, req); err != nil {
 		return joinResult{}, status.Errorf(codes.InvalidArgument, "join: %v", err)
+	}
+	key := joinKey(req, csr)
+	if id, ok := s.joinKeys[key]; ok && s.m.HasNode(id) {
+		// The same agent's Join again: its answer was lost (a leader
+		// change after the commit, a connection that broke). It is the
+		// same node, not one more, which a job at its size would refuse.
+		warnings, _ := checkSettings(s.m.Config(), req.GetSettings())
+		s.log.Info("node joined again (its agent did not get the answer)", "node_id", id)
+		hosting := slices.Contains(slices.Collect(maps.Values(s.rs.hostOf)), id)
+		return joinResult{id: id, warnings: warnings, hostReplica: slices.Contains(s.rs.asked, id) && !hosting}, nil
 	}
 	if err := s.checkJoin(req); err != nil { // limits.go
 		s.log.Warn("join rejected", "err", err)
@@ -466,11 +481,24 @@ func (s *Server) applyJoin(now time.Time, b []byte) (joinResult, error) {
 		return joinResult{}, grpcError(err)
 	}
 	s.outboxes[id] = newOutbox() // before apply: the start may include this node
+	if s.joinKeys == nil {
+		s.joinKeys = map[string]string{}
+	}
+	s.joinKeys[key] = id
 	s.joinedNode(id, req)
 	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
 	s.apply(acts)
 	s.tickOnDeadline()
 	return joinResult{id: id, warnings: warnings, hostReplica: s.askReplica(id, info.Address)}, nil // replicated.go
+}
+
+// joinKey identifies the agent process behind a Join: its host, address,
+// pid, the port it offered and its CSR's hash (csr), which a retry of the
+// same Join repeats; only the holder of the CSR's key can use the node
+// certificate that the retry gets.
+func joinKey(req *gotrainv1.JoinRequest, csr []byte) string {
+	n := req.GetNode()
+	return fmt.Sprintf("%s|%s|%d|%d|%x", n.GetHostname(), n.GetAddress(), n.GetAgentPid(), n.GetFreePort(), csr)
 }
 
 // WatchGenerations streams the node's generation events. The stream is the

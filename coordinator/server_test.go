@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/internal/token"
@@ -817,4 +818,31 @@ func TestBlameOnceGossipAgrees(t *testing.T) {
 	}
 	srv.gossipDead(job.NodeLost{NodeID: b.id, Reason: "gossip: no answer"})
 	waitFor(t, "the unreachable warning", func() bool { return logged(`level=WARN msg="node unreachable" node_id=` + b.id) })
+}
+
+// TestJoinRetriedIsOneNode: an agent whose Join answer was lost (a leader
+// change after the commit) joins again with the same request: it gets the
+// same node id, and a job at its size does not refuse it; another agent
+// (another pid) on the same host is another node.
+func TestJoinRetriedIsOneNode(t *testing.T) {
+	srv, addr := startServer(t, Config{Nodes: 2, NodeTimeout: time.Hour}, testHooks{})
+	c := newClient(t, addr)
+	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{Hostname: "host-a", Address: "10.0.0.1", Nproc: 1, AgentPid: 4000, FreePort: 2222}}
+	first, err := c.Join(rpcCtx(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Join(rpcCtx(t), req)
+	if err != nil || again.GetNodeId() != first.GetNodeId() {
+		t.Fatalf("the same Join again: %v, %v; want node %s again", again.GetNodeId(), err, first.GetNodeId())
+	}
+	other := proto.CloneOf(req)
+	other.Node.AgentPid = 4001
+	second, err := c.Join(rpcCtx(t), other)
+	if err != nil || second.GetNodeId() == first.GetNodeId() {
+		t.Fatalf("another agent on host-a: %v, %v; want a node of its own", second.GetNodeId(), err)
+	}
+	if st, _ := srv.GetJobStatus(rpcCtx(t), &gotrainv1.GetJobStatusRequest{}); len(st.GetNodes()) != 2 {
+		t.Errorf("the job has %d nodes, want 2", len(st.GetNodes()))
+	}
 }
