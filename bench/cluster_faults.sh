@@ -100,7 +100,7 @@ if chaos:
         rec = [dur(r) for c, _, r in chaos if c == n and r != "-"]
         print(f"| {n} | {len(runs)} | {runs.count('PASS')} | {mmm(det)} | {mmm(rec)} |")
 never = raw.count("never found node3 unreachable")
-blips = len(re.findall(r"--- (?:PASS|FAIL): TestBlip", raw))
+blips = len(re.findall(r"--- (?:PASS|FAIL): TestBlip \(", raw))
 if blips:
     print()
     print(f"TestBlip: the coordinator logged node3 unreachable during the 2 s blip in {blips - never} of {blips} runs (and rode it out when the test passed).")
