@@ -159,8 +159,8 @@ type Conn struct {
 	// retired are connections dropped after a probe got no answer, each
 	// with the timer that closes it (redial).
 	retired map[*grpc.ClientConn]*time.Timer
-	heard  map[string]ReplicaState // the last outcome of a call at each address
-	closed bool
+	heard   map[string]ReplicaState // the last outcome of a call at each address
+	closed  bool
 }
 
 var _ grpc.ClientConnInterface = (*Conn)(nil)
