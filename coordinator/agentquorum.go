@@ -12,8 +12,8 @@ import (
 // its host) keeps leading, the followers keep naming it, and the agents
 // bounce between replicas until they cut themselves off. So the leader
 // also counts the agents' heartbeats (ReportProgress, one a second from
-// every agent): when a majority of the nodes it heard while it leads has
-// not been heard from for agentQuorumTimeout, it hands the lead to another
+// every agent): when a majority of the nodes that heartbeat has not been
+// heard here for agentQuorumTimeout, it hands the lead to another
 // replica (Raft's leadership transfer, to its most up-to-date follower),
 // which the agents' connections find among the replicas they try. A new
 // leader waits as long before it judges, and one that hands over waits
@@ -31,6 +31,20 @@ type agentQuorum struct {
 	since        time.Time            // this leadership began, or the last hand-over was tried
 	heard        map[string]time.Time // each node's last heartbeat here
 	transferring bool                 // a hand-over is under way
+	// beating: the nodes whose heartbeats are in the log (every replica
+	// knows them): one that never reaches a new leader counts too, so
+	// that a lead that comes back to a replica the agents do not reach
+	// (an election under load) is handed over again.
+	beating map[string]bool
+}
+
+// beat notes, on every replica, that node id heartbeats (its report is in
+// the log). s.mu is held.
+func (q *agentQuorum) beat(id string) {
+	if q.beating == nil {
+		q.beating = map[string]bool{}
+	}
+	q.beating[id] = true
 }
 
 // led starts the count at a new leadership. s.mu is held.
@@ -47,13 +61,18 @@ func (s *Server) heartbeat(id string) {
 	s.aq.heard[id] = s.now()
 }
 
-// unheard are the job's nodes that this leader heard, but not since
-// agentQuorumTimeout before now, in join order; nodes is how many of the
-// job's it heard at all (agents of a version without heartbeats, or not
-// yet started, count for nothing). s.mu is held.
+// unheard are the job's nodes that heartbeat (in the log, or here) but
+// have not been heard here since agentQuorumTimeout before now (a node
+// never heard here counts from when this leadership began), in join
+// order; nodes is how many of the job's heartbeat (agents of a version
+// without heartbeats, or not yet started, count for nothing). s.mu is
+// held.
 func (s *Server) unheard(now time.Time) (silent []string, nodes int) {
 	for id := range s.outboxes {
 		h, ok := s.aq.heard[id]
+		if !ok && s.aq.beating[id] {
+			h, ok = s.aq.since, true
+		}
 		if !ok || !s.m.HasNode(id) {
 			continue
 		}

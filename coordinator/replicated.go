@@ -385,7 +385,7 @@ func (f *serverFSM) Restore(b []byte) error {
 		s.mu.Unlock()
 		return err
 	}
-	s.m, s.nodeSeq, s.outboxes, s.joinKeys = m, 0, map[string]*outbox{}, nil
+	s.m, s.nodeSeq, s.outboxes, s.joinKeys, s.aq.beating = m, 0, map[string]*outbox{}, nil, nil
 	s.kv.Reset()
 	s.comm.Reset()
 	s.limits.joined = nil

@@ -332,6 +332,7 @@ func (s *Server) applyEvent(now time.Time, ev job.Event) error {
 	s.replaceLostReplicas() // replicated.go
 	if p, ok := ev.(job.ProgressReported); ok {
 		s.heardFrom(p.NodeID) // reach.go: a report (a heartbeat when empty) overrules gossip
+		s.aq.beat(p.NodeID)   // agentquorum.go
 	}
 	return nil
 }
