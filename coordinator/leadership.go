@@ -57,6 +57,7 @@ func (s *Server) leadership(leading bool, rc ReplicaConfig) {
 		return
 	}
 	s.rs.newTerm(true)
+	s.aq.led(s.now()) // agentquorum.go
 	term := s.rs.term
 	s.log.Info("coordinator replica leads", "replica", s.repl.ID(), "nodes", len(s.outboxes))
 	for id, o := range s.outboxes {

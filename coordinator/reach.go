@@ -41,13 +41,30 @@ func (s *Server) reachability(id string, o *outbox, why string) {
 	reachable := o.attached && !o.gossipDown
 	switch {
 	case reachable && o.unreachable:
-		o.unreachable = false
+		o.unreachable, o.blamed = false, false
 		s.log.Info("node reachable again", "node_id", id)
 		if err := s.step(job.NodeReachable{NodeID: id}); err != nil {
 			s.log.Error("node reachable", "node_id", id, "err", err)
 		}
 	case !reachable && !o.unreachable:
 		o.unreachable = true
+		s.blame(id, o, why)
+		if err := s.step(job.NodeUnreachable{NodeID: id, Reason: why}); err != nil {
+			s.log.Error("node unreachable", "node_id", id, "err", err)
+		}
+	case !reachable && o.gossipDown && !o.blamed:
+		s.blame(id, o, why) // its peers agree now
+	}
+}
+
+// blame logs that node id is out of contact. A node is named as
+// unreachable (a warning) only once its peers agree: gossip finds it dead
+// too, or the job does not gossip. Until then only this coordinator lost
+// its stream — a blip on the way, or this replica cut off — and the line
+// says so, as information. s.mu is held.
+func (s *Server) blame(id string, o *outbox, why string) {
+	if o.gossipDown || s.gossip == nil {
+		o.blamed = true
 		level := slog.LevelWarn
 		if s.m.Config().Nodes == 1 {
 			// The one node's agent is the one that stops (Ctrl-C), and its
@@ -55,10 +72,9 @@ func (s *Server) reachability(id string, o *outbox, why string) {
 			level = slog.LevelInfo
 		}
 		s.log.Log(context.Background(), level, "node unreachable", "node_id", id, "reason", why, "lost_after", s.m.Config().NodeTimeout)
-		if err := s.step(job.NodeUnreachable{NodeID: id, Reason: why}); err != nil {
-			s.log.Error("node unreachable", "node_id", id, "err", err)
-		}
+		return
 	}
+	s.log.Info("node out of contact with this coordinator; its peers still hear it", "node_id", id, "reason", why, "lost_after", s.m.Config().NodeTimeout)
 }
 
 // gossipDead: gossip finds node ev.NodeID dead. It is unreachable until

@@ -46,6 +46,7 @@ type entry struct {
 	Event       job.Event
 	Join        []byte // a JoinRequest without its CSR, host key and unknown fields
 	Host        bool   // the join is of the node whose agent runs the coordinator
+	JoinCSR     []byte // the CSR's SHA-256: a retried Join repeats it (joinKey)
 	KV          *kvEntry
 	Config      *configEntry
 	Replica     string // a replica's gRPC address, added to the set
@@ -99,6 +100,7 @@ type replState struct {
 	history    []logged          // every entry applied, for snapshots
 	ownConfig  job.Config        // this replica's own configuration
 	fixed      []string          // standalone: the replica set --peers lists (ReplicaCA)
+	hosted     bool              // started at the leader's request (ReplicaConfig.Hosted)
 }
 
 // logged is an applied entry kept for snapshots: its kind and node let
@@ -140,6 +142,10 @@ type ReplicaConfig struct {
 	// Want is how many replicas the embedded coordinator asks joining
 	// nodes to host (itself included); 0 or 1: none.
 	Want int
+	// Hosted: the replica was started on a joining node at the leader's
+	// request; its own job settings are that node's flags, not the job's,
+	// and differing from the leader's is no news.
+	Hosted bool
 }
 
 // FSM returns the server as Raft's state machine (package replica); start
@@ -152,6 +158,7 @@ func (s *Server) UseReplica(n *replica.Node, rc ReplicaConfig) {
 	s.repl = n
 	s.rs.ownConfig = s.m.Config()
 	s.rs.fixed = rc.Peers
+	s.rs.hosted = rc.Hosted
 	s.rs.down = make(chan struct{})
 	s.proposals = newProposalQueue()
 	s.mu.Unlock()
@@ -218,7 +225,7 @@ func (s *Server) applyEntry(now time.Time, e entry) applied {
 		}
 		return applied{}
 	case e.Join != nil:
-		r, err := s.applyJoin(now, e.Join, e.Host)
+		r, err := s.applyJoin(now, e.Join, e.Host, e.JoinCSR)
 		return applied{v: r, err: err}
 	case e.KV != nil:
 		if err := s.store(e.KV.Key).Put(e.KV.Key, e.KV.Value); err != nil {
@@ -245,7 +252,7 @@ func (s *Server) applyConfig(c configEntry) error {
 	}
 	s.m, s.rs.configured = m, true
 	s.rs.peers, s.rs.want = slices.Clone(c.Peers), c.Want
-	if c.Job != s.rs.ownConfig {
+	if c.Job != s.rs.ownConfig && !s.rs.hosted {
 		s.log.Warn("this replica's job settings differ from the leader's; the leader's hold", "leader", fmt.Sprintf("%+v", c.Job))
 	}
 	return nil
@@ -397,7 +404,7 @@ func (f *serverFSM) Restore(b []byte) error {
 		s.mu.Unlock()
 		return err
 	}
-	s.m, s.nodeSeq, s.outboxes = m, 0, map[string]*outbox{}
+	s.m, s.nodeSeq, s.outboxes, s.joinKeys, s.aq.beating = m, 0, map[string]*outbox{}, nil, nil
 	s.kv.Reset()
 	s.comm.Reset()
 	s.limits.joined = nil

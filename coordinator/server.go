@@ -2,12 +2,15 @@ package coordinator
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -98,6 +101,7 @@ type Server struct {
 	m         *job.Machine
 	serving   bool
 	nodeSeq   int
+	joinKeys  map[string]string  // joinKey -> node id: a Join retried is the same node
 	outboxes  map[string]*outbox // per node present: events for its watch stream
 	waiters   map[uint64]chan error
 	waiterSeq uint64
@@ -123,6 +127,8 @@ type Server struct {
 	repl      *replica.Node
 	rs        replState
 	proposals *proposalQueue
+	// aq: the agents this replica hears while it leads (agentquorum.go).
+	aq agentQuorum
 
 	hooks testHooks
 }
@@ -147,10 +153,14 @@ type outbox struct {
 	closed   bool   // the job finished; end the stream once events are sent
 	attached bool   // a watch stream serves this outbox
 	stream   uint64 // the number of the latest watch stream; an older one ends
-	lost     string // the node was lost: end the stream with this
+	// agentStream is the agent's own number of the stream served
+	// (WatchGenerationsRequest.stream): one numbered lower is stale.
+	agentStream uint64
+	lost        string // the node was lost: end the stream with this
 	// gossipDown: gossip finds the node dead; unreachable: the machine was
 	// told so (reach.go).
 	gossipDown, unreachable bool
+	blamed                  bool // logged as unreachable, its peers agreeing (reach.go)
 	wake                    chan struct{}
 }
 
@@ -294,6 +304,7 @@ func (s *Server) tick(ctx context.Context) {
 			if err := s.step(job.Tick{}); err != nil {
 				s.log.Error("tick", "err", err)
 			}
+			s.checkAgentQuorum() // agentquorum.go
 			s.mu.Unlock()
 		}
 	}
@@ -329,6 +340,7 @@ func (s *Server) applyEvent(now time.Time, ev job.Event) error {
 	s.replaceLostReplicas() // replicated.go
 	if p, ok := ev.(job.ProgressReported); ok {
 		s.heardFrom(p.NodeID) // reach.go: a report (a heartbeat when empty) overrules gossip
+		s.aq.beat(p.NodeID)   // agentquorum.go
 	}
 	return nil
 }
@@ -418,13 +430,16 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	if err != nil {
 		return nil, err
 	}
+	csr := sha256.Sum256(req.GetCsr())
 	s.mu.Lock()
-	_, _, err = s.admitJoin(req, host) // a refused join leaves nothing in the log
+	if !s.joinedBefore(req, csr[:]) { // a retry is answered as the node it joined as
+		_, _, err = s.admitJoin(req, host) // a refused join leaves nothing in the log
+	}
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.commit(entry{Join: b, Host: host})
+	r, err := s.commit(entry{Join: b, Host: host, JoinCSR: csr[:]})
 	if err != nil {
 		return nil, err
 	}
@@ -454,12 +469,22 @@ type joinResult struct {
 }
 
 // applyJoin joins the node of req (a JoinRequest without its CSR; host:
-// its agent runs the coordinator). Every replica runs it, in the log's
-// order. s.mu is held.
-func (s *Server) applyJoin(now time.Time, b []byte, host bool) (joinResult, error) {
+// its agent runs the coordinator; csr: the CSR's SHA-256). Every replica
+// runs it, in the log's order. s.mu is held.
+func (s *Server) applyJoin(now time.Time, b []byte, host bool, csr []byte) (joinResult, error) {
 	req := &gotrainv1.JoinRequest{}
 	if err := proto.Unmarshal(b, req); err != nil {
 		return joinResult{}, status.Errorf(codes.InvalidArgument, "join: %v", err)
+	}
+	key := joinKey(req, csr)
+	if id, ok := s.joinKeys[key]; ok && s.m.HasNode(id) {
+		// The same agent's Join again: its answer was lost (a leader
+		// change after the commit, a connection that broke). It is the
+		// same node, not one more, which a job at its size would refuse.
+		warnings, _ := checkSettings(s.m.Config(), req.GetSettings())
+		s.log.Info("node joined again (its agent did not get the answer)", "node_id", id)
+		hosting := slices.Contains(slices.Collect(maps.Values(s.rs.hostOf)), id)
+		return joinResult{id: id, warnings: warnings, hostReplica: slices.Contains(s.rs.asked, id) && !hosting}, nil
 	}
 	ev, warnings, err := s.admitJoin(req, host) // admit.go
 	if err != nil {
@@ -476,11 +501,31 @@ func (s *Server) applyJoin(now time.Time, b []byte, host bool) (joinResult, erro
 	}
 	s.nodeSeq++
 	s.outboxes[id] = newOutbox() // before apply: the start may include this node
+	if s.joinKeys == nil {
+		s.joinKeys = map[string]string{}
+	}
+	s.joinKeys[key] = id
 	s.joinedNode(id, req)
 	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
 	s.apply(acts)
 	s.tickOnDeadline()
 	return joinResult{id: id, warnings: warnings, hostReplica: s.askReplica(id, info.Address)}, nil // replicated.go
+}
+
+// joinedBefore says whether req (csr: its CSR's SHA-256) is a Join of a
+// node the job holds, retried by its agent. s.mu is held.
+func (s *Server) joinedBefore(req *gotrainv1.JoinRequest, csr []byte) bool {
+	id, ok := s.joinKeys[joinKey(req, csr)]
+	return ok && s.m.HasNode(id)
+}
+
+// joinKey identifies the agent process behind a Join: its host, address,
+// pid, the port it offered and its CSR's hash (csr), which a retry of the
+// same Join repeats; only the holder of the CSR's key can use the node
+// certificate that the retry gets.
+func joinKey(req *gotrainv1.JoinRequest, csr []byte) string {
+	n := req.GetNode()
+	return fmt.Sprintf("%s|%s|%d|%d|%x", n.GetHostname(), n.GetAddress(), n.GetAgentPid(), n.GetFreePort(), csr)
 }
 
 // WatchGenerations streams the node's generation events. The stream is the
@@ -501,7 +546,15 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 	}
 	// A new stream replaces an older one, which may not know yet that its
 	// connection is gone (a blip): the agent reconnects within its node
-	// timeout.
+	// timeout. Streams of one agent may arrive out of order (one queued in
+	// a partition, delivered after the one the agent opened since, on
+	// another connection): by the agent's numbers, the newest wins.
+	if n := req.GetStream(); n != 0 && n < o.agentStream {
+		served := o.agentStream
+		s.mu.Unlock()
+		return superseded(id, n, served)
+	}
+	o.agentStream = max(o.agentStream, req.GetStream())
 	o.stream++
 	my := o.stream
 	o.attached = true
@@ -530,8 +583,9 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 		// job's last words (finished) must reach the agents.
 		s.mu.Lock()
 		if o.stream != my {
+			served := o.agentStream
 			s.mu.Unlock()
-			return status.Errorf(codes.Aborted, "node %q opened a newer watch stream", id)
+			return superseded(id, req.GetStream(), served)
 		}
 		if s.rs.term != term && !s.m.Finished() {
 			// This replica stopped leading: the agent goes on at the new
@@ -574,6 +628,13 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 		case <-s.rs.stepDown(term):
 		}
 	}
+}
+
+// superseded ends watch stream n of node id, which its stream served
+// replaces: ALREADY_EXISTS, which the agent takes as a blip (its newer
+// stream goes on), never Aborted, which ends its contact for good.
+func superseded(id string, n, served uint64) error {
+	return status.Errorf(codes.AlreadyExists, "superseded: node %q opened a newer watch stream (its stream %d is served; this is %d)", id, served, n)
 }
 
 // streamEnded detaches o from node id's stream number my (unless a newer
@@ -710,6 +771,9 @@ func (s *Server) cancelWaiter(w uint64) {
 
 // ReportProgress stores the progress of a node's ranks.
 func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgressRequest) (*gotrainv1.ReportProgressResponse, error) {
+	s.mu.Lock()
+	s.heartbeat(req.GetNodeId()) // agentquorum.go
+	s.mu.Unlock()
 	ev := job.ProgressReported{NodeID: req.GetNodeId()}
 	for _, p := range req.GetRanks() {
 		ev.Ranks = append(ev.Ranks, progressFromProto(p))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"slices"
@@ -19,7 +20,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -606,12 +609,13 @@ func TestCallerMistakes(t *testing.T) {
 		t.Fatalf("first event = %v, %v", ev, err)
 	}
 	// A second stream of the node replaces the first (an agent reconnecting
-	// after a blip), which ends.
+	// after a blip), which ends, superseded (not Aborted: that would end
+	// the agent's contact).
 	if _, err := c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.id}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = stream.Recv()
-	wantCode(t, "the replaced stream", err, codes.Aborted)
+	wantCode(t, "the replaced stream", err, codes.AlreadyExists)
 	unknown, err := c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: "nope"})
 	if err == nil {
 		_, err = unknown.Recv()
@@ -726,5 +730,127 @@ func TestNewValidates(t *testing.T) {
 		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", cfg, err)
 		}
+	}
+}
+
+// TestNewerWatchStreamWins: streams of one node that reach the coordinator
+// out of order (one queued in a partition arrives after the one its agent
+// opened since) never end the newer: a stale stream is refused, and a
+// newer one supersedes the one served, which ends with ALREADY_EXISTS (a
+// blip to the agent, never Aborted, which ends its contact); the node
+// stays in the job throughout.
+func TestNewerWatchStreamWins(t *testing.T) {
+	srv, addr := startServer(t, Config{Nodes: 1, NodeTimeout: time.Hour}, testHooks{})
+	ctx := rpcCtx(t)
+	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 1, 2222)
+	open := func(n uint64) grpc.ServerStreamingClient[gotrainv1.GenerationEvent] {
+		t.Helper()
+		s, err := a.c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.id, Stream: n})
+		if err != nil {
+			t.Fatalf("watch stream %d: %v", n, err)
+		}
+		if ev, err := s.Recv(); err != nil || ev.GetStarted() == nil {
+			t.Fatalf("watch stream %d: first event %v, %v; want started", n, ev, err)
+		}
+		return s
+	}
+	// In order: stream 2 supersedes stream 1.
+	s1 := open(1)
+	s2 := open(2)
+	if _, err := s1.Recv(); status.Code(err) != codes.AlreadyExists || !strings.Contains(status.Convert(err).Message(), "superseded") {
+		t.Errorf("stream 1 after stream 2 opened: %v; want AlreadyExists, superseded", err)
+	}
+	// Out of order: stream 3 first, then the late stream 2' (numbered 2
+	// again, as if queued): refused, and stream 3 goes on.
+	s3 := open(3)
+	if _, err := s2.Recv(); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("stream 2 after stream 3 opened: %v; want AlreadyExists", err)
+	}
+	late, err := a.c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.id, Stream: 2})
+	if err == nil {
+		_, err = late.Recv()
+	}
+	if status.Code(err) != codes.AlreadyExists {
+		t.Errorf("a late stream 2 while stream 3 is served: %v; want AlreadyExists", err)
+	}
+	// Stream 3 still gets the job's events: its end.
+	if _, err := srv.ReportWorkerExit(ctx, &gotrainv1.ReportWorkerExitRequest{NodeId: a.id, Generation: 0, Rank: 0}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := s3.Recv()
+		if err != nil {
+			t.Fatalf("stream 3 ended before the job's end: %v", err)
+		}
+		if ev.GetFinished() != nil {
+			break
+		}
+	}
+	if !srv.HasNode(a.id) && !srv.Result().GetSucceeded() {
+		t.Errorf("the node was lost to the stream races: %v", srv.Result())
+	}
+}
+
+// TestBlameOnceGossipAgrees: a node whose stream this coordinator lost
+// while gossip still hears it is not named unreachable (a warning) — only
+// an information line says so; once gossip finds it dead too, it is.
+func TestBlameOnceGossipAgrees(t *testing.T) {
+	logs := &logBuffer{}
+	srv, addr := startServer(t, Config{Nodes: 2, NodeTimeout: time.Hour}, testHooks{})
+	srv.mu.Lock()
+	srv.gossip = &gossipEvents{s: srv, now: time.Now}
+	srv.log = slog.New(slog.NewTextHandler(logs, nil))
+	srv.mu.Unlock()
+	ctx := rpcCtx(t)
+	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 1, 2222)
+	b := join(t, newClient(t, addr), "host-b", "10.0.0.2", 1, 1111)
+	as := a.watch(ctx)
+	bctx, breakStream := context.WithCancel(ctx)
+	bs := b.watch(bctx)
+	for _, s := range []grpc.ServerStreamingClient[gotrainv1.GenerationEvent]{as, bs} {
+		if ev, err := s.Recv(); err != nil || ev.GetStarted() == nil {
+			t.Fatalf("first event = %v, %v; want started", ev, err)
+		}
+	}
+	breakStream()
+	logged := func(what string) bool {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		return strings.Contains(logs.buf.String(), what)
+	}
+	waitFor(t, "the out-of-contact line", func() bool {
+		return logged(`msg="node out of contact with this coordinator; its peers still hear it" node_id=` + b.id)
+	})
+	if logged(`msg="node unreachable"`) {
+		t.Errorf("host-b named unreachable while gossip still hears it")
+	}
+	srv.gossipDead(job.NodeLost{NodeID: b.id, Reason: "gossip: no answer"})
+	waitFor(t, "the unreachable warning", func() bool { return logged(`level=WARN msg="node unreachable" node_id=` + b.id) })
+}
+
+// TestJoinRetriedIsOneNode: an agent whose Join answer was lost (a leader
+// change after the commit) joins again with the same request: it gets the
+// same node id, and a job at its size does not refuse it; another agent
+// (another pid) on the same host is another node.
+func TestJoinRetriedIsOneNode(t *testing.T) {
+	srv, addr := startServer(t, Config{Nodes: 2, NodeTimeout: time.Hour}, testHooks{})
+	c := newClient(t, addr)
+	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{Hostname: "host-a", Address: "10.0.0.1", Nproc: 1, AgentPid: 4000, FreePort: 2222}}
+	first, err := c.Join(rpcCtx(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Join(rpcCtx(t), req)
+	if err != nil || again.GetNodeId() != first.GetNodeId() {
+		t.Fatalf("the same Join again: %v, %v; want node %s again", again.GetNodeId(), err, first.GetNodeId())
+	}
+	other := proto.CloneOf(req)
+	other.Node.AgentPid = 4001
+	second, err := c.Join(rpcCtx(t), other)
+	if err != nil || second.GetNodeId() == first.GetNodeId() {
+		t.Fatalf("another agent on host-a: %v, %v; want a node of its own", second.GetNodeId(), err)
+	}
+	if st, _ := srv.GetJobStatus(rpcCtx(t), &gotrainv1.GetJobStatusRequest{}); len(st.GetNodes()) != 2 {
+		t.Errorf("the job has %d nodes, want 2", len(st.GetNodes()))
 	}
 }

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Every goroutine the agent starts (its subsystems, the embedded
@@ -106,5 +109,24 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within a minute")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSupersededStreamIsABlip: a watch stream that the coordinator ends
+// because the node opened a newer one (ALREADY_EXISTS) is no end of
+// contact; a lost node (Aborted) and the job's end are.
+func TestSupersededStreamIsABlip(t *testing.T) {
+	for _, c := range []struct {
+		err   error
+		final bool
+	}{
+		{status.Error(codes.AlreadyExists, `superseded: node "node-3" opened a newer watch stream`), false},
+		{status.Error(codes.Unavailable, "connection reset"), false},
+		{status.Error(codes.Aborted, "this node was lost"), true},
+		{io.EOF, true},
+	} {
+		if got := final(c.err); got != c.final {
+			t.Errorf("final(%v) = %v, want %v", c.err, got, c.final)
+		}
 	}
 }

@@ -142,7 +142,7 @@ func (a *agent) rewatch(ctx context.Context, cause error, lostAt time.Time, unan
 		}
 		sctx, cancel := context.WithCancel(ctx)
 		end := a.endOnDeadline(lostAt, unanswered, nil, cancel)
-		stream, err := a.coord.WatchGenerations(sctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID, AfterSeq: a.lastSeq.Load()})
+		stream, err := a.coord.WatchGenerations(sctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID, AfterSeq: a.lastSeq.Load(), Stream: a.streams.Add(1)})
 		end()
 		if err == nil && sctx.Err() == nil {
 			return stream, cancel, nil
@@ -227,7 +227,9 @@ func (h *hub) answeredSince(t time.Time) bool {
 
 // final says whether a stream's error ends contact for good: the job is
 // over (the stream ended cleanly), the coordinator lost this node or does
-// not know it, or the token is refused. Anything else may be a blip.
+// not know it, or the token is refused. Anything else may be a blip; so
+// is a stream superseded by a newer one of this node (ALREADY_EXISTS: the
+// coordinator serves the highest-numbered, and this agent opens another).
 func final(err error) bool {
 	if errors.Is(err, io.EOF) {
 		return true

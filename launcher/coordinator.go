@@ -17,7 +17,13 @@ func (a *agent) startCoordinator(ctx context.Context) (addr, pin string, stop fu
 	if err != nil {
 		return "", "", nil, fmt.Errorf("start the coordinator: %w", err)
 	}
-	addr = c.Addr().String()
+	// This agent calls its coordinator where the others do, never at a
+	// wildcard listening address ([::]:29400): that would be printed as
+	// the leader, and count as a replica of its own beside this one.
+	addr = c.JoinAddr(a.cfg.NodeAddress)
+	if id := c.ReplicaID(); id != "" {
+		addr = id
+	}
 	a.hostKey = c.HostKey() // join.go: this node is the job's first
 	if a.metricsAddr = c.MetricsAddr(); a.metricsAddr != "" {
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: metrics at http://%s/metrics\n", a.metricsAddr)

@@ -309,7 +309,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	g.Go(func() error { a.sendReports(gctx); return nil })     // report.go
 	g.Go(func() error { a.collectEvidence(gctx); return nil }) // progress.go
 
-	stream, err := a.coord.WatchGenerations(gctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID})
+	stream, err := a.coord.WatchGenerations(gctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID, Stream: a.streams.Add(1)})
 	if err != nil {
 		relaySrv.Stop()
 		stopSubsystems()

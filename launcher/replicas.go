@@ -29,6 +29,7 @@ type replicaView struct {
 	hostReplica bool             // Join asked this node to host a replica
 	joinedAt    string           // the replica that answered Join
 	lastSeq     atomic.Uint64    // the seq of the last event received
+	streams     atomic.Uint64    // counts the watch streams opened (WatchGenerationsRequest.stream)
 	replicaMu   sync.Mutex       // guards replicas, stopReplica and hosting
 	stopReplica func()           // stops the replica this node hosts; nil when none
 	hosting     bool             // a replica is started (or being started) here

@@ -119,3 +119,18 @@ func TestJoinerRefusesFakeCoordinator(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectRetriesFast: the agent's connections try again at most a
+// second apart, each attempt bounded well under the node timeout, so that
+// a joiner started before its coordinator, or a node whose network heals,
+// connects within about a second (gRPC's defaults: up to 2 minutes apart,
+// 20 s an attempt).
+func TestConnectRetriesFast(t *testing.T) {
+	b := connectParams.Backoff
+	if b.MaxDelay > time.Second || b.BaseDelay > b.MaxDelay || b.BaseDelay <= 0 {
+		t.Errorf("connect back-off %+v: want at most 1 s between attempts", b)
+	}
+	if d := connectParams.MinConnectTimeout; d <= 0 || d > 5*time.Second {
+		t.Errorf("connect attempt timeout %v: want a few seconds", d)
+	}
+}

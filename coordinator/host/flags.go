@@ -45,7 +45,7 @@ func RegisterJobFlags(fs *flag.FlagSet, s *JobSettings, token string) {
 	fs.StringVar(&s.OnHang, FlagOnHang, d.OnHang, "on a hang: report (log the verdict, keep waiting) or restart (end the generation like a failure; restarts while --max-restarts allows)")
 	fs.DurationVar(&s.RendezvousTimeout, FlagRendezvousTimeout, d.RendezvousTimeout, "with --nnodes > 1, where the coordinator runs: fail the job when not every node has joined by then (0: wait forever)")
 	fs.StringVar(&s.MetricsAddr, FlagMetricsAddr, d.MetricsAddr, "serve the coordinator's Prometheus /metrics on HOST:PORT (e.g. 0.0.0.0:9400, or 127.0.0.1:0 for a free port, printed); default off")
-	fs.IntVar(&s.CoordinatorReplicas, FlagReplicas, d.CoordinatorReplicas, "replicas of the coordinator the job keeps (Raft), on the first nodes to join: losing one (or its node) changes nothing; default 3 when --nnodes allows 3 nodes or more, else 1 (not replicated)")
+	fs.IntVar(&s.CoordinatorReplicas, FlagReplicas, d.CoordinatorReplicas, "replicas of the coordinator the job keeps (Raft), on the first nodes to join: losing one (or its node) changes nothing; default 5 when --nnodes allows 5 nodes or more (any two may be lost at once), 3 with 3 or 4 (any one), else 1 (not replicated)")
 	fs.BoolVar(&s.NoGossip, FlagNoGossip, d.NoGossip, "with --nnodes > 1: do not gossip; a dead node is then found by its broken connection only (about 20 s)")
 }
 

@@ -178,6 +178,7 @@ type Coordinator struct {
 // until ctx is done or Stop. The goroutines it starts are all joined by
 // Stop. On error nothing is left running.
 func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
+	runIDGiven := cfg.RunID != ""
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -190,6 +191,10 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	hostKey := make([]byte, 32)
 	if _, err := rand.Read(hostKey); err != nil {
 		return nil, fmt.Errorf("make the coordinator's host key: %w", err)
+	}
+	if !runIDGiven && len(cfg.Peers) > 1 {
+		// Standalone replicas start apart: each would make its own.
+		cfg.RunID = replicasRunID(ca)
 	}
 	srv, err := coordinator.New(coordinator.Config{
 		TLS: jobtls.ServerConfig(srvCert, ca), CA: ca, HostKey: hostKey,

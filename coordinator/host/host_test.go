@@ -371,3 +371,16 @@ func TestNNodes(t *testing.T) {
 		t.Errorf("--nnodes 3:4: %+v, %v", s, err)
 	}
 }
+
+// TestReplicasScaleWithTheJob: the default replica set is 5 from 5 nodes
+// (two may be lost at once), 3 with 3 or 4, none below; a given count
+// holds.
+func TestReplicasScaleWithTheJob(t *testing.T) {
+	for _, c := range []struct{ nodes, given, want int }{
+		{1, 0, 1}, {2, 0, 1}, {3, 0, 3}, {4, 0, 3}, {5, 0, 5}, {128, 0, 5}, {5, 3, 3}, {8, 1, 1},
+	} {
+		if got := (JobSettings{Nodes: c.nodes, CoordinatorReplicas: c.given}).Replicas(); got != c.want {
+			t.Errorf("--nnodes %d --coordinator-replicas %d: %d replicas, want %d", c.nodes, c.given, got, c.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gotrain/gotrain/coordinator"
@@ -27,6 +28,16 @@ import (
 
 // RaftPortOffset: a replica's Raft port is its gRPC port + RaftPortOffset.
 const RaftPortOffset = 3
+
+// replicasRunID is the run id of a replica set started apart (standalone,
+// --peers) without --run-id: the replicas share one job CA (the first makes
+// it, the others fetch it: peerca.go), so its public hash, which the join
+// hint prints anyway, names the job alike on every replica and tells
+// nothing of the token.
+func replicasRunID(ca *jobtls.CA) string {
+	h := strings.TrimPrefix(ca.Hash(), "sha256:")
+	return "gotrain-" + h[:min(8, len(h))]
+}
 
 // replicated says whether cfg runs a replica of a replicated coordinator.
 func (c Config) replicated() bool {
@@ -142,7 +153,7 @@ func (c *Coordinator) startReplica(srv *coordinator.Server) error {
 		return err
 	}
 	c.replica = n
-	srv.UseReplica(n, coordinator.ReplicaConfig{Peers: c.cfg.Peers, Want: c.cfg.Replicas})
+	srv.UseReplica(n, coordinator.ReplicaConfig{Peers: c.cfg.Peers, Want: c.cfg.Replicas, Hosted: c.cfg.JoinReplica})
 	return nil
 }
 

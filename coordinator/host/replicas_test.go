@@ -171,6 +171,12 @@ func (r *replicaClient) next(t *testing.T, ctx context.Context) *gotrainv1.Gener
 // count 0.
 func TestReplicatedLeaderLoss(t *testing.T) {
 	peers, cs := startReplicas(t, 3, 2)
+	// Replicas started apart without --run-id name the job alike.
+	for _, c := range cs[1:] {
+		if got, want := c.Config().RunID, cs[0].Config().RunID; got != want || !strings.HasPrefix(got, "gotrain-") {
+			t.Errorf("run ids %q and %q: want one run id per job, gotrain-...", got, want)
+		}
+	}
 	a, b := joinReplicas(t, peers, "host-a"), joinReplicas(t, peers, "host-b")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*rpcTimeout)
 	defer cancel()
@@ -301,3 +307,50 @@ func TestReplicaRestartRejoins(t *testing.T) {
 		t.Fatalf("after the leader's loss, the second node got %v, want the job started", ev)
 	}
 }
+
+// TestLeaderHandsOverWhenAgentsGoUnheard: three standalone replicas, two
+// nodes heartbeating (ReportProgress) to the leader; once no heartbeat
+// reaches the leader any more (as when the agents cannot reach it while
+// the replicas can), it hands the lead to another replica; once the
+// agents heartbeat again there, it keeps the lead.
+func TestLeaderHandsOverWhenAgentsGoUnheard(t *testing.T) {
+	peers, cs := startReplicas(t, 3, 2)
+	a, b := joinReplicas(t, peers, "host-a"), joinReplicas(t, peers, "host-b")
+	ctx, cancel := context.WithTimeout(t.Context(), 4*rpcTimeout)
+	defer cancel()
+	beat := func() {
+		t.Helper()
+		for _, n := range []*replicaClient{a, b} {
+			if _, err := n.c.ReportProgress(ctx, &gotrainv1.ReportProgressRequest{NodeId: n.id}); err != nil {
+				t.Fatalf("heartbeat of %s: %v", n.id, err)
+			}
+		}
+	}
+	old := leader(t, cs)
+	beat()
+	// Silence: the leader hands over within a few heartbeats.
+	deadline := time.Now().Add(2 * rpcTimeout)
+	for old.replica.Leading() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader still leads %v after the agents went unheard", 2*rpcTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var rest []*Coordinator
+	for _, c := range cs {
+		if c != old {
+			rest = append(rest, c)
+		}
+	}
+	nl := leader(t, rest)
+	// Heard at the new leader, it keeps the lead: one hand-over only.
+	for until := time.Now().Add(2 * agentQuorumWait); time.Now().Before(until); time.Sleep(500 * time.Millisecond) {
+		beat()
+	}
+	if !nl.replica.Leading() {
+		t.Errorf("the new leader %s handed over although the agents heartbeat there", nl.ReplicaID())
+	}
+}
+
+// agentQuorumWait is a little over the coordinator's agentQuorumTimeout.
+const agentQuorumWait = 4 * time.Second

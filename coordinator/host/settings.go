@@ -72,15 +72,20 @@ type JobSettings struct {
 	NoGossip bool
 	// CoordinatorReplicas is how many replicas of the embedded coordinator
 	// the job keeps (replicas.go): the first node's and those of the next
-	// nodes to join. 0: 3 when the job may have 3 nodes or more, else 1.
+	// nodes to join. 0: 5 when the job may have 5 nodes or more, 3 with
+	// 3 or 4, else 1 (Replicas).
 	CoordinatorReplicas int
 }
 
-// Replicas is CoordinatorReplicas with its default resolved.
+// Replicas is CoordinatorReplicas with its default resolved: as etcd and
+// Consul advise, 5 replicas from 5 nodes (any two may be lost at once), 3
+// with 3 or 4 (any one), none below 3 (a majority of 2 is both).
 func (s JobSettings) Replicas() int {
 	switch {
 	case s.CoordinatorReplicas > 0:
 		return s.CoordinatorReplicas
+	case s.Nodes >= 5:
+		return 5
 	case s.Nodes >= 3:
 		return 3
 	}
@@ -156,7 +161,7 @@ func (s JobSettings) Validate() error {
 	case s.OnHang != "report" && s.OnHang != "restart":
 		return bad(fmt.Sprintf("--on-hang %q", s.OnHang), "Use --on-hang report or --on-hang restart.")
 	case s.CoordinatorReplicas < 0 || s.CoordinatorReplicas > s.Nodes:
-		return bad(fmt.Sprintf("--coordinator-replicas %d", s.CoordinatorReplicas), fmt.Sprintf("Give 1 (no replication) up to the job's nodes (%d); 3 survives the loss of any one.", s.Nodes))
+		return bad(fmt.Sprintf("--coordinator-replicas %d", s.CoordinatorReplicas), fmt.Sprintf("Give 1 (no replication) up to the job's nodes (%d); 3 survives the loss of any one, 5 of any two.", s.Nodes))
 	case s.RendezvousTimeout < 0:
 		return bad(fmt.Sprintf("--rendezvous-timeout %s", s.RendezvousTimeout), "Give a duration of 0 or more (0: wait forever).")
 	}

@@ -288,6 +288,16 @@ func (n *Node) AddVoter(p Peer) error {
 	return nil
 }
 
+// TransferLeadership hands the lead to the most up-to-date follower (on
+// the leader; hashicorp/raft's LeadershipTransfer), and returns once it
+// has, or failed.
+func (n *Node) TransferLeadership() error {
+	if err := n.r.LeadershipTransfer().Error(); err != nil {
+		return fmt.Errorf("hand the lead over: %w", err)
+	}
+	return nil
+}
+
 // RemoveVoter takes a replica out of the set (on the leader).
 func (n *Node) RemoveVoter(id string) error {
 	if err := n.r.RemoveServer(raft.ServerID(id), 0, applyTimeout).Error(); err != nil {

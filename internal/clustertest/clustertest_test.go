@@ -300,6 +300,7 @@ func TestPartitionedNode(t *testing.T) {
 	if lost := logLines(j.agents[0], "node lost"); len(lost) > 0 {
 		t.Logf("TIMING partition detection: the coordinator declared a node lost %v after the cut; the last survivor exited %v after it",
 			lost[0].at.Sub(cut).Round(time.Millisecond), lastEnd(j, victim).Sub(cut).Round(time.Millisecond))
+		chaosLine(t, lost[0].at.Sub(cut), 0) // faults_test.go: the job ends, naming the node (no recovery)
 	} else {
 		t.Errorf("the coordinator logged no lost node\n%s", j.c.Dump())
 	}
@@ -429,6 +430,7 @@ func TestElasticShrinkAndGrow(t *testing.T) {
 	t.Logf("generations' world sizes: %v", j.generations())
 	t.Logf("TIMING elastic recovery: node1 started the 3-node generation %v after the SIGKILL; the 4-node one %v after the agent was started again",
 		j.generationAfter(3, killed).Sub(killed).Round(time.Millisecond), j.generationAfter(4, restarted).Sub(restarted).Round(time.Millisecond))
+	chaosLine(t, since(killed, j.generationAfter(3, killed)), since(restarted, j.generationAfter(4, restarted))) // faults_test.go
 }
 
 // generationAfter is when node1's agent started the first generation of

@@ -262,6 +262,7 @@ func loseLeader(t *testing.T, what, after string, fault func(*vcluster.Host)) (r
 		t.Logf("TIMING leader %s: a new leader (%s) %v after %s; every agent's stream resumed there %v after it",
 			what, nl.Host.Name, led[len(led)-1].at.Sub(at).Round(time.Millisecond), after, served.Sub(at).Round(time.Millisecond))
 	}
+	chaosLine(t, since(at, led[len(led)-1].at), since(at, served)) // faults_test.go
 	return r, old, nl, at
 }
 

@@ -17,7 +17,10 @@
 // heartbeat, ReportProgress) and gives each of its attempts a timeout of
 // its own; an attempt that times out while the caller's context is alive
 // counts as Unavailable without a hint, so the Conn moves on to the next
-// replica, which names the new leader. Other calls (long polls such as
+// replica, which names the new leader; and the connection to the replica
+// that did not answer is dropped, so that the next call there connects
+// afresh (the old one may stay silent for seconds after a partition
+// heals). Other calls (long polls such as
 // KVGet with a wait, Barrier, WatchGenerations) get no such timeout.
 //
 // Whenever the Conn's target changes, by a hint or by moving on, every
@@ -201,8 +204,11 @@ type Conn struct {
 	addrs  []string
 	target *epoch
 	conns  map[string]*grpc.ClientConn
-	heard  map[string]ReplicaState // the last outcome of a call at each address
-	closed bool
+	// retired are connections dropped after a probe got no answer, each
+	// with the timer that closes it (redial).
+	retired map[*grpc.ClientConn]*time.Timer
+	heard   map[string]ReplicaState // the last outcome of a call at each address
+	closed  bool
 }
 
 var _ grpc.ClientConnInterface = (*Conn)(nil)
@@ -245,7 +251,7 @@ func New(addrs []string, dial func(addr string) (*grpc.ClientConn, error), opts 
 	for _, o := range opts {
 		o(&cfg)
 	}
-	c := &Conn{cfg: cfg, dial: dial, conns: map[string]*grpc.ClientConn{}, heard: map[string]ReplicaState{}}
+	c := &Conn{cfg: cfg, dial: dial, conns: map[string]*grpc.ClientConn{}, retired: map[*grpc.ClientConn]*time.Timer{}, heard: map[string]ReplicaState{}}
 	c.addrs = merge(nil, addrs)
 	if len(c.addrs) == 0 {
 		return nil, errors.New("leaderconn: no coordinator address")
@@ -289,9 +295,13 @@ func (c *Conn) Leader() string {
 // Close closes the connections to every replica. Calls in flight fail.
 func (c *Conn) Close() error {
 	c.mu.Lock()
-	conns := c.conns
-	c.conns, c.closed = nil, true
+	conns, retired := c.conns, c.retired
+	c.conns, c.retired, c.closed = nil, nil, true
 	c.mu.Unlock()
+	for cc, t := range retired {
+		t.Stop()
+		_ = cc.Close()
+	}
 	var errs []error
 	for _, a := range slices.Sorted(maps.Keys(conns)) {
 		if err := conns[a].Close(); err != nil {
@@ -560,10 +570,42 @@ func (a *attempt) end(c *Conn, ctx context.Context, err error, trailer string) (
 		// and sets the cause.
 		err = status.Errorf(codes.Unavailable, "leaderconn: %v", a.timeout)
 		c.record(a.e.addr, err, "")
+		c.redial(a.e.addr)
 		return err, ""
 	}
 	return err, trailer
 }
+
+// redial drops the connection to addr, whose probe got no answer in time,
+// so that the next call there dials anew. A partition leaves the old TCP
+// connection open, its retransmissions backed off for seconds after the
+// network heals, and gRPC keeps using it until keepalive (20 s) gives up:
+// a node whose blip healed found its leader only after its node timeout.
+// A fresh connection's SYN goes out at once.
+// The old connection is closed retireAfter later (or by Close): closing it
+// at once would fail the calls still on it before the target's move
+// cancels them, and so hide the move from them.
+func (c *Conn) redial(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc := c.conns[addr]
+	if cc == nil || c.closed {
+		return
+	}
+	delete(c.conns, addr)
+	c.retired[cc] = time.AfterFunc(retireAfter, func() {
+		c.mu.Lock()
+		_, ok := c.retired[cc]
+		delete(c.retired, cc)
+		c.mu.Unlock()
+		if ok {
+			_ = cc.Close()
+		}
+	})
+}
+
+// retireAfter is how long a dropped connection lives on (redial).
+const retireAfter = 2 * time.Second
 
 // retry is one call's search for the leader: the failover window since
 // its first Unavailable and its backoff.

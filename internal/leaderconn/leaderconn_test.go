@@ -810,3 +810,38 @@ func TestLongCallNotCutByProbe(t *testing.T) {
 		t.Errorf("KVGet calls %d, calls to the follower %d, Leader %s; want 1, 0, %s", l.kvGets.Load(), rs[1].calls.Load(), lc.Leader(), l.addr)
 	}
 }
+
+// A replica whose probe got no answer is dialled anew on the next call
+// there: after a partition heals, its old connection may stay silent for
+// seconds (TCP's backed-off retransmissions), a new one answers at once.
+func TestProbeTimeoutRedials(t *testing.T) {
+	c := &cluster{}
+	rs := startReplicas(t, c, 2)
+	l := rs[0]
+	c.set(l.addr, true)
+	var mu sync.Mutex
+	dials := map[string]int{}
+	lc, err := leaderconn.New(addrs(rs...), func(addr string) (*grpc.ClientConn, error) {
+		mu.Lock()
+		dials[addr]++
+		mu.Unlock()
+		return dial(addr)
+	}, leaderconn.WithProbe(reportProgress, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lc.Close() })
+	client := gotrainv1.NewCoordinatorClient(lc)
+	heartbeat(t, client)
+	l.hung.Store(true) // the leader goes silent, then comes back
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	_, _ = client.ReportProgress(ctx, &gotrainv1.ReportProgressRequest{}) // times out there, moves on to the other, which names l
+	cancel()
+	l.hung.Store(false)
+	heartbeat(t, client)
+	mu.Lock()
+	defer mu.Unlock()
+	if dials[l.addr] < 2 {
+		t.Errorf("the silent leader %s was dialled %d times, want again after its probe timed out (dials %v)", l.addr, dials[l.addr], dials)
+	}
+}

@@ -1031,7 +1031,14 @@ type WatchGenerationsRequest struct {
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// after_seq: the seq of the last event this node received (0: none); a
 	// new stream (after a blip, or at a new leader) starts after it.
-	AfterSeq      uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	AfterSeq uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	// stream numbers the agent's watch streams (1, 2, ...: each new stream
+	// one more). A coordinator serves a node's highest-numbered stream: a
+	// newer one supersedes the one it serves, which ends with
+	// ALREADY_EXISTS ("superseded"), and an older one that arrives late (it
+	// was queued in a partition) is refused so. The agent takes that end as
+	// a blip, never as the end of contact. 0: unnumbered, always the newest.
+	Stream        uint64 `protobuf:"varint,100,opt,name=stream,proto3" json:"stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1076,6 +1083,13 @@ func (x *WatchGenerationsRequest) GetNodeId() string {
 func (x *WatchGenerationsRequest) GetAfterSeq() uint64 {
 	if x != nil {
 		return x.AfterSeq
+	}
+	return 0
+}
+
+func (x *WatchGenerationsRequest) GetStream() uint64 {
+	if x != nil {
+		return x.Stream
 	}
 	return 0
 }
@@ -4170,10 +4184,11 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\tnode_cert\x18\a \x01(\fR\bnodeCert\x12\x1a\n" +
 	"\breplicas\x18\b \x03(\tR\breplicas\x12!\n" +
 	"\fhost_replica\x18\t \x01(\bR\vhostReplica\x12\x17\n" +
-	"\aca_cert\x18( \x01(\fR\x06caCert\"O\n" +
+	"\aca_cert\x18( \x01(\fR\x06caCert\"g\n" +
 	"\x17WatchGenerationsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
-	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"]\n" +
+	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\x12\x16\n" +
+	"\x06stream\x18d \x01(\x04R\x06stream\"]\n" +
 	"\x11AddReplicaRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1b\n" +
