@@ -35,6 +35,23 @@ func logStats(cs []*Coordinator) []replica.LogStats {
 	return out
 }
 
+// convergedLogStats is logStats once every replica holds the whole log
+// (a follower may still be receiving the last entries: under load, the
+// first put reached one only after "before" was taken).
+func convergedLogStats(t *testing.T, cs []*Coordinator) []replica.LogStats {
+	t.Helper()
+	for deadline := time.Now().Add(rpcTimeout); ; time.Sleep(20 * time.Millisecond) {
+		st := logStats(cs)
+		same := true
+		for _, s := range st {
+			same = same && s.LastIndex == st[0].LastIndex && s.Bytes == st[0].Bytes
+		}
+		if same || time.Now().After(deadline) {
+			return st
+		}
+	}
+}
+
 // bigJoin is a Join of about 3 MiB that passes every bound on its facts:
 // 1000 GPUs with 1000-byte fields.
 func bigJoin(host string, csr []byte) *gotrainv1.JoinRequest {
@@ -64,7 +81,7 @@ func TestRefusedRequestsLeaveNothingInTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	leader(t, cs)
-	before, heap := logStats(cs), heapAlloc()
+	before, heap := convergedLogStats(t, cs), heapAlloc()
 
 	outsider := gotrainv1.NewCoordinatorClient(replicaConn(t, peers, nil))
 	_, csr, err := jobtls.NewNodeKey()

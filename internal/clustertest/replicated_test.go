@@ -70,11 +70,13 @@ func startReplicatedJob(t *testing.T, agents int, agentFlags []string, program .
 		_, ok := r.leader()
 		return ok && r.caHash != ""
 	})
-	for _, h := range c.Hosts[3:] {
+	for i, h := range c.Hosts[3:] {
 		dir := filepath.Join(t.TempDir(), h.Name)
 		r.logDir = append(r.logDir, dir)
+		// --node-rank: the first agent runs rank 0 whichever joins first
+		// (a standalone coordinator has no node of its own to put first).
 		args := []string{bin.gotrain, "launch", "--nnodes", fmt.Sprint(agents), "--nproc-per-node", "1", "--backend", "cpu",
-			"--node-addr", h.IP, "--log-dir", dir, "--coordinator", peers, "--ca-hash", r.caHash}
+			"--node-addr", h.IP, "--log-dir", dir, "--coordinator", peers, "--ca-hash", r.caHash, "--node-rank", fmt.Sprint(i)}
 		args = append(append(append(args, agentFlags...), "--"), program...)
 		r.args = append(r.args, args)
 		r.agents = append(r.agents, h.Start(args...))
