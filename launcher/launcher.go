@@ -310,6 +310,16 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	g.Go(func() error { a.collectEvidence(gctx); return nil }) // progress.go
 
 	stream, err := a.coord.WatchGenerations(gctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID, Stream: a.streams.Add(1)})
+	if err != nil && !final(err) && restarted(err) == nil {
+		// The coordinator went away between the join and the first watch
+		// (it crashed, its leader changed): try again as after a stream
+		// lost later, within the node timeout (contact.go).
+		var stop func()
+		stream, stop, err = a.rewatch(gctx, err, time.Now(), false)
+		if stop != nil {
+			defer stop()
+		}
+	}
 	if err != nil {
 		relaySrv.Stop()
 		stopSubsystems()
