@@ -1,0 +1,38 @@
+// Package memsnap is the in-memory snapshot tier of a job: each rank's newest
+// complete training state, kept by its node's agent in memory that outlives
+// the worker process, so that a restarted rank resumes from its last step
+// instead of its last disk checkpoint (issue 29).
+//
+// The state never travels through gRPC or through the agent's heap: the
+// worker writes it into a memfd it created (an anonymous shared-memory file),
+// and hands the file descriptor to its agent over the agent's snapshot socket
+// (a unix SOCK_SEQPACKET socket beside the agent's gRPC socket, with
+// SCM_RIGHTS). The agent seals the memfd (no more writes, no resizing),
+// checks its length and CRC-32C against what the worker said, and only then
+// makes it the rank's newest snapshot. A restarted worker asks for it and gets
+// a duplicate of the same descriptor: it maps the pages the dead process
+// wrote, read-only, and checks length and checksum again before using them.
+//
+// Double buffering: a snapshot being written is a memfd the agent has not
+// seen; the one it serves is sealed and complete. A worker that dies while
+// writing, or hands over a file that is shorter than it claims or does not
+// match its checksum, leaves the previous snapshot in place: a torn or
+// partial snapshot is never served.
+//
+// Usage (agent side):
+//
+//	st := memsnap.NewStore(limitBytes)
+//	srv := &memsnap.Server{Store: st, Token: token, Authorize: checkPidIsRank}
+//	go srv.Serve(ctx, lis) // lis: memsnap.Listen(filepath.Join(dir, memsnap.SocketName))
+//
+// Worker side:
+//
+//	c, _ := memsnap.Dial(ctx, memsnap.SocketFor(agentSocket), token, rank)
+//	b, _ := c.NewBuffer(n)   // pre-faulted shared memory
+//	copy(b.Bytes(), state)   // the only copy on the training step's path
+//	_ = c.Commit(b, step)    // checksum, hand-over, the agent's verdict
+//	s, _ := c.Latest()       // after a restart: the newest complete snapshot
+//
+// Package worker wraps the client so that the hand-over overlaps the next
+// step (worker.Snapshots).
+package memsnap

@@ -1,0 +1,104 @@
+//go:build linux
+
+package memsnap
+
+import (
+	"fmt"
+	"net"
+
+	"golang.org/x/sys/unix"
+)
+
+// createMemfd returns a new sealable memfd of size bytes.
+func createMemfd(name string, size int64) (int, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, fmt.Errorf("create a memfd: %w", err)
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("size the memfd to %d bytes: %w", size, err)
+	}
+	return fd, nil
+}
+
+// mapWritable maps fd's size bytes shared and writable, with the pages
+// allocated now (MAP_POPULATE), so that the copy into them does not fault.
+func mapWritable(fd int, size int64) ([]byte, error) {
+	if size == 0 {
+		return nil, nil
+	}
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("map the memfd (%d bytes): %w", size, err)
+	}
+	return b, nil
+}
+
+// mapReadOnly maps fd's size bytes shared and read-only.
+func mapReadOnly(fd int, size int64) ([]byte, error) {
+	if size == 0 {
+		return nil, nil
+	}
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map the snapshot (%d bytes): %w", size, err)
+	}
+	return b, nil
+}
+
+func unmap(b []byte) {
+	if b != nil {
+		_ = unix.Munmap(b)
+	}
+}
+
+// seal makes fd immutable: no writes (which needs every writable mapping
+// gone), no resizing, no further seals. It fails on a file that is not a
+// sealable memfd.
+func seal(fd int) error {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_WRITE|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
+	if err != nil {
+		return fmt.Errorf("seal the snapshot's memfd (is it a memfd created with MFD_ALLOW_SEALING, with no writable mapping left?): %w", err)
+	}
+	return nil
+}
+
+// sealed reports whether fd carries the seals seal adds.
+func sealed(fd int) bool {
+	s, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	want := unix.F_SEAL_WRITE | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW
+	return err == nil && s&want == want
+}
+
+// fileSize returns fd's size.
+func fileSize(fd int) (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, err
+	}
+	return st.Size, nil
+}
+
+func closeFd(fd int) {
+	if fd >= 0 {
+		_ = unix.Close(fd)
+	}
+}
+
+func dupFd(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
+
+// peerPid is the connected process as the kernel recorded it; 0 if unknown.
+func peerPid(c *net.UnixConn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var pid int
+	_ = raw.Control(func(fd uintptr) {
+		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			pid = int(cred.Pid)
+		}
+	})
+	return pid
+}

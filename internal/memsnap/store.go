@@ -1,0 +1,205 @@
+package memsnap
+
+import (
+	"cmp"
+	"slices"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+)
+
+// Sources of a snapshot.
+const (
+	SourceOwn  = "agent" // written by a worker of this node
+	SourcePeer = "peer"  // a replica of a peer node's worker
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum is the CRC-32C of b, the checksum snapshots carry.
+func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// Errors of Commit.
+var (
+	ErrTooLarge = errors.New("memsnap: the snapshot does not fit in the agent's snapshot memory")
+	ErrTorn     = errors.New("memsnap: the snapshot does not match its length or checksum")
+)
+
+// Snapshot is one complete, sealed snapshot the store holds. Its bytes are
+// a read-only mapping of the memfd; they stay valid until Release.
+type Snapshot struct {
+	Rank   int
+	Step   int64
+	Size   int64
+	CRC    uint32
+	Source string
+
+	fd   int
+	data []byte
+	refs int // the store's reference and every Acquire's; guarded by Store.mu
+}
+
+// Bytes returns the snapshot's contents (read-only).
+func (s *Snapshot) Bytes() []byte { return s.data }
+
+// Store keeps the newest complete snapshot of each rank. It is safe for
+// concurrent use.
+type Store struct {
+	limit int64 // bytes, own and peer snapshots together; 0: no limit
+
+	mu     sync.Mutex
+	latest map[int]*Snapshot
+	held   int64
+}
+
+// NewStore returns a store that holds at most limit bytes (0: no limit).
+func NewStore(limit int64) *Store { return &Store{limit: limit, latest: map[int]*Snapshot{}} }
+
+// Commit makes the memfd fd, which a worker of rank wrote and says holds
+// size bytes with checksum crc for step, the rank's newest snapshot. Commit
+// owns fd from now on (closed on any error). It seals fd, so that nothing
+// changes it any more, and checks length and checksum before the previous
+// snapshot is replaced: when anything does not match, the previous one
+// stays.
+func (st *Store) Commit(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
+	s, err := openSealed(rank, step, fd, size, crc, source)
+	if err != nil {
+		return nil, err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	old := st.latest[rank]
+	held := st.held
+	if old != nil {
+		held -= old.Size
+	}
+	if st.limit > 0 && held+s.Size > st.limit {
+		s.close()
+		return nil, fmt.Errorf("%w: rank %d's snapshot of step %d is %d bytes, the agent holds %d bytes of others' and --snapshot-memory is %d bytes; raise --snapshot-memory or snapshot less state",
+			ErrTooLarge, rank, step, s.Size, held, st.limit)
+	}
+	s.refs = 1
+	st.latest[rank] = s
+	st.held = held + s.Size
+	if old != nil {
+		st.releaseLocked(old)
+	}
+	return s, nil
+}
+
+// openSealed seals fd and checks it against size and crc.
+func openSealed(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
+	if size < 0 {
+		closeFd(fd)
+		return nil, fmt.Errorf("%w: rank %d claims %d bytes", ErrTorn, rank, size)
+	}
+	if err := seal(fd); err != nil && !sealed(fd) {
+		closeFd(fd)
+		return nil, fmt.Errorf("rank %d, step %d: %w", rank, step, err)
+	}
+	n, err := fileSize(fd)
+	if err != nil {
+		closeFd(fd)
+		return nil, fmt.Errorf("rank %d, step %d: size of the memfd: %w", rank, step, err)
+	}
+	if n != size {
+		closeFd(fd)
+		return nil, fmt.Errorf("%w: rank %d's snapshot of step %d holds %d bytes, it claims %d", ErrTorn, rank, step, n, size)
+	}
+	data, err := mapReadOnly(fd, size)
+	if err != nil {
+		closeFd(fd)
+		return nil, fmt.Errorf("rank %d, step %d: %w", rank, step, err)
+	}
+	if got := Checksum(data); got != crc {
+		unmap(data)
+		closeFd(fd)
+		return nil, fmt.Errorf("%w: rank %d's snapshot of step %d has CRC-32C %08x, it claims %08x (written while being handed over?)", ErrTorn, rank, step, got, crc)
+	}
+	return &Snapshot{Rank: rank, Step: step, Size: size, CRC: crc, Source: source, fd: fd, data: data}, nil
+}
+
+// Acquire returns rank's newest snapshot, which stays valid (even once a
+// newer one replaces it) until Release; false when the store has none.
+func (st *Store) Acquire(rank int) (*Snapshot, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s := st.latest[rank]
+	if s == nil {
+		return nil, false
+	}
+	s.refs++
+	return s, true
+}
+
+// Release gives back a snapshot Acquire returned.
+func (st *Store) Release(s *Snapshot) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.releaseLocked(s)
+}
+
+func (st *Store) releaseLocked(s *Snapshot) {
+	s.refs--
+	if s.refs == 0 {
+		s.close()
+	}
+}
+
+func (s *Snapshot) close() {
+	unmap(s.data)
+	closeFd(s.fd)
+	s.data, s.fd = nil, -1
+}
+
+// Drop forgets rank's snapshot (a rank that no longer exists).
+func (st *Store) Drop(rank int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if s := st.latest[rank]; s != nil {
+		delete(st.latest, rank)
+		st.held -= s.Size
+		st.releaseLocked(s)
+	}
+}
+
+// Held returns the bytes the store holds.
+func (st *Store) Held() int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.held
+}
+
+// Info is what the store holds of one rank.
+type Info struct {
+	Rank   int
+	Step   int64
+	Size   int64
+	Source string
+}
+
+// List returns what the store holds, by rank.
+func (st *Store) List() []Info {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make([]Info, 0, len(st.latest))
+	for r, s := range st.latest {
+		out = append(out, Info{Rank: r, Step: s.Step, Size: s.Size, Source: s.Source})
+	}
+	slices.SortFunc(out, func(a, b Info) int { return cmp.Compare(a.Rank, b.Rank) })
+	return out
+}
+
+// Close releases every snapshot the store holds.
+func (st *Store) Close() {
+	st.mu.Lock()
+	ranks := make([]int, 0, len(st.latest))
+	for r := range st.latest {
+		ranks = append(ranks, r)
+	}
+	st.mu.Unlock()
+	for _, r := range ranks {
+		st.Drop(r)
+	}
+}
