@@ -182,4 +182,3 @@ func (s *Server) checkHello(ctx context.Context, c *net.UnixConn, h request) (in
 	}
 	return h.Rank, nil
 }
-

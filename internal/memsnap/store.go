@@ -2,10 +2,10 @@ package memsnap
 
 import (
 	"cmp"
-	"slices"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sync"
 )
 

@@ -16,7 +16,9 @@ const SocketName = "snapshot.sock"
 
 // SocketFor returns the snapshot socket of the agent whose gRPC socket is
 // agentSocket (GOTRAIN_AGENT).
-func SocketFor(agentSocket string) string { return filepath.Join(filepath.Dir(agentSocket), SocketName) }
+func SocketFor(agentSocket string) string {
+	return filepath.Join(filepath.Dir(agentSocket), SocketName)
+}
 
 // maxMessage bounds one message on the socket: requests and replies are a
 // few hundred bytes of JSON; the state itself travels as a descriptor.
