@@ -83,6 +83,10 @@ type Config struct {
 	// (default 60s).
 	JoinTimeout time.Duration
 
+	// SnapshotMemory bounds the bytes of in-memory training-state snapshots
+	// the agent holds (snapshots.go); 0: a quarter of the node's memory.
+	SnapshotMemory int64
+
 	// GracePeriod is how long workers get between SIGTERM and SIGKILL
 	// (default 10s).
 	GracePeriod time.Duration
@@ -185,6 +189,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--standby must be on, off or auto, got %q", string(c.Standby))
 	case c.StandbyTimeout < 0:
 		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
+	case c.SnapshotMemory < 0:
+		return fmt.Errorf("--snapshot-memory must not be negative, got %d bytes", c.SnapshotMemory)
 	case c.GossipPort < 0 || c.GossipPort > 65535:
 		return fmt.Errorf("--gossip-port must be between 0 and 65535, got %d", c.GossipPort)
 	case c.MetricsAddr != "" && c.Coordinator != "":

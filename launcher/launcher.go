@@ -302,6 +302,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	relaySrv := grpc.NewServer(append(token.ServerOptions(a.cfg.JobToken), grpc.Creds(peerCredentials{}))...)
 	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, agent: a, claims: a.claims, log: a.log})
 	g.Go(func() error { return relaySrv.Serve(lis) })
+	a.startSnapshots(gctx, g, filepath.Dir(a.socket)) // snapshots.go
 	g.Go(func() error { return a.sup.Run(gctx) })
 	g.Go(func() error { a.hub.report(gctx); return nil })
 	a.startGPUSampling(gctx, g)                                // gpusample.go

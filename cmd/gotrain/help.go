@@ -27,6 +27,7 @@ const (
 	groupSecurity   = "Security"
 	groupDiagnosis  = "Diagnosis and metrics"
 	groupOutput     = "Output"
+	groupSnapshots  = "In-memory snapshots"
 	groupProgram    = "Program"
 	groupOther      = "Other" // a flag no group names: TestHelpGroupsCoverFlags fails on it
 )
@@ -38,6 +39,7 @@ var launchGroups = []flagGroup{
 	{groupCluster, []string{"coordinator", "coordinator-listen", "node-addr", "node-rank", "run-id", "join-timeout", "rendezvous-timeout", "node-timeout", "join-settle", "coordinator-replicas", "gossip-port", "no-gossip"}},
 	{groupSecurity, []string{"ca-hash", "tls-ca", "insecure-skip-ca-check", "job-token-file", "job-token", "tls-cert", "tls-key"}},
 	{groupDiagnosis, []string{"hang-timeout", "on-hang", "metrics-addr"}},
+	{groupSnapshots, []string{"snapshot-memory"}},
 	{groupOutput, []string{"log-dir", "verbose"}},
 }
 

@@ -29,7 +29,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, dataDir, err := parseFlags(args, stderr)
+	cfg, dataDir, snapshots, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
@@ -61,6 +61,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			w.WorldSize, cfg.BatchSize, cfg.BatchSize*w.WorldSize, cfg.Epochs, cfg.Hidden, cfg.LR, cfg.Seed, dataDir)
 	}
 	cfg.ReportStep = w.ReportStep // gotrain top's STEP and STEP/S
+	cfg.FirstAttempt = w.RestartCount == 0
+	if snapshots {
+		snaps, err := w.Snapshots(ctx)
+		if err != nil {
+			return err // it names the rank
+		}
+		defer snaps.Close()
+		cfg.Memory = snaps
+	}
 	if _, err := train(ctx, c, ds, cfg, stdout); err != nil {
 		return fmt.Errorf("rank %d: %w", w.Rank, err)
 	}
@@ -69,9 +78,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // parseFlags returns the training config and the data directory ("" to
 // find it in the module cache) that args ask for.
-func parseFlags(args []string, stderr io.Writer) (config, string, error) {
+func parseFlags(args []string, stderr io.Writer) (config, string, bool, error) {
 	cfg := defaultConfig()
 	var dataDir string
+	var snapshots bool
 	fs := flag.NewFlagSet("mnist", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -94,14 +104,18 @@ Flags:
 	fs.IntVar(&cfg.Limit, "limit", cfg.Limit, "train on only the first `n` training images (0: all 60000)")
 	fs.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "`dir`ectory for checkpoints: rank 0 saves one after every epoch (and every --checkpoint-every steps), and a restarted run resumes from the newest valid one")
 	fs.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0, "also checkpoint every `n` steps (0: only after each epoch)")
+	fs.BoolVar(&snapshots, "snapshots", false, "hand the state to the agent's memory after every step (worker.Snapshots): a restarted rank resumes at its last step, before --checkpoint-dir is tried")
+	fs.IntVar(&cfg.DieAtStep, "die-at-step", 0, "fault injection for tests: with --snapshots, rank --die-rank SIGKILLs itself once step `n`'s snapshot is in the agent's memory, on the job's first attempt")
+	fs.IntVar(&cfg.DieRank, "die-rank", 0, "the `rank` --die-at-step kills")
+	fs.BoolVar(&cfg.PrintWeights, "print-weight-hash", false, "rank 0 prints its final weights' FNV-64a hash before the final line")
 	if err := fs.Parse(args); err != nil {
-		return config{}, "", err
+		return config{}, "", false, err
 	}
 	if fs.NArg() > 0 {
-		return config{}, "", fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
+		return config{}, "", false, fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
 	}
 	if err := cfg.validate(); err != nil {
-		return config{}, "", fmt.Errorf("%w (see --help)", err)
+		return config{}, "", false, fmt.Errorf("%w (see --help)", err)
 	}
-	return cfg, dataDir, nil
+	return cfg, dataDir, snapshots, nil
 }

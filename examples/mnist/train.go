@@ -8,7 +8,9 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/gotrain/gotrain/examples/internal/mnistdata"
@@ -32,6 +34,18 @@ type config struct {
 	// newest valid one there.
 	CheckpointDir   string
 	CheckpointEvery int
+	// Memory, when set, is given the state after every step (in memory,
+	// the hand-over overlapping the next step) and asked for it first at
+	// start: a restarted rank resumes at its last step (worker.Snapshots).
+	Memory stateTier
+	// DieAtStep, when above 0, SIGKILLs rank DieRank once the snapshot of
+	// that step is in its agent's memory, on the job's first attempt: a
+	// fault for tests of the tier.
+	DieAtStep, DieRank int
+	FirstAttempt       bool // GOTRAIN_RESTART_COUNT is 0
+	// PrintWeights makes rank 0 print its final weights' FNV-64a hash
+	// before the final line (tests compare runs bit for bit).
+	PrintWeights bool
 	// ReportStep, when set, is told the step after every step, with the
 	// samples per second of the whole job (main gives worker's
 	// Worker.ReportStep, so gotrain top shows STEP and STEP/S).
@@ -122,10 +136,11 @@ func train(ctx context.Context, c comm.Comm, ds *mnistdata.Dataset, cfg config, 
 	// 0's copy is broadcast anyway, so that the ranks start identical even if
 	// that ever stopped being true.
 	st := trainState{Params: m.params, Velocity: velocity}
-	resumed, err := restore(ctx, c, cfg.CheckpointDir, &st)
+	from, err := restore(ctx, c, cfg.Memory, cfg.CheckpointDir, &st)
 	if err != nil {
 		return result{}, err
 	}
+	resumed := from != ""
 
 	ws := m.newWorkspace(cfg.BatchSize)
 	evalWS := m.newWorkspace(evalChunk)
@@ -139,7 +154,7 @@ func train(ctx context.Context, c comm.Comm, ds *mnistdata.Dataset, cfg config, 
 	totalSteps, step := cfg.Epochs*stepsPerEpoch, st.Step
 	res.Loss, res.TestAccuracy, res.Epochs = st.Loss, st.Accuracy, step/stepsPerEpoch
 	if resumed && rank == 0 {
-		fmt.Fprintf(out, "resumed at epoch %d step %d of %d from %s\n", step/stepsPerEpoch+1, step%stepsPerEpoch, stepsPerEpoch, cfg.CheckpointDir)
+		fmt.Fprintf(out, "resumed at epoch %d step %d of %d (global step %d) from %s\n", step/stepsPerEpoch+1, step%stepsPerEpoch, stepsPerEpoch, step, from)
 	}
 	save := func() error {
 		if rank != 0 || cfg.CheckpointDir == "" {
@@ -175,6 +190,23 @@ func train(ctx context.Context, c comm.Comm, ds *mnistdata.Dataset, cfg config, 
 			lr := cosineLR(cfg.LR, step, totalSteps)
 			sgdStep(m.params, velocity, grad, float32(lr), float32(cfg.Momentum))
 			step++
+			if cfg.Memory != nil {
+				s := trainState{Step: step, Loss: res.Loss, Accuracy: res.TestAccuracy, Params: m.params}
+				cfg.Memory.SaveBytes(int64(step), s.header(), comm.Host(m.params).HostBytes(), comm.Host(velocity).HostBytes())
+				if step == cfg.DieAtStep && rank == cfg.DieRank && cfg.FirstAttempt {
+					// This step's snapshot was skipped if the previous
+					// hand-over was still in flight: save it now.
+					if err := cfg.Memory.Wait(ctx); err != nil {
+						return result{}, err
+					}
+					cfg.Memory.SaveBytes(int64(step), s.header(), comm.Host(m.params).HostBytes(), comm.Host(velocity).HostBytes())
+					if err := cfg.Memory.Wait(ctx); err != nil {
+						return result{}, err
+					}
+					fmt.Fprintf(out, "dying at step %d: SIGKILL\n", step)
+					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				}
+			}
 			if cfg.ReportStep != nil {
 				now := time.Now()
 				cfg.ReportStep(int64(step), float64(len(batch)*world)/now.Sub(stepStart).Seconds())
@@ -212,6 +244,9 @@ func train(ctx context.Context, c comm.Comm, ds *mnistdata.Dataset, cfg config, 
 	}
 	res.WeightHash, res.RanksAgree = hash, agree
 	res.Elapsed = time.Since(start)
+	if rank == 0 && cfg.PrintWeights {
+		fmt.Fprintf(out, "weights fnv64a=%016x\n", hash)
+	}
 	if rank == 0 {
 		fmt.Fprintf(out, "final test_accuracy=%s ranks_agree=%t\n", formatAccuracy(res.TestAccuracy), res.RanksAgree)
 	}

@@ -102,3 +102,12 @@ func peerPid(c *net.UnixConn) int {
 	})
 	return pid
 }
+
+// TotalMemory is the node's memory in bytes; 0 if unknown.
+func TotalMemory() int64 {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
+}

@@ -19,3 +19,6 @@ func fileSize(int) (int64, error)            { return 0, errNoMemfd }
 func closeFd(int)                            {}
 func dupFd(int) (int, error)                 { return -1, errNoMemfd }
 func peerPid(*net.UnixConn) int              { return 0 }
+
+// TotalMemory is the node's memory in bytes; 0 if unknown.
+func TotalMemory() int64 { return 0 }

@@ -1,0 +1,63 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gotrain/gotrain/internal/memsnap"
+)
+
+// The in-memory snapshot tier (issue 29): the agent keeps each local rank's
+// newest training-state snapshot in memory that outlives the worker
+// (package memsnap), on a socket beside the workers' gRPC socket. This file
+// is the whole hook into the agent: it starts the store with the agent's
+// other subsystems and lets only the worker the agent started as a rank
+// keep that rank's snapshots.
+
+// startSnapshots serves the snapshot socket in dir until ctx ends. The
+// store lives as long as the agent: across the generations its workers
+// come and go in.
+func (a *agent) startSnapshots(ctx context.Context, g *errgroup.Group, dir string) {
+	limit := a.cfg.SnapshotMemory
+	if limit == 0 {
+		limit = defaultSnapshotMemory()
+	}
+	lis, err := memsnap.Listen(filepath.Join(dir, memsnap.SocketName))
+	if err != nil {
+		a.log.Warn("no in-memory snapshots: restarted ranks resume from their disk checkpoints", "err", err)
+		return
+	}
+	st := memsnap.NewStore(limit)
+	srv := &memsnap.Server{Store: st, Token: a.cfg.JobToken, Authorize: a.claims.authorizeSnapshots, Log: a.log.With("component", "snapshots")}
+	g.Go(func() error {
+		defer st.Close()
+		return srv.Serve(ctx, lis)
+	})
+}
+
+// authorizeSnapshots lets pid keep rank's snapshots if it is the worker
+// the agent started as that rank (or a process in its process group).
+func (c *claims) authorizeSnapshots(ctx context.Context, pid, rank int) error {
+	p, leader, ok := c.lookup(ctx, pid)
+	switch {
+	case !ok:
+		return fmt.Errorf("pid %d is no worker of this agent", pid)
+	case p.standby:
+		return fmt.Errorf("pid %d is %s, which has no rank yet", pid, p)
+	case p.rank != rank:
+		return fmt.Errorf("pid %d is %s (pid %d)", pid, p, leader)
+	}
+	return nil
+}
+
+// defaultSnapshotMemory is --snapshot-memory's default: a quarter of the
+// node's memory.
+func defaultSnapshotMemory() int64 {
+	if n := memsnap.TotalMemory(); n > 0 {
+		return n / 4
+	}
+	return 16 << 30
+}

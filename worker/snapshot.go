@@ -1,0 +1,288 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/memsnap"
+	"github.com/gotrain/gotrain/worker/checkpoint"
+)
+
+// In-memory snapshots (issue 29): after a step, a rank hands its training
+// state to its agent, which keeps the newest complete one in memory that
+// outlives this process. A restarted rank restores from it (then from a
+// peer's copy, then from the disk checkpoint) and loses no step.
+//
+//	snaps, err := w.Snapshots(ctx)
+//	st, err := snaps.Restore(checkpoint.Dir{Path: dir}) // at start: the newest state anywhere
+//	if err == nil { st.Into(worker.Host(params), worker.Host(velocity)); step = st.Step; st.Close() }
+//	for ; step < steps; step++ {
+//		train(...)
+//		snaps.Save(step+1, worker.Host(params), worker.Host(velocity)) // copies, returns; the hand-over overlaps the next step
+//	}
+
+// Sources of a restored state.
+const (
+	FromAgent = memsnap.SourceOwn  // this node's agent's memory
+	FromPeer  = memsnap.SourcePeer // a peer node's agent's memory
+	FromDisk  = "disk"             // the disk checkpoint
+)
+
+// ErrNoState is Restore's answer when no tier holds a state of this rank:
+// the run starts fresh.
+var ErrNoState = errors.New("worker: no snapshot of this rank in memory and no checkpoint on disk")
+
+// Snapshots is this rank's handle on its agent's in-memory snapshot tier.
+// Save and Restore are meant for the training goroutine; Wait and Stats
+// may be called from any goroutine.
+type Snapshots struct {
+	rank int
+	log  *slog.Logger
+	c    *memsnap.Client
+
+	mu       sync.Mutex
+	spare    *memsnap.Buffer // pre-faulted for the next Save of its size
+	inflight chan struct{}   // closed when the hand-over in flight ends; nil: none
+	err      error           // the last hand-over's
+	stats    SnapshotStats
+}
+
+// SnapshotStats counts what Save did.
+type SnapshotStats struct {
+	Saved   int           // snapshots the agent kept
+	Skipped int           // Saves skipped because the previous hand-over was still in flight
+	Failed  int           // hand-overs the agent refused or that failed
+	Step    int64         // of the newest snapshot the agent kept
+	Bytes   int64         // its size
+	Copy    time.Duration // the last Save's copy (the part on the training step's path)
+	Handed  time.Duration // the last hand-over, in the background: checksum, agent's check
+}
+
+// Snapshots connects to this rank's agent's snapshot tier. It fails when
+// the agent offers none (an older gotrain, or a platform without memfd):
+// the program then goes on with its disk checkpoints.
+func (w *Worker) Snapshots(ctx context.Context) (*Snapshots, error) {
+	if w.vars.AgentSocket == "" {
+		return nil, fmt.Errorf("worker: rank %d: no agent, so no in-memory snapshots", w.Rank)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := memsnap.Dial(dctx, memsnap.SocketFor(w.vars.AgentSocket), w.vars.JobToken, w.Rank)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	log := w.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Snapshots{rank: w.Rank, log: log.With("rank", w.Rank), c: c}, nil
+}
+
+// Save snapshots state (host buffers, concatenated) as the state after
+// step. It copies the buffers into shared memory before it returns, so the
+// program may change them at once, and hands the copy to the agent in the
+// background, overlapping the next step. When the previous hand-over is
+// still in flight, Save skips this step and returns false: training never
+// waits for the tier, and the agent keeps serving the previous snapshot.
+func (s *Snapshots) Save(step int64, state ...Buffer) bool {
+	parts := make([][]byte, len(state))
+	for i, b := range state {
+		if b.OnDevice() {
+			panic(fmt.Sprintf("worker: Snapshots.Save: buffer %d is in device memory; copy it to the host first", i))
+		}
+		parts[i] = b.HostBytes()
+	}
+	return s.SaveBytes(step, parts...)
+}
+
+// SaveBytes is Save for byte slices.
+func (s *Snapshots) SaveBytes(step int64, parts ...[]byte) bool {
+	var size int64
+	for _, p := range parts {
+		size += int64(len(p))
+	}
+	s.mu.Lock()
+	if s.inflight != nil {
+		s.stats.Skipped++
+		s.mu.Unlock()
+		return false
+	}
+	buf := s.spare
+	s.spare = nil
+	s.mu.Unlock()
+	start := time.Now()
+	if buf != nil && buf.Size() != size {
+		buf.Discard()
+		buf = nil
+	}
+	if buf == nil {
+		var err error
+		if buf, err = memsnap.NewBuffer(size); err != nil {
+			s.fail(fmt.Errorf("worker: rank %d: shared memory for the snapshot of step %d: %w", s.rank, step, err))
+			return false
+		}
+	}
+	dst := buf.Bytes()
+	for _, p := range parts {
+		n := copy(dst, p)
+		dst = dst[n:]
+	}
+	copied := time.Since(start)
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.inflight = done
+	s.stats.Copy = copied
+	s.mu.Unlock()
+	go s.handOver(buf, step, size, done)
+	return true
+}
+
+// handOver commits buf, then prepares the next buffer of the same size so
+// that the next Save only copies.
+func (s *Snapshots) handOver(buf *memsnap.Buffer, step, size int64, done chan struct{}) {
+	start := time.Now()
+	err := s.c.Commit(buf, step)
+	handed := time.Since(start)
+	var spare *memsnap.Buffer
+	if err == nil {
+		spare, _ = memsnap.NewBuffer(size) // a failure here only costs the next Save an allocation
+	}
+	s.mu.Lock()
+	s.inflight = nil
+	s.err = err
+	s.stats.Handed = handed
+	if err == nil {
+		s.stats.Saved++
+		s.stats.Step, s.stats.Bytes = step, size
+		s.spare = spare
+	} else {
+		s.stats.Failed++
+	}
+	first := err != nil && s.stats.Failed == 1
+	s.mu.Unlock()
+	close(done)
+	if first {
+		s.log.Warn("the agent did not keep this rank's snapshot; training goes on, a restart will resume from an older state", "step", step, "err", err)
+	}
+}
+
+func (s *Snapshots) fail(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.stats.Failed++
+	first := s.stats.Failed == 1
+	s.mu.Unlock()
+	if first {
+		s.log.Warn("no in-memory snapshot", "err", err)
+	}
+}
+
+// Wait waits for the hand-over in flight, if any, and returns the last
+// hand-over's error.
+func (s *Snapshots) Wait(ctx context.Context) error {
+	s.mu.Lock()
+	ch := s.inflight
+	s.mu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Stats returns what Save did so far.
+func (s *Snapshots) Stats() SnapshotStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Close waits for the hand-over in flight and ends the connection; the
+// agent keeps what it was given.
+func (s *Snapshots) Close() error {
+	_ = s.Wait(context.Background())
+	s.mu.Lock()
+	if s.spare != nil {
+		s.spare.Discard()
+		s.spare = nil
+	}
+	s.mu.Unlock()
+	return s.c.Close()
+}
+
+// State is a restored training state.
+type State struct {
+	Step   int64  // the step the state is after
+	Source string // FromAgent, FromPeer or FromDisk
+	data   []byte
+	mem    *memsnap.Restored
+}
+
+// Bytes returns the state as saved (read-only; valid until Close).
+func (st *State) Bytes() []byte { return st.data }
+
+// Into copies the state into bufs, which must be the sizes Save was given.
+func (st *State) Into(bufs ...Buffer) error {
+	var want int
+	for _, b := range bufs {
+		want += b.Bytes()
+	}
+	if want != len(st.data) {
+		return fmt.Errorf("worker: the state of step %d (from %s) holds %d bytes, the buffers %d (another model size?)", st.Step, st.Source, len(st.data), want)
+	}
+	src := st.data
+	for i, b := range bufs {
+		if b.OnDevice() {
+			return fmt.Errorf("worker: State.Into: buffer %d is in device memory; restore into host memory and copy", i)
+		}
+		n := copy(b.HostBytes(), src)
+		src = src[n:]
+	}
+	return nil
+}
+
+// Close frees the state's memory.
+func (st *State) Close() {
+	if st.mem != nil {
+		st.mem.Close()
+		st.mem = nil
+	}
+	st.data = nil
+}
+
+// Restore returns this rank's newest state: the one its agent keeps in
+// memory, else a peer node's copy, else the newest valid checkpoint in disk
+// (the zero Dir: none); ErrNoState when there is none anywhere. A snapshot
+// that fails its length or checksum check is never returned: Restore says
+// so in the log and goes on to the next tier.
+func (s *Snapshots) Restore(disk checkpoint.Dir) (*State, error) {
+	if s != nil {
+		r, err := s.c.Latest()
+		switch {
+		case err == nil:
+			return &State{Step: r.Step, Source: r.Source, data: r.Bytes(), mem: r}, nil
+		case !errors.Is(err, memsnap.ErrNone):
+			s.log.Warn("the in-memory snapshot cannot be used; trying the disk checkpoint", "err", err)
+		}
+	}
+	if disk.Path == "" {
+		return nil, ErrNoState
+	}
+	step, b, err := disk.Latest()
+	switch {
+	case errors.Is(err, checkpoint.ErrNone):
+		return nil, ErrNoState
+	case err != nil:
+		return nil, fmt.Errorf("worker: restore from the disk checkpoint: %w", err)
+	}
+	return &State{Step: step, Source: FromDisk, data: b}, nil
+}
