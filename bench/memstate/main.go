@@ -1,0 +1,161 @@
+// Command memstate measures the in-memory snapshot tier (issue 29) side by
+// side with the disk checkpoint, for one state size at a time: the part of
+// a snapshot on the training step's path (the copy into pre-faulted shared
+// memory), the background hand-over (checksum, SCM_RIGHTS, the agent's seal
+// and check), a restore from the agent's memory (map, checksum, copy into
+// the program's buffers) against worker/checkpoint's Save (write, fsync,
+// rename) and Latest (read, checksum).
+//
+// The agent side runs in a child process (the binary re-executed with
+// -agent), as gotrain's agent does, so the memfd really crosses processes.
+// The disk side writes to -dir (default: the temporary directory); its
+// reads come from the page cache, the best case for the disk tier.
+//
+//	go build -o bin/memstate ./bench/memstate
+//	bin/memstate -bytes 814192 -reps 20       # MNIST's state
+//	bin/memstate -bytes 336000000 -reps 5     # the 42 M-parameter MLP: params + momentum
+//	bin/memstate -bytes 1073741824 -reps 3    # 1 GiB synthetic
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/memsnap"
+	"github.com/gotrain/gotrain/worker/checkpoint"
+)
+
+const token = "bench-token"
+
+func main() {
+	agent := flag.String("agent", "", "internal: serve the snapshot socket at this path")
+	size := flag.Int64("bytes", 814192, "state size in bytes")
+	reps := flag.Int("reps", 10, "repetitions (the median is printed)")
+	dir := flag.String("dir", os.TempDir(), "directory for the disk checkpoints")
+	flag.Parse()
+	if *agent != "" {
+		serveAgent(*agent)
+		return
+	}
+	if err := run(*size, *reps, *dir); err != nil {
+		fmt.Fprintln(os.Stderr, "memstate:", err)
+		os.Exit(1)
+	}
+}
+
+func serveAgent(path string) {
+	lis, err := memsnap.Listen(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	st := memsnap.NewStore(0)
+	_ = (&memsnap.Server{Store: st, Token: token}).Serve(context.Background(), lis)
+}
+
+func run(size int64, reps int, dir string) error {
+	tmp, err := os.MkdirTemp("", "memstate-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	sock := filepath.Join(tmp, memsnap.SocketName)
+	agent := exec.Command(os.Args[0], "-agent", sock)
+	agent.Stderr = os.Stderr
+	if err := agent.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = agent.Process.Kill(); _ = agent.Wait() }()
+	var c *memsnap.Client
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if c, err = memsnap.Dial(context.Background(), sock, token, 0); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	state := make([]byte, size)
+	for i := range state {
+		state[i] = byte(i * 7)
+	}
+	into := make([]byte, size)
+	ckdir, err := os.MkdirTemp(dir, "memstate-ckpt-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(ckdir)
+	disk := checkpoint.Dir{Path: ckdir}
+
+	var ref []time.Duration
+	for range reps {
+		t := time.Now()
+		copy(into, state)
+		ref = append(ref, time.Since(t))
+	}
+	var prefault, cp, hand, restore, dsave, dload []time.Duration
+	for i := range reps {
+		t0 := time.Now()
+		b, err := memsnap.NewBuffer(size) // in worker.Snapshots: in the background, after the previous hand-over
+		if err != nil {
+			return err
+		}
+		t1 := time.Now()
+		copy(b.Bytes(), state) // on the step's path
+		t2 := time.Now()
+		if err := c.Commit(b, int64(i+1)); err != nil { // in the background
+			return err
+		}
+		t3 := time.Now()
+		r, err := c.Latest()
+		if err != nil {
+			return err
+		}
+		copy(into, r.Bytes())
+		r.Close()
+		t4 := time.Now()
+		if r.Step != int64(i+1) {
+			return fmt.Errorf("restored step %d, want %d", r.Step, i+1)
+		}
+		if err := disk.Save(int64(i+1), state); err != nil {
+			return err
+		}
+		t5 := time.Now()
+		step, got, err := disk.Latest()
+		if err != nil || step != int64(i+1) || len(got) != len(state) {
+			return fmt.Errorf("disk latest: step %d, %d bytes, %v", step, len(got), err)
+		}
+		copy(into, got)
+		t6 := time.Now()
+		prefault = append(prefault, t1.Sub(t0))
+		cp = append(cp, t2.Sub(t1))
+		hand = append(hand, t3.Sub(t2))
+		restore = append(restore, t4.Sub(t3))
+		dsave = append(dsave, t5.Sub(t4))
+		dload = append(dload, t6.Sub(t5))
+	}
+	gbps := func(d time.Duration) string { return fmt.Sprintf("%.2f GB/s", float64(size)/d.Seconds()/1e9) }
+	fmt.Printf("state %d bytes, %d reps, medians\n", size, reps)
+	fmt.Printf("  reference: memcpy between touched Go buffers %v = %s (this machine's copy bandwidth)\n", med(ref), gbps(med(ref)))
+	fmt.Printf("  memory  snapshot: prefault %v (background)  copy %v = %s (on the step's path)  hand-over %v (background)\n",
+		med(prefault), med(cp), gbps(med(cp)), med(hand))
+	fmt.Printf("  memory  restore:  %v = %s (map + CRC-32C check + copy into the program's buffers)\n", med(restore), gbps(med(restore)))
+	fmt.Printf("  disk    save:     %v = %s (write + fsync + rename)\n", med(dsave), gbps(med(dsave)))
+	fmt.Printf("  disk    restore:  %v = %s (read from the page cache + checksum + copy)\n", med(dload), gbps(med(dload)))
+	return nil
+}
+
+func med(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
