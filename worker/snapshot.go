@@ -44,10 +44,15 @@ type Snapshots struct {
 	log  *slog.Logger
 	c    *memsnap.Client
 
-	mu       sync.Mutex
-	spare    *memsnap.Buffer // pre-faulted for the next Save of its size
-	inflight chan struct{}   // closed when the hand-over in flight ends; nil: none
-	err      error           // the last hand-over's
+	mu sync.Mutex
+	// Two buffers, written in turn: the agent serves the one of index held
+	// (-1: neither), the next Save writes the other. Reusing them keeps a
+	// snapshot's copy at memory speed: a fresh page's first write costs a
+	// fault (on a VM, 10-20x the copy).
+	bufs     [2]*memsnap.Buffer
+	held     int
+	inflight chan struct{} // closed when the hand-over in flight ends; nil: none
+	err      error         // the last hand-over's
 	stats    SnapshotStats
 }
 
@@ -79,7 +84,7 @@ func (w *Worker) Snapshots(ctx context.Context) (*Snapshots, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Snapshots{rank: w.Rank, log: log.With("rank", w.Rank), c: c}, nil
+	return &Snapshots{rank: w.Rank, log: log.With("rank", w.Rank), c: c, held: -1}, nil
 }
 
 // Save snapshots state (host buffers, concatenated) as the state after
@@ -111,8 +116,11 @@ func (s *Snapshots) SaveBytes(step int64, parts ...[]byte) bool {
 		s.mu.Unlock()
 		return false
 	}
-	buf := s.spare
-	s.spare = nil
+	idx := 0
+	if s.held == 0 {
+		idx = 1
+	}
+	buf := s.bufs[idx]
 	s.mu.Unlock()
 	start := time.Now()
 	if buf != nil && buf.Size() != size {
@@ -134,22 +142,30 @@ func (s *Snapshots) SaveBytes(step int64, parts ...[]byte) bool {
 	copied := time.Since(start)
 	done := make(chan struct{})
 	s.mu.Lock()
+	s.bufs[idx] = buf
 	s.inflight = done
 	s.stats.Copy = copied
 	s.mu.Unlock()
-	go s.handOver(buf, step, size, done)
+	go s.handOver(idx, buf, step, size, done)
 	return true
 }
 
-// handOver commits buf, then prepares the next buffer of the same size so
-// that the next Save only copies.
-func (s *Snapshots) handOver(buf *memsnap.Buffer, step, size int64, done chan struct{}) {
+// handOver commits bufs[idx]; after the first, it also prepares the other
+// buffer (its pages written once), so that no Save pays for fresh pages.
+func (s *Snapshots) handOver(idx int, buf *memsnap.Buffer, step, size int64, done chan struct{}) {
 	start := time.Now()
-	err := s.c.Commit(buf, step)
+	err := s.c.CommitReused(buf, step)
 	handed := time.Since(start)
-	var spare *memsnap.Buffer
-	if err == nil {
-		spare, _ = memsnap.NewBuffer(size) // a failure here only costs the next Save an allocation
+	s.mu.Lock()
+	other := s.bufs[1-idx]
+	s.mu.Unlock()
+	if err == nil && (other == nil || other.Size() != size) {
+		if other != nil {
+			other.Discard()
+		}
+		if other, _ = memsnap.NewBuffer(size); other != nil { // a failure only costs the next Save an allocation
+			clear(other.Bytes())
+		}
 	}
 	s.mu.Lock()
 	s.inflight = nil
@@ -158,7 +174,8 @@ func (s *Snapshots) handOver(buf *memsnap.Buffer, step, size int64, done chan st
 	if err == nil {
 		s.stats.Saved++
 		s.stats.Step, s.stats.Bytes = step, size
-		s.spare = spare
+		s.held = idx
+		s.bufs[1-idx] = other
 	} else {
 		s.stats.Failed++
 	}
@@ -210,13 +227,16 @@ func (s *Snapshots) Stats() SnapshotStats {
 // agent keeps what it was given.
 func (s *Snapshots) Close() error {
 	_ = s.Wait(context.Background())
+	err := s.c.Close()
 	s.mu.Lock()
-	if s.spare != nil {
-		s.spare.Discard()
-		s.spare = nil
+	for i, b := range s.bufs {
+		if b != nil {
+			b.Discard() // the agent keeps its own reference to the one it serves
+			s.bufs[i] = nil
+		}
 	}
 	s.mu.Unlock()
-	return s.c.Close()
+	return err
 }
 
 // State is a restored training state.

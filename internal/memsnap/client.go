@@ -118,6 +118,23 @@ func (c *Client) Commit(b *Buffer, step int64) error {
 	return nil
 }
 
+// CommitReused hands b to the agent as the rank's snapshot of step and
+// keeps it: the caller writes a later snapshot into it only after the
+// agent has kept another one in its place (alternating two buffers), so
+// the pages are written once per snapshot and never faulted in again. The
+// agent does not seal it; it and every reader check the checksum.
+func (c *Client) CommitReused(b *Buffer, step int64) error {
+	size := int64(len(b.data))
+	var rep reply
+	if _, err := c.call(request{Op: opPut, Rank: c.rank, Step: step, Size: size, CRC: Checksum(b.data), Reuse: true}, b.fd, &rep); err != nil {
+		return fmt.Errorf("rank %d: hand the snapshot of step %d to the agent: %w", c.rank, step, err)
+	}
+	if rep.Err != "" {
+		return fmt.Errorf("rank %d: the agent did not keep the snapshot of step %d: %s", c.rank, step, rep.Err)
+	}
+	return nil
+}
+
 // Restored is a snapshot read back from memory: a read-only mapping of the
 // pages the agent (or a peer) holds.
 type Restored struct {
@@ -153,7 +170,7 @@ func (c *Client) Latest() (*Restored, error) {
 	case fd < 0:
 		return nil, fmt.Errorf("rank %d: the agent's snapshot answer carried no memfd", c.rank)
 	}
-	if !sealed(fd) {
+	if rep.Sealed && !sealed(fd) {
 		return nil, fmt.Errorf("%w: rank %d's snapshot of step %d is not sealed", ErrTorn, c.rank, rep.Step)
 	}
 	if n, err := fileSize(fd); err != nil || n != rep.Size {

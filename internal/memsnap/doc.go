@@ -17,7 +17,12 @@
 // seen; the one it serves is sealed and complete. A worker that dies while
 // writing, or hands over a file that is shorter than it claims or does not
 // match its checksum, leaves the previous snapshot in place: a torn or
-// partial snapshot is never served.
+// partial snapshot is never served. Package worker goes one step further
+// for speed: it keeps two memfds and writes them in turn (CommitReused), only
+// ever into the one the agent does not serve, so that a snapshot's copy runs
+// at memory speed instead of faulting in fresh pages. Those are not sealed;
+// the agent checks their checksum when it takes one and every reader checks
+// it again, so one changed while served is refused, never handed out.
 //
 // Usage (agent side):
 //

@@ -23,14 +23,23 @@ func createMemfd(name string, size int64) (int, error) {
 }
 
 // mapWritable maps fd's size bytes shared and writable, with the pages
-// allocated now (MAP_POPULATE), so that the copy into them does not fault.
+// allocated and mapped writable now, so that the copy into them does not
+// fault.
 func mapWritable(fd int, size int64) ([]byte, error) {
 	if size == 0 {
 		return nil, nil
 	}
-	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("map the memfd (%d bytes): %w", size, err)
+	}
+	// MAP_POPULATE maps a shared mapping's pages read-only, so each first
+	// write would still fault; populate them writable (Linux 5.14), or
+	// touch every page where the kernel cannot.
+	if unix.Madvise(b, unix.MADV_POPULATE_WRITE) != nil {
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 0
+		}
 	}
 	return b, nil
 }

@@ -340,3 +340,39 @@ func TestMalformedMessages(t *testing.T) {
 }
 
 func jsonPut() ([]byte, error) { return []byte(`{"op":"put","step":1,"size":0}`), nil }
+
+// Double buffering by the worker (CommitReused): two buffers written in
+// turn are served in turn; one written to while the agent serves it (what
+// the protocol forbids) fails the reader's checksum check and is never
+// handed out as a state.
+func TestReusedBuffersAlternateAndATornOneIsRefused(t *testing.T) {
+	st := NewStore(0)
+	defer st.Close()
+	sock := serve(t, &Server{Store: st, Token: testToken})
+	c, err := Dial(t.Context(), sock, testToken, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var bufs [2]*Buffer
+	for i := range bufs {
+		if bufs[i], err = NewBuffer(1 << 20); err != nil {
+			t.Fatal(err)
+		}
+		defer bufs[i].Discard()
+	}
+	for step := int64(1); step <= 4; step++ {
+		b := bufs[step%2]
+		for i := range b.Bytes() {
+			b.Bytes()[i] = byte(step)
+		}
+		if err := c.CommitReused(b, step); err != nil {
+			t.Fatal(err)
+		}
+		wantStep(t, sock, step)
+	}
+	bufs[0].Bytes()[12345] ^= 0xff // step 4's buffer, which the agent serves
+	if _, err := latest(t, sock, 0); !errors.Is(err, ErrTorn) && (err == nil || !strings.Contains(err.Error(), "CRC-32C")) {
+		t.Fatalf("a served buffer changed under the agent: %v, want refused by its checksum", err)
+	}
+}

@@ -34,6 +34,7 @@ type Snapshot struct {
 	Size   int64
 	CRC    uint32
 	Source string
+	Sealed bool // nothing can change it; else the worker reuses the memfd later
 
 	fd   int
 	data []byte
@@ -63,7 +64,18 @@ func NewStore(limit int64) *Store { return &Store{limit: limit, latest: map[int]
 // snapshot is replaced: when anything does not match, the previous one
 // stays.
 func (st *Store) Commit(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
-	s, err := openSealed(rank, step, fd, size, crc, source)
+	return st.commit(rank, step, fd, size, crc, source, true)
+}
+
+// CommitReused is Commit for a memfd the worker keeps and writes a later
+// snapshot into once this one is replaced (it alternates two): it is not
+// sealed, so the checksum is checked here and by every reader.
+func (st *Store) CommitReused(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
+	return st.commit(rank, step, fd, size, crc, source, false)
+}
+
+func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, source string, sealIt bool) (*Snapshot, error) {
+	s, err := openChecked(rank, step, fd, size, crc, source, sealIt)
 	if err != nil {
 		return nil, err
 	}
@@ -88,15 +100,17 @@ func (st *Store) Commit(rank int, step int64, fd int, size int64, crc uint32, so
 	return s, nil
 }
 
-// openSealed seals fd and checks it against size and crc.
-func openSealed(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
+// openChecked seals fd (when sealIt) and checks it against size and crc.
+func openChecked(rank int, step int64, fd int, size int64, crc uint32, source string, sealIt bool) (*Snapshot, error) {
 	if size < 0 {
 		closeFd(fd)
 		return nil, fmt.Errorf("%w: rank %d claims %d bytes", ErrTorn, rank, size)
 	}
-	if err := seal(fd); err != nil && !sealed(fd) {
-		closeFd(fd)
-		return nil, fmt.Errorf("rank %d, step %d: %w", rank, step, err)
+	if sealIt {
+		if err := seal(fd); err != nil && !sealed(fd) {
+			closeFd(fd)
+			return nil, fmt.Errorf("rank %d, step %d: %w", rank, step, err)
+		}
 	}
 	n, err := fileSize(fd)
 	if err != nil {
@@ -117,7 +131,7 @@ func openSealed(rank int, step int64, fd int, size int64, crc uint32, source str
 		closeFd(fd)
 		return nil, fmt.Errorf("%w: rank %d's snapshot of step %d has CRC-32C %08x, it claims %08x (written while being handed over?)", ErrTorn, rank, step, got, crc)
 	}
-	return &Snapshot{Rank: rank, Step: step, Size: size, CRC: crc, Source: source, fd: fd, data: data}, nil
+	return &Snapshot{Rank: rank, Step: step, Size: size, CRC: crc, Source: source, Sealed: sealed(fd), fd: fd, data: data}, nil
 }
 
 // Acquire returns rank's newest snapshot, which stays valid (even once a

@@ -40,6 +40,10 @@ type request struct {
 	Step  int64  `json:"step,omitempty"`
 	Size  int64  `json:"size,omitempty"`
 	CRC   uint32 `json:"crc,omitempty"`
+	// Reuse says the worker keeps the memfd to write a later snapshot into
+	// once this one is replaced: the agent does not seal it, and every
+	// reader checks the checksum (double buffering by the worker).
+	Reuse bool `json:"reuse,omitempty"`
 }
 
 // reply is the agent's answer; a latest that found a snapshot carries its
@@ -51,6 +55,7 @@ type reply struct {
 	Size   int64  `json:"size,omitempty"`
 	CRC    uint32 `json:"crc,omitempty"`
 	Source string `json:"source,omitempty"`
+	Sealed bool   `json:"sealed,omitempty"`
 }
 
 // errMessage is a message that is not one this protocol sends.
