@@ -180,7 +180,12 @@ func (c *Client) Latest() (*Restored, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", c.rank, err)
 	}
-	if got := Checksum(data); got != rep.CRC {
+	got, err := checksumBy(rep.Sum, data)
+	if err != nil {
+		unmap(data)
+		return nil, fmt.Errorf("rank %d: %w", c.rank, err)
+	}
+	if got != rep.CRC {
 		unmap(data)
 		return nil, fmt.Errorf("%w: rank %d's snapshot of step %d has CRC-32C %08x, the agent says %08x", ErrTorn, c.rank, rep.Step, got, rep.CRC)
 	}

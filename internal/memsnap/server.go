@@ -116,11 +116,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) error {
 				rep.Err = "put without a memfd"
 				break
 			}
-			commit := s.Store.Commit
-			if req.Reuse {
-				commit = s.Store.CommitReused
-			}
-			snap, err := commit(rank, req.Step, fd, req.Size, req.CRC, SourceOwn)
+			snap, err := s.Store.CommitSum(rank, req.Step, fd, req.Size, req.CRC, req.Sum, SourceOwn, req.Reuse)
 			if err != nil {
 				rep.Err = err.Error()
 				break
@@ -152,7 +148,7 @@ func (s *Server) latest(ctx context.Context, rank int) (reply, int) {
 		if err != nil {
 			return reply{Err: fmt.Sprintf("duplicate rank %d's snapshot: %v", rank, err)}, -1
 		}
-		return reply{Found: true, Step: snap.Step, Size: snap.Size, CRC: snap.CRC, Source: snap.Source, Sealed: snap.Sealed}, fd
+		return reply{Found: true, Step: snap.Step, Size: snap.Size, CRC: snap.CRC, Source: snap.Source, Sealed: snap.Sealed, Sum: snap.Sum}, fd
 	}
 	if s.Fetch != nil {
 		fd, step, size, crc, found, err := s.Fetch(ctx, rank)

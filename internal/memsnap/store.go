@@ -20,6 +20,20 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Checksum is the CRC-32C of b, the checksum snapshots carry.
 func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
+// SumIEEE names CRC-32 (IEEE), the checksum a Python worker computes.
+const SumIEEE = "crc32"
+
+// checksumBy is b's checksum named sum ("" or SumIEEE).
+func checksumBy(sum string, b []byte) (uint32, error) {
+	switch sum {
+	case "":
+		return Checksum(b), nil
+	case SumIEEE:
+		return crc32.ChecksumIEEE(b), nil
+	}
+	return 0, fmt.Errorf("memsnap: unknown checksum %q", sum)
+}
+
 // Errors of Commit.
 var (
 	ErrTooLarge = errors.New("memsnap: the snapshot does not fit in the agent's snapshot memory")
@@ -34,7 +48,8 @@ type Snapshot struct {
 	Size   int64
 	CRC    uint32
 	Source string
-	Sealed bool // nothing can change it; else the worker reuses the memfd later
+	Sealed bool   // nothing can change it; else the worker reuses the memfd later
+	Sum    string // the checksum's name: "" (CRC-32C) or SumIEEE
 
 	fd   int
 	data []byte
@@ -64,18 +79,24 @@ func NewStore(limit int64) *Store { return &Store{limit: limit, latest: map[int]
 // snapshot is replaced: when anything does not match, the previous one
 // stays.
 func (st *Store) Commit(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, source, true)
+	return st.commit(rank, step, fd, size, crc, "", source, true)
+}
+
+// CommitSum is Commit for a snapshot whose checksum is named sum ("" for
+// CRC-32C, SumIEEE); reuse says whether the worker keeps the memfd.
+func (st *Store) CommitSum(rank int, step int64, fd int, size int64, crc uint32, sum, source string, reuse bool) (*Snapshot, error) {
+	return st.commit(rank, step, fd, size, crc, sum, source, !reuse)
 }
 
 // CommitReused is Commit for a memfd the worker keeps and writes a later
 // snapshot into once this one is replaced (it alternates two): it is not
 // sealed, so the checksum is checked here and by every reader.
 func (st *Store) CommitReused(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, source, false)
+	return st.commit(rank, step, fd, size, crc, "", source, false)
 }
 
-func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, source string, sealIt bool) (*Snapshot, error) {
-	s, err := openChecked(rank, step, fd, size, crc, source, sealIt)
+func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, sum, source string, sealIt bool) (*Snapshot, error) {
+	s, err := openChecked(rank, step, fd, size, crc, sum, source, sealIt)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +122,7 @@ func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, so
 }
 
 // openChecked seals fd (when sealIt) and checks it against size and crc.
-func openChecked(rank int, step int64, fd int, size int64, crc uint32, source string, sealIt bool) (*Snapshot, error) {
+func openChecked(rank int, step int64, fd int, size int64, crc uint32, sum, source string, sealIt bool) (*Snapshot, error) {
 	if size < 0 {
 		closeFd(fd)
 		return nil, fmt.Errorf("%w: rank %d claims %d bytes", ErrTorn, rank, size)
@@ -126,12 +147,18 @@ func openChecked(rank int, step int64, fd int, size int64, crc uint32, source st
 		closeFd(fd)
 		return nil, fmt.Errorf("rank %d, step %d: %w", rank, step, err)
 	}
-	if got := Checksum(data); got != crc {
+	got, err := checksumBy(sum, data)
+	if err != nil {
+		unmap(data)
+		closeFd(fd)
+		return nil, err
+	}
+	if got != crc {
 		unmap(data)
 		closeFd(fd)
 		return nil, fmt.Errorf("%w: rank %d's snapshot of step %d has CRC-32C %08x, it claims %08x (written while being handed over?)", ErrTorn, rank, step, got, crc)
 	}
-	return &Snapshot{Rank: rank, Step: step, Size: size, CRC: crc, Source: source, Sealed: sealed(fd), fd: fd, data: data}, nil
+	return &Snapshot{Rank: rank, Step: step, Size: size, CRC: crc, Source: source, Sealed: sealed(fd), Sum: sum, fd: fd, data: data}, nil
 }
 
 // Acquire returns rank's newest snapshot, which stays valid (even once a

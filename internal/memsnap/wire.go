@@ -44,6 +44,9 @@ type request struct {
 	// once this one is replaced: the agent does not seal it, and every
 	// reader checks the checksum (double buffering by the worker).
 	Reuse bool `json:"reuse,omitempty"`
+	// Sum names the checksum: "" for CRC-32C, "crc32" for CRC-32 (IEEE),
+	// which Python's standard library has (zlib.crc32).
+	Sum string `json:"sum,omitempty"`
 }
 
 // reply is the agent's answer; a latest that found a snapshot carries its
@@ -56,6 +59,7 @@ type reply struct {
 	CRC    uint32 `json:"crc,omitempty"`
 	Source string `json:"source,omitempty"`
 	Sealed bool   `json:"sealed,omitempty"`
+	Sum    string `json:"sum,omitempty"`
 }
 
 // errMessage is a message that is not one this protocol sends.
