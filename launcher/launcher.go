@@ -201,6 +201,7 @@ type agent struct {
 	reports chan *gotrainv1.ReportWorkerExitRequest // to the reporter (report.go)
 	hangs   chan *gotrainv1.EvidenceRequest         // to the evidence collector (progress.go)
 	started chan struct{}                           // closed at the first generation
+	snapPy  string                                  // the directory of gotrain_snapshot.py, on workers' PYTHONPATH (snapshots.go)
 }
 
 // tickEvery is how often the loop gives the machine the time (grace
@@ -513,6 +514,7 @@ func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
 func (a *agent) workerEnv(vars []string, gpus []int) []string {
 	env := append(jobenv.Strip(a.cfg.Env), vars...)
 	env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
+	env = snapshotPythonPath(env, a.snapPy) // snapshots.go
 	if len(gpus) > 0 {
 		env = append(env, WorkerGPUEnv(gpus)...)
 		env = append(env, multiRankEnv(a.cfg.Env, a.cfg.RanksPerGPU)...)

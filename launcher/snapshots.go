@@ -3,7 +3,10 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 
@@ -30,12 +33,36 @@ func (a *agent) startSnapshots(ctx context.Context, g *errgroup.Group, dir strin
 		a.log.Warn("no in-memory snapshots: restarted ranks resume from their disk checkpoints", "err", err)
 		return
 	}
+	// The Python module, where workers' interpreters find it (last on
+	// PYTHONPATH: the program's own modules come first).
+	py := filepath.Join(dir, "python")
+	if err := os.MkdirAll(py, 0o700); err == nil && os.WriteFile(filepath.Join(py, memsnap.PythonModuleName), memsnap.PythonModule, 0o600) == nil {
+		a.snapPy = py
+	}
 	st := memsnap.NewStore(limit)
 	srv := &memsnap.Server{Store: st, Token: a.cfg.JobToken, Authorize: a.claims.authorizeSnapshots, Log: a.log.With("component", "snapshots")}
 	g.Go(func() error {
 		defer st.Close()
 		return srv.Serve(ctx, lis)
 	})
+}
+
+// snapshotPythonPath appends dir (none when "") to env's PYTHONPATH.
+func snapshotPythonPath(env []string, dir string) []string {
+	if dir == "" {
+		return env
+	}
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], "PYTHONPATH="); ok {
+			if v != "" {
+				dir = v + string(os.PathListSeparator) + dir
+			}
+			out := slices.Clone(env)
+			out[i] = "PYTHONPATH=" + dir
+			return out
+		}
+	}
+	return append(env, "PYTHONPATH="+dir)
 }
 
 // authorizeSnapshots lets pid keep rank's snapshots if it is the worker

@@ -52,3 +52,33 @@ func TestKilledRankResumesFromAgentMemory(t *testing.T) {
 		t.Errorf("the ranks do not agree:\n%s", faulty.stdout)
 	}
 }
+
+// Issue 29 with real PyTorch (gloo): the gotrain_snapshot module the agent
+// puts on the workers' PYTHONPATH; rank 1 SIGKILLed after step 20 resumes
+// at step 20 from its agent's memory, with weights bit-identical to a run
+// without the fault.
+func TestTorchRankResumesFromAgentMemory(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs PyTorch twice")
+	}
+	script := testdata(t, "memsnap_torch.py")
+	weights := regexp.MustCompile(`(?m)^\[rank 0\] weights (\S+)$`)
+	clean := runTorch(t, 5*time.Minute, "launch", "--nproc-per-node", "2", "--backend", "cpu", "--", "python3", script)
+	want := weights.FindStringSubmatch(clean.stdout)
+	if clean.code != 0 || want == nil || strings.Contains(clean.stdout, "resumed") {
+		t.Fatalf("the run without a fault: exit %d\nstdout:\n%s\nstderr:\n%s", clean.code, clean.stdout, clean.stderr)
+	}
+	faulty := runTorch(t, 5*time.Minute, "launch", "--nproc-per-node", "2", "--backend", "cpu", "--max-restarts", "1", "--", "python3", script, "--die")
+	if faulty.code != 0 || !strings.Contains(faulty.stdout, "[rank 1] dying at step 20") {
+		t.Fatalf("the run with a fault: exit %d\nstdout:\n%s\nstderr:\n%s", faulty.code, faulty.stdout, faulty.stderr)
+	}
+	for _, rank := range []string{"0", "1"} {
+		if !strings.Contains(faulty.stdout, "[rank "+rank+"] resumed at step 20 from the agent's memory") {
+			t.Errorf("rank %s did not resume at step 20 from the agent's memory:\n%s", rank, faulty.stdout)
+		}
+	}
+	if got := weights.FindStringSubmatch(faulty.stdout); got == nil || got[1] != want[1] {
+		t.Errorf("weights %v after the fault, want %s as without it:\n%s", got, want[1], faulty.stdout)
+	}
+}
