@@ -54,15 +54,14 @@ import (
 //go:embed kernels/node.ptx
 var nodePTX string
 
-// UnavailableError is Open's answer when the ranks cannot map each other's
-// memory; the caller reduces with NCCL instead. Every rank gets one.
-type UnavailableError struct {
-	Rank   int    // the rank that reports it
-	Reason string // why, e.g. "rank 3 is on another node"
-}
+// UnavailableError is Open's answer when the ranks cannot map each
+// other's memory (peermem.UnavailableError, Transport "nodereduce"); the caller
+// reduces with NCCL instead. Every rank gets one.
+type UnavailableError = peermem.UnavailableError
 
-func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("nodereduce: rank %d: the copy-engine reduction is not available: %s", e.Rank, e.Reason)
+// unavailable is rank's UnavailableError for reason.
+func unavailable(rank int, reason string) *UnavailableError {
+	return &UnavailableError{Transport: "nodereduce", Rank: rank, Reason: reason}
 }
 
 // Span is a bucket: Len float32 elements from element Offset of the
@@ -227,7 +226,7 @@ func decode(w []int32) record {
 func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Config) (*Node, error) {
 	size := c.Size()
 	if size < 2 {
-		return nil, &UnavailableError{Rank: c.Rank(), Reason: "one rank has nothing to reduce"}
+		return nil, unavailable(c.Rank(), "one rank has nothing to reduce")
 	}
 	if cfg.Grads == 0 || len(cfg.Buckets) == 0 {
 		return nil, fmt.Errorf("nodereduce: no gradients (%d buckets)", len(cfg.Buckets))
@@ -316,7 +315,7 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 		if reason == "" {
 			reason = "another rank cannot map this rank's memory"
 		}
-		return nil, &UnavailableError{Rank: n.rank, Reason: reason}
+		return nil, unavailable(n.rank, reason)
 	}
 	return n, nil
 }

@@ -42,15 +42,14 @@ import (
 //go:embed kernels/pair.ptx
 var pairPTX string
 
-// UnavailableError is Open's answer when the two ranks cannot map each
-// other's memory; the caller reduces with NCCL instead. Both ranks get one.
-type UnavailableError struct {
-	Rank   int    // the rank that reports it
-	Reason string // why, e.g. "rank 1 is on another node"
-}
+// UnavailableError is Open's answer when the ranks cannot map each
+// other's memory (peermem.UnavailableError, Transport "pairreduce"); the caller
+// reduces with NCCL instead. Every rank gets one.
+type UnavailableError = peermem.UnavailableError
 
-func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("pairreduce: rank %d: the copy-engine reduction is not available: %s", e.Rank, e.Reason)
+// unavailable is rank's UnavailableError for reason.
+func unavailable(rank int, reason string) *UnavailableError {
+	return &UnavailableError{Transport: "pairreduce", Rank: rank, Reason: reason}
 }
 
 // Pair is one rank's side of the reduction. Its methods other than Open
@@ -150,7 +149,7 @@ type Config struct {
 // reduce with NCCL instead.
 func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Config) (*Pair, error) {
 	if c.Size() != 2 {
-		return nil, &UnavailableError{Rank: c.Rank(), Reason: fmt.Sprintf("it needs exactly 2 ranks, the communicator has %d", c.Size())}
+		return nil, unavailable(c.Rank(), fmt.Sprintf("it needs exactly 2 ranks, the communicator has %d", c.Size()))
 	}
 	elements, buckets := cfg.Elements, cfg.Buckets
 	if elements <= 0 || buckets <= 0 || cfg.Lanes < 0 {
@@ -243,7 +242,7 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 		if reason == "" {
 			reason = fmt.Sprintf("rank %d cannot map this rank's memory", peerRank)
 		}
-		return nil, &UnavailableError{Rank: p.rank, Reason: reason}
+		return nil, unavailable(p.rank, reason)
 	}
 	return p, nil
 }
