@@ -75,3 +75,8 @@ type UnavailableError struct {
 func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("%s: rank %d: the copy-engine reduction is not available: %s", e.Transport, e.Rank, e.Reason)
 }
+
+// Unavailable is the UnavailableError of transport's rank for reason.
+func Unavailable(transport string, rank int, reason string) *UnavailableError {
+	return &UnavailableError{Transport: transport, Rank: rank, Reason: reason}
+}
