@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/internal/peermem"
 	"github.com/gotrain/gotrain/worker/nodereduce"
 	"github.com/gotrain/gotrain/worker/pairreduce"
 )
@@ -62,8 +63,7 @@ func (e *deviceEngine) openPair() error {
 			e.node, e.ce = n, n
 		}
 	}
-	var pairUn *pairreduce.UnavailableError
-	var nodeUn *nodereduce.UnavailableError
+	var un *peermem.UnavailableError // pairreduce's and nodereduce's
 	switch {
 	case err == nil:
 		ce := e.ce
@@ -73,11 +73,8 @@ func (e *deviceEngine) openPair() error {
 		})
 		dp.log.Info("gradients are averaged over the copy engines", "rank", dp.c.Rank(), "ranks", dp.c.Size(), "transport", TransportCopyEngine)
 		return nil
-	case errors.As(err, &pairUn) && want == TransportAuto:
-		dp.log.Info("gradients are averaged with NCCL", "rank", dp.c.Rank(), "transport", TransportNCCL, "why_not_copy_engine", pairUn.Reason)
-		return nil
-	case errors.As(err, &nodeUn) && want == TransportAuto:
-		dp.log.Info("gradients are averaged with NCCL", "rank", dp.c.Rank(), "transport", TransportNCCL, "why_not_copy_engine", nodeUn.Reason)
+	case errors.As(err, &un) && want == TransportAuto:
+		dp.log.Info("gradients are averaged with NCCL", "rank", dp.c.Rank(), "transport", TransportNCCL, "why_not_copy_engine", un.Reason)
 		return nil
 	default:
 		return fmt.Errorf("worker: DataParallel: %w", err)

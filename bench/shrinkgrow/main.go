@@ -15,6 +15,12 @@
 // checked for the exact sum. A phase that outlives -cycle-timeout is a
 // hang: the program names it and exits 3, it does not stall.
 //
+// Each new communicator's first collective (the checked all-reduce) is
+// launched for every rank by one thread in one NCCL group (-launch group):
+// launched by each rank's own thread (-launch threads), the first
+// all-reduce of a new world hung in 5 of 15 runs on the H200, against 0 of
+// 15 grouped (bench/results/shrink-grow-2026-12-02-s3.md).
+//
 // Aborts and destroys run in the background, off recovery's path, as
 // worker/ncclcomm does; the benchmark waits for them (bg-wait) before the
 // next all-reduce. Without that wait, 3 of 4 configurations hung on the
@@ -59,6 +65,7 @@ type options struct {
 	cycleTimeout time.Duration
 	budget       time.Duration
 	growRoot     int
+	launch       string // group or threads: how the checked all-reduces are launched
 	csv          string
 }
 
@@ -73,6 +80,7 @@ func main() {
 	flag.DurationVar(&o.cycleTimeout, "cycle-timeout", 30*time.Second, "a phase (or a background abort) that takes longer is a hang: exit 3")
 	flag.DurationVar(&o.budget, "budget", 0, "stop starting cycles after this long (0: none); fewer cycles than -cycles is then a FAIL")
 	flag.IntVar(&o.growRoot, "grow-root", 0, "mode shrink: the shrunk rank that calls ncclCommGetUniqueId")
+	flag.StringVar(&o.launch, "launch", "group", "how the checked all-reduce (each new communicator's first collective) is launched: group (one thread, every rank in one NCCL group) or threads (each rank's own thread)")
 	flag.StringVar(&o.csv, "csv", "", "write every cycle's phase times (ms) here")
 	flag.Parse()
 	if err := o.check(); err != nil {
@@ -92,6 +100,11 @@ func (o *options) check() error {
 	case "revoke", "abort", "revoke+abort":
 	default:
 		return fmt.Errorf("-how %q: want revoke, abort or revoke+abort", o.how)
+	}
+	switch o.launch {
+	case "group", "threads":
+	default:
+		return fmt.Errorf("-launch %q: want group or threads", o.launch)
 	}
 	if o.ranks < 3 {
 		return fmt.Errorf("-ranks %d: want at least 3 (a shrunk world of at least 2)", o.ranks)
@@ -170,8 +183,8 @@ func run(o options) int {
 	}
 	fmt.Printf("# shrinkgrow: %d ranks as threads of one process on GPU 0 (%s), NCCL %s (%s), CUDA driver %s\n",
 		o.ranks, name, lib.Version(), lib.Path(), drv.VersionString())
-	fmt.Printf("# mode %s; %d cycles; in-flight all-reduce at the failure: %v; checked all-reduce of %d float32; cycle timeout %v\n",
-		desc, o.cycles, o.inflight, o.count, o.cycleTimeout)
+	fmt.Printf("# mode %s; %d cycles; in-flight all-reduce at the failure: %v; checked all-reduce of %d float32, launched by %s; cycle timeout %v\n",
+		desc, o.cycles, o.inflight, o.count, o.launch, o.cycleTimeout)
 	fmt.Printf("# env: NCCL_MULTI_RANK_GPU_ENABLE=%s NCCL_MAX_CTAS=%s NCCL_NVLS_ENABLE=%s NCCL_RUNTIME_CONNECT=%s NCCL_CUMEM_ENABLE=%q\n",
 		os.Getenv("NCCL_MULTI_RANK_GPU_ENABLE"), os.Getenv("NCCL_MAX_CTAS"), os.Getenv("NCCL_NVLS_ENABLE"), os.Getenv("NCCL_RUNTIME_CONNECT"), os.Getenv("NCCL_CUMEM_ENABLE"))
 
@@ -341,16 +354,59 @@ func (b *bench) initWorld() error {
 	}); err != nil {
 		return err
 	}
-	return b.phase("first-allreduce", b.workers, b.allReduceCheck)
+	return b.checkedAllReduce("first-allreduce", b.workers)
 }
 
-// allReduceCheck is one rank's part of the checked all-reduce: rank r
-// gives r+1+cycle everywhere, so the sum is exact and differs per cycle.
-func (b *bench) allReduceCheck(r int, w *worker) error {
-	n, err := w.comm.Count()
-	if err != nil {
-		return err
+// checkedAllReduce is the checked all-reduce of the world ws, named name.
+// Each is the first collective of a new communicator, whose enqueue may
+// still set up connections and buffers. With -launch group (the default)
+// one thread launches every rank's part in one NCCL group, as NCCL asks of
+// a thread that drives several ranks: the group's end sets up every
+// rank's connections before it launches any rank's kernel. With -launch
+// threads each rank's thread launches its own; then a rank's kernel can
+// spin, waiting for its peers, while a peer's enqueue is still in a CUDA
+// call that waits for the device, in the same context: the hang in the
+// first all-reduce of 4 ranks seen in 3 of 11 and 1 of 10 runs on the H200
+// (bench/results/shrink-grow-2026-12-02-s2.md).
+func (b *bench) checkedAllReduce(name string, ws []*worker) error {
+	if b.o.launch == "threads" {
+		return b.phase(name, ws, func(r int, w *worker) error {
+			if err := b.launchCheck(r, w); err != nil {
+				return err
+			}
+			return b.finishCheck(w)
+		})
 	}
+	launched := make(chan struct{})
+	var launchErr error
+	return b.phase(name, ws, func(r int, w *worker) error {
+		if r == 0 {
+			launchErr = b.lib.Group(func() error {
+				for i, x := range ws {
+					if err := b.launchCheck(i, x); err != nil {
+						return fmt.Errorf("rank %d: %w", i, err)
+					}
+				}
+				return nil
+			})
+			close(launched)
+		} else {
+			<-launched // the phase's timeout names the ranks if this never comes
+		}
+		if launchErr != nil {
+			if r == 0 {
+				return fmt.Errorf("grouped launch: %w", launchErr)
+			}
+			return nil // rank 0 reports it
+		}
+		return b.finishCheck(w)
+	})
+}
+
+// launchCheck enqueues rank r's part of the checked all-reduce on its
+// stream: rank r gives r+1+cycle everywhere, so the sum is exact and
+// differs per cycle.
+func (b *bench) launchCheck(r int, w *worker) error {
 	if me, err := w.comm.UserRank(); err != nil || me != r {
 		return fmt.Errorf("the communicator says rank %d (%v), the benchmark expects %d", me, err, r)
 	}
@@ -358,7 +414,13 @@ func (b *bench) allReduceCheck(r int, w *worker) error {
 	if err := cudadrv.MemsetD32Async(w.send, math.Float32bits(v), b.o.count, w.stream); err != nil {
 		return err
 	}
-	if err := w.comm.AllReduce(uintptr(w.send), uintptr(w.recv), b.o.count, nccl.Float32, nccl.Sum, uintptr(w.stream)); err != nil {
+	return w.comm.AllReduce(uintptr(w.send), uintptr(w.recv), b.o.count, nccl.Float32, nccl.Sum, uintptr(w.stream))
+}
+
+// finishCheck waits for the rank's all-reduce and checks every element.
+func (b *bench) finishCheck(w *worker) error {
+	n, err := w.comm.Count()
+	if err != nil {
 		return err
 	}
 	if err := cudadrv.CopyFromDeviceAsync(w.host, w.recv, w.stream); err != nil {
@@ -433,7 +495,7 @@ func (b *bench) shrinkCycle() error {
 	}
 	// The shrunk world works: its first all-reduce also waits for the
 	// in-flight one, which the revoke or the abortive shrink ended.
-	if err := b.phase("allreduce-shrunk", survivors, b.allReduceCheck); err != nil {
+	if err := b.checkedAllReduce("allreduce-shrunk", survivors); err != nil {
 		return err
 	}
 	// The parents are aborted, never destroyed (ncclCommDestroy after an
@@ -489,7 +551,7 @@ func (b *bench) shrinkCycle() error {
 	if err := b.bg.barrier(b.cycle, "bg-wait"); err != nil {
 		return err
 	}
-	return b.phase("allreduce-grown", grown, b.allReduceCheck)
+	return b.checkedAllReduce("allreduce-grown", grown)
 }
 
 func (b *bench) reinitCycle() error {
@@ -548,5 +610,5 @@ func (b *bench) reinitCycle() error {
 	if err := b.bg.barrier(b.cycle, "bg-wait"); err != nil {
 		return err
 	}
-	return b.phase("allreduce-reinit", world, b.allReduceCheck)
+	return b.checkedAllReduce("allreduce-reinit", world)
 }

@@ -24,7 +24,7 @@ func TestQuantile(t *testing.T) {
 }
 
 func TestOptionsCheck(t *testing.T) {
-	ok := options{mode: "shrink", how: "revoke", ranks: 4, cycles: 1, count: 1}
+	ok := options{mode: "shrink", how: "revoke", launch: "group", ranks: 4, cycles: 1, count: 1}
 	if err := ok.check(); err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +36,7 @@ func TestOptionsCheck(t *testing.T) {
 		{func(o *options) { o.how = "destroy" }, "-how"},
 		{func(o *options) { o.ranks = 2 }, "at least 3"},
 		{func(o *options) { o.growRoot = 3 }, "-grow-root"},
+		{func(o *options) { o.launch = "async" }, "-launch"},
 	} {
 		o := ok
 		tc.edit(&o)

@@ -7,6 +7,7 @@
 package peermem
 
 import (
+	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
@@ -60,4 +61,22 @@ func WriteFlags(ctx cudadrv.Context, flags []cudadrv.DevicePtr, v uint32) {
 		_ = s.Destroy()
 	}()
 	<-done
+}
+
+// UnavailableError is a copy-engine transport's answer to Open when its
+// ranks cannot map each other's memory (another node, one rank, no peer
+// access); the caller reduces with NCCL instead. Every rank gets one.
+type UnavailableError struct {
+	Transport string // the package that answers, e.g. "nodereduce"
+	Rank      int    // the rank that reports it
+	Reason    string // why, e.g. "rank 3 is on another node"
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("%s: rank %d: the copy-engine reduction is not available: %s", e.Transport, e.Rank, e.Reason)
+}
+
+// Unavailable is the UnavailableError of transport's rank for reason.
+func Unavailable(transport string, rank int, reason string) *UnavailableError {
+	return &UnavailableError{Transport: transport, Rank: rank, Reason: reason}
 }

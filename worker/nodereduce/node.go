@@ -54,17 +54,6 @@ import (
 //go:embed kernels/node.ptx
 var nodePTX string
 
-// UnavailableError is Open's answer when the ranks cannot map each other's
-// memory; the caller reduces with NCCL instead. Every rank gets one.
-type UnavailableError struct {
-	Rank   int    // the rank that reports it
-	Reason string // why, e.g. "rank 3 is on another node"
-}
-
-func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("nodereduce: rank %d: the copy-engine reduction is not available: %s", e.Rank, e.Reason)
-}
-
 // Span is a bucket: Len float32 elements from element Offset of the
 // gradient buffer.
 type Span struct{ Offset, Len int }
@@ -73,7 +62,7 @@ type Span struct{ Offset, Len int }
 type Config struct {
 	Grads   cudadrv.DevicePtr // the gradient buffer (device memory of cuMemAlloc, possibly inside a larger allocation)
 	Buckets []Span            // reduced one at a time, in this order on every rank
-	// SharedGPUOnly makes Open answer UnavailableError unless two ranks
+	// SharedGPUOnly makes Open answer a peermem.UnavailableError unless two ranks
 	// share a GPU, where NCCL's kernels take turns in time slices and the
 	// copy engines win; on GPUs of their own NCCL has not been measured
 	// against it.
@@ -221,13 +210,13 @@ func decode(w []int32) record {
 // and the others' inboxes and gradient buffers mapped here. It is
 // collective: every rank of c calls it with the same buckets. do runs a
 // function on the thread where the device's context is current. An
-// *UnavailableError means some rank cannot map another's memory (another
+// *peermem.UnavailableError means some rank cannot map another's memory (another
 // node, a GPU this process does not see, no peer path, gradients that CUDA
 // IPC cannot share): reduce with NCCL instead.
 func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Config) (*Node, error) {
 	size := c.Size()
 	if size < 2 {
-		return nil, &UnavailableError{Rank: c.Rank(), Reason: "one rank has nothing to reduce"}
+		return nil, peermem.Unavailable("nodereduce", c.Rank(), "one rank has nothing to reduce")
 	}
 	if cfg.Grads == 0 || len(cfg.Buckets) == 0 {
 		return nil, fmt.Errorf("nodereduce: no gradients (%d buckets)", len(cfg.Buckets))
@@ -316,7 +305,7 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 		if reason == "" {
 			reason = "another rank cannot map this rank's memory"
 		}
-		return nil, &UnavailableError{Rank: n.rank, Reason: reason}
+		return nil, peermem.Unavailable("nodereduce", n.rank, reason)
 	}
 	return n, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/gotrain/gotrain/internal/peermem"
 	"github.com/gotrain/gotrain/worker/comm/commtest"
 	"github.com/gotrain/gotrain/worker/cpucomm"
 )
@@ -88,7 +89,7 @@ func TestOpenRefusesWithoutCUDA(t *testing.T) {
 	defer c.Close()
 	do := func(f func() error) error { return f() }
 	_, err = Open(context.Background(), c, do, Config{Grads: 1 << 20, Buckets: []Span{{0, 1024}}})
-	var un *UnavailableError
+	var un *peermem.UnavailableError
 	if !errors.As(err, &un) || un.Rank != 0 {
 		t.Fatalf("one rank: %v, want an UnavailableError of rank 0", err)
 	}

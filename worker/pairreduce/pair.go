@@ -42,17 +42,6 @@ import (
 //go:embed kernels/pair.ptx
 var pairPTX string
 
-// UnavailableError is Open's answer when the two ranks cannot map each
-// other's memory; the caller reduces with NCCL instead. Both ranks get one.
-type UnavailableError struct {
-	Rank   int    // the rank that reports it
-	Reason string // why, e.g. "rank 1 is on another node"
-}
-
-func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("pairreduce: rank %d: the copy-engine reduction is not available: %s", e.Rank, e.Reason)
-}
-
 // Pair is one rank's side of the reduction. Its methods other than Open
 // and Release run on the thread where the device's context is current (the
 // do function Open was given) and enqueue without waiting.
@@ -145,12 +134,12 @@ type Config struct {
 // of elements float32 in buckets buckets: an inbox as large in device
 // memory, mapped by the peer. It is collective: both ranks of c (which must
 // have two) call it. do runs a function on the thread where the device's
-// context is current. An *UnavailableError means the peer's memory cannot
+// context is current. A *peermem.UnavailableError means the peer's memory cannot
 // be mapped (another node, a GPU this process does not see, no peer path):
 // reduce with NCCL instead.
 func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Config) (*Pair, error) {
 	if c.Size() != 2 {
-		return nil, &UnavailableError{Rank: c.Rank(), Reason: fmt.Sprintf("it needs exactly 2 ranks, the communicator has %d", c.Size())}
+		return nil, peermem.Unavailable("pairreduce", c.Rank(), fmt.Sprintf("it needs exactly 2 ranks, the communicator has %d", c.Size()))
 	}
 	elements, buckets := cfg.Elements, cfg.Buckets
 	if elements <= 0 || buckets <= 0 || cfg.Lanes < 0 {
@@ -243,7 +232,7 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 		if reason == "" {
 			reason = fmt.Sprintf("rank %d cannot map this rank's memory", peerRank)
 		}
-		return nil, &UnavailableError{Rank: p.rank, Reason: reason}
+		return nil, peermem.Unavailable("pairreduce", p.rank, reason)
 	}
 	return p, nil
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gotrain/gotrain/internal/peermem"
 	"github.com/gotrain/gotrain/worker/comm/commtest"
 	"github.com/gotrain/gotrain/worker/cpucomm"
 )
@@ -45,7 +46,7 @@ func TestOpenNeedsTwoRanks(t *testing.T) {
 	}
 	wg.Wait()
 	for r, err := range errs {
-		var un *UnavailableError
+		var un *peermem.UnavailableError
 		if !errors.As(err, &un) || un.Rank != r {
 			t.Errorf("rank %d: %v, want an UnavailableError of rank %d", r, err, r)
 		}
