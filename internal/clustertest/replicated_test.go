@@ -224,6 +224,44 @@ func (r *replicatedJob) replicasExit(t *testing.T, skip *vcluster.Proc) {
 			t.Errorf("the replica on %s exited %d; its last lines:\n%s", p.Host.Name, code, tail(p.Stderr(), 5))
 		}
 	}
+	var live []*vcluster.Proc
+	for _, p := range r.replicas {
+		if p != skip {
+			live = append(live, p)
+		}
+	}
+	replicasAgree(t, live, len(live))
+}
+
+// stateLine is the line a coordinator replica logs as it ends: how many
+// log entries it applied and its state's hash (coordinator/state Digest).
+var stateLine = regexp.MustCompile(`msg="coordinator replica state".* applied=(\d+) state_hash=([0-9a-f]+)`)
+
+// replicasAgree checks that the replicas among procs that ended hold the
+// same state: once the job is over it no longer changes, so every
+// replica's last state line has one hash. At least want replicas must
+// have logged one.
+func replicasAgree(t *testing.T, procs []*vcluster.Proc, want int) {
+	t.Helper()
+	hashes := map[string][]string{}
+	n := 0
+	for _, p := range procs {
+		ms := stateLine.FindAllStringSubmatch(p.Stderr(), -1)
+		if len(ms) == 0 {
+			continue
+		}
+		m := ms[len(ms)-1]
+		n++
+		hashes[m[2]] = append(hashes[m[2]], fmt.Sprintf("%s (%s entries)", p.Host.Name, m[1]))
+	}
+	if n < want {
+		t.Errorf("%d replicas logged their state as they ended, want %d", n, want)
+	}
+	if len(hashes) > 1 {
+		t.Errorf("the replicas' states differ: by hash %v", hashes)
+	} else {
+		t.Logf("replicas agree: %v", hashes)
+	}
 }
 
 // failoverOnly: with $GOTRAIN_BENCH_FAILOVER set (bench/coordinator_failover.sh),
@@ -437,6 +475,7 @@ func TestEmbeddedReplicatedNodeZeroKilled(t *testing.T) {
 	if !replaced {
 		t.Errorf("no survivor took the place of the replica lost with %s", victim.Name)
 	}
+	replicasAgree(t, survivors, 2)
 	gens := generationsOf(nl)
 	if len(gens) < 2 || gens[0] != 4 || gens[len(gens)-1] != 3 {
 		t.Errorf("%s's generations' world sizes %v; want 4, then 3", nl.Host.Name, gens)
