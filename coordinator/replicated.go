@@ -196,6 +196,7 @@ func (s *Server) carry(effects []state.Effect) {
 			if h := s.hooks.finishing; h != nil {
 				h()
 			}
+			s.logState("finished")
 			select {
 			case <-s.finished: // a replica restoring a snapshot finishes again
 			default:
@@ -326,8 +327,20 @@ func (f *serverFSM) Restore(b []byte) error {
 	return nil
 }
 
-// stateDigest logs this replica's state hash (clustertests compare the
-// replicas'). s.mu is held.
+// logState logs this replica's state hash and how many entries made it,
+// at the job's end and as the replica stops: replicas that applied as many
+// entries must log the same hash (the clustertests compare them). s.mu is
+// held.
+func (s *Server) logState(at string) {
+	if s.repl == nil {
+		return
+	}
+	hash, applied := s.stateDigest()
+	s.log.Info("coordinator replica state", "at", at, "replica", s.repl.ID(), "applied", applied, "state_hash", fmt.Sprintf("%x", hash))
+}
+
+// stateDigest is this replica's state hash (state.State.Digest) and how
+// many entries made it. s.mu is held.
 func (s *Server) stateDigest() (hash []byte, applied uint64) {
 	d := s.st.Digest()
 	return d[:], s.st.Applied()

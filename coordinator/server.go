@@ -273,12 +273,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	<-tickDone
 	s.bg.close()
-	if s.repl != nil {
-		s.mu.Lock()
-		hash, applied := s.stateDigest() // replicated.go: clustertests compare the replicas'
-		s.mu.Unlock()
-		s.log.Info("coordinator replica state", "replica", s.repl.ID(), "applied", applied, "state_hash", fmt.Sprintf("%x", hash))
-	}
+	s.mu.Lock()
+	s.logState("stop") // replicated.go
+	s.mu.Unlock()
 	return err
 }
 

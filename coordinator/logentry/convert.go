@@ -34,8 +34,8 @@ func ConfigFromProto(p *gotrainv1.LogConfig) state.Config {
 // csr: its CSR's SHA-256).
 func JoinFromProto(req *gotrainv1.JoinRequest, host bool, csr []byte) state.Join {
 	j := state.Join{Node: NodeInfo(req.GetNode()), NodeRank: -1, Settings: Settings(req.GetSettings()), Host: host, CSR: csr}
-	if r := req.GetNode().NodeRank; r != nil {
-		j.NodeRank = max(int(*r), -1)
+	if n := req.GetNode(); n != nil && n.NodeRank != nil {
+		j.NodeRank = max(int(*n.NodeRank), -1)
 	}
 	return j
 }

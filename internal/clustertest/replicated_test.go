@@ -233,35 +233,41 @@ func (r *replicatedJob) replicasExit(t *testing.T, skip *vcluster.Proc) {
 	replicasAgree(t, live, len(live))
 }
 
-// stateLine is the line a coordinator replica logs as it ends: how many
-// log entries it applied and its state's hash (coordinator/state Digest).
-var stateLine = regexp.MustCompile(`msg="coordinator replica state".* applied=(\d+) state_hash=([0-9a-f]+)`)
+// stateLine is the line a coordinator replica logs at the job's end and
+// as it stops: how many log entries it applied and its state's hash
+// (coordinator/state Digest).
+var stateLine = regexp.MustCompile(`msg="coordinator replica state" .*at=(\w+) .*applied=(\d+) state_hash=([0-9a-f]+)`)
 
-// replicasAgree checks that the replicas among procs that ended hold the
-// same state: once the job is over it no longer changes, so every
-// replica's last state line has one hash. At least want replicas must
-// have logged one.
+// replicasAgree checks that the replicas among procs hold the same state
+// after the same entries: every state line of as many entries applied has
+// one hash. At least want replicas must have logged theirs at the job's
+// end (when each has applied the entry that finished it).
 func replicasAgree(t *testing.T, procs []*vcluster.Proc, want int) {
 	t.Helper()
-	hashes := map[string][]string{}
-	n := 0
+	byApplied := map[string]map[string][]string{} // applied -> hash -> who
+	finished := 0
 	for _, p := range procs {
-		ms := stateLine.FindAllStringSubmatch(p.Stderr(), -1)
-		if len(ms) == 0 {
-			continue
+		fin := false
+		for _, m := range stateLine.FindAllStringSubmatch(p.Stderr(), -1) {
+			if byApplied[m[2]] == nil {
+				byApplied[m[2]] = map[string][]string{}
+			}
+			byApplied[m[2]][m[3]] = append(byApplied[m[2]][m[3]], p.Host.Name+" at "+m[1])
+			fin = fin || m[1] == "finished"
 		}
-		m := ms[len(ms)-1]
-		n++
-		hashes[m[2]] = append(hashes[m[2]], fmt.Sprintf("%s (%s entries)", p.Host.Name, m[1]))
+		if fin {
+			finished++
+		}
 	}
-	if n < want {
-		t.Errorf("%d replicas logged their state as they ended, want %d", n, want)
+	if finished < want {
+		t.Errorf("%d replicas logged their state at the job's end, want %d", finished, want)
 	}
-	if len(hashes) > 1 {
-		t.Errorf("the replicas' states differ: by hash %v", hashes)
-	} else {
-		t.Logf("replicas agree: %v", hashes)
+	for applied, hashes := range byApplied {
+		if len(hashes) > 1 {
+			t.Errorf("the replicas' states after %s entries differ: by hash %v", applied, hashes)
+		}
 	}
+	t.Logf("replica states by entries applied: %v", byApplied)
 }
 
 // failoverOnly: with $GOTRAIN_BENCH_FAILOVER set (bench/coordinator_failover.sh),
