@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/gotrain/gotrain/coordinator/state"
 	"slices"
 	"strings"
 	"time"
@@ -31,20 +32,6 @@ type agentQuorum struct {
 	since        time.Time            // this leadership began, or the last hand-over was tried
 	heard        map[string]time.Time // each node's last heartbeat here
 	transferring bool                 // a hand-over is under way
-	// beating: the nodes whose heartbeats are in the log (every replica
-	// knows them): one that never reaches a new leader counts too, so
-	// that a lead that comes back to a replica the agents do not reach
-	// (an election under load) is handed over again.
-	beating map[string]bool
-}
-
-// beat notes, on every replica, that node id heartbeats (its report is in
-// the log). s.mu is held.
-func (q *agentQuorum) beat(id string) {
-	if q.beating == nil {
-		q.beating = map[string]bool{}
-	}
-	q.beating[id] = true
 }
 
 // led starts the count at a new leadership. s.mu is held.
@@ -61,19 +48,22 @@ func (s *Server) heartbeat(id string) {
 	s.aq.heard[id] = s.now()
 }
 
-// unheard are the job's nodes that heartbeat (in the log, or here) but
+// unheard are the job's nodes that heartbeat (in the log, or here: a
+// node whose heartbeats are in the log but that never reaches a new leader
+// counts too, so that a lead that comes back to a replica the agents do
+// not reach, an election under load, is handed over again) but
 // have not been heard here since agentQuorumTimeout before now (a node
 // never heard here counts from when this leadership began), in join
 // order; nodes is how many of the job's heartbeat (agents of a version
 // without heartbeats, or not yet started, count for nothing). s.mu is
 // held.
 func (s *Server) unheard(now time.Time) (silent []string, nodes int) {
-	for id := range s.outboxes {
+	for _, id := range s.st.Nodes() {
 		h, ok := s.aq.heard[id]
-		if !ok && s.aq.beating[id] {
+		if !ok && s.st.Beating(id) {
 			h, ok = s.aq.since, true
 		}
-		if !ok || !s.m.HasNode(id) {
+		if !ok || !s.st.Machine().HasNode(id) {
 			continue
 		}
 		nodes++
@@ -81,14 +71,14 @@ func (s *Server) unheard(now time.Time) (silent []string, nodes int) {
 			silent = append(silent, id)
 		}
 	}
-	slices.SortFunc(silent, naturalNodeOrder)
+	slices.SortFunc(silent, state.NodeOrder)
 	return silent, nodes
 }
 
 // checkAgentQuorum hands the lead over when a majority of the nodes has
 // gone unheard (each tick, on the leader). s.mu is held.
 func (s *Server) checkAgentQuorum() {
-	if s.repl == nil || !s.rs.leading || !s.rs.configured || s.m.Finished() || s.aq.transferring || len(s.rs.peers) < 2 {
+	if s.repl == nil || !s.rs.leading || !s.st.Configured() || s.st.Machine().Finished() || s.aq.transferring || len(s.st.Peers()) < 2 {
 		return
 	}
 	now := s.now()

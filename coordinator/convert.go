@@ -2,39 +2,18 @@ package coordinator
 
 import (
 	"errors"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/coordinator/kv"
+	"github.com/gotrain/gotrain/coordinator/state"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
 // Conversions between the wire types and package job's, and from job errors
 // to gRPC status codes. This file is the only place that knows both.
-
-func nodeInfoFromProto(p *gotrainv1.NodeInfo) job.NodeInfo {
-	info := job.NodeInfo{
-		Hostname: p.GetHostname(),
-		Address:  p.GetAddress(),
-		Nproc:    int(p.GetNproc()),
-		AgentPID: int(p.GetAgentPid()),
-		FreePort: int(p.GetFreePort()),
-
-		RanksPerGPU: int(p.GetRanksPerGpu()),
-	}
-	for _, g := range p.GetGpus() {
-		info.GPUs = append(info.GPUs, job.GPU{
-			Index:    int(g.GetIndex()),
-			UUID:     g.GetUuid(),
-			PCIBusID: g.GetPciBusId(),
-			Name:     g.GetName(),
-			NUMANode: int(g.GetNumaNode()),
-		})
-	}
-	return info
-}
 
 func nodeInfoToProto(info job.NodeInfo) *gotrainv1.NodeInfo {
 	p := &gotrainv1.NodeInfo{
@@ -56,34 +35,6 @@ func nodeInfoToProto(info job.NodeInfo) *gotrainv1.NodeInfo {
 		})
 	}
 	return p
-}
-
-func progressFromProto(p *gotrainv1.RankProgress) job.Progress {
-	out := job.Progress{
-		Rank:             int(p.GetRank()),
-		Generation:       p.GetGeneration(),
-		Step:             p.GetStep(),
-		SamplesPerSecond: p.GetSamplesPerSecond(),
-		Pid:              int(p.GetPid()),
-	}
-	if n := p.GetUnixNanos(); n != 0 {
-		out.Time = time.Unix(0, n)
-	}
-	for _, c := range p.GetComms() {
-		out.Comms = append(out.Comms, job.CommProgress{
-			Comm:         c.GetComm(),
-			EnteredSeq:   c.GetEnteredSeq(),
-			CompletedSeq: c.GetCompletedSeq(),
-			LastOp:       c.GetLastOp(),
-			LastCount:    c.GetLastCount(),
-			LastDtype:    c.GetLastDtype(),
-		})
-		hangFromProto(&out.Comms[len(out.Comms)-1], c) // hang.go
-	}
-	out.ProcState, out.Attached = p.GetProcessState(), p.GetAttached()
-	out.CommsSource, out.CommsNote = p.GetCommsSource(), p.GetCommsNote()
-	telemetryFromProto(&out, p) // telemetry.go
-	return out
 }
 
 func progressToProto(p *job.Progress) *gotrainv1.RankProgress {
@@ -137,10 +88,12 @@ func failureToProto(f *job.Failure) *gotrainv1.WorkerFailure {
 	}
 }
 
-// startedEvents returns each node's GenerationStarted event, by node id.
-func startedEvents(a job.StartGeneration) map[string]*gotrainv1.GenerationEvent {
-	out := make(map[string]*gotrainv1.GenerationEvent, len(a.Nodes))
+// startedEvent is node id's GenerationStarted event.
+func startedEvent(id string, a *job.StartGeneration) *gotrainv1.GenerationEvent {
 	for _, n := range a.Nodes {
+		if n.NodeID != id {
+			continue
+		}
 		st := &gotrainv1.GenerationStarted{
 			Generation:     a.Generation,
 			WorldSize:      int32(a.WorldSize),
@@ -153,9 +106,76 @@ func startedEvents(a job.StartGeneration) map[string]*gotrainv1.GenerationEvent 
 		for _, r := range n.Ranks {
 			st.Ranks = append(st.Ranks, &gotrainv1.RankAssignment{Rank: int32(r.Rank), LocalRank: int32(r.LocalRank), Gpu: int32(r.GPU), Survivor: r.Survivor})
 		}
-		out[n.NodeID] = &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Started{Started: st}}
+		return &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Started{Started: st}}
 	}
-	return out
+	return &gotrainv1.GenerationEvent{}
+}
+
+// outToProto is one event of node id's outbox, on the wire.
+func outToProto(id string, o state.Out) *gotrainv1.GenerationEvent {
+	var ev *gotrainv1.GenerationEvent
+	switch {
+	case o.Started != nil:
+		ev = startedEvent(id, o.Started)
+	case o.Ended != nil:
+		ev = endedEvent(*o.Ended)
+	case o.Restarting != nil:
+		r := o.Restarting
+		ev = &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Restarting{Restarting: &gotrainv1.RestartPlanned{
+			Generation: r.Ended.Generation, WorldSize: int32(r.World), Failure: failureToProto(r.Ended.Failure),
+			Attempt: int32(r.Attempt), MaxAttempts: int32(r.MaxAttempts), WaitMs: r.Wait.Milliseconds(),
+		}}}
+	case o.Finished != nil:
+		ev = &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Finished{Finished: finishedToProto(*o.Finished)}}
+	case o.Replicas != nil:
+		ev = &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Replicas{Replicas: &gotrainv1.Replicas{Addrs: o.Replicas}}}
+	case o.HostReplica:
+		ev = &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_HostReplica{HostReplica: &gotrainv1.HostReplica{}}}
+	case o.Evidence != nil:
+		v := o.Evidence.Verdict
+		req := &gotrainv1.EvidenceRequest{RequestId: v.ID, Generation: v.Generation, Verdict: verdictToProto(v)}
+		for _, r := range o.Evidence.Ranks {
+			req.Ranks = append(req.Ranks, int32(r))
+		}
+		ev = &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Evidence{Evidence: req}}
+	default:
+		ev = &gotrainv1.GenerationEvent{}
+	}
+	ev.Seq = o.Seq
+	return ev
+}
+
+// eventEntry is the log entry of an event the server observed itself.
+func eventEntry(ev job.Event) *gotrainv1.LogEntry {
+	switch ev := ev.(type) {
+	case job.NodeLost:
+		return &gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_NodeLost{NodeLost: &gotrainv1.LogNode{NodeId: ev.NodeID, Reason: ev.Reason}}}
+	case job.NodeUnreachable:
+		return &gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_NodeUnreachable{NodeUnreachable: &gotrainv1.LogNode{NodeId: ev.NodeID, Reason: ev.Reason}}}
+	case job.NodeReachable:
+		return &gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_NodeReachable{NodeReachable: &gotrainv1.LogNode{NodeId: ev.NodeID}}}
+	}
+	return &gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Tick{Tick: &gotrainv1.LogTick{}}}
+}
+
+// stateError is the status of an error of applying an entry: a state
+// refusal, a KV store's or the job machine's.
+func stateError(err error) error {
+	var r *state.Refusal
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &r):
+		code := map[state.Kind]codes.Code{state.Invalid: codes.InvalidArgument, state.Exhausted: codes.ResourceExhausted,
+			state.Precondition: codes.FailedPrecondition, state.Internal: codes.Internal}[r.Kind]
+		return status.Error(code, r.Msg)
+	case errors.Is(err, kv.ErrConflict), errors.Is(err, kv.ErrTooLarge), errors.Is(err, kv.ErrFull):
+		return kvError(err) // limits.go
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return grpcError(err)
 }
 
 func endedEvent(a job.EndGeneration) *gotrainv1.GenerationEvent {

@@ -161,25 +161,12 @@ func gossipLost(name string, state memberlist.NodeStateType, host string, silent
 func (s *Server) nodeLost(ev job.NodeLost) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.outboxes[ev.NodeID] == nil || s.m.Finished() || s.stop.Err() != nil {
+	if s.st.Outbox(ev.NodeID) == nil || s.st.Machine().Finished() || s.stop.Err() != nil {
 		return
 	}
 	if err := s.step(ev); err != nil {
 		s.log.Error("node lost", "node_id", ev.NodeID, "err", err)
 	}
-}
-
-// dropNode ends the stream of a node about to be lost (applyEvent). s.mu is
-// held.
-func (s *Server) dropNode(ev job.NodeLost) {
-	o := s.outboxes[ev.NodeID]
-	if o == nil || s.m.Finished() {
-		return
-	}
-	delete(s.outboxes, ev.NodeID)
-	o.lost = ev.Reason
-	o.notify()
-	s.log.Warn("node lost", "node_id", ev.NodeID, "reason", ev.Reason)
 }
 
 // DefaultGossipPort is the coordinator's gossip port when none is given:

@@ -14,37 +14,9 @@ import (
 // Hang diagnosis: carrying out the detector's verdicts, taking the agents'
 // evidence, and answering `gotrain diagnose`.
 
-// hangDetected logs a verdict and tells every agent: each prints it, and the
-// agents of the ranks it names collect evidence. s.mu is held.
-func (s *Server) hangDetected(a job.HangDetected) {
-	v := a.Verdict
-	// Info: the agents print the verdict for people; this is the record.
-	s.log.Info("hang detector", "kind", string(v.Kind), "generation", v.Generation, "comm", v.Comm,
-		"seq", v.Collective.Seq, "post_mortem", a.PostMortem, "summary", v.Summary)
-	if a.PostMortem {
-		return // the job's failure message carries it
-	}
-	pv := verdictToProto(v)
-	for id, o := range s.outboxes {
-		req := &gotrainv1.EvidenceRequest{RequestId: v.ID, Generation: v.Generation, Verdict: pv}
-		for _, t := range a.Collect {
-			if t.NodeID == id {
-				for _, r := range t.Ranks {
-					req.Ranks = append(req.Ranks, int32(r))
-				}
-			}
-		}
-		o.push(&gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Evidence{Evidence: req}})
-	}
-}
-
 // ReportEvidence attaches an agent's evidence to its verdict.
 func (s *Server) ReportEvidence(_ context.Context, req *gotrainv1.ReportEvidenceRequest) (*gotrainv1.ReportEvidenceResponse, error) {
-	ev := job.EvidenceReported{NodeID: req.GetNodeId(), VerdictID: req.GetRequestId()}
-	for _, e := range req.GetEvidence() {
-		ev.Evidence = append(ev.Evidence, job.Evidence{Rank: int(e.GetRank()), Pid: int(e.GetPid()), Kind: e.GetKind(), Text: e.GetText()})
-	}
-	if _, err := s.commit(entry{Event: ev}); err != nil {
+	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Evidence{Evidence: req}}); err != nil {
 		return nil, err
 	}
 	return &gotrainv1.ReportEvidenceResponse{}, nil
@@ -55,9 +27,9 @@ func (s *Server) ReportEvidence(_ context.Context, req *gotrainv1.ReportEvidence
 func (s *Server) Diagnose(context.Context, *gotrainv1.DiagnoseRequest) (*gotrainv1.DiagnoseResponse, error) {
 	s.mu.Lock()
 	now := s.now()
-	st := s.m.Status()
-	sus := s.m.Suspected(now)
-	timeout := s.m.Config().HangTimeout
+	st := s.st.Machine().Status()
+	sus := s.st.Machine().Suspected(now)
+	timeout := s.st.Machine().Config().HangTimeout
 	s.mu.Unlock()
 	resp := &gotrainv1.DiagnoseResponse{Status: statusToProto(st), NowUnixNanos: now.UnixNano(), HangTimeoutMs: timeout.Milliseconds()}
 	for _, v := range sus {
@@ -76,32 +48,9 @@ func unixNanos(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-func fromUnixNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
-}
-
 func collectiveToProto(c job.Collective) *gotrainv1.Collective {
 	return &gotrainv1.Collective{Seq: c.Seq, Op: c.Op, Dtype: c.DType, Count: c.Count, Root: int32(c.Root),
 		ReduceOp: c.ReduceOp, State: c.State, EnqueuedUnixNanos: unixNanos(c.Enqueued)}
-}
-
-func collectiveFromProto(c *gotrainv1.Collective) job.Collective {
-	return job.Collective{Seq: c.GetSeq(), Op: c.GetOp(), DType: c.GetDtype(), Count: c.GetCount(), Root: int(c.GetRoot()),
-		ReduceOp: c.GetReduceOp(), State: c.GetState(), Enqueued: fromUnixNanos(c.GetEnqueuedUnixNanos())}
-}
-
-// hangFromProto fills the hang detector's fields of a communicator's progress.
-func hangFromProto(dst *job.CommProgress, c *gotrainv1.CommProgress) {
-	if p := c.GetPending(); p != nil {
-		pc := collectiveFromProto(p)
-		dst.Pending = &pc
-	}
-	dst.CompletedTime = fromUnixNanos(c.GetCompletedUnixNanos())
-	dst.Error, dst.ErrorSeq = c.GetError(), c.GetErrorSeq()
-	dst.Wait = time.Duration(c.GetWaitNanos())
 }
 
 func hangToProto(dst *gotrainv1.CommProgress, c job.CommProgress) {

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"crypto/x509"
+	"github.com/gotrain/gotrain/coordinator/state"
 	"strconv"
 	"strings"
 
@@ -139,8 +140,8 @@ func (s *Server) mayAct(node string, req any) error {
 // may publish a communicator's key for a generation that is not running.
 func (s *Server) ownsRank(node string, gen int64, rank int, what string) error {
 	s.mu.Lock()
-	owner, ok := s.m.NodeOfRank(gen, rank)
-	cur := s.m.Generation()
+	owner, ok := s.st.Machine().NodeOfRank(gen, rank)
+	cur := s.st.Machine().Generation()
 	s.mu.Unlock()
 	switch {
 	case ok && owner == node:
@@ -158,20 +159,7 @@ func (s *Server) ownsRank(node string, gen int64, rank int, what string) error {
 // and worker/cpucomm.AddrKey "cpucomm/NAME/GEN/addr/RANK". Names may hold
 // slashes; the key is read from its end. identity_test.go checks these
 // shapes against the worker packages' own functions.
-func keyOwner(key string) (gen int64, rank int, ok bool) {
-	parts := strings.Split(key, "/")
-	n := len(parts)
-	switch {
-	case parts[0] == "ncclcomm" && n >= 4 && parts[n-1] == "id":
-		g, err := strconv.ParseInt(parts[n-2], 10, 64)
-		return g, 0, err == nil
-	case parts[0] == "cpucomm" && n >= 5 && parts[n-2] == "addr":
-		g, err1 := strconv.ParseInt(parts[n-3], 10, 64)
-		r, err2 := strconv.Atoi(parts[n-1])
-		return g, r, err1 == nil && err2 == nil
-	}
-	return 0, 0, false
-}
+func keyOwner(key string) (gen int64, rank int, ok bool) { return state.CommKey(key) }
 
 // checkCSR checks a Join's certificate request before the node joins, so
 // that issuing its certificate cannot fail after. s.cfg.CA is not nil.

@@ -62,7 +62,7 @@ func rankOn(t *testing.T, srv *Server, node string) int32 {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	for r := range 64 {
-		if id, ok := srv.m.NodeOfRank(0, r); ok && id == node {
+		if id, ok := srv.st.Machine().NodeOfRank(0, r); ok && id == node {
 			return int32(r)
 		}
 	}

@@ -3,6 +3,8 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"github.com/gotrain/gotrain/coordinator/logentry"
+	"github.com/gotrain/gotrain/coordinator/state"
 	"slices"
 	"time"
 
@@ -39,14 +41,16 @@ func (s *Server) leadership(leading bool, rc ReplicaConfig) {
 		return
 	}
 	s.mu.Lock()
-	configured := s.rs.configured
-	c := configEntry{Job: s.rs.ownConfig, Peers: slices.Clone(rc.Peers), Want: rc.Want}
+	configured := s.st.Configured()
+	// Admission's bounds go into the log with the job: every replica
+	// admits by the leader's, never by its own flags.
+	c := state.Config{Job: s.cfgJob, Peers: slices.Clone(rc.Peers), Want: rc.Want, NprocPerNode: MaxNprocPerNode, RanksPerJob: MaxRanksPerJob}
 	s.mu.Unlock()
 	if len(c.Peers) == 0 {
 		c.Peers = []string{s.repl.ID()}
 	}
 	if !configured {
-		if _, err := s.commit(entry{Config: &c}); err != nil {
+		if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Config{Config: logentry.ConfigToProto(c)}}); err != nil {
 			s.log.Warn("coordinator replica: could not record the job's configuration", "err", err)
 			return
 		}
@@ -59,16 +63,19 @@ func (s *Server) leadership(leading bool, rc ReplicaConfig) {
 	s.rs.newTerm(true)
 	s.aq.led(s.now()) // agentquorum.go
 	term := s.rs.term
-	s.log.Info("coordinator replica leads", "replica", s.repl.ID(), "nodes", len(s.outboxes))
-	for id, o := range s.outboxes {
+	s.log.Info("coordinator replica leads", "replica", s.repl.ID(), "nodes", len(s.st.Nodes()))
+	for _, id := range s.st.Nodes() {
 		// Start from what the log says; the streams open here anew.
-		o.unreachable = s.m.Unreachable(id)
+		o := s.outbox(id)
+		o.unreachable = s.st.Machine().Unreachable(id)
 		if o.gossipDown {
 			s.reachability(id, o, "gossip: no answer (declared dead by the other nodes)")
 		}
 	}
 	s.bg.after(leaderGrace, func() { s.missingStreams(term) })
-	s.tickOnDeadline()
+	if d, ok := s.st.Machine().Deadline(); ok {
+		s.tickOnDeadline(d)
+	}
 	s.bg.do(s.reconcileVoters)
 }
 
@@ -77,10 +84,11 @@ func (s *Server) leadership(leading bool, rc ReplicaConfig) {
 func (s *Server) missingStreams(term uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.rs.term != term || !s.rs.leading || s.stop.Err() != nil || s.m.Finished() {
+	if s.rs.term != term || !s.rs.leading || s.stop.Err() != nil || s.st.Machine().Finished() {
 		return
 	}
-	for id, o := range s.outboxes {
+	for _, id := range s.st.Nodes() {
+		o := s.outbox(id)
 		if o.attached {
 			continue
 		}
@@ -99,7 +107,7 @@ func (s *Server) notLeader(ctx context.Context) error {
 	}
 	if silent := time.Since(s.repl.LastContact()); leader == "" && silent > noMajorityAfter {
 		return status.Errorf(codes.Unavailable, "coordinator replica %s has had no leader for %s: no majority of the replica set %v answers, "+
-			"so the job cannot go on (bring back the lost replicas' hosts, or restart the job)", s.repl.ID(), silent.Round(100*time.Millisecond), s.rs.peers)
+			"so the job cannot go on (bring back the lost replicas' hosts, or restart the job)", s.repl.ID(), silent.Round(100*time.Millisecond), s.st.Peers())
 	}
 	return leaderconn.NotLeader(ctx, s.repl.ID(), leader, s.signedHint(leader)...) // replicakeys.go
 }
@@ -116,7 +124,7 @@ func (s *Server) notLeaderNow(ctx context.Context) error {
 
 // leading says whether this server serves calls: it is not replicated, or
 // it leads. s.mu is held.
-func (s *Server) leading() bool { return s.repl == nil || s.rs.leading && s.rs.configured }
+func (s *Server) leading() bool { return s.repl == nil || s.rs.leading && s.st.Configured() }
 
 // leaderUnary refuses calls on a replica that does not lead, naming the
 // leader; a call whose leadership ended on the way gets the same answer.
@@ -125,7 +133,7 @@ func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServe
 		return h(ctx, req)
 	}
 	s.mu.Lock()
-	ok := s.leading() || s.m.Finished() && afterTheEnd[info.FullMethod] || anyReplica[info.FullMethod]
+	ok := s.leading() || s.st.Machine().Finished() && afterTheEnd[info.FullMethod] || anyReplica[info.FullMethod]
 	s.mu.Unlock()
 	if !ok {
 		return nil, s.notLeaderNow(ctx)
@@ -144,7 +152,7 @@ func (s *Server) leaderStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		return h(srv, ss)
 	}
 	s.mu.Lock()
-	ok := s.leading() || s.m.Finished() && afterTheEnd[info.FullMethod]
+	ok := s.leading() || s.st.Machine().Finished() && afterTheEnd[info.FullMethod]
 	s.mu.Unlock()
 	if !ok {
 		return s.notLeaderNow(ss.Context())

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gotrain/gotrain/coordinator/state"
 	"net"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,9 +29,6 @@ const (
 	MaxNprocPerNode = 1024
 	// MaxRanksPerJob bounds the ranks of all nodes together.
 	MaxRanksPerJob = 65536
-	// maxNodeText bounds a joining node's hostname, address and each GPU's
-	// strings.
-	maxNodeText = 1024
 
 	// maxEvidencePerReport bounds the evidence entries of one
 	// ReportEvidence; maxEvidenceText one entry's text (longer texts are
@@ -63,22 +59,13 @@ const (
 // set smaller ones before Serve). joined and evidenceBytes are guarded by
 // Server.mu.
 type limits struct {
-	nprocPerNode   int
-	ranksPerJob    int
 	streamsPerConn uint32
 	connIdle       time.Duration
 
-	joined        map[string]int // node id -> nproc, of nodes that joined
 	evidenceBytes int
 }
 
 func (l *limits) withDefaults() {
-	if l.nprocPerNode == 0 {
-		l.nprocPerNode = MaxNprocPerNode
-	}
-	if l.ranksPerJob == 0 {
-		l.ranksPerJob = MaxRanksPerJob
-	}
 	if l.streamsPerConn == 0 {
 		// Every local rank may wait in a Barrier or KVGet relayed on its
 		// agent's one connection, besides the watch stream and reports.
@@ -86,9 +73,6 @@ func (l *limits) withDefaults() {
 	}
 	if l.connIdle == 0 {
 		l.connIdle = maxConnectionIdle
-	}
-	if l.joined == nil {
-		l.joined = map[string]int{}
 	}
 }
 
@@ -163,48 +147,6 @@ func markStream(g *connguard.Guard) grpc.StreamServerInterceptor {
 	}
 }
 
-// checkJoin bounds a Join: nproc per node, ranks per job, the size of the
-// node's facts. s.mu is held; the work is proportional to the nodes present,
-// not to the request.
-func (s *Server) checkJoin(req *gotrainv1.JoinRequest) error {
-	s.limits.withDefaults()
-	n := req.GetNode()
-	nproc := int(n.GetNproc())
-	if nproc > s.limits.nprocPerNode {
-		return status.Errorf(codes.InvalidArgument, "join from %q: nproc is %d, at most %d workers per node: check --nproc-per-node",
-			truncate(n.GetHostname(), 64), nproc, s.limits.nprocPerNode)
-	}
-	if len(n.GetGpus()) > s.limits.nprocPerNode {
-		return status.Errorf(codes.InvalidArgument, "join: %d GPUs, at most %d per node", len(n.GetGpus()), s.limits.nprocPerNode)
-	}
-	long := len(n.GetHostname()) > maxNodeText || len(n.GetAddress()) > maxNodeText
-	for _, g := range n.GetGpus() {
-		long = long || len(g.GetUuid()) > maxNodeText || len(g.GetPciBusId()) > maxNodeText || len(g.GetName()) > maxNodeText
-	}
-	if long {
-		return status.Errorf(codes.InvalidArgument, "join: a hostname, address or GPU field is longer than %d bytes", maxNodeText)
-	}
-	ranks := 0
-	for id, np := range s.limits.joined {
-		if !s.m.HasNode(id) { // lost since
-			delete(s.limits.joined, id)
-			continue
-		}
-		ranks += np
-	}
-	if ranks+nproc > s.limits.ranksPerJob {
-		return status.Errorf(codes.ResourceExhausted, "join from %q: the job has %d ranks, %d more would exceed its maximum of %d ranks",
-			truncate(n.GetHostname(), 64), ranks, nproc, s.limits.ranksPerJob)
-	}
-	return nil
-}
-
-// joinedNode records a node that joined, for checkJoin. s.mu is held.
-func (s *Server) joinedNode(id string, req *gotrainv1.JoinRequest) {
-	s.limits.withDefaults()
-	s.limits.joined[id] = int(req.GetNode().GetNproc())
-}
-
 // checkRequest bounds the text a request carries before its handler keeps
 // it: evidence (cut per entry, dropped past the job's total) and a worker
 // exit's lines.
@@ -239,19 +181,10 @@ func (s *Server) checkRequest(ctx context.Context, req any, _ *grpc.UnaryServerI
 	return h(ctx, req)
 }
 
-const cut = " …(cut by the coordinator)"
+const cut = state.Cut
 
 // truncate cuts s to at most max bytes at a rune boundary, saying so.
-func truncate(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	i := max - len(cut)
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return strings.ToValidUTF8(s[:i], "") + cut
-}
+func truncate(s string, max int) string { return state.Truncate(s, max) }
 
 // truncateLines keeps the last maxExitLines lines (a tail's newest), each
 // cut to maxExitLine.
@@ -271,10 +204,9 @@ func truncateLines(lines []string) []string {
 // keys filling theirs (any node, or a worker through its agent, may put
 // them) cannot make every restart's rendezvous fail with ResourceExhausted.
 func (s *Server) store(key string) *kv.Store {
-	if _, _, ok := keyOwner(key); ok {
-		return s.comm
-	}
-	return s.kv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.Store(key)
 }
 
 // kvError is the status of a kv error.

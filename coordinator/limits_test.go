@@ -160,7 +160,7 @@ func TestKVBounded(t *testing.T) {
 	srv, addr := startBounded(t, Config{}, func(s *Server) {
 		lim := kv.DefaultLimits()
 		lim.MaxBytes = 8 << 20
-		s.kv = kv.NewWithLimits(lim)
+		s.st.SetKVLimits(lim)
 	})
 	c := newClient(t, addr)
 	_, err := c.KVPut(rpcCtx(t), &gotrainv1.KVPutRequest{Key: strings.Repeat("k", 2<<10), Value: []byte("v")})
@@ -177,7 +177,7 @@ func TestKVBounded(t *testing.T) {
 		}
 	}
 	wantCode(t, fmt.Sprintf("put %d of 2000 values of 256 KiB", puts+1), err, codes.ResourceExhausted)
-	if st := srv.kv.Stats(); st.Bytes > 8<<20 {
+	if st := srv.store("").Stats(); st.Bytes > 8<<20 {
 		t.Errorf("the store holds %d bytes, over its 8 MiB", st.Bytes)
 	}
 }
@@ -190,7 +190,7 @@ func TestKVFloodLeavesRoomForRendezvous(t *testing.T) {
 	_, addr := startBounded(t, Config{}, func(s *Server) {
 		lim := kv.DefaultLimits()
 		lim.MaxBytes = 1 << 20
-		s.kv = kv.NewWithLimits(lim)
+		s.st.SetKVLimits(lim)
 	})
 	c := newClient(t, addr)
 	var err error
@@ -238,7 +238,7 @@ func TestStreamsPerConnectionBounded(t *testing.T) {
 	if n := waiting.Load(); n != limit {
 		t.Errorf("%d calls wait on one connection, want %d (the limit)", n, limit)
 	}
-	if err := srv.kv.Put("later", []byte("now")); err != nil {
+	if err := srv.store("later").Put("later", []byte("now")); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()

@@ -81,7 +81,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	c.s.mu.Lock()
 	now := c.s.now()
-	st := statusToProto(c.s.m.Status())
+	st := statusToProto(c.s.st.Machine().Status())
 	c.s.mu.Unlock()
 	collectStatus(ch, st, now)
 }

@@ -66,15 +66,15 @@ func (s *Server) blame(id string, o *outbox, why string) {
 	if o.gossipDown || s.gossip == nil {
 		o.blamed = true
 		level := slog.LevelWarn
-		if s.m.Config().Nodes == 1 {
+		if s.st.Machine().Config().Nodes == 1 {
 			// The one node's agent is the one that stops (Ctrl-C), and its
 			// coordinator is most often its own: nothing to warn of.
 			level = slog.LevelInfo
 		}
-		s.log.Log(context.Background(), level, "node unreachable", "node_id", id, "reason", why, "lost_after", s.m.Config().NodeTimeout)
+		s.log.Log(context.Background(), level, "node unreachable", "node_id", id, "reason", why, "lost_after", s.st.Machine().Config().NodeTimeout)
 		return
 	}
-	s.log.Info("node out of contact with this coordinator; its peers still hear it", "node_id", id, "reason", why, "lost_after", s.m.Config().NodeTimeout)
+	s.log.Info("node out of contact with this coordinator; its peers still hear it", "node_id", id, "reason", why, "lost_after", s.st.Machine().Config().NodeTimeout)
 }
 
 // gossipDead: gossip finds node ev.NodeID dead. It is unreachable until
@@ -82,8 +82,8 @@ func (s *Server) blame(id string, o *outbox, why string) {
 func (s *Server) gossipDead(ev job.NodeLost) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o := s.outboxes[ev.NodeID]
-	if o == nil || s.m.Finished() || s.stop.Err() != nil {
+	o := s.outbox(ev.NodeID)
+	if o == nil || s.st.Machine().Finished() || s.stop.Err() != nil {
 		return
 	}
 	o.gossipDown = true
@@ -94,7 +94,7 @@ func (s *Server) gossipDead(ev job.NodeLost) {
 func (s *Server) gossipAlive(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o := s.outboxes[id]
+	o := s.outbox(id)
 	if o == nil || !o.gossipDown {
 		return
 	}
@@ -135,7 +135,7 @@ func (s *Server) probe(id, reason string) {
 func (s *Server) stillAway(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o := s.outboxes[id]
+	o := s.outbox(id)
 	return o != nil && !o.attached
 }
 
@@ -144,28 +144,11 @@ func (s *Server) stillAway(id string) bool {
 // false (memberlist on an overloaded machine misses its probes), so it no
 // longer counts while the node's stream is attached. s.mu is held.
 func (s *Server) heardFrom(id string) {
-	o := s.outboxes[id]
+	o := s.outbox(id)
 	if o == nil || !o.gossipDown || !o.attached {
 		return
 	}
 	o.gossipDown = false
 	s.log.Info("gossip found the node dead, but it reports: reachable", "node_id", id)
 	s.reachability(id, o, "")
-}
-
-// dropLost ends the streams of nodes the machine no longer has (lost after
-// their node timeout), so that an agent that comes back stops its workers.
-// s.mu is held.
-func (s *Server) dropLost() {
-	if s.m.Finished() {
-		return
-	}
-	for id, o := range s.outboxes {
-		if !s.m.HasNode(id) {
-			delete(s.outboxes, id)
-			o.lost = fmt.Sprintf("out of contact for longer than the node timeout (%s)", s.m.Config().NodeTimeout)
-			o.notify()
-			s.log.Warn("node lost", "node_id", id, "reason", o.lost)
-		}
-	}
 }

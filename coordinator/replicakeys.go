@@ -3,9 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/base64"
-	"maps"
 	"net"
-	"slices"
 	"strconv"
 
 	"google.golang.org/grpc/codes"
@@ -75,9 +73,9 @@ func (s *Server) askedNotAdded(caller, nodeID, what string) error {
 		return status.Errorf(codes.PermissionDenied, "%s: only a node's agent, with its node certificate, may ask", what)
 	case caller != nodeID:
 		return status.Errorf(codes.PermissionDenied, "%s: this connection's certificate is node %q's, but the request is for node %q", what, caller, nodeID)
-	case !slices.Contains(s.rs.asked, nodeID) || !s.m.HasNode(nodeID):
+	case !s.st.Asked(nodeID) || !s.st.Machine().HasNode(nodeID):
 		return status.Errorf(codes.PermissionDenied, "%s: node %q was not asked to host a replica of the coordinator", what, nodeID)
-	case slices.Contains(slices.Collect(maps.Values(s.rs.hostOf)), nodeID):
+	case s.st.Hosts(nodeID):
 		return status.Errorf(codes.PermissionDenied, "%s: node %q hosts a replica of the set already", what, nodeID)
 	}
 	return nil
@@ -94,7 +92,7 @@ func (s *Server) mayAddReplica(ctx context.Context, req *gotrainv1.AddReplicaReq
 	if err := s.askedNotAdded(caller, req.GetNodeId(), "add replica"); err != nil {
 		return err
 	}
-	home := s.m.NodeAddress(req.GetNodeId())
+	home := s.st.Machine().NodeAddress(req.GetNodeId())
 	for _, a := range []string{req.GetAddr(), req.GetRaftAddr()} {
 		h, _, err := net.SplitHostPort(a)
 		if err != nil || h != home {

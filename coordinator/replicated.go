@@ -1,20 +1,19 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
-	"encoding/gob"
 	"errors"
 	"fmt"
-	"slices"
+	"log/slog"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/coordinator/logentry"
 	"github.com/gotrain/gotrain/coordinator/replica"
+	"github.com/gotrain/gotrain/coordinator/state"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
 // A replicated coordinator (package replica: Raft) keeps the job's state
@@ -32,83 +31,13 @@ import (
 // called again there. The leader's part: leadership.go; the replica
 // set: replicaset.go.
 
-func init() {
-	for _, ev := range []job.Event{job.NodeJoined{}, job.NodeLost{}, job.WorkerExited{}, job.BarrierArrived{}, job.BarrierCanceled{},
-		job.ProgressReported{}, job.Tick{}, job.NodeUnreachable{}, job.NodeReachable{}, job.WorkerParked{}, job.EvidenceReported{}} {
-		gob.Register(ev)
-	}
-}
-
-// entry is one entry of the replicated log. Exactly one of Event, Join, KV,
-// Config, Replica is set.
-type entry struct {
-	Time        time.Time
-	Event       job.Event
-	Join        []byte // a JoinRequest without its CSR, host key and unknown fields
-	Host        bool   // the join is of the node whose agent runs the coordinator
-	JoinCSR     []byte // the CSR's SHA-256: a retried Join repeats it (joinKey)
-	KV          *kvEntry
-	Config      *configEntry
-	Replica     string // a replica's gRPC address, added to the set
-	ReplicaNode string // the node hosting it (embedded)
-}
-
-type kvEntry struct {
-	Key   string
-	Value []byte
-}
-
-// configEntry is the job's configuration, as the first leader has it.
-type configEntry struct {
-	Job job.Config
-	// Peers: the replica set's gRPC addresses when it is fixed
-	// (standalone); otherwise the first leader's, and Want is how many
-	// replicas the joining nodes are asked to host (embedded).
-	Peers []string
-	Want  int
-}
-
-func (e entry) encode() ([]byte, error) {
-	var b bytes.Buffer
-	err := gob.NewEncoder(&b).Encode(&e)
-	return b.Bytes(), err
-}
-
-func decodeEntry(b []byte) (entry, error) {
-	var e entry
-	err := gob.NewDecoder(bytes.NewReader(b)).Decode(&e)
-	return e, err
-}
-
-// applied is what applying an entry gave: the call's answer or error.
-type applied struct {
-	v   any
-	err error
-}
-
 // replState is a replica's part in replication. Guarded by Server.mu.
 type replState struct {
-	leading    bool
-	term       uint64            // counts this replica's changes of leadership
-	down       chan struct{}     // closed when the current leadership ends
-	configured bool              // the config entry was applied
-	peers      []string          // the replica set (gRPC addresses)
-	want       int               // embedded: replicas to ask for
-	asked      []string          // nodes asked to host one
-	askedHosts []string          // their addresses
-	hostOf     map[string]string // embedded: each replica's node (by gRPC address)
-	history    []logged          // every entry applied, for snapshots
-	ownConfig  job.Config        // this replica's own configuration
-	fixed      []string          // standalone: the replica set --peers lists (ReplicaCA)
-	hosted     bool              // started at the leader's request (ReplicaConfig.Hosted)
-}
-
-// logged is an applied entry kept for snapshots: its kind and node let
-// Snapshot drop superseded progress reports and ticks.
-type logged struct {
-	Data     []byte
-	Progress string // the node of a progress report; "" for other entries
-	Tick     bool
+	leading bool
+	term    uint64        // counts this replica's changes of leadership
+	down    chan struct{} // closed when the current leadership ends
+	fixed   []string      // standalone: the replica set --peers lists (ReplicaCA)
+	hosted  bool          // started at the leader's request (ReplicaConfig.Hosted)
 }
 
 // stepDown returns a channel closed when leadership term ends (nil, never
@@ -150,13 +79,21 @@ type ReplicaConfig struct {
 
 // FSM returns the server as Raft's state machine (package replica); start
 // the replica with it, then hand the replica to UseReplica before Serve.
-func (s *Server) FSM() replica.FSM { return (*serverFSM)(s) }
+// The state starts again without the lone coordinator's config entry: the
+// log's first entry configures it.
+func (s *Server) FSM() replica.FSM {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, err := state.New(s.cfgJob); err == nil { // the config New took
+		s.st = st
+	}
+	return (*serverFSM)(s)
+}
 
 // UseReplica makes the server replicated through n, with rc.
 func (s *Server) UseReplica(n *replica.Node, rc ReplicaConfig) {
 	s.mu.Lock()
 	s.repl = n
-	s.rs.ownConfig = s.m.Config()
 	s.rs.fixed = rc.Peers
 	s.rs.hosted = rc.Hosted
 	s.rs.down = make(chan struct{})
@@ -170,101 +107,116 @@ func (s *Server) UseReplica(n *replica.Node, rc ReplicaConfig) {
 
 // commit applies e: at once on a single coordinator; through the log on a
 // replicated one, which must be the leader (*replica.ErrNotLeader
-// otherwise: leaderUnary tells the caller where the leader is).
-func (s *Server) commit(e entry) (any, error) {
-	if s.repl == nil {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		r := s.applyEntry(s.now(), e)
-		return r.v, r.err
+// otherwise: leaderUnary tells the caller where the leader is). Either way
+// the entry goes through state.State.Apply.
+func (s *Server) commit(pe *gotrainv1.LogEntry) (state.Result, error) {
+	e, err := logentry.FromProto(logentry.Stamp(pe, s.now()))
+	if err != nil {
+		return state.Result{}, status.Errorf(codes.Internal, "replicate: %v", err)
 	}
 	s.mu.Lock()
-	over := s.m.Finished()
+	if s.repl == nil {
+		defer s.mu.Unlock()
+		r := s.applyLocked(e)
+		return r, stateError(r.Err)
+	}
+	over := s.st.Machine().Finished()
 	var refused error
 	if e.Event != nil && !over {
 		// Only what the machine takes goes into the log.
-		refused = s.m.Admit(e.Event)
+		refused = s.st.Machine().Admit(e.Event)
 	}
 	s.mu.Unlock()
 	if refused != nil {
-		return nil, grpcError(refused)
+		return state.Result{}, grpcError(refused)
 	}
 	if over && e.Event != nil {
 		// The job's state is final on every replica: a late report (a
 		// worker stopping after the end) changes nothing, and any replica
 		// takes it, so that agents are not held by a replica set that
 		// winds down.
-		return nil, nil
+		return state.Result{}, nil
 	}
-	e.Time = s.now()
-	b, err := e.encode()
+	b, err := logentry.Marshal(pe)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "replicate: %v", err)
+		return state.Result{}, status.Errorf(codes.Internal, "replicate: %v", err)
 	}
 	r, err := s.repl.Propose(b)
 	if err != nil {
 		var nl *replica.ErrNotLeader
 		if errors.As(err, &nl) {
-			return nil, nl
+			return state.Result{}, nl
 		}
 		if errors.Is(err, replica.ErrEntryTooLarge) {
-			return nil, status.Errorf(codes.InvalidArgument, "the request is too large for the coordinator's replicated log: %v", err)
+			return state.Result{}, status.Errorf(codes.InvalidArgument, "the request is too large for the coordinator's replicated log: %v", err)
 		}
-		return nil, status.Errorf(codes.Unavailable, "the coordinator's replicas could not agree: %v", err)
+		return state.Result{}, status.Errorf(codes.Unavailable, "the coordinator's replicas could not agree: %v", err)
 	}
-	a, _ := r.(applied)
-	return a.v, a.err
+	a, _ := r.(state.Result)
+	return a, stateError(a.Err)
 }
 
-// applyEntry applies one entry at now. s.mu is held.
-func (s *Server) applyEntry(now time.Time, e entry) applied {
-	switch {
-	case e.Event != nil:
-		if err := s.applyEvent(now, e.Event); err != nil {
-			return applied{err: grpcError(err)}
-		}
-		return applied{}
-	case e.Join != nil:
-		r, err := s.applyJoin(now, e.Join, e.Host, e.JoinCSR)
-		return applied{v: r, err: err}
-	case e.KV != nil:
-		if err := s.store(e.KV.Key).Put(e.KV.Key, e.KV.Value); err != nil {
-			return applied{err: kvError(err)} // limits.go
-		}
-		return applied{}
-	case e.Config != nil:
-		return applied{err: s.applyConfig(*e.Config)}
-	case e.Replica != "":
-		s.addPeer(e.Replica, e.ReplicaNode)
-		return applied{}
-	}
-	return applied{err: status.Error(codes.Internal, "replicate: an empty log entry")}
+// applyLocked applies e to the state and carries out its effects. s.mu is
+// held.
+func (s *Server) applyLocked(e state.Entry) state.Result {
+	r, effects := s.st.Apply(e)
+	s.carry(effects)
+	return r
 }
 
-// applyConfig sets the job's configuration from the log. s.mu is held.
-func (s *Server) applyConfig(c configEntry) error {
-	if s.rs.configured {
-		return nil
+// carry carries out the state's effects: at once what only wakes or
+// answers a call, in the background (s.bg, which Serve joins) what waits.
+// s.mu is held.
+func (s *Server) carry(effects []state.Effect) {
+	for _, ef := range effects {
+		switch ef := ef.(type) {
+		case state.Wake:
+			if o := s.streams[ef.Node]; o != nil {
+				o.notify()
+			}
+		case state.Drop:
+			if o := s.streams[ef.Node]; o != nil {
+				o.lost = ef.Reason
+				o.notify()
+				delete(s.streams, ef.Node)
+			}
+		case state.Answer:
+			var err error
+			if ef.Failed != "" {
+				err = status.Error(codes.Aborted, ef.Failed)
+			}
+			s.answer(ef.Waiter, err)
+		case state.ArmDeadline:
+			s.tickOnDeadline(ef.At) // restart.go
+		case state.RemoveVoters:
+			if s.repl != nil && s.rs.leading {
+				s.bg.do(s.reconcileVoters) // replicaset.go
+			}
+		case state.Finish:
+			if h := s.hooks.finishing; h != nil {
+				h()
+			}
+			s.logState("finished")
+			select {
+			case <-s.finished: // a replica restoring a snapshot finishes again
+			default:
+				close(s.finished)
+			}
+		case state.Heard:
+			s.heardFrom(ef.Node) // reach.go
+		case state.Log:
+			s.log.Log(context.Background(), slog.Level(4*(int(ef.Level)-1)), ef.Msg, ef.Args...)
+		}
 	}
-	m, err := job.New(c.Job)
-	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "the job's configuration: %v", err)
-	}
-	s.m, s.rs.configured = m, true
-	s.rs.peers, s.rs.want = slices.Clone(c.Peers), c.Want
-	if c.Job != s.rs.ownConfig && !s.rs.hosted {
-		s.log.Warn("this replica's job settings differ from the leader's; the leader's hold", "leader", fmt.Sprintf("%+v", c.Job))
-	}
-	return nil
 }
 
 // proposeLater queues ev, observed by this replica, for the log: only the
 // leader proposes. s.mu is held.
-func (s *Server) proposeLater(ev job.Event) {
-	if !s.rs.leading || !s.rs.configured || s.stop.Err() != nil {
+func (s *Server) proposeLater(pe *gotrainv1.LogEntry) {
+	if !s.rs.leading || !s.st.Configured() || s.stop.Err() != nil {
 		return
 	}
-	s.proposals.push(entry{Time: s.now(), Event: ev})
+	s.proposals.push(logentry.Stamp(pe, s.now()))
 }
 
 // proposeQueued proposes the queued entries in order until ctx ends.
@@ -274,15 +226,15 @@ func (s *Server) proposeQueued(ctx context.Context) {
 		if !ok {
 			return
 		}
-		b, err := e.encode()
+		b, err := logentry.Marshal(e)
 		if err == nil {
 			var r any
 			if r, err = s.repl.Propose(b); err == nil {
-				err = r.(applied).err
+				err = r.(state.Result).Err
 			}
 		}
 		if err != nil {
-			s.log.Debug("replicate an event", "event", fmt.Sprintf("%T", e.Event), "err", err)
+			s.log.Debug("replicate an event", "entry", fmt.Sprintf("%T", e.GetEntry()), "err", err)
 		}
 	}
 }
@@ -291,13 +243,13 @@ func (s *Server) proposeQueued(ctx context.Context) {
 // pushes without waiting for Raft.
 type proposalQueue struct {
 	mu      sync.Mutex
-	entries []entry
+	entries []*gotrainv1.LogEntry
 	wake    chan struct{}
 }
 
 func newProposalQueue() *proposalQueue { return &proposalQueue{wake: make(chan struct{}, 1)} }
 
-func (q *proposalQueue) push(e entry) {
+func (q *proposalQueue) push(e *gotrainv1.LogEntry) {
 	q.mu.Lock()
 	q.entries = append(q.entries, e)
 	q.mu.Unlock()
@@ -307,7 +259,7 @@ func (q *proposalQueue) push(e entry) {
 	}
 }
 
-func (q *proposalQueue) pop(ctx context.Context) (entry, bool) {
+func (q *proposalQueue) pop(ctx context.Context) (*gotrainv1.LogEntry, bool) {
 	for {
 		q.mu.Lock()
 		if len(q.entries) > 0 {
@@ -319,99 +271,77 @@ func (q *proposalQueue) pop(ctx context.Context) (entry, bool) {
 		q.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return entry{}, false
+			return nil, false
 		case <-q.wake:
 		}
 	}
 }
 
-// serverFSM is the Server as replica.FSM.
+// serverFSM is the Server as replica.FSM: the state's Apply, Encode and
+// Decode (packages state, logentry), and the effects carried out.
 type serverFSM Server
 
 func (f *serverFSM) Apply(b []byte) any {
 	s := (*Server)(f)
-	e, err := decodeEntry(b)
+	e, err := logentry.Decode(b)
 	if err != nil {
 		s.log.Error("replicate: an entry this replica cannot read (replicas of different gotrain versions?)", "err", err)
-		return applied{err: status.Errorf(codes.Internal, "replicate: %v", err)}
+		return state.Result{Err: &state.Refusal{Kind: state.Internal, Msg: "replicate: " + err.Error()}}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e.Config == nil && !s.rs.configured {
-		// Cannot happen: the first leader's first entry is the config.
-		s.log.Error("replicate: an entry before the job's configuration")
+	first := e.Config != nil && !s.st.Configured()
+	r := s.applyLocked(e)
+	if first && r.Err == nil && e.Config.Job != s.cfgJob && !s.rs.hosted {
+		s.log.Warn("this replica's job settings differ from the leader's; the leader's hold", "leader", fmt.Sprintf("%+v", e.Config.Job))
 	}
-	r := s.applyEntry(e.Time, e)
-	if r.err != nil {
-		// A refused entry changed nothing: a restored replica does not
-		// need it, and the snapshot does not keep it.
-		return r
-	}
-	l := logged{Data: b}
-	if p, ok := e.Event.(job.ProgressReported); ok {
-		l.Progress = p.NodeID
-	}
-	_, l.Tick = e.Event.(job.Tick)
-	s.rs.history = append(s.rs.history, l)
 	return r
 }
 
-// Snapshot is every entry applied so far, but for progress reports and
-// ticks superseded by later ones of the same node (a restored replica's
-// hang detector starts from the latest progress; nothing else depends on
-// them).
 func (f *serverFSM) Snapshot() ([]byte, error) {
 	s := (*Server)(f)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := map[string]bool{}
-	tick := false
-	keep := make([]logged, 0, len(s.rs.history))
-	for i := len(s.rs.history) - 1; i >= 0; i-- {
-		l := s.rs.history[i]
-		switch {
-		case l.Progress != "" && seen[l.Progress], l.Tick && tick:
-			continue
-		case l.Progress != "":
-			seen[l.Progress] = true
-		case l.Tick:
-			tick = true
-		}
-		keep = append(keep, l)
-	}
-	slices.Reverse(keep)
-	s.rs.history = keep
-	var b bytes.Buffer
-	err := gob.NewEncoder(&b).Encode(keep)
-	return b.Bytes(), err
+	return logentry.Snapshot(s.st)
 }
 
-// Restore replaces the state with a snapshot's by applying its entries to
-// a fresh state.
 func (f *serverFSM) Restore(b []byte) error {
 	s := (*Server)(f)
-	var hist []logged
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&hist); err != nil {
-		return fmt.Errorf("restore the coordinator's state: %w", err)
-	}
-	s.mu.Lock()
-	own := s.rs.ownConfig
-	if own.RunID == "" {
-		own = s.m.Config()
-	}
-	m, err := job.New(own)
+	st, err := logentry.Restore(b, s.cfgJob)
 	if err != nil {
-		s.mu.Unlock()
 		return err
 	}
-	s.m, s.nodeSeq, s.outboxes, s.joinKeys, s.aq.beating = m, 0, map[string]*outbox{}, nil, nil
-	s.kv.Reset()
-	s.comm.Reset()
-	s.limits.joined = nil
-	s.rs.configured, s.rs.peers, s.rs.asked, s.rs.askedHosts, s.rs.hostOf, s.rs.history = false, nil, nil, nil, nil, nil
-	s.mu.Unlock()
-	for _, l := range hist {
-		f.Apply(l.Data)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st = st
+	for id, o := range s.streams {
+		if st.Outbox(id) == nil {
+			o.lost = "this coordinator replica's state was replaced by a snapshot without the node"
+			delete(s.streams, id)
+		}
+		o.notify()
+	}
+	if st.Result() != nil {
+		s.carry([]state.Effect{state.Finish{Result: *st.Result()}})
 	}
 	return nil
+}
+
+// logState logs this replica's state hash and how many entries made it,
+// at the job's end and as the replica stops: replicas that applied as many
+// entries must log the same hash (the clustertests compare them). s.mu is
+// held.
+func (s *Server) logState(at string) {
+	if s.repl == nil {
+		return
+	}
+	hash, applied := s.stateDigest()
+	s.log.Info("coordinator replica state", "at", at, "replica", s.repl.ID(), "applied", applied, "state_hash", fmt.Sprintf("%x", hash))
+}
+
+// stateDigest is this replica's state hash (state.State.Digest) and how
+// many entries made it. s.mu is held.
+func (s *Server) stateDigest() (hash []byte, applied uint64) {
+	d := s.st.Digest()
+	return d[:], s.st.Applied()
 }

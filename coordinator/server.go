@@ -6,21 +6,19 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/gotrain/gotrain/coordinator/logentry"
+	"github.com/gotrain/gotrain/coordinator/state"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gotrain/gotrain/coordinator/job"
-	"github.com/gotrain/gotrain/coordinator/kv"
 	"github.com/gotrain/gotrain/coordinator/replica"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -89,29 +87,25 @@ type Server struct {
 
 	cfg  Config
 	log  *slog.Logger
-	kv   *kv.Store
-	comm *kv.Store // communicators' rendezvous keys (Server.store, limits.go)
 	now  func() time.Time
 	stop context.Context // canceled when Serve shuts down
 	halt context.CancelFunc
 
 	finished chan struct{} // closed on FinishJob
 
-	mu        sync.Mutex
-	m         *job.Machine
+	cfgJob job.Config // the job's configuration New took (a replica's own)
+
+	mu sync.Mutex
+	// st is the state every replica holds alike (package state): the
+	// machine, the nodes' outboxes, the stores, the replica set.
+	st        *state.State
 	serving   bool
-	nodeSeq   int
-	joinKeys  map[string]string  // joinKey -> node id: a Join retried is the same node
-	outboxes  map[string]*outbox // per node present: events for its watch stream
+	streams   map[string]*outbox // per node present: its watch stream's transport
 	waiters   map[uint64]chan error
 	waiterSeq uint64
-	result    *gotrainv1.JobFinished
 	// deadline is the machine deadline a timer is armed for (restart.go).
 	deadline      time.Time
 	deadlineArmed bool
-	// plan is the ended generation a restart may follow, until the
-	// restart is announced to the nodes (restart.go).
-	plan restartPlan
 	// gossipPort is the coordinator's memberlist port (gossip.go); 0: none.
 	gossipPort int
 	gossip     *gossipEvents // nil without gossip
@@ -143,14 +137,12 @@ type testHooks struct {
 
 var _ gotrainv1.CoordinatorServer = (*Server)(nil)
 
-// outbox holds the generation events of one node, numbered from 1 (seq). It
-// lives from the node's Join until the node is lost, so a node whose stream
-// opens late, or again after a blip or at a new leader, sees every event
-// after the last one it got (WatchGenerationsRequest.after_seq), in order.
-// Every replica fills it alike. Guarded by Server.mu.
+// outbox is the transport of one node's watch stream; its events are the
+// state's (state.Outbox), numbered from 1, which every replica fills alike,
+// so that a node whose stream opens late, or again after a blip or at a
+// new leader, sees every event after the last one it got
+// (WatchGenerationsRequest.after_seq), in order. Guarded by Server.mu.
 type outbox struct {
-	events   []*gotrainv1.GenerationEvent
-	closed   bool   // the job finished; end the stream once events are sent
 	attached bool   // a watch stream serves this outbox
 	stream   uint64 // the number of the latest watch stream; an older one ends
 	// agentStream is the agent's own number of the stream served
@@ -165,15 +157,6 @@ type outbox struct {
 }
 
 func newOutbox() *outbox { return &outbox{wake: make(chan struct{}, 1)} }
-
-// push appends a copy of ev (one event may go to several nodes, each with
-// its own seq).
-func (o *outbox) push(ev *gotrainv1.GenerationEvent) {
-	ev = proto.CloneOf(ev)
-	ev.Seq = uint64(len(o.events) + 1)
-	o.events = append(o.events, ev)
-	o.notify()
-}
 
 func (o *outbox) notify() {
 	select {
@@ -190,13 +173,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CA != nil && cfg.TLS == nil {
 		return nil, fmt.Errorf("%w: a CA without TLS: node certificates need TLS to be presented", ErrInvalidConfig)
 	}
-	m, err := job.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes, NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
+	st, err := state.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes, NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
 		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff, RestartCountBase: cfg.RestartCountBase,
 		HangTimeout: cfg.HangTimeout, OnHang: cfg.OnHang, RendezvousTimeout: cfg.RendezvousTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	jc := m.Config()
+	jc := st.Machine().Config()
+	// A lone coordinator's log is its own: its configuration first.
+	st.Apply(state.Entry{Config: &state.Config{Job: jc, NprocPerNode: MaxNprocPerNode, RanksPerJob: MaxRanksPerJob}})
 	cfg.Nodes, cfg.MaxRestarts = jc.Nodes, jc.MaxRestarts
 	cfg.MinNodes, cfg.NodeTimeout, cfg.JoinSettle = jc.MinNodes, jc.NodeTimeout, jc.JoinSettle
 	logger := cfg.Logger
@@ -207,14 +192,13 @@ func New(cfg Config) (*Server, error) {
 	return &Server{
 		cfg:      cfg,
 		log:      logger.With("run_id", cfg.RunID),
-		kv:       kv.New(),
-		comm:     kv.New(),
 		now:      time.Now,
 		stop:     stop,
 		halt:     halt,
 		finished: make(chan struct{}),
-		m:        m,
-		outboxes: map[string]*outbox{},
+		st:       st,
+		cfgJob:   jc,
+		streams:  map[string]*outbox{},
 		waiters:  map[uint64]chan error{},
 		// Waiter ids are unique across replicas: a leader's are in the
 		// replicated barrier state, and the next leader's must not clash.
@@ -229,10 +213,10 @@ func (s *Server) Finished() <-chan struct{} { return s.finished }
 func (s *Server) Result() *gotrainv1.JobFinished {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.result == nil {
+	if s.st.Result() == nil {
 		return nil
 	}
-	return proto.CloneOf(s.result)
+	return finishedToProto(*s.st.Result())
 }
 
 // Serve answers calls on lis until ctx is done, then stops: calls still
@@ -289,6 +273,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	<-tickDone
 	s.bg.close()
+	s.mu.Lock()
+	s.logState("stop") // replicated.go
+	s.mu.Unlock()
 	return err
 }
 
@@ -311,97 +298,20 @@ func (s *Server) tick(ctx context.Context) {
 }
 
 // step feeds ev, an event the server itself observed (a tick, a stream's
-// end, gossip), to the machine and carries out the actions. s.mu is held.
-// A replicated coordinator's leader proposes it instead (replicated.go),
-// and the replicas apply it in the log's order; elsewhere it is dropped:
-// only the leader acts.
+// end, gossip), to the state (through the log when replicated: the
+// leader proposes, the replicas apply it in the log's order; elsewhere it
+// is dropped: only the leader acts). s.mu is held.
 func (s *Server) step(ev job.Event) error {
+	pe := eventEntry(ev) // convert.go
 	if s.repl != nil {
-		s.proposeLater(ev)
+		s.proposeLater(pe)
 		return nil
 	}
-	return s.applyEvent(s.now(), ev)
-}
-
-// applyEvent feeds ev, at now, to the machine and carries out the actions.
-// Every replica runs it for every event, in the same order. s.mu is held.
-func (s *Server) applyEvent(now time.Time, ev job.Event) error {
-	if lost, ok := ev.(job.NodeLost); ok {
-		s.dropNode(lost) // gossip.go
+	e, err := logentry.FromProto(logentry.Stamp(pe, s.now()))
+	if err == nil {
+		err = stateError(s.applyLocked(e).Err)
 	}
-	acts, err := s.m.Step(now, ev)
-	if err != nil {
-		return err
-	}
-	s.apply(acts)
-	s.announceWait(now) // restart.go
-	s.dropLost()        // reach.go
-	s.tickOnDeadline()
-	s.replaceLostReplicas() // replicated.go
-	if p, ok := ev.(job.ProgressReported); ok {
-		s.heardFrom(p.NodeID) // reach.go: a report (a heartbeat when empty) overrules gossip
-		s.aq.beat(p.NodeID)   // agentquorum.go
-	}
-	return nil
-}
-
-// apply carries out the machine's actions. s.mu is held; nothing here blocks.
-func (s *Server) apply(acts []job.Action) {
-	for _, a := range acts {
-		switch a := a.(type) {
-		case job.StartGeneration:
-			s.announceRestart(a.RestartCount, 0) // restart.go: one that starts at once
-			s.plan.restarts = a.RestartCount
-			s.log.Info("generation started", "generation", a.Generation, "world_size", a.WorldSize,
-				"restart_count", a.RestartCount, "master", net.JoinHostPort(a.MasterAddr, fmt.Sprint(a.MasterPort)))
-			for id, ev := range startedEvents(a) {
-				if o := s.outboxes[id]; o != nil {
-					o.push(ev)
-				}
-			}
-		case job.EndGeneration:
-			// Info: the agents print the line a person reads (RestartPlanned, or the report)
-			s.log.Info("generation ended", "generation", a.Generation, "reason", a.Reason)
-			s.plan.ended, s.plan.world = &a, s.m.Status().WorldSize
-			ev := endedEvent(a)
-			for _, o := range s.outboxes {
-				o.push(ev)
-			}
-		case job.FinishJob:
-			s.result = finishedToProto(a)
-			if a.Succeeded {
-				s.log.Info("job finished", "message", a.Message)
-			} else {
-				s.log.Info("job finished", "exit_code", a.ExitCode, "message", a.Message)
-			}
-			ev := &gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Finished{Finished: s.result}}
-			for _, o := range s.outboxes {
-				o.push(ev)
-				o.closed = true
-			}
-			if h := s.hooks.finishing; h != nil {
-				h()
-			}
-			select {
-			case <-s.finished: // a replica restoring a snapshot finishes again
-			default:
-				close(s.finished)
-			}
-		case job.HangDetected:
-			s.hangDetected(a) // hang.go
-		case job.ReleaseBarrier:
-			for _, w := range a.Waiters {
-				s.answer(w, nil)
-			}
-		case job.FailBarrier:
-			err := status.Errorf(codes.Aborted, "barrier %q of generation %d failed: %s", a.Name, a.Generation, a.Reason)
-			for _, w := range a.Waiters {
-				s.answer(w, err)
-			}
-		default:
-			s.log.Error("unknown action from the job machine", "action", fmt.Sprintf("%T", a))
-		}
-	}
+	return err
 }
 
 // answer ends the waiting Barrier call w. s.mu is held.
@@ -426,106 +336,38 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 	if err != nil {
 		return nil, err
 	}
-	b, err := loggedJoin(req)
+	logged, err := loggedJoin(req)
 	if err != nil {
 		return nil, err
 	}
 	csr := sha256.Sum256(req.GetCsr())
 	s.mu.Lock()
-	if !s.joinedBefore(req, csr[:]) { // a retry is answered as the node it joined as
-		_, _, err = s.admitJoin(req, host) // a refused join leaves nothing in the log
-	}
+	err = s.st.Admit(logentry.JoinFromProto(logged, host, csr[:])) // a retry is answered as the node it joined as
 	s.mu.Unlock()
 	if err != nil {
-		return nil, err
+		s.log.Warn("join rejected", "hostname", truncate(req.GetNode().GetHostname(), 64), "err", err)
+		return nil, stateError(err) // a refused join leaves nothing in the log
 	}
-	r, err := s.commit(entry{Join: b, Host: host, JoinCSR: csr[:]})
+	r, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Join{Join: &gotrainv1.LogJoin{Request: logged, Host: host, CsrSha256: csr[:]}}})
 	if err != nil {
 		return nil, err
 	}
-	joined := r.(joinResult)
+	joined := r.Join
 	var cert []byte
 	if s.cfg.CA != nil {
-		if cert, err = s.cfg.CA.IssueNode(joined.id, req.GetCsr()); err != nil {
+		if cert, err = s.cfg.CA.IssueNode(joined.ID, req.GetCsr()); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "join: %v", err)
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	jc := s.m.Config()
+	jc := s.st.Machine().Config()
 	var caCert []byte
 	if s.cfg.CA != nil {
 		caCert = s.cfg.CA.Cert.Raw // the key that signs leader hints (replicakeys.go)
 	}
-	return &gotrainv1.JoinResponse{NodeId: joined.id, RunId: jc.RunID, MaxRestarts: int32(jc.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: joined.warnings,
-		NodeTimeoutMs: jc.NodeTimeout.Milliseconds(), NodeCert: cert, Replicas: s.replicaAddrs(), HostReplica: joined.hostReplica, CaCert: caCert}, nil
-}
-
-// joinResult is what applying a join gives the Join call.
-type joinResult struct {
-	id          string
-	warnings    []string
-	hostReplica bool
-}
-
-// applyJoin joins the node of req (a JoinRequest without its CSR; host:
-// its agent runs the coordinator; csr: the CSR's SHA-256). Every replica
-// runs it, in the log's order. s.mu is held.
-func (s *Server) applyJoin(now time.Time, b []byte, host bool, csr []byte) (joinResult, error) {
-	req := &gotrainv1.JoinRequest{}
-	if err := proto.Unmarshal(b, req); err != nil {
-		return joinResult{}, status.Errorf(codes.InvalidArgument, "join: %v", err)
-	}
-	key := joinKey(req, csr)
-	if id, ok := s.joinKeys[key]; ok && s.m.HasNode(id) {
-		// The same agent's Join again: its answer was lost (a leader
-		// change after the commit, a connection that broke). It is the
-		// same node, not one more, which a job at its size would refuse.
-		warnings, _ := checkSettings(s.m.Config(), req.GetSettings())
-		s.log.Info("node joined again (its agent did not get the answer)", "node_id", id)
-		hosting := slices.Contains(slices.Collect(maps.Values(s.rs.hostOf)), id)
-		return joinResult{id: id, warnings: warnings, hostReplica: slices.Contains(s.rs.asked, id) && !hosting}, nil
-	}
-	ev, warnings, err := s.admitJoin(req, host) // admit.go
-	if err != nil {
-		return joinResult{}, err
-	}
-	info, id := ev.Info, ev.NodeID
-	for _, w := range warnings {
-		s.log.Warn("join", "hostname", info.Hostname, "warning", w)
-	}
-	acts, err := s.m.Step(now, ev)
-	if err != nil {
-		s.log.Warn("join rejected", "hostname", info.Hostname, "err", err)
-		return joinResult{}, grpcError(err)
-	}
-	s.nodeSeq++
-	s.outboxes[id] = newOutbox() // before apply: the start may include this node
-	if s.joinKeys == nil {
-		s.joinKeys = map[string]string{}
-	}
-	s.joinKeys[key] = id
-	s.joinedNode(id, req)
-	s.log.Info("node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
-	s.apply(acts)
-	s.tickOnDeadline()
-	return joinResult{id: id, warnings: warnings, hostReplica: s.askReplica(id, info.Address)}, nil // replicated.go
-}
-
-// joinedBefore says whether req (csr: its CSR's SHA-256) is a Join of a
-// node the job holds, retried by its agent. s.mu is held.
-func (s *Server) joinedBefore(req *gotrainv1.JoinRequest, csr []byte) bool {
-	id, ok := s.joinKeys[joinKey(req, csr)]
-	return ok && s.m.HasNode(id)
-}
-
-// joinKey identifies the agent process behind a Join: its host, address,
-// pid, the port it offered and its CSR's hash (csr), which a retry of the
-// same Join repeats; only the holder of the CSR's key can use the node
-// certificate that the retry gets.
-func joinKey(req *gotrainv1.JoinRequest, csr []byte) string {
-	n := req.GetNode()
-	return fmt.Sprintf("%s|%s|%d|%d|%x", n.GetHostname(), n.GetAddress(), n.GetAgentPid(), n.GetFreePort(), csr)
+	return &gotrainv1.JoinResponse{NodeId: joined.ID, RunId: jc.RunID, MaxRestarts: int32(jc.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: joined.Warnings,
+		NodeTimeoutMs: jc.NodeTimeout.Milliseconds(), NodeCert: cert, Replicas: s.replicaAddrs(), HostReplica: joined.HostReplica, CaCert: caCert}, nil
 }
 
 // WatchGenerations streams the node's generation events. The stream is the
@@ -533,11 +375,11 @@ func joinKey(req *gotrainv1.JoinRequest, csr []byte) string {
 func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream grpc.ServerStreamingServer[gotrainv1.GenerationEvent]) error {
 	id := req.GetNodeId()
 	s.mu.Lock()
-	o := s.outboxes[id]
+	o := s.outbox(id)
 	switch {
-	case o == nil && s.result != nil:
+	case o == nil && s.st.Result() != nil:
 		// The job is over (and the node may be gone): say so and end.
-		res := s.result
+		res := finishedToProto(*s.st.Result())
 		s.mu.Unlock()
 		return stream.Send(&gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Finished{Finished: res}})
 	case o == nil:
@@ -560,15 +402,16 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 	o.attached = true
 	o.notify()
 	s.reachability(id, o, "")
-	pos := min(int(req.GetAfterSeq()), len(o.events))
+	box := s.st.Outbox(id)
+	pos := min(int(req.GetAfterSeq()), len(box.Events))
 	if pos > 0 {
 		// A stream resumed: after a blip, or at a new leader.
 		s.log.Info("watch stream resumed", "node_id", id, "after_seq", pos)
 	}
-	if o.closed && pos == len(o.events) {
+	if box.Closed && pos == len(box.Events) {
 		// A new stream after the job finished and the node heard so: say
 		// so again.
-		res := s.result
+		res := finishedToProto(*s.st.Result())
 		s.mu.Unlock()
 		s.streamEnded(id, o, my, "")
 		return stream.Send(&gotrainv1.GenerationEvent{Event: &gotrainv1.GenerationEvent_Finished{Finished: res}, Seq: uint64(pos)})
@@ -587,7 +430,7 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 			s.mu.Unlock()
 			return superseded(id, req.GetStream(), served)
 		}
-		if s.rs.term != term && !s.m.Finished() {
+		if s.rs.term != term && !s.st.Machine().Finished() {
 			// This replica stopped leading: the agent goes on at the new
 			// leader, from where it is.
 			err := s.notLeader(stream.Context())
@@ -596,15 +439,21 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 			return err
 		}
 		term = s.rs.term // after the end, any replica finishes the stream
-		evs, closed, lost := o.events[pos:], o.closed, o.lost
-		pos = len(o.events)
+		var evs []state.Out
+		closed, lost := false, o.lost
+		if box := s.st.Outbox(id); box != nil {
+			evs, closed = box.Events[pos:], box.Closed
+			pos = len(box.Events)
+		} else if lost == "" {
+			lost = "the coordinator no longer has it"
+		}
 		s.mu.Unlock()
 		if lost != "" {
 			s.streamEnded(id, o, my, "")
 			return status.Errorf(codes.Aborted, "this node was lost (%s); its workers must stop", lost)
 		}
 		for _, ev := range evs {
-			if err := stream.Send(ev); err != nil {
+			if err := stream.Send(outToProto(id, ev)); err != nil { // convert.go
 				// The agent's next stream starts after the last event it got.
 				s.streamEnded(id, o, my, fmt.Sprintf("watch stream broke: %v", err))
 				return err
@@ -648,7 +497,7 @@ func (s *Server) streamEnded(id string, o *outbox, my uint64, reason string) {
 		return
 	}
 	o.attached = false
-	if s.m.Finished() || s.stop.Err() != nil || s.outboxes[id] != o || reason == "" {
+	if s.st.Machine().Finished() || s.stop.Err() != nil || s.streams[id] != o || reason == "" {
 		return
 	}
 	s.reachability(id, o, reason)
@@ -666,7 +515,7 @@ func (s *Server) KVPut(_ context.Context, req *gotrainv1.KVPutRequest) (*gotrain
 	} else if held {
 		return &gotrainv1.KVPutResponse{}, nil
 	}
-	if _, err := s.commit(entry{KV: &kvEntry{Key: req.GetKey(), Value: req.GetValue()}}); err != nil {
+	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_KvPut{KvPut: &gotrainv1.KVPutRequest{Key: req.GetKey(), Value: req.GetValue()}}}); err != nil {
 		return nil, err
 	}
 	return &gotrainv1.KVPutResponse{}, nil
@@ -728,7 +577,7 @@ func (s *Server) Barrier(ctx context.Context, req *gotrainv1.BarrierRequest) (*g
 	s.waiters[w] = ch
 	stepDown := s.rs.stepDown(s.rs.term)
 	s.mu.Unlock()
-	if _, err := s.commit(entry{Event: job.BarrierArrived{Name: req.GetName(), Generation: req.GetGeneration(), Rank: int(req.GetRank()), Waiter: w}}); err != nil {
+	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Barrier{Barrier: &gotrainv1.LogBarrier{Name: req.GetName(), Generation: req.GetGeneration(), Rank: req.GetRank(), Waiter: w}}}); err != nil {
 		s.mu.Lock()
 		delete(s.waiters, w)
 		s.mu.Unlock()
@@ -766,7 +615,7 @@ func (s *Server) cancelWaiter(w uint64) {
 	s.mu.Lock()
 	delete(s.waiters, w)
 	s.mu.Unlock()
-	_, _ = s.commit(entry{Event: job.BarrierCanceled{Waiter: w}}) // never fails but for a lost leadership
+	_, _ = s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_BarrierCanceled{BarrierCanceled: &gotrainv1.LogBarrierCanceled{Waiter: w}}}) // never fails but for a lost leadership
 }
 
 // ReportProgress stores the progress of a node's ranks.
@@ -774,11 +623,7 @@ func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgress
 	s.mu.Lock()
 	s.heartbeat(req.GetNodeId()) // agentquorum.go
 	s.mu.Unlock()
-	ev := job.ProgressReported{NodeID: req.GetNodeId()}
-	for _, p := range req.GetRanks() {
-		ev.Ranks = append(ev.Ranks, progressFromProto(p))
-	}
-	if _, err := s.commit(entry{Event: ev}); err != nil {
+	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Progress{Progress: req}}); err != nil {
 		return nil, err
 	}
 	return &gotrainv1.ReportProgressResponse{}, nil
@@ -789,22 +634,9 @@ func (s *Server) ReportWorkerExit(_ context.Context, req *gotrainv1.ReportWorker
 	if req.GetParked() {
 		return s.reportParked(req)
 	}
-	ev := job.WorkerExited{
-		NodeID:     req.GetNodeId(),
-		Generation: req.GetGeneration(),
-		Rank:       int(req.GetRank()),
-		Pid:        int(req.GetPid()),
-		ExitCode:   int(req.GetExitCode()),
-		Signal:     req.GetSignal(),
-		StderrTail: req.GetStderrTail(),
-		OOMKilled:  req.GetOomKilled(),
-		XIDErrors:  req.GetXidErrors(),
-		Notes:      req.GetNotes(),
-		Permanent:  req.GetPermanent(),
-	}
-	s.log.Debug("worker exited", "node_id", ev.NodeID, "generation", ev.Generation, "rank", ev.Rank,
-		"pid", ev.Pid, "exit_code", ev.ExitCode, "signal", ev.Signal)
-	if _, err := s.commit(entry{Event: ev}); err != nil {
+	s.log.Debug("worker exited", "node_id", req.GetNodeId(), "generation", req.GetGeneration(), "rank", req.GetRank(),
+		"pid", req.GetPid(), "exit_code", req.GetExitCode(), "signal", req.GetSignal())
+	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_WorkerExit{WorkerExit: req}}); err != nil {
 		return nil, err
 	}
 	return &gotrainv1.ReportWorkerExitResponse{}, nil
@@ -813,14 +645,31 @@ func (s *Server) ReportWorkerExit(_ context.Context, req *gotrainv1.ReportWorker
 // GetJobStatus returns a snapshot of the job.
 func (s *Server) GetJobStatus(context.Context, *gotrainv1.GetJobStatusRequest) (*gotrainv1.JobStatus, error) {
 	s.mu.Lock()
-	st := s.m.Status()
+	st := s.st.Machine().Status()
+	hash, applied := s.stateDigest() // replicated.go
 	s.mu.Unlock()
-	return statusToProto(st), nil
+	out := statusToProto(st)
+	out.StateHash, out.StateApplied = hash, applied
+	return out, nil
 }
 
 // HasNode says whether node id is in the job (tests, tools).
 func (s *Server) HasNode(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.m.HasNode(id)
+	return s.st.Machine().HasNode(id)
+}
+
+// outbox is node id's stream transport, nil when the state has no outbox
+// for it (the node is unknown, or lost). s.mu is held.
+func (s *Server) outbox(id string) *outbox {
+	if s.st.Outbox(id) == nil {
+		return nil
+	}
+	o := s.streams[id]
+	if o == nil {
+		o = newOutbox()
+		s.streams[id] = o
+	}
+	return o
 }

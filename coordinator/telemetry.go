@@ -1,8 +1,6 @@
 package coordinator
 
 import (
-	"time"
-
 	"github.com/gotrain/gotrain/coordinator/job"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -10,24 +8,6 @@ import (
 // Telemetry the agents add to their ranks' progress (GPU samples, step
 // rates, last progress times), converted between wire and machine types;
 // convert.go calls these.
-
-func telemetryFromProto(out *job.Progress, p *gotrainv1.RankProgress) {
-	out.StepsPerSecond = p.GetStepsPerSecond()
-	if n := p.GetProgressUnixNanos(); n != 0 {
-		out.Advanced = time.Unix(0, n)
-	}
-	g := p.GetGpu()
-	if g == nil || g.GetUnixNanos() == 0 {
-		return
-	}
-	out.GPU = job.GPUSample{
-		Index: int(g.GetIndex()), UUID: g.GetUuid(), Name: g.GetName(), Time: time.Unix(0, g.GetUnixNanos()),
-		UtilPercent: int(g.GetUtilPercent()), MemoryUsed: g.GetMemoryUsedBytes(), MemoryTotal: g.GetMemoryTotalBytes(),
-		PowerW: g.GetPowerWatts(), PowerLimitW: g.GetPowerLimitWatts(),
-		TempC: int(g.GetTemperatureC()), SlowdownTempC: int(g.GetSlowdownTemperatureC()), SMClockMHz: int(g.GetSmClockMhz()),
-		ThrottleReasons: g.GetThrottleReasons(), XIDErrors: g.GetXidErrors(), LastXID: g.GetLastXid(),
-	}
-}
 
 func telemetryToProto(out *gotrainv1.RankProgress, p *job.Progress) {
 	out.StepsPerSecond = p.StepsPerSecond

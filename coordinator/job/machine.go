@@ -508,8 +508,9 @@ func (m *Machine) afterEnd() []Action {
 			return nil
 		}
 	}
-	if m.members.growing {
-		// Not a failure: the job grows by the nodes that joined.
+	if m.members.growing && len(m.nodes) >= m.cfg.MinNodes {
+		// Not a failure: the job grows by the nodes that joined (unless
+		// losses since left too few: then it is one, below).
 		return []Action{m.start(m.gen+1, m.restarts)}
 	}
 	pm := m.postMortem()                          // hang_detect.go: a mismatch behind the failure
@@ -554,6 +555,8 @@ func (m *Machine) finishSucceeded() []Action {
 // exitCode is the code a launcher exits with for root cause f.
 func exitCode(f *Failure) int {
 	switch {
+	case f == nil: // nodes lost while the job grew: no rank failed
+		return 1
 	case f.Reason != "":
 		return 1
 	case f.Signal != "":

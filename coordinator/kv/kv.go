@@ -217,3 +217,14 @@ func (s *Store) Stats() Stats {
 	defer s.mu.Unlock()
 	return Stats{Keys: len(s.vals), Bytes: s.bytes, Waiting: len(s.waiting)}
 }
+
+// Entries returns a copy of every key's value (a replica's state digest).
+func (s *Store) Entries() map[string][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][]byte, len(s.vals))
+	for k, v := range s.vals {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}

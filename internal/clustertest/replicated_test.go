@@ -224,6 +224,50 @@ func (r *replicatedJob) replicasExit(t *testing.T, skip *vcluster.Proc) {
 			t.Errorf("the replica on %s exited %d; its last lines:\n%s", p.Host.Name, code, tail(p.Stderr(), 5))
 		}
 	}
+	var live []*vcluster.Proc
+	for _, p := range r.replicas {
+		if p != skip {
+			live = append(live, p)
+		}
+	}
+	replicasAgree(t, live, len(live))
+}
+
+// stateLine is the line a coordinator replica logs at the job's end and
+// as it stops: how many log entries it applied and its state's hash
+// (coordinator/state Digest).
+var stateLine = regexp.MustCompile(`msg="coordinator replica state" .*at=(\w+) .*applied=(\d+) state_hash=([0-9a-f]+)`)
+
+// replicasAgree checks that the replicas among procs hold the same state
+// after the same entries: every state line of as many entries applied has
+// one hash. At least want replicas must have logged theirs at the job's
+// end (when each has applied the entry that finished it).
+func replicasAgree(t *testing.T, procs []*vcluster.Proc, want int) {
+	t.Helper()
+	byApplied := map[string]map[string][]string{} // applied -> hash -> who
+	finished := 0
+	for _, p := range procs {
+		fin := false
+		for _, m := range stateLine.FindAllStringSubmatch(p.Stderr(), -1) {
+			if byApplied[m[2]] == nil {
+				byApplied[m[2]] = map[string][]string{}
+			}
+			byApplied[m[2]][m[3]] = append(byApplied[m[2]][m[3]], p.Host.Name+" at "+m[1])
+			fin = fin || m[1] == "finished"
+		}
+		if fin {
+			finished++
+		}
+	}
+	if finished < want {
+		t.Errorf("%d replicas logged their state at the job's end, want %d", finished, want)
+	}
+	for applied, hashes := range byApplied {
+		if len(hashes) > 1 {
+			t.Errorf("the replicas' states after %s entries differ: by hash %v", applied, hashes)
+		}
+	}
+	t.Logf("replica states by entries applied: %v", byApplied)
 }
 
 // failoverOnly: with $GOTRAIN_BENCH_FAILOVER set (bench/coordinator_failover.sh),
@@ -437,6 +481,7 @@ func TestEmbeddedReplicatedNodeZeroKilled(t *testing.T) {
 	if !replaced {
 		t.Errorf("no survivor took the place of the replica lost with %s", victim.Name)
 	}
+	replicasAgree(t, survivors, 2)
 	gens := generationsOf(nl)
 	if len(gens) < 2 || gens[0] != 4 || gens[len(gens)-1] != 3 {
 		t.Errorf("%s's generations' world sizes %v; want 4, then 3", nl.Host.Name, gens)

@@ -3987,7 +3987,12 @@ type JobStatus struct {
 	Ranks        []*RankStatus  `protobuf:"bytes,7,rep,name=ranks,proto3" json:"ranks,omitempty"`
 	Failure      *WorkerFailure `protobuf:"bytes,8,opt,name=failure,proto3" json:"failure,omitempty"`
 	// Hang verdicts in force for the current generation.
-	Verdicts      []*HangVerdict `protobuf:"bytes,9,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
+	Verdicts []*HangVerdict `protobuf:"bytes,9,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
+	// state: the SHA-256 of this replica's replicated state (coordinator/state
+	// Digest) and how many log entries made it: replicas that applied as many
+	// entries hold equal hashes.
+	StateHash     []byte `protobuf:"bytes,200,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
+	StateApplied  uint64 `protobuf:"varint,201,opt,name=state_applied,json=stateApplied,proto3" json:"state_applied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4083,6 +4088,851 @@ func (x *JobStatus) GetVerdicts() []*HangVerdict {
 		return x.Verdicts
 	}
 	return nil
+}
+
+func (x *JobStatus) GetStateHash() []byte {
+	if x != nil {
+		return x.StateHash
+	}
+	return nil
+}
+
+func (x *JobStatus) GetStateApplied() uint64 {
+	if x != nil {
+		return x.StateApplied
+	}
+	return 0
+}
+
+// LogEntry is one entry of a replicated coordinator's log: a typed
+// request, with the time the leader took it (every replica applies it at
+// that time, so that all compute the same state). Package
+// coordinator/logentry decodes it; an entry of a type it does not know, or
+// of a later version, is an error, never skipped.
+type LogEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version of the entry's encoding: 1.
+	Version   uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	UnixNanos int64  `protobuf:"varint,2,opt,name=unix_nanos,json=unixNanos,proto3" json:"unix_nanos,omitempty"`
+	// Types that are valid to be assigned to Entry:
+	//
+	//	*LogEntry_Config
+	//	*LogEntry_Join
+	//	*LogEntry_KvPut
+	//	*LogEntry_Replica
+	//	*LogEntry_Tick
+	//	*LogEntry_NodeLost
+	//	*LogEntry_NodeUnreachable
+	//	*LogEntry_NodeReachable
+	//	*LogEntry_WorkerExit
+	//	*LogEntry_Barrier
+	//	*LogEntry_BarrierCanceled
+	//	*LogEntry_Progress
+	//	*LogEntry_Evidence
+	Entry         isLogEntry_Entry `protobuf_oneof:"entry"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogEntry) Reset() {
+	*x = LogEntry{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogEntry) ProtoMessage() {}
+
+func (x *LogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
+func (*LogEntry) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *LogEntry) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *LogEntry) GetUnixNanos() int64 {
+	if x != nil {
+		return x.UnixNanos
+	}
+	return 0
+}
+
+func (x *LogEntry) GetEntry() isLogEntry_Entry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+func (x *LogEntry) GetConfig() *LogConfig {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_Config); ok {
+			return x.Config
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetJoin() *LogJoin {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_Join); ok {
+			return x.Join
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetKvPut() *KVPutRequest {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_KvPut); ok {
+			return x.KvPut
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetReplica() *LogReplica {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_Replica); ok {
+			return x.Replica
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetTick() *LogTick {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_Tick); ok {
+			return x.Tick
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetNodeLost() *LogNode {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_NodeLost); ok {
+			return x.NodeLost
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetNodeUnreachable() *LogNode {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_NodeUnreachable); ok {
+			return x.NodeUnreachable
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetNodeReachable() *LogNode {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_NodeReachable); ok {
+			return x.NodeReachable
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetWorkerExit() *ReportWorkerExitRequest {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_WorkerExit); ok {
+			return x.WorkerExit
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetBarrier() *LogBarrier {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_Barrier); ok {
+			return x.Barrier
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetBarrierCanceled() *LogBarrierCanceled {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_BarrierCanceled); ok {
+			return x.BarrierCanceled
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetProgress() *ReportProgressRequest {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *LogEntry) GetEvidence() *ReportEvidenceRequest {
+	if x != nil {
+		if x, ok := x.Entry.(*LogEntry_Evidence); ok {
+			return x.Evidence
+		}
+	}
+	return nil
+}
+
+type isLogEntry_Entry interface {
+	isLogEntry_Entry()
+}
+
+type LogEntry_Config struct {
+	Config *LogConfig `protobuf:"bytes,10,opt,name=config,proto3,oneof"`
+}
+
+type LogEntry_Join struct {
+	Join *LogJoin `protobuf:"bytes,11,opt,name=join,proto3,oneof"`
+}
+
+type LogEntry_KvPut struct {
+	KvPut *KVPutRequest `protobuf:"bytes,12,opt,name=kv_put,json=kvPut,proto3,oneof"`
+}
+
+type LogEntry_Replica struct {
+	Replica *LogReplica `protobuf:"bytes,13,opt,name=replica,proto3,oneof"`
+}
+
+type LogEntry_Tick struct {
+	Tick *LogTick `protobuf:"bytes,14,opt,name=tick,proto3,oneof"`
+}
+
+type LogEntry_NodeLost struct {
+	NodeLost *LogNode `protobuf:"bytes,15,opt,name=node_lost,json=nodeLost,proto3,oneof"`
+}
+
+type LogEntry_NodeUnreachable struct {
+	NodeUnreachable *LogNode `protobuf:"bytes,16,opt,name=node_unreachable,json=nodeUnreachable,proto3,oneof"`
+}
+
+type LogEntry_NodeReachable struct {
+	NodeReachable *LogNode `protobuf:"bytes,17,opt,name=node_reachable,json=nodeReachable,proto3,oneof"`
+}
+
+type LogEntry_WorkerExit struct {
+	// worker_exit: a worker ended, or parked (its request's parked).
+	WorkerExit *ReportWorkerExitRequest `protobuf:"bytes,18,opt,name=worker_exit,json=workerExit,proto3,oneof"`
+}
+
+type LogEntry_Barrier struct {
+	Barrier *LogBarrier `protobuf:"bytes,19,opt,name=barrier,proto3,oneof"`
+}
+
+type LogEntry_BarrierCanceled struct {
+	BarrierCanceled *LogBarrierCanceled `protobuf:"bytes,20,opt,name=barrier_canceled,json=barrierCanceled,proto3,oneof"`
+}
+
+type LogEntry_Progress struct {
+	Progress *ReportProgressRequest `protobuf:"bytes,21,opt,name=progress,proto3,oneof"`
+}
+
+type LogEntry_Evidence struct {
+	Evidence *ReportEvidenceRequest `protobuf:"bytes,22,opt,name=evidence,proto3,oneof"`
+}
+
+func (*LogEntry_Config) isLogEntry_Entry() {}
+
+func (*LogEntry_Join) isLogEntry_Entry() {}
+
+func (*LogEntry_KvPut) isLogEntry_Entry() {}
+
+func (*LogEntry_Replica) isLogEntry_Entry() {}
+
+func (*LogEntry_Tick) isLogEntry_Entry() {}
+
+func (*LogEntry_NodeLost) isLogEntry_Entry() {}
+
+func (*LogEntry_NodeUnreachable) isLogEntry_Entry() {}
+
+func (*LogEntry_NodeReachable) isLogEntry_Entry() {}
+
+func (*LogEntry_WorkerExit) isLogEntry_Entry() {}
+
+func (*LogEntry_Barrier) isLogEntry_Entry() {}
+
+func (*LogEntry_BarrierCanceled) isLogEntry_Entry() {}
+
+func (*LogEntry_Progress) isLogEntry_Entry() {}
+
+func (*LogEntry_Evidence) isLogEntry_Entry() {}
+
+// LogConfig is the job's configuration as the first leader has it: the
+// first entry of the log.
+type LogConfig struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	RunId                string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Nodes                int32                  `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	MinNodes             int32                  `protobuf:"varint,3,opt,name=min_nodes,json=minNodes,proto3" json:"min_nodes,omitempty"`
+	NodeTimeoutNs        int64                  `protobuf:"varint,4,opt,name=node_timeout_ns,json=nodeTimeoutNs,proto3" json:"node_timeout_ns,omitempty"`
+	JoinSettleNs         int64                  `protobuf:"varint,5,opt,name=join_settle_ns,json=joinSettleNs,proto3" json:"join_settle_ns,omitempty"`
+	MaxRestarts          int32                  `protobuf:"varint,6,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
+	RestartCountBase     int32                  `protobuf:"varint,7,opt,name=restart_count_base,json=restartCountBase,proto3" json:"restart_count_base,omitempty"`
+	RestartBackoffNs     int64                  `protobuf:"varint,8,opt,name=restart_backoff_ns,json=restartBackoffNs,proto3" json:"restart_backoff_ns,omitempty"`
+	HangTimeoutNs        int64                  `protobuf:"varint,9,opt,name=hang_timeout_ns,json=hangTimeoutNs,proto3" json:"hang_timeout_ns,omitempty"`
+	OnHang               string                 `protobuf:"bytes,10,opt,name=on_hang,json=onHang,proto3" json:"on_hang,omitempty"`
+	StragglerThresholdNs int64                  `protobuf:"varint,11,opt,name=straggler_threshold_ns,json=stragglerThresholdNs,proto3" json:"straggler_threshold_ns,omitempty"`
+	RendezvousTimeoutNs  int64                  `protobuf:"varint,12,opt,name=rendezvous_timeout_ns,json=rendezvousTimeoutNs,proto3" json:"rendezvous_timeout_ns,omitempty"`
+	// peers: the replica set's gRPC addresses when it is fixed (standalone);
+	// otherwise the first leader's, and want is how many replicas joining
+	// nodes are asked to host (embedded).
+	Peers []string `protobuf:"bytes,13,rep,name=peers,proto3" json:"peers,omitempty"`
+	Want  int32    `protobuf:"varint,14,opt,name=want,proto3" json:"want,omitempty"`
+	// The admission bounds every replica applies to a Join.
+	NprocPerNode  int32 `protobuf:"varint,15,opt,name=nproc_per_node,json=nprocPerNode,proto3" json:"nproc_per_node,omitempty"`
+	RanksPerJob   int32 `protobuf:"varint,16,opt,name=ranks_per_job,json=ranksPerJob,proto3" json:"ranks_per_job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogConfig) Reset() {
+	*x = LogConfig{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogConfig) ProtoMessage() {}
+
+func (x *LogConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogConfig.ProtoReflect.Descriptor instead.
+func (*LogConfig) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *LogConfig) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *LogConfig) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *LogConfig) GetMinNodes() int32 {
+	if x != nil {
+		return x.MinNodes
+	}
+	return 0
+}
+
+func (x *LogConfig) GetNodeTimeoutNs() int64 {
+	if x != nil {
+		return x.NodeTimeoutNs
+	}
+	return 0
+}
+
+func (x *LogConfig) GetJoinSettleNs() int64 {
+	if x != nil {
+		return x.JoinSettleNs
+	}
+	return 0
+}
+
+func (x *LogConfig) GetMaxRestarts() int32 {
+	if x != nil {
+		return x.MaxRestarts
+	}
+	return 0
+}
+
+func (x *LogConfig) GetRestartCountBase() int32 {
+	if x != nil {
+		return x.RestartCountBase
+	}
+	return 0
+}
+
+func (x *LogConfig) GetRestartBackoffNs() int64 {
+	if x != nil {
+		return x.RestartBackoffNs
+	}
+	return 0
+}
+
+func (x *LogConfig) GetHangTimeoutNs() int64 {
+	if x != nil {
+		return x.HangTimeoutNs
+	}
+	return 0
+}
+
+func (x *LogConfig) GetOnHang() string {
+	if x != nil {
+		return x.OnHang
+	}
+	return ""
+}
+
+func (x *LogConfig) GetStragglerThresholdNs() int64 {
+	if x != nil {
+		return x.StragglerThresholdNs
+	}
+	return 0
+}
+
+func (x *LogConfig) GetRendezvousTimeoutNs() int64 {
+	if x != nil {
+		return x.RendezvousTimeoutNs
+	}
+	return 0
+}
+
+func (x *LogConfig) GetPeers() []string {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *LogConfig) GetWant() int32 {
+	if x != nil {
+		return x.Want
+	}
+	return 0
+}
+
+func (x *LogConfig) GetNprocPerNode() int32 {
+	if x != nil {
+		return x.NprocPerNode
+	}
+	return 0
+}
+
+func (x *LogConfig) GetRanksPerJob() int32 {
+	if x != nil {
+		return x.RanksPerJob
+	}
+	return 0
+}
+
+// LogJoin is a node's Join: its request without CSR and host key, whether
+// it is the coordinator's host agent (it gave the host key), and its
+// CSR's SHA-256 (a retried Join repeats it).
+type LogJoin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *JoinRequest           `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Host          bool                   `protobuf:"varint,2,opt,name=host,proto3" json:"host,omitempty"`
+	CsrSha256     []byte                 `protobuf:"bytes,3,opt,name=csr_sha256,json=csrSha256,proto3" json:"csr_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogJoin) Reset() {
+	*x = LogJoin{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogJoin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogJoin) ProtoMessage() {}
+
+func (x *LogJoin) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogJoin.ProtoReflect.Descriptor instead.
+func (*LogJoin) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *LogJoin) GetRequest() *JoinRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *LogJoin) GetHost() bool {
+	if x != nil {
+		return x.Host
+	}
+	return false
+}
+
+func (x *LogJoin) GetCsrSha256() []byte {
+	if x != nil {
+		return x.CsrSha256
+	}
+	return nil
+}
+
+// LogReplica: a replica (gRPC address) joins the set, hosted by node_id
+// (embedded; empty when standalone).
+type LogReplica struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addr          string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogReplica) Reset() {
+	*x = LogReplica{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogReplica) ProtoMessage() {}
+
+func (x *LogReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogReplica.ProtoReflect.Descriptor instead.
+func (*LogReplica) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *LogReplica) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *LogReplica) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type LogTick struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogTick) Reset() {
+	*x = LogTick{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogTick) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogTick) ProtoMessage() {}
+
+func (x *LogTick) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogTick.ProtoReflect.Descriptor instead.
+func (*LogTick) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{56}
+}
+
+type LogNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogNode) Reset() {
+	*x = LogNode{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogNode) ProtoMessage() {}
+
+func (x *LogNode) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogNode.ProtoReflect.Descriptor instead.
+func (*LogNode) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *LogNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *LogNode) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type LogBarrier struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Generation    int64                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Rank          int32                  `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	Waiter        uint64                 `protobuf:"varint,4,opt,name=waiter,proto3" json:"waiter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogBarrier) Reset() {
+	*x = LogBarrier{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogBarrier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogBarrier) ProtoMessage() {}
+
+func (x *LogBarrier) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogBarrier.ProtoReflect.Descriptor instead.
+func (*LogBarrier) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *LogBarrier) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LogBarrier) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *LogBarrier) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *LogBarrier) GetWaiter() uint64 {
+	if x != nil {
+		return x.Waiter
+	}
+	return 0
+}
+
+type LogBarrierCanceled struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Waiter        uint64                 `protobuf:"varint,1,opt,name=waiter,proto3" json:"waiter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogBarrierCanceled) Reset() {
+	*x = LogBarrierCanceled{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogBarrierCanceled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogBarrierCanceled) ProtoMessage() {}
+
+func (x *LogBarrierCanceled) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogBarrierCanceled.ProtoReflect.Descriptor instead.
+func (*LogBarrierCanceled) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *LogBarrierCanceled) GetWaiter() uint64 {
+	if x != nil {
+		return x.Waiter
+	}
+	return 0
+}
+
+// StateSnapshot is a replica's state: the entries that made it (those
+// superseded dropped), each a LogEntry, and how many entries of the log
+// it has applied in all.
+type StateSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Entries       [][]byte               `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	Applied       uint64                 `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateSnapshot) Reset() {
+	*x = StateSnapshot{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateSnapshot) ProtoMessage() {}
+
+func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
+func (*StateSnapshot) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *StateSnapshot) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *StateSnapshot) GetEntries() [][]byte {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *StateSnapshot) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
 }
 
 var File_gotrain_v1_gotrain_proto protoreflect.FileDescriptor
@@ -4454,7 +5304,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x1b\n" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x124\n" +
 	"\bprogress\x18\a \x01(\v2\x18.gotrain.v1.RankProgressR\bprogress\x12\x10\n" +
-	"\x03gpu\x18\b \x01(\x05R\x03gpu\"\xe2\x02\n" +
+	"\x03gpu\x18\b \x01(\x05R\x03gpu\"\xa8\x03\n" +
 	"\tJobStatus\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1e\n" +
@@ -4467,7 +5317,75 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05nodes\x18\x06 \x03(\v2\x16.gotrain.v1.NodeStatusR\x05nodes\x12,\n" +
 	"\x05ranks\x18\a \x03(\v2\x16.gotrain.v1.RankStatusR\x05ranks\x123\n" +
 	"\afailure\x18\b \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x123\n" +
-	"\bverdicts\x18\t \x03(\v2\x17.gotrain.v1.HangVerdictR\bverdicts2\x97\a\n" +
+	"\bverdicts\x18\t \x03(\v2\x17.gotrain.v1.HangVerdictR\bverdicts\x12\x1e\n" +
+	"\n" +
+	"state_hash\x18\xc8\x01 \x01(\fR\tstateHash\x12$\n" +
+	"\rstate_applied\x18\xc9\x01 \x01(\x04R\fstateApplied\"\xb9\x06\n" +
+	"\bLogEntry\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1d\n" +
+	"\n" +
+	"unix_nanos\x18\x02 \x01(\x03R\tunixNanos\x12/\n" +
+	"\x06config\x18\n" +
+	" \x01(\v2\x15.gotrain.v1.LogConfigH\x00R\x06config\x12)\n" +
+	"\x04join\x18\v \x01(\v2\x13.gotrain.v1.LogJoinH\x00R\x04join\x121\n" +
+	"\x06kv_put\x18\f \x01(\v2\x18.gotrain.v1.KVPutRequestH\x00R\x05kvPut\x122\n" +
+	"\areplica\x18\r \x01(\v2\x16.gotrain.v1.LogReplicaH\x00R\areplica\x12)\n" +
+	"\x04tick\x18\x0e \x01(\v2\x13.gotrain.v1.LogTickH\x00R\x04tick\x122\n" +
+	"\tnode_lost\x18\x0f \x01(\v2\x13.gotrain.v1.LogNodeH\x00R\bnodeLost\x12@\n" +
+	"\x10node_unreachable\x18\x10 \x01(\v2\x13.gotrain.v1.LogNodeH\x00R\x0fnodeUnreachable\x12<\n" +
+	"\x0enode_reachable\x18\x11 \x01(\v2\x13.gotrain.v1.LogNodeH\x00R\rnodeReachable\x12F\n" +
+	"\vworker_exit\x18\x12 \x01(\v2#.gotrain.v1.ReportWorkerExitRequestH\x00R\n" +
+	"workerExit\x122\n" +
+	"\abarrier\x18\x13 \x01(\v2\x16.gotrain.v1.LogBarrierH\x00R\abarrier\x12K\n" +
+	"\x10barrier_canceled\x18\x14 \x01(\v2\x1e.gotrain.v1.LogBarrierCanceledH\x00R\x0fbarrierCanceled\x12?\n" +
+	"\bprogress\x18\x15 \x01(\v2!.gotrain.v1.ReportProgressRequestH\x00R\bprogress\x12?\n" +
+	"\bevidence\x18\x16 \x01(\v2!.gotrain.v1.ReportEvidenceRequestH\x00R\bevidenceB\a\n" +
+	"\x05entry\"\xc1\x04\n" +
+	"\tLogConfig\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
+	"\x05nodes\x18\x02 \x01(\x05R\x05nodes\x12\x1b\n" +
+	"\tmin_nodes\x18\x03 \x01(\x05R\bminNodes\x12&\n" +
+	"\x0fnode_timeout_ns\x18\x04 \x01(\x03R\rnodeTimeoutNs\x12$\n" +
+	"\x0ejoin_settle_ns\x18\x05 \x01(\x03R\fjoinSettleNs\x12!\n" +
+	"\fmax_restarts\x18\x06 \x01(\x05R\vmaxRestarts\x12,\n" +
+	"\x12restart_count_base\x18\a \x01(\x05R\x10restartCountBase\x12,\n" +
+	"\x12restart_backoff_ns\x18\b \x01(\x03R\x10restartBackoffNs\x12&\n" +
+	"\x0fhang_timeout_ns\x18\t \x01(\x03R\rhangTimeoutNs\x12\x17\n" +
+	"\aon_hang\x18\n" +
+	" \x01(\tR\x06onHang\x124\n" +
+	"\x16straggler_threshold_ns\x18\v \x01(\x03R\x14stragglerThresholdNs\x122\n" +
+	"\x15rendezvous_timeout_ns\x18\f \x01(\x03R\x13rendezvousTimeoutNs\x12\x14\n" +
+	"\x05peers\x18\r \x03(\tR\x05peers\x12\x12\n" +
+	"\x04want\x18\x0e \x01(\x05R\x04want\x12$\n" +
+	"\x0enproc_per_node\x18\x0f \x01(\x05R\fnprocPerNode\x12\"\n" +
+	"\rranks_per_job\x18\x10 \x01(\x05R\vranksPerJob\"o\n" +
+	"\aLogJoin\x121\n" +
+	"\arequest\x18\x01 \x01(\v2\x17.gotrain.v1.JoinRequestR\arequest\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\bR\x04host\x12\x1d\n" +
+	"\n" +
+	"csr_sha256\x18\x03 \x01(\fR\tcsrSha256\"9\n" +
+	"\n" +
+	"LogReplica\x12\x12\n" +
+	"\x04addr\x18\x01 \x01(\tR\x04addr\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\t\n" +
+	"\aLogTick\":\n" +
+	"\aLogNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"l\n" +
+	"\n" +
+	"LogBarrier\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12\x12\n" +
+	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x16\n" +
+	"\x06waiter\x18\x04 \x01(\x04R\x06waiter\",\n" +
+	"\x12LogBarrierCanceled\x12\x16\n" +
+	"\x06waiter\x18\x01 \x01(\x04R\x06waiter\"]\n" +
+	"\rStateSnapshot\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
+	"\aentries\x18\x02 \x03(\fR\aentries\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\x04R\aapplied2\x97\a\n" +
 	"\vCoordinator\x129\n" +
 	"\x04Join\x12\x17.gotrain.v1.JoinRequest\x1a\x18.gotrain.v1.JoinResponse\x12V\n" +
 	"\x10WatchGenerations\x12#.gotrain.v1.WatchGenerationsRequest\x1a\x1b.gotrain.v1.GenerationEvent0\x01\x12<\n" +
@@ -4501,7 +5419,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
@@ -4555,6 +5473,15 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*NodeStatus)(nil),               // 49: gotrain.v1.NodeStatus
 	(*RankStatus)(nil),               // 50: gotrain.v1.RankStatus
 	(*JobStatus)(nil),                // 51: gotrain.v1.JobStatus
+	(*LogEntry)(nil),                 // 52: gotrain.v1.LogEntry
+	(*LogConfig)(nil),                // 53: gotrain.v1.LogConfig
+	(*LogJoin)(nil),                  // 54: gotrain.v1.LogJoin
+	(*LogReplica)(nil),               // 55: gotrain.v1.LogReplica
+	(*LogTick)(nil),                  // 56: gotrain.v1.LogTick
+	(*LogNode)(nil),                  // 57: gotrain.v1.LogNode
+	(*LogBarrier)(nil),               // 58: gotrain.v1.LogBarrier
+	(*LogBarrierCanceled)(nil),       // 59: gotrain.v1.LogBarrierCanceled
+	(*StateSnapshot)(nil),            // 60: gotrain.v1.StateSnapshot
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
@@ -4598,45 +5525,59 @@ var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	50, // 38: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
 	21, // 39: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
 	31, // 40: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	9,  // 41: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	12, // 42: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	34, // 43: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	36, // 44: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	38, // 45: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	44, // 46: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	46, // 47: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	48, // 48: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	28, // 49: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	32, // 50: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	13, // 51: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
-	15, // 52: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
-	34, // 53: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	36, // 54: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	38, // 55: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	44, // 56: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 57: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	11, // 58: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	25, // 59: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	35, // 60: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	37, // 61: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	39, // 62: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	45, // 63: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	47, // 64: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	51, // 65: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	29, // 66: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	33, // 67: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	14, // 68: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
-	16, // 69: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
-	35, // 70: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	37, // 71: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	39, // 72: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	45, // 73: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	6,  // 74: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	58, // [58:75] is the sub-list for method output_type
-	41, // [41:58] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	53, // 41: gotrain.v1.LogEntry.config:type_name -> gotrain.v1.LogConfig
+	54, // 42: gotrain.v1.LogEntry.join:type_name -> gotrain.v1.LogJoin
+	34, // 43: gotrain.v1.LogEntry.kv_put:type_name -> gotrain.v1.KVPutRequest
+	55, // 44: gotrain.v1.LogEntry.replica:type_name -> gotrain.v1.LogReplica
+	56, // 45: gotrain.v1.LogEntry.tick:type_name -> gotrain.v1.LogTick
+	57, // 46: gotrain.v1.LogEntry.node_lost:type_name -> gotrain.v1.LogNode
+	57, // 47: gotrain.v1.LogEntry.node_unreachable:type_name -> gotrain.v1.LogNode
+	57, // 48: gotrain.v1.LogEntry.node_reachable:type_name -> gotrain.v1.LogNode
+	46, // 49: gotrain.v1.LogEntry.worker_exit:type_name -> gotrain.v1.ReportWorkerExitRequest
+	58, // 50: gotrain.v1.LogEntry.barrier:type_name -> gotrain.v1.LogBarrier
+	59, // 51: gotrain.v1.LogEntry.barrier_canceled:type_name -> gotrain.v1.LogBarrierCanceled
+	44, // 52: gotrain.v1.LogEntry.progress:type_name -> gotrain.v1.ReportProgressRequest
+	28, // 53: gotrain.v1.LogEntry.evidence:type_name -> gotrain.v1.ReportEvidenceRequest
+	9,  // 54: gotrain.v1.LogJoin.request:type_name -> gotrain.v1.JoinRequest
+	9,  // 55: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	12, // 56: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	34, // 57: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	36, // 58: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	38, // 59: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	44, // 60: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	46, // 61: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	48, // 62: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	28, // 63: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	32, // 64: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	13, // 65: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
+	15, // 66: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
+	34, // 67: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	36, // 68: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	38, // 69: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	44, // 70: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 71: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	11, // 72: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	25, // 73: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	35, // 74: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	37, // 75: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	39, // 76: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	45, // 77: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	47, // 78: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	51, // 79: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	29, // 80: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	33, // 81: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	14, // 82: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	16, // 83: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
+	35, // 84: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	37, // 85: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	39, // 86: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	45, // 87: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	6,  // 88: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	72, // [72:89] is the sub-list for method output_type
+	55, // [55:72] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -4665,13 +5606,28 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*GenerationEvent_HostReplica)(nil),
 		(*GenerationEvent_Restarting)(nil),
 	}
+	file_gotrain_v1_gotrain_proto_msgTypes[52].OneofWrappers = []any{
+		(*LogEntry_Config)(nil),
+		(*LogEntry_Join)(nil),
+		(*LogEntry_KvPut)(nil),
+		(*LogEntry_Replica)(nil),
+		(*LogEntry_Tick)(nil),
+		(*LogEntry_NodeLost)(nil),
+		(*LogEntry_NodeUnreachable)(nil),
+		(*LogEntry_NodeReachable)(nil),
+		(*LogEntry_WorkerExit)(nil),
+		(*LogEntry_Barrier)(nil),
+		(*LogEntry_BarrierCanceled)(nil),
+		(*LogEntry_Progress)(nil),
+		(*LogEntry_Evidence)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,465 @@
+package state
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/coordinator/kv"
+)
+
+// State is a coordinator's replicated state. It is not safe for
+// concurrent use: the server holds its lock around every call.
+type State struct {
+	cfg        Config
+	configured bool
+	m          *job.Machine
+	nodeSeq    int
+	joinKeys   map[string]string // JoinKey -> node id: a Join retried is the same node
+	nproc      map[string]int    // node id -> nproc, of the nodes present (admission)
+	out        map[string]*Outbox
+	kv, comm   *kv.Store
+	result     *job.FinishJob
+	plan       restartPlan
+	peers      []string          // the replica set (gRPC addresses)
+	asked      []string          // nodes asked to host a replica
+	askedHosts []string          // their addresses
+	hostOf     map[string]string // embedded: each replica's node (by gRPC address)
+	beating    map[string]bool   // nodes whose heartbeats are in the log
+	history    []logged          // every entry applied, for snapshots
+	applied    uint64            // entries of the log applied (refused ones too)
+	// firsts: the progress the job machine remembers of the running
+	// generation (progressFirsts).
+	firsts struct {
+		gen   int64
+		step  map[int]int64
+		moved bool
+	}
+	effects    []Effect          // of the entry being applied
+}
+
+// restartPlan is what a restart's announcement needs: the generation that
+// ended (nil once announced), its world size, and the restart count of the
+// generation that runs.
+type restartPlan struct {
+	Ended    *job.EndGeneration
+	World    int
+	Restarts int
+}
+
+// logged is an applied entry kept for snapshots: progress (its node) and
+// tick, set only when the entry acted on nothing, let Compact drop it once
+// a later one of its kind supersedes it.
+type logged struct {
+	raw      []byte
+	progress string // a progress report's progressKey; "" for other entries
+	tick     bool
+}
+
+// New returns the state before the log's first entry: a machine of own
+// (this replica's own configuration, which the config entry replaces).
+func New(own job.Config) (*State, error) {
+	m, err := job.New(own)
+	if err != nil {
+		return nil, err
+	}
+	return &State{m: m, out: map[string]*Outbox{}, kv: kv.New(), comm: kv.New(), joinKeys: map[string]string{}, nproc: map[string]int{},
+		hostOf: map[string]string{}, beating: map[string]bool{}}, nil
+}
+
+// Machine is the job machine, to read (Status, Config, HasNode, ...): only
+// Apply steps it.
+func (s *State) Machine() *job.Machine { return s.m }
+
+// Configured says whether the config entry was applied.
+func (s *State) Configured() bool { return s.configured }
+
+// Config is the config entry's configuration.
+func (s *State) Config() Config { return s.cfg }
+
+// Outbox is node id's outbox, nil when the node is not present.
+func (s *State) Outbox(id string) *Outbox { return s.out[id] }
+
+// Nodes are the ids of the nodes present (with an outbox), in join order.
+func (s *State) Nodes() []string { return slices.SortedFunc(maps.Keys(s.out), NodeOrder) }
+
+// Peers is the replica set (gRPC addresses).
+func (s *State) Peers() []string { return slices.Clone(s.peers) }
+
+// Result is how the job finished; nil before.
+func (s *State) Result() *job.FinishJob { return s.result }
+
+// Beating says whether node id's heartbeats are in the log.
+func (s *State) Beating(id string) bool { return s.beating[id] }
+
+// Applied counts the entries of the log applied.
+func (s *State) Applied() uint64 { return s.applied }
+
+// SetApplied sets the count of entries applied (a snapshot restored).
+func (s *State) SetApplied(n uint64) { s.applied = n }
+
+// AskedToHost says whether node id, present, was asked to host a replica
+// that is not in the set (yet).
+func (s *State) AskedToHost(id string) bool {
+	return slices.Contains(s.asked, id) && s.m.HasNode(id) && !s.hosts(id)
+}
+
+// Hosts says whether node id hosts a replica of the set.
+func (s *State) Hosts(id string) bool { return s.hosts(id) }
+
+func (s *State) hosts(id string) bool { return slices.Contains(slices.Collect(maps.Values(s.hostOf)), id) }
+
+// Store is the store that holds key: a communicator's rendezvous key
+// (CommKey: only the node of its rank may put it, in the running
+// generation) has a store of its own, with its own bounds, so that other
+// keys filling theirs cannot make every restart's rendezvous fail.
+func (s *State) Store(key string) *kv.Store {
+	if _, _, ok := CommKey(key); ok {
+		return s.comm
+	}
+	return s.kv
+}
+
+// Apply applies e: the answer for the call that proposed it, and what the
+// server is to do. A refused entry (Result.Err) changes nothing.
+func (s *State) Apply(e Entry) (Result, []Effect) {
+	s.effects = nil
+	s.applied++
+	gen, over := s.m.Generation(), s.m.Finished()
+	if over {
+		gen = -1
+	}
+	r := s.apply(e)
+	if r.Err == nil && e.Raw != nil {
+		l := logged{raw: e.Raw}
+		// A progress report or tick that only passed (no action, nothing
+		// pushed, no node lost) is superseded by a later one of its kind;
+		// one that acted (a deadline that fired: a join settled, a restart
+		// started, a node timed out) is history and stays.
+		if quiet(s.effects) {
+			if p, ok := e.Event.(job.ProgressReported); ok && !s.progressFirsts(gen, p) {
+				l.progress = progressKey(gen, p)
+			}
+			_, l.tick = e.Event.(job.Tick)
+		}
+		s.history = append(s.history, l)
+	}
+	effects := s.effects
+	s.effects = nil
+	return r, effects
+}
+
+// progressFirsts says whether p, taken in generation gen (-1: none
+// runs), is the first report of one of its ranks in gen, or the first
+// whose step moved from a rank's first one or that completed a collective:
+// the job machine remembers those (whether a generation made progress
+// decides whether a permanent failure restarts), so a snapshot keeps them.
+func (s *State) progressFirsts(gen int64, p job.ProgressReported) bool {
+	if gen < 0 {
+		return false
+	}
+	if s.firsts.gen != gen || s.firsts.step == nil {
+		s.firsts.gen, s.firsts.step, s.firsts.moved = gen, map[int]int64{}, false
+	}
+	keep := false
+	for _, r := range p.Ranks {
+		if r.Generation != gen {
+			continue // the machine ignores it
+		}
+		first, ok := s.firsts.step[r.Rank]
+		moved := ok && r.Step != first || slices.ContainsFunc(r.Comms, func(c job.CommProgress) bool { return c.CompletedSeq > 0 })
+		switch {
+		case !ok:
+			s.firsts.step[r.Rank] = r.Step
+			keep = true
+		case moved && !s.firsts.moved:
+			s.firsts.moved = true
+			keep = true
+		}
+	}
+	return keep
+}
+
+// progressKey is what a later report must cover to supersede p, taken in
+// generation gen: its node and the ranks of gen it reports (the machine
+// ignores the others; a heartbeat, which has none, supersedes only
+// heartbeats).
+func progressKey(gen int64, p job.ProgressReported) string {
+	k := p.NodeID + ":" + strconv.FormatInt(gen, 10) + ":"
+	for _, r := range p.Ranks {
+		if r.Generation == gen {
+			k += strconv.Itoa(r.Rank) + ","
+		}
+	}
+	return k
+}
+
+// quiet says whether effects are those of an entry that changed nothing
+// the log must remember: a node heard, a deadline armed again.
+func quiet(effects []Effect) bool {
+	for _, ef := range effects {
+		switch ef.(type) {
+		case Heard, ArmDeadline:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func (s *State) apply(e Entry) Result {
+	if e.Config == nil && !s.configured {
+		s.log(LevelError, "replicate: an entry before the job's configuration")
+	}
+	switch {
+	case e.Config != nil:
+		return Result{Err: s.applyConfig(*e.Config)}
+	case e.Join != nil:
+		j, err := s.applyJoin(e.Time, *e.Join)
+		return Result{Join: j, Err: err}
+	case e.KV != nil:
+		return Result{Err: s.Store(e.KV.Key).Put(e.KV.Key, e.KV.Value)}
+	case e.Replica != nil:
+		s.addPeer(e.Replica.Addr, e.Replica.Node)
+		return Result{}
+	case e.Event != nil:
+		return Result{Err: s.applyEvent(e.Time, e.Event)}
+	}
+	return Result{Err: refuse(Internal, "replicate: an empty log entry")}
+}
+
+func (s *State) emit(e Effect) { s.effects = append(s.effects, e) }
+
+func (s *State) log(level Level, msg string, args ...any) {
+	s.emit(Log{Level: level, Msg: msg, Args: args})
+}
+
+// applyConfig sets the job's configuration from the log: once.
+func (s *State) applyConfig(c Config) error {
+	if s.configured {
+		return nil
+	}
+	m, err := job.New(c.Job)
+	if err != nil {
+		return refuse(Invalid, "the job's configuration: %v", err)
+	}
+	s.m, s.configured, s.cfg = m, true, c
+	s.cfg.Peers = slices.Clone(c.Peers)
+	s.peers = slices.Clone(c.Peers)
+	return nil
+}
+
+// push appends ev to node id's outbox, numbered.
+func (s *State) push(id string, ev Out) {
+	o := s.out[id]
+	if o == nil {
+		return
+	}
+	ev.Seq = uint64(len(o.Events) + 1)
+	o.Events = append(o.Events, ev)
+	s.emit(Wake{Node: id})
+}
+
+// pushAll appends ev to every node's outbox, in join order.
+func (s *State) pushAll(ev Out) {
+	for _, id := range s.Nodes() {
+		s.push(id, ev)
+	}
+}
+
+// applyEvent feeds ev, at now, to the machine and follows up its actions.
+func (s *State) applyEvent(now time.Time, ev job.Event) error {
+	if lost, ok := ev.(job.NodeLost); ok {
+		s.dropNode(lost.NodeID, lost.Reason)
+	}
+	acts, err := s.m.Step(now, ev)
+	if err != nil {
+		return err
+	}
+	s.actions(acts)
+	s.announceWait(now)
+	s.dropLost()
+	s.deadline()
+	s.replaceLostReplicas()
+	if p, ok := ev.(job.ProgressReported); ok {
+		s.emit(Heard{Node: p.NodeID}) // a report (a heartbeat when empty) overrules gossip
+		s.beating[p.NodeID] = true
+	}
+	return nil
+}
+
+// actions follows up the machine's actions.
+func (s *State) actions(acts []job.Action) {
+	for _, a := range acts {
+		switch a := a.(type) {
+		case job.StartGeneration:
+			s.announceRestart(a.RestartCount, 0) // one that starts at once
+			s.plan.Restarts = a.RestartCount
+			s.log(LevelInfo, "generation started", "generation", a.Generation, "world_size", a.WorldSize,
+				"restart_count", a.RestartCount, "master", hostPort(a.MasterAddr, a.MasterPort))
+			for _, n := range a.Nodes {
+				s.push(n.NodeID, Out{Started: &a})
+			}
+		case job.EndGeneration:
+			// Info: the agents print the line a person reads (RestartPlanned, or the report)
+			s.log(LevelInfo, "generation ended", "generation", a.Generation, "reason", a.Reason)
+			s.plan.Ended, s.plan.World = &a, s.m.Status().WorldSize
+			s.pushAll(Out{Ended: &a})
+		case job.FinishJob:
+			s.result = &a
+			if a.Succeeded {
+				s.log(LevelInfo, "job finished", "message", a.Message)
+			} else {
+				s.log(LevelInfo, "job finished", "exit_code", a.ExitCode, "message", a.Message)
+			}
+			s.pushAll(Out{Finished: &a})
+			for _, o := range s.out {
+				o.Closed = true
+			}
+			s.emit(Finish{Result: a})
+		case job.HangDetected:
+			s.hangDetected(a)
+		case job.ReleaseBarrier:
+			for _, w := range a.Waiters {
+				s.emit(Answer{Waiter: w})
+			}
+		case job.FailBarrier:
+			for _, w := range a.Waiters {
+				s.emit(Answer{Waiter: w, Failed: fmt.Sprintf("barrier %q of generation %d failed: %s", a.Name, a.Generation, a.Reason)})
+			}
+		default:
+			s.log(LevelError, "unknown action from the job machine", "action", fmt.Sprintf("%T", a))
+		}
+	}
+}
+
+// hangDetected logs a verdict and tells every agent: each prints it, and
+// the agents of the ranks it names collect evidence.
+func (s *State) hangDetected(a job.HangDetected) {
+	v := a.Verdict
+	// Info: the agents print the verdict for people; this is the record.
+	s.log(LevelInfo, "hang detector", "kind", string(v.Kind), "generation", v.Generation, "comm", v.Comm,
+		"seq", v.Collective.Seq, "post_mortem", a.PostMortem, "summary", v.Summary)
+	if a.PostMortem {
+		return // the job's failure message carries it
+	}
+	for _, id := range s.Nodes() {
+		req := &EvidenceRequest{Verdict: v}
+		for _, t := range a.Collect {
+			if t.NodeID == id {
+				req.Ranks = append(req.Ranks, t.Ranks...)
+			}
+		}
+		s.push(id, Out{Evidence: req})
+	}
+}
+
+// deadline asks for a Tick at the machine's next deadline (a restart
+// waiting out its backoff, a settling join), so that it acts on time
+// rather than on the next coarse tick.
+func (s *State) deadline() {
+	if d, ok := s.m.Deadline(); ok {
+		s.emit(ArmDeadline{At: d})
+	}
+}
+
+// announceRestart tells every node that the next generation, restart
+// number restarts, starts after wait, when it follows the ended generation
+// the plan holds (not a generation that grows an elastic job, nor one
+// already announced).
+func (s *State) announceRestart(restarts int, wait time.Duration) {
+	e := s.plan.Ended
+	if e == nil || restarts <= s.plan.Restarts {
+		return
+	}
+	s.plan.Ended = nil
+	maxRestarts := s.m.Config().MaxRestarts
+	s.log(LevelInfo, "restarting", "generation", e.Generation+1, "restart_count", restarts, "max_restarts", maxRestarts, "in", wait, "reason", e.Reason)
+	s.pushAll(Out{Restarting: &Restart{Ended: *e, World: s.plan.World, Attempt: restarts + 1, MaxAttempts: maxRestarts + 1, Wait: wait}})
+}
+
+// announceWait announces a restart that waits out its backoff, once the
+// machine has decided on it (every rank of the ended generation stopped).
+func (s *State) announceWait(now time.Time) {
+	if s.plan.Ended == nil || s.m.Status().State != job.StateRestarting {
+		return
+	}
+	if d, ok := s.m.Deadline(); ok {
+		s.announceRestart(s.plan.Restarts+1, max(d.Sub(now), 0))
+	}
+}
+
+// dropNode ends the stream of a node about to be lost.
+func (s *State) dropNode(id, reason string) {
+	if s.out[id] == nil || s.m.Finished() {
+		return
+	}
+	s.forget(id, reason)
+}
+
+// dropLost ends the streams of nodes the machine no longer has (lost after
+// their node timeout), so that an agent that comes back stops its workers.
+func (s *State) dropLost() {
+	if s.m.Finished() {
+		return
+	}
+	for _, id := range s.Nodes() {
+		if !s.m.HasNode(id) {
+			s.forget(id, fmt.Sprintf("out of contact for longer than the node timeout (%s)", s.m.Config().NodeTimeout))
+		}
+	}
+}
+
+func (s *State) forget(id, reason string) {
+	delete(s.out, id)
+	delete(s.nproc, id)
+	s.emit(Drop{Node: id, Reason: reason})
+	s.log(LevelWarn, "node lost", "node_id", id, "reason", reason)
+}
+
+// hostPort is net.JoinHostPort's form.
+func hostPort(host string, port int) string {
+	if strings.Contains(host, ":") {
+		return "[" + host + "]:" + strconv.Itoa(port)
+	}
+	return host + ":" + strconv.Itoa(port)
+}
+
+// NodeOrder orders node ids ("node-N") by N: the order they joined.
+func NodeOrder(a, b string) int {
+	na, errA := strconv.Atoi(strings.TrimPrefix(a, "node-"))
+	nb, errB := strconv.Atoi(strings.TrimPrefix(b, "node-"))
+	if errA != nil || errB != nil {
+		return strings.Compare(a, b)
+	}
+	return na - nb
+}
+
+// CommKey maps a communicator's rendezvous key to the generation and rank
+// whose node alone may put it: "ncclcomm/.../GEN/id" (rank 0's),
+// "cpucomm/.../GEN/addr/RANK".
+func CommKey(key string) (gen int64, rank int, ok bool) {
+	parts := strings.Split(key, "/")
+	n := len(parts)
+	switch {
+	case parts[0] == "ncclcomm" && n >= 4 && parts[n-1] == "id":
+		g, err := strconv.ParseInt(parts[n-2], 10, 64)
+		return g, 0, err == nil
+	case parts[0] == "cpucomm" && n >= 5 && parts[n-2] == "addr":
+		g, err1 := strconv.ParseInt(parts[n-3], 10, 64)
+		r, err2 := strconv.Atoi(parts[n-1])
+		return g, r, err1 == nil && err2 == nil
+	}
+	return 0, 0, false
+}
+
+// Asked says whether node id was asked to host a replica.
+func (s *State) Asked(id string) bool { return slices.Contains(s.asked, id) }
+
+// SetKVLimits gives the KV store (not the rendezvous store) other bounds
+// than kv.DefaultLimits; before the first KV entry (tests).
+func (s *State) SetKVLimits(lim kv.Limits) { s.kv = kv.NewWithLimits(lim) }
