@@ -10,7 +10,8 @@
 // # The adaptive hang timeout
 //
 // A [Pace] watches one communicator's lowest completed collective seq: each
-// time it moves, the time since it last moved is one interval. Intervals of
+// time it moves, the time from its previous completion to the moment the
+// caller saw it move is one interval (so report delays count too). Intervals of
 // the warm-up (those starting before seq Warmup of a generation: connection
 // set-up, first-step compilation) are left out. Once MinIntervals are in,
 // the timeout is

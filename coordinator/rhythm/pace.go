@@ -53,21 +53,28 @@ type Pace struct {
 // NewPace returns a Pace with cfg (defaults filled in).
 func NewPace(cfg PaceConfig) *Pace { return &Pace{cfg: cfg.withDefaults()} }
 
-// Advance tells p that the lowest completed seq is seq, reached at at. A seq
-// that has not moved, or moved backwards (a new generation numbers from 0:
-// call Restart), only moves the baseline.
-func (p *Pace) Advance(seq int64, at time.Time) {
-	if !p.started || seq < p.seq || at.Before(p.at) {
-		p.seq, p.at, p.started = seq, at, true
+// Advance tells p that the lowest completed seq is seq, reached at reached
+// (the workers' completion time) and seen at seen (when the caller learned
+// of it). The interval counted runs from the previous seq's reached to this
+// one's seen: at least as long as any stall the caller could have timed in
+// between, report delays included. A seq that has not moved, or moved
+// backwards (a new generation numbers from 0: call Restart), only moves the
+// baseline.
+func (p *Pace) Advance(seq int64, reached, seen time.Time) {
+	if !p.started || seq < p.seq || reached.Before(p.at) {
+		p.seq, p.at, p.started = seq, reached, true
 		return
 	}
 	if seq == p.seq {
 		return
 	}
 	if p.seq >= p.cfg.Warmup {
-		p.add(at.Sub(p.at))
+		if seen.Before(reached) {
+			seen = reached
+		}
+		p.add(seen.Sub(p.at))
 	}
-	p.seq, p.at = seq, at
+	p.seq, p.at = seq, reached
 }
 
 func (p *Pace) add(d time.Duration) {

@@ -16,7 +16,7 @@ import (
 // the outputs). Commands:
 //
 //	pace [warmup=N min=N window=N mult=F floor=D]   a fresh Pace
-//	advance seq=N at=+D                              the lowest seq moved
+//	advance seq=N at=+D [seen=+D]                    the lowest seq moved
 //	restart                                          a new generation
 //	timeout                                          what it gives now
 //	judge [window=D min=N slower=F extra=D streak=N] a fresh Judge
@@ -44,7 +44,12 @@ func TestTranscripts(t *testing.T) {
 			case "advance":
 				var seq int64
 				d.ScanArgs(t, "seq", &seq)
-				p.Advance(seq, at(t, arg(t, d, "at")))
+				reached := at(t, arg(t, d, "at"))
+				seen := reached
+				if d.HasArg("seen") {
+					seen = at(t, arg(t, d, "seen"))
+				}
+				p.Advance(seq, reached, seen)
 				return timeout(p)
 			case "restart":
 				p.Restart()
