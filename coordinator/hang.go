@@ -57,9 +57,10 @@ func (s *Server) Diagnose(context.Context, *gotrainv1.DiagnoseRequest) (*gotrain
 	now := s.now()
 	st := s.m.Status()
 	sus := s.m.Suspected(now)
-	timeout := s.m.Config().HangTimeout
+	timeout, adaptive := s.m.HangTimeout() // straggler (issue 28): the adaptive timeout in force
 	s.mu.Unlock()
-	resp := &gotrainv1.DiagnoseResponse{Status: statusToProto(st), NowUnixNanos: now.UnixNano(), HangTimeoutMs: timeout.Milliseconds()}
+	resp := &gotrainv1.DiagnoseResponse{Status: statusToProto(st), NowUnixNanos: now.UnixNano(), HangTimeoutMs: timeout.Milliseconds(),
+		HangTimeoutAdaptive: adaptive}
 	for _, v := range sus {
 		resp.Suspected = append(resp.Suspected, verdictToProto(v))
 	}
@@ -102,6 +103,11 @@ func hangFromProto(dst *job.CommProgress, c *gotrainv1.CommProgress) {
 	dst.CompletedTime = fromUnixNanos(c.GetCompletedUnixNanos())
 	dst.Error, dst.ErrorSeq = c.GetError(), c.GetErrorSeq()
 	dst.Wait = time.Duration(c.GetWaitNanos())
+	// straggler (issue 28): per-collective waits for the arrival order.
+	dst.RecentFirst = c.GetRecentFirst()
+	for _, w := range c.GetRecentWaitNanos() {
+		dst.RecentWaits = append(dst.RecentWaits, time.Duration(w))
+	}
 }
 
 func hangToProto(dst *gotrainv1.CommProgress, c job.CommProgress) {
@@ -110,7 +116,7 @@ func hangToProto(dst *gotrainv1.CommProgress, c job.CommProgress) {
 	}
 	dst.CompletedUnixNanos = unixNanos(c.CompletedTime)
 	dst.Error, dst.ErrorSeq = c.Error, c.ErrorSeq
-	dst.WaitNanos = int64(c.Wait)
+	dst.WaitNanos = int64(c.Wait) // (the recent waits stay out of the status: the straggler check's input only)
 }
 
 func verdictToProto(v job.Verdict) *gotrainv1.HangVerdict {
@@ -119,6 +125,12 @@ func verdictToProto(v job.Verdict) *gotrainv1.HangVerdict {
 		Collective:            collectiveToProto(v.Collective),
 		LastProgressUnixNanos: unixNanos(v.Since), DetectedUnixNanos: unixNanos(v.Detected),
 		Summary: v.Summary, Details: v.Details,
+		// straggler (issue 28): the timeout used and a straggler's figures.
+		TimeoutMs: v.Timeout.Milliseconds(), TimeoutAdaptive: v.Adaptive,
+	}
+	if f := v.Straggler; f != nil {
+		out.Straggler = &gotrainv1.StragglerFigures{Slower: f.Slower, ComputeNanos: int64(f.Compute), OthersNanos: int64(f.Others),
+			LastShare: f.LastShare, Common: int32(f.Common)}
 	}
 	for _, r := range v.Waiting {
 		out.Waiting = append(out.Waiting, int32(r))

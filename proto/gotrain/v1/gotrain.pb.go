@@ -2438,8 +2438,14 @@ type HangVerdict struct {
 	Details               []string    `protobuf:"bytes,9,rep,name=details,proto3" json:"details,omitempty"`
 	Culprits              []*Culprit  `protobuf:"bytes,10,rep,name=culprits,proto3" json:"culprits,omitempty"`
 	// Ranks that entered the collective and wait in it.
-	Waiting       []int32     `protobuf:"varint,11,rep,packed,name=waiting,proto3" json:"waiting,omitempty"`
-	Evidence      []*Evidence `protobuf:"bytes,12,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	Waiting  []int32     `protobuf:"varint,11,rep,packed,name=waiting,proto3" json:"waiting,omitempty"`
+	Evidence []*Evidence `protobuf:"bytes,12,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	// straggler (issue 28): the hang timeout the verdict was made under, and
+	// whether it was the adaptive one (no --hang-timeout); 0 for a straggler.
+	TimeoutMs       int64 `protobuf:"varint,260,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutAdaptive bool  `protobuf:"varint,261,opt,name=timeout_adaptive,json=timeoutAdaptive,proto3" json:"timeout_adaptive,omitempty"`
+	// A straggler verdict's figures (coordinator/rhythm).
+	Straggler     *StragglerFigures `protobuf:"bytes,262,opt,name=straggler,proto3" json:"straggler,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2558,6 +2564,27 @@ func (x *HangVerdict) GetEvidence() []*Evidence {
 	return nil
 }
 
+func (x *HangVerdict) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *HangVerdict) GetTimeoutAdaptive() bool {
+	if x != nil {
+		return x.TimeoutAdaptive
+	}
+	return false
+}
+
+func (x *HangVerdict) GetStraggler() *StragglerFigures {
+	if x != nil {
+		return x.Straggler
+	}
+	return nil
+}
+
 type DiagnoseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2602,8 +2629,11 @@ type DiagnoseResponse struct {
 	Suspected     []*HangVerdict `protobuf:"bytes,2,rep,name=suspected,proto3" json:"suspected,omitempty"`
 	NowUnixNanos  int64          `protobuf:"varint,3,opt,name=now_unix_nanos,json=nowUnixNanos,proto3" json:"now_unix_nanos,omitempty"`
 	HangTimeoutMs int64          `protobuf:"varint,4,opt,name=hang_timeout_ms,json=hangTimeoutMs,proto3" json:"hang_timeout_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// straggler (issue 28): hang_timeout_ms is the adaptive timeout (the
+	// longest over the communicators) when no --hang-timeout was given.
+	HangTimeoutAdaptive bool `protobuf:"varint,260,opt,name=hang_timeout_adaptive,json=hangTimeoutAdaptive,proto3" json:"hang_timeout_adaptive,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *DiagnoseResponse) Reset() {
@@ -2662,6 +2692,13 @@ func (x *DiagnoseResponse) GetHangTimeoutMs() int64 {
 		return x.HangTimeoutMs
 	}
 	return 0
+}
+
+func (x *DiagnoseResponse) GetHangTimeoutAdaptive() bool {
+	if x != nil {
+		return x.HangTimeoutAdaptive
+	}
+	return false
 }
 
 type KVPutRequest struct {
@@ -2972,9 +3009,14 @@ type CommProgress struct {
 	ErrorSeq int64  `protobuf:"varint,10,opt,name=error_seq,json=errorSeq,proto3" json:"error_seq,omitempty"`
 	// Total time completed collectives spent between entry and completion;
 	// with completed_seq it gives the mean time a rank waits in a collective.
-	WaitNanos     int64 `protobuf:"varint,11,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WaitNanos int64 `protobuf:"varint,11,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
+	// straggler (issue 28): how long each of the latest completed collectives
+	// recent_first, recent_first+1, ... took (the straggler check's arrival
+	// order: the rank that waits least arrived last).
+	RecentFirst     int64   `protobuf:"varint,260,opt,name=recent_first,json=recentFirst,proto3" json:"recent_first,omitempty"`
+	RecentWaitNanos []int64 `protobuf:"varint,261,rep,packed,name=recent_wait_nanos,json=recentWaitNanos,proto3" json:"recent_wait_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CommProgress) Reset() {
@@ -3082,6 +3124,20 @@ func (x *CommProgress) GetWaitNanos() int64 {
 		return x.WaitNanos
 	}
 	return 0
+}
+
+func (x *CommProgress) GetRecentFirst() int64 {
+	if x != nil {
+		return x.RecentFirst
+	}
+	return 0
+}
+
+func (x *CommProgress) GetRecentWaitNanos() []int64 {
+	if x != nil {
+		return x.RecentWaitNanos
+	}
+	return nil
 }
 
 // Collective is one collective as a rank issued it.
@@ -4085,6 +4141,87 @@ func (x *JobStatus) GetVerdicts() []*HangVerdict {
 	return nil
 }
 
+// StragglerFigures say how much slower a straggler is than the other ranks.
+type StragglerFigures struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Extra compute per collective over the others' median, as a fraction
+	// (1.5: 150 % slower).
+	Slower       float64 `protobuf:"fixed64,1,opt,name=slower,proto3" json:"slower,omitempty"`
+	ComputeNanos int64   `protobuf:"varint,2,opt,name=compute_nanos,json=computeNanos,proto3" json:"compute_nanos,omitempty"`
+	OthersNanos  int64   `protobuf:"varint,3,opt,name=others_nanos,json=othersNanos,proto3" json:"others_nanos,omitempty"`
+	// Fraction of the `common` recent collectives it arrived at last; common
+	// is 0 when the workers send no per-collective waits.
+	LastShare     float64 `protobuf:"fixed64,4,opt,name=last_share,json=lastShare,proto3" json:"last_share,omitempty"`
+	Common        int32   `protobuf:"varint,5,opt,name=common,proto3" json:"common,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StragglerFigures) Reset() {
+	*x = StragglerFigures{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StragglerFigures) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StragglerFigures) ProtoMessage() {}
+
+func (x *StragglerFigures) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StragglerFigures.ProtoReflect.Descriptor instead.
+func (*StragglerFigures) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *StragglerFigures) GetSlower() float64 {
+	if x != nil {
+		return x.Slower
+	}
+	return 0
+}
+
+func (x *StragglerFigures) GetComputeNanos() int64 {
+	if x != nil {
+		return x.ComputeNanos
+	}
+	return 0
+}
+
+func (x *StragglerFigures) GetOthersNanos() int64 {
+	if x != nil {
+		return x.OthersNanos
+	}
+	return 0
+}
+
+func (x *StragglerFigures) GetLastShare() float64 {
+	if x != nil {
+		return x.LastShare
+	}
+	return 0
+}
+
+func (x *StragglerFigures) GetCommon() int32 {
+	if x != nil {
+		return x.Common
+	}
+	return 0
+}
+
 var File_gotrain_v1_gotrain_proto protoreflect.FileDescriptor
 
 const file_gotrain_v1_gotrain_proto_rawDesc = "" +
@@ -4303,7 +4440,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05doing\x18\b \x01(\tR\x05doing\x126\n" +
 	"\n" +
 	"collective\x18\t \x01(\v2\x16.gotrain.v1.CollectiveR\n" +
-	"collective\"\xb7\x03\n" +
+	"collective\"\xc0\x04\n" +
 	"\vHangVerdict\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1e\n" +
@@ -4321,13 +4458,18 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\bculprits\x18\n" +
 	" \x03(\v2\x13.gotrain.v1.CulpritR\bculprits\x12\x18\n" +
 	"\awaiting\x18\v \x03(\x05R\awaiting\x120\n" +
-	"\bevidence\x18\f \x03(\v2\x14.gotrain.v1.EvidenceR\bevidence\"\x11\n" +
-	"\x0fDiagnoseRequest\"\xc6\x01\n" +
+	"\bevidence\x18\f \x03(\v2\x14.gotrain.v1.EvidenceR\bevidence\x12\x1e\n" +
+	"\n" +
+	"timeout_ms\x18\x84\x02 \x01(\x03R\ttimeoutMs\x12*\n" +
+	"\x10timeout_adaptive\x18\x85\x02 \x01(\bR\x0ftimeoutAdaptive\x12;\n" +
+	"\tstraggler\x18\x86\x02 \x01(\v2\x1c.gotrain.v1.StragglerFiguresR\tstraggler\"\x11\n" +
+	"\x0fDiagnoseRequest\"\xfb\x01\n" +
 	"\x10DiagnoseResponse\x12-\n" +
 	"\x06status\x18\x01 \x01(\v2\x15.gotrain.v1.JobStatusR\x06status\x125\n" +
 	"\tsuspected\x18\x02 \x03(\v2\x17.gotrain.v1.HangVerdictR\tsuspected\x12$\n" +
 	"\x0enow_unix_nanos\x18\x03 \x01(\x03R\fnowUnixNanos\x12&\n" +
-	"\x0fhang_timeout_ms\x18\x04 \x01(\x03R\rhangTimeoutMs\"6\n" +
+	"\x0fhang_timeout_ms\x18\x04 \x01(\x03R\rhangTimeoutMs\x123\n" +
+	"\x15hang_timeout_adaptive\x18\x84\x02 \x01(\bR\x13hangTimeoutAdaptive\"6\n" +
 	"\fKVPutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"\x0f\n" +
@@ -4344,7 +4486,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x03R\n" +
 	"generation\x12\x12\n" +
 	"\x04rank\x18\x03 \x01(\x05R\x04rank\"\x11\n" +
-	"\x0fBarrierResponse\"\xf5\x02\n" +
+	"\x0fBarrierResponse\"\xc6\x03\n" +
 	"\fCommProgress\x12\x12\n" +
 	"\x04comm\x18\x01 \x01(\tR\x04comm\x12\x1f\n" +
 	"\ventered_seq\x18\x02 \x01(\x03R\n" +
@@ -4361,7 +4503,9 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\terror_seq\x18\n" +
 	" \x01(\x03R\berrorSeq\x12\x1d\n" +
 	"\n" +
-	"wait_nanos\x18\v \x01(\x03R\twaitNanos\"\xd1\x01\n" +
+	"wait_nanos\x18\v \x01(\x03R\twaitNanos\x12\"\n" +
+	"\frecent_first\x18\x84\x02 \x01(\x03R\vrecentFirst\x12+\n" +
+	"\x11recent_wait_nanos\x18\x85\x02 \x03(\x03R\x0frecentWaitNanos\"\xd1\x01\n" +
 	"\n" +
 	"Collective\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x0e\n" +
@@ -4467,7 +4611,14 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05nodes\x18\x06 \x03(\v2\x16.gotrain.v1.NodeStatusR\x05nodes\x12,\n" +
 	"\x05ranks\x18\a \x03(\v2\x16.gotrain.v1.RankStatusR\x05ranks\x123\n" +
 	"\afailure\x18\b \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x123\n" +
-	"\bverdicts\x18\t \x03(\v2\x17.gotrain.v1.HangVerdictR\bverdicts2\x97\a\n" +
+	"\bverdicts\x18\t \x03(\v2\x17.gotrain.v1.HangVerdictR\bverdicts\"\xa9\x01\n" +
+	"\x10StragglerFigures\x12\x16\n" +
+	"\x06slower\x18\x01 \x01(\x01R\x06slower\x12#\n" +
+	"\rcompute_nanos\x18\x02 \x01(\x03R\fcomputeNanos\x12!\n" +
+	"\fothers_nanos\x18\x03 \x01(\x03R\vothersNanos\x12\x1d\n" +
+	"\n" +
+	"last_share\x18\x04 \x01(\x01R\tlastShare\x12\x16\n" +
+	"\x06common\x18\x05 \x01(\x05R\x06common2\x97\a\n" +
 	"\vCoordinator\x129\n" +
 	"\x04Join\x12\x17.gotrain.v1.JoinRequest\x1a\x18.gotrain.v1.JoinResponse\x12V\n" +
 	"\x10WatchGenerations\x12#.gotrain.v1.WatchGenerationsRequest\x1a\x1b.gotrain.v1.GenerationEvent0\x01\x12<\n" +
@@ -4501,7 +4652,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
@@ -4555,6 +4706,7 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*NodeStatus)(nil),               // 49: gotrain.v1.NodeStatus
 	(*RankStatus)(nil),               // 50: gotrain.v1.RankStatus
 	(*JobStatus)(nil),                // 51: gotrain.v1.JobStatus
+	(*StragglerFigures)(nil),         // 52: gotrain.v1.StragglerFigures
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
@@ -4586,57 +4738,58 @@ var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	41, // 26: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
 	30, // 27: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
 	27, // 28: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	51, // 29: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
-	31, // 30: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
-	41, // 31: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
-	40, // 32: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	43, // 33: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
-	42, // 34: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	8,  // 35: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	42, // 36: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	49, // 37: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	50, // 38: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	21, // 39: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	31, // 40: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	9,  // 41: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	12, // 42: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	34, // 43: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	36, // 44: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	38, // 45: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	44, // 46: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	46, // 47: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	48, // 48: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	28, // 49: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	32, // 50: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	13, // 51: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
-	15, // 52: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
-	34, // 53: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	36, // 54: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	38, // 55: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	44, // 56: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 57: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	11, // 58: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	25, // 59: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	35, // 60: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	37, // 61: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	39, // 62: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	45, // 63: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	47, // 64: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	51, // 65: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	29, // 66: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	33, // 67: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	14, // 68: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
-	16, // 69: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
-	35, // 70: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	37, // 71: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	39, // 72: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	45, // 73: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	6,  // 74: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	58, // [58:75] is the sub-list for method output_type
-	41, // [41:58] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	52, // 29: gotrain.v1.HangVerdict.straggler:type_name -> gotrain.v1.StragglerFigures
+	51, // 30: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	31, // 31: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	41, // 32: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	40, // 33: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	43, // 34: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	42, // 35: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	8,  // 36: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	42, // 37: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	49, // 38: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	50, // 39: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	21, // 40: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	31, // 41: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	9,  // 42: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	12, // 43: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	34, // 44: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	36, // 45: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	38, // 46: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	44, // 47: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	46, // 48: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	48, // 49: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	28, // 50: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	32, // 51: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	13, // 52: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
+	15, // 53: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
+	34, // 54: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	36, // 55: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	38, // 56: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	44, // 57: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 58: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	11, // 59: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	25, // 60: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	35, // 61: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	37, // 62: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	39, // 63: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	45, // 64: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	47, // 65: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	51, // 66: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	29, // 67: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	33, // 68: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	14, // 69: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	16, // 70: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
+	35, // 71: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	37, // 72: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	39, // 73: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	45, // 74: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	6,  // 75: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	59, // [59:76] is the sub-list for method output_type
+	42, // [42:59] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -4671,7 +4824,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
