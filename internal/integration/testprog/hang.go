@@ -29,7 +29,10 @@ import (
 // With --slow-rank R, rank R computes --slow-step-time instead of
 // --step-time from step --slow-from on (a straggler), and prints "SLOW rank R
 // seq K unix_ms T" when it starts to; --jitter adds a random 0 to D to every
-// rank's compute of every step.
+// rank's compute of every step. With --slow-every N (a benchmark of many
+// injections), rank (s/N) mod size is slow during steps s with s mod N <
+// --slow-for, from the second period on, and prints SLOW and then "FAST rank
+// R seq K unix_ms T" when it is fast again.
 func hangMode(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("hang", flag.ExitOnError)
 	fault := fs.String("fault", "none", "skip, op, count, stop, spin or none")
@@ -42,6 +45,8 @@ func hangMode(ctx context.Context, args []string) error {
 	slowFrom := fs.Int("slow-from", 10, "the step from which it is slow")
 	slowStep := fs.Duration("slow-step-time", time.Second, "its compute time per step once slow")
 	jitter := fs.Duration("jitter", 0, "a random extra compute time per step, up to this")
+	slowEvery := fs.Int("slow-every", 0, "repeat injections: a period of this many steps, the slow rank rotating (0: one injection)")
+	slowFor := fs.Int("slow-for", 20, "with --slow-every, the slow steps at the start of each period")
 	_ = fs.Parse(args)
 	w, err := worker.Init(ctx)
 	if err != nil {
@@ -56,7 +61,20 @@ func hangMode(ctx context.Context, args []string) error {
 	buf := make([]float32, *count+1)
 	for step := 1; step <= *steps; step++ {
 		compute := *stepTime
-		if w.Rank == *slowRank && step >= *slowFrom {
+		if n := *slowEvery; n > 0 {
+			period, pos := step/n, step%n
+			if period >= 1 && w.Rank == period%w.WorldSize {
+				switch {
+				case pos == 0:
+					fmt.Printf("SLOW rank %d seq %d unix_ms %d\n", w.Rank, step, time.Now().UnixMilli())
+				case pos == *slowFor:
+					fmt.Printf("FAST rank %d seq %d unix_ms %d\n", w.Rank, step, time.Now().UnixMilli())
+				}
+				if pos < *slowFor {
+					compute = *slowStep
+				}
+			}
+		} else if w.Rank == *slowRank && step >= *slowFrom {
 			if step == *slowFrom {
 				fmt.Printf("SLOW rank %d seq %d unix_ms %d\n", w.Rank, step, time.Now().UnixMilli())
 			}
