@@ -29,9 +29,10 @@ func (s *Server) Diagnose(context.Context, *gotrainv1.DiagnoseRequest) (*gotrain
 	now := s.now()
 	st := s.st.Machine().Status()
 	sus := s.st.Machine().Suspected(now)
-	timeout := s.st.Machine().Config().HangTimeout
+	timeout, adaptive := s.st.Machine().HangTimeout() // straggler (issue 28): the adaptive timeout in force
 	s.mu.Unlock()
-	resp := &gotrainv1.DiagnoseResponse{Status: statusToProto(st), NowUnixNanos: now.UnixNano(), HangTimeoutMs: timeout.Milliseconds()}
+	resp := &gotrainv1.DiagnoseResponse{Status: statusToProto(st), NowUnixNanos: now.UnixNano(), HangTimeoutMs: timeout.Milliseconds(),
+		HangTimeoutAdaptive: adaptive}
 	for _, v := range sus {
 		resp.Suspected = append(resp.Suspected, verdictToProto(v))
 	}
@@ -59,7 +60,7 @@ func hangToProto(dst *gotrainv1.CommProgress, c job.CommProgress) {
 	}
 	dst.CompletedUnixNanos = unixNanos(c.CompletedTime)
 	dst.Error, dst.ErrorSeq = c.Error, c.ErrorSeq
-	dst.WaitNanos = int64(c.Wait)
+	dst.WaitNanos = int64(c.Wait) // (the recent waits stay out of the status: the straggler check's input only)
 }
 
 func verdictToProto(v job.Verdict) *gotrainv1.HangVerdict {
@@ -68,6 +69,12 @@ func verdictToProto(v job.Verdict) *gotrainv1.HangVerdict {
 		Collective:            collectiveToProto(v.Collective),
 		LastProgressUnixNanos: unixNanos(v.Since), DetectedUnixNanos: unixNanos(v.Detected),
 		Summary: v.Summary, Details: v.Details,
+		// straggler (issue 28): the timeout used and a straggler's figures.
+		TimeoutMs: v.Timeout.Milliseconds(), TimeoutAdaptive: v.Adaptive,
+	}
+	if f := v.Straggler; f != nil {
+		out.Straggler = &gotrainv1.StragglerFigures{Slower: f.Slower, ComputeNanos: int64(f.Compute), OthersNanos: int64(f.Others),
+			LastShare: f.LastShare, Common: int32(f.Common)}
 	}
 	for _, r := range v.Waiting {
 		out.Waiting = append(out.Waiting, int32(r))

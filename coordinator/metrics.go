@@ -33,6 +33,9 @@ var (
 	descNodes      = prometheus.NewDesc("gotrain_job_nodes", "Nodes (agents) in the job.", nil, nil)
 	descState      = prometheus.NewDesc("gotrain_job_state", "1 for the job's state, 0 for the others.", []string{"state"}, nil)
 	descVerdicts   = prometheus.NewDesc("gotrain_job_hang_verdicts", "Hang verdicts in force for the current generation.", nil, nil)
+	// straggler (issue 28): the hang timeout in force and the straggler's slowdown.
+	descHangTimeout = prometheus.NewDesc("gotrain_job_hang_timeout_seconds", "The hang timeout in force: the given --hang-timeout, or the adaptive one (adaptive=\"true\", the longest over the communicators).", []string{"adaptive"}, nil)
+	descStraggler   = prometheus.NewDesc("gotrain_rank_straggler_slower_ratio", "How much more compute per collective the rank spends than the other ranks' median when a straggler verdict names it (1 = 100 % slower), else 0.", rankLabels, nil)
 
 	descRankRunning  = prometheus.NewDesc("gotrain_rank_running", "1 while the rank's process runs, else 0.", rankLabels, nil)
 	descRankStep     = prometheus.NewDesc("gotrain_rank_step", "The training step the rank reported last.", rankLabels, nil)
@@ -70,7 +73,7 @@ type collector struct{ s *Server }
 var _ prometheus.Collector = collector{}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descGeneration, descRestarts, descWorldSize, descNodes, descState, descVerdicts,
+	for _, d := range []*prometheus.Desc{descGeneration, descRestarts, descWorldSize, descNodes, descState, descVerdicts, descHangTimeout, descStraggler,
 		descRankRunning, descRankStep, descRankSteps, descRankSamples, descRankSince, descRankDone, descRankReported,
 		descGPUUtil, descGPUMemUsed, descGPUMemTotal, descGPUPower, descGPUPowerCap, descGPUTemp, descGPUSlowdown,
 		descGPUClock, descGPUThrottle, descGPUThrottled, descGPUXID, descGPUSample} {
@@ -82,8 +85,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	c.s.mu.Lock()
 	now := c.s.now()
 	st := statusToProto(c.s.st.Machine().Status())
+	timeout, adaptive := c.s.st.Machine().HangTimeout()
 	c.s.mu.Unlock()
 	collectStatus(ch, st, now)
+	ch <- prometheus.MustNewConstMetric(descHangTimeout, prometheus.GaugeValue, timeout.Seconds(), strconv.FormatBool(adaptive))
 }
 
 // collectStatus writes the metrics of st as seen at now.
@@ -98,6 +103,13 @@ func collectStatus(ch chan<- prometheus.Metric, st *gotrainv1.JobStatus, now tim
 	gauge(descVerdicts, float64(len(st.GetVerdicts())))
 	for _, s := range jobStates {
 		gauge(descState, b2f(st.GetState() == s), s)
+	}
+	slower := map[int32]float64{} // straggler verdicts by rank
+	for _, v := range st.GetVerdicts() {
+		if f := v.GetStraggler(); f != nil && len(v.GetCulprits()) > 0 {
+			r := v.GetCulprits()[0].GetRank()
+			slower[r] = max(slower[r], f.GetSlower())
+		}
 	}
 	for _, r := range st.GetRanks() {
 		gpu := ""
@@ -119,6 +131,7 @@ func collectStatus(ch chan<- prometheus.Metric, st *gotrainv1.JobStatus, now tim
 			gauge(descRankSteps, p.GetStepsPerSecond(), l...)
 			gauge(descRankSamples, p.GetSamplesPerSecond(), l...)
 			gauge(descRankDone, float64(done), l...)
+			gauge(descStraggler, slower[r.GetRank()], l...)
 			if n := p.GetUnixNanos(); n != 0 {
 				gauge(descRankReported, float64(n)/1e9, l...)
 			}

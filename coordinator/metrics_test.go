@@ -103,6 +103,8 @@ func TestMetrics(t *testing.T) {
 		{"gotrain_rank_steps_per_second", r0, 4},
 		{"gotrain_rank_samples_per_second", r0, 512},
 		{"gotrain_rank_collectives_completed", r0, 15},
+		{"gotrain_rank_straggler_slower_ratio", r0, 0},
+		{"gotrain_job_hang_timeout_seconds", map[string]string{"adaptive": "true"}, 120},
 		{"gotrain_gpu_utilization_ratio", r0, 0.97},
 		{"gotrain_gpu_memory_used_bytes", r0, 80 << 30},
 		{"gotrain_gpu_memory_total_bytes", r0, 141 << 30},

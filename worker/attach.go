@@ -130,6 +130,10 @@ func (a *attachment) progress() (*gotrainv1.RankProgress, uint64) {
 			Comm: s.Comm, EnteredSeq: int64(s.Entered), CompletedSeq: int64(s.Completed),
 			LastOp: s.Last.Op.String(), LastCount: s.Last.Count, LastDtype: s.Last.DType.String(),
 			CompletedUnixNanos: s.CompletedAt, Error: s.Err, ErrorSeq: int64(s.ErrSeq), WaitNanos: int64(s.Wait),
+			RecentFirst: int64(s.RecentFirst),
+		}
+		for _, w := range s.RecentWaits {
+			cp.RecentWaitNanos = append(cp.RecentWaitNanos, int64(w))
 		}
 		if s.Entered == 0 {
 			cp.LastOp, cp.LastDtype = "", ""

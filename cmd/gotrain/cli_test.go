@@ -124,7 +124,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"launch", "--nnodes", "0", "--", "true"}, `re:nnodes.*(\nGive at least 1|want N or MIN:MAX with 1 <= MIN)`},
 		{[]string{"launch", "--max-restarts", "-1", "--", "true"}, "--max-restarts -1\nGive 0 or more"},
 		{[]string{"launch", "--restart-backoff", "-1s", "--", "true"}, "--restart-backoff -1s\nGive a duration of 0 or more"},
-		{[]string{"launch", "--hang-timeout", "0s", "--", "true"}, "--hang-timeout 0s\nGive a positive duration"},
+		{[]string{"launch", "--hang-timeout", "-1s", "--", "true"}, "--hang-timeout -1s\nGive a positive duration"},
 		{[]string{"launch", "--rendezvous-timeout", "-1m", "--", "true"}, "--rendezvous-timeout -1m0s\nGive a duration of 0 or more"},
 		{[]string{"launch", "--on-hang", "explode", "--", "true"}, `--on-hang "explode"`},
 		{[]string{"launch", "--nproc-per-node", "1", "--grace-period", "-1s", "--", "true"}, "--grace-period -1s\nGive a duration of 0 or more"},

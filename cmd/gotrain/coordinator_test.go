@@ -65,7 +65,7 @@ func TestJobFlagsValidated(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"--on-hang", "never"}, `--on-hang "never"`},
-		{[]string{"--hang-timeout", "0s"}, "--hang-timeout 0s"},
+		{[]string{"--hang-timeout", "-1s"}, "--hang-timeout -1s"},
 		{[]string{"--max-restarts", "-1"}, "--max-restarts -1"},
 		{[]string{"--nnodes", "0"}, "--nnodes"}, // a parse error: N or MIN:MAX
 		{[]string{"--restart-backoff", "-1s"}, "--restart-backoff -1s"},

@@ -113,8 +113,12 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 func printDiagnosis(w io.Writer, d *gotrainv1.DiagnoseResponse, stackLines int) {
 	st := d.GetStatus()
 	now := time.Unix(0, d.GetNowUnixNanos())
+	timeout := (time.Duration(d.GetHangTimeoutMs()) * time.Millisecond).String()
+	if d.GetHangTimeoutAdaptive() {
+		timeout += " (adaptive: max(3 x p99 interval, 1s))"
+	}
 	fmt.Fprintf(w, "job %s: %s, generation %d, %d ranks, %d restarts, hang timeout %s\n",
-		st.GetRunId(), st.GetState(), st.GetGeneration(), st.GetWorldSize(), st.GetRestartCount(), time.Duration(d.GetHangTimeoutMs())*time.Millisecond)
+		st.GetRunId(), st.GetState(), st.GetGeneration(), st.GetWorldSize(), st.GetRestartCount(), timeout)
 	if f := st.GetFailure(); f != nil && st.GetState() != "running" {
 		fmt.Fprintf(w, "last failure: rank %d on %s (pid %d): exit %d %s %s\n", f.GetRank(), f.GetHostname(), f.GetPid(), f.GetExitCode(), f.GetSignal(), f.GetReason())
 	}
@@ -205,7 +209,7 @@ func printVerdict(w io.Writer, title string, v *gotrainv1.HangVerdict, now time.
 // collective, a straggler's).
 func verdictCollective(v *gotrainv1.HangVerdict, now time.Time) string {
 	c := v.GetCollective()
-	if c == nil || c.GetSeq() == 0 {
+	if c == nil || c.GetSeq() == 0 || v.GetKind() == "straggler" {
 		return ""
 	}
 	op := c.GetOp()

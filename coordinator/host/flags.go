@@ -41,7 +41,7 @@ func RegisterJobFlags(fs *flag.FlagSet, s *JobSettings, token string) {
 	fs.StringVar(&s.RunID, FlagRunID, d.RunID, "job name shown to workers as GOTRAIN_RUN_ID / TORCHELASTIC_RUN_ID (default: a random gotrain-XXXXXXXX, made where the coordinator starts)")
 	fs.IntVar(&s.MaxRestarts, FlagMaxRestarts, d.MaxRestarts, "restart the job this many times after a worker fails (0: the first failure ends the job)")
 	fs.DurationVar(&s.RestartBackoff, FlagRestartBackoff, d.RestartBackoff, "pause between the last worker of a failed generation stopping and the next generation starting")
-	fs.DurationVar(&s.HangTimeout, FlagHangTimeout, d.HangTimeout, "declare a hang when no collective completes for this long while a rank waits in one; gotrain diagnose shows the verdict")
+	fs.DurationVar(&s.HangTimeout, FlagHangTimeout, d.HangTimeout, "declare a hang when no collective completes for this long while a rank waits in one; gotrain diagnose shows the verdict (default 0: adaptive, max(3 x the job's p99 interval between completions, 1s), warm-up left out)")
 	fs.StringVar(&s.OnHang, FlagOnHang, d.OnHang, "on a hang: report (log the verdict, keep waiting) or restart (end the generation like a failure; restarts while --max-restarts allows)")
 	fs.DurationVar(&s.RendezvousTimeout, FlagRendezvousTimeout, d.RendezvousTimeout, "with --nnodes > 1, where the coordinator runs: fail the job when not every node has joined by then (0: wait forever)")
 	fs.StringVar(&s.MetricsAddr, FlagMetricsAddr, d.MetricsAddr, "serve the coordinator's Prometheus /metrics on HOST:PORT (e.g. 0.0.0.0:9400, or 127.0.0.1:0 for a free port, printed); default off")

@@ -206,7 +206,7 @@ func TestStartFailsCleanly(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	d := DefaultConfig()
 	want := JobSettings{Nodes: 1, MinNodes: 1, NodeTimeout: 10 * time.Second, JoinSettle: 3 * time.Second,
-		MaxRestarts: 3, HangTimeout: 120 * time.Second, OnHang: "report", RendezvousTimeout: 10 * time.Minute}
+		MaxRestarts: 3, OnHang: "report", RendezvousTimeout: 10 * time.Minute}
 	if d.JobSettings != want || d.Listen != "0.0.0.0:29400" || d.GossipPort != GossipPortFromListen || d.ListenFlag != "--listen" {
 		t.Errorf("DefaultConfig() = %+v", d)
 	}
@@ -259,7 +259,7 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Nodes = 0 }, "--nnodes 0", true},
 		{func(c *Config) { c.MaxRestarts = -1 }, "--max-restarts -1", false},
 		{func(c *Config) { c.RestartBackoff = -time.Second }, "--restart-backoff -1s", false},
-		{func(c *Config) { c.HangTimeout = 0 }, "--hang-timeout 0s", true},
+		{func(c *Config) { c.HangTimeout = -time.Second }, "--hang-timeout -1s", false},
 		{func(c *Config) { c.OnHang = "never" }, `--on-hang "never"`, false},
 		{func(c *Config) { c.RendezvousTimeout = -time.Second }, "--rendezvous-timeout -1s", false},
 		{func(c *Config) { c.Listen = "29400" }, `--listen "29400"`, false},
@@ -316,7 +316,7 @@ func TestGiven(t *testing.T) {
 		{map[string]bool{"gpus": true, FlagJobToken: true, FlagMetricsAddr: true, FlagNoGossip: true}, nil},
 		{map[string]bool{FlagMaxRestarts: true}, &gotrainv1.JobSettings{MaxRestarts: proto.Int32(5)}},
 		{map[string]bool{FlagNodes: true, FlagHangTimeout: true, FlagOnHang: true},
-			&gotrainv1.JobSettings{Nodes: proto.Int32(1), MinNodes: proto.Int32(1), HangTimeoutMs: proto.Int64(120_000), OnHang: proto.String("report")}},
+			&gotrainv1.JobSettings{Nodes: proto.Int32(1), MinNodes: proto.Int32(1), HangTimeoutMs: proto.Int64(0), OnHang: proto.String("report")}},
 		{map[string]bool{FlagRestartBackoff: true, FlagRendezvousTimeout: true, FlagRunID: true},
 			&gotrainv1.JobSettings{RestartBackoffMs: proto.Int64(0), RendezvousTimeoutMs: proto.Int64(600_000), RunId: proto.String("run-x")}},
 	} {

@@ -14,9 +14,11 @@ import (
 // The defaults of the job-wide settings, for `gotrain coordinator` and
 // `gotrain launch` alike.
 const (
-	DefaultNodes             = 1
-	DefaultMaxRestarts       = 3
-	DefaultHangTimeout       = 120 * time.Second
+	DefaultNodes       = 1
+	DefaultMaxRestarts = 3
+	// DefaultHangTimeout 0 is the adaptive hang timeout: max(3 x the
+	// job's p99 interval between completions, 1s) (coordinator/rhythm).
+	DefaultHangTimeout       = 0
 	DefaultOnHang            = "report"
 	DefaultRendezvousTimeout = 10 * time.Minute
 	// DefaultNodeTimeout: see coordinator/job's membership.go for why 10 s.
@@ -30,9 +32,10 @@ const (
 // explicitly (Given), and the coordinator refuses a Join that contradicts
 // the job (package coordinator, checkSettings).
 //
-// DefaultJobSettings has the defaults. Of the zero value, Nodes, HangTimeout
-// and OnHang take their defaults (WithDefaults); every other zero means what
-// it says: no restarts, no backoff, no rendezvous bound, no metrics.
+// DefaultJobSettings has the defaults. Of the zero value, Nodes and OnHang
+// take their defaults (WithDefaults); every other zero means what it says:
+// no restarts, no backoff, no rendezvous bound, no metrics, the adaptive
+// hang timeout.
 type JobSettings struct {
 	// Nodes is how many nodes (agents) the job runs on at most, and
 	// MinNodes how many at least (--nnodes MIN:MAX; N is N:N; a zero
@@ -108,14 +111,13 @@ func DefaultJobSettings() JobSettings {
 }
 
 // WithDefaults fills the zero fields that have a default other than zero
-// (Nodes, HangTimeout, OnHang). It leaves RunID alone: the coordinator makes
+// (Nodes, OnHang). It leaves RunID alone: the coordinator makes
 // one when it starts (NewRunID), never from the token.
 func (s JobSettings) WithDefaults() JobSettings {
 	s.Nodes = cmp.Or(s.Nodes, DefaultNodes)
 	s.MinNodes = cmp.Or(s.MinNodes, s.Nodes)
 	s.NodeTimeout = cmp.Or(s.NodeTimeout, DefaultNodeTimeout)
 	s.JoinSettle = cmp.Or(s.JoinSettle, DefaultJoinSettle)
-	s.HangTimeout = cmp.Or(s.HangTimeout, DefaultHangTimeout)
 	s.OnHang = cmp.Or(s.OnHang, DefaultOnHang)
 	return s
 }
@@ -139,7 +141,7 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return e.Msg + ": " + e.Hint }
 
 // Validate reports the first setting that cannot work as a *ConfigError.
-// It takes the settings as given: a zero Nodes or HangTimeout is an error
+// It takes the settings as given: a zero Nodes is an error
 // (WithDefaults first for a Config built in code).
 func (s JobSettings) Validate() error {
 	bad := func(msg, hint string) error { return &ConfigError{Msg: msg, Hint: hint} }
@@ -156,8 +158,8 @@ func (s JobSettings) Validate() error {
 		return bad(fmt.Sprintf("--max-restarts %d", s.MaxRestarts), "Give 0 or more (0: the first failure ends the job).")
 	case s.RestartBackoff < 0:
 		return bad(fmt.Sprintf("--restart-backoff %s", s.RestartBackoff), "Give a duration of 0 or more.")
-	case s.HangTimeout <= 0:
-		return bad(fmt.Sprintf("--hang-timeout %s", s.HangTimeout), "Give a positive duration, e.g. --hang-timeout 5m.")
+	case s.HangTimeout < 0:
+		return bad(fmt.Sprintf("--hang-timeout %s", s.HangTimeout), "Give a positive duration, e.g. --hang-timeout 5m, or leave it out for the adaptive timeout.")
 	case s.OnHang != "report" && s.OnHang != "restart":
 		return bad(fmt.Sprintf("--on-hang %q", s.OnHang), "Use --on-hang report or --on-hang restart.")
 	case s.CoordinatorReplicas < 0 || s.CoordinatorReplicas > s.Nodes:

@@ -7,7 +7,7 @@
 // last they completed, the oldest one still pending (op, dtype, count, root,
 // when it was entered), and the total time completed collectives waited. On
 // every Tick the machine looks at each communicator: when its lowest
-// completed seq M has not moved for Config.HangTimeout while some rank has
+// completed seq M has not moved for the hang timeout while some rank has
 // work pending, the job hangs at collective K = M+1, and the machine returns
 // a [HangDetected] with a [Verdict] that names the culprits:
 //
@@ -24,10 +24,16 @@
 // moment the first rank entered #K, so a long compute phase between
 // collectives is not a hang: no rank is pending while it runs.
 //
+// The hang timeout is Config.HangTimeout when one is given; else it adapts
+// to the communicator's rhythm: max(3 x its p99 interval between
+// completions, 1s), warm-up left out (package coordinator/rhythm), and
+// DefaultHangTimeout until enough intervals are in.
+//
 // Separately, [VerdictStraggler] names a rank that the others consistently
-// wait for: its mean time inside collectives is smaller than the others' by
-// more than Config.StragglerThreshold over several ticks. It is a finding,
-// not a hang, and never restarts the job.
+// wait for: its compute per collective exceeds the others' median by 20 %
+// or more on several judgements in a row (hang_straggler.go, package
+// coordinator/rhythm). It is a finding, not a hang, and never restarts the
+// job.
 //
 // When a generation ends by a failure, the machine looks once more at the
 // ranks' last collectives (a post mortem): backends that detect mismatches
@@ -39,12 +45,14 @@ package job
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
+
+	"github.com/gotrain/gotrain/coordinator/rhythm"
 )
 
 const (
-	stragglerStreak = 3
 	// maxEvidenceRanks bounds how many ranks a verdict collects evidence of.
 	maxEvidenceRanks = 8
 	// suspectAfter is how long a communicator must stall before Diagnose
@@ -54,8 +62,10 @@ const (
 
 // hangState is the detector's memory; it belongs to one generation.
 type hangState struct {
-	gen        int64
-	comms      map[string]*commWatch
+	gen   int64
+	comms map[string]*commWatch
+	// paces learn each communicator's rhythm; they outlive a generation.
+	paces      map[string]*rhythm.Pace
 	verdicts   []Verdict
 	nextID     int64
 	postMortem bool // the post mortem of gen ran
@@ -66,7 +76,7 @@ type commWatch struct {
 	minSet     bool
 	progressAt time.Time // when min was reached
 	fired      bool      // a verdict fired for this stall
-	strag      stragglerWatch
+	judge      *rhythm.Judge
 }
 
 // rankView is one rank's state in one communicator.
@@ -79,7 +89,56 @@ type rankView struct {
 }
 
 func (h *hangState) reset(gen int64) {
-	*h = hangState{gen: gen, nextID: h.nextID, comms: map[string]*commWatch{}}
+	paces := h.paces
+	if paces == nil {
+		paces = map[string]*rhythm.Pace{}
+	}
+	for _, name := range slices.Sorted(maps.Keys(paces)) {
+		paces[name].Restart()
+	}
+	*h = hangState{gen: gen, nextID: h.nextID, comms: map[string]*commWatch{}, paces: paces}
+}
+
+// pace returns communicator name's rhythm.
+func (h *hangState) pace(name string) *rhythm.Pace {
+	p := h.paces[name]
+	if p == nil {
+		p = rhythm.NewPace(rhythm.PaceConfig{})
+		h.paces[name] = p
+	}
+	return p
+}
+
+// hangTimeout returns the hang timeout of communicator name, and whether it
+// is the adaptive one.
+func (m *Machine) hangTimeout(name string) (time.Duration, bool) {
+	if m.cfg.HangTimeout > 0 {
+		return m.cfg.HangTimeout, false
+	}
+	if p := m.hang.paces[name]; p != nil {
+		if d, ok := p.Timeout(); ok {
+			return d, true
+		}
+	}
+	return DefaultHangTimeout, true
+}
+
+// HangTimeout returns the longest hang timeout in force over the current
+// communicators (DefaultHangTimeout, or the given one, when there are none),
+// and whether it is adaptive.
+func (m *Machine) HangTimeout() (time.Duration, bool) {
+	if m.cfg.HangTimeout > 0 {
+		return m.cfg.HangTimeout, false
+	}
+	var longest time.Duration
+	for _, name := range m.commNames() {
+		d, _ := m.hangTimeout(name)
+		longest = max(longest, d)
+	}
+	if longest == 0 {
+		longest = DefaultHangTimeout
+	}
+	return longest, true
 }
 
 // hangTick runs the detector. It is called on every Tick.
@@ -95,7 +154,7 @@ func (m *Machine) hangTick() []Action {
 	for _, name := range m.commNames() {
 		w := h.comms[name]
 		if w == nil {
-			w = &commWatch{strag: stragglerWatch{samples: map[int][]waitSample{}, cand: -1}}
+			w = &commWatch{judge: rhythm.NewJudge(rhythm.JudgeConfig{})}
 			h.comms[name] = w
 		}
 		vs := m.viewOf(name)
@@ -104,10 +163,16 @@ func (m *Machine) hangTick() []Action {
 			w.min, w.minSet, w.fired = low, true, false
 			w.progressAt = reachedAt(low, at, m.now)
 			h.drop(name, false)
+			h.pace(name).Advance(low, w.progressAt, m.now)
 		}
-		if since, ok := stallStart(vs, w.progressAt); ok && !w.fired && m.now.Sub(since) >= m.cfg.HangTimeout {
+		timeout, adaptive := m.hangTimeout(name)
+		if since, ok := stallStart(vs, w.progressAt); ok && !w.fired && m.now.Sub(since) >= timeout {
 			w.fired = true
 			v := m.classify(name, vs, since, false)
+			v.Timeout, v.Adaptive = timeout, adaptive
+			if adaptive {
+				v.Details = append(v.Details, timeoutWords(name, timeout, h.pace(name)))
+			}
 			acts = append(acts, m.record(v, false))
 			if m.cfg.OnHang == OnHangRestart {
 				return append(acts, m.endForHang(v)...)

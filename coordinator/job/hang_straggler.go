@@ -1,107 +1,89 @@
 // The straggler check: a rank the others consistently wait for
-// (VerdictStraggler), judged from the ranks' wait times over a window. A
-// finding, not a hang.
+// (VerdictStraggler), judged by package coordinator/rhythm from the ranks'
+// completion times and the time they waited in collectives. A finding, not
+// a hang.
 
 package job
 
 import (
 	"fmt"
-	"slices"
 	"time"
+
+	"github.com/gotrain/gotrain/coordinator/rhythm"
 )
 
-const (
-	// stragglerWindow is how far back the straggler check looks.
-	stragglerWindow = 30 * time.Second
-	// stragglerMinCollectives is how many collectives each rank must have
-	// completed in the window for the check to judge.
-	stragglerMinCollectives = 4
-	// stragglerStreak is how many consecutive ticks must name the same rank.
-)
-
-type stragglerWatch struct {
-	samples map[int][]waitSample
-	cand    int
-	streak  int
-	on      bool
-}
-
-type waitSample struct {
-	at   time.Time
-	seq  int64
-	wait time.Duration
-}
-
-// stragglerCheck names a rank the others consistently wait for.
+// stragglerCheck feeds communicator name's judge and records or withdraws
+// its straggler verdict.
 func (m *Machine) stragglerCheck(name string, w *commWatch, vs []rankView) []Action {
-	s := &w.strag
-	means := map[int]time.Duration{}
+	samples := make([]rhythm.Sample, 0, len(vs))
 	for _, rv := range vs {
 		if rv.c == nil {
-			continue
+			return nil // a rank that reports nothing for the comm: no judgement
 		}
-		ss := s.samples[rv.rank]
-		if len(ss) == 0 || ss[len(ss)-1].seq != rv.c.CompletedSeq {
-			ss = append(ss, waitSample{at: rv.p.Received, seq: rv.c.CompletedSeq, wait: rv.c.Wait})
+		at := rv.c.CompletedTime
+		if !at.IsZero() && rv.p.Received.Before(at) {
+			at = rv.p.Received
 		}
-		for len(ss) > 2 && m.now.Sub(ss[1].at) > stragglerWindow {
-			ss = ss[1:]
-		}
-		s.samples[rv.rank] = ss
-		first, last := ss[0], ss[len(ss)-1]
-		if n := last.seq - first.seq; n >= stragglerMinCollectives {
-			means[rv.rank] = (last.wait - first.wait) / time.Duration(n)
-		}
+		samples = append(samples, rhythm.Sample{Rank: rv.rank, Seq: rv.c.CompletedSeq, At: at, Wait: rv.c.Wait,
+			RecentFirst: rv.c.RecentFirst, RecentWaits: rv.c.RecentWaits})
 	}
-	if len(means) < 2 || len(means) < len(vs) {
-		return nil
-	}
-	cand, others := -1, []time.Duration{}
-	for r := range vs {
-		if cand < 0 || means[r] < means[cand] {
-			cand = r
-		}
-	}
-	for r := range vs {
-		if r != cand {
-			others = append(others, means[r])
-		}
-	}
-	slices.Sort(others)
-	gap := others[len(others)/2] - means[cand]
-	switch {
-	case gap >= m.cfg.StragglerThreshold:
-		if cand == s.cand {
-			s.streak++
-		} else {
-			s.cand, s.streak = cand, 1
-			if s.on {
-				s.on = false
-				m.hang.drop(name, true)
-			}
-		}
-	case gap < m.cfg.StragglerThreshold/2 && s.on:
-		s.on, s.streak = false, 0
+	f, ch := w.judge.Observe(samples)
+	switch ch {
+	case rhythm.Cleared:
 		m.hang.drop(name, true)
 		return nil
+	case rhythm.Named:
+		m.hang.drop(name, true)
 	default:
-		s.streak = 0
 		return nil
 	}
-	if s.on || s.streak < stragglerStreak {
-		return nil
-	}
-	s.on = true
-	c := m.culprit(vs[cand], vs[cand].completed+1)
-	c.Doing = fmt.Sprintf("enters collectives last: the other ranks wait %s longer per collective (median %s against its %s)",
-		gap.Round(time.Millisecond), others[len(others)/2].Round(time.Millisecond), means[cand].Round(time.Millisecond))
+	rv := vs[f.Rank]
+	c := m.culprit(rv, rv.completed+1)
+	c.Collective = nil
+	fig := &StragglerFigures{Slower: f.Slower, Compute: f.Compute, Others: f.Others, LastShare: f.LastShare, Common: f.Common}
+	c.Doing = stragglerDoing(fig)
 	v := Verdict{
 		Kind: VerdictStraggler, Generation: m.gen, Comm: name,
-		Collective: Collective{Seq: vs[cand].completed, Root: -1},
-		Since:      m.now, Culprits: []Culprit{c},
-		Summary: fmt.Sprintf("%s is a straggler in comm %q: the other ranks wait %s longer per collective for it (threshold %s)",
-			who(c), name, gap.Round(time.Millisecond), m.cfg.StragglerThreshold),
+		Collective: Collective{Seq: rv.completed, Root: -1},
+		Since:      m.now, Culprits: []Culprit{c}, Straggler: fig,
+		Summary: fmt.Sprintf("%s is the straggler: %s", whereRank(c), stragglerWords(fig)),
 	}
-	v.Details = []string{fmt.Sprintf("%s: %s", who(c), c.Doing)}
+	v.Details = []string{fmt.Sprintf("%s: %s in comm %q", who(c), c.Doing, name)}
 	return []Action{m.record(v, false)}
+}
+
+// whereRank is "rank 2 on host a".
+func whereRank(c Culprit) string {
+	if c.Hostname == "" {
+		return fmt.Sprintf("rank %d", c.Rank)
+	}
+	return fmt.Sprintf("rank %d on host %s", c.Rank, c.Hostname)
+}
+
+// stragglerWords is "its steps are 100 % slower than the other ranks' (…)".
+func stragglerWords(f *StragglerFigures) string {
+	s := fmt.Sprintf("its steps are %.0f %% slower than the other ranks'", 100*f.Slower)
+	if f.Common > 0 {
+		s += fmt.Sprintf(" and it arrives last at %.0f %% of collectives", 100*f.LastShare)
+	}
+	return s
+}
+
+func stragglerDoing(f *StragglerFigures) string {
+	s := fmt.Sprintf("computes %s between collectives where the others' median is %s; they wait for it",
+		f.Compute.Round(time.Millisecond), f.Others.Round(time.Millisecond))
+	if f.Common > 0 {
+		s += fmt.Sprintf("; last to arrive at %d of the last %d collectives", int(f.LastShare*float64(f.Common)+0.5), f.Common)
+	}
+	return s
+}
+
+// timeoutWords says how the adaptive hang timeout of a verdict came about.
+func timeoutWords(name string, d time.Duration, p *rhythm.Pace) string {
+	if _, ok := p.Timeout(); !ok {
+		return fmt.Sprintf("hang timeout %s: the default, as comm %q had not yet run long enough to learn its rhythm", d, name)
+	}
+	p99, n := p.P99()
+	return fmt.Sprintf("hang timeout %s: adaptive, max(3 x p99 %s of the last %d intervals between completions of comm %q, 1s)",
+		d.Round(time.Millisecond), p99.Round(time.Millisecond), n, name)
 }

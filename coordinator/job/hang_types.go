@@ -32,11 +32,9 @@ const (
 	OnHangRestart = "restart"
 )
 
-// Default detector settings.
-const (
-	DefaultHangTimeout        = 120 * time.Second
-	DefaultStragglerThreshold = time.Second
-)
+// DefaultHangTimeout is the hang timeout while the adaptive one (Config.HangTimeout 0) has
+// too few intervals to go by.
+const DefaultHangTimeout = 120 * time.Second
 
 // Collective is one collective as a rank issued it.
 type Collective struct {
@@ -119,6 +117,25 @@ type Verdict struct {
 	// Waiting are the ranks that entered Collective and wait in it.
 	Waiting  []int
 	Evidence []Evidence
+	// Timeout is the hang timeout the verdict was made under; Adaptive: it
+	// came from the job's rhythm (Config.HangTimeout 0). Zero for a
+	// straggler.
+	Timeout  time.Duration
+	Adaptive bool
+	// Straggler is a straggler verdict's figures; nil for the others.
+	Straggler *StragglerFigures
+}
+
+// StragglerFigures are how much a straggler is slower (coordinator/rhythm).
+type StragglerFigures struct {
+	// Slower is its extra compute per collective over the others' median,
+	// as a fraction (1.5: 150 % slower); Compute its own, Others theirs.
+	Slower          float64
+	Compute, Others time.Duration
+	// LastShare is the fraction of the Common recent collectives it arrived
+	// at last; Common is 0 when the workers send no per-collective waits.
+	LastShare float64
+	Common    int
 }
 
 // HangDetected: the detector fired (or a post mortem found a mismatch).
@@ -156,6 +173,10 @@ func copyVerdict(v Verdict) Verdict {
 	v.Waiting = slices.Clone(v.Waiting)
 	v.Evidence = slices.Clone(v.Evidence)
 	v.Culprits = slices.Clone(v.Culprits)
+	if v.Straggler != nil {
+		f := *v.Straggler
+		v.Straggler = &f
+	}
 	for i, c := range v.Culprits {
 		if c.Collective != nil {
 			cc := *c.Collective

@@ -46,7 +46,7 @@ type command struct {
 var commands = map[string]command{
 	// A new machine; before anything else, else the first command makes one
 	// with the defaults.
-	"config": {"run nodes min-nodes node-timeout settle max-restarts backoff rendezvous hang-timeout on-hang straggler", (*env).config},
+	"config": {"run nodes min-nodes node-timeout settle max-restarts backoff rendezvous hang-timeout on-hang", (*env).config},
 	// coord: the node's agent runs the coordinator; node-rank: its
 	// scheduler's node rank (order.go).
 	"join":        {"id host addr nproc gpus port pid coord node-rank", (*env).join},
@@ -127,7 +127,6 @@ func (e *env) config(t *testing.T, d *datadriven.TestData) string {
 	d.MaybeScanArgs(t, "rendezvous", &cfg.RendezvousTimeout)
 	d.MaybeScanArgs(t, "hang-timeout", &cfg.HangTimeout)
 	d.MaybeScanArgs(t, "on-hang", &cfg.OnHang)
-	d.MaybeScanArgs(t, "straggler", &cfg.StragglerThreshold)
 	m, err := job.New(cfg)
 	if err != nil {
 		return "error: " + err.Error()

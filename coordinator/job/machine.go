@@ -63,14 +63,13 @@ type Config struct {
 	RestartBackoff time.Duration
 	// HangTimeout is how long a communicator's lowest completed collective
 	// may stand still while work is pending before the hang detector fires
-	// (hang_detect.go); default DefaultHangTimeout.
+	// (hang_detect.go). 0 (the default): adaptive, max(3 x the
+	// communicator's p99 interval between completions, 1s), warm-up left
+	// out (package coordinator/rhythm); DefaultHangTimeout until the
+	// rhythm has enough intervals.
 	HangTimeout time.Duration
 	// OnHang is OnHangReport (default) or OnHangRestart.
 	OnHang string
-	// StragglerThreshold is how much longer the other ranks must wait per
-	// collective for one rank before it is named a straggler; default
-	// DefaultStragglerThreshold.
-	StragglerThreshold time.Duration
 	// RendezvousTimeout is how long the job waits for all its nodes to
 	// join, counted from the first event the machine sees; the first Tick
 	// after it fails the job, naming the nodes that joined. 0 waits forever.
@@ -84,9 +83,7 @@ func (c Config) withDefaults() Config {
 	c.MinNodes = cmp.Or(c.MinNodes, c.Nodes)
 	c.NodeTimeout = cmp.Or(c.NodeTimeout, DefaultNodeTimeout)
 	c.JoinSettle = cmp.Or(c.JoinSettle, DefaultJoinSettle)
-	c.HangTimeout = cmp.Or(c.HangTimeout, DefaultHangTimeout)
 	c.OnHang = cmp.Or(c.OnHang, OnHangReport)
-	c.StragglerThreshold = cmp.Or(c.StragglerThreshold, DefaultStragglerThreshold)
 	return c
 }
 
@@ -108,8 +105,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: restart backoff is %s: use 0 or more", ErrInvalidConfig, c.RestartBackoff)
 	case c.RendezvousTimeout < 0:
 		return fmt.Errorf("%w: rendezvous timeout is %s: use 0 (wait forever) or more", ErrInvalidConfig, c.RendezvousTimeout)
-	case c.HangTimeout < 0 || c.StragglerThreshold < 0:
-		return fmt.Errorf("%w: hang timeout %s, straggler threshold %s: use positive durations", ErrInvalidConfig, c.HangTimeout, c.StragglerThreshold)
+	case c.HangTimeout < 0:
+		return fmt.Errorf("%w: hang timeout %s: use a positive duration, or 0 for the adaptive timeout", ErrInvalidConfig, c.HangTimeout)
 	case c.OnHang != OnHangReport && c.OnHang != OnHangRestart:
 		return fmt.Errorf("%w: on hang is %q: use %q or %q", ErrInvalidConfig, c.OnHang, OnHangReport, OnHangRestart)
 	}

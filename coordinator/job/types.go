@@ -160,6 +160,11 @@ type CommProgress struct {
 	// Wait is the total time completed collectives spent between entry and
 	// completion.
 	Wait time.Duration
+	// RecentWaits, when the worker sends them, are the times its latest
+	// completed collectives RecentFirst, RecentFirst+1, ... took (the
+	// straggler check's arrival order).
+	RecentFirst int64
+	RecentWaits []time.Duration
 }
 
 // Action is an output of [Machine.Step] that the caller carries out: one of

@@ -14,8 +14,8 @@ func ConfigToProto(c state.Config) *gotrainv1.LogConfig {
 	return &gotrainv1.LogConfig{RunId: j.RunID, Nodes: int32(j.Nodes), MinNodes: int32(j.MinNodes), NodeTimeoutNs: int64(j.NodeTimeout),
 		JoinSettleNs: int64(j.JoinSettle), MaxRestarts: int32(j.MaxRestarts), RestartCountBase: int32(j.RestartCountBase),
 		RestartBackoffNs: int64(j.RestartBackoff), HangTimeoutNs: int64(j.HangTimeout), OnHang: j.OnHang,
-		StragglerThresholdNs: int64(j.StragglerThreshold), RendezvousTimeoutNs: int64(j.RendezvousTimeout),
-		Peers: c.Peers, Want: int32(c.Want), NprocPerNode: int32(c.NprocPerNode), RanksPerJob: int32(c.RanksPerJob)}
+		RendezvousTimeoutNs: int64(j.RendezvousTimeout),
+		Peers:               c.Peers, Want: int32(c.Want), NprocPerNode: int32(c.NprocPerNode), RanksPerJob: int32(c.RanksPerJob)}
 }
 
 // ConfigFromProto is a config entry's configuration.
@@ -25,7 +25,7 @@ func ConfigFromProto(p *gotrainv1.LogConfig) state.Config {
 		Job: job.Config{RunID: p.GetRunId(), Nodes: int(p.GetNodes()), MinNodes: int(p.GetMinNodes()), NodeTimeout: d(p.GetNodeTimeoutNs()),
 			JoinSettle: d(p.GetJoinSettleNs()), MaxRestarts: int(p.GetMaxRestarts()), RestartCountBase: int(p.GetRestartCountBase()),
 			RestartBackoff: d(p.GetRestartBackoffNs()), HangTimeout: d(p.GetHangTimeoutNs()), OnHang: p.GetOnHang(),
-			StragglerThreshold: d(p.GetStragglerThresholdNs()), RendezvousTimeout: d(p.GetRendezvousTimeoutNs())},
+			RendezvousTimeout: d(p.GetRendezvousTimeoutNs())},
 		Peers: p.GetPeers(), Want: int(p.GetWant()), NprocPerNode: int(p.GetNprocPerNode()), RanksPerJob: int(p.GetRanksPerJob()),
 	}
 }
@@ -136,6 +136,11 @@ func Progress(p *gotrainv1.RankProgress) job.Progress {
 			Error:         c.GetError(),
 			ErrorSeq:      c.GetErrorSeq(),
 			Wait:          time.Duration(c.GetWaitNanos()),
+			// straggler (issue 28): per-collective waits for the arrival order.
+			RecentFirst: c.GetRecentFirst(),
+		}
+		for _, w := range c.GetRecentWaitNanos() {
+			cp.RecentWaits = append(cp.RecentWaits, time.Duration(w))
 		}
 		if pc := c.GetPending(); pc != nil {
 			col := collective(pc)

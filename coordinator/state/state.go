@@ -39,7 +39,7 @@ type State struct {
 		step  map[int]int64
 		moved bool
 	}
-	effects    []Effect          // of the entry being applied
+	effects []Effect // of the entry being applied
 }
 
 // restartPlan is what a restart's announcement needs: the generation that
@@ -111,7 +111,9 @@ func (s *State) AskedToHost(id string) bool {
 // Hosts says whether node id hosts a replica of the set.
 func (s *State) Hosts(id string) bool { return s.hosts(id) }
 
-func (s *State) hosts(id string) bool { return slices.Contains(slices.Collect(maps.Values(s.hostOf)), id) }
+func (s *State) hosts(id string) bool {
+	return slices.Contains(slices.Collect(maps.Values(s.hostOf)), id)
+}
 
 // Store is the store that holds key: a communicator's rendezvous key
 // (CommKey: only the node of its rank may put it, in the running

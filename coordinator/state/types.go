@@ -57,9 +57,9 @@ type Join struct {
 // Settings are the job-wide settings a joining agent was given explicitly
 // (nil: not given). Given is false for an agent that sent none.
 type Settings struct {
-	Given                                      bool
-	Nodes, MinNodes, MaxRestarts               *int
-	OnHang, RunID                              *string
+	Given                                          bool
+	Nodes, MinNodes, MaxRestarts                   *int
+	OnHang, RunID                                  *string
 	RestartBackoff, HangTimeout, RendezvousTimeout *time.Duration
 }
 

@@ -68,6 +68,21 @@ type Rank struct {
 	LastCollective *Collective `json:"last_collective"`
 	// GPUSample is the rank's GPU as last sampled; null without one.
 	GPUSample *GPU `json:"gpu_sample"`
+	// Straggler is the straggler verdict that names this rank; null when
+	// none does.
+	Straggler *Straggler `json:"straggler"`
+}
+
+// Straggler is how much slower than the others a rank named a straggler
+// is (the coordinator's straggler verdict, package coordinator/rhythm).
+type Straggler struct {
+	Comm string `json:"comm"`
+	// SlowerPercent is its extra compute per collective over the other
+	// ranks' median, in percent.
+	SlowerPercent float64 `json:"slower_percent"`
+	// ArrivesLastPercent is at how many of the recent collectives it
+	// arrived last, in percent; null when the workers do not say.
+	ArrivesLastPercent *float64 `json:"arrives_last_percent"`
 }
 
 // Collective is a rank's last collective.
@@ -114,8 +129,11 @@ func Build(st *gotrainv1.JobStatus, now time.Time) Snapshot {
 		WorldSize: int(st.GetWorldSize()), RestartCount: int(st.GetRestartCount()),
 		Time: now.UTC().Format(time.RFC3339Nano), Ranks: []Rank{},
 	}
+	strag := stragglers(st.GetVerdicts())
 	for _, r := range st.GetRanks() {
-		s.Ranks = append(s.Ranks, buildRank(r, now))
+		row := buildRank(r, now)
+		row.Straggler = strag[row.Rank]
+		s.Ranks = append(s.Ranks, row)
 	}
 	slices.SortStableFunc(s.Ranks, slowestFirst)
 	return s
@@ -147,6 +165,28 @@ func buildRank(r *gotrainv1.RankStatus, now time.Time) Rank {
 			ThrottleReasons: names, XIDErrors: g.GetXidErrors(), LastXID: g.GetLastXid(),
 			SampledAgoSeconds:  max(0, now.Sub(time.Unix(0, g.GetUnixNanos())).Seconds()),
 			ThrottledThermally: th&gpuinfo.ThrottleThermal != 0, ThrottledPower: th&gpuinfo.ThrottlePower != 0,
+		}
+	}
+	return out
+}
+
+// stragglers returns, by rank, the straggler verdicts' figures (the most
+// slowed communicator's when several name one rank).
+func stragglers(vs []*gotrainv1.HangVerdict) map[int]*Straggler {
+	out := map[int]*Straggler{}
+	for _, v := range vs {
+		f := v.GetStraggler()
+		if v.GetKind() != "straggler" || f == nil || len(v.GetCulprits()) == 0 {
+			continue
+		}
+		r := int(v.GetCulprits()[0].GetRank())
+		s := &Straggler{Comm: v.GetComm(), SlowerPercent: 100 * f.GetSlower()}
+		if f.GetCommon() > 0 {
+			p := 100 * f.GetLastShare()
+			s.ArrivesLastPercent = &p
+		}
+		if old := out[r]; old == nil || s.SlowerPercent > old.SlowerPercent {
+			out[r] = s
 		}
 	}
 	return out
@@ -190,8 +230,15 @@ func slowestFirst(a, b Rank) int {
 		}
 		return math.Floor(*r.SinceProgressSeconds)
 	}
+	slowed := func(r Rank) float64 {
+		if r.Straggler == nil {
+			return 0
+		}
+		return r.Straggler.SlowerPercent
+	}
 	return cmp.Or(
 		cmp.Compare(since(b), since(a)),
+		cmp.Compare(slowed(b), slowed(a)),
 		cmp.Compare(a.StepsPerSecond, b.StepsPerSecond),
 		cmp.Compare(a.Rank, b.Rank),
 	)
@@ -201,7 +248,7 @@ func slowestFirst(a, b Rank) int {
 func (s Snapshot) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "job %s: %s, generation %d, %d ranks, %d restarts   %s\n\n", s.RunID, s.State, s.Generation, s.WorldSize, s.RestartCount, s.Time)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RANK\tHOST\tGPU\tUTIL\tMEMORY\tPOWER\tTEMP\tSM MHz\tTHROTTLE\tSTEP\tSTEP/S\tSINCE PROGRESS\tLAST COLLECTIVE\tSTATE")
+	fmt.Fprintln(tw, "RANK\tHOST\tGPU\tUTIL\tMEMORY\tPOWER\tTEMP\tSM MHz\tTHROTTLE\tSTEP\tSTEP/S\tSINCE PROGRESS\tSTRAGGLER\tLAST COLLECTIVE\tSTATE")
 	for _, r := range s.Ranks {
 		gpu, util, mem, power, temp, clock, throttle := "-", "-", "-", "-", "-", "-", "-"
 		if r.GPU >= 0 {
@@ -231,10 +278,22 @@ func (s Snapshot) WriteTable(w io.Writer) error {
 		if r.ProcessState != "" {
 			state += " (" + r.ProcessState + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Rank, r.Host, gpu, util, mem, power, temp, clock, throttle,
-			step, rate, since, describe(r.LastCollective), state)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Rank, r.Host, gpu, util, mem, power, temp, clock, throttle,
+			step, rate, since, stragglerWords(r.Straggler), describe(r.LastCollective), state)
 	}
 	return tw.Flush()
+}
+
+// stragglerWords is "+85% slower, last 90%" or "-".
+func stragglerWords(s *Straggler) string {
+	if s == nil {
+		return "-"
+	}
+	w := fmt.Sprintf("+%.0f%% slower", s.SlowerPercent)
+	if s.ArrivesLastPercent != nil {
+		w += fmt.Sprintf(", last %.0f%%", *s.ArrivesLastPercent)
+	}
+	return w
 }
 
 func describe(c *Collective) string {

@@ -19,7 +19,7 @@ var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 func ago(d time.Duration) int64 { return now.Add(-d).UnixNano() }
 
 // status is a job of four ranks: rank 1 is stuck in a collective on a hot
-// GPU, rank 2 is slower than rank 0, rank 3 runs a program that does not
+// GPU, rank 2 is slower than rank 0 (a straggler verdict names it), rank 3 runs a program that does not
 // report its progress.
 func status() *gotrainv1.JobStatus {
 	gpu := func(i int32, temp int32, throttle uint64) *gotrainv1.GPUSample {
@@ -43,7 +43,8 @@ func status() *gotrainv1.JobStatus {
 			Pid: 200, ProcessState: "R", Attached: true, Step: 118, StepsPerSecond: 2,
 			ProgressUnixNanos: ago(800 * time.Millisecond), Comms: done(118), Gpu: gpu(0, 60, 0x4)}},
 		{Rank: 3, Hostname: "b", Gpu: -1, State: "running", Progress: &gotrainv1.RankProgress{Pid: 201, ProcessState: "R"}},
-	}}
+	}, Verdicts: []*gotrainv1.HangVerdict{{Kind: "straggler", Comm: "dp", Culprits: []*gotrainv1.Culprit{{Rank: 2}},
+		Straggler: &gotrainv1.StragglerFigures{Slower: 1.5, LastShare: 0.9, Common: 10}}}}
 }
 
 func TestOrderSlowestFirst(t *testing.T) {

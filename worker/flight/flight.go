@@ -270,7 +270,17 @@ type Snapshot struct {
 	ErrSeq uint64
 	// Version changes whenever the recorder records something.
 	Version uint64
+	// RecentWaits are how long the latest completed collectives (up to
+	// RecentCount, those the ring still holds) took from entry to
+	// completion, seqs RecentFirst, RecentFirst+1, ...: the coordinator's
+	// straggler check compares them across ranks (the one that waits least
+	// arrived last).
+	RecentFirst uint64
+	RecentWaits []time.Duration
 }
+
+// RecentCount is how many per-collective waits a Snapshot carries at most.
+const RecentCount = 16
 
 // Snapshot returns the communicator's summary.
 func (r *Recorder) Snapshot() Snapshot {
@@ -282,6 +292,21 @@ func (r *Recorder) Snapshot() Snapshot {
 	}
 	if e := r.entry(r.issued); e != nil {
 		s.Last = *e
+	}
+	first := uint64(1)
+	if r.completed > RecentCount {
+		first = r.completed - RecentCount + 1
+	}
+	for seq := first; seq <= r.completed; seq++ {
+		e := r.entry(seq)
+		if e == nil || e.State != Completed {
+			s.RecentWaits = s.RecentWaits[:0] // keep them contiguous
+			continue
+		}
+		if len(s.RecentWaits) == 0 {
+			s.RecentFirst = seq
+		}
+		s.RecentWaits = append(s.RecentWaits, time.Duration(e.Completed-e.Enqueued))
 	}
 	if r.issued > r.completed {
 		if e := r.entry(r.completed + 1); e != nil {

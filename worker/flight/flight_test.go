@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gotrain/gotrain/worker/comm"
 )
@@ -115,5 +116,30 @@ func BenchmarkRecord(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		_ = c.AllReduce(ctx, buf, buf, comm.Sum)
+	}
+}
+
+// A snapshot carries the waits of the latest completed collectives, in seq
+// order, for the coordinator's straggler check.
+func TestSnapshotRecentWaits(t *testing.T) {
+	rec := NewRecorder("grads", 64)
+	for i := 1; i <= 20; i++ {
+		seq := rec.Enqueue(OpAllReduce, comm.Float32, comm.Sum, 4, -1, 0, true)
+		if i == 18 {
+			time.Sleep(5 * time.Millisecond) // seq 18 waits at least this long
+		}
+		rec.Complete(seq)
+	}
+	pending := rec.Enqueue(OpAllReduce, comm.Float32, comm.Sum, 4, -1, 0, true)
+	s := rec.Snapshot()
+	if s.RecentFirst != 20-RecentCount+1 || len(s.RecentWaits) != RecentCount {
+		t.Fatalf("recent waits from #%d, %d of them; want from #%d, %d", s.RecentFirst, len(s.RecentWaits), 20-RecentCount+1, RecentCount)
+	}
+	if w := s.RecentWaits[18-s.RecentFirst]; w < 5*time.Millisecond {
+		t.Errorf("#18 waited %s, want at least 5ms", w)
+	}
+	rec.Complete(pending)
+	if s := rec.Snapshot(); s.RecentFirst != 21-RecentCount+1 {
+		t.Errorf("after #21: recent waits from #%d", s.RecentFirst)
 	}
 }

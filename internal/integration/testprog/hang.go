@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"syscall"
@@ -24,6 +25,14 @@ import (
 //	none   nothing: a healthy job
 //
 // It prints "FAULT <kind> rank R seq K unix_ms T" when the fault happens.
+//
+// With --slow-rank R, rank R computes --slow-step-time instead of
+// --step-time from step --slow-from on (a straggler), and prints "SLOW rank R
+// seq K unix_ms T" when it starts to; --jitter adds a random 0 to D to every
+// rank's compute of every step. With --slow-every N (a benchmark of many
+// injections), rank (s/N) mod size is slow during steps s with s mod N <
+// --slow-for, from the second period on, and prints SLOW and then "FAST rank
+// R seq K unix_ms T" when it is fast again.
 func hangMode(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("hang", flag.ExitOnError)
 	fault := fs.String("fault", "none", "skip, op, count, stop, spin or none")
@@ -32,6 +41,12 @@ func hangMode(ctx context.Context, args []string) error {
 	steps := fs.Int("steps", 1000, "steps to run")
 	stepTime := fs.Duration("step-time", 200*time.Millisecond, "compute time per step")
 	count := fs.Int("count", 1024, "floats per all-reduce")
+	slowRank := fs.Int("slow-rank", -1, "the rank that becomes a straggler (-1: none)")
+	slowFrom := fs.Int("slow-from", 10, "the step from which it is slow")
+	slowStep := fs.Duration("slow-step-time", time.Second, "its compute time per step once slow")
+	jitter := fs.Duration("jitter", 0, "a random extra compute time per step, up to this")
+	slowEvery := fs.Int("slow-every", 0, "repeat injections: a period of this many steps, the slow rank rotating (0: one injection)")
+	slowFor := fs.Int("slow-for", 20, "with --slow-every, the slow steps at the start of each period")
 	_ = fs.Parse(args)
 	w, err := worker.Init(ctx)
 	if err != nil {
@@ -45,7 +60,30 @@ func hangMode(ctx context.Context, args []string) error {
 	defer c.Close()
 	buf := make([]float32, *count+1)
 	for step := 1; step <= *steps; step++ {
-		time.Sleep(*stepTime)
+		compute := *stepTime
+		if n := *slowEvery; n > 0 {
+			period, pos := step/n, step%n
+			if period >= 1 && w.Rank == period%w.WorldSize {
+				switch {
+				case pos == 0:
+					fmt.Printf("SLOW rank %d seq %d unix_ms %d\n", w.Rank, step, time.Now().UnixMilli())
+				case pos == *slowFor:
+					fmt.Printf("FAST rank %d seq %d unix_ms %d\n", w.Rank, step, time.Now().UnixMilli())
+				}
+				if pos < *slowFor {
+					compute = *slowStep
+				}
+			}
+		} else if w.Rank == *slowRank && step >= *slowFrom {
+			if step == *slowFrom {
+				fmt.Printf("SLOW rank %d seq %d unix_ms %d\n", w.Rank, step, time.Now().UnixMilli())
+			}
+			compute = *slowStep
+		}
+		if *jitter > 0 {
+			compute += rand.N(*jitter)
+		}
+		time.Sleep(compute)
 		n := *count
 		if w.Rank == *faultRank && step == *faultStep && *fault != "none" {
 			fmt.Printf("FAULT %s rank %d seq %d unix_ms %d\n", *fault, w.Rank, step, time.Now().UnixMilli())

@@ -2438,8 +2438,14 @@ type HangVerdict struct {
 	Details               []string    `protobuf:"bytes,9,rep,name=details,proto3" json:"details,omitempty"`
 	Culprits              []*Culprit  `protobuf:"bytes,10,rep,name=culprits,proto3" json:"culprits,omitempty"`
 	// Ranks that entered the collective and wait in it.
-	Waiting       []int32     `protobuf:"varint,11,rep,packed,name=waiting,proto3" json:"waiting,omitempty"`
-	Evidence      []*Evidence `protobuf:"bytes,12,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	Waiting  []int32     `protobuf:"varint,11,rep,packed,name=waiting,proto3" json:"waiting,omitempty"`
+	Evidence []*Evidence `protobuf:"bytes,12,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	// straggler (issue 28): the hang timeout the verdict was made under, and
+	// whether it was the adaptive one (no --hang-timeout); 0 for a straggler.
+	TimeoutMs       int64 `protobuf:"varint,260,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutAdaptive bool  `protobuf:"varint,261,opt,name=timeout_adaptive,json=timeoutAdaptive,proto3" json:"timeout_adaptive,omitempty"`
+	// A straggler verdict's figures (coordinator/rhythm).
+	Straggler     *StragglerFigures `protobuf:"bytes,262,opt,name=straggler,proto3" json:"straggler,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2558,6 +2564,27 @@ func (x *HangVerdict) GetEvidence() []*Evidence {
 	return nil
 }
 
+func (x *HangVerdict) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *HangVerdict) GetTimeoutAdaptive() bool {
+	if x != nil {
+		return x.TimeoutAdaptive
+	}
+	return false
+}
+
+func (x *HangVerdict) GetStraggler() *StragglerFigures {
+	if x != nil {
+		return x.Straggler
+	}
+	return nil
+}
+
 type DiagnoseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2602,8 +2629,11 @@ type DiagnoseResponse struct {
 	Suspected     []*HangVerdict `protobuf:"bytes,2,rep,name=suspected,proto3" json:"suspected,omitempty"`
 	NowUnixNanos  int64          `protobuf:"varint,3,opt,name=now_unix_nanos,json=nowUnixNanos,proto3" json:"now_unix_nanos,omitempty"`
 	HangTimeoutMs int64          `protobuf:"varint,4,opt,name=hang_timeout_ms,json=hangTimeoutMs,proto3" json:"hang_timeout_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// straggler (issue 28): hang_timeout_ms is the adaptive timeout (the
+	// longest over the communicators) when no --hang-timeout was given.
+	HangTimeoutAdaptive bool `protobuf:"varint,260,opt,name=hang_timeout_adaptive,json=hangTimeoutAdaptive,proto3" json:"hang_timeout_adaptive,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *DiagnoseResponse) Reset() {
@@ -2662,6 +2692,13 @@ func (x *DiagnoseResponse) GetHangTimeoutMs() int64 {
 		return x.HangTimeoutMs
 	}
 	return 0
+}
+
+func (x *DiagnoseResponse) GetHangTimeoutAdaptive() bool {
+	if x != nil {
+		return x.HangTimeoutAdaptive
+	}
+	return false
 }
 
 type KVPutRequest struct {
@@ -2972,9 +3009,14 @@ type CommProgress struct {
 	ErrorSeq int64  `protobuf:"varint,10,opt,name=error_seq,json=errorSeq,proto3" json:"error_seq,omitempty"`
 	// Total time completed collectives spent between entry and completion;
 	// with completed_seq it gives the mean time a rank waits in a collective.
-	WaitNanos     int64 `protobuf:"varint,11,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WaitNanos int64 `protobuf:"varint,11,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
+	// straggler (issue 28): how long each of the latest completed collectives
+	// recent_first, recent_first+1, ... took (the straggler check's arrival
+	// order: the rank that waits least arrived last).
+	RecentFirst     int64   `protobuf:"varint,260,opt,name=recent_first,json=recentFirst,proto3" json:"recent_first,omitempty"`
+	RecentWaitNanos []int64 `protobuf:"varint,261,rep,packed,name=recent_wait_nanos,json=recentWaitNanos,proto3" json:"recent_wait_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CommProgress) Reset() {
@@ -3082,6 +3124,20 @@ func (x *CommProgress) GetWaitNanos() int64 {
 		return x.WaitNanos
 	}
 	return 0
+}
+
+func (x *CommProgress) GetRecentFirst() int64 {
+	if x != nil {
+		return x.RecentFirst
+	}
+	return 0
+}
+
+func (x *CommProgress) GetRecentWaitNanos() []int64 {
+	if x != nil {
+		return x.RecentWaitNanos
+	}
+	return nil
 }
 
 // Collective is one collective as a rank issued it.
@@ -4388,19 +4444,18 @@ func (*LogEntry_Evidence) isLogEntry_Entry() {}
 // LogConfig is the job's configuration as the first leader has it: the
 // first entry of the log.
 type LogConfig struct {
-	state                protoimpl.MessageState `protogen:"open.v1"`
-	RunId                string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Nodes                int32                  `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
-	MinNodes             int32                  `protobuf:"varint,3,opt,name=min_nodes,json=minNodes,proto3" json:"min_nodes,omitempty"`
-	NodeTimeoutNs        int64                  `protobuf:"varint,4,opt,name=node_timeout_ns,json=nodeTimeoutNs,proto3" json:"node_timeout_ns,omitempty"`
-	JoinSettleNs         int64                  `protobuf:"varint,5,opt,name=join_settle_ns,json=joinSettleNs,proto3" json:"join_settle_ns,omitempty"`
-	MaxRestarts          int32                  `protobuf:"varint,6,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
-	RestartCountBase     int32                  `protobuf:"varint,7,opt,name=restart_count_base,json=restartCountBase,proto3" json:"restart_count_base,omitempty"`
-	RestartBackoffNs     int64                  `protobuf:"varint,8,opt,name=restart_backoff_ns,json=restartBackoffNs,proto3" json:"restart_backoff_ns,omitempty"`
-	HangTimeoutNs        int64                  `protobuf:"varint,9,opt,name=hang_timeout_ns,json=hangTimeoutNs,proto3" json:"hang_timeout_ns,omitempty"`
-	OnHang               string                 `protobuf:"bytes,10,opt,name=on_hang,json=onHang,proto3" json:"on_hang,omitempty"`
-	StragglerThresholdNs int64                  `protobuf:"varint,11,opt,name=straggler_threshold_ns,json=stragglerThresholdNs,proto3" json:"straggler_threshold_ns,omitempty"`
-	RendezvousTimeoutNs  int64                  `protobuf:"varint,12,opt,name=rendezvous_timeout_ns,json=rendezvousTimeoutNs,proto3" json:"rendezvous_timeout_ns,omitempty"`
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	RunId               string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Nodes               int32                  `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	MinNodes            int32                  `protobuf:"varint,3,opt,name=min_nodes,json=minNodes,proto3" json:"min_nodes,omitempty"`
+	NodeTimeoutNs       int64                  `protobuf:"varint,4,opt,name=node_timeout_ns,json=nodeTimeoutNs,proto3" json:"node_timeout_ns,omitempty"`
+	JoinSettleNs        int64                  `protobuf:"varint,5,opt,name=join_settle_ns,json=joinSettleNs,proto3" json:"join_settle_ns,omitempty"`
+	MaxRestarts         int32                  `protobuf:"varint,6,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
+	RestartCountBase    int32                  `protobuf:"varint,7,opt,name=restart_count_base,json=restartCountBase,proto3" json:"restart_count_base,omitempty"`
+	RestartBackoffNs    int64                  `protobuf:"varint,8,opt,name=restart_backoff_ns,json=restartBackoffNs,proto3" json:"restart_backoff_ns,omitempty"`
+	HangTimeoutNs       int64                  `protobuf:"varint,9,opt,name=hang_timeout_ns,json=hangTimeoutNs,proto3" json:"hang_timeout_ns,omitempty"`
+	OnHang              string                 `protobuf:"bytes,10,opt,name=on_hang,json=onHang,proto3" json:"on_hang,omitempty"`
+	RendezvousTimeoutNs int64                  `protobuf:"varint,12,opt,name=rendezvous_timeout_ns,json=rendezvousTimeoutNs,proto3" json:"rendezvous_timeout_ns,omitempty"`
 	// peers: the replica set's gRPC addresses when it is fixed (standalone);
 	// otherwise the first leader's, and want is how many replicas joining
 	// nodes are asked to host (embedded).
@@ -4511,13 +4566,6 @@ func (x *LogConfig) GetOnHang() string {
 		return x.OnHang
 	}
 	return ""
-}
-
-func (x *LogConfig) GetStragglerThresholdNs() int64 {
-	if x != nil {
-		return x.StragglerThresholdNs
-	}
-	return 0
 }
 
 func (x *LogConfig) GetRendezvousTimeoutNs() int64 {
@@ -4935,6 +4983,87 @@ func (x *StateSnapshot) GetApplied() uint64 {
 	return 0
 }
 
+// StragglerFigures say how much slower a straggler is than the other ranks.
+type StragglerFigures struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Extra compute per collective over the others' median, as a fraction
+	// (1.5: 150 % slower).
+	Slower       float64 `protobuf:"fixed64,1,opt,name=slower,proto3" json:"slower,omitempty"`
+	ComputeNanos int64   `protobuf:"varint,2,opt,name=compute_nanos,json=computeNanos,proto3" json:"compute_nanos,omitempty"`
+	OthersNanos  int64   `protobuf:"varint,3,opt,name=others_nanos,json=othersNanos,proto3" json:"others_nanos,omitempty"`
+	// Fraction of the `common` recent collectives it arrived at last; common
+	// is 0 when the workers send no per-collective waits.
+	LastShare     float64 `protobuf:"fixed64,4,opt,name=last_share,json=lastShare,proto3" json:"last_share,omitempty"`
+	Common        int32   `protobuf:"varint,5,opt,name=common,proto3" json:"common,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StragglerFigures) Reset() {
+	*x = StragglerFigures{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StragglerFigures) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StragglerFigures) ProtoMessage() {}
+
+func (x *StragglerFigures) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StragglerFigures.ProtoReflect.Descriptor instead.
+func (*StragglerFigures) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *StragglerFigures) GetSlower() float64 {
+	if x != nil {
+		return x.Slower
+	}
+	return 0
+}
+
+func (x *StragglerFigures) GetComputeNanos() int64 {
+	if x != nil {
+		return x.ComputeNanos
+	}
+	return 0
+}
+
+func (x *StragglerFigures) GetOthersNanos() int64 {
+	if x != nil {
+		return x.OthersNanos
+	}
+	return 0
+}
+
+func (x *StragglerFigures) GetLastShare() float64 {
+	if x != nil {
+		return x.LastShare
+	}
+	return 0
+}
+
+func (x *StragglerFigures) GetCommon() int32 {
+	if x != nil {
+		return x.Common
+	}
+	return 0
+}
+
 var File_gotrain_v1_gotrain_proto protoreflect.FileDescriptor
 
 const file_gotrain_v1_gotrain_proto_rawDesc = "" +
@@ -5153,7 +5282,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05doing\x18\b \x01(\tR\x05doing\x126\n" +
 	"\n" +
 	"collective\x18\t \x01(\v2\x16.gotrain.v1.CollectiveR\n" +
-	"collective\"\xb7\x03\n" +
+	"collective\"\xc0\x04\n" +
 	"\vHangVerdict\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1e\n" +
@@ -5171,13 +5300,18 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\bculprits\x18\n" +
 	" \x03(\v2\x13.gotrain.v1.CulpritR\bculprits\x12\x18\n" +
 	"\awaiting\x18\v \x03(\x05R\awaiting\x120\n" +
-	"\bevidence\x18\f \x03(\v2\x14.gotrain.v1.EvidenceR\bevidence\"\x11\n" +
-	"\x0fDiagnoseRequest\"\xc6\x01\n" +
+	"\bevidence\x18\f \x03(\v2\x14.gotrain.v1.EvidenceR\bevidence\x12\x1e\n" +
+	"\n" +
+	"timeout_ms\x18\x84\x02 \x01(\x03R\ttimeoutMs\x12*\n" +
+	"\x10timeout_adaptive\x18\x85\x02 \x01(\bR\x0ftimeoutAdaptive\x12;\n" +
+	"\tstraggler\x18\x86\x02 \x01(\v2\x1c.gotrain.v1.StragglerFiguresR\tstraggler\"\x11\n" +
+	"\x0fDiagnoseRequest\"\xfb\x01\n" +
 	"\x10DiagnoseResponse\x12-\n" +
 	"\x06status\x18\x01 \x01(\v2\x15.gotrain.v1.JobStatusR\x06status\x125\n" +
 	"\tsuspected\x18\x02 \x03(\v2\x17.gotrain.v1.HangVerdictR\tsuspected\x12$\n" +
 	"\x0enow_unix_nanos\x18\x03 \x01(\x03R\fnowUnixNanos\x12&\n" +
-	"\x0fhang_timeout_ms\x18\x04 \x01(\x03R\rhangTimeoutMs\"6\n" +
+	"\x0fhang_timeout_ms\x18\x04 \x01(\x03R\rhangTimeoutMs\x123\n" +
+	"\x15hang_timeout_adaptive\x18\x84\x02 \x01(\bR\x13hangTimeoutAdaptive\"6\n" +
 	"\fKVPutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"\x0f\n" +
@@ -5194,7 +5328,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x03R\n" +
 	"generation\x12\x12\n" +
 	"\x04rank\x18\x03 \x01(\x05R\x04rank\"\x11\n" +
-	"\x0fBarrierResponse\"\xf5\x02\n" +
+	"\x0fBarrierResponse\"\xc6\x03\n" +
 	"\fCommProgress\x12\x12\n" +
 	"\x04comm\x18\x01 \x01(\tR\x04comm\x12\x1f\n" +
 	"\ventered_seq\x18\x02 \x01(\x03R\n" +
@@ -5211,7 +5345,9 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\terror_seq\x18\n" +
 	" \x01(\x03R\berrorSeq\x12\x1d\n" +
 	"\n" +
-	"wait_nanos\x18\v \x01(\x03R\twaitNanos\"\xd1\x01\n" +
+	"wait_nanos\x18\v \x01(\x03R\twaitNanos\x12\"\n" +
+	"\frecent_first\x18\x84\x02 \x01(\x03R\vrecentFirst\x12+\n" +
+	"\x11recent_wait_nanos\x18\x85\x02 \x03(\x03R\x0frecentWaitNanos\"\xd1\x01\n" +
 	"\n" +
 	"Collective\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x0e\n" +
@@ -5340,7 +5476,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x10barrier_canceled\x18\x14 \x01(\v2\x1e.gotrain.v1.LogBarrierCanceledH\x00R\x0fbarrierCanceled\x12?\n" +
 	"\bprogress\x18\x15 \x01(\v2!.gotrain.v1.ReportProgressRequestH\x00R\bprogress\x12?\n" +
 	"\bevidence\x18\x16 \x01(\v2!.gotrain.v1.ReportEvidenceRequestH\x00R\bevidenceB\a\n" +
-	"\x05entry\"\xc1\x04\n" +
+	"\x05entry\"\x91\x04\n" +
 	"\tLogConfig\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05nodes\x18\x02 \x01(\x05R\x05nodes\x12\x1b\n" +
@@ -5352,13 +5488,12 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x12restart_backoff_ns\x18\b \x01(\x03R\x10restartBackoffNs\x12&\n" +
 	"\x0fhang_timeout_ns\x18\t \x01(\x03R\rhangTimeoutNs\x12\x17\n" +
 	"\aon_hang\x18\n" +
-	" \x01(\tR\x06onHang\x124\n" +
-	"\x16straggler_threshold_ns\x18\v \x01(\x03R\x14stragglerThresholdNs\x122\n" +
+	" \x01(\tR\x06onHang\x122\n" +
 	"\x15rendezvous_timeout_ns\x18\f \x01(\x03R\x13rendezvousTimeoutNs\x12\x14\n" +
 	"\x05peers\x18\r \x03(\tR\x05peers\x12\x12\n" +
 	"\x04want\x18\x0e \x01(\x05R\x04want\x12$\n" +
 	"\x0enproc_per_node\x18\x0f \x01(\x05R\fnprocPerNode\x12\"\n" +
-	"\rranks_per_job\x18\x10 \x01(\x05R\vranksPerJob\"o\n" +
+	"\rranks_per_job\x18\x10 \x01(\x05R\vranksPerJobJ\x04\b\v\x10\f\"o\n" +
 	"\aLogJoin\x121\n" +
 	"\arequest\x18\x01 \x01(\v2\x17.gotrain.v1.JoinRequestR\arequest\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\bR\x04host\x12\x1d\n" +
@@ -5385,7 +5520,14 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\rStateSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
 	"\aentries\x18\x02 \x03(\fR\aentries\x12\x18\n" +
-	"\aapplied\x18\x03 \x01(\x04R\aapplied2\x97\a\n" +
+	"\aapplied\x18\x03 \x01(\x04R\aapplied\"\xa9\x01\n" +
+	"\x10StragglerFigures\x12\x16\n" +
+	"\x06slower\x18\x01 \x01(\x01R\x06slower\x12#\n" +
+	"\rcompute_nanos\x18\x02 \x01(\x03R\fcomputeNanos\x12!\n" +
+	"\fothers_nanos\x18\x03 \x01(\x03R\vothersNanos\x12\x1d\n" +
+	"\n" +
+	"last_share\x18\x04 \x01(\x01R\tlastShare\x12\x16\n" +
+	"\x06common\x18\x05 \x01(\x05R\x06common2\x97\a\n" +
 	"\vCoordinator\x129\n" +
 	"\x04Join\x12\x17.gotrain.v1.JoinRequest\x1a\x18.gotrain.v1.JoinResponse\x12V\n" +
 	"\x10WatchGenerations\x12#.gotrain.v1.WatchGenerationsRequest\x1a\x1b.gotrain.v1.GenerationEvent0\x01\x12<\n" +
@@ -5419,7 +5561,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
 	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
@@ -5482,6 +5624,7 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*LogBarrier)(nil),               // 58: gotrain.v1.LogBarrier
 	(*LogBarrierCanceled)(nil),       // 59: gotrain.v1.LogBarrierCanceled
 	(*StateSnapshot)(nil),            // 60: gotrain.v1.StateSnapshot
+	(*StragglerFigures)(nil),         // 61: gotrain.v1.StragglerFigures
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
@@ -5513,71 +5656,72 @@ var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	41, // 26: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
 	30, // 27: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
 	27, // 28: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	51, // 29: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
-	31, // 30: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
-	41, // 31: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
-	40, // 32: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	43, // 33: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
-	42, // 34: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	8,  // 35: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	42, // 36: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	49, // 37: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	50, // 38: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	21, // 39: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	31, // 40: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	53, // 41: gotrain.v1.LogEntry.config:type_name -> gotrain.v1.LogConfig
-	54, // 42: gotrain.v1.LogEntry.join:type_name -> gotrain.v1.LogJoin
-	34, // 43: gotrain.v1.LogEntry.kv_put:type_name -> gotrain.v1.KVPutRequest
-	55, // 44: gotrain.v1.LogEntry.replica:type_name -> gotrain.v1.LogReplica
-	56, // 45: gotrain.v1.LogEntry.tick:type_name -> gotrain.v1.LogTick
-	57, // 46: gotrain.v1.LogEntry.node_lost:type_name -> gotrain.v1.LogNode
-	57, // 47: gotrain.v1.LogEntry.node_unreachable:type_name -> gotrain.v1.LogNode
-	57, // 48: gotrain.v1.LogEntry.node_reachable:type_name -> gotrain.v1.LogNode
-	46, // 49: gotrain.v1.LogEntry.worker_exit:type_name -> gotrain.v1.ReportWorkerExitRequest
-	58, // 50: gotrain.v1.LogEntry.barrier:type_name -> gotrain.v1.LogBarrier
-	59, // 51: gotrain.v1.LogEntry.barrier_canceled:type_name -> gotrain.v1.LogBarrierCanceled
-	44, // 52: gotrain.v1.LogEntry.progress:type_name -> gotrain.v1.ReportProgressRequest
-	28, // 53: gotrain.v1.LogEntry.evidence:type_name -> gotrain.v1.ReportEvidenceRequest
-	9,  // 54: gotrain.v1.LogJoin.request:type_name -> gotrain.v1.JoinRequest
-	9,  // 55: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	12, // 56: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	34, // 57: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	36, // 58: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	38, // 59: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	44, // 60: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	46, // 61: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	48, // 62: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	28, // 63: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	32, // 64: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	13, // 65: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
-	15, // 66: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
-	34, // 67: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	36, // 68: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	38, // 69: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	44, // 70: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 71: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	11, // 72: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	25, // 73: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	35, // 74: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	37, // 75: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	39, // 76: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	45, // 77: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	47, // 78: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	51, // 79: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	29, // 80: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	33, // 81: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	14, // 82: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
-	16, // 83: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
-	35, // 84: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	37, // 85: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	39, // 86: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	45, // 87: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	6,  // 88: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	72, // [72:89] is the sub-list for method output_type
-	55, // [55:72] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	61, // 29: gotrain.v1.HangVerdict.straggler:type_name -> gotrain.v1.StragglerFigures
+	51, // 30: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	31, // 31: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	41, // 32: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	40, // 33: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	43, // 34: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	42, // 35: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	8,  // 36: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	42, // 37: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	49, // 38: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	50, // 39: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	21, // 40: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	31, // 41: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	53, // 42: gotrain.v1.LogEntry.config:type_name -> gotrain.v1.LogConfig
+	54, // 43: gotrain.v1.LogEntry.join:type_name -> gotrain.v1.LogJoin
+	34, // 44: gotrain.v1.LogEntry.kv_put:type_name -> gotrain.v1.KVPutRequest
+	55, // 45: gotrain.v1.LogEntry.replica:type_name -> gotrain.v1.LogReplica
+	56, // 46: gotrain.v1.LogEntry.tick:type_name -> gotrain.v1.LogTick
+	57, // 47: gotrain.v1.LogEntry.node_lost:type_name -> gotrain.v1.LogNode
+	57, // 48: gotrain.v1.LogEntry.node_unreachable:type_name -> gotrain.v1.LogNode
+	57, // 49: gotrain.v1.LogEntry.node_reachable:type_name -> gotrain.v1.LogNode
+	46, // 50: gotrain.v1.LogEntry.worker_exit:type_name -> gotrain.v1.ReportWorkerExitRequest
+	58, // 51: gotrain.v1.LogEntry.barrier:type_name -> gotrain.v1.LogBarrier
+	59, // 52: gotrain.v1.LogEntry.barrier_canceled:type_name -> gotrain.v1.LogBarrierCanceled
+	44, // 53: gotrain.v1.LogEntry.progress:type_name -> gotrain.v1.ReportProgressRequest
+	28, // 54: gotrain.v1.LogEntry.evidence:type_name -> gotrain.v1.ReportEvidenceRequest
+	9,  // 55: gotrain.v1.LogJoin.request:type_name -> gotrain.v1.JoinRequest
+	9,  // 56: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	12, // 57: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	34, // 58: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	36, // 59: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	38, // 60: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	44, // 61: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	46, // 62: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	48, // 63: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	28, // 64: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	32, // 65: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	13, // 66: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
+	15, // 67: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
+	34, // 68: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	36, // 69: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	38, // 70: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	44, // 71: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	2,  // 72: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	11, // 73: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	25, // 74: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	35, // 75: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	37, // 76: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	39, // 77: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	45, // 78: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	47, // 79: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	51, // 80: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	29, // 81: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	33, // 82: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	14, // 83: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	16, // 84: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
+	35, // 85: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	37, // 86: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	39, // 87: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	45, // 88: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	6,  // 89: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	73, // [73:90] is the sub-list for method output_type
+	56, // [56:73] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -5627,7 +5771,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   61,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,13 @@
+package rhythm
+
+import (
+	"testing"
+
+	"github.com/gotrain/gotrain/internal/deptest"
+)
+
+// The rhythm is pure: samples carry their time; it reads no clock and talks
+// to nothing.
+func TestRhythmIsPure(t *testing.T) {
+	deptest.Check(t, "the rhythm package", []string{"cmp", "slices", "time"})
+}
