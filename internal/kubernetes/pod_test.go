@@ -61,20 +61,20 @@ var fixtures = []struct {
 	// jobset.sigs.k8s.io/restart-attempt (pkg/constants RestartsKey) is a
 	// label the manifest passes on as GOTRAIN_RESTART_ATTEMPT.
 	{name: "JobSet, elastic, pod 2 after a restart", hostname: "train-workers-0-2", hosts: hostsFor("10.1.0.9", "train-workers-0-2", "train"),
-		env: []string{kube, "10.96.0.1", EnvCompletionIndex, "2", EnvPETNNodes, "2:4", EnvRestartAttempt, "1"},
+		env:  []string{kube, "10.96.0.1", EnvCompletionIndex, "2", EnvPETNNodes, "2:4", EnvRestartAttempt, "1"},
 		want: "{Workload:JobSet Hostname:train-workers-0-2 Subdomain:train NodeRank:2 RankFrom:JOB_COMPLETION_INDEX MinNodes:2 Nodes:4 NodesFrom:PET_NNODES CoordHost:train-workers-0-0.train CoordPort:29400 CoordFrom:the JobSet hostname Nproc: RunID:k8s-train-workers-0-0-attempt-1 RunsCoordinator:false}"},
 	{name: "JobSet, second child Job: ranks by join order", hostname: "train-workers-1-0", hosts: hostsFor("10.1.0.10", "train-workers-1-0", "train"),
-		env: []string{kube, "10.96.0.1", EnvCompletionIndex, "0", EnvPETNNodes, "4"},
+		env:  []string{kube, "10.96.0.1", EnvCompletionIndex, "0", EnvPETNNodes, "4"},
 		want: "{Workload:JobSet Hostname:train-workers-1-0 Subdomain:train NodeRank:-1 RankFrom: MinNodes:4 Nodes:4 NodesFrom:PET_NNODES CoordHost:train-workers-0-0.train CoordPort:29400 CoordFrom:the JobSet hostname Nproc: RunID:k8s-train-workers-0-0 RunsCoordinator:false}"},
 	{name: "JobSet with a dashed replicated job name", hostname: "llm-gpu-workers-0-0", hosts: hostsFor("10.1.0.11", "llm-gpu-workers-0-0", "llm"),
-		env: []string{kube, "10.96.0.1", EnvCompletionIndex, "0", EnvPETNNodes, "2"},
+		env:  []string{kube, "10.96.0.1", EnvCompletionIndex, "0", EnvPETNNodes, "2"},
 		want: "{Workload:JobSet Hostname:llm-gpu-workers-0-0 Subdomain:llm NodeRank:0 RankFrom:JOB_COMPLETION_INDEX MinNodes:2 Nodes:2 NodesFrom:PET_NNODES CoordHost:llm-gpu-workers-0-0.llm CoordPort:29400 CoordFrom:the JobSet hostname Nproc: RunID:k8s-llm-gpu-workers-0-0 RunsCoordinator:true}"},
 
 	// A plain Indexed Job (kubernetes/kubernetes KEP-2214): hostname
 	// <job>-<index>, JOB_COMPLETION_INDEX; a subdomain when the manifest
 	// gives one (a headless Service of the same name).
 	{name: "Indexed Job with a headless Service", hostname: "mnist-1", hosts: hostsFor("10.1.0.7", "mnist-1", "mnist-svc"),
-		env: []string{kube, "10.96.0.1", EnvCompletionIndex, "1", EnvPETNNodes, "2", EnvPETNprocPerNode, "cpu"},
+		env:  []string{kube, "10.96.0.1", EnvCompletionIndex, "1", EnvPETNNodes, "2", EnvPETNprocPerNode, "cpu"},
 		want: "{Workload:Indexed Job Hostname:mnist-1 Subdomain:mnist-svc NodeRank:1 RankFrom:JOB_COMPLETION_INDEX MinNodes:2 Nodes:2 NodesFrom:PET_NNODES CoordHost:mnist-0.mnist-svc CoordPort:29400 CoordFrom:the Indexed Job hostname Nproc:cpu RunID:k8s-mnist-0 RunsCoordinator:false}"},
 	{name: "Indexed Job, index out of the pod", hostname: "mnist-1", hosts: hostsFor("10.1.0.7", "mnist-1", "mnist-svc"),
 		env: []string{kube, "10.96.0.1", EnvCompletionIndex, "x"}, want: "error"},
@@ -84,17 +84,17 @@ var fixtures = []struct {
 	// (master.go), WORLD_SIZE = all replicas (pods), RANK = the replica
 	// index, +1 for workers.
 	{name: "PyTorchJob v1, worker 0", hostname: "pt-worker-0",
-		env: []string{kube, "10.96.0.1", EnvMasterAddr, "pt-master-0", EnvMasterPort, "23456", EnvWorldSize, "3", EnvRank, "1", "PYTHONUNBUFFERED", "0"},
+		env:  []string{kube, "10.96.0.1", EnvMasterAddr, "pt-master-0", EnvMasterPort, "23456", EnvWorldSize, "3", EnvRank, "1", "PYTHONUNBUFFERED", "0"},
 		want: "{Workload:PyTorchJob Hostname:pt-worker-0 Subdomain: NodeRank:1 RankFrom:RANK MinNodes:3 Nodes:3 NodesFrom:WORLD_SIZE CoordHost:pt-master-0 CoordPort:23456 CoordFrom:MASTER_ADDR Nproc: RunID:k8s-pt-master-0 RunsCoordinator:false}"},
 	// elastic.go (ElasticEnvVarGenerator): PET_RDZV_ENDPOINT
 	// "<job>-worker-0:<port>", PET_NNODES "MIN:MAX", PET_NPROC_PER_NODE,
 	// PET_RDZV_ID; no master, so no RANK: the pod the endpoint names runs
 	// the coordinator, the others join in any order.
 	{name: "PyTorchJob v1 elastic, worker 0", hostname: "el-worker-0",
-		env: []string{kube, "10.96.0.1", EnvPETRdzvEndpoint, "el-worker-0:29400", "PET_RDZV_BACKEND", "c10d", EnvPETNNodes, "2:3", EnvPETNprocPerNode, "1", EnvPETRdzvID, "el-123"},
+		env:  []string{kube, "10.96.0.1", EnvPETRdzvEndpoint, "el-worker-0:29400", "PET_RDZV_BACKEND", "c10d", EnvPETNNodes, "2:3", EnvPETNprocPerNode, "1", EnvPETRdzvID, "el-123"},
 		want: "{Workload:PyTorchJob Hostname:el-worker-0 Subdomain: NodeRank:-1 RankFrom: MinNodes:2 Nodes:3 NodesFrom:PET_NNODES CoordHost:el-worker-0 CoordPort:29400 CoordFrom:PET_RDZV_ENDPOINT Nproc:1 RunID:el-123 RunsCoordinator:true}"},
 	{name: "PyTorchJob v1 elastic, worker 2", hostname: "el-worker-2",
-		env: []string{kube, "10.96.0.1", EnvPETRdzvEndpoint, "el-worker-0:29400", EnvPETNNodes, "2:3"},
+		env:  []string{kube, "10.96.0.1", EnvPETRdzvEndpoint, "el-worker-0:29400", EnvPETNNodes, "2:3"},
 		want: "{Workload:PyTorchJob Hostname:el-worker-2 Subdomain: NodeRank:-1 RankFrom: MinNodes:2 Nodes:3 NodesFrom:PET_NNODES CoordHost:el-worker-0 CoordPort:29400 CoordFrom:PET_RDZV_ENDPOINT Nproc: RunID:k8s-el-worker-0 RunsCoordinator:false}"},
 	{name: "PyTorchJob, bad PET_NNODES", hostname: "el-worker-2",
 		env: []string{kube, "10.96.0.1", EnvPETRdzvEndpoint, "el-worker-0:29400", EnvPETNNodes, "4:2"}, want: "error"},
@@ -106,12 +106,12 @@ var fixtures = []struct {
 	// pods, RANK 0 for the master, index+1 for workers. Worker 0's task
 	// index is 0 too: RANK wins.
 	{name: "Volcano with the pytorch plugin, worker 0", hostname: "vj-worker-0", hosts: hostsFor("10.1.0.12", "vj-worker-0", "vj"),
-		env: []string{kube, "10.96.0.1", EnvVCTaskIndex, "0", EnvVKTaskIndex, "0", EnvMasterAddr, "vj-master-0.vj", EnvMasterPort, "23456", EnvWorldSize, "3", EnvRank, "1"},
+		env:  []string{kube, "10.96.0.1", EnvVCTaskIndex, "0", EnvVKTaskIndex, "0", EnvMasterAddr, "vj-master-0.vj", EnvMasterPort, "23456", EnvWorldSize, "3", EnvRank, "1"},
 		want: "{Workload:Volcano Job Hostname:vj-worker-0 Subdomain:vj NodeRank:1 RankFrom:RANK MinNodes:3 Nodes:3 NodesFrom:WORLD_SIZE CoordHost:vj-master-0.vj CoordPort:23456 CoordFrom:MASTER_ADDR Nproc: RunID:k8s-vj-master-0 RunsCoordinator:false}"},
 	// The svc plugin alone: VC_<TASK>_NUM (its ConfigMap, as env), the
 	// pod hostname <job>-<task>-<index> under subdomain <job>.
 	{name: "Volcano, one task, svc plugin", hostname: "vj-trainer-2", hosts: hostsFor("10.1.0.13", "vj-trainer-2", "vj"),
-		env: []string{kube, "10.96.0.1", EnvVCTaskIndex, "2", EnvVKTaskIndex, "2", "VC_TRAINER_NUM", "4", "VC_TRAINER_HOSTS", "vj-trainer-0.vj,vj-trainer-1.vj,vj-trainer-2.vj,vj-trainer-3.vj"},
+		env:  []string{kube, "10.96.0.1", EnvVCTaskIndex, "2", EnvVKTaskIndex, "2", "VC_TRAINER_NUM", "4", "VC_TRAINER_HOSTS", "vj-trainer-0.vj,vj-trainer-1.vj,vj-trainer-2.vj,vj-trainer-3.vj"},
 		want: "{Workload:Volcano Job Hostname:vj-trainer-2 Subdomain:vj NodeRank:2 RankFrom:VC_TASK_INDEX MinNodes:4 Nodes:4 NodesFrom:VC_TRAINER_NUM CoordHost:vj-trainer-0.vj CoordPort:29400 CoordFrom:the Volcano hostname Nproc: RunID:k8s-vj-trainer-0 RunsCoordinator:false}"},
 
 	// kubernetes-sigs/lws pkg/webhooks/pod_webhook.go (Default):
@@ -119,10 +119,10 @@ var fixtures = []struct {
 	// LWS_WORKER_INDEX (0 for the leader); api/leaderworkerset/v1 names
 	// them LwsLeaderAddress, LwsGroupSize, LwsWorkerIndex.
 	{name: "LeaderWorkerSet worker 3", hostname: "lws-1-3",
-		env: []string{kube, "10.96.0.1", EnvLWSLeaderAddress, "lws-1.lws.default", EnvLWSGroupSize, "4", EnvLWSWorkerIndex, "3"},
+		env:  []string{kube, "10.96.0.1", EnvLWSLeaderAddress, "lws-1.lws.default", EnvLWSGroupSize, "4", EnvLWSWorkerIndex, "3"},
 		want: "{Workload:LeaderWorkerSet Hostname:lws-1-3 Subdomain: NodeRank:3 RankFrom:LWS_WORKER_INDEX MinNodes:4 Nodes:4 NodesFrom:LWS_GROUP_SIZE CoordHost:lws-1.lws.default CoordPort:29400 CoordFrom:LWS_LEADER_ADDRESS Nproc: RunID:k8s-lws-1 RunsCoordinator:false}"},
 	{name: "LeaderWorkerSet leader", hostname: "lws-1",
-		env: []string{kube, "10.96.0.1", EnvLWSLeaderAddress, "lws-1.lws.default", EnvLWSGroupSize, "4", EnvLWSWorkerIndex, "0"},
+		env:  []string{kube, "10.96.0.1", EnvLWSLeaderAddress, "lws-1.lws.default", EnvLWSGroupSize, "4", EnvLWSWorkerIndex, "0"},
 		want: "{Workload:LeaderWorkerSet Hostname:lws-1 Subdomain: NodeRank:0 RankFrom:LWS_WORKER_INDEX MinNodes:4 Nodes:4 NodesFrom:LWS_GROUP_SIZE CoordHost:lws-1.lws.default CoordPort:29400 CoordFrom:LWS_LEADER_ADDRESS Nproc: RunID:k8s-lws-1 RunsCoordinator:true}"},
 	{name: "LeaderWorkerSet, group size 0", hostname: "lws-1",
 		env: []string{kube, "10.96.0.1", EnvLWSLeaderAddress, "lws-1.lws.default", EnvLWSGroupSize, "0", EnvLWSWorkerIndex, "0"}, want: "error"},
