@@ -134,6 +134,18 @@ fit in slurm.conf's KillWait; Slurm itself delivers --signal and scancel
 passes on outside Slurm). Flags win; GOTRAIN_SLURM=off ignores Slurm.
 README: "Under Slurm".
 
+In a Kubernetes pod of a Kubeflow TrainJob, JobSet, Indexed Job,
+PyTorchJob, Volcano Job or LeaderWorkerSet, the node count, node rank,
+coordinator (the first pod, by its DNS name) and run id come from the
+variables and hostname the controller gave the pod (PET_NNODES,
+PET_NODE_RANK, PET_MASTER_ADDR, JOB_COMPLETION_INDEX, LWS_*,
+VC_TASK_INDEX, MASTER_ADDR/WORLD_SIZE/RANK, ...), workers per node from
+PET_NPROC_PER_NODE; every pod takes the job token from a Secret
+($GOTRAIN_JOB_TOKEN or /var/run/secrets/gotrain/token). As the
+container's entrypoint (PID 1), gotrain reaps orphans and passes signals
+on. Flags win; GOTRAIN_KUBERNETES=off ignores Kubernetes. README: "Under
+Kubernetes".
+
 A PROGRAM ending in .py runs with python3 from PATH (gotrain says so once).
 torchrun's own flags (--standalone, --master_port, -m, ...) are answered
 with the same command line for gotrain torchrun, which takes it whole.
@@ -177,6 +189,10 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 	cfg.JobFlagsGiven = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { cfg.JobFlagsGiven[f.Name] = true })
+	pod, err := detectPod(os.Getenv, &opts.nprocWord, &cfg, cfg.JobFlagsGiven) // kubernetes.go: in a pod of a training job
+	if err != nil {
+		return err
+	}
 	gpus := launcher.FindGPUs()
 	if err := resolveNprocWord(&cfg, opts.nprocWord, gpus, runtime.NumCPU()); err != nil { // nproc.go
 		return err
@@ -193,6 +209,11 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 		return &usageError{msg: err.Error(), hint: "Run gotrain launch under srun, or set GOTRAIN_SLURM=off to ignore Slurm's variables."}
 	}
 	step.Apply(&cfg, cfg.JobFlagsGiven)
+	if step == nil { // Slurm's variables win over a pod's
+		if err := applyPod(pod, &cfg, cfg.JobFlagsGiven, opts.verbose, os.Stderr); err != nil { // kubernetes.go
+			return err
+		}
+	}
 
 	if err := chooseBackend(&cfg, cfg.JobFlagsGiven, gpus, func(w string) { fmt.Fprintln(os.Stderr, w) }); err != nil { // gpus.go
 		return err

@@ -7,9 +7,18 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+
+	"github.com/gotrain/gotrain/internal/kubernetes"
 )
 
 func main() {
+	if kubernetes.InitWanted(os.Getenv) { // a container's entrypoint: reap and pass signals on (pid1.go)
+		self, err := os.Executable()
+		if err != nil {
+			self = "/proc/self/exe"
+		}
+		os.Exit(kubernetes.RunInit(self, os.Args, os.Environ(), os.Stderr))
+	}
 	args := os.Args[1:]
 	if filepath.Base(os.Args[0]) == "torchrun" { // a symlink named torchrun
 		args = append([]string{"torchrun"}, args...)
