@@ -7,8 +7,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"net"
+	"path/filepath"
+	"syscall"
 	"runtime"
 	"strings"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/runfile"
+	"github.com/gotrain/gotrain/internal/slurm"
 
 	"github.com/gotrain/gotrain/internal/torchrun"
 	"github.com/gotrain/gotrain/launcher"
@@ -60,7 +68,22 @@ func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return flag.ErrHelp
 	}
 	gpus := launcher.FindGPUs()
-	r, err := torchrun.Map(args, torchrun.Machine{GPUs: gpus.N, GPUsHow: gpus.How, CPUs: runtime.NumCPU(), Getenv: os.Getenv})
+	m := torchrun.Machine{GPUs: gpus.N, GPUsHow: gpus.How, CPUs: runtime.NumCPU(), Getenv: os.Getenv,
+		IsLocal: hostIsLocal, CanListen: canListen, HasSecret: hasJobSecret(), LaunchFlags: launchFlagKinds()}
+	r, err := torchrun.Map(args, m)
+	if err == nil && r.Python {
+		// Map again with the interpreter torchrun would run (torchrunpy.go).
+		var py pythonChoice
+		if py, err = choosePython(os.Getenv, os.Args[0], pythonHasTorch); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "gotrain torchrun: running Python %s (%s)\n", py.path, py.why)
+		m.Python = py.path
+		r, err = torchrun.Map(args, m)
+	}
+	if errors.Is(err, torchrun.ErrNoSecret) {
+		return &usageError{msg: strings.TrimPrefix(err.Error(), torchrun.ErrNoSecret.Error()+": "), hint: torchrun.SecretHelp}
+	}
 	if err != nil {
 		if errors.Is(err, torchrun.ErrUsage) {
 			msg := strings.TrimPrefix(err.Error(), torchrun.ErrUsage.Error()+": ")
@@ -81,7 +104,151 @@ func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	for _, w := range r.Warnings {
 		fmt.Fprintf(stderr, "gotrain torchrun: warning: %s\n", w)
 	}
+	if r.LocalToken != "" {
+		// A loopback endpoint and no secret given: the coordinator is this
+		// user's launcher on this machine, whose run file holds the token.
+		j, err := waitLocalJob(ctx, r.LocalToken, stderr)
+		if err != nil {
+			return err
+		}
+		os.Setenv(jobenv.JobToken, j.Token) // launch's --job-token default; never in argv
+		fmt.Fprintf(stderr, "gotrain torchrun: joining the coordinator at port %s that your gotrain (pid %d, run %s) started on this machine, with its job token (from its run file, readable by you alone)\n", r.LocalToken, j.Pid, j.RunID)
+		if j.Trust.CAHash != "" {
+			r.LaunchArgs = append([]string{"--ca-hash", j.Trust.CAHash}, r.LaunchArgs...)
+		}
+	}
 	return (&launchCmd{}).run(ctx, r.LaunchArgs)
+}
+
+// hasJobSecret says whether every node gets the job's secret without
+// copying anything: a token in the environment or a token file, or a
+// Slurm step, whose munge brings it.
+func hasJobSecret() bool {
+	if os.Getenv(jobenv.JobToken) != "" || os.Getenv(torchrun.SettingEnv(FlagJobTokenFile)) != "" {
+		return true
+	}
+	step, err := slurm.FromEnv(os.Getenv)
+	return err == nil && step != nil
+}
+
+// launchFlagKinds are gotrain launch's flags, each with whether it is a
+// boolean, for GOTRAIN_NAME settings (torchrun.Machine.LaunchFlags).
+func launchFlagKinds() map[string]bool {
+	var cfg launcher.Config
+	var opts launchOpts
+	kinds := map[string]bool{}
+	launchFlags(&cfg, &opts).VisitAll(func(f *flag.Flag) {
+		b, ok := f.Value.(interface{ IsBoolFlag() bool })
+		kinds[f.Name] = ok && b.IsBoolFlag()
+	})
+	return kinds
+}
+
+// hostIsLocal says whether host names this machine, as torchrun decides
+// which node hosts its c10d store: a loopback address, this machine's
+// hostname, or a name or address that resolves to one of its interfaces'
+// addresses.
+func hostIsLocal(host string) bool {
+	if h, err := os.Hostname(); err == nil && strings.EqualFold(h, host) {
+		return true
+	}
+	local := map[string]bool{}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				local[ipn.IP.String()] = true
+			}
+		}
+	}
+	ips := []string{host}
+	if net.ParseIP(host) == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		var err error
+		if ips, err = net.DefaultResolver.LookupHost(ctx, host); err != nil {
+			return false
+		}
+	}
+	for _, s := range ips {
+		if ip := net.ParseIP(s); ip != nil && (ip.IsLoopback() || local[ip.String()]) {
+			return true
+		}
+	}
+	return false
+}
+
+// canListen says whether this process can listen at addr now. For a
+// loopback address it also takes a lock that this process holds until it
+// exits (runfile.Dir()/torchrun-PORT.lock, close-on-exec, so no worker
+// holds it): two nodes of one machine started at the same moment both
+// find the port free, and only the lock's holder starts the coordinator.
+func canListen(addr string) bool {
+	if v, ok := listenChecked[addr]; ok { // torchrun.Map runs twice
+		return v
+	}
+	v := tryListen(addr)
+	listenChecked[addr] = v
+	return v
+}
+
+// listenChecked memoizes canListen: the lock it took is this process's.
+var listenChecked = map[string]bool{}
+
+func tryListen(addr string) bool {
+	if host, port, err := net.SplitHostPort(addr); err == nil && net.ParseIP(host).IsLoopback() {
+		dir := runfile.Dir()
+		if runfile.PrivateDir(dir) != nil {
+			return false
+		}
+		f, err := os.OpenFile(filepath.Join(dir, "torchrun-"+port+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return false
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			f.Close()
+			return false
+		}
+		heldLocks = append(heldLocks, f) // held until gotrain exits
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// heldLocks are the coordinator locks canListen took.
+var heldLocks []*os.File
+
+// waitLocalJob waits for the run file of this user's launcher on this
+// machine whose coordinator listens at port: the node that started first
+// runs the coordinator, the others wait for it as they would for its port.
+func waitLocalJob(ctx context.Context, port string, stderr io.Writer) (runfile.Job, error) {
+	const timeout = 10 * time.Minute
+	deadline, said := time.Now().Add(timeout), time.Now()
+	for {
+		jobs, _ := runfile.Live()
+		for _, j := range jobs {
+			for _, a := range strings.Split(j.Coordinator, ",") {
+				if _, p, err := net.SplitHostPort(strings.TrimSpace(a)); err == nil && p == port && j.Token != "" {
+					return j, nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return runfile.Job{}, fmt.Errorf("no gotrain coordinator of yours started on this machine at port %s within %s: start the node that runs it (its port is taken by another program?), or set %s on every node", port, timeout, jobenv.JobToken)
+		}
+		if time.Since(said) >= 10*time.Second {
+			said = time.Now()
+			fmt.Fprintf(stderr, "gotrain torchrun: waiting for the coordinator at port %s on this machine (another node of this job starts it)\n", port)
+		}
+		select {
+		case <-ctx.Done():
+			return runfile.Job{}, fmt.Errorf("waiting for the coordinator at port %s on this machine: %w", port, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // torchrunFlags documents the flags for --help; torchrun.Map parses them
