@@ -97,6 +97,7 @@ var flags = map[string]kind{
 
 // noEffect says why each flag gotrain accepts without effect has none.
 var noEffect = map[string]string{
+	"rdzv-backend":       "gotrain's own coordinator is the rendezvous",
 	"rdzv-conf":          "gotrain's coordinator takes its settings from gotrain launch's flags (--join-timeout, --rendezvous-timeout)",
 	"monitor-interval":   "gotrain learns of a worker's exit at once",
 	"start-method":       "gotrain starts every worker as a process of its own",
@@ -192,6 +193,9 @@ func Map(args []string, m Machine) (Result, error) {
 		canListen = func(string) bool { return true }
 	}
 	noted := map[string]bool{}
+	if v, _ := get("nnodes"); v != "" && v != "1" && v != "1:1" {
+		noted["rdzv-backend"] = true // on several nodes it decides who runs the coordinator
+	}
 	for _, name := range flagOrder(given, m.Getenv) {
 		if why, ok := noEffect[name]; ok && !noted[name] && !(name == "run-path" && !on(name)) {
 			noted[name] = true
