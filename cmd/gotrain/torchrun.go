@@ -40,20 +40,32 @@ value, PET_* variables as defaults. Workers see torchrun's variables (RANK,
 LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, TORCHELASTIC_RESTART_COUNT, ...).
 Installed as a symlink named torchrun, gotrain behaves the same.
 
---node-rank 0 starts the coordinator (group rank 0, MASTER_ADDR); another
-node rank places the node after it in that order (gotrain launch --node-rank).
+Multi-node lines work as torchrun's, the same line on every node: with
+--rdzv-backend c10d the node the --rdzv-endpoint host names (its port free
+here) starts the coordinator there and the others join it; with the static
+backend (--master-addr lines) node rank 0 does. Every node proves the job
+token over TLS: set GOTRAIN_JOB_TOKEN (or GOTRAIN_JOB_TOKEN_FILE) to the
+same value on every node; nothing else is copied. A line across machines
+without one is refused at once; nodes of one machine on a loopback endpoint
+need none (they share their user's run file). gotrain launch's settings
+come from GOTRAIN_NAME variables (GOTRAIN_CA_HASH, GOTRAIN_HANG_TIMEOUT,
+GOTRAIN_VERBOSE=1, ...), as PET_NAME gives torchrun's.
 
-Accepted without effect, with a note each: --rdzv-backend, --rdzv-conf,
---redirects, --tee,
+Scripts run with $PYTHON_EXEC, else the venv of a torchrun symlink, else
+the interpreter of PyTorch's torchrun on PATH, else PATH's python3 (which
+must find torch); the choice is printed once.
+
+Accepted without effect, with a note each: --rdzv-backend on one node,
+--rdzv-conf, --redirects, --tee,
 --local-ranks-filter (every rank's output is printed, prefixed [rank N]),
 --monitor-interval, --start-method, --role, --local-addr, --run-path,
---logs-specs. Any other flag is an error. For gotrain's own flags (--standby,
---hang-timeout, ...) use gotrain launch.
+--logs-specs. Any other flag is an error.
 
 Examples:
   gotrain torchrun --nproc_per_node=2 --standalone train.py --epochs 3
   gotrain torchrun --nproc_per_node=gpu -m mypkg.train --lr 0.1
   gotrain torchrun --nnodes 2 --node_rank 0 --master_addr 10.0.0.1 --master_port 29500 train.py
+  GOTRAIN_JOB_TOKEN=… gotrain torchrun --nnodes 2 --rdzv_backend c10d --rdzv_endpoint node0:29400 train.py
 `
 
 func (c *torchrunCmd) run(ctx context.Context, args []string) error {
@@ -259,10 +271,11 @@ func torchrunFlags() *flag.FlagSet {
 	fs.String("nproc-per-node", "1", "`N|auto|gpu|cpu`: the workers on this node: N, auto (the GPUs, else the CPUs), gpu (the GPUs: an error without them) or cpu; without enough GPUs, gotrain's CPU backend, with a warning")
 	fs.Bool("standalone", false, "one node with its own coordinator (rendezvous flags have no effect)")
 	fs.String("nnodes", "1", "`N|MIN:MAX`: nodes: N, or MIN:MAX (elastic)")
-	fs.String("rdzv-endpoint", "", "HOST:PORT of gotrain's coordinator (with --node-rank 0: listen at PORT)")
+	fs.String("rdzv-endpoint", "", "HOST:PORT of gotrain's coordinator: the node HOST names starts it at PORT (c10d), the others join it")
+	fs.String("rdzv-backend", "", "c10d: the endpoint's host runs the coordinator; static (torchrun's default): node rank 0 does; etcd: refused")
 	fs.String("master-addr", "", "with --master-port and no --rdzv-endpoint: the coordinator's host")
 	fs.String("master-port", "", "with --master-addr: the coordinator's port")
-	fs.String("node-rank", "", "0: this node starts the coordinator (group rank 0); others: the node's place after it (gotrain launch --node-rank)")
+	fs.String("node-rank", "", "static backend: 0 starts the coordinator (group rank 0); others: the node's place after it (gotrain launch --node-rank)")
 	fs.String("rdzv-id", "", "the run id (TORCHELASTIC_RUN_ID)")
 	fs.Int("max-restarts", 0, "restarts after a worker fails")
 	fs.String("log-dir", "", "each rank's log in DIR/RUN_ID/attempt-N")

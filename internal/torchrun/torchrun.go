@@ -409,7 +409,7 @@ func Map(args []string, m Machine) (Result, error) {
 	// gotrain launch's own settings, as GOTRAIN_NAME variables (the way
 	// PET_NAME gives torchrun's): after the mapped flags, so that a
 	// torchrun flag and a setting never fight over one launch flag.
-	out = append(out, settings(m, out)...)
+	out = append(out, settings(m, out, r.Host)...)
 
 	python := m.Python
 	if python == "" {
@@ -442,6 +442,9 @@ var notSettings = map[string]bool{
 	"signals-to-handle": true, "backend": true, "standby": true, "job-token": true,
 }
 
+// joinerOnly are the settings of a node that joins a coordinator.
+var joinerOnly = map[string]bool{"ca-hash": true, "tls-ca": true, "insecure-skip-ca-check": true}
+
 // SettingEnv is the variable that sets gotrain launch's flag name in
 // gotrain torchrun: GOTRAIN_ and the name in capitals, '-' as '_'
 // (--ca-hash: GOTRAIN_CA_HASH).
@@ -455,13 +458,16 @@ func IsSetting(name string) bool { return !notSettings[name] }
 
 // settings are the launch flags of m.LaunchFlags that GOTRAIN_NAME
 // variables give, in name order, as --name=value.
-func settings(m Machine, mapped []string) []string {
+// On the coordinator's node, how joiners verify the coordinator
+// (GOTRAIN_CA_HASH, GOTRAIN_TLS_CA) does not apply: the same environment
+// can then be given to every node.
+func settings(m Machine, mapped []string, host bool) []string {
 	if m.Getenv == nil {
 		return nil
 	}
 	var out []string
 	for _, name := range slices.Sorted(maps.Keys(m.LaunchFlags)) {
-		if !IsSetting(name) || slices.Contains(mapped, "--"+name) {
+		if !IsSetting(name) || slices.Contains(mapped, "--"+name) || host && joinerOnly[name] {
 			continue
 		}
 		v := m.Getenv(SettingEnv(name))
