@@ -20,7 +20,8 @@
 # MKL_NUM_THREADS are applied again (torch.set_num_threads); any other
 # (CUDA_*, TORCH_*, PYTORCH_*, NCCL_*, OMP_*, MKL_*, KMP_*) makes the rank
 # start over in a fresh interpreter (exec, same pid), with one line saying
-# why.
+# why. A rank other than 0 waits for rank 0's TCPStore to listen before it
+# connects (torch's client would sleep 1 s on a refused connection).
 #
 # Everything lives in one function, so that __main__'s namespace holds
 # nothing of the bootstrap when the program runs in it. Standard library
@@ -115,12 +116,14 @@ def _gotrain_standby():
     fresh_argv = sys.orig_argv[:1] + opts + prog + job["args"]
     sys.orig_argv = list(fresh_argv)
     _retitle(fresh_argv)
+    if env.get("GOTRAIN_STANDBY_STORE_WAIT") != "off":  # off: for bench/torch_restart.sh's comparison
+        _store_waits_for_rank0()
     _watch_import_env(import_env, dict(env), preload, fresh_argv)
 
     safe = getattr(sys.flags, "safe_path", False)
     main = sys.modules["__main__"]
     g = main.__dict__
-    for name in ("_gotrain_standby", "_retitle", "_import_time", "_watch_import_env"):
+    for name in ("_gotrain_standby", "_retitle", "_import_time", "_watch_import_env", "_store_waits_for_rank0"):
         g.pop(name, None)
     if "module" in job:
         import runpy
@@ -186,6 +189,46 @@ def _retitle(argv):
         ctypes.memmove(start, raw + b"\0" * (end - start - len(raw)), end - start)
     except Exception:
         pass
+
+
+def _store_waits_for_rank0():
+    # Restarted ranks start within milliseconds of each other, so a rank
+    # other than 0 often reaches init_process_group before rank 0's
+    # TCPStore listens; torch's client then sleeps a whole second before it
+    # tries again (restarts of 0.1 s or 1.1 s). Here such a rank first waits
+    # for the port to accept, trying every 2 ms, then connects as torch
+    # would. torch's env:// and tcp:// rendezvous both go through
+    # torch.distributed.rendezvous._create_c10d_store.
+    try:
+        import functools
+        import socket
+        import sys
+        import time
+
+        import torch.distributed.rendezvous
+
+        # Not `import … as`: torch.distributed's rendezvous is also the
+        # name of a function there, which that would give.
+        rdzv = sys.modules["torch.distributed.rendezvous"]
+    except Exception:
+        return
+    real = getattr(rdzv, "_create_c10d_store", None)
+    if real is None:
+        return
+
+    @functools.wraps(real)
+    def _create_c10d_store(hostname, port, rank, world_size, timeout, *args, **kwargs):
+        if rank != 0:
+            deadline = time.monotonic() + min(timeout.total_seconds(), 60.0)
+            while time.monotonic() < deadline:
+                try:
+                    socket.create_connection((hostname, port), timeout=1.0).close()
+                    break
+                except OSError:
+                    time.sleep(0.002)
+        return real(hostname, port, rank, world_size, timeout, *args, **kwargs)
+
+    rdzv._create_c10d_store = _create_c10d_store
 
 
 def _import_time(name):

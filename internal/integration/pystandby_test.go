@@ -227,7 +227,9 @@ var perRun = map[string]bool{"TORCHELASTIC_RESTART_COUNT": true, "GOTRAIN_GENERA
 // (with what the program set before importing torch in effect: torch's
 // thread count), argv, sys.orig_argv, /proc/PID/cmdline (ps), open
 // descriptors, cwd, every signal handler, co_filename, __main__'s globals
-// and __annotations__. With a variable torch reads at import set by the
+// and __annotations__; the one difference meant is that its rendezvous
+// waits for rank 0's TCPStore to listen (torch.distributed.rendezvous's
+// _create_c10d_store wrapped, __wrapped__ the original). With a variable torch reads at import set by the
 // program, the standby starts the rank over in a fresh interpreter and says
 // why.
 func TestPythonStandbyRankIsAFreshRank(t *testing.T) {
@@ -259,6 +261,11 @@ func TestPythonStandbyRankIsAFreshRank(t *testing.T) {
 				for k, fv := range fresh {
 					switch k {
 					case "pid", "restart", "warm":
+						continue
+					case "store_wait": // the one difference meant (launcher/pystandby.py)
+						if fv != false || again[k] != wantWarm {
+							t.Errorf("rank %s: store_wait fresh %v, restarted %v; want false, %v", rank, fv, again[k], wantWarm)
+						}
 						continue
 					case "env":
 						fe, ae := fv.(map[string]any), again["env"].(map[string]any)

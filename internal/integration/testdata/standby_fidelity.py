@@ -44,6 +44,8 @@ def main():
         "threads": torch.get_num_threads(), "co_filename": main.__code__.co_filename,
         "file": __file__, "globals": GLOBALS, "annotations": ANNOTATED, "path0": sys.path[0],
         "executable": sys.executable, "flags": str(sys.flags),
+        # The one difference meant: a standby's rank waits for rank 0's store.
+        "store_wait": hasattr(sys.modules["torch.distributed.rendezvous"]._create_c10d_store, "__wrapped__"),
     }
     print("FIDELITY " + json.dumps(info, sort_keys=True), flush=True)
     dist.init_process_group("gloo")
