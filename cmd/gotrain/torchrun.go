@@ -59,7 +59,10 @@ Accepted without effect, with a note each: --rdzv-backend on one node,
 --rdzv-conf, --redirects, --tee,
 --local-ranks-filter (every rank's output is printed, prefixed [rank N]),
 --monitor-interval, --start-method, --role, --local-addr, --run-path,
---logs-specs. Any other flag is an error.
+--logs-specs. Unambiguous abbreviations work as in torchrun (--nproc=2).
+torchrun 2.x's --virtual-local-rank, --numa-binding, --event-log-handler,
+--log-line-prefix-template and --enable-nvtx are refused with the reason.
+Any other flag is an error.
 
 Examples:
   gotrain torchrun --nproc_per_node=2 --standalone train.py --epochs 3

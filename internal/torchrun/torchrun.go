@@ -95,6 +95,43 @@ var flags = map[string]kind{
 	"local-ranks-filter": valued, "signals-to-handle": valued, "logs-specs": valued,
 }
 
+// refused are torchrun 2.x's flags that gotrain does not take, each with
+// why.
+var refused = map[string]string{
+	"virtual-local-rank":       "every gotrain worker sees its own LOCAL_RANK and GPU; give CUDA_VISIBLE_DEVICES yourself if the program needs device 0",
+	"numa-binding":             "gotrain pins each worker to its GPU's NUMA node's CPUs itself",
+	"event-log-handler":        "gotrain logs to stderr and --log-dir; no event handlers",
+	"log-line-prefix-template": "gotrain prefixes each line with [rank N]",
+	"enable-nvtx":              "not supported",
+}
+
+// byPrefix is the one torchrun flag (or refused one) that starts with
+// name, as argparse takes abbreviations: "" for none, an error for more.
+func byPrefix(name string) (string, error) {
+	var match []string
+	for _, f := range sortedFlags() {
+		if strings.HasPrefix(f, name) {
+			match = append(match, f)
+		}
+	}
+	for f := range refused {
+		if strings.HasPrefix(f, name) {
+			match = append(match, f)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return "", nil
+	case 1:
+		if why, ok := refused[match[0]]; ok {
+			return "", usage("--%s (torchrun 2.x) is not supported: %s", match[0], why)
+		}
+		return match[0], nil
+	}
+	slices.Sort(match)
+	return "", usage("--%s is ambiguous: it could be --%s", name, strings.Join(match, ", --"))
+}
+
 // noEffect says why each flag gotrain accepts without effect has none.
 var noEffect = map[string]string{
 	"rdzv-backend":       "gotrain's own coordinator is the rendezvous",
@@ -141,9 +178,20 @@ func Map(args []string, m Machine) (Result, error) {
 		}
 		name, value, hasValue := strings.Cut(a[2:], "=")
 		name = strings.ReplaceAll(name, "_", "-")
+		if why, ok := refused[name]; ok {
+			return Result{}, usage("--%s (torchrun 2.x) is not supported: %s", name, why)
+		}
 		k, ok := flags[name]
 		if !ok {
-			return Result{}, usage("flag provided but not defined: -%s", flagName(a))
+			// argparse's abbreviations: a prefix of one flag alone.
+			full, err := byPrefix(name)
+			if err != nil {
+				return Result{}, err
+			}
+			if full == "" {
+				return Result{}, usage("flag provided but not defined: -%s", flagName(a))
+			}
+			name, k = full, flags[full]
 		}
 		switch {
 		case k == boolean && hasValue:

@@ -38,6 +38,8 @@ func TestMap(t *testing.T) {
 			want: "--nproc-per-node 2 --backend cpu --max-restarts 0 -- ./train x"},
 		{name: "script flags stay the script's", args: "--max_restarts 3 train.py --nproc_per_node 9 --bogus", m: cpu,
 			want: "--nproc-per-node 1 --backend cpu --max-restarts 3 -- python3 -u train.py --nproc_per_node 9 --bogus"},
+		{name: "argparse abbreviations", args: "--nproc=2 --max_r 3 --stand t.py", m: cpu,
+			want: "--nproc-per-node 2 --backend cpu --max-restarts 3 -- python3 -u t.py"},
 		{name: "-- before the script", args: "--nproc-per-node 2 -- train.py", m: cpu,
 			want: "--nproc-per-node 2 --backend cpu --max-restarts 0 -- python3 -u train.py"},
 		{name: "elastic nodes with an endpoint", args: "--nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint head:29400 --rdzv-id job7 train.py", m: gpu,
@@ -105,6 +107,10 @@ func TestMapErrors(t *testing.T) {
 		{"--max-restarts -1 t.py", "give 0 or more"},
 		{"--signals-to-handle SIGKILL t.py", "SIGKILL cannot be passed on"},
 		{"-m --no-python x", "cannot be used together"},
+		{"--rdzv x t.py", "--rdzv is ambiguous: it could be --rdzv-backend, --rdzv-conf, --rdzv-endpoint, --rdzv-id"},
+		{"--numa-binding node t.py", "--numa-binding (torchrun 2.x) is not supported: gotrain pins"},
+		{"--virtual_local_rank t.py", "--virtual-local-rank (torchrun 2.x) is not supported"},
+		{"--numa node t.py", "--numa-binding (torchrun 2.x) is not supported"},
 	} {
 		_, err := Map(strings.Fields(tc.args), Machine{CPUs: 2})
 		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
