@@ -5,6 +5,8 @@
 #                      over Python standbys (warm interpreters, torch imported,
 #                      CUDA initialised)
 #   gotrain-nostandby  gotrain launch --standby=off: fresh interpreters
+#   gotrain-nostorewait  as gotrain, but the ranks do not wait for rank 0's
+#                      TCPStore (GOTRAIN_STANDBY_STORE_WAIT=off): torch's 1 s retry
 #   torchrun           torchrun --standalone --max-restarts 1
 # Same method as bench/restart.sh and bench/anchors/torch_restart.py: the
 # last rank writes the time and exits 1 CRASH_AFTER s after the first
@@ -59,9 +61,13 @@ for i in $(seq "$RUNS"); do
 		out="$work/$mode-$i.out" err="$work/$mode-$i.err"
 		args=(--mark "$work/mark" --crash-after "$CRASH_AFTER" --backend "$pyback")
 		case $mode in
-		gotrain | gotrain-nostandby)
+		gotrain | gotrain-nostandby | gotrain-nostorewait)
 			standby=auto
 			[[ $mode == gotrain-nostandby ]] && standby=off
+			# gotrain-nostorewait: standbys whose ranks do not wait for rank
+			# 0's TCPStore (torch's 1 s retry, as before issue 26).
+			export GOTRAIN_STANDBY_STORE_WAIT=on
+			[[ $mode == gotrain-nostorewait ]] && export GOTRAIN_STANDBY_STORE_WAIT=off
 			pre=()
 			[[ -n $PRELOAD ]] && pre=(--standby-preload "$PRELOAD")
 			timeout -k 5 120 "$BIN"/gotrain launch --nproc-per-node "$NPROC" --backend "$BACKEND" --max-restarts 1 --grace-period 5s \

@@ -11,6 +11,18 @@
 # Then it becomes the program as `python SCRIPT ARGS` or `python -m MODULE
 # ARGS` would run it, in this interpreter's own __main__ module.
 #
+# A standby-run rank must be what a fresh `python SCRIPT` would be (issue
+# 26): __main__'s globals (with __annotations__), an absolute co_filename,
+# sys.orig_argv and /proc/PID/cmdline (ps) of the fresh command line
+# (followed by NULs where the bootstrap's longer one was),
+# and the environment torch was imported under. A program that changes an
+# import-time variable before its first `import torch`: OMP_NUM_THREADS and
+# MKL_NUM_THREADS are applied again (torch.set_num_threads); any other
+# (CUDA_*, TORCH_*, PYTORCH_*, NCCL_*, OMP_*, MKL_*, KMP_*) makes the rank
+# start over in a fresh interpreter (exec, same pid), with one line saying
+# why. A rank other than 0 waits for rank 0's TCPStore to listen before it
+# connects (torch's client would sleep 1 s on a refused connection).
+#
 # Everything lives in one function, so that __main__'s namespace holds
 # nothing of the bootstrap when the program runs in it. Standard library
 # only.
@@ -63,6 +75,7 @@ def _gotrain_standby():
             # torch.cuda.set_device still starts on device 0, as when fresh.
             torch.empty(1, device=torch.device("cuda", device))
             torch.cuda.synchronize(device)
+        import_env = dict(os.environ)  # what torch was imported under
         say(ready=True, pid=os.getpid(), torch=torch.__version__, warm_s=round(time.monotonic() - t0, 3))
     except BaseException as e:
         msg = "%s: %s: %s" % (what, type(e).__name__, e)
@@ -96,10 +109,22 @@ def _gotrain_standby():
     sys.stdout.flush()
     sys.stderr.flush()
 
+    # The fresh command line: the interpreter and its options as the
+    # agent started us, then the program's, without the bootstrap.
+    opts = sys.orig_argv[1:sys.orig_argv.index("-c")] if "-c" in sys.orig_argv else []
+    prog = ["-m", job["module"]] if "module" in job else [job["path"]]
+    fresh_argv = sys.orig_argv[:1] + opts + prog + job["args"]
+    sys.orig_argv = list(fresh_argv)
+    _retitle(fresh_argv)
+    if env.get("GOTRAIN_STANDBY_STORE_WAIT") != "off":  # off: for bench/torch_restart.sh's comparison
+        _store_waits_for_rank0()
+    _watch_import_env(import_env, dict(env), preload, fresh_argv)
+
     safe = getattr(sys.flags, "safe_path", False)
     main = sys.modules["__main__"]
     g = main.__dict__
-    g.pop("_gotrain_standby", None)
+    for name in ("_gotrain_standby", "_retitle", "_import_time", "_watch_import_env", "_store_waits_for_rank0"):
+        g.pop(name, None)
     if "module" in job:
         import runpy
 
@@ -122,12 +147,13 @@ def _gotrain_standby():
         full = os.path.abspath(path)
         if not safe:
             sys.path[0] = os.path.dirname(os.path.realpath(path))
-        code = compile(source, path, "exec", dont_inherit=True)
+        code = compile(source, full, "exec", dont_inherit=True)  # absolute, as a fresh run's
         builtins = g["__builtins__"]
         g.clear()
-        g.update(__name__="__main__", __doc__=None, __package__=None, __spec__=None, __file__=full,
-                 __cached__=None, __builtins__=builtins,
-                 __loader__=importlib.machinery.SourceFileLoader("__main__", full))
+        # In a fresh interpreter's order.
+        g.update(__name__="__main__", __doc__=None, __package__=None,
+                 __loader__=importlib.machinery.SourceFileLoader("__main__", full),
+                 __spec__=None, __annotations__={}, __builtins__=builtins, __file__=full, __cached__=None)
         run = lambda: exec(code, g)
     try:
         run()
@@ -140,6 +166,116 @@ def _gotrain_standby():
             tb = tb.tb_next
         sys.excepthook(type(e), e.with_traceback(tb), tb)
         sys.exit(1)
+
+
+def _retitle(argv):
+    # /proc/self/cmdline (what ps shows) becomes argv: the kernel reads it
+    # from [arg_start, arg_end) of our stack (/proc/self/stat fields 48,
+    # 49), where the bootstrap's own argv lies; the fresh one is written
+    # over it, the rest of the area zeroed (so the area still ends in a
+    # NUL: cmdline is the fresh argv followed by NULs). Python keeps its own
+    # copies of argv, so nothing reads that memory again. An argv longer
+    # than the bootstrap's (which holds this whole file) is left alone.
+    try:
+        import ctypes
+        import os
+
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        start, end = int(fields[45]), int(fields[46])  # fields 48 and 49
+        raw = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
+        if start <= 0 or len(raw) > end - start:
+            return
+        ctypes.memmove(start, raw + b"\0" * (end - start - len(raw)), end - start)
+    except Exception:
+        pass
+
+
+def _store_waits_for_rank0():
+    # Restarted ranks start within milliseconds of each other, so a rank
+    # other than 0 often reaches init_process_group before rank 0's
+    # TCPStore listens; torch's client then sleeps a whole second before it
+    # tries again (restarts of 0.1 s or 1.1 s). Here such a rank first waits
+    # for the port to accept, trying every 2 ms, then connects as torch
+    # would. torch's env:// and tcp:// rendezvous both go through
+    # torch.distributed.rendezvous._create_c10d_store.
+    try:
+        import functools
+        import socket
+        import sys
+        import time
+
+        import torch.distributed.rendezvous
+
+        # Not `import … as`: torch.distributed's rendezvous is also the
+        # name of a function there, which that would give.
+        rdzv = sys.modules["torch.distributed.rendezvous"]
+    except Exception:
+        return
+    real = getattr(rdzv, "_create_c10d_store", None)
+    if real is None:
+        return
+
+    @functools.wraps(real)
+    def _create_c10d_store(hostname, port, rank, world_size, timeout, *args, **kwargs):
+        if rank != 0:
+            deadline = time.monotonic() + min(timeout.total_seconds(), 60.0)
+            while time.monotonic() < deadline:
+                try:
+                    socket.create_connection((hostname, port), timeout=1.0).close()
+                    break
+                except OSError:
+                    time.sleep(0.002)
+        return real(hostname, port, rank, world_size, timeout, *args, **kwargs)
+
+    rdzv._create_c10d_store = _create_c10d_store
+
+
+def _import_time(name):
+    if name.startswith("TORCHELASTIC_"):
+        return False  # torchrun's, per rank and restart; torch reads them later
+    return name.startswith(("CUDA_", "TORCH_", "PYTORCH_", "NCCL_", "OMP_", "MKL_", "KMP_"))
+
+
+def _watch_import_env(import_env, job_env, preload, fresh_argv):
+    # Until the program's first import of torch (or a --standby-preload
+    # module): then compare the import-time variables it changed with
+    # those torch was imported under.
+    import builtins
+    import os
+    import sys
+
+    import_time = _import_time  # __main__'s globals are the program's from now on
+    roots = {"torch"} | {m.split(".")[0] for m in preload}
+    real = builtins.__import__
+
+    def settle():
+        changed = sorted(k for k in set(os.environ) | set(import_env)
+                         if import_time(k) and os.environ.get(k) != import_env.get(k) and os.environ.get(k) != job_env.get(k))
+        cold = []
+        for k in changed:
+            v = os.environ.get(k)
+            if k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") and v is not None and v.isdigit() and int(v) > 0:
+                sys.modules["torch"].set_num_threads(int(v))  # as torch would have read it at import
+            else:
+                cold.append(k)
+        if not cold:
+            return
+        said = ", ".join("%s=%s" % (k, os.environ.get(k, "(unset)")) for k in cold)
+        was = ", ".join("%s=%s" % (k, import_env.get(k, "(unset)")) for k in cold)
+        sys.stdout.flush()
+        sys.stderr.write("gotrain: rank %s: the program set %s before importing torch, which this warm standby imported with %s: "
+                         "it runs again in a fresh interpreter (a cold start; the same pid)\n" % (job_env.get("RANK", "?"), said, was))
+        sys.stderr.flush()
+        os.execve(sys.executable, fresh_argv, job_env)
+
+    def hook(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and name.partition(".")[0] in roots and builtins.__import__ is hook:
+            builtins.__import__ = real
+            settle()
+        return real(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = hook
 
 
 _gotrain_standby()

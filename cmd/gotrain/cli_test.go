@@ -118,7 +118,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"launch", "--grace-period", "30", "--", "true"}, "--grace-period 30: not a duration\nGive a unit, e.g. --grace-period 30s"},
 		{[]string{"launch", "--join-timeout", "soon", "--", "true"}, "--join-timeout soon: not a duration\nGive a duration with a unit"},
 		{[]string{"launch", "--nproc-per-node", "gpu", "--", "true"}, "--nproc-per-node gpu, but this machine has no NVIDIA GPU"},
-		{[]string{"torchrun", "--nproc_per_nod=2", "t.py"}, "unknown flag --nproc_per_nod\nDid you mean --nproc-per-node?"},
+		{[]string{"torchrun", "--nproc_per_nodes=2", "t.py"}, "unknown flag --nproc_per_nodes\nDid you mean --nproc-per-node?"},
 		{[]string{"coordinator", "--nnode", "2"}, "unknown flag --nnode\nDid you mean --nnodes?"},
 		{[]string{"coordinator", "--restart-backoff", "2"}, "--restart-backoff 2: not a duration\nGive a unit, e.g. --restart-backoff 2s"},
 		{[]string{"launch", "--nnodes", "0", "--", "true"}, `re:nnodes.*(\nGive at least 1|want N or MIN:MAX with 1 <= MIN)`},

@@ -56,7 +56,7 @@ var torchrunGroups = []flagGroup{
 	{groupEssentials, []string{"nproc-per-node", "nnodes", "max-restarts", "standalone"}},
 	{groupProgram, []string{"module", "no-python"}},
 	{groupWorkers, []string{"signals-to-handle"}},
-	{groupCluster, []string{"rdzv-endpoint", "master-addr", "master-port", "node-rank", "rdzv-id"}},
+	{groupCluster, []string{"rdzv-endpoint", "rdzv-backend", "master-addr", "master-port", "node-rank", "rdzv-id"}},
 	{groupOutput, []string{"log-dir"}},
 }
 

@@ -146,7 +146,7 @@ func TestTorchrunSpellingsUnderLaunch(t *testing.T) {
 			// The torchrun line it gives is one gotrain torchrun takes.
 			for _, l := range strings.Split(stderr, "\n") {
 				if line, ok := strings.CutPrefix(l, "  gotrain torchrun "); ok {
-					if _, err := torchrun.Map(strings.Fields(line), torchrun.Machine{CPUs: 2}); err != nil {
+					if _, err := torchrun.Map(strings.Fields(line), torchrun.Machine{CPUs: 2, HasSecret: true}); err != nil {
 						t.Errorf("the torchrun line %q does not parse: %v", line, err)
 					}
 				}

@@ -49,7 +49,7 @@ func torchrunSpelling(name string, args []string) *usageError {
 	var hint []string
 	tr := torchrunArgs(args)
 	gpus := launcher.FindGPUs()
-	if r, err := torchrun.Map(tr, torchrun.Machine{GPUs: gpus.N, GPUsHow: gpus.How, CPUs: runtime.NumCPU()}); err == nil {
+	if r, err := torchrun.Map(tr, torchrun.Machine{GPUs: gpus.N, GPUsHow: gpus.How, CPUs: runtime.NumCPU(), HasSecret: true}); err == nil {
 		hint = append(hint, "gotrain torchrun takes torchrun's command line as it is:",
 			"  gotrain torchrun "+shellJoin(tr),
 			"or, the same with gotrain launch's flags:",

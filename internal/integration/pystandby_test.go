@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -193,5 +194,105 @@ func TestPythonStandbyFallsBackToColdStart(t *testing.T) {
 	}
 	if len(restarted) != 1 || restarted[0].warm != "False" {
 		t.Errorf("restarted runs %+v, want one fresh interpreter\nstdout:\n%s", restarted, j.out.String())
+	}
+}
+
+// fidelityRun is one FIDELITY line of testdata/standby_fidelity.py.
+type fidelityRun map[string]any
+
+func fidelityRuns(t *testing.T, stdout string) map[string]fidelityRun {
+	t.Helper()
+	out := map[string]fidelityRun{}
+	for _, l := range strings.Split(stdout, "\n") {
+		_, js, ok := strings.Cut(l, "] FIDELITY ")
+		if !ok {
+			continue
+		}
+		var r fidelityRun
+		if err := json.Unmarshal([]byte(js), &r); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		out[fmt.Sprintf("%v/%v", r["rank"], r["restart"])] = r
+	}
+	return out
+}
+
+// perRun are the environment variables that differ between a rank's runs
+// whoever starts it: the restart count, the generation, its error file and
+// the supervisor's tag of the process.
+var perRun = map[string]bool{"TORCHELASTIC_RESTART_COUNT": true, "GOTRAIN_GENERATION": true, "GOTRAIN_RESTART_COUNT": true,
+	"TORCHELASTIC_ERROR_FILE": true, "GOTRAIN_SUPERVISE_TAG": true}
+
+// A rank a standby runs is a fresh rank, field by field: the environment
+// (with what the program set before importing torch in effect: torch's
+// thread count), argv, sys.orig_argv, /proc/PID/cmdline (ps), open
+// descriptors, cwd, every signal handler, co_filename, __main__'s globals
+// and __annotations__; the one difference meant is that its rendezvous
+// waits for rank 0's TCPStore to listen (torch.distributed.rendezvous's
+// _create_c10d_store wrapped, __wrapped__ the original). With a variable torch reads at import set by the
+// program, the standby starts the rank over in a fresh interpreter and says
+// why.
+func TestPythonStandbyRankIsAFreshRank(t *testing.T) {
+	t.Parallel()
+	prog := testdata(t, "standby_fidelity.py")
+	for _, mode := range []string{"warm", "cold"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			j, ready := crashOnceWithStandbys(t, dir, 2, 1, []string{"python3", prog}, mode)
+			if code := j.cmd.ProcessState.ExitCode(); code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.out.String(), j.err.String())
+			}
+			runs := fidelityRuns(t, j.out.String())
+			for _, rank := range []string{"0", "1"} {
+				fresh, again := runs[rank+"/0"], runs[rank+"/1"]
+				if fresh == nil || again == nil {
+					t.Fatalf("rank %s: runs %v\nstdout:\n%s\nstderr:\n%s", rank, runs, j.out.String(), j.err.String())
+				}
+				if fresh["warm"] != false {
+					t.Errorf("rank %s's first run was warm", rank)
+				}
+				wantWarm := mode == "warm"
+				if again["warm"] != wantWarm || fmt.Sprint(again["pid"]) != ready[rank] {
+					t.Errorf("rank %s restarted: warm=%v pid %v; want warm=%v in slot %s's standby (pid %s)", rank, again["warm"], again["pid"], wantWarm, rank, ready[rank])
+				}
+				if fresh["threads"] != float64(3) {
+					t.Errorf("rank %s fresh: %v threads, want 3 (OMP_NUM_THREADS=3 set before import torch)", rank, fresh["threads"])
+				}
+				for k, fv := range fresh {
+					switch k {
+					case "pid", "restart", "warm":
+						continue
+					case "store_wait": // the one difference meant (launcher/pystandby.py)
+						if fv != false || again[k] != wantWarm {
+							t.Errorf("rank %s: store_wait fresh %v, restarted %v; want false, %v", rank, fv, again[k], wantWarm)
+						}
+						continue
+					case "env":
+						fe, ae := fv.(map[string]any), again["env"].(map[string]any)
+						for name := range fe {
+							if _, ok := ae[name]; !ok {
+								t.Errorf("rank %s restarted: no %s (fresh: %v)", rank, name, fe[name])
+							}
+						}
+						for name, v := range ae {
+							if !perRun[name] && fmt.Sprint(fe[name]) != fmt.Sprint(v) {
+								t.Errorf("rank %s restarted: %s=%v, fresh %v", rank, name, v, fe[name])
+							}
+						}
+						continue
+					}
+					if fmt.Sprint(fv) != fmt.Sprint(again[k]) {
+						t.Errorf("rank %s restarted: %s\n got %v\nfresh %v", rank, k, again[k], fv)
+					}
+				}
+				if fa := fmt.Sprint(fresh["co_filename"]); fa != prog {
+					t.Errorf("rank %s fresh co_filename %s, want %s", rank, fa, prog)
+				}
+			}
+			said := strings.Count(j.err.String(), "before importing torch, which this warm standby imported with TORCH_SHOW_CPP_STACKTRACES=(unset)")
+			if mode == "cold" && said != 2 || mode == "warm" && said != 0 {
+				t.Errorf("%d lines saying why a rank starts over, want %d\nstderr:\n%s", said, map[bool]int{true: 2}[mode == "cold"], j.err.String())
+			}
+		})
 	}
 }

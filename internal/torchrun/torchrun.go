@@ -24,8 +24,26 @@ type Machine struct {
 	GPUs, CPUs int
 	// GPUsHow says how GPUs was found (launcher.GPUs.How), for warnings.
 	GPUsHow string
-	// Getenv reads PET_* variables (os.Getenv in production); nil: none.
+	// Getenv reads PET_* variables and GOTRAIN_* settings (os.Getenv in
+	// production); nil: none.
 	Getenv func(string) string
+	// IsLocal says whether host (a name or an address) names this machine
+	// (one of its interfaces' addresses, its hostname, a loopback
+	// address); nil: only loopback addresses and "localhost" do.
+	IsLocal func(host string) bool
+	// CanListen says whether this node can listen at HOST:PORT now (the
+	// port is free); nil: it can.
+	CanListen func(hostport string) bool
+	// HasSecret says that every node gets the job's secret without
+	// copying: a job token in GOTRAIN_JOB_TOKEN or a token file
+	// (GOTRAIN_JOB_TOKEN_FILE), or a Slurm step (munge brings it).
+	HasSecret bool
+	// Python is the interpreter to run scripts and modules with (an
+	// absolute path); "": python3.
+	Python string
+	// LaunchFlags are gotrain launch's flags that a GOTRAIN_NAME variable
+	// may set (name → whether it is a boolean flag); see Settings.
+	LaunchFlags map[string]bool
 }
 
 // Result is gotrain launch's command line and what to tell the user.
@@ -37,7 +55,27 @@ type Result struct {
 	// Warnings say what runs otherwise than the command line may suggest:
 	// workers that get no GPU.
 	Warnings []string
+	// LocalToken, when not empty, is the coordinator's port on this
+	// machine (a loopback endpoint, no secret given): the shell takes the
+	// job token from the run file of this user's launcher whose
+	// coordinator listens there (internal/runfile) and passes it on.
+	LocalToken string
+	// Host says that this node runs the job's coordinator.
+	Host bool
+	// Python says that the program runs through the interpreter
+	// (Machine.Python): a script or -m, not --no-python.
+	Python bool
 }
+
+// ErrNoSecret is the refusal of a multi-node line across machines that
+// gives no secret every node shares (gotrain exits 2 on it).
+var ErrNoSecret = errors.New("torchrun: no job secret")
+
+// SecretHelp says what a multi-node job without a shared secret needs.
+const SecretHelp = "Every node must prove the same job secret: torchrun's own store lets anyone who reaches its port join and steer the job, gotrain's coordinator does not. " +
+	"Set GOTRAIN_JOB_TOKEN to the same random value on every node (e.g. GOTRAIN_JOB_TOKEN=$(openssl rand -hex 16), passed to all nodes by your scheduler or ssh), " +
+	"or GOTRAIN_JOB_TOKEN_FILE to a 0600 file all nodes read (a shared home directory); nothing else needs copying: each node proves the token over TLS and it never travels. " +
+	"Under Slurm, start the line with srun: munge brings the secret. All nodes on this machine (a loopback endpoint) need nothing."
 
 type kind int
 
@@ -55,6 +93,43 @@ var flags = map[string]kind{
 	"start-method": valued, "role": valued, "module": boolean, "no-python": boolean,
 	"run-path": boolean, "log-dir": valued, "redirects": valued, "tee": valued,
 	"local-ranks-filter": valued, "signals-to-handle": valued, "logs-specs": valued,
+}
+
+// refused are torchrun 2.x's flags that gotrain does not take, each with
+// why.
+var refused = map[string]string{
+	"virtual-local-rank":       "every gotrain worker sees its own LOCAL_RANK and GPU; give CUDA_VISIBLE_DEVICES yourself if the program needs device 0",
+	"numa-binding":             "gotrain pins each worker to its GPU's NUMA node's CPUs itself",
+	"event-log-handler":        "gotrain logs to stderr and --log-dir; no event handlers",
+	"log-line-prefix-template": "gotrain prefixes each line with [rank N]",
+	"enable-nvtx":              "not supported",
+}
+
+// byPrefix is the one torchrun flag (or refused one) that starts with
+// name, as argparse takes abbreviations: "" for none, an error for more.
+func byPrefix(name string) (string, error) {
+	var match []string
+	for _, f := range sortedFlags() {
+		if strings.HasPrefix(f, name) {
+			match = append(match, f)
+		}
+	}
+	for f := range refused {
+		if strings.HasPrefix(f, name) {
+			match = append(match, f)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return "", nil
+	case 1:
+		if why, ok := refused[match[0]]; ok {
+			return "", usage("--%s (torchrun 2.x) is not supported: %s", match[0], why)
+		}
+		return match[0], nil
+	}
+	slices.Sort(match)
+	return "", usage("--%s is ambiguous: it could be --%s", name, strings.Join(match, ", --"))
 }
 
 // noEffect says why each flag gotrain accepts without effect has none.
@@ -103,9 +178,20 @@ func Map(args []string, m Machine) (Result, error) {
 		}
 		name, value, hasValue := strings.Cut(a[2:], "=")
 		name = strings.ReplaceAll(name, "_", "-")
+		if why, ok := refused[name]; ok {
+			return Result{}, usage("--%s (torchrun 2.x) is not supported: %s", name, why)
+		}
 		k, ok := flags[name]
 		if !ok {
-			return Result{}, usage("flag provided but not defined: -%s", flagName(a))
+			// argparse's abbreviations: a prefix of one flag alone.
+			full, err := byPrefix(name)
+			if err != nil {
+				return Result{}, err
+			}
+			if full == "" {
+				return Result{}, usage("flag provided but not defined: -%s", flagName(a))
+			}
+			name, k = full, flags[full]
 		}
 		switch {
 		case k == boolean && hasValue:
@@ -146,7 +232,18 @@ func Map(args []string, m Machine) (Result, error) {
 	var r Result
 	var out []string
 	note := func(format string, a ...any) { r.Notes = append(r.Notes, fmt.Sprintf(format, a...)) }
+	isLocal := m.IsLocal
+	if isLocal == nil {
+		isLocal = isLoopback
+	}
+	canListen := m.CanListen
+	if canListen == nil {
+		canListen = func(string) bool { return true }
+	}
 	noted := map[string]bool{}
+	if v, _ := get("nnodes"); v != "" && v != "1" && v != "1:1" {
+		noted["rdzv-backend"] = true // on several nodes it decides who runs the coordinator
+	}
 	for _, name := range flagOrder(given, m.Getenv) {
 		if why, ok := noEffect[name]; ok && !noted[name] && !(name == "run-path" && !on(name)) {
 			noted[name] = true
@@ -242,6 +339,7 @@ func Map(args []string, m Machine) (Result, error) {
 			}
 		}
 		endpoint, hasEndpoint := get("rdzv-endpoint")
+		setEndpoint := hasEndpoint
 		addr, hasAddr := get("master-addr")
 		port, hasPort := get("master-port")
 		if !hasEndpoint && (hasAddr || hasPort) {
@@ -265,12 +363,51 @@ func Map(args []string, m Machine) (Result, error) {
 			if err != nil { // HOST alone: torchrun's default port
 				host, p = endpoint, "29400"
 			}
-			if hasRank && nodeRank == "0" {
-				out = append(out, "--coordinator-listen", net.JoinHostPort("0.0.0.0", p))
-				note("node rank 0 starts the coordinator at port %s", p)
+			loopback := isLoopback(host)
+			listen := net.JoinHostPort("0.0.0.0", p)
+			if loopback {
+				listen = net.JoinHostPort("127.0.0.1", p)
+			}
+			// Who runs the coordinator, as torchrun decides who hosts its
+			// store: the static backend (torchrun's default, and any
+			// --master-addr line), node rank 0; c10d, the node the
+			// endpoint's host names, unless its port is taken already (a
+			// second node on the same machine), which then joins.
+			backend, _ := get("rdzv-backend")
+			switch backend {
+			case "", "static", "c10d":
+			case "etcd", "etcd-v2":
+				return Result{}, usage("--rdzv-backend %s: gotrain does not speak to etcd; give --rdzv-backend c10d --rdzv-endpoint HOST:PORT of the node that should run the coordinator (nothing else needs to run there)", backend)
+			default:
+				return Result{}, usage("--rdzv-backend %q: give c10d or static", backend)
+			}
+			static := backend == "static" || (backend == "" && !setEndpoint)
+			var here bool
+			switch {
+			case static && hasRank:
+				here = nodeRank == "0"
+			default: // c10d, or a static line without a node rank
+				here = isLocal(host) && canListen(listen)
+			}
+			r.Host = here
+			if !m.HasSecret {
+				switch {
+				case !loopback:
+					return Result{}, fmt.Errorf("%w: a job of %s nodes meeting at %s, and no secret was given: gotrain will not run a job that anyone who reaches %s can join", ErrNoSecret, nnodes, endpoint, net.JoinHostPort(host, p))
+				case !here:
+					r.LocalToken = p
+				}
+			}
+			if here {
+				out = append(out, "--coordinator-listen", listen)
+				if static {
+					note("node rank 0 starts the coordinator at port %s", p)
+				} else {
+					note("%s names this machine: the coordinator starts here, at port %s", host, p)
+				}
 			} else {
 				out = append(out, "--coordinator", net.JoinHostPort(host, p))
-				if hasRank {
+				if hasRank && static {
 					// The node order follows it, after the coordinator's node.
 					out = append(out, "--node-rank", nodeRank)
 				}
@@ -317,6 +454,15 @@ func Map(args []string, m Machine) (Result, error) {
 		out = append(out, "--signals-to-handle", list)
 	}
 
+	// gotrain launch's own settings, as GOTRAIN_NAME variables (the way
+	// PET_NAME gives torchrun's): after the mapped flags, so that a
+	// torchrun flag and a setting never fight over one launch flag.
+	out = append(out, settings(m, out, r.Host)...)
+
+	python := m.Python
+	if python == "" {
+		python = "python3"
+	}
 	// The program: torchrun runs python -u SCRIPT, python -u -m MODULE, or
 	// (--no-python) the program itself.
 	out = append(out, "--")
@@ -326,12 +472,71 @@ func Map(args []string, m Machine) (Result, error) {
 	case on("no-python"):
 		out = append(out, script)
 	case on("module"):
-		out = append(out, "python3", "-u", "-m", script)
+		out, r.Python = append(out, python, "-u", "-m", script), true
 	default:
-		out = append(out, "python3", "-u", script)
+		out, r.Python = append(out, python, "-u", script), true
 	}
 	r.LaunchArgs = append(out, scriptArgs...)
 	return r, nil
+}
+
+// notSettings are gotrain launch's flags that no GOTRAIN_NAME variable
+// sets: torchrun's flags give them, or gotrain sets the variable of that
+// name in every worker (GOTRAIN_BACKEND, GOTRAIN_RUN_ID, GOTRAIN_STANDBY),
+// so that a gotrain torchrun inside a worker would take it for a setting.
+var notSettings = map[string]bool{
+	"nproc-per-node": true, "nnodes": true, "node-rank": true, "coordinator": true,
+	"coordinator-listen": true, "run-id": true, "max-restarts": true, "log-dir": true,
+	"signals-to-handle": true, "backend": true, "standby": true, "job-token": true,
+}
+
+// joinerOnly are the settings of a node that joins a coordinator.
+var joinerOnly = map[string]bool{"ca-hash": true, "tls-ca": true, "insecure-skip-ca-check": true}
+
+// SettingEnv is the variable that sets gotrain launch's flag name in
+// gotrain torchrun: GOTRAIN_ and the name in capitals, '-' as '_'
+// (--ca-hash: GOTRAIN_CA_HASH).
+func SettingEnv(name string) string {
+	return "GOTRAIN_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// IsSetting says whether gotrain torchrun takes gotrain launch's flag
+// name from its GOTRAIN_ variable.
+func IsSetting(name string) bool { return !notSettings[name] }
+
+// settings are the launch flags of m.LaunchFlags that GOTRAIN_NAME
+// variables give, in name order, as --name=value.
+// On the coordinator's node, how joiners verify the coordinator
+// (GOTRAIN_CA_HASH, GOTRAIN_TLS_CA) does not apply: the same environment
+// can then be given to every node.
+func settings(m Machine, mapped []string, host bool) []string {
+	if m.Getenv == nil {
+		return nil
+	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(m.LaunchFlags)) {
+		if !IsSetting(name) || slices.Contains(mapped, "--"+name) || host && joinerOnly[name] {
+			continue
+		}
+		v := m.Getenv(SettingEnv(name))
+		if v == "" {
+			continue
+		}
+		if m.LaunchFlags[name] { // boolean: 1, true, yes
+			v = strconv.FormatBool(v == "1" || strings.EqualFold(v, "true") || strings.EqualFold(v, "yes"))
+		}
+		out = append(out, "--"+name+"="+v)
+	}
+	return out
+}
+
+// isLoopback says whether host is "localhost" or a loopback address.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // flagOrder lists the flags given on the command line, then those that

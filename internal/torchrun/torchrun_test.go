@@ -9,7 +9,7 @@ import (
 
 func TestMap(t *testing.T) {
 	cpu := Machine{CPUs: 16}
-	gpu := Machine{GPUs: 8, CPUs: 64}
+	gpu := Machine{GPUs: 8, CPUs: 64, HasSecret: true}
 	for _, tc := range []struct {
 		name  string
 		args  string
@@ -38,11 +38,13 @@ func TestMap(t *testing.T) {
 			want: "--nproc-per-node 2 --backend cpu --max-restarts 0 -- ./train x"},
 		{name: "script flags stay the script's", args: "--max_restarts 3 train.py --nproc_per_node 9 --bogus", m: cpu,
 			want: "--nproc-per-node 1 --backend cpu --max-restarts 3 -- python3 -u train.py --nproc_per_node 9 --bogus"},
+		{name: "argparse abbreviations", args: "--nproc=2 --max_r 3 --stand t.py", m: cpu,
+			want: "--nproc-per-node 2 --backend cpu --max-restarts 3 -- python3 -u t.py"},
 		{name: "-- before the script", args: "--nproc-per-node 2 -- train.py", m: cpu,
 			want: "--nproc-per-node 2 --backend cpu --max-restarts 0 -- python3 -u train.py"},
 		{name: "elastic nodes with an endpoint", args: "--nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint head:29400 --rdzv-id job7 train.py", m: gpu,
 			want:  "--nproc-per-node 1 --nnodes 1:2 --run-id job7 --coordinator head:29400 --max-restarts 0 -- python3 -u train.py",
-			notes: []string{"--rdzv-backend c10d has no effect"}},
+			notes: []string{}},
 		{name: "node rank 0 listens at the master port", args: "--nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --master_port=29500 train.py", m: gpu,
 			want:  "--nproc-per-node 1 --nnodes 2 --coordinator-listen 0.0.0.0:29500 --max-restarts 0 -- python3 -u train.py",
 			notes: []string{"node rank 0 starts the coordinator at port 29500"}},
@@ -105,6 +107,10 @@ func TestMapErrors(t *testing.T) {
 		{"--max-restarts -1 t.py", "give 0 or more"},
 		{"--signals-to-handle SIGKILL t.py", "SIGKILL cannot be passed on"},
 		{"-m --no-python x", "cannot be used together"},
+		{"--rdzv x t.py", "--rdzv is ambiguous: it could be --rdzv-backend, --rdzv-conf, --rdzv-endpoint, --rdzv-id"},
+		{"--numa-binding node t.py", "--numa-binding (torchrun 2.x) is not supported: gotrain pins"},
+		{"--virtual_local_rank t.py", "--virtual-local-rank (torchrun 2.x) is not supported"},
+		{"--numa node t.py", "--numa-binding (torchrun 2.x) is not supported"},
 	} {
 		_, err := Map(strings.Fields(tc.args), Machine{CPUs: 2})
 		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
@@ -153,5 +159,121 @@ func TestMapWarnsOfNoGPU(t *testing.T) {
 		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 			t.Errorf("%s on %+v: warnings %q, want %q", tc.args, tc.m, got, tc.want)
 		}
+	}
+}
+
+// Who runs the coordinator, as torchrun decides who hosts its store, and
+// what a line without a shared secret may do.
+func TestMapRendezvous(t *testing.T) {
+	local := func(hosts ...string) func(string) bool {
+		return func(h string) bool { return slices.Contains(hosts, h) }
+	}
+	taken := func(addrs ...string) func(string) bool {
+		return func(a string) bool { return !slices.Contains(addrs, a) }
+	}
+	const tail = " --max-restarts 0 -- /usr/bin/python3 -u t.py"
+	for _, tc := range []struct {
+		name, args string
+		m          Machine
+		want       string // gotrain launch's arguments before tail
+		host       bool
+		localToken string
+		err        error // ErrNoSecret or ErrUsage
+		errText    string
+	}{
+		{name: "c10d endpoint naming this host: the coordinator here, every interface",
+			args: "--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29400 t.py",
+			m:    Machine{IsLocal: local("10.0.0.1"), HasSecret: true},
+			want: "--nproc-per-node 1 --nnodes 2 --coordinator-listen 0.0.0.0:29400", host: true},
+		{name: "c10d endpoint of another host: join it",
+			args: "--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29400 t.py",
+			m:    Machine{IsLocal: local("10.0.0.2"), HasSecret: true},
+			want: "--nproc-per-node 1 --nnodes 2 --coordinator 10.0.0.1:29400"},
+		{name: "c10d endpoint without a port: torchrun's 29400",
+			args: "--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=head t.py",
+			m:    Machine{IsLocal: local("head"), HasSecret: true},
+			want: "--nproc-per-node 1 --nnodes 2 --coordinator-listen 0.0.0.0:29400", host: true},
+		{name: "c10d endpoint of this host whose port is taken: a second node here joins",
+			args: "--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29400 t.py",
+			m:    Machine{IsLocal: local("10.0.0.1"), CanListen: taken("0.0.0.0:29400"), HasSecret: true},
+			want: "--nproc-per-node 1 --nnodes 2 --coordinator 10.0.0.1:29400"},
+		{name: "c10d node rank is not the static one: the endpoint's host decides",
+			args: "--nnodes=2 --node_rank=1 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29400 t.py",
+			m:    Machine{IsLocal: local("10.0.0.1"), HasSecret: true},
+			want: "--nproc-per-node 1 --nnodes 2 --coordinator-listen 0.0.0.0:29400", host: true},
+		{name: "static: node rank 0 runs it wherever --master-addr points",
+			args: "--nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --master_port=29500 t.py",
+			m:    Machine{HasSecret: true},
+			want: "--nproc-per-node 1 --nnodes 2 --coordinator-listen 0.0.0.0:29500", host: true},
+		{name: "static: node rank 1 joins in its place",
+			args: "--nnodes=2 --node_rank=1 --master_addr=10.0.0.1 --master_port=29500 t.py",
+			m:    Machine{IsLocal: local("10.0.0.1"), HasSecret: true},
+			want: "--nproc-per-node 1 --nnodes 2 --coordinator 10.0.0.1:29500 --node-rank 1"},
+		{name: "loopback endpoint, no secret: the coordinator's node makes the token",
+			args: "--nnodes=1:2 --rdzv_backend=c10d --rdzv_endpoint=localhost:29400 t.py",
+			m:    Machine{},
+			want: "--nproc-per-node 1 --nnodes 1:2 --coordinator-listen 127.0.0.1:29400", host: true},
+		{name: "loopback endpoint, no secret, port taken: the token of this user's coordinator here",
+			args: "--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29400 t.py",
+			m:    Machine{CanListen: taken("127.0.0.1:29400")},
+			want: "--nproc-per-node 1 --nnodes 2 --coordinator 127.0.0.1:29400", localToken: "29400"},
+		{name: "loopback endpoint with a secret: nothing to look up",
+			args: "--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29400 t.py",
+			m:    Machine{CanListen: taken("127.0.0.1:29400"), HasSecret: true},
+			want: "--nproc-per-node 1 --nnodes 2 --coordinator 127.0.0.1:29400"},
+		{name: "across machines without a secret: refused on the coordinator's node",
+			args: "--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29400 t.py",
+			m:    Machine{IsLocal: local("10.0.0.1")}, err: ErrNoSecret, errText: "anyone who reaches 10.0.0.1:29400 can join"},
+		{name: "across machines without a secret: refused on a joiner",
+			args: "--nnodes=2 --node_rank=1 --master_addr=10.0.0.1 t.py",
+			m:    Machine{}, err: ErrNoSecret, errText: "a job of 2 nodes meeting at 10.0.0.1:29500"},
+		{name: "etcd: refused with what to give instead",
+			args: "--nnodes=2 --rdzv_backend=etcd --rdzv_endpoint=10.0.0.1:2379 t.py",
+			m:    Machine{HasSecret: true}, err: ErrUsage, errText: "gotrain does not speak to etcd"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.m
+			m.CPUs, m.GPUs, m.Python = 8, 8, "/usr/bin/python3"
+			r, err := Map(strings.Fields(tc.args), m)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.errText) {
+					t.Fatalf("Map(%s) = %v, want %v with %q", tc.args, err, tc.err, tc.errText)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Map(%s): %v", tc.args, err)
+			}
+			if got := strings.Join(r.LaunchArgs, " "); got != tc.want+tail {
+				t.Errorf("Map(%s)\n got %s\nwant %s", tc.args, got, tc.want+tail)
+			}
+			if r.Host != tc.host || r.LocalToken != tc.localToken || !r.Python {
+				t.Errorf("Map(%s): Host %v, LocalToken %q, Python %v; want %v, %q, true", tc.args, r.Host, r.LocalToken, r.Python, tc.host, tc.localToken)
+			}
+		})
+	}
+}
+
+// gotrain launch's settings come from GOTRAIN_NAME variables, except those
+// torchrun's flags give and those gotrain sets in every worker.
+func TestMapSettings(t *testing.T) {
+	env := map[string]string{
+		"GOTRAIN_CA_HASH": "sha256:ab", "GOTRAIN_VERBOSE": "1", "GOTRAIN_HANG_TIMEOUT": "30s",
+		"GOTRAIN_BACKEND": "cpu", "GOTRAIN_STANDBY": "1", "GOTRAIN_RUN_ID": "x", "GOTRAIN_MAX_RESTARTS": "7",
+		"GOTRAIN_JOB_TOKEN_FILE": "/s/tok",
+	}
+	m := Machine{CPUs: 2, GPUs: 2, Getenv: func(k string) string { return env[k] },
+		LaunchFlags: map[string]bool{"ca-hash": false, "verbose": true, "hang-timeout": false, "backend": false,
+			"standby": false, "run-id": false, "max-restarts": false, "job-token-file": false, "no-gossip": true}}
+	r, err := Map([]string{"--no-python", "./train"}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "--nproc-per-node 1 --max-restarts 0 --ca-hash=sha256:ab --hang-timeout=30s --job-token-file=/s/tok --verbose=true -- ./train"
+	if got := strings.Join(r.LaunchArgs, " "); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	if r.Python {
+		t.Error("--no-python: Python = true")
 	}
 }
