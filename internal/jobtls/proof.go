@@ -119,31 +119,47 @@ func (p *proofCreds) Clone() credentials.TransportCredentials {
 	return &proofCreds{TransportCredentials: p.TransportCredentials.Clone(), tok: p.tok, want: p.want, server: p.server}
 }
 
-func ekmOf(info credentials.AuthInfo) ([]byte, credentials.TLSInfo, error) {
+// session is one TLS connection between its handshake and the proof.
+type session struct {
+	conn net.Conn
+	ti   credentials.TLSInfo
+	ekm  []byte // the session's exported keying material the proofs are bound to
+}
+
+// afterTLS is the prologue both sides' handshakes share: the TLS
+// handshake's result (conn, info, err) and the session's keying material.
+// A connection that is not TLS, or whose keying material cannot be
+// exported, is closed.
+func afterTLS(conn net.Conn, info credentials.AuthInfo, err error) (*session, error) {
+	if err != nil {
+		return nil, err
+	}
+	s := &session{conn: conn}
 	ti, ok := info.(credentials.TLSInfo)
 	if !ok {
-		return nil, ti, fmt.Errorf("jobtls: the connection is not TLS (%T)", info)
+		_ = conn.Close()
+		return nil, fmt.Errorf("jobtls: the connection is not TLS (%T)", info)
 	}
-	ekm, err := ti.State.ExportKeyingMaterial(proofLabel, nil, proofLen)
-	if err != nil {
-		return nil, ti, fmt.Errorf("jobtls: the TLS session's keying material: %w", err)
+	s.ti = ti
+	if s.ekm, err = ti.State.ExportKeyingMaterial(proofLabel, nil, proofLen); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("jobtls: the TLS session's keying material: %w", err)
 	}
-	return ekm, ti, nil
+	return s, nil
+}
+
+// fail closes the connection and returns err as a handshake's result.
+func (s *session) fail(err error) (net.Conn, credentials.AuthInfo, error) {
+	_ = s.conn.Close()
+	return nil, nil, err
 }
 
 func (p *proofCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := p.TransportCredentials.ServerHandshake(raw)
+	s, err := afterTLS(p.TransportCredentials.ServerHandshake(raw))
 	if err != nil {
 		return nil, nil, err
 	}
-	fail := func(err error) (net.Conn, credentials.AuthInfo, error) {
-		_ = conn.Close()
-		return nil, nil, err
-	}
-	ekm, ti, err := ekmOf(info)
-	if err != nil {
-		return fail(err)
-	}
+	conn, ti, ekm, fail := s.conn, s.ti, s.ekm, s.fail
 	// gRPC's connection timeout (a deadline on raw) bounds the read.
 	got := make([]byte, len(clientMagic)+proofLen)
 	if _, err := io.ReadFull(conn, got); err != nil {
@@ -160,18 +176,11 @@ func (p *proofCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthIn
 }
 
 func (p *proofCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := p.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	s, err := afterTLS(p.TransportCredentials.ClientHandshake(ctx, authority, raw))
 	if err != nil {
 		return nil, nil, err
 	}
-	fail := func(err error) (net.Conn, credentials.AuthInfo, error) {
-		_ = conn.Close()
-		return nil, nil, err
-	}
-	ekm, ti, err := ekmOf(info)
-	if err != nil {
-		return fail(err)
-	}
+	conn, ti, ekm, fail := s.conn, s.ti, s.ekm, s.fail
 	if d, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(d)
 		defer conn.SetDeadline(time.Time{})
