@@ -74,7 +74,7 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 			return resp.GetNodeCert(), &p, nil
 		}
 		if errors.Is(err, jobtls.ErrProofRefused) || strings.Contains(status.Convert(err).Message(), jobtls.ErrProofRefused.Error()) || status.Code(err) == codes.PermissionDenied {
-			return nil, nil, fmt.Errorf("join the coordinator at %s: wrong job token: pass the --job-token (or set %s) that the first node or `gotrain coordinator` printed: %w",
+			return nil, nil, fmt.Errorf("join the coordinator at %s: wrong job token: set %s (or --job-token-file) to the token of the first node or `gotrain coordinator` (the job token is in the 0600 file its start line names): %w",
 				coordAddr, jobenv.JobToken, err)
 		}
 		if notVerified(err) { // tls.go: nothing it could use was sent, and trying again cannot help

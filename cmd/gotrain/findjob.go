@@ -23,7 +23,7 @@ func findJob(cmd, addr, tok string, trust jobtls.Trust) (string, string, jobtls.
 		j, others, err := runfile.Newest()
 		if err != nil {
 			if errors.Is(err, runfile.ErrNoJob) {
-				return "", "", trust, &usageError{msg: err.Error(), hint: "Pass --coordinator HOST:PORT and --job-token for a job launched elsewhere."}
+				return "", "", trust, &usageError{msg: err.Error(), hint: "For a job launched elsewhere pass --coordinator HOST:PORT and --ca-hash, with the job token in " + jobenv.JobToken + " (never in argv)."}
 			}
 			return "", "", trust, err
 		}
@@ -39,7 +39,7 @@ func findJob(cmd, addr, tok string, trust jobtls.Trust) (string, string, jobtls.
 		}
 	}
 	if tok == "" {
-		return "", "", trust, &usageError{msg: "no job token", hint: "Pass --job-token or set " + jobenv.JobToken + "."}
+		return "", "", trust, &usageError{msg: "no job token", hint: "Set " + jobenv.JobToken + " to the job token (the file named on the first node's start line), and pass --coordinator and --ca-hash."}
 	}
 	// Without --ca-hash or --tls-ca, the proof of the token alone
 	// verifies the coordinator (jobtls.Trust).

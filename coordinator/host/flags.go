@@ -37,7 +37,7 @@ func RegisterJobFlags(fs *flag.FlagSet, s *JobSettings, token string) {
 	fs.Var(&nnodesFlag{s}, FlagNodes, "nodes (agents) in the job: N, or MIN:MAX (elastic, as torchrun: the job starts with MIN or more, runs on the survivors of a lost node while MIN remain, and admits nodes that join up to MAX)")
 	fs.DurationVar(&s.NodeTimeout, FlagNodeTimeout, d.NodeTimeout, "a node out of contact (network blip, frozen agent) for less than this changes nothing; for longer it is lost, and its agent stops its own workers")
 	fs.DurationVar(&s.JoinSettle, FlagJoinSettle, d.JoinSettle, "with --nnodes MIN:MAX: wait this long after a join for more before starting (or growing) the job, so a burst of joins is one restart")
-	fs.StringVar(&s.JobToken, FlagJobToken, token, "secret every agent and worker of the job presents (default $"+jobenv.JobToken+", or a new one, printed, where the coordinator starts)")
+	fs.StringVar(&s.JobToken, FlagJobToken, token, "secret every agent and worker of the job presents (default $"+jobenv.JobToken+", or a new one, written to a 0600 run file where the coordinator starts and never printed)")
 	fs.StringVar(&s.RunID, FlagRunID, d.RunID, "job name shown to workers as GOTRAIN_RUN_ID / TORCHELASTIC_RUN_ID (default: a random gotrain-XXXXXXXX, made where the coordinator starts)")
 	fs.IntVar(&s.MaxRestarts, FlagMaxRestarts, d.MaxRestarts, "restart the job this many times after a worker fails (0: the first failure ends the job)")
 	fs.DurationVar(&s.RestartBackoff, FlagRestartBackoff, d.RestartBackoff, "pause between the last worker of a failed generation stopping and the next generation starting")

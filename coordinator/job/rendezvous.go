@@ -30,7 +30,7 @@ func (m *Machine) rendezvousTick() []Action {
 	return []Action{FinishJob{
 		ExitCode: 1,
 		Message: fmt.Sprintf("the job never started: %d of %d nodes joined within the rendezvous timeout of %s (%s); "+
-			"start the missing nodes with the command the first node printed, check their --coordinator address and --job-token, or raise --rendezvous-timeout",
+			"start the missing nodes with the command the first node printed, check their --coordinator address and job token, or raise --rendezvous-timeout",
 			len(m.nodes), m.cfg.Nodes, m.cfg.RendezvousTimeout, who),
 	}}
 }

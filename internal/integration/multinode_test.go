@@ -344,7 +344,7 @@ func TestMultiNodeWrongToken(t *testing.T) {
 	if code := b.wait(t, 30*time.Second); code != 1 {
 		t.Errorf("the node with the wrong token exited %d, want 1", code)
 	}
-	if !strings.Contains(b.err.String(), "wrong job token: pass the --job-token") {
+	if !strings.Contains(b.err.String(), "wrong job token: set GOTRAIN_JOB_TOKEN") {
 		t.Errorf("the node with the wrong token does not say so:\n%s", b.err.String())
 	}
 	if code := a.wait(t, 30*time.Second); code != 1 {
