@@ -646,11 +646,8 @@ func (s *Server) ReportWorkerExit(_ context.Context, req *gotrainv1.ReportWorker
 func (s *Server) GetJobStatus(context.Context, *gotrainv1.GetJobStatusRequest) (*gotrainv1.JobStatus, error) {
 	s.mu.Lock()
 	st := s.st.Machine().Status()
-	hash, applied := s.stateDigest() // replicated.go
 	s.mu.Unlock()
-	out := statusToProto(st)
-	out.StateHash, out.StateApplied = hash, applied
-	return out, nil
+	return statusToProto(st), nil
 }
 
 // HasNode says whether node id is in the job (tests, tools).

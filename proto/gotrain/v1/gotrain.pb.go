@@ -4043,12 +4043,7 @@ type JobStatus struct {
 	Ranks        []*RankStatus  `protobuf:"bytes,7,rep,name=ranks,proto3" json:"ranks,omitempty"`
 	Failure      *WorkerFailure `protobuf:"bytes,8,opt,name=failure,proto3" json:"failure,omitempty"`
 	// Hang verdicts in force for the current generation.
-	Verdicts []*HangVerdict `protobuf:"bytes,9,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
-	// state: the SHA-256 of this replica's replicated state (coordinator/state
-	// Digest) and how many log entries made it: replicas that applied as many
-	// entries hold equal hashes.
-	StateHash     []byte `protobuf:"bytes,200,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
-	StateApplied  uint64 `protobuf:"varint,201,opt,name=state_applied,json=stateApplied,proto3" json:"state_applied,omitempty"`
+	Verdicts      []*HangVerdict `protobuf:"bytes,9,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4144,20 +4139,6 @@ func (x *JobStatus) GetVerdicts() []*HangVerdict {
 		return x.Verdicts
 	}
 	return nil
-}
-
-func (x *JobStatus) GetStateHash() []byte {
-	if x != nil {
-		return x.StateHash
-	}
-	return nil
-}
-
-func (x *JobStatus) GetStateApplied() uint64 {
-	if x != nil {
-		return x.StateApplied
-	}
-	return 0
 }
 
 // LogEntry is one entry of a replicated coordinator's log: a typed
@@ -5440,7 +5421,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x1b\n" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x124\n" +
 	"\bprogress\x18\a \x01(\v2\x18.gotrain.v1.RankProgressR\bprogress\x12\x10\n" +
-	"\x03gpu\x18\b \x01(\x05R\x03gpu\"\xa8\x03\n" +
+	"\x03gpu\x18\b \x01(\x05R\x03gpu\"\xf2\x02\n" +
 	"\tJobStatus\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1e\n" +
@@ -5453,10 +5434,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05nodes\x18\x06 \x03(\v2\x16.gotrain.v1.NodeStatusR\x05nodes\x12,\n" +
 	"\x05ranks\x18\a \x03(\v2\x16.gotrain.v1.RankStatusR\x05ranks\x123\n" +
 	"\afailure\x18\b \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x123\n" +
-	"\bverdicts\x18\t \x03(\v2\x17.gotrain.v1.HangVerdictR\bverdicts\x12\x1e\n" +
-	"\n" +
-	"state_hash\x18\xc8\x01 \x01(\fR\tstateHash\x12$\n" +
-	"\rstate_applied\x18\xc9\x01 \x01(\x04R\fstateApplied\"\xb9\x06\n" +
+	"\bverdicts\x18\t \x03(\v2\x17.gotrain.v1.HangVerdictR\bverdictsJ\x06\b\xc8\x01\x10\xc9\x01J\x06\b\xc9\x01\x10\xca\x01\"\xb9\x06\n" +
 	"\bLogEntry\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1d\n" +
 	"\n" +
