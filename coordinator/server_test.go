@@ -583,7 +583,7 @@ func TestRendezvousTimeout(t *testing.T) {
 	})
 	wantEvents(t, "host-a", got, "finished succeeded=false exit=1")
 	fin := waitFinished(t, srv)
-	for _, want := range []string{"1 of 2 nodes joined within the rendezvous timeout of 200ms", "node-1 on host-a at 10.0.0.1", "--job-token"} {
+	for _, want := range []string{"1 of 2 nodes joined within the rendezvous timeout of 200ms", "node-1 on host-a at 10.0.0.1", "job token"} {
 		if !strings.Contains(fin.GetMessage(), want) {
 			t.Errorf("message %q lacks %q", fin.GetMessage(), want)
 		}
