@@ -153,16 +153,20 @@ type outbox struct {
 	// told so (reach.go).
 	gossipDown, unreachable bool
 	blamed                  bool // logged as unreachable, its peers agreeing (reach.go)
-	wake                    chan struct{}
+	// wake is closed (and replaced) by notify: a broadcast, since two
+	// streams of one node may wait at once (the served one and its
+	// successor) and a one-token channel let the newer stream take the
+	// wake-up meant for the older, which then never learnt it was
+	// superseded.
+	wake chan struct{}
 }
 
-func newOutbox() *outbox { return &outbox{wake: make(chan struct{}, 1)} }
+func newOutbox() *outbox { return &outbox{wake: make(chan struct{})} }
 
+// notify wakes every stream waiting on o; called with Server.mu held.
 func (o *outbox) notify() {
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
+	close(o.wake)
+	o.wake = make(chan struct{})
 }
 
 // New returns a coordinator for one job.
@@ -439,6 +443,7 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 			return err
 		}
 		term = s.rs.term // after the end, any replica finishes the stream
+		wake := o.wake
 		var evs []state.Out
 		closed, lost := false, o.lost
 		if box := s.st.Outbox(id); box != nil {
@@ -468,7 +473,7 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 			return status.Error(codes.Unavailable, "coordinator is shutting down")
 		}
 		select {
-		case <-o.wake:
+		case <-wake:
 		case <-ctx.Done():
 			s.streamEnded(id, o, my, fmt.Sprintf("its agent disconnected (it exited or was killed, or the network to it failed): %v", context.Cause(ctx)))
 			return status.FromContextError(ctx.Err()).Err()

@@ -266,6 +266,19 @@ func TestLeaderCutOffFromAgents(t *testing.T) {
 	t.Parallel()
 	r := startReplicatedJob(t, 2, []string{"--verbose", "--max-restarts", "0"}, replicatedMNIST()...)
 	r.running(t)
+	// The leader must have heard the agents before they go silent: their
+	// heartbeats go out once a second from the generation's start, and a
+	// cut in the first second (seen in CI) leaves a leader that never
+	// heard them, which has nothing to miss. An epoch done is seconds of
+	// heartbeats.
+	waitFor(t, time.Minute, "rank 0's first epoch", func() bool {
+		for _, p := range r.agents {
+			if strings.Contains(p.Stdout(), "epoch=1 ") {
+				return true
+			}
+		}
+		return false
+	})
 	old, _ := r.leader()
 	cut := time.Now()
 	if out, err := old.Host.Exec("iptables", "-A", "INPUT", "-p", "tcp", "--dport", replicaPort, "-j", "DROP"); err != nil {
