@@ -46,9 +46,9 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.JoinTimeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond
-	start, said := time.Now(), time.Now()
 	a.nodeTimeout = a.cfg.NodeTimeout                            // until Join says the job's
 	a.setPhase(ctx, "waiting for the coordinator at "+coordAddr) // stop.go
+	defer a.sayWaiting(ctx, coordAddr)()
 	for {
 		var p peer.Peer // the connection's proof and the CA it presented (keys.go)
 		resp, err := a.coord.Join(ctx, req, grpc.Peer(&p))
@@ -88,11 +88,6 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			return nil, nil, fmt.Errorf("join the coordinator at %s: %w", coordAddr, err)
 		}
-		if time.Since(said) >= progressEvery {
-			said = time.Now()
-			fmt.Fprintf(a.cfg.Stderr, "gotrain: waiting for the coordinator at %s (%s so far, giving up after --join-timeout %s)\n",
-				coordAddr, time.Since(start).Round(time.Second), a.cfg.JoinTimeout)
-		}
 		select {
 		case <-ctx.Done():
 			return nil, nil, fmt.Errorf("join the coordinator at %s: not reachable within %s (is it running? check --coordinator): %w", coordAddr, a.cfg.JoinTimeout, err)
@@ -104,9 +99,35 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 	}
 }
 
+// sayWaiting says every progressEvery that this node still waits for its
+// coordinator, until the returned stop is called (it returns once the
+// sayer has). Its own clock, not the tries': one try can outlast
+// progressEvery (a replica set's connection looks for a leader for 15 s).
+func (a *agent) sayWaiting(ctx context.Context, coordAddr string) (stop func()) {
+	start := time.Now()
+	done, over := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(over)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				fmt.Fprintf(a.cfg.Stderr, "gotrain: waiting for the coordinator at %s (%s so far, giving up after --join-timeout %s)\n",
+					coordAddr, time.Since(start).Round(time.Second), a.cfg.JoinTimeout)
+			}
+		}
+	}()
+	return func() { close(done); <-over }
+}
+
 // progressEvery is how often an agent that waits (for its coordinator, for
 // the other nodes) says so.
-const progressEvery = 10 * time.Second
+var progressEvery = 10 * time.Second // a variable for tests
 
 // waitForStart says every progressEvery, until the job's first generation
 // starts here (started closes), how many nodes have joined, so that a
