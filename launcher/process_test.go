@@ -1,35 +1,16 @@
 package launcher
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testkit"
 	"github.com/gotrain/gotrain/launcher/supervise"
 )
-
-// lockedBuffer is a console's writer that tests can read while pumps write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A rank's process prints under "[rank N] ", on the console stream it
 // wrote to, into rankN.log between a header and how it ended, and its
@@ -40,7 +21,7 @@ func TestWorkerOutputIsTheRanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
+	stdout, stderr := &testkit.Buffer{}, &testkit.Buffer{}
 	dir := t.TempDir()
 	p, err := startWorker(sup, workerSpec{rank: 3, generation: 2, program: "/bin/sh", logDir: dir,
 		args: []string{"-c", "echo last words; echo on stderr >&2; printf partial >&2; exit 3"}, env: os.Environ()},
@@ -88,7 +69,7 @@ func TestStartWorkerSaysWhatToCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	con := &console{w: &lockedBuffer{}}
+	con := &console{w: &testkit.Buffer{}}
 	_, err = startWorker(sup, workerSpec{rank: 1, program: filepath.Join(t.TempDir(), "nope")}, con, con)
 	if err == nil || !strings.Contains(err.Error(), "start rank 1") || !strings.Contains(err.Error(), "check the program path") {
 		t.Errorf("err = %v", err)
