@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/coordinator/kv"
+	"github.com/gotrain/gotrain/internal/testkit"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -34,7 +35,7 @@ func startBounded(t *testing.T, cfg Config, setup func(*Server)) (*Server, strin
 		cfg.RunID = "run-test"
 	}
 	cfg.Token = testToken
-	logs := &logBuffer{}
+	logs := &testkit.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, err := New(cfg)
 	if err != nil {
@@ -56,9 +57,7 @@ func startBounded(t *testing.T, cfg Config, setup func(*Server)) (*Server, strin
 			t.Errorf("Serve: %v", err)
 		}
 		if t.Failed() {
-			logs.mu.Lock()
-			t.Logf("coordinator log:\n%s", logs.buf.String())
-			logs.mu.Unlock()
+			t.Logf("coordinator log:\n%s", logs.String())
 		}
 	})
 	return srv, lis.Addr().String()
@@ -233,7 +232,7 @@ func TestStreamsPerConnectionBounded(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "calls waiting", func() bool { return waiting.Load() >= limit })
+	testkit.WaitFor(t, rpcTimeout, "calls waiting", func() bool { return waiting.Load() >= limit })
 	time.Sleep(300 * time.Millisecond) // any call past the limit would arrive now
 	if n := waiting.Load(); n != limit {
 		t.Errorf("%d calls wait on one connection, want %d (the limit)", n, limit)
@@ -327,16 +326,5 @@ func TestEvidenceBounded(t *testing.T) {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(rpcTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 var _ = errors.Is

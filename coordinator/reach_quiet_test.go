@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // A one-node job's agent that goes away (Ctrl-C: its stream ends) is no
@@ -15,7 +17,7 @@ func TestOneNodeStreamEndIsNoWarning(t *testing.T) {
 		nodes int
 		level string
 	}{{1, "level=INFO"}, {2, "level=WARN"}} {
-		logs := &logBuffer{}
+		logs := &testkit.Buffer{}
 		_, addr := startBounded(t, Config{Nodes: tc.nodes, NodeTimeout: time.Minute}, func(s *Server) {
 			s.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		})
@@ -32,13 +34,11 @@ func TestOneNodeStreamEndIsNoWarning(t *testing.T) {
 		var line string
 		deadline := time.Now().Add(rpcTimeout)
 		for line == "" && time.Now().Before(deadline) {
-			logs.mu.Lock()
-			for _, l := range strings.Split(logs.buf.String(), "\n") {
+			for _, l := range strings.Split(logs.String(), "\n") {
 				if strings.Contains(l, `msg="node unreachable"`) {
 					line = l
 				}
 			}
-			logs.mu.Unlock()
 			time.Sleep(10 * time.Millisecond)
 		}
 		if !strings.Contains(line, tc.level) {

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/internal/testkit"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -32,18 +32,6 @@ const testToken = "test-token"
 // rpcTimeout bounds every call a test makes, so that a bug fails the test
 // instead of hanging it.
 const rpcTimeout = 30 * time.Second
-
-// logBuffer collects the server's log and prints it if the test failed.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
 
 // startServer serves cfg on a loopback TCP port until the test ends
 // (startBounded, with hooks).
@@ -795,7 +783,7 @@ func TestNewerWatchStreamWins(t *testing.T) {
 // while gossip still hears it is not named unreachable (a warning) — only
 // an information line says so; once gossip finds it dead too, it is.
 func TestBlameOnceGossipAgrees(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testkit.Buffer{}
 	srv, addr := startServer(t, Config{Nodes: 2, NodeTimeout: time.Hour}, testHooks{})
 	srv.mu.Lock()
 	srv.gossip = &gossipEvents{s: srv, now: time.Now}
@@ -814,18 +802,16 @@ func TestBlameOnceGossipAgrees(t *testing.T) {
 	}
 	breakStream()
 	logged := func(what string) bool {
-		logs.mu.Lock()
-		defer logs.mu.Unlock()
-		return strings.Contains(logs.buf.String(), what)
+		return strings.Contains(logs.String(), what)
 	}
-	waitFor(t, "the out-of-contact line", func() bool {
+	testkit.WaitFor(t, rpcTimeout, "the out-of-contact line", func() bool {
 		return logged(`msg="node out of contact with this coordinator; its peers still hear it" node_id=` + b.id)
 	})
 	if logged(`msg="node unreachable"`) {
 		t.Errorf("host-b named unreachable while gossip still hears it")
 	}
 	srv.gossipDead(job.NodeLost{NodeID: b.id, Reason: "gossip: no answer"})
-	waitFor(t, "the unreachable warning", func() bool { return logged(`level=WARN msg="node unreachable" node_id=` + b.id) })
+	testkit.WaitFor(t, rpcTimeout, "the unreachable warning", func() bool { return logged(`level=WARN msg="node unreachable" node_id=` + b.id) })
 }
 
 // TestJoinRetriedIsOneNode: an agent whose Join answer was lost (a leader

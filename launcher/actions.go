@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"fmt"
-	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -20,9 +19,9 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 	case agentcore.SpawnStandby:
 		return a.spawnStandby(act)
 	case agentcore.Signal:
-		if p := a.procs[act.Proc]; p != nil {
-			if p.spec.standby && act.Sig == unix.SIGKILL {
-				a.log.Info("standby stopped", "slot", p.spec.slot, "pid", p.pid())
+		if p := a.reg.get(act.Proc); p != nil {
+			if p.who.standby && act.Sig == unix.SIGKILL {
+				a.log.Info("standby stopped", "slot", p.who.slot, "pid", p.pid())
 			}
 			p.signal(act.Sig)
 		}
@@ -42,7 +41,7 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 		a.links.verdict(act.Pid, nil)
 	case agentcore.RejectStandby:
 		a.links.verdict(act.Pid, fmt.Errorf("%s", act.Reason))
-		for _, p := range a.procs {
+		for _, p := range a.reg.procs {
 			if p.py != nil && p.pid() == act.Pid {
 				_ = p.py.conn.Close() // the bootstrap exits at EOF
 			}
@@ -63,11 +62,7 @@ func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
-	a.claims.set(p.pid(), startedProc{rank: v.Rank, gen: v.Generation}) // claims.go
-	a.place.pin(p.pid(), v.GPU, a.log)
-	p.evidence = ev
-	a.adopt(act.Proc, p)
-	a.hub.started(v.Generation, v.Rank, p.pid(), v.GPU)
+	a.adopt(act.Proc, p, startedProc{rank: v.Rank, gen: v.Generation}, v.GPU, ev)
 	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
 }
 
@@ -82,17 +77,16 @@ func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
-	a.claims.set(p.pid(), startedProc{standby: true, slot: act.Slot})
-	a.place.pin(p.pid(), act.GPU, a.log)
 	a.log.Info("standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
-	a.adopt(act.Proc, p)
+	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot}, act.GPU, evidence{})
 	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
 }
 
-// adopt makes p the machine's process id: its exit reaches the loop, and
-// the agent does not return before it is reaped.
-func (a *agent) adopt(id agentcore.ProcID, p *workerProc) {
-	a.procs[id] = p
+// adopt makes p, just started as who, the machine's process id
+// (registry.go): its exit reaches the loop, and the agent does not return
+// before it is reaped.
+func (a *agent) adopt(id agentcore.ProcID, p *workerProc, who startedProc, gpu int, ev evidence) {
+	a.reg.started(id, p, who, gpu, ev)
 	a.waits.Add(2)
 	go func() { defer a.waits.Done(); <-p.done() }()
 	go func() {
@@ -106,7 +100,7 @@ func (a *agent) adopt(id agentcore.ProcID, p *workerProc) {
 // exiting reports whether process id's exit is known already (it is on its
 // way to the loop), or the process is unknown.
 func (a *agent) exiting(id agentcore.ProcID) bool {
-	p := a.procs[id]
+	p := a.reg.get(id)
 	if p == nil {
 		return true
 	}
@@ -121,7 +115,7 @@ func (a *agent) exiting(id agentcore.ProcID) bool {
 // sendTo sends m on worker id's control stream without waiting; it reports
 // whether it did (false when it has none, or it is full).
 func (a *agent) sendTo(id agentcore.ProcID, m *gotrainv1.AgentMessage) bool {
-	p := a.procs[id]
+	p := a.reg.get(id)
 	if p == nil {
 		return false
 	}
@@ -149,7 +143,7 @@ func (a *agent) park(act agentcore.Park) []agentcore.Event {
 	if a.exiting(act.Proc) || !a.sendTo(act.Proc, generationChange(&gotrainv1.GenerationChange{Ended: a.ended(act.Generation, act.Reason)})) {
 		return failed
 	}
-	p := a.procs[act.Proc]
+	p := a.reg.get(act.Proc)
 	a.log.Info("worker parked", "rank", act.Rank, "pid", p.pid(), "generation", act.Generation)
 	a.queueReport(&gotrainv1.ReportWorkerExitRequest{Generation: act.Generation, Rank: int32(act.Rank), Pid: int32(p.pid()), Parked: true})
 	return nil
@@ -161,12 +155,10 @@ func (a *agent) resume(act agentcore.Resume) []agentcore.Event {
 	if a.exiting(act.Proc) || !a.sendTo(act.Proc, generationChange(&gotrainv1.GenerationChange{Started: a.gen})) {
 		return failed
 	}
-	p, v := a.procs[act.Proc], act.Vars
-	p.spec.generation = v.Generation
-	a.claims.set(p.pid(), startedProc{rank: v.Rank, gen: v.Generation})
-	a.hub.started(v.Generation, v.Rank, p.pid(), v.GPU)
-	a.hub.rebind(v.Generation, v.Rank, a.hub.workerByPid(p.pid()))
-	a.log.Info("worker resumed in process", "rank", v.Rank, "pid", p.pid(), "generation", v.Generation)
+	p, v := a.reg.get(act.Proc), act.Vars
+	was := p.who.rank
+	a.reg.became(act.Proc, startedProc{rank: v.Rank, gen: v.Generation}, v.GPU)
+	a.log.Info("worker resumed in process", "rank", v.Rank, "was_rank", was, "pid", p.pid(), "generation", v.Generation)
 	return nil
 }
 
@@ -174,57 +166,38 @@ func (a *agent) resume(act agentcore.Resume) []agentcore.Event {
 // that rank's worker: its output is "[rank R]", its log file rankR.log.
 func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 	failed := []agentcore.Event{agentcore.HandoverFailed{Proc: act.Proc}}
-	p, v := a.procs[act.Proc], act.Vars
+	p, v := a.reg.get(act.Proc), act.Vars
 	if a.exiting(act.Proc) {
 		return failed
 	}
-	// The hub and the claims know the rank's new pid before the process
-	// attaches as it.
-	a.hub.started(v.Generation, v.Rank, p.pid(), v.GPU)
-	a.claims.set(p.pid(), startedProc{rank: v.Rank, gen: v.Generation})
+	slot := p.who.slot
+	// The hub and the claims know the rank's new pid, and its output is the
+	// rank's, before the process can attach or print as it (a Python
+	// standby runs the program as soon as it reads the assignment).
+	a.reg.became(act.Proc, startedProc{rank: v.Rank, gen: v.Generation}, v.GPU)
 	if p.py != nil {
-		// Its output is the rank's before the program can print: the
-		// standby runs it as soon as it reads the assignment.
-		a.becomeRank(p, v)
 		err := a.handToPython(p, a.workerEnv(v.Environ(), act.GPUs)) // pystandby.go
 		p.py = nil
 		if err != nil {
-			a.log.Warn("cannot hand the rank to the Python standby; stopping it", "slot", p.spec.slot, "pid", p.pid(), "err", err)
+			a.log.Warn("cannot hand the rank to the Python standby; stopping it", "slot", slot, "pid", p.pid(), "err", err)
 			return failed
 		}
 	} else {
 		msg := &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_Assign{Assign: &gotrainv1.StandbyAssignment{Generation: a.gen, Rank: int32(v.Rank)}}}
 		if !a.links.send(p.pid(), msg) {
-			a.log.Warn("standby's stream is gone or full; stopping it", "slot", p.spec.slot, "pid", p.pid())
+			a.log.Warn("standby's stream is gone or full; stopping it", "slot", slot, "pid", p.pid())
 			return failed
 		}
-		a.becomeRank(p, v)
 	}
-	p.evidence = snapshotEvidence(a.oomFile)
-	a.log.Info("worker started from standby", "rank", v.Rank, "slot", p.spec.slot, "pid", p.pid(), "generation", v.Generation)
+	a.log.Info("worker started from standby", "rank", v.Rank, "slot", slot, "pid", p.pid(), "generation", v.Generation)
 	return nil
-}
-
-// becomeRank makes standby p rank v's worker for the agent: its output is
-// "[rank R]" and goes to rankR.log from now on.
-func (a *agent) becomeRank(p *workerProc, v jobenv.Vars) {
-	p.spec.standby, p.spec.rank, p.spec.generation = false, v.Rank, v.Generation
-	var logFile *os.File
-	if a.cfg.LogDir != "" {
-		f, err := openRankLog(a.cfg.LogDir, v.Rank, v.Generation, fmt.Sprintf("(standby pid %d)", p.pid()))
-		if err != nil {
-			a.logTrouble.warn(err)
-		}
-		logFile = f
-	}
-	p.out.become(v.Rank, logFile)
 }
 
 // reportExit tells the coordinator how a rank's process ended, with what
 // the agent knows of why (rootcause.go).
 func (a *agent) reportExit(act agentcore.ReportExit) {
 	req := &gotrainv1.ReportWorkerExitRequest{Generation: act.Generation, Rank: int32(act.Rank)}
-	p := a.procs[act.Proc]
+	p := a.reg.get(act.Proc)
 	if act.SpawnErr != "" || p == nil {
 		req.ExitCode, req.StderrTail = int32(act.Code), []string{act.SpawnErr}
 		if !a.cfg.RetryPermanent {
@@ -251,6 +224,5 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 			req.Permanent = permanentCause("", req.StderrTail) // permanent.go
 		}
 	}
-	a.hub.exited(act.Generation, act.Rank)
 	a.queueReport(req)
 }

@@ -14,6 +14,8 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // Every goroutine the agent starts (its subsystems, the embedded
@@ -29,9 +31,9 @@ func TestMain(m *testing.M) {
 }
 
 // agentConfig is a one-node CPU job of n ranks running sh -c script.
-func agentConfig(t *testing.T, n int, script string) (Config, *lockedBuffer) {
+func agentConfig(t *testing.T, n int, script string) (Config, *testkit.Buffer) {
 	t.Helper()
-	out := &lockedBuffer{}
+	out := &testkit.Buffer{}
 	cfg := Config{NprocPerNode: n, Backend: "cpu", Program: "/bin/sh", Args: []string{"-c", script},
 		Env: os.Environ(), Stdout: out, Stderr: out, Logger: slog.New(slog.DiscardHandler), GracePeriod: 2 * time.Second}
 	cfg.MaxRestarts = 0
@@ -75,7 +77,7 @@ func TestAgentStopsOnSIGTERM(t *testing.T) {
 	cfg.Signals = sigs
 	done := make(chan error, 1)
 	go func() { done <- Run(t.Context(), cfg) }()
-	waitFor(t, func() bool { return strings.Count(out.String(), "ready") == 2 })
+	testkit.WaitFor(t, time.Minute, "both ready lines", func() bool { return strings.Count(out.String(), "ready") == 2 })
 	sigs <- syscall.SIGTERM
 	err := <-done
 	var st *Stopped
@@ -93,22 +95,10 @@ func TestAgentStopsWhenCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg) }()
-	waitFor(t, func() bool { return strings.Contains(out.String(), "ready") })
+	testkit.WaitFor(t, time.Minute, "the ready line", func() bool { return strings.Contains(out.String(), "ready") })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v; want context.Canceled\n%s", err, out)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after a minute.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // claimsServer serves the relay's Attach on a unix socket, as the agent
@@ -95,7 +97,7 @@ func TestAttachClaimsCheckedAgainstWhatTheAgentStarted(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.refused == "" {
-				waitFor(t, func() bool { return h.workerByPid(self) != nil })
+				testkit.WaitFor(t, time.Minute, "the stream attached", func() bool { return h.workerByPid(self) != nil })
 				_ = stream.CloseSend()
 				return
 			}

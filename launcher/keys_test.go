@@ -22,6 +22,7 @@ import (
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/leaderconn"
+	"github.com/gotrain/gotrain/internal/testkit"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -172,11 +173,11 @@ func TestRestartedCoordinatorHasNewIdentity(t *testing.T) {
 	addr := first.Addr().String()
 	cfg := joinerConfig(addr, jobtls.Trust{}) // pins the first CA at Join
 	cfg.JobToken, cfg.Program, cfg.Args = keysToken, "/bin/sleep", []string{"600"}
-	var stderr lockedBuffer
+	var stderr testkit.Buffer
 	cfg.Stderr = &stderr
 	errc := make(chan error, 1)
 	go func() { errc <- Run(t.Context(), cfg) }()
-	waitFor(t, func() bool { return first.Status().GetState() == "running" })
+	testkit.WaitFor(t, time.Minute, "the first coordinator running", func() bool { return first.Status().GetState() == "running" })
 	wasHash := first.CAHash()
 	if err := first.Stop(); err != nil {
 		t.Fatal(err)

@@ -170,11 +170,10 @@ type agent struct {
 	// The machine decides (launcher/agentcore); the loop's goroutine alone
 	// steps it and carries out its actions (actions.go).
 	m *agentcore.Machine
-	// procs are the processes the machine asked for, until their exit was
-	// stepped. Only the loop's goroutine uses it.
-	procs map[agentcore.ProcID]*workerProc
-	// claims is what each live process the agent started is, for checking
-	// hellos (claims.go); the loop writes it.
+	// reg is the processes the machine asked for, until their exit was
+	// stepped, and what each is (registry.go): the loop's goroutine alone
+	// writes it. claims is its view for the relay's hello checks (claims.go).
+	reg    *registry
 	claims *claims
 	// gen is the current generation as the coordinator sent it (handed to
 	// survivors and standbys as it is); nil before the first.
@@ -282,13 +281,14 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		Python: a.py != nil || a.pyCold != "", PythonCold: a.pyCold,
 		NoRestarts: a.cfg.MaxRestarts == 0 && (a.cfg.MinNodes == 0 || a.cfg.MinNodes == a.cfg.Nodes),
 	})
-	a.procs = map[agentcore.ProcID]*workerProc{}
 	a.claims = newClaims()
 	a.inbox, a.loopDone = make(chan agentcore.Event), make(chan struct{})
 	a.links = newStandbyLinks()
 	a.reports = make(chan *gotrainv1.ReportWorkerExitRequest, 256)
 	a.hangs = make(chan *gotrainv1.EvidenceRequest, 8)
 	a.hub = newHub(a.log, a.coord, a.nodeID)
+	a.reg = &registry{procs: map[agentcore.ProcID]*workerProc{}, claims: a.claims, hub: a.hub, place: a.place,
+		log: a.log, logDir: a.cfg.LogDir, logTrouble: a.logTrouble, oomFile: a.oomFile}
 	a.hub.onAttach = func(w *attachedWorker, recoverable bool) {
 		a.post(agentcore.Attached{Pid: w.pid, Rank: w.rank, Generation: w.gen, Recoverable: recoverable})
 	}
@@ -485,14 +485,9 @@ func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
 		return nil
 	}
 	if ex, ok := ev.(agentcore.Exited); ok {
-		// Its exit is decided on: the process is the machine's no more.
-		defer delete(a.procs, ex.Proc)
-		if p := a.procs[ex.Proc]; p != nil {
-			defer a.claims.forget(p.pid())
-			if p.py != nil {
-				_ = p.py.conn.Close() // its reader ends
-			}
-		}
+		// Its exit is decided on: the process is the machine's no more,
+		// once the actions (its report) are carried out.
+		defer a.reg.exited(ex.Proc)
 	}
 	for _, act := range acts {
 		if f, ok := act.(agentcore.Finish); ok {

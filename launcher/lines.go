@@ -85,10 +85,16 @@ func (rt *route) line(con *console, b []byte) {
 }
 
 // become gives the route its rank: a new prefix, and log (when not nil),
-// into which the held lines are written first.
+// into which the held lines are written first. The log file of its former
+// rank, if any, is closed.
 func (rt *route) become(rank int, log *os.File) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	if rt.log != nil && rt.log != log {
+		// A survivor under a new rank: its old rank's file ends here.
+		fmt.Fprintf(rt.log, "=== gotrain: rank %d continues as rank %d\n", rt.rank, rank)
+		_ = rt.log.Close()
+	}
 	rt.prefix, rt.rank, rt.log = rankPrefix(rank), rank, log
 	if log != nil {
 		if rt.dropped > 0 {

@@ -40,7 +40,12 @@ type workerSpec struct {
 
 // workerProc is a running worker or standby.
 type workerProc struct {
-	spec   workerSpec
+	spec workerSpec // as it was started
+	// who is what the process is now, gpu the GPU whose CPUs it is pinned
+	// to (-1: none); only the registry's lifecycle steps set them
+	// (registry.go).
+	who    startedProc
+	gpu    int
 	proc   *supervise.Proc
 	stderr *tail
 	out    *route // prefix and log file of its output (lines.go)

@@ -111,11 +111,12 @@ func (h *hub) started(gen int64, rank, pid, gpu int) {
 	h.tel.started(gen, rank)
 }
 
-// exited records that a worker's process ended.
-func (h *hub) exited(gen int64, rank int) {
+// exited records that process pid, rank's worker in generation gen, ended
+// (a process that rank's slot no longer names changes nothing).
+func (h *hub) exited(gen int64, rank, pid int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s := h.ranks[rank]; s != nil && gen == h.gen {
+	if s := h.ranks[rank]; s != nil && gen == h.gen && s.pid == pid {
 		s.exited = true
 	}
 }

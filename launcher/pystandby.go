@@ -169,10 +169,8 @@ func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
 	p.py = &pyLink{conn: conn}
-	a.claims.set(p.pid(), startedProc{standby: true, slot: act.Slot})
-	a.place.pin(p.pid(), act.GPU, a.log)
 	a.log.Info("python standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
-	a.adopt(act.Proc, p)
+	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot}, act.GPU, evidence{})
 	stream := a.links.next()
 	a.waits.Add(1)
 	go func() {

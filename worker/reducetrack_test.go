@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testkit"
 	"github.com/gotrain/gotrain/worker/flight"
 )
 
@@ -23,15 +24,6 @@ func (m *fakeMark) Done() (bool, error) {
 }
 
 func direct(f func() error) error { return f() }
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10 s: %s", what)
-		}
-	}
-}
 
 // A step's reductions are entered at launch and complete only once the
 // step's mark has passed on the device: what the hang detector needs to
@@ -52,12 +44,12 @@ func TestReduceTrackerCompletesAtTheMark(t *testing.T) {
 		t.Fatalf("before the marks pass: %+v, want 4 entered, none completed, #1 allreduce pending", s)
 	}
 	m1.passed.Store(true)
-	waitFor(t, "the first step's 3 reductions complete", func() bool { return rec.Snapshot().Completed == 3 })
+	testkit.WaitFor(t, 10*time.Second, "the first step's 3 reductions complete", func() bool { return rec.Snapshot().Completed == 3 })
 	if s := rec.Snapshot(); s.Pending.Seq != 4 {
 		t.Fatalf("pending %d, want #4 (the second step's)", s.Pending.Seq)
 	}
 	m2.passed.Store(true)
-	waitFor(t, "the second step completes", func() bool { return rec.Snapshot().Completed == 4 })
+	testkit.WaitFor(t, 10*time.Second, "the second step completes", func() bool { return rec.Snapshot().Completed == 4 })
 }
 
 // A failed query fails the step's reductions in the recorder; close returns
@@ -70,7 +62,7 @@ func TestReduceTrackerFailsAndStops(t *testing.T) {
 	tr := newReduceTracker(rec, direct, 2)
 	tr.launched(10, 0)
 	tr.stepEnd(bad)
-	waitFor(t, "the failure recorded", func() bool { return rec.Snapshot().ErrSeq == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the failure recorded", func() bool { return rec.Snapshot().ErrSeq == 1 })
 	tr.launched(10, 0)
 	tr.stepEnd(stuck)
 	done := make(chan struct{})

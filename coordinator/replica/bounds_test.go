@@ -4,10 +4,12 @@ import (
 	"crypto/tls"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/gotrain/gotrain/internal/connguard"
 	"github.com/gotrain/gotrain/internal/connguard/connguardtest"
 	"github.com/gotrain/gotrain/internal/jobtls"
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // Issue 24, item 4: the Raft port had no connection bound: silent
@@ -31,7 +33,7 @@ func TestRaftFloodIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop()
-	waitFor(t, "the lone replica to lead", n.Leading)
+	testkit.WaitFor(t, time.Minute, "the lone replica to lead", n.Leading)
 	conns := connguardtest.Flood(t, "127.0.0.1", n.RaftAddr(), 300)
 	if open := connguardtest.StillOpen(conns, MaxRaftPendingPerSource, RaftAuthTimeout/2); open > MaxRaftPendingPerSource {
 		t.Errorf("%d of %d silent connections to the Raft port are open, want at most %d", open, len(conns), MaxRaftPendingPerSource)
@@ -66,13 +68,13 @@ func TestReplicaConnectionsAreAuthenticated(t *testing.T) {
 		defer n.Stop()
 		nodes = append(nodes, n)
 	}
-	waitFor(t, "a leader", func() bool { return nodes[0].Leading() || nodes[1].Leading() })
+	testkit.WaitFor(t, time.Minute, "a leader", func() bool { return nodes[0].Leading() || nodes[1].Leading() })
 	follower := nodes[0]
 	if follower.Leading() {
 		follower = nodes[1]
 	}
 	guard := follower.stream.Listener.(*connguard.Listener)
-	waitFor(t, "the leader's connections, authenticated", func() bool { _, authed := guard.Counts(); return authed > 0 })
+	testkit.WaitFor(t, time.Minute, "the leader's connections, authenticated", func() bool { _, authed := guard.Counts(); return authed > 0 })
 	if pending, _ := guard.Counts(); pending > 0 {
 		t.Logf("%d connections not yet authenticated", pending)
 	}

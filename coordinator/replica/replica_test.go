@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // Every goroutine a replica starts (Raft's, its transport's, the
@@ -67,21 +68,6 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// waitFor polls cond until it holds, failing the test after a generous
-// bound (elections on a loaded machine take a few seconds).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("gave up waiting for %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // A set of three agrees on the log; the leader's loss elects another,
 // which goes on from the same log; every replica stops without leaving a
 // goroutine (TestMain).
@@ -105,7 +91,7 @@ func TestThreeReplicasAgreeAndFailOver(t *testing.T) {
 	}
 	leader := func(live []*Node) *Node {
 		var l *Node
-		waitFor(t, "a leader", func() bool {
+		testkit.WaitFor(t, time.Minute, "a leader", func() bool {
 			for _, n := range live {
 				if n.Leading() {
 					l = n
@@ -122,7 +108,7 @@ func TestThreeReplicasAgreeAndFailOver(t *testing.T) {
 	// log twice in a row (want compacts).
 	propose := func(live []*Node, e string) {
 		t.Helper()
-		waitFor(t, fmt.Sprintf("a leader to take %q", e), func() bool {
+		testkit.WaitFor(t, time.Minute, fmt.Sprintf("a leader to take %q", e), func() bool {
 			_, err := leader(live).Propose([]byte(e))
 			var nl *ErrNotLeader
 			if err != nil && !errors.As(err, &nl) {
@@ -158,12 +144,12 @@ func TestThreeReplicasAgreeAndFailOver(t *testing.T) {
 	propose(live, "b0")
 	want := []string{"a0", "a1", "a2", "b0"}
 	for i, f := range liveFSMs {
-		waitFor(t, fmt.Sprintf("replica %s to apply %v", live[i].ID(), want), func() bool { return slices.Equal(slices.Compact(f.applied()), want) })
+		testkit.WaitFor(t, time.Minute, fmt.Sprintf("replica %s to apply %v", live[i].ID(), want), func() bool { return slices.Equal(slices.Compact(f.applied()), want) })
 	}
 	if a, b := liveFSMs[0].applied(), liveFSMs[1].applied(); !slices.Equal(a, b) {
 		t.Errorf("the replicas' logs differ: %q and %q", a, b)
 	}
-	waitFor(t, "OnLeadership(true) at the new leader", func() bool {
+	testkit.WaitFor(t, time.Minute, "OnLeadership(true) at the new leader", func() bool {
 		second := leader(live)
 		return leads[slices.Index(nodes, second)].Load()
 	})
@@ -195,7 +181,7 @@ func TestLogBoundedBySnapshots(t *testing.T) {
 	}
 	var leader *Node
 	lead := func() {
-		waitFor(t, "a leader", func() bool {
+		testkit.WaitFor(t, time.Minute, "a leader", func() bool {
 			for _, n := range nodes {
 				if n.Leading() {
 					leader = n
@@ -209,7 +195,7 @@ func TestLogBoundedBySnapshots(t *testing.T) {
 	for i := range total {
 		// On a loaded machine leadership may move: propose at the new
 		// leader (an entry cut off that way may be applied twice in a row).
-		waitFor(t, fmt.Sprintf("a leader to take entry %d", i), func() bool {
+		testkit.WaitFor(t, time.Minute, fmt.Sprintf("a leader to take entry %d", i), func() bool {
 			lead()
 			_, err := leader.Propose([]byte(fmt.Sprintf("%04d%s", i, pad)))
 			var nl *ErrNotLeader
@@ -228,9 +214,9 @@ func TestLogBoundedBySnapshots(t *testing.T) {
 		t.Errorf("the refused entry reached the log: last index %d, was %d", after.LastIndex, before.LastIndex)
 	}
 	for i, n := range nodes {
-		waitFor(t, fmt.Sprintf("replica %s to apply %d entries", n.ID(), total), func() bool { return len(slices.Compact(fsms[i].applied())) == total })
+		testkit.WaitFor(t, time.Minute, fmt.Sprintf("replica %s to apply %d entries", n.ID(), total), func() bool { return len(slices.Compact(fsms[i].applied())) == total })
 		var st LogStats
-		waitFor(t, fmt.Sprintf("replica %s's log within %d bytes", n.ID(), bound), func() bool {
+		testkit.WaitFor(t, time.Minute, fmt.Sprintf("replica %s's log within %d bytes", n.ID(), bound), func() bool {
 			st = n.LogStats()
 			return st.Bytes <= bound
 		})

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/testbin"
+	"github.com/gotrain/gotrain/internal/testkit"
 
 	"github.com/gotrain/gotrain/internal/vcluster"
 )
@@ -99,7 +100,7 @@ func startJobOn(t *testing.T, c *vcluster.Cluster, hosts []*vcluster.Host, nnode
 		j.args = append(j.args, args)
 		j.agents = append(j.agents, h.Start(args...))
 		if i == 0 && len(hosts) > 1 {
-			waitFor(t, time.Minute, "node1's join line", func() bool {
+			testkit.WaitFor(t, time.Minute, "node1's join line", func() bool {
 				if m := caHashFlag.FindStringSubmatch(j.agents[0].Stderr()); m != nil {
 					caHash = m[1]
 					return true
@@ -150,16 +151,6 @@ func logLines(p *vcluster.Proc, msg string) []logLine {
 	return ls
 }
 
-// waitFor polls cond until it holds, failing t after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after %s", what, d)
-		}
-	}
-}
-
 // running waits until every agent of j has started generation 0 and rank
 // 0 has begun training, and returns how long after the last agent's start
 // the last agent started its workers (the rendezvous), and how long after
@@ -167,7 +158,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 func (j *job) running(t *testing.T) (fromStart, fromLastJoin time.Duration) {
 	t.Helper()
 	var last time.Time
-	waitFor(t, time.Minute, "generation 0 on every node and training on rank 0", func() bool {
+	testkit.WaitFor(t, time.Minute, "generation 0 on every node and training on rank 0", func() bool {
 		for _, p := range j.agents {
 			select {
 			case <-p.Done():
@@ -411,10 +402,10 @@ func TestElasticShrinkAndGrow(t *testing.T) {
 	victim := j.c.Hosts[2]
 	killed := time.Now()
 	victim.Kill()
-	waitFor(t, time.Minute, "a generation on 3 nodes", func() bool { g := j.generations(); return len(g) >= 2 && g[len(g)-1] == 3 })
+	testkit.WaitFor(t, time.Minute, "a generation on 3 nodes", func() bool { g := j.generations(); return len(g) >= 2 && g[len(g)-1] == 3 })
 	restarted := time.Now()
 	again := victim.Start(j.args[2]...)
-	waitFor(t, time.Minute, "the job grown back to 4 nodes", func() bool { g := j.generations(); return len(g) >= 3 && g[len(g)-1] == 4 })
+	testkit.WaitFor(t, time.Minute, "the job grown back to 4 nodes", func() bool { g := j.generations(); return len(g) >= 3 && g[len(g)-1] == 4 })
 	for _, p := range []*vcluster.Proc{j.agents[0], j.agents[1], again, j.agents[3]} {
 		if code, err := p.Wait(3 * time.Minute); err != nil || code != 0 {
 			t.Fatalf("%s's agent: exit %d, %v\n%s", p.Host.Name, code, err, j.c.Dump())

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testkit"
 	"github.com/gotrain/gotrain/internal/vcluster"
 )
 
@@ -42,7 +43,7 @@ func cutOffNodeStops(t *testing.T, hosting bool) {
 	// Node 1 runs the first replica (the leader); two of the others host
 	// the rest once they joined.
 	var victim *vcluster.Host
-	waitFor(t, time.Minute, "two nodes hosting a replica", func() bool {
+	testkit.WaitFor(t, time.Minute, "two nodes hosting a replica", func() bool {
 		var hosts, plain []*vcluster.Host
 		for _, p := range j.agents[1:] {
 			if strings.Contains(p.Stderr(), "gotrain: this node hosts a replica of the coordinator at ") {
@@ -68,7 +69,7 @@ func cutOffNodeStops(t *testing.T, hosting bool) {
 	victim.Partition(vcluster.Both)
 	// The partition is lifted as soon as the job ended elsewhere: the
 	// first other agent has its verdict; replicas may still run.
-	waitFor(t, 2*time.Minute, "the job's end on another node", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "the job's end on another node", func() bool {
 		for _, p := range j.agents {
 			if p.Host != victim && strings.Contains(p.Stderr(), "gotrain: job failed: ") {
 				return true

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testkit"
 	"github.com/gotrain/gotrain/internal/vcluster"
 )
 
@@ -51,7 +52,7 @@ const hostsMsg = "gotrain: this node hosts a replica of the coordinator at "
 // returns those and the others.
 func (j *job) replicaHosts(t *testing.T, want int) (hosting, plain []*vcluster.Host) {
 	t.Helper()
-	waitFor(t, 2*time.Minute, fmt.Sprintf("%d nodes hosting a replica", want), func() bool {
+	testkit.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d nodes hosting a replica", want), func() bool {
 		hosting, plain = nil, nil
 		for _, p := range j.agents[1:] {
 			if strings.Contains(p.Stderr(), hostsMsg) {
@@ -271,7 +272,7 @@ func TestLeaderCutOffFromAgents(t *testing.T) {
 	// cut in the first second (seen in CI) leaves a leader that never
 	// heard them, which has nothing to miss. An epoch done is seconds of
 	// heartbeats.
-	waitFor(t, time.Minute, "rank 0's first epoch", func() bool {
+	testkit.WaitFor(t, time.Minute, "rank 0's first epoch", func() bool {
 		for _, p := range r.agents {
 			if strings.Contains(p.Stdout(), "epoch=1 ") {
 				return true

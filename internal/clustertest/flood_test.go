@@ -20,6 +20,7 @@ import (
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/coordinator/replica"
 	"github.com/gotrain/gotrain/internal/gossip"
+	"github.com/gotrain/gotrain/internal/testkit"
 	"github.com/gotrain/gotrain/internal/vcluster"
 )
 
@@ -114,7 +115,7 @@ func TestFloodFrom64Sources(t *testing.T) {
 		// Node2 joins once the flood holds the ports' unauthenticated
 		// budgets (about 10 s: 64 sources × 4 ports, 4 connections a
 		// second each, hold 2368 at most).
-		waitFor(t, 2*time.Minute, "the flood to take hold", func() bool {
+		testkit.WaitFor(t, 2*time.Minute, "the flood to take hold", func() bool {
 			select {
 			case <-flood.Done():
 				t.Fatalf("the flooder exited: %s", flood.Stderr())

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testkit"
 	"github.com/gotrain/gotrain/internal/vcluster"
 )
 
@@ -53,7 +54,7 @@ func startReplicatedJob(t *testing.T, agents int, agentFlags []string, program .
 		r.replicas = append(r.replicas, h.Start(bin.gotrain, "coordinator", "--peers", peers, "--listen", r.peers[i],
 			"--nnodes", fmt.Sprint(agents), "--max-restarts", "0"))
 	}
-	waitFor(t, time.Minute, "a leader among the replicas, and the CA's hash", func() bool {
+	testkit.WaitFor(t, time.Minute, "a leader among the replicas, and the CA's hash", func() bool {
 		for _, p := range r.replicas {
 			select {
 			case <-p.Done():
@@ -135,7 +136,7 @@ func leads(procs []*vcluster.Proc) int {
 func (r *replicatedJob) waitNewLeader(t *testing.T, old *vcluster.Proc) *vcluster.Proc {
 	t.Helper()
 	var p *vcluster.Proc
-	waitFor(t, time.Minute, "a new leader", func() bool {
+	testkit.WaitFor(t, time.Minute, "a new leader", func() bool {
 		var ok bool
 		p, ok = r.leader()
 		return ok && p != old
@@ -438,7 +439,7 @@ func TestEmbeddedReplicatedNodeZeroKilled(t *testing.T) {
 		bin.mnist, "--data", bin.data, "--epochs", "15", "--checkpoint-dir", ckpt)
 	j.running(t)
 	var hosting []*vcluster.Proc
-	waitFor(t, time.Minute, "two nodes hosting a replica", func() bool {
+	testkit.WaitFor(t, time.Minute, "two nodes hosting a replica", func() bool {
 		hosting = hosting[:0]
 		for _, p := range j.agents[1:] {
 			if strings.Contains(p.Stderr(), "gotrain: this node hosts a replica of the coordinator at ") {
@@ -452,7 +453,7 @@ func TestEmbeddedReplicatedNodeZeroKilled(t *testing.T) {
 	victim.Kill()
 	survivors := j.agents[1:]
 	var nl *vcluster.Proc
-	waitFor(t, time.Minute, "a new leader on a node hosting a replica", func() bool {
+	testkit.WaitFor(t, time.Minute, "a new leader on a node hosting a replica", func() bool {
 		for _, p := range hosting {
 			for _, l := range lines(p, leadsMsg) {
 				if l.at.After(killed) {

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // gotrainRun runs gotrain ARGS in env (r's, for a command about r's job)
@@ -92,7 +94,7 @@ func TestMNISTStepsInTop(t *testing.T) {
 	r.waitFor(t, regexp.MustCompile(`mnist: \d+ ranks`), 90*time.Second)
 	var snap topJSON
 	var out string
-	waitUntil(t, 120*time.Second, "the MNIST ranks' steps and step rates in gotrain top", func() bool {
+	testkit.WaitFor(t, 120*time.Second, "the MNIST ranks' steps and step rates in gotrain top", func() bool {
 		out = gotrainTop(t, r, "--once", "--json")
 		snap = topJSON{}
 		if err := json.Unmarshal([]byte(out), &snap); err != nil {

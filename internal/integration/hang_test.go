@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // Hang diagnosis end to end: three CPU ranks run testprog's training loop;
@@ -225,7 +227,7 @@ func TestHangVerdicts(t *testing.T) {
 						t.Logf("rank %d's evidence: %v", faultRank, v.GetEvidence())
 					}
 				}()
-				waitUntil(t, 30*time.Second, fmt.Sprintf("goroutine stacks of rank %d showing %s", faultRank, fn), func() bool {
+				testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("goroutine stacks of rank %d showing %s", faultRank, fn), func() bool {
 					if hasStack(v, fn) {
 						return true
 					}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // Issue 16 item 10: a SIGKILLed gotrain left its socket directory and its
@@ -24,7 +26,7 @@ func TestLeftoversOfSIGKILLedLaunchCleanedAtNextStart(t *testing.T) {
 	env := []string{"TMPDIR=" + tmp, "XDG_RUNTIME_DIR=" + runtime}
 	cmd := gotrainCmd(context.Background(), t, env, "launch", "--nproc-per-node", "1", "--backend", "cpu",
 		"--", bin.testprog, "sleep", "--pid-dir", pids)
-	var stderr syncBuffer
+	var stderr testkit.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -41,7 +43,7 @@ func TestLeftoversOfSIGKILLedLaunchCleanedAtNextStart(t *testing.T) {
 		runs, _ := filepath.Glob(filepath.Join(runtime, "gotrain", "*.json"))
 		return append(socks, runs...)
 	}
-	waitUntil(t, time.Minute, "the job's socket dir and run file", func() bool {
+	testkit.WaitFor(t, time.Minute, "the job's socket dir and run file", func() bool {
 		files, _ := filepath.Glob(filepath.Join(pids, "*.pid"))
 		return len(files) == 2 && len(leftovers()) == 2
 	})

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // Multi-node jobs on one machine: every agent is its own `gotrain launch`
@@ -60,7 +62,7 @@ func waitOutput(t *testing.T, j *job, what string, cond func() bool) {
 			t.Logf("stderr:\n%s", j.err.String())
 		}
 	}()
-	waitUntil(t, time.Minute, what, func() bool {
+	testkit.WaitFor(t, time.Minute, what, func() bool {
 		select {
 		case <-j.done:
 			if !cond() {

@@ -11,11 +11,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // startSleepers launches n workers that record their pids (and their
 // children's) in a directory, and waits until all have.
-func startSleepers(t *testing.T, n int, ignoreTerm bool) (cmd *exec.Cmd, workers, all []int, stderr *syncBuffer) {
+func startSleepers(t *testing.T, n int, ignoreTerm bool) (cmd *exec.Cmd, workers, all []int, stderr *testkit.Buffer) {
 	t.Helper()
 	dir := t.TempDir()
 	args := []string{"launch", "--nproc-per-node", strconv.Itoa(n), "--backend", "cpu", "--grace-period", "1s",
@@ -24,14 +26,14 @@ func startSleepers(t *testing.T, n int, ignoreTerm bool) (cmd *exec.Cmd, workers
 		args = append(args, "--ignore-term")
 	}
 	cmd = gotrainCmd(context.Background(), t, nil, args...)
-	stderr = &syncBuffer{}
+	stderr = &testkit.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	var files []string
-	waitUntil(t, time.Minute, fmt.Sprintf("%d pid files (%d workers and their children)", 2*n, n), func() bool {
+	testkit.WaitFor(t, time.Minute, fmt.Sprintf("%d pid files (%d workers and their children)", 2*n, n), func() bool {
 		files, _ = filepath.Glob(filepath.Join(dir, "*.pid"))
 		return len(files) == 2*n
 	})
@@ -77,7 +79,7 @@ func waitGone(t *testing.T, pids []int, d time.Duration) {
 			}
 		}
 	}()
-	waitUntil(t, d, fmt.Sprintf("processes %v to be gone", pids), func() bool {
+	testkit.WaitFor(t, d, fmt.Sprintf("processes %v to be gone", pids), func() bool {
 		left = left[:0]
 		for _, p := range pids {
 			if alive(p) {
@@ -154,13 +156,13 @@ func TestGrandchildThatLeftTheSessionIsStopped(t *testing.T) {
 			}
 			cmd := gotrainCmd(context.Background(), t, nil, "launch", "--nproc-per-node", "1", "--backend", "cpu",
 				"--grace-period", "1s", "--", "sh", "-c", worker)
-			stderr := &syncBuffer{}
+			stderr := &testkit.Buffer{}
 			cmd.Stderr = stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			waitUntil(t, time.Minute, "the worker's grandchild sleep "+marker, func() bool { return len(sleepers(marker)) > 0 })
+			testkit.WaitFor(t, time.Minute, "the worker's grandchild sleep "+marker, func() bool { return len(sleepers(marker)) > 0 })
 			if how == "gotrain SIGKILLed" {
 				// The agent tells its reaper about a process that left its
 				// worker's group at its next scan of /proc (within 0.5 s:
@@ -177,7 +179,7 @@ func TestGrandchildThatLeftTheSessionIsStopped(t *testing.T) {
 			}
 			// Gone by the time gotrain has exited, or soon after (a
 			// SIGKILLed agent's reaper needs a moment).
-			waitUntil(t, 10*time.Second, "no sleep "+marker+" left", func() bool { return len(sleepers(marker)) == 0 })
+			testkit.WaitFor(t, 10*time.Second, "no sleep "+marker+" left", func() bool { return len(sleepers(marker)) == 0 })
 		})
 	}
 }

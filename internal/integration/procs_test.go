@@ -1,34 +1,15 @@
 package integration
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
-
-// syncBuffer is a bytes.Buffer that a running command writes while the test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // proc is one process seen in /proc.
 type proc struct {
@@ -139,25 +120,8 @@ func waitNoLeftovers(t *testing.T, d time.Duration, roots ...int) {
 			t.Logf("processes left %s after the job ended: %+v", d, left)
 		}
 	}()
-	waitUntil(t, d, "no process of the job left", func() bool {
+	testkit.WaitFor(t, d, "no process of the job left", func() bool {
 		left = leftovers(t, roots...)
 		return len(left) == 0
 	})
-}
-
-// waitUntil polls cond until it holds, failing the test after timeout
-// (cond is checked at least once, so a timeout of 0 checks that it holds
-// now). cond may fail the test itself, say when the job it waits on ended.
-// The polling interval grows from 10 ms to 250 ms: conditions that hold
-// soon are seen soon, and those that run a command (gotrain top, diagnose)
-// do not run it back to back.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for interval := 10 * time.Millisecond; !cond(); interval = min(2*interval, 250*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(interval) // polling interval, not synchronisation
-	}
 }

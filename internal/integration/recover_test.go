@@ -2,9 +2,13 @@ package integration
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -76,5 +80,95 @@ func checkGeneration1Env(t *testing.T, stdout string, n int) {
 			!strings.Contains(m[2], "TORCHELASTIC_RESTART_COUNT=1 ") || !strings.HasSuffix(m[2], "GOTRAIN_STANDBY=") {
 			t.Errorf("rank %s's environment in generation 1: %s; want generation 1's, the same as every rank's (%s)", m[1], m[2], envs[0][2])
 		}
+	}
+}
+
+// TestInProcessRecoveryShrink: the job's first node (ranks 0-1) is lost;
+// the job shrinks (--nnodes 1:2) onto the second, whose ranks 2 and 3 run
+// worker.Run and recover in process as ranks 0 and 1 of the next
+// generation. From then on each survivor's output is its new rank's: the
+// former rank 2 prints under "[rank 0]" and writes to rank0.log, and its
+// rank2.log ends where it became rank 0.
+func TestInProcessRecoveryShrink(t *testing.T) {
+	t.Parallel()
+	mark := filepath.Join(t.TempDir(), "mark")
+	logDir := t.TempDir()
+	coord := startJob(t, "coordinator", "--nnodes", "1:2", "--listen", "127.0.0.1:0", "--max-restarts", "1")
+	join := joinArgs(t, coord)
+	flags := []string{"--nnodes", "1:2", "--max-restarts", "1", "--grace-period", "3s"}
+	program := []string{"--", bin.testprog, "restart", "--inprocess", "--victim", "0", "--await-kill", "--mark", mark}
+	first := startAgent(t, slices.Concat(flags, join, program)...)
+	waitOutput(t, coord, "the first node's join", func() bool { return strings.Contains(coord.err.String(), "node_id=node-1") })
+	second := startAgent(t, slices.Concat(flags, join, []string{"--log-dir", logDir}, program)...)
+
+	// Rank 0 (on the first node) waits to be killed once generation 0 did
+	// its steps; the second node's ranks are 2 and 3.
+	waitOutput(t, first, "rank 0's victim line", func() bool { return victimLine.MatchString(first.out.String()) })
+	pids := map[string]string{}
+	for _, m := range gen0PID.FindAllStringSubmatch(second.out.String(), -1) {
+		pids[m[1]] = m[2]
+	}
+	if len(pids) != 2 || pids["2"] == "" || pids["3"] == "" {
+		t.Fatalf("the second node's generation 0 ranks %v, want 2 and 3\n%s", pids, dump(coord, first, second))
+	}
+	if err := os.WriteFile(mark, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := second.wait(t, time.Minute); code != 0 {
+		t.Fatalf("the second agent exited %d\n%s", code, dump(coord, first, second))
+	}
+	out := second.out.String()
+	restarts := restarted.FindAllStringSubmatch(out, -1)
+	if len(restarts) != 2 {
+		t.Fatalf("want 2 ranks in the shrunk generation:\n%s", dump(coord, second))
+	}
+	for _, m := range restarts {
+		// The RESTART line's prefix is the agent's; its rank= the worker's own.
+		prefix, pid, survivor := m[1], m[3], m[4]
+		former := map[string]string{"0": "2", "1": "3"}[prefix]
+		if survivor != "true" || pid != pids[former] {
+			t.Errorf("[rank %s]: pid %s survivor=%s; want the former rank %s (pid %s), a survivor", prefix, pid, survivor, former, pids[former])
+		}
+		if !strings.Contains(m[0], "RESTART rank="+prefix+" ") {
+			t.Errorf("the agent prints rank %s's line under another rank's prefix: %q", prefix, m[0])
+		}
+	}
+	done := doneLine.FindAllStringSubmatch(out, -1)
+	if len(done) != 2 || done[0][2] != done[1][2] {
+		t.Errorf("the ranks end with different values or not at all: %q\n%s", done, out)
+	}
+
+	// The log files: rank0.log holds the former rank 2's lines as rank 0,
+	// rank2.log its lines as rank 2 and where it ended.
+	i := strings.Index(second.err.String(), "gotrain: logs in ")
+	if i < 0 {
+		t.Fatalf("no log dir line:\n%s", second.err.String())
+	}
+	runDir := strings.TrimSpace(strings.SplitN(second.err.String()[i+len("gotrain: logs in "):], "\n", 2)[0])
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(runDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	rank0, rank2 := read("rank0.log"), read("rank2.log")
+	if want := "RESTART rank=0 generation=1 pid=" + pids["2"] + " survivor=true"; !strings.Contains(rank0, want) {
+		t.Errorf("rank0.log lacks %q:\n%s", want, rank0)
+	}
+	if !strings.Contains(rank0, "rank 0 done steps=20") {
+		t.Errorf("rank0.log lacks rank 0's last line:\n%s", rank0)
+	}
+	if want := "rank 2 generation 0 pid " + pids["2"]; !strings.Contains(rank2, want) {
+		t.Errorf("rank2.log lacks %q:\n%s", want, rank2)
+	}
+	if strings.Contains(rank2, "RESTART") || !strings.Contains(rank2, "=== gotrain: rank 2 continues as rank 0") {
+		t.Errorf("rank2.log holds lines of the later rank 0, or does not say where it ended:\n%s", rank2)
+	}
+	if code := coord.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("the coordinator exited %d\n%s", code, coord.err.String())
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // TestFailingEveryAttemptStopsAfterMaxRestarts: a rank that fails every
@@ -80,13 +82,13 @@ func TestSignalsAreForwarded(t *testing.T) {
 			dir := t.TempDir()
 			cmd := gotrainCmd(context.Background(), t, nil, "launch", "--nproc-per-node", "2", "--backend", "cpu", "--grace-period", "5s",
 				"--", bin.testprog, "signals", "--pid-dir", dir)
-			var out, errb syncBuffer
+			var out, errb testkit.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			waitUntil(t, time.Minute, "both workers ready", func() bool {
+			testkit.WaitFor(t, time.Minute, "both workers ready", func() bool {
 				m, _ := filepath.Glob(filepath.Join(dir, "ready-*"))
 				return len(m) == 2
 			})
@@ -95,7 +97,7 @@ func TestSignalsAreForwarded(t *testing.T) {
 					t.Fatal(err)
 				}
 				name := "got " + sigName(s)
-				waitUntil(t, 30*time.Second, name+" on both ranks", func() bool {
+				testkit.WaitFor(t, 30*time.Second, name+" on both ranks", func() bool {
 					o := out.String()
 					return strings.Contains(o, "[rank 0] "+name+"\n") && strings.Contains(o, "[rank 1] "+name+"\n")
 				})
@@ -140,7 +142,7 @@ func TestChaosMNIST(t *testing.T) {
 	cmd := gotrainCmd(context.Background(), t, nil, "launch", "--nproc-per-node", strconv.Itoa(ranks), "--backend", "cpu",
 		"--max-restarts", "8", "--grace-period", "3s", "--log-dir", t.TempDir(),
 		"--", bin.mnist, "--epochs", "3", "--checkpoint-dir", ckpt, "--checkpoint-every", "150")
-	var out, errb syncBuffer
+	var out, errb testkit.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -161,7 +163,7 @@ func TestChaosMNIST(t *testing.T) {
 		// for a while: wait for a checkpoint newer than the last kill's.
 		before := checkpoints(ckpt)
 		var workers []int
-		waitUntil(t, 2*time.Minute, fmt.Sprintf("kill %d: a new generation with progress", k+1), func() bool {
+		testkit.WaitFor(t, 2*time.Minute, fmt.Sprintf("kill %d: a new generation with progress", k+1), func() bool {
 			workers = workers[:0]
 			for _, pid := range descendants(cmd.Process.Pid, bin.mnist) {
 				if !killed[pid] {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // Issue 23 item 2: in every phase — waiting for the coordinator, for the
@@ -105,7 +107,7 @@ func (j *sigJob) stopped(t *testing.T, sig syscall.Signal, sent time.Time, want 
 	}
 	t.Logf("%s ended gotrain in %s: %s", sigName(sig), took.Round(time.Millisecond), last)
 	var left []proc
-	waitUntil(t, stopBound, "no process of the job left", func() bool {
+	testkit.WaitFor(t, stopBound, "no process of the job left", func() bool {
 		left = slices.DeleteFunc(leftovers(t), func(p proc) bool { return slices.Contains(keep, p.pid) })
 		return len(left) == 0
 	})
@@ -177,7 +179,7 @@ func TestSignalTwiceKillsWorkersInTheirGracePeriod(t *testing.T) {
 	j := startSigJob(t, nil, "launch", "--verbose", "--nproc-per-node", "2", "--backend", "cpu", "--grace-period", "60s",
 		"--", bin.testprog, "sleep", "--ignore-term", "--pid-dir", pids)
 	j.waitPhase(t, "running generation 0")
-	waitUntil(t, time.Minute, "4 pid files (2 workers and their children)", func() bool {
+	testkit.WaitFor(t, time.Minute, "4 pid files (2 workers and their children)", func() bool {
 		files, _ := filepath.Glob(filepath.Join(pids, "*.pid"))
 		return len(files) == 4
 	})

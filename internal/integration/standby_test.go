@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 var (
@@ -24,7 +26,7 @@ var (
 // job is a `gotrain launch` running in the background.
 type job struct {
 	cmd      *exec.Cmd
-	out, err syncBuffer
+	out, err testkit.Buffer
 	done     chan struct{}
 }
 
@@ -91,7 +93,7 @@ func TestStandbyTakesOverKilledRanks(t *testing.T) {
 	j := startJob(t, "launch", "--verbose", "--standby", "--nproc-per-node", "2", "--backend", "cpu", "--max-restarts", "1",
 		"--grace-period", "3s", "--log-dir", logs, "--", bin.testprog, "restart", "--mark", mark, "--await-kill")
 	var victim int
-	waitUntil(t, time.Minute, "the victim and two ready standbys", func() bool {
+	testkit.WaitFor(t, time.Minute, "the victim and two ready standbys", func() bool {
 		m := victimLine.FindStringSubmatch(j.out.String())
 		if m != nil {
 			victim, _ = strconv.Atoi(m[2])
@@ -147,7 +149,7 @@ func TestStandbyInProcessRecovery(t *testing.T) {
 	j := startJob(t, "launch", "--verbose", "--standby", "--nproc-per-node", "3", "--backend", "cpu", "--max-restarts", "1",
 		"--grace-period", "3s", "--", bin.testprog, "restart", "--inprocess", "--mark", mark, "--await-kill")
 	var victim int
-	waitUntil(t, time.Minute, "the victim and three ready standbys", func() bool {
+	testkit.WaitFor(t, time.Minute, "the victim and three ready standbys", func() bool {
 		m := victimLine.FindStringSubmatch(j.out.String())
 		if m != nil {
 			victim, _ = strconv.Atoi(m[2])
@@ -198,7 +200,7 @@ func TestStandbyFallsBackForProgramsWithoutWorkerLibrary(t *testing.T) {
 	j := startJob(t, "launch", "--standby", "--standby-timeout", "3s", "--nproc-per-node", "2", "--backend", "cpu",
 		"--max-restarts", "1", "--grace-period", "3s", "--", bin.testprog, "plain", "--go", goFile)
 	const warning = "gotrain: warning: --standby is off: "
-	waitUntil(t, time.Minute, "the warning", func() bool { return strings.Contains(j.err.String(), warning) })
+	testkit.WaitFor(t, time.Minute, "the warning", func() bool { return strings.Contains(j.err.String(), warning) })
 	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

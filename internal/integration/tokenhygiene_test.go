@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // Issue 16 item 9: the job token was in argv (any local user reads it with
@@ -33,13 +35,13 @@ func TestJobTokenInNoArgvLogOrMetrics(t *testing.T) {
 	pids := t.TempDir()
 	cmd := gotrainCmd(context.Background(), t, nil, "launch", "--nproc-per-node", "2", "--backend", "cpu", "--grace-period", "1s",
 		"--job-token-file", tokFile, "--metrics-addr", "127.0.0.1:0", "--", bin.testprog, "sleep", "--pid-dir", pids)
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitUntil(t, time.Minute, "4 pid files", func() bool {
+	testkit.WaitFor(t, time.Minute, "4 pid files", func() bool {
 		files, _ := filepath.Glob(filepath.Join(pids, "*.pid"))
 		return len(files) == 4
 	})

@@ -18,6 +18,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // A CPU job of two ranks (testprog's training loop, which reports its steps)
@@ -98,7 +100,7 @@ func TestTopAndMetrics(t *testing.T) {
 		Metrics string `json:"metrics"`
 	}
 	var files []string
-	waitUntil(t, 60*time.Second, "the run file", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "the run file", func() bool {
 		files, _ = filepath.Glob(filepath.Join(runtimeDir, "gotrain", "*.json"))
 		return len(files) > 0
 	})
@@ -122,7 +124,7 @@ func TestTopAndMetrics(t *testing.T) {
 				t.Logf("gotrain top's last output:\n%s", out)
 			}
 		}()
-		waitUntil(t, 90*time.Second, "the ranks' progress in gotrain top", func() bool { // process start may be slow on a loaded machine
+		testkit.WaitFor(t, 90*time.Second, "the ranks' progress in gotrain top", func() bool { // process start may be slow on a loaded machine
 			out = gotrainTop(t, r, "--once", "--json")
 			snap = topJSON{}
 			if err := json.Unmarshal([]byte(out), &snap); err != nil {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // PyTorch programs, unchanged, under gotrain launch and gotrain torchrun:
@@ -63,7 +65,7 @@ func runTorch(t *testing.T, timeout time.Duration, args ...string) result {
 	start := time.Now()
 	cmd := gotrainCmd(ctx, t, []string{path}, args...)
 	cmd.Dir = t.TempDir()
-	var out, errb syncBuffer
+	var out, errb testkit.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	r := result{stdout: out.String(), stderr: errb.String()}

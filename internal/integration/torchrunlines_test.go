@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // lineScript writes, for each rank, torchrun's variables and the sum of an
@@ -73,7 +75,7 @@ func TestTorchrunLoopbackLinesNeedNoToken(t *testing.T) {
 				if args[0] == "gotrain" {
 					cmd.Path, cmd.Args[0] = bin.gotrain, bin.gotrain
 				}
-				var e syncBuffer
+				var e testkit.Buffer
 				cmd.Stderr, cmd.Dir = &e, dir
 				err := cmd.Run()
 				stderrs[i] = e.String()

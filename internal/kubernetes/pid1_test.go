@@ -1,17 +1,17 @@
 package kubernetes
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // pid1Env makes the test binary the init of a PID namespace of its own
@@ -56,7 +56,7 @@ func testInit() int {
 
 // startInit starts this test binary as PID 1 of new PID and mount
 // namespaces, running script under RunInit.
-func startInit(t *testing.T, script string) (*exec.Cmd, *syncBuf) {
+func startInit(t *testing.T, script string) (*exec.Cmd, *testkit.Buffer) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") != "" {
@@ -67,7 +67,7 @@ func startInit(t *testing.T, script string) (*exec.Cmd, *syncBuf) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), pid1Env+"=1", pid1Script+"="+script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
-	out := &syncBuf{}
+	out := &testkit.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start the test init: %v", err)
@@ -76,7 +76,7 @@ func startInit(t *testing.T, script string) (*exec.Cmd, *syncBuf) {
 	return cmd, out
 }
 
-func exitCode(t *testing.T, cmd *exec.Cmd, out *syncBuf) int {
+func exitCode(t *testing.T, cmd *exec.Cmd, out *testkit.Buffer) int {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -118,7 +118,7 @@ exit 7`)
 // and a signal that ends the agent is 128+N.
 func TestInitForwardsSIGTERM(t *testing.T) {
 	cmd, out := startInit(t, `trap 'echo "got TERM"; exit 143' TERM; echo ready; while :; do sleep 0.05; done`)
-	waitFor(t, out, "ready")
+	testkit.WaitFor(t, time.Minute, "the ready line", func() bool { return strings.Contains(out.String(), "ready") })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -130,31 +130,4 @@ func TestInitForwardsSIGTERM(t *testing.T) {
 	if code := exitCode(t, cmd, out); code != 128+int(syscall.SIGUSR1) {
 		t.Fatalf("init exited %d; want 128+SIGUSR1:\n%s", code, out)
 	}
-}
-
-func waitFor(t *testing.T, out *syncBuf, s string) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), s); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q within a minute:\n%s", s, out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-type syncBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

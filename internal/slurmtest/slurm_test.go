@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/testbin"
+	"github.com/gotrain/gotrain/internal/testkit"
 
 	"github.com/gotrain/gotrain/internal/vcluster"
 )
@@ -209,13 +210,12 @@ func (c *cluster) client(args ...string) ([]byte, error) {
 
 func (c *cluster) waitFor(what string, d time.Duration, ok func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("slurmtest: no %s after %s\n%s", what, d, c.logs())
+	defer func() {
+		if c.t.Failed() {
+			c.t.Logf("slurmtest: the cluster's logs:\n%s", c.logs())
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	}()
+	testkit.WaitFor(c.t, d, "slurmtest: "+what, ok)
 }
 
 func (c *cluster) logs() string {

@@ -31,7 +31,6 @@
 package vcluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +44,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // NamePrefix starts the name of every namespace this package makes; the
@@ -543,7 +544,7 @@ type Proc struct {
 	Started, Ended time.Time
 
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
+	stdout, stderr testkit.Buffer
 	done           chan struct{}
 	err            error
 }
@@ -594,22 +595,4 @@ func (p *Proc) state() string {
 	default:
 		return "running"
 	}
-}
-
-// syncBuffer is a bytes.Buffer that several goroutines may use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testkit"
 	"github.com/gotrain/gotrain/internal/vcluster"
 )
 
@@ -192,7 +193,7 @@ func TestCleanupLeavesNothing(t *testing.T) {
 			}
 			inodes = append(inodes, inode(fi))
 		}
-		waitFor(t, "9 processes in the hosts' namespaces", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "9 processes in the hosts' namespaces", func() bool {
 			pids = inNamespaces(inodes)
 			return len(pids) >= 9 // 3 helpers, 3 sh→sleep, 3 setsid sleeps
 		})
@@ -244,16 +245,6 @@ func inNamespaces(inodes []uint64) []int {
 		}
 	}
 	return pids
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 10s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func inode(fi os.FileInfo) uint64 {

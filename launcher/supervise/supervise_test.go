@@ -16,6 +16,8 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // testModeEnv makes the test binary, re-executed, the reaper process or an
@@ -72,20 +74,8 @@ func (r *recorder) get(s Stream) []string {
 // waitLines waits until stdout has n lines and returns them.
 func (r *recorder) waitLines(t *testing.T, n int) []string {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%d lines of output", n), func() bool { return len(r.get(Stdout)) >= n })
+	testkit.WaitFor(t, patience, fmt.Sprintf("%d lines of output", n), func() bool { return len(r.get(Stdout)) >= n })
 	return r.get(Stdout)
-}
-
-// eventually polls cond until it holds, failing the test after patience.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %s", what, patience)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // newSupervisor returns a Supervisor whose Run runs until the test ends.
@@ -315,7 +305,7 @@ func TestExitEarly(t *testing.T) {
 	}
 	defer cmd.Wait()
 	p := &Proc{pid: cmd.Process.Pid, exited: make(chan struct{})}
-	eventually(t, "zombie", func() bool { st := procStat(p.pid); return len(st) > 0 && st[0] == "Z" })
+	testkit.WaitFor(t, patience, "zombie", func() bool { st := procStat(p.pid); return len(st) > 0 && st[0] == "Z" })
 	p.exitEarly()
 	select {
 	case <-p.Exited():
@@ -424,7 +414,7 @@ func TestScanFindsEscapees(t *testing.T) {
 	s := newSupervisor(t, Config{ScanPeriod: 20 * time.Millisecond})
 	p, rec := startShell(t, s, "setsid sleep 300 >/dev/null 2>&1 & echo $!; exec sleep 300")
 	pid := atoi(t, rec.waitLines(t, 1)[0])
-	eventually(t, "escapee found", func() bool { return slices.Contains(s.Escaped(), pid) })
+	testkit.WaitFor(t, patience, "escapee found", func() bool { return slices.Contains(s.Escaped(), pid) })
 	if !alive(pid) {
 		t.Fatalf("the escapee %d died while its process ran", pid)
 	}
@@ -433,7 +423,7 @@ func TestScanFindsEscapees(t *testing.T) {
 	if present(pid) {
 		t.Errorf("the escaped %d is still there after Done", pid)
 	}
-	eventually(t, "escapee forgotten", func() bool { return len(s.Escaped()) == 0 })
+	testkit.WaitFor(t, patience, "escapee forgotten", func() bool { return len(s.Escaped()) == 0 })
 }
 
 // startReaperProcess runs RunReaper in a re-executed test binary.
@@ -482,7 +472,7 @@ func killedBySIGKILL(t *testing.T, cmd *exec.Cmd) {
 // is reaped.
 func goneOrZombie(t *testing.T, pid int) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("end of %d", pid), func() bool { return !alive(pid) })
+	testkit.WaitFor(t, patience, fmt.Sprintf("end of %d", pid), func() bool { return !alive(pid) })
 	if p, ok := readProc(pid); ok && p.ppid == os.Getpid() {
 		var ws unix.WaitStatus
 		_, _ = unix.Wait4(pid, &ws, 0, nil)
