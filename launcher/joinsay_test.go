@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // The waiting line keeps its own clock: it comes every progressEvery while
@@ -13,16 +15,10 @@ import (
 func TestSayWaitingOnItsOwnClock(t *testing.T) {
 	defer func(d time.Duration) { progressEvery = d }(progressEvery)
 	progressEvery = 20 * time.Millisecond
-	var out lockedBuffer
+	var out testkit.Buffer
 	a := &agent{cfg: Config{Stderr: &out, JoinTimeout: time.Minute}}
 	stop := a.sayWaiting(context.Background(), "10.0.0.1:29400")
-	deadline := time.Now().Add(time.Minute)
-	for strings.Count(out.String(), "\n") < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no two waiting lines within a minute: %q", out.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, time.Minute, "two waiting lines", func() bool { return strings.Count(out.String(), "\n") >= 2 })
 	stop()
 	said := out.String()
 	for _, l := range strings.Split(strings.TrimSpace(said), "\n") {
