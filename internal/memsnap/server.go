@@ -32,6 +32,13 @@ type Server struct {
 	Log       *slog.Logger
 }
 
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Log
+}
+
 // Listen opens the snapshot socket at path.
 func Listen(path string) (*net.UnixListener, error) {
 	_ = os.Remove(path)
@@ -141,10 +148,24 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) error {
 	}
 }
 
-// latest answers with rank's newest snapshot: the store's, else a peer's.
+// latest answers with rank's newest snapshot: the store's own or the
+// replica it holds for a peer node (the rank moved here: its node was lost
+// and the ranks were numbered again), the newer of the two; else a peer's.
 func (s *Server) latest(ctx context.Context, rank int) (reply, int) {
-	if snap, ok := s.Store.Acquire(rank); ok {
-		defer s.Store.Release(snap)
+	own, okOwn := s.Store.Acquire(rank)
+	rep, okRep := s.Store.AcquireReplica(rank)
+	if okOwn {
+		defer s.Store.Release(own)
+	}
+	if okRep {
+		defer s.Store.Release(rep)
+	}
+	snap := own
+	if okRep && (!okOwn || rep.Step > own.Step) {
+		snap = rep
+		s.log().Info("a rank restores from the replica a peer node sent here", "rank", rank, "step", rep.Step, "bytes", rep.Size)
+	}
+	if snap != nil {
 		fd, err := dupFd(snap.fd)
 		if err != nil {
 			return reply{Err: fmt.Sprintf("duplicate rank %d's snapshot: %v", rank, err)}, -1
