@@ -72,7 +72,10 @@ func TestNodeLostRankRestoresFromPeer(t *testing.T) {
 func TestNodeAndPeerLostRankRestoresFromDisk(t *testing.T) {
 	t.Parallel()
 	ckpt := t.TempDir()
-	j := startElasticJob(t, 4, "2:4", []string{"--verbose", "--grace-period", "2s", "--join-settle", "1s"},
+	// One coordinator replica, on node1: the default three would lose
+	// their majority with two of the nodes killed here.
+	c := newCluster(t, 4)
+	j := startJobOn(t, c, c.Hosts, "2:4", []string{"--coordinator-replicas", "1"}, nil, []string{"--verbose", "--grace-period", "2s", "--join-settle", "1s"},
 		bin.mnist, "--data", bin.data, "--epochs", "1", "--limit", "4000", "--batch-size", "32",
 		"--snapshots", "--checkpoint-dir", ckpt, "--checkpoint-every", "10",
 		"--die-at-step", "30", "--die-rank", "1", "--die-hang")
