@@ -103,7 +103,7 @@ func newSnapPeers(st *memsnap.Store, nodeID string, coord gotrainv1.CoordinatorC
 	return &snapPeers{
 		store: st, nodeID: nodeID, coord: coord, log: log,
 		dial: func(addr, node string) (*grpc.ClientConn, error) {
-			return grpc.NewClient(addr, grpc.WithTransportCredentials(jobtls.PeerCredentials(client(node), tok)))
+			return grpc.NewClient(addr, append(memsnap.PeerDialOptions(), grpc.WithTransportCredentials(jobtls.PeerCredentials(client(node), tok)))...)
 		},
 		conns: map[string]*grpc.ClientConn{}, warned: map[string]bool{},
 	}
@@ -113,7 +113,7 @@ func newSnapPeers(st *memsnap.Store, nodeID string, coord gotrainv1.CoordinatorC
 // both ways, then the proof of the token.
 func (p *snapPeers) server(tok string, ca *x509.Certificate, cert tls.Certificate) *grpc.Server {
 	conf, _ := jobtls.NodePeerTLS(ca, cert)
-	srv := grpc.NewServer(grpc.Creds(jobtls.ServerCredentials(conf, tok)), grpc.MaxRecvMsgSize(2*memsnap.ChunkSize))
+	srv := grpc.NewServer(append(memsnap.PeerServerOptions(), grpc.Creds(jobtls.ServerCredentials(conf, tok)))...)
 	gotrainv1.RegisterSnapshotPeerServer(srv, &memsnap.PeerServer{Store: p.store, Log: p.log})
 	return srv
 }

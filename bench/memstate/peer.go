@@ -49,7 +49,7 @@ func runPeer(size int64, reps int) error {
 	receiver := memsnap.NewStore(0)
 	defer receiver.Close()
 	conf, _ := jobtls.NodePeerTLS(ca.Cert, recvCert.c)
-	srv := grpc.NewServer(grpc.Creds(jobtls.ServerCredentials(conf, token)), grpc.MaxRecvMsgSize(2*memsnap.ChunkSize))
+	srv := grpc.NewServer(append(memsnap.PeerServerOptions(), grpc.Creds(jobtls.ServerCredentials(conf, token)))...)
 	gotrainv1.RegisterSnapshotPeerServer(srv, &memsnap.PeerServer{Store: receiver})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -58,7 +58,7 @@ func runPeer(size int64, reps int) error {
 	go srv.Serve(lis)
 	defer srv.Stop()
 	_, client := jobtls.NodePeerTLS(ca.Cert, sendCert.c)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(jobtls.PeerCredentials(client("node-2"), token)))
+	cc, err := grpc.NewClient(lis.Addr().String(), append(memsnap.PeerDialOptions(), grpc.WithTransportCredentials(jobtls.PeerCredentials(client("node-2"), token)))...)
 	if err != nil {
 		return err
 	}
