@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -201,6 +202,13 @@ type agent struct {
 	hangs   chan *gotrainv1.EvidenceRequest         // to the evidence collector (progress.go)
 	started chan struct{}                           // closed at the first generation
 	snapPy  string                                  // the directory of gotrain_snapshot.py, on workers' PYTHONPATH (snapshots.go)
+	// nodeCert is the node certificate Join issued (tls.go); nil before.
+	nodeCert *tls.Certificate
+	// snapPeers replicates snapshots to the ring neighbour and fetches a
+	// replaced rank's from peers (snappeer.go); nil: none. snapPeerAddr is
+	// its address, published in each generation.
+	snapPeers    *snapPeers
+	snapPeerAddr string
 }
 
 // tickEvery is how often the loop gives the machine the time (grace
@@ -456,6 +464,7 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 			}
 		}
 		a.gen, a.lastEnded = g, nil
+		a.snapPeers.generation(g.GetGeneration(), int(g.GetGroupRank()), int(g.GetGroupWorldSize()), a.snapPeerAddr) // snappeer.go
 		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
 		// RAS-derived progress spans the job's communicators (raspoll.go).
 		a.hub.ras.generation(g.GetGeneration(), int(g.GetWorldSize()))

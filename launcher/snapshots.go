@@ -41,6 +41,10 @@ func (a *agent) startSnapshots(ctx context.Context, g *errgroup.Group, dir strin
 	}
 	st := memsnap.NewStore(limit)
 	srv := &memsnap.Server{Store: st, Token: a.cfg.JobToken, Authorize: a.claims.authorizeSnapshots, Log: a.log.With("component", "snapshots")}
+	if p := a.startSnapshotPeers(ctx, g, st); p != nil { // snappeer.go
+		a.snapPeers = p
+		srv.Committed, srv.Fetch = p.replicate, p.fetch
+	}
 	g.Go(func() error {
 		defer st.Close()
 		return srv.Serve(ctx, lis)

@@ -99,6 +99,7 @@ func (a *agent) joinConnected(ctx context.Context, addrs string, trust jobtls.Tr
 		return nil, fmt.Errorf("join the coordinator at %s: %w", addrs, err)
 	}
 	cert := jobtls.NodeCertificate(der, key)
+	a.nodeCert = &cert
 	if a.lc, err = a.dialCoordinator(append(list, a.replicaSet()...), trust, &cert); err != nil {
 		return nil, err
 	}

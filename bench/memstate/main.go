@@ -38,7 +38,15 @@ func main() {
 	size := flag.Int64("bytes", 814192, "state size in bytes")
 	reps := flag.Int("reps", 10, "repetitions (the median is printed)")
 	dir := flag.String("dir", os.TempDir(), "directory for the disk checkpoints")
+	peer := flag.Bool("peer", false, "measure the peer tier (replicate to and fetch from another agent over loopback TLS) instead")
 	flag.Parse()
+	if *peer {
+		if err := runPeer(*size, *reps); err != nil {
+			fmt.Fprintln(os.Stderr, "memstate:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *agent != "" {
 		serveAgent(*agent)
 		return

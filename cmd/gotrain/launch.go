@@ -313,7 +313,7 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 		return nil
 	})
 	fs.DurationVar(&cfg.StandbyTimeout, "standby-timeout", 30*time.Second, "with --standby: a standby of a Go program that has not attached (worker.Init) by then means the program does not support standbys (Python standbys have no timeout: one is used once it is ready)")
-	fs.Var(bytesFlag{&cfg.SnapshotMemory}, "snapshot-memory", "the most `bytes` (e.g. 64GiB) of training-state snapshots this agent keeps in memory for its workers (worker.Snapshots, the gotrain_snapshot Python module); a snapshot that does not fit is refused with an error naming the rank; 0: a quarter of the node's memory")
+	fs.Var(bytesFlag{&cfg.SnapshotMemory}, "snapshot-memory", "the most `bytes` (e.g. 64GiB) of training-state snapshots this agent keeps in memory, its workers' and the replicas its ring neighbour node sends (worker.Snapshots, the gotrain_snapshot Python module); a snapshot or replica that does not fit is refused with an error naming the rank; 0: a quarter of the node's memory")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
 	fs.BoolVar(&cfg.RetryPermanent, "retry-permanent", false, "restart after a failure that can only repeat too: the program cannot be executed (not found, exec format error, permission denied), or a Python ImportError, ModuleNotFoundError or SyntaxError before any progress; without it such a failure ends the job at once, and says so")
 	fs.BoolVar(&opts.verbose, "verbose", false, "log the agent's own steps to stderr")

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 
@@ -80,7 +81,7 @@ type stateTier interface {
 // rank) broadcasts it to everyone, and the ranks resume identically even if
 // they found different states. It returns where the state came from ("" for
 // a fresh start).
-func restore(ctx context.Context, c comm.Comm, mem stateTier, dir string, st *trainState) (string, error) {
+func restore(ctx context.Context, c comm.Comm, mem stateTier, dir string, st *trainState, out io.Writer) (string, error) {
 	source, have := "", int64(-1)
 	var found []byte
 	var state *worker.State
@@ -103,6 +104,9 @@ func restore(ctx context.Context, c comm.Comm, mem stateTier, dir string, st *tr
 			return "", fmt.Errorf("the state from %s: %w", source, err)
 		}
 		have = int64(st.Step)
+		// Each rank says where it found its own (the broadcast below may
+		// replace it with a newer one).
+		fmt.Fprintf(out, "found the state of step %d in %s\n", have, sourceNames[slices.Index(sources, source)])
 	}
 	// The newest step any rank found, then the lowest rank that has it.
 	agree := []int64{have}

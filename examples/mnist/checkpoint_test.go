@@ -51,8 +51,8 @@ func TestResumeIsExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(out.String(), "resumed at epoch 3 step ") {
-		t.Errorf("output does not start with the resume:\n%s", out.String())
+	if !strings.HasPrefix(out.String(), "found the state of step 77 in the checkpoint\nresumed at epoch 3 step ") {
+		t.Errorf("output does not start with where the state was found and the resume:\n%s", out.String())
 	}
 	if got.WeightHash != want.WeightHash || got.TestAccuracy != want.TestAccuracy {
 		t.Errorf("resumed run: hash %#x accuracy %v; uninterrupted: %#x %v", got.WeightHash, got.TestAccuracy, want.WeightHash, want.TestAccuracy)

@@ -107,6 +107,7 @@ Flags:
 	fs.BoolVar(&snapshots, "snapshots", false, "hand the state to the agent's memory after every step (worker.Snapshots): a restarted rank resumes at its last step, before --checkpoint-dir is tried")
 	fs.IntVar(&cfg.DieAtStep, "die-at-step", 0, "fault injection for tests: with --snapshots, rank --die-rank SIGKILLs itself once step `n`'s snapshot is in the agent's memory, on the job's first attempt")
 	fs.IntVar(&cfg.DieRank, "die-rank", 0, "the `rank` --die-at-step kills")
+	fs.BoolVar(&cfg.DieHang, "die-hang", false, "with --die-at-step: the rank waits at that step instead of SIGKILLing itself (its node's snapshots replicated), for a test that kills the node")
 	fs.BoolVar(&cfg.PrintWeights, "print-weight-hash", false, "rank 0 prints its final weights' FNV-64a hash before the final line")
 	if err := fs.Parse(args); err != nil {
 		return config{}, "", false, err

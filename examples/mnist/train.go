@@ -42,7 +42,10 @@ type config struct {
 	// that step is in its agent's memory, on the job's first attempt: a
 	// fault for tests of the tier.
 	DieAtStep, DieRank int
-	FirstAttempt       bool // GOTRAIN_RESTART_COUNT is 0
+	// DieHang: at DieAtStep, rank DieRank waits (forever) instead of
+	// SIGKILLing itself, for a test that kills its whole node then.
+	DieHang      bool
+	FirstAttempt bool // GOTRAIN_RESTART_COUNT is 0
 	// PrintWeights makes rank 0 print its final weights' FNV-64a hash
 	// before the final line (tests compare runs bit for bit).
 	PrintWeights bool
@@ -136,7 +139,7 @@ func train(ctx context.Context, c comm.Comm, ds *mnistdata.Dataset, cfg config, 
 	// 0's copy is broadcast anyway, so that the ranks start identical even if
 	// that ever stopped being true.
 	st := trainState{Params: m.params, Velocity: velocity}
-	from, err := restore(ctx, c, cfg.Memory, cfg.CheckpointDir, &st)
+	from, err := restore(ctx, c, cfg.Memory, cfg.CheckpointDir, &st, out)
 	if err != nil {
 		return result{}, err
 	}
@@ -202,6 +205,11 @@ func train(ctx context.Context, c comm.Comm, ds *mnistdata.Dataset, cfg config, 
 					cfg.Memory.SaveBytes(int64(step), s.header(), comm.Host(m.params).HostBytes(), comm.Host(velocity).HostBytes())
 					if err := cfg.Memory.Wait(ctx); err != nil {
 						return result{}, err
+					}
+					if cfg.DieHang {
+						fmt.Fprintf(out, "waiting at step %d for the node to be killed\n", step)
+						<-ctx.Done()
+						return result{}, ctx.Err()
 					}
 					fmt.Fprintf(out, "dying at step %d: SIGKILL\n", step)
 					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

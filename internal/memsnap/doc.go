@@ -24,6 +24,13 @@
 // the agent checks their checksum when it takes one and every reader checks
 // it again, so one changed while served is refused, never handed out.
 //
+// Peer replicas (peer.go): the agent sends each snapshot on to its ring
+// neighbour's agent over the SnapshotPeer gRPC service, in chunks; the
+// receiver keeps a replica only once all of it came and matches its length
+// and checksum, beside (never in place of) its own snapshots, within the
+// same --snapshot-memory. A rank with no snapshot here is served the
+// newest replica a peer holds (Server.Fetch).
+//
 // Usage (agent side):
 //
 //	st := memsnap.NewStore(limitBytes)

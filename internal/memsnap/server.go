@@ -22,13 +22,21 @@ type Server struct {
 	// the token (tests).
 	Authorize func(ctx context.Context, pid, rank int) error
 	// Fetch, when set, is asked for a rank's snapshot that the store does
-	// not hold (a peer's replica); it returns a sealed memfd and its facts,
-	// or found false.
-	Fetch func(ctx context.Context, rank int) (fd int, step, size int64, crc uint32, found bool, err error)
+	// not hold (a peer's replica); it returns a sealed memfd and its facts
+	// (FetchReplica), or found false.
+	Fetch func(ctx context.Context, rank int) (f Fetched, found bool, err error)
 	// Committed, when set, is called after each snapshot a worker hands
-	// over (peer replication).
-	Committed func(s *Snapshot)
+	// over, before the worker hears that it was kept (peer replication:
+	// a worker that waited for its hand-over knows its peer holds it too).
+	Committed func(ctx context.Context, s *Snapshot)
 	Log       *slog.Logger
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Log
 }
 
 // Listen opens the snapshot socket at path.
@@ -123,7 +131,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) error {
 			}
 			rep.Step, rep.Size, rep.CRC, rep.Found = snap.Step, snap.Size, snap.CRC, true
 			if s.Committed != nil {
-				s.Committed(snap)
+				s.Committed(ctx, snap)
 			}
 		case opLatest:
 			closeFd(fd)
@@ -140,10 +148,24 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) error {
 	}
 }
 
-// latest answers with rank's newest snapshot: the store's, else a peer's.
+// latest answers with rank's newest snapshot: the store's own or the
+// replica it holds for a peer node (the rank moved here: its node was lost
+// and the ranks were numbered again), the newer of the two; else a peer's.
 func (s *Server) latest(ctx context.Context, rank int) (reply, int) {
-	if snap, ok := s.Store.Acquire(rank); ok {
-		defer s.Store.Release(snap)
+	own, okOwn := s.Store.Acquire(rank)
+	rep, okRep := s.Store.AcquireReplica(rank)
+	if okOwn {
+		defer s.Store.Release(own)
+	}
+	if okRep {
+		defer s.Store.Release(rep)
+	}
+	snap := own
+	if okRep && (!okOwn || rep.Step > own.Step) {
+		snap = rep
+		s.log().Info("a rank restores from the replica a peer node sent here", "rank", rank, "step", rep.Step, "bytes", rep.Size)
+	}
+	if snap != nil {
 		fd, err := dupFd(snap.fd)
 		if err != nil {
 			return reply{Err: fmt.Sprintf("duplicate rank %d's snapshot: %v", rank, err)}, -1
@@ -151,12 +173,12 @@ func (s *Server) latest(ctx context.Context, rank int) (reply, int) {
 		return reply{Found: true, Step: snap.Step, Size: snap.Size, CRC: snap.CRC, Source: snap.Source, Sealed: snap.Sealed, Sum: snap.Sum}, fd
 	}
 	if s.Fetch != nil {
-		fd, step, size, crc, found, err := s.Fetch(ctx, rank)
+		f, found, err := s.Fetch(ctx, rank)
 		switch {
 		case err != nil:
 			return reply{Err: fmt.Sprintf("rank %d's snapshot from a peer: %v", rank, err)}, -1
 		case found:
-			return reply{Found: true, Step: step, Size: size, CRC: crc, Source: SourcePeer}, fd
+			return reply{Found: true, Step: f.Step, Size: f.Size, CRC: f.CRC, Source: SourcePeer, Sealed: true, Sum: f.Sum}, f.Fd
 		}
 	}
 	return reply{}, -1

@@ -65,12 +65,20 @@ type Store struct {
 	limit int64 // bytes, own and peer snapshots together; 0: no limit
 
 	mu     sync.Mutex
-	latest map[int]*Snapshot
+	latest map[slot]*Snapshot
 	held   int64
 }
 
+// slot is where the store keeps a snapshot: a rank's own (written by a
+// worker of this node) and its replica from a peer are apart, so that a
+// replica arriving late never replaces what a worker here wrote.
+type slot struct {
+	rank int
+	peer bool
+}
+
 // NewStore returns a store that holds at most limit bytes (0: no limit).
-func NewStore(limit int64) *Store { return &Store{limit: limit, latest: map[int]*Snapshot{}} }
+func NewStore(limit int64) *Store { return &Store{limit: limit, latest: map[slot]*Snapshot{}} }
 
 // Commit makes the memfd fd, which a worker of rank wrote and says holds
 // size bytes with checksum crc for step, the rank's newest snapshot. Commit
@@ -102,18 +110,18 @@ func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, su
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	old := st.latest[rank]
+	k := slot{rank, source == SourcePeer}
+	old := st.latest[k]
 	held := st.held
 	if old != nil {
 		held -= old.Size
 	}
-	if st.limit > 0 && held+s.Size > st.limit {
+	if err := st.fitsLocked(k, s.Size, step); err != nil {
 		s.close()
-		return nil, fmt.Errorf("%w: rank %d's snapshot of step %d is %d bytes, the agent holds %d bytes of others' and --snapshot-memory is %d bytes; raise --snapshot-memory or snapshot less state",
-			ErrTooLarge, rank, step, s.Size, held, st.limit)
+		return nil, err
 	}
 	s.refs = 1
-	st.latest[rank] = s
+	st.latest[k] = s
 	st.held = held + s.Size
 	if old != nil {
 		st.releaseLocked(old)
@@ -161,12 +169,44 @@ func openChecked(rank int, step int64, fd int, size int64, crc uint32, sum, sour
 	return &Snapshot{Rank: rank, Step: step, Size: size, CRC: crc, Source: source, Sealed: sealed(fd), Sum: sum, fd: fd, data: data}, nil
 }
 
-// Acquire returns rank's newest snapshot, which stays valid (even once a
-// newer one replaces it) until Release; false when the store has none.
-func (st *Store) Acquire(rank int) (*Snapshot, bool) {
+// fitsLocked is ErrTooLarge, with the figures, when a snapshot of size
+// bytes in k would take the store over its limit (the one k holds now is
+// replaced, so it does not count).
+func (st *Store) fitsLocked(k slot, size, step int64) error {
+	held := st.held
+	if old := st.latest[k]; old != nil {
+		held -= old.Size
+	}
+	if st.limit <= 0 || held+size <= st.limit {
+		return nil
+	}
+	what := "snapshot"
+	if k.peer {
+		what = "replica (from a peer node)"
+	}
+	return fmt.Errorf("%w: rank %d's %s of step %d is %d bytes, the agent holds %d bytes of others' (own and peers' replicas) and --snapshot-memory is %d bytes; raise --snapshot-memory or snapshot less state",
+		ErrTooLarge, k.rank, what, step, size, held, st.limit)
+}
+
+// Fits says whether a replica of rank of size bytes would fit (ErrTooLarge
+// when not), so that a peer is refused before it sends the bytes.
+func (st *Store) Fits(rank int, size, step int64) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	s := st.latest[rank]
+	return st.fitsLocked(slot{rank, true}, size, step)
+}
+
+// Acquire returns rank's newest snapshot, which stays valid (even once a
+// newer one replaces it) until Release; false when the store has none.
+func (st *Store) Acquire(rank int) (*Snapshot, bool) { return st.acquire(slot{rank, false}) }
+
+// AcquireReplica is Acquire for the replica of rank a peer sent.
+func (st *Store) AcquireReplica(rank int) (*Snapshot, bool) { return st.acquire(slot{rank, true}) }
+
+func (st *Store) acquire(k slot) (*Snapshot, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s := st.latest[k]
 	if s == nil {
 		return nil, false
 	}
@@ -195,11 +235,13 @@ func (s *Snapshot) close() {
 }
 
 // Drop forgets rank's snapshot (a rank that no longer exists).
-func (st *Store) Drop(rank int) {
+func (st *Store) Drop(rank int) { st.drop(slot{rank, false}) }
+
+func (st *Store) drop(k slot) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if s := st.latest[rank]; s != nil {
-		delete(st.latest, rank)
+	if s := st.latest[k]; s != nil {
+		delete(st.latest, k)
 		st.held -= s.Size
 		st.releaseLocked(s)
 	}
@@ -225,22 +267,22 @@ func (st *Store) List() []Info {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	out := make([]Info, 0, len(st.latest))
-	for r, s := range st.latest {
-		out = append(out, Info{Rank: r, Step: s.Step, Size: s.Size, Source: s.Source})
+	for k, s := range st.latest {
+		out = append(out, Info{Rank: k.rank, Step: s.Step, Size: s.Size, Source: s.Source})
 	}
-	slices.SortFunc(out, func(a, b Info) int { return cmp.Compare(a.Rank, b.Rank) })
+	slices.SortFunc(out, func(a, b Info) int { return cmp.Or(cmp.Compare(a.Rank, b.Rank), cmp.Compare(a.Source, b.Source)) })
 	return out
 }
 
 // Close releases every snapshot the store holds.
 func (st *Store) Close() {
 	st.mu.Lock()
-	ranks := make([]int, 0, len(st.latest))
-	for r := range st.latest {
-		ranks = append(ranks, r)
+	keys := make([]slot, 0, len(st.latest))
+	for k := range st.latest {
+		keys = append(keys, k)
 	}
 	st.mu.Unlock()
-	for _, r := range ranks {
-		st.Drop(r)
+	for _, k := range keys {
+		st.drop(k)
 	}
 }

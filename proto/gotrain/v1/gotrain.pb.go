@@ -29,6 +29,249 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SnapshotChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The facts, in the first chunk only.
+	Rank int32  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	Step int64  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Size int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Crc  uint32 `protobuf:"varint,4,opt,name=crc,proto3" json:"crc,omitempty"`
+	// The checksum's name: "" for CRC-32C, "crc32" for CRC-32 (IEEE).
+	Sum string `protobuf:"bytes,5,opt,name=sum,proto3" json:"sum,omitempty"`
+	// The node whose worker wrote it.
+	NodeId        string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Data          []byte `protobuf:"bytes,7,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SnapshotChunk) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetSum() string {
+	if x != nil {
+		return x.Sum
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ReplicateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateResponse) Reset() {
+	*x = ReplicateResponse{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateResponse) ProtoMessage() {}
+
+func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
+func (*ReplicateResponse) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{1}
+}
+
+type PeerSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rank          int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerSnapshotRequest) Reset() {
+	*x = PeerSnapshotRequest{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerSnapshotRequest) ProtoMessage() {}
+
+func (x *PeerSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*PeerSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PeerSnapshotRequest) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+type PeerSnapshotInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Step          int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerSnapshotInfo) Reset() {
+	*x = PeerSnapshotInfo{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerSnapshotInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerSnapshotInfo) ProtoMessage() {}
+
+func (x *PeerSnapshotInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerSnapshotInfo.ProtoReflect.Descriptor instead.
+func (*PeerSnapshotInfo) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PeerSnapshotInfo) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *PeerSnapshotInfo) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *PeerSnapshotInfo) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *PeerSnapshotInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 type WorkerHello struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Rank       int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
@@ -48,7 +291,7 @@ type WorkerHello struct {
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[0]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -60,7 +303,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[0]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -73,7 +316,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{0}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WorkerHello) GetRank() int32 {
@@ -129,7 +372,7 @@ type StackDump struct {
 
 func (x *StackDump) Reset() {
 	*x = StackDump{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[1]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -141,7 +384,7 @@ func (x *StackDump) String() string {
 func (*StackDump) ProtoMessage() {}
 
 func (x *StackDump) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[1]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -154,7 +397,7 @@ func (x *StackDump) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StackDump.ProtoReflect.Descriptor instead.
 func (*StackDump) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{1}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StackDump) GetRequestId() int64 {
@@ -185,7 +428,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[2]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -197,7 +440,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[2]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -210,7 +453,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{2}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -278,7 +521,7 @@ type DumpStacksRequest struct {
 
 func (x *DumpStacksRequest) Reset() {
 	*x = DumpStacksRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[3]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +533,7 @@ func (x *DumpStacksRequest) String() string {
 func (*DumpStacksRequest) ProtoMessage() {}
 
 func (x *DumpStacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[3]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +546,7 @@ func (x *DumpStacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpStacksRequest.ProtoReflect.Descriptor instead.
 func (*DumpStacksRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{3}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DumpStacksRequest) GetRequestId() int64 {
@@ -325,7 +568,7 @@ type GenerationChange struct {
 
 func (x *GenerationChange) Reset() {
 	*x = GenerationChange{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[4]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +580,7 @@ func (x *GenerationChange) String() string {
 func (*GenerationChange) ProtoMessage() {}
 
 func (x *GenerationChange) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[4]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +593,7 @@ func (x *GenerationChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationChange.ProtoReflect.Descriptor instead.
 func (*GenerationChange) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{4}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GenerationChange) GetEnded() *GenerationEnded {
@@ -382,7 +625,7 @@ type StandbyAssignment struct {
 
 func (x *StandbyAssignment) Reset() {
 	*x = StandbyAssignment{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +637,7 @@ func (x *StandbyAssignment) String() string {
 func (*StandbyAssignment) ProtoMessage() {}
 
 func (x *StandbyAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[5]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +650,7 @@ func (x *StandbyAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StandbyAssignment.ProtoReflect.Descriptor instead.
 func (*StandbyAssignment) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{5}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StandbyAssignment) GetGeneration() *GenerationStarted {
@@ -445,7 +688,7 @@ type AgentMessage struct {
 
 func (x *AgentMessage) Reset() {
 	*x = AgentMessage{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +700,7 @@ func (x *AgentMessage) String() string {
 func (*AgentMessage) ProtoMessage() {}
 
 func (x *AgentMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[6]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +713,7 @@ func (x *AgentMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentMessage.ProtoReflect.Descriptor instead.
 func (*AgentMessage) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{6}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AgentMessage) GetMsg() isAgentMessage_Msg {
@@ -542,7 +785,7 @@ type GPU struct {
 
 func (x *GPU) Reset() {
 	*x = GPU{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +797,7 @@ func (x *GPU) String() string {
 func (*GPU) ProtoMessage() {}
 
 func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[7]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +810,7 @@ func (x *GPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPU.ProtoReflect.Descriptor instead.
 func (*GPU) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{7}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GPU) GetIndex() int32 {
@@ -629,7 +872,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +884,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[8]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +897,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{8}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeInfo) GetHostname() string {
@@ -735,7 +978,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +990,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[9]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +1003,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{9}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JoinRequest) GetNode() *NodeInfo {
@@ -810,7 +1053,7 @@ type JobSettings struct {
 
 func (x *JobSettings) Reset() {
 	*x = JobSettings{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +1065,7 @@ func (x *JobSettings) String() string {
 func (*JobSettings) ProtoMessage() {}
 
 func (x *JobSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[10]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +1078,7 @@ func (x *JobSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSettings.ProtoReflect.Descriptor instead.
 func (*JobSettings) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{10}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JobSettings) GetNodes() int32 {
@@ -928,7 +1171,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1183,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[11]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1196,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{11}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JoinResponse) GetNodeId() string {
@@ -1045,7 +1288,7 @@ type WatchGenerationsRequest struct {
 
 func (x *WatchGenerationsRequest) Reset() {
 	*x = WatchGenerationsRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1300,7 @@ func (x *WatchGenerationsRequest) String() string {
 func (*WatchGenerationsRequest) ProtoMessage() {}
 
 func (x *WatchGenerationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[12]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1313,7 @@ func (x *WatchGenerationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGenerationsRequest.ProtoReflect.Descriptor instead.
 func (*WatchGenerationsRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{12}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchGenerationsRequest) GetNodeId() string {
@@ -1107,7 +1350,7 @@ type AddReplicaRequest struct {
 
 func (x *AddReplicaRequest) Reset() {
 	*x = AddReplicaRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1362,7 @@ func (x *AddReplicaRequest) String() string {
 func (*AddReplicaRequest) ProtoMessage() {}
 
 func (x *AddReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[13]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1375,7 @@ func (x *AddReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddReplicaRequest.ProtoReflect.Descriptor instead.
 func (*AddReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{13}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddReplicaRequest) GetNodeId() string {
@@ -1164,7 +1407,7 @@ type AddReplicaResponse struct {
 
 func (x *AddReplicaResponse) Reset() {
 	*x = AddReplicaResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1419,7 @@ func (x *AddReplicaResponse) String() string {
 func (*AddReplicaResponse) ProtoMessage() {}
 
 func (x *AddReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[14]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1432,7 @@ func (x *AddReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddReplicaResponse.ProtoReflect.Descriptor instead.
 func (*AddReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{14}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
 }
 
 type ReplicaCARequest struct {
@@ -1203,7 +1446,7 @@ type ReplicaCARequest struct {
 
 func (x *ReplicaCARequest) Reset() {
 	*x = ReplicaCARequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1458,7 @@ func (x *ReplicaCARequest) String() string {
 func (*ReplicaCARequest) ProtoMessage() {}
 
 func (x *ReplicaCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[15]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1471,7 @@ func (x *ReplicaCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaCARequest.ProtoReflect.Descriptor instead.
 func (*ReplicaCARequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{15}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicaCARequest) GetNodeId() string {
@@ -1248,7 +1491,7 @@ type ReplicaCAResponse struct {
 
 func (x *ReplicaCAResponse) Reset() {
 	*x = ReplicaCAResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1503,7 @@ func (x *ReplicaCAResponse) String() string {
 func (*ReplicaCAResponse) ProtoMessage() {}
 
 func (x *ReplicaCAResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[16]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1516,7 @@ func (x *ReplicaCAResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaCAResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaCAResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{16}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReplicaCAResponse) GetCaCert() []byte {
@@ -1300,7 +1543,7 @@ type HostReplica struct {
 
 func (x *HostReplica) Reset() {
 	*x = HostReplica{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1555,7 @@ func (x *HostReplica) String() string {
 func (*HostReplica) ProtoMessage() {}
 
 func (x *HostReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[17]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1568,7 @@ func (x *HostReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostReplica.ProtoReflect.Descriptor instead.
 func (*HostReplica) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{17}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
 }
 
 // Replicas is the coordinator's replica set (gRPC addresses), sent when it
@@ -1339,7 +1582,7 @@ type Replicas struct {
 
 func (x *Replicas) Reset() {
 	*x = Replicas{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1594,7 @@ func (x *Replicas) String() string {
 func (*Replicas) ProtoMessage() {}
 
 func (x *Replicas) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[18]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1607,7 @@ func (x *Replicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replicas.ProtoReflect.Descriptor instead.
 func (*Replicas) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{18}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Replicas) GetAddrs() []string {
@@ -1389,7 +1632,7 @@ type RankAssignment struct {
 
 func (x *RankAssignment) Reset() {
 	*x = RankAssignment{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1644,7 @@ func (x *RankAssignment) String() string {
 func (*RankAssignment) ProtoMessage() {}
 
 func (x *RankAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[19]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1657,7 @@ func (x *RankAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankAssignment.ProtoReflect.Descriptor instead.
 func (*RankAssignment) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{19}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RankAssignment) GetRank() int32 {
@@ -1461,7 +1704,7 @@ type GenerationStarted struct {
 
 func (x *GenerationStarted) Reset() {
 	*x = GenerationStarted{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1716,7 @@ func (x *GenerationStarted) String() string {
 func (*GenerationStarted) ProtoMessage() {}
 
 func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[20]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1729,7 @@ func (x *GenerationStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationStarted.ProtoReflect.Descriptor instead.
 func (*GenerationStarted) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{20}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GenerationStarted) GetGeneration() int64 {
@@ -1572,7 +1815,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1827,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[21]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1840,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{21}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkerFailure) GetRank() int32 {
@@ -1695,7 +1938,7 @@ type GenerationEnded struct {
 
 func (x *GenerationEnded) Reset() {
 	*x = GenerationEnded{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1950,7 @@ func (x *GenerationEnded) String() string {
 func (*GenerationEnded) ProtoMessage() {}
 
 func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[22]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1963,7 @@ func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEnded.ProtoReflect.Descriptor instead.
 func (*GenerationEnded) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{22}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GenerationEnded) GetGeneration() int64 {
@@ -1764,7 +2007,7 @@ type RestartPlanned struct {
 
 func (x *RestartPlanned) Reset() {
 	*x = RestartPlanned{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +2019,7 @@ func (x *RestartPlanned) String() string {
 func (*RestartPlanned) ProtoMessage() {}
 
 func (x *RestartPlanned) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[23]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +2032,7 @@ func (x *RestartPlanned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartPlanned.ProtoReflect.Descriptor instead.
 func (*RestartPlanned) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{23}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RestartPlanned) GetGeneration() int64 {
@@ -1846,7 +2089,7 @@ type JobFinished struct {
 
 func (x *JobFinished) Reset() {
 	*x = JobFinished{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +2101,7 @@ func (x *JobFinished) String() string {
 func (*JobFinished) ProtoMessage() {}
 
 func (x *JobFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[24]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +2114,7 @@ func (x *JobFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFinished.ProtoReflect.Descriptor instead.
 func (*JobFinished) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{24}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *JobFinished) GetSucceeded() bool {
@@ -1922,7 +2165,7 @@ type GenerationEvent struct {
 
 func (x *GenerationEvent) Reset() {
 	*x = GenerationEvent{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2177,7 @@ func (x *GenerationEvent) String() string {
 func (*GenerationEvent) ProtoMessage() {}
 
 func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2190,7 @@ func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEvent.ProtoReflect.Descriptor instead.
 func (*GenerationEvent) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GenerationEvent) GetEvent() isGenerationEvent_Event {
@@ -2088,7 +2331,7 @@ type EvidenceRequest struct {
 
 func (x *EvidenceRequest) Reset() {
 	*x = EvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2343,7 @@ func (x *EvidenceRequest) String() string {
 func (*EvidenceRequest) ProtoMessage() {}
 
 func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2356,7 @@ func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvidenceRequest.ProtoReflect.Descriptor instead.
 func (*EvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EvidenceRequest) GetRequestId() int64 {
@@ -2157,7 +2400,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2412,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2425,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Evidence) GetRank() int32 {
@@ -2224,7 +2467,7 @@ type ReportEvidenceRequest struct {
 
 func (x *ReportEvidenceRequest) Reset() {
 	*x = ReportEvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2479,7 @@ func (x *ReportEvidenceRequest) String() string {
 func (*ReportEvidenceRequest) ProtoMessage() {}
 
 func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2492,7 @@ func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReportEvidenceRequest) GetNodeId() string {
@@ -2281,7 +2524,7 @@ type ReportEvidenceResponse struct {
 
 func (x *ReportEvidenceResponse) Reset() {
 	*x = ReportEvidenceResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2536,7 @@ func (x *ReportEvidenceResponse) String() string {
 func (*ReportEvidenceResponse) ProtoMessage() {}
 
 func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2549,7 @@ func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
 }
 
 // Culprit is a rank a verdict blames, and what it was doing.
@@ -2331,7 +2574,7 @@ type Culprit struct {
 
 func (x *Culprit) Reset() {
 	*x = Culprit{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2586,7 @@ func (x *Culprit) String() string {
 func (*Culprit) ProtoMessage() {}
 
 func (x *Culprit) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2599,7 @@ func (x *Culprit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Culprit.ProtoReflect.Descriptor instead.
 func (*Culprit) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Culprit) GetRank() int32 {
@@ -2452,7 +2695,7 @@ type HangVerdict struct {
 
 func (x *HangVerdict) Reset() {
 	*x = HangVerdict{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2707,7 @@ func (x *HangVerdict) String() string {
 func (*HangVerdict) ProtoMessage() {}
 
 func (x *HangVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2720,7 @@ func (x *HangVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangVerdict.ProtoReflect.Descriptor instead.
 func (*HangVerdict) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HangVerdict) GetId() int64 {
@@ -2593,7 +2836,7 @@ type DiagnoseRequest struct {
 
 func (x *DiagnoseRequest) Reset() {
 	*x = DiagnoseRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2848,7 @@ func (x *DiagnoseRequest) String() string {
 func (*DiagnoseRequest) ProtoMessage() {}
 
 func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2861,7 @@ func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseRequest.ProtoReflect.Descriptor instead.
 func (*DiagnoseRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
 }
 
 type DiagnoseResponse struct {
@@ -2638,7 +2881,7 @@ type DiagnoseResponse struct {
 
 func (x *DiagnoseResponse) Reset() {
 	*x = DiagnoseResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2893,7 @@ func (x *DiagnoseResponse) String() string {
 func (*DiagnoseResponse) ProtoMessage() {}
 
 func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2906,7 @@ func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseResponse.ProtoReflect.Descriptor instead.
 func (*DiagnoseResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DiagnoseResponse) GetStatus() *JobStatus {
@@ -2711,7 +2954,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +2966,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +2979,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -2761,7 +3004,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +3016,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +3029,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
 }
 
 type KVGetRequest struct {
@@ -2800,7 +3043,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +3055,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +3068,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -2852,7 +3095,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3107,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3120,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KVGetResponse) GetFound() bool {
@@ -2905,7 +3148,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2917,7 +3160,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2930,7 +3173,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *BarrierRequest) GetName() string {
@@ -2962,7 +3205,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3217,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3230,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
 }
 
 type CommProgress struct {
@@ -3021,7 +3264,7 @@ type CommProgress struct {
 
 func (x *CommProgress) Reset() {
 	*x = CommProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3033,7 +3276,7 @@ func (x *CommProgress) String() string {
 func (*CommProgress) ProtoMessage() {}
 
 func (x *CommProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3046,7 +3289,7 @@ func (x *CommProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommProgress.ProtoReflect.Descriptor instead.
 func (*CommProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CommProgress) GetComm() string {
@@ -3160,7 +3403,7 @@ type Collective struct {
 
 func (x *Collective) Reset() {
 	*x = Collective{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3415,7 @@ func (x *Collective) String() string {
 func (*Collective) ProtoMessage() {}
 
 func (x *Collective) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3428,7 @@ func (x *Collective) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Collective.ProtoReflect.Descriptor instead.
 func (*Collective) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Collective) GetSeq() int64 {
@@ -3282,7 +3525,7 @@ type RankProgress struct {
 
 func (x *RankProgress) Reset() {
 	*x = RankProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3294,7 +3537,7 @@ func (x *RankProgress) String() string {
 func (*RankProgress) ProtoMessage() {}
 
 func (x *RankProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3307,7 +3550,7 @@ func (x *RankProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankProgress.ProtoReflect.Descriptor instead.
 func (*RankProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RankProgress) GetRank() int32 {
@@ -3439,7 +3682,7 @@ type GPUSample struct {
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3451,7 +3694,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3464,7 +3707,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GPUSample) GetIndex() int32 {
@@ -3582,7 +3825,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3594,7 +3837,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3607,7 +3850,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -3632,7 +3875,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3644,7 +3887,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3657,7 +3900,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{49}
 }
 
 type ReportWorkerExitRequest struct {
@@ -3685,7 +3928,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3697,7 +3940,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3710,7 +3953,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -3805,7 +4048,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3817,7 +4060,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3830,7 +4073,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{51}
 }
 
 type GetJobStatusRequest struct {
@@ -3841,7 +4084,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3853,7 +4096,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3866,7 +4109,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{48}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{52}
 }
 
 type NodeStatus struct {
@@ -3880,7 +4123,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +4135,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +4148,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{49}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3947,7 +4190,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3959,7 +4202,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3972,7 +4215,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{50}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -4050,7 +4293,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4062,7 +4305,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4075,7 +4318,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{51}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -4173,7 +4416,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4185,7 +4428,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4198,7 +4441,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{52}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *LogEntry) GetVersion() uint32 {
@@ -4451,7 +4694,7 @@ type LogConfig struct {
 
 func (x *LogConfig) Reset() {
 	*x = LogConfig{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4463,7 +4706,7 @@ func (x *LogConfig) String() string {
 func (*LogConfig) ProtoMessage() {}
 
 func (x *LogConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4476,7 +4719,7 @@ func (x *LogConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogConfig.ProtoReflect.Descriptor instead.
 func (*LogConfig) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{53}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *LogConfig) GetRunId() string {
@@ -4598,7 +4841,7 @@ type LogJoin struct {
 
 func (x *LogJoin) Reset() {
 	*x = LogJoin{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4610,7 +4853,7 @@ func (x *LogJoin) String() string {
 func (*LogJoin) ProtoMessage() {}
 
 func (x *LogJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4623,7 +4866,7 @@ func (x *LogJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogJoin.ProtoReflect.Descriptor instead.
 func (*LogJoin) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{54}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *LogJoin) GetRequest() *JoinRequest {
@@ -4659,7 +4902,7 @@ type LogReplica struct {
 
 func (x *LogReplica) Reset() {
 	*x = LogReplica{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4671,7 +4914,7 @@ func (x *LogReplica) String() string {
 func (*LogReplica) ProtoMessage() {}
 
 func (x *LogReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4684,7 +4927,7 @@ func (x *LogReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogReplica.ProtoReflect.Descriptor instead.
 func (*LogReplica) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{55}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LogReplica) GetAddr() string {
@@ -4709,7 +4952,7 @@ type LogTick struct {
 
 func (x *LogTick) Reset() {
 	*x = LogTick{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4721,7 +4964,7 @@ func (x *LogTick) String() string {
 func (*LogTick) ProtoMessage() {}
 
 func (x *LogTick) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4734,7 +4977,7 @@ func (x *LogTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogTick.ProtoReflect.Descriptor instead.
 func (*LogTick) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{56}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{60}
 }
 
 type LogNode struct {
@@ -4747,7 +4990,7 @@ type LogNode struct {
 
 func (x *LogNode) Reset() {
 	*x = LogNode{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4759,7 +5002,7 @@ func (x *LogNode) String() string {
 func (*LogNode) ProtoMessage() {}
 
 func (x *LogNode) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4772,7 +5015,7 @@ func (x *LogNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogNode.ProtoReflect.Descriptor instead.
 func (*LogNode) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{57}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LogNode) GetNodeId() string {
@@ -4801,7 +5044,7 @@ type LogBarrier struct {
 
 func (x *LogBarrier) Reset() {
 	*x = LogBarrier{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4813,7 +5056,7 @@ func (x *LogBarrier) String() string {
 func (*LogBarrier) ProtoMessage() {}
 
 func (x *LogBarrier) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4826,7 +5069,7 @@ func (x *LogBarrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogBarrier.ProtoReflect.Descriptor instead.
 func (*LogBarrier) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{58}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LogBarrier) GetName() string {
@@ -4866,7 +5109,7 @@ type LogBarrierCanceled struct {
 
 func (x *LogBarrierCanceled) Reset() {
 	*x = LogBarrierCanceled{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4878,7 +5121,7 @@ func (x *LogBarrierCanceled) String() string {
 func (*LogBarrierCanceled) ProtoMessage() {}
 
 func (x *LogBarrierCanceled) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4891,7 +5134,7 @@ func (x *LogBarrierCanceled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogBarrierCanceled.ProtoReflect.Descriptor instead.
 func (*LogBarrierCanceled) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{59}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *LogBarrierCanceled) GetWaiter() uint64 {
@@ -4915,7 +5158,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4927,7 +5170,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4940,7 +5183,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{60}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *StateSnapshot) GetVersion() uint32 {
@@ -4982,7 +5225,7 @@ type StragglerFigures struct {
 
 func (x *StragglerFigures) Reset() {
 	*x = StragglerFigures{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4994,7 +5237,7 @@ func (x *StragglerFigures) String() string {
 func (*StragglerFigures) ProtoMessage() {}
 
 func (x *StragglerFigures) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5007,7 +5250,7 @@ func (x *StragglerFigures) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StragglerFigures.ProtoReflect.Descriptor instead.
 func (*StragglerFigures) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{61}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *StragglerFigures) GetSlower() float64 {
@@ -5050,7 +5293,23 @@ var File_gotrain_v1_gotrain_proto protoreflect.FileDescriptor
 const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"\x18gotrain/v1/gotrain.proto\x12\n" +
-	"gotrain.v1\"\xb2\x01\n" +
+	"gotrain.v1\"\x9c\x01\n" +
+	"\rSnapshotChunk\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x10\n" +
+	"\x03crc\x18\x04 \x01(\rR\x03crc\x12\x10\n" +
+	"\x03sum\x18\x05 \x01(\tR\x03sum\x12\x17\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04data\x18\a \x01(\fR\x04data\"\x13\n" +
+	"\x11ReplicateResponse\")\n" +
+	"\x13PeerSnapshotRequest\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\"i\n" +
+	"\x10PeerSnapshotInfo\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\xb2\x01\n" +
 	"\vWorkerHello\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1e\n" +
@@ -5525,7 +5784,11 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05KVGet\x12\x18.gotrain.v1.KVGetRequest\x1a\x19.gotrain.v1.KVGetResponse\x12B\n" +
 	"\aBarrier\x12\x1a.gotrain.v1.BarrierRequest\x1a\x1b.gotrain.v1.BarrierResponse\x12W\n" +
 	"\x0eReportProgress\x12!.gotrain.v1.ReportProgressRequest\x1a\".gotrain.v1.ReportProgressResponse\x12A\n" +
-	"\x06Attach\x12\x19.gotrain.v1.WorkerMessage\x1a\x18.gotrain.v1.AgentMessage(\x010\x01B7Z5github.com/gotrain/gotrain/proto/gotrain/v1;gotrainv1b\x06proto3"
+	"\x06Attach\x12\x19.gotrain.v1.WorkerMessage\x1a\x18.gotrain.v1.AgentMessage(\x010\x012\xe5\x01\n" +
+	"\fSnapshotPeer\x12G\n" +
+	"\tReplicate\x12\x19.gotrain.v1.SnapshotChunk\x1a\x1d.gotrain.v1.ReplicateResponse(\x01\x12E\n" +
+	"\x04Have\x12\x1f.gotrain.v1.PeerSnapshotRequest\x1a\x1c.gotrain.v1.PeerSnapshotInfo\x12E\n" +
+	"\x05Fetch\x12\x1f.gotrain.v1.PeerSnapshotRequest\x1a\x19.gotrain.v1.SnapshotChunk0\x01B7Z5github.com/gotrain/gotrain/proto/gotrain/v1;gotrainv1b\x06proto3"
 
 var (
 	file_gotrain_v1_gotrain_proto_rawDescOnce sync.Once
@@ -5539,164 +5802,174 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
-	(*WorkerHello)(nil),              // 0: gotrain.v1.WorkerHello
-	(*StackDump)(nil),                // 1: gotrain.v1.StackDump
-	(*WorkerMessage)(nil),            // 2: gotrain.v1.WorkerMessage
-	(*DumpStacksRequest)(nil),        // 3: gotrain.v1.DumpStacksRequest
-	(*GenerationChange)(nil),         // 4: gotrain.v1.GenerationChange
-	(*StandbyAssignment)(nil),        // 5: gotrain.v1.StandbyAssignment
-	(*AgentMessage)(nil),             // 6: gotrain.v1.AgentMessage
-	(*GPU)(nil),                      // 7: gotrain.v1.GPU
-	(*NodeInfo)(nil),                 // 8: gotrain.v1.NodeInfo
-	(*JoinRequest)(nil),              // 9: gotrain.v1.JoinRequest
-	(*JobSettings)(nil),              // 10: gotrain.v1.JobSettings
-	(*JoinResponse)(nil),             // 11: gotrain.v1.JoinResponse
-	(*WatchGenerationsRequest)(nil),  // 12: gotrain.v1.WatchGenerationsRequest
-	(*AddReplicaRequest)(nil),        // 13: gotrain.v1.AddReplicaRequest
-	(*AddReplicaResponse)(nil),       // 14: gotrain.v1.AddReplicaResponse
-	(*ReplicaCARequest)(nil),         // 15: gotrain.v1.ReplicaCARequest
-	(*ReplicaCAResponse)(nil),        // 16: gotrain.v1.ReplicaCAResponse
-	(*HostReplica)(nil),              // 17: gotrain.v1.HostReplica
-	(*Replicas)(nil),                 // 18: gotrain.v1.Replicas
-	(*RankAssignment)(nil),           // 19: gotrain.v1.RankAssignment
-	(*GenerationStarted)(nil),        // 20: gotrain.v1.GenerationStarted
-	(*WorkerFailure)(nil),            // 21: gotrain.v1.WorkerFailure
-	(*GenerationEnded)(nil),          // 22: gotrain.v1.GenerationEnded
-	(*RestartPlanned)(nil),           // 23: gotrain.v1.RestartPlanned
-	(*JobFinished)(nil),              // 24: gotrain.v1.JobFinished
-	(*GenerationEvent)(nil),          // 25: gotrain.v1.GenerationEvent
-	(*EvidenceRequest)(nil),          // 26: gotrain.v1.EvidenceRequest
-	(*Evidence)(nil),                 // 27: gotrain.v1.Evidence
-	(*ReportEvidenceRequest)(nil),    // 28: gotrain.v1.ReportEvidenceRequest
-	(*ReportEvidenceResponse)(nil),   // 29: gotrain.v1.ReportEvidenceResponse
-	(*Culprit)(nil),                  // 30: gotrain.v1.Culprit
-	(*HangVerdict)(nil),              // 31: gotrain.v1.HangVerdict
-	(*DiagnoseRequest)(nil),          // 32: gotrain.v1.DiagnoseRequest
-	(*DiagnoseResponse)(nil),         // 33: gotrain.v1.DiagnoseResponse
-	(*KVPutRequest)(nil),             // 34: gotrain.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 35: gotrain.v1.KVPutResponse
-	(*KVGetRequest)(nil),             // 36: gotrain.v1.KVGetRequest
-	(*KVGetResponse)(nil),            // 37: gotrain.v1.KVGetResponse
-	(*BarrierRequest)(nil),           // 38: gotrain.v1.BarrierRequest
-	(*BarrierResponse)(nil),          // 39: gotrain.v1.BarrierResponse
-	(*CommProgress)(nil),             // 40: gotrain.v1.CommProgress
-	(*Collective)(nil),               // 41: gotrain.v1.Collective
-	(*RankProgress)(nil),             // 42: gotrain.v1.RankProgress
-	(*GPUSample)(nil),                // 43: gotrain.v1.GPUSample
-	(*ReportProgressRequest)(nil),    // 44: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 45: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 46: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 47: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 48: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 49: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 50: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 51: gotrain.v1.JobStatus
-	(*LogEntry)(nil),                 // 52: gotrain.v1.LogEntry
-	(*LogConfig)(nil),                // 53: gotrain.v1.LogConfig
-	(*LogJoin)(nil),                  // 54: gotrain.v1.LogJoin
-	(*LogReplica)(nil),               // 55: gotrain.v1.LogReplica
-	(*LogTick)(nil),                  // 56: gotrain.v1.LogTick
-	(*LogNode)(nil),                  // 57: gotrain.v1.LogNode
-	(*LogBarrier)(nil),               // 58: gotrain.v1.LogBarrier
-	(*LogBarrierCanceled)(nil),       // 59: gotrain.v1.LogBarrierCanceled
-	(*StateSnapshot)(nil),            // 60: gotrain.v1.StateSnapshot
-	(*StragglerFigures)(nil),         // 61: gotrain.v1.StragglerFigures
+	(*SnapshotChunk)(nil),            // 0: gotrain.v1.SnapshotChunk
+	(*ReplicateResponse)(nil),        // 1: gotrain.v1.ReplicateResponse
+	(*PeerSnapshotRequest)(nil),      // 2: gotrain.v1.PeerSnapshotRequest
+	(*PeerSnapshotInfo)(nil),         // 3: gotrain.v1.PeerSnapshotInfo
+	(*WorkerHello)(nil),              // 4: gotrain.v1.WorkerHello
+	(*StackDump)(nil),                // 5: gotrain.v1.StackDump
+	(*WorkerMessage)(nil),            // 6: gotrain.v1.WorkerMessage
+	(*DumpStacksRequest)(nil),        // 7: gotrain.v1.DumpStacksRequest
+	(*GenerationChange)(nil),         // 8: gotrain.v1.GenerationChange
+	(*StandbyAssignment)(nil),        // 9: gotrain.v1.StandbyAssignment
+	(*AgentMessage)(nil),             // 10: gotrain.v1.AgentMessage
+	(*GPU)(nil),                      // 11: gotrain.v1.GPU
+	(*NodeInfo)(nil),                 // 12: gotrain.v1.NodeInfo
+	(*JoinRequest)(nil),              // 13: gotrain.v1.JoinRequest
+	(*JobSettings)(nil),              // 14: gotrain.v1.JobSettings
+	(*JoinResponse)(nil),             // 15: gotrain.v1.JoinResponse
+	(*WatchGenerationsRequest)(nil),  // 16: gotrain.v1.WatchGenerationsRequest
+	(*AddReplicaRequest)(nil),        // 17: gotrain.v1.AddReplicaRequest
+	(*AddReplicaResponse)(nil),       // 18: gotrain.v1.AddReplicaResponse
+	(*ReplicaCARequest)(nil),         // 19: gotrain.v1.ReplicaCARequest
+	(*ReplicaCAResponse)(nil),        // 20: gotrain.v1.ReplicaCAResponse
+	(*HostReplica)(nil),              // 21: gotrain.v1.HostReplica
+	(*Replicas)(nil),                 // 22: gotrain.v1.Replicas
+	(*RankAssignment)(nil),           // 23: gotrain.v1.RankAssignment
+	(*GenerationStarted)(nil),        // 24: gotrain.v1.GenerationStarted
+	(*WorkerFailure)(nil),            // 25: gotrain.v1.WorkerFailure
+	(*GenerationEnded)(nil),          // 26: gotrain.v1.GenerationEnded
+	(*RestartPlanned)(nil),           // 27: gotrain.v1.RestartPlanned
+	(*JobFinished)(nil),              // 28: gotrain.v1.JobFinished
+	(*GenerationEvent)(nil),          // 29: gotrain.v1.GenerationEvent
+	(*EvidenceRequest)(nil),          // 30: gotrain.v1.EvidenceRequest
+	(*Evidence)(nil),                 // 31: gotrain.v1.Evidence
+	(*ReportEvidenceRequest)(nil),    // 32: gotrain.v1.ReportEvidenceRequest
+	(*ReportEvidenceResponse)(nil),   // 33: gotrain.v1.ReportEvidenceResponse
+	(*Culprit)(nil),                  // 34: gotrain.v1.Culprit
+	(*HangVerdict)(nil),              // 35: gotrain.v1.HangVerdict
+	(*DiagnoseRequest)(nil),          // 36: gotrain.v1.DiagnoseRequest
+	(*DiagnoseResponse)(nil),         // 37: gotrain.v1.DiagnoseResponse
+	(*KVPutRequest)(nil),             // 38: gotrain.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 39: gotrain.v1.KVPutResponse
+	(*KVGetRequest)(nil),             // 40: gotrain.v1.KVGetRequest
+	(*KVGetResponse)(nil),            // 41: gotrain.v1.KVGetResponse
+	(*BarrierRequest)(nil),           // 42: gotrain.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 43: gotrain.v1.BarrierResponse
+	(*CommProgress)(nil),             // 44: gotrain.v1.CommProgress
+	(*Collective)(nil),               // 45: gotrain.v1.Collective
+	(*RankProgress)(nil),             // 46: gotrain.v1.RankProgress
+	(*GPUSample)(nil),                // 47: gotrain.v1.GPUSample
+	(*ReportProgressRequest)(nil),    // 48: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 49: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 50: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 51: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 52: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 53: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 54: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 55: gotrain.v1.JobStatus
+	(*LogEntry)(nil),                 // 56: gotrain.v1.LogEntry
+	(*LogConfig)(nil),                // 57: gotrain.v1.LogConfig
+	(*LogJoin)(nil),                  // 58: gotrain.v1.LogJoin
+	(*LogReplica)(nil),               // 59: gotrain.v1.LogReplica
+	(*LogTick)(nil),                  // 60: gotrain.v1.LogTick
+	(*LogNode)(nil),                  // 61: gotrain.v1.LogNode
+	(*LogBarrier)(nil),               // 62: gotrain.v1.LogBarrier
+	(*LogBarrierCanceled)(nil),       // 63: gotrain.v1.LogBarrierCanceled
+	(*StateSnapshot)(nil),            // 64: gotrain.v1.StateSnapshot
+	(*StragglerFigures)(nil),         // 65: gotrain.v1.StragglerFigures
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
-	0,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
-	42, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
-	1,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
-	22, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
-	20, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
-	20, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
-	3,  // 6: gotrain.v1.AgentMessage.dump_stacks:type_name -> gotrain.v1.DumpStacksRequest
-	4,  // 7: gotrain.v1.AgentMessage.generation:type_name -> gotrain.v1.GenerationChange
-	5,  // 8: gotrain.v1.AgentMessage.assign:type_name -> gotrain.v1.StandbyAssignment
-	7,  // 9: gotrain.v1.NodeInfo.gpus:type_name -> gotrain.v1.GPU
-	8,  // 10: gotrain.v1.JoinRequest.node:type_name -> gotrain.v1.NodeInfo
-	10, // 11: gotrain.v1.JoinRequest.settings:type_name -> gotrain.v1.JobSettings
-	19, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
-	21, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
-	21, // 14: gotrain.v1.RestartPlanned.failure:type_name -> gotrain.v1.WorkerFailure
-	21, // 15: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
-	20, // 16: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
-	22, // 17: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
-	24, // 18: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
-	26, // 19: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
-	18, // 20: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
-	17, // 21: gotrain.v1.GenerationEvent.host_replica:type_name -> gotrain.v1.HostReplica
-	23, // 22: gotrain.v1.GenerationEvent.restarting:type_name -> gotrain.v1.RestartPlanned
-	31, // 23: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
-	27, // 24: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
-	41, // 25: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
-	41, // 26: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
-	30, // 27: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
-	27, // 28: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	61, // 29: gotrain.v1.HangVerdict.straggler:type_name -> gotrain.v1.StragglerFigures
-	51, // 30: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
-	31, // 31: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
-	41, // 32: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
-	40, // 33: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	43, // 34: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
-	42, // 35: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	8,  // 36: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	42, // 37: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	49, // 38: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	50, // 39: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	21, // 40: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	31, // 41: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	53, // 42: gotrain.v1.LogEntry.config:type_name -> gotrain.v1.LogConfig
-	54, // 43: gotrain.v1.LogEntry.join:type_name -> gotrain.v1.LogJoin
-	34, // 44: gotrain.v1.LogEntry.kv_put:type_name -> gotrain.v1.KVPutRequest
-	55, // 45: gotrain.v1.LogEntry.replica:type_name -> gotrain.v1.LogReplica
-	56, // 46: gotrain.v1.LogEntry.tick:type_name -> gotrain.v1.LogTick
-	57, // 47: gotrain.v1.LogEntry.node_lost:type_name -> gotrain.v1.LogNode
-	57, // 48: gotrain.v1.LogEntry.node_unreachable:type_name -> gotrain.v1.LogNode
-	57, // 49: gotrain.v1.LogEntry.node_reachable:type_name -> gotrain.v1.LogNode
-	46, // 50: gotrain.v1.LogEntry.worker_exit:type_name -> gotrain.v1.ReportWorkerExitRequest
-	58, // 51: gotrain.v1.LogEntry.barrier:type_name -> gotrain.v1.LogBarrier
-	59, // 52: gotrain.v1.LogEntry.barrier_canceled:type_name -> gotrain.v1.LogBarrierCanceled
-	44, // 53: gotrain.v1.LogEntry.progress:type_name -> gotrain.v1.ReportProgressRequest
-	28, // 54: gotrain.v1.LogEntry.evidence:type_name -> gotrain.v1.ReportEvidenceRequest
-	9,  // 55: gotrain.v1.LogJoin.request:type_name -> gotrain.v1.JoinRequest
-	9,  // 56: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	12, // 57: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	34, // 58: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	36, // 59: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	38, // 60: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	44, // 61: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	46, // 62: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	48, // 63: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	28, // 64: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	32, // 65: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	13, // 66: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
-	15, // 67: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
-	34, // 68: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	36, // 69: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	38, // 70: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	44, // 71: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	2,  // 72: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	11, // 73: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	25, // 74: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	35, // 75: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	37, // 76: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	39, // 77: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	45, // 78: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	47, // 79: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	51, // 80: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	29, // 81: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	33, // 82: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	14, // 83: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
-	16, // 84: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
-	35, // 85: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	37, // 86: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	39, // 87: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	45, // 88: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	6,  // 89: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	73, // [73:90] is the sub-list for method output_type
-	56, // [56:73] is the sub-list for method input_type
+	4,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
+	46, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
+	5,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
+	26, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
+	24, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
+	24, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
+	7,  // 6: gotrain.v1.AgentMessage.dump_stacks:type_name -> gotrain.v1.DumpStacksRequest
+	8,  // 7: gotrain.v1.AgentMessage.generation:type_name -> gotrain.v1.GenerationChange
+	9,  // 8: gotrain.v1.AgentMessage.assign:type_name -> gotrain.v1.StandbyAssignment
+	11, // 9: gotrain.v1.NodeInfo.gpus:type_name -> gotrain.v1.GPU
+	12, // 10: gotrain.v1.JoinRequest.node:type_name -> gotrain.v1.NodeInfo
+	14, // 11: gotrain.v1.JoinRequest.settings:type_name -> gotrain.v1.JobSettings
+	23, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
+	25, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
+	25, // 14: gotrain.v1.RestartPlanned.failure:type_name -> gotrain.v1.WorkerFailure
+	25, // 15: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
+	24, // 16: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
+	26, // 17: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
+	28, // 18: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
+	30, // 19: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
+	22, // 20: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
+	21, // 21: gotrain.v1.GenerationEvent.host_replica:type_name -> gotrain.v1.HostReplica
+	27, // 22: gotrain.v1.GenerationEvent.restarting:type_name -> gotrain.v1.RestartPlanned
+	35, // 23: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
+	31, // 24: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
+	45, // 25: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
+	45, // 26: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
+	34, // 27: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
+	31, // 28: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
+	65, // 29: gotrain.v1.HangVerdict.straggler:type_name -> gotrain.v1.StragglerFigures
+	55, // 30: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	35, // 31: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	45, // 32: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	44, // 33: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	47, // 34: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	46, // 35: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	12, // 36: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	46, // 37: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	53, // 38: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	54, // 39: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	25, // 40: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	35, // 41: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	57, // 42: gotrain.v1.LogEntry.config:type_name -> gotrain.v1.LogConfig
+	58, // 43: gotrain.v1.LogEntry.join:type_name -> gotrain.v1.LogJoin
+	38, // 44: gotrain.v1.LogEntry.kv_put:type_name -> gotrain.v1.KVPutRequest
+	59, // 45: gotrain.v1.LogEntry.replica:type_name -> gotrain.v1.LogReplica
+	60, // 46: gotrain.v1.LogEntry.tick:type_name -> gotrain.v1.LogTick
+	61, // 47: gotrain.v1.LogEntry.node_lost:type_name -> gotrain.v1.LogNode
+	61, // 48: gotrain.v1.LogEntry.node_unreachable:type_name -> gotrain.v1.LogNode
+	61, // 49: gotrain.v1.LogEntry.node_reachable:type_name -> gotrain.v1.LogNode
+	50, // 50: gotrain.v1.LogEntry.worker_exit:type_name -> gotrain.v1.ReportWorkerExitRequest
+	62, // 51: gotrain.v1.LogEntry.barrier:type_name -> gotrain.v1.LogBarrier
+	63, // 52: gotrain.v1.LogEntry.barrier_canceled:type_name -> gotrain.v1.LogBarrierCanceled
+	48, // 53: gotrain.v1.LogEntry.progress:type_name -> gotrain.v1.ReportProgressRequest
+	32, // 54: gotrain.v1.LogEntry.evidence:type_name -> gotrain.v1.ReportEvidenceRequest
+	13, // 55: gotrain.v1.LogJoin.request:type_name -> gotrain.v1.JoinRequest
+	13, // 56: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	16, // 57: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	38, // 58: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	40, // 59: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	42, // 60: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	48, // 61: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	50, // 62: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	52, // 63: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	32, // 64: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	36, // 65: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	17, // 66: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
+	19, // 67: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
+	38, // 68: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	40, // 69: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	42, // 70: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	48, // 71: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	6,  // 72: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	0,  // 73: gotrain.v1.SnapshotPeer.Replicate:input_type -> gotrain.v1.SnapshotChunk
+	2,  // 74: gotrain.v1.SnapshotPeer.Have:input_type -> gotrain.v1.PeerSnapshotRequest
+	2,  // 75: gotrain.v1.SnapshotPeer.Fetch:input_type -> gotrain.v1.PeerSnapshotRequest
+	15, // 76: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	29, // 77: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	39, // 78: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	41, // 79: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	43, // 80: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	49, // 81: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	51, // 82: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	55, // 83: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	33, // 84: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	37, // 85: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	18, // 86: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	20, // 87: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
+	39, // 88: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	41, // 89: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	43, // 90: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	49, // 91: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	10, // 92: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	1,  // 93: gotrain.v1.SnapshotPeer.Replicate:output_type -> gotrain.v1.ReplicateResponse
+	3,  // 94: gotrain.v1.SnapshotPeer.Have:output_type -> gotrain.v1.PeerSnapshotInfo
+	0,  // 95: gotrain.v1.SnapshotPeer.Fetch:output_type -> gotrain.v1.SnapshotChunk
+	76, // [76:96] is the sub-list for method output_type
+	56, // [56:76] is the sub-list for method input_type
 	56, // [56:56] is the sub-list for extension type_name
 	56, // [56:56] is the sub-list for extension extendee
 	0,  // [0:56] is the sub-list for field type_name
@@ -5707,19 +5980,19 @@ func file_gotrain_v1_gotrain_proto_init() {
 	if File_gotrain_v1_gotrain_proto != nil {
 		return
 	}
-	file_gotrain_v1_gotrain_proto_msgTypes[2].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[6].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Progress)(nil),
 		(*WorkerMessage_Stacks)(nil),
 	}
-	file_gotrain_v1_gotrain_proto_msgTypes[6].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[10].OneofWrappers = []any{
 		(*AgentMessage_DumpStacks)(nil),
 		(*AgentMessage_Generation)(nil),
 		(*AgentMessage_Assign)(nil),
 	}
-	file_gotrain_v1_gotrain_proto_msgTypes[8].OneofWrappers = []any{}
-	file_gotrain_v1_gotrain_proto_msgTypes[10].OneofWrappers = []any{}
-	file_gotrain_v1_gotrain_proto_msgTypes[25].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[12].OneofWrappers = []any{}
+	file_gotrain_v1_gotrain_proto_msgTypes[14].OneofWrappers = []any{}
+	file_gotrain_v1_gotrain_proto_msgTypes[29].OneofWrappers = []any{
 		(*GenerationEvent_Started)(nil),
 		(*GenerationEvent_Ended)(nil),
 		(*GenerationEvent_Finished)(nil),
@@ -5728,7 +6001,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*GenerationEvent_HostReplica)(nil),
 		(*GenerationEvent_Restarting)(nil),
 	}
-	file_gotrain_v1_gotrain_proto_msgTypes[52].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[56].OneofWrappers = []any{
 		(*LogEntry_Config)(nil),
 		(*LogEntry_Join)(nil),
 		(*LogEntry_KvPut)(nil),
@@ -5749,9 +6022,9 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   66,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_gotrain_v1_gotrain_proto_goTypes,
 		DependencyIndexes: file_gotrain_v1_gotrain_proto_depIdxs,

@@ -860,3 +860,206 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "gotrain/v1/gotrain.proto",
 }
+
+const (
+	SnapshotPeer_Replicate_FullMethodName = "/gotrain.v1.SnapshotPeer/Replicate"
+	SnapshotPeer_Have_FullMethodName      = "/gotrain.v1.SnapshotPeer/Have"
+	SnapshotPeer_Fetch_FullMethodName     = "/gotrain.v1.SnapshotPeer/Fetch"
+)
+
+// SnapshotPeerClient is the client API for SnapshotPeer service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// SnapshotPeer is served by each agent to the other agents of its job, on
+// --node-addr: the in-memory snapshot tier's replicas (issue 29). An agent
+// replicates its ranks' newest snapshots to its ring neighbour (the node of
+// group rank +1 mod the nodes), and a restarted rank's agent fetches a
+// replica it lacks from the others. Mutual TLS with the job's node
+// certificates and the proof of the job token: only the job's agents
+// connect.
+type SnapshotPeerClient interface {
+	// Replicate sends one snapshot: the first chunk holds its facts, every
+	// chunk a part of its bytes, in order. The receiver keeps it only once
+	// all of it came and matches its length and checksum.
+	Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, ReplicateResponse], error)
+	// Have says which replica of a rank the agent holds.
+	Have(ctx context.Context, in *PeerSnapshotRequest, opts ...grpc.CallOption) (*PeerSnapshotInfo, error)
+	// Fetch streams the replica of a rank the agent holds (first chunk:
+	// its facts), or ends with NOT_FOUND.
+	Fetch(ctx context.Context, in *PeerSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
+}
+
+type snapshotPeerClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewSnapshotPeerClient(cc grpc.ClientConnInterface) SnapshotPeerClient {
+	return &snapshotPeerClient{cc}
+}
+
+func (c *snapshotPeerClient) Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, ReplicateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SnapshotPeer_ServiceDesc.Streams[0], SnapshotPeer_Replicate_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotChunk, ReplicateResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SnapshotPeer_ReplicateClient = grpc.ClientStreamingClient[SnapshotChunk, ReplicateResponse]
+
+func (c *snapshotPeerClient) Have(ctx context.Context, in *PeerSnapshotRequest, opts ...grpc.CallOption) (*PeerSnapshotInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerSnapshotInfo)
+	err := c.cc.Invoke(ctx, SnapshotPeer_Have_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *snapshotPeerClient) Fetch(ctx context.Context, in *PeerSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SnapshotPeer_ServiceDesc.Streams[1], SnapshotPeer_Fetch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PeerSnapshotRequest, SnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SnapshotPeer_FetchClient = grpc.ServerStreamingClient[SnapshotChunk]
+
+// SnapshotPeerServer is the server API for SnapshotPeer service.
+// All implementations must embed UnimplementedSnapshotPeerServer
+// for forward compatibility.
+//
+// SnapshotPeer is served by each agent to the other agents of its job, on
+// --node-addr: the in-memory snapshot tier's replicas (issue 29). An agent
+// replicates its ranks' newest snapshots to its ring neighbour (the node of
+// group rank +1 mod the nodes), and a restarted rank's agent fetches a
+// replica it lacks from the others. Mutual TLS with the job's node
+// certificates and the proof of the job token: only the job's agents
+// connect.
+type SnapshotPeerServer interface {
+	// Replicate sends one snapshot: the first chunk holds its facts, every
+	// chunk a part of its bytes, in order. The receiver keeps it only once
+	// all of it came and matches its length and checksum.
+	Replicate(grpc.ClientStreamingServer[SnapshotChunk, ReplicateResponse]) error
+	// Have says which replica of a rank the agent holds.
+	Have(context.Context, *PeerSnapshotRequest) (*PeerSnapshotInfo, error)
+	// Fetch streams the replica of a rank the agent holds (first chunk:
+	// its facts), or ends with NOT_FOUND.
+	Fetch(*PeerSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
+	mustEmbedUnimplementedSnapshotPeerServer()
+}
+
+// UnimplementedSnapshotPeerServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedSnapshotPeerServer struct{}
+
+func (UnimplementedSnapshotPeerServer) Replicate(grpc.ClientStreamingServer[SnapshotChunk, ReplicateResponse]) error {
+	return status.Error(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedSnapshotPeerServer) Have(context.Context, *PeerSnapshotRequest) (*PeerSnapshotInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method Have not implemented")
+}
+func (UnimplementedSnapshotPeerServer) Fetch(*PeerSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
+	return status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedSnapshotPeerServer) mustEmbedUnimplementedSnapshotPeerServer() {}
+func (UnimplementedSnapshotPeerServer) testEmbeddedByValue()                      {}
+
+// UnsafeSnapshotPeerServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to SnapshotPeerServer will
+// result in compilation errors.
+type UnsafeSnapshotPeerServer interface {
+	mustEmbedUnimplementedSnapshotPeerServer()
+}
+
+func RegisterSnapshotPeerServer(s grpc.ServiceRegistrar, srv SnapshotPeerServer) {
+	// If the following call panics, it indicates UnimplementedSnapshotPeerServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&SnapshotPeer_ServiceDesc, srv)
+}
+
+func _SnapshotPeer_Replicate_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SnapshotPeerServer).Replicate(&grpc.GenericServerStream[SnapshotChunk, ReplicateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SnapshotPeer_ReplicateServer = grpc.ClientStreamingServer[SnapshotChunk, ReplicateResponse]
+
+func _SnapshotPeer_Have_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SnapshotPeerServer).Have(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SnapshotPeer_Have_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SnapshotPeerServer).Have(ctx, req.(*PeerSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SnapshotPeer_Fetch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PeerSnapshotRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SnapshotPeerServer).Fetch(m, &grpc.GenericServerStream[PeerSnapshotRequest, SnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SnapshotPeer_FetchServer = grpc.ServerStreamingServer[SnapshotChunk]
+
+// SnapshotPeer_ServiceDesc is the grpc.ServiceDesc for SnapshotPeer service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var SnapshotPeer_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "gotrain.v1.SnapshotPeer",
+	HandlerType: (*SnapshotPeerServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Have",
+			Handler:    _SnapshotPeer_Have_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Replicate",
+			Handler:       _SnapshotPeer_Replicate_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Fetch",
+			Handler:       _SnapshotPeer_Fetch_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "gotrain/v1/gotrain.proto",
+}

@@ -1,0 +1,251 @@
+package memsnap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/internal/jobtls"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// Peer replicas: an agent sends each of its ranks' newest snapshots to its
+// ring neighbour's agent (SnapshotPeer.Replicate), and a restarted rank's
+// agent that holds none asks the others (Have, Fetch). The receiver writes
+// a replica into a memfd of its own and keeps it only once every byte came
+// and its length and checksum match: a stream cut halfway leaves the
+// previous replica in place (double buffering on the receiver).
+
+// ChunkSize is the size of a replica's chunks on the wire.
+const ChunkSize = 1 << 20
+
+// Flow-control windows of the peer connections: gRPC's default 64 KiB
+// window caps a stream of megabyte chunks far below the link's rate
+// (a window per round trip); 16 MiB keeps a loopback or datacentre link
+// busy.
+const peerWindow = 16 << 20
+
+// PeerServerOptions are the gRPC server options of a SnapshotPeer server
+// (besides its credentials); PeerDialOptions a client's.
+func PeerServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(2 * ChunkSize), grpc.InitialWindowSize(peerWindow), grpc.InitialConnWindowSize(peerWindow)}
+}
+
+// PeerDialOptions are a SnapshotPeer client's gRPC dial options (besides
+// its credentials).
+func PeerDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(2 * ChunkSize)), grpc.WithInitialWindowSize(peerWindow), grpc.WithInitialConnWindowSize(peerWindow)}
+}
+
+// PeerServer serves a store's replicas to the job's other agents. The
+// gRPC server it is registered on must authenticate them (the launcher:
+// mutual TLS with node certificates and the proof of the job token); each
+// call checks that its connection proved the token.
+type PeerServer struct {
+	gotrainv1.UnimplementedSnapshotPeerServer
+	Store *Store
+	Log   *slog.Logger
+}
+
+var _ gotrainv1.SnapshotPeerServer = (*PeerServer)(nil)
+
+func (p *PeerServer) log() *slog.Logger {
+	if p.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return p.Log
+}
+
+func proven(ctx context.Context) error {
+	if _, ok := jobtls.ProvenPeer(ctx); !ok {
+		return status.Error(codes.Unauthenticated, "memsnap: the connection did not prove the job token")
+	}
+	return nil
+}
+
+// Replicate receives one replica and keeps it once it is complete.
+func (p *PeerServer) Replicate(stream gotrainv1.SnapshotPeer_ReplicateServer) error {
+	if err := proven(stream.Context()); err != nil {
+		return err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "memsnap: a replica without its facts: %v", err)
+	}
+	rank, step, size := int(first.GetRank()), first.GetStep(), first.GetSize()
+	if size < 0 {
+		return status.Errorf(codes.InvalidArgument, "memsnap: rank %d's replica claims %d bytes", rank, size)
+	}
+	if err := p.Store.Fits(rank, size, step); err != nil {
+		p.log().Warn("a peer's replica refused: it does not fit in --snapshot-memory", "rank", rank, "step", step, "from", first.GetNodeId(), "err", err)
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
+	fd, err := createMemfd(fmt.Sprintf("gotrain-replica-%d", rank), size)
+	if err != nil {
+		return status.Errorf(codes.Internal, "memsnap: memory for rank %d's replica: %v", rank, err)
+	}
+	buf, err := mapWritable(fd, size)
+	if err != nil {
+		closeFd(fd)
+		return status.Errorf(codes.Internal, "memsnap: memory for rank %d's replica: %v", rank, err)
+	}
+	n, err := receive(buf, first.GetData(), stream.Recv)
+	unmap(buf) // the writable mapping goes before the seal
+	if err == nil && n != size {
+		err = fmt.Errorf("%d of its %d bytes came", n, size)
+	}
+	if err != nil {
+		closeFd(fd)
+		return status.Errorf(codes.DataLoss, "memsnap: rank %d's replica of step %d from %s is incomplete (the previous one is kept): %v", rank, step, first.GetNodeId(), err)
+	}
+	if _, err := p.Store.CommitSum(rank, step, fd, size, first.GetCrc(), first.GetSum(), SourcePeer, false); err != nil {
+		code := codes.DataLoss
+		if errors.Is(err, ErrTooLarge) {
+			code = codes.ResourceExhausted
+		}
+		return status.Error(code, err.Error())
+	}
+	return stream.SendAndClose(&gotrainv1.ReplicateResponse{})
+}
+
+// receive copies the chunks, the first one's data first, into buf and
+// returns how many bytes came; more than buf holds is an error.
+func receive(buf, data []byte, next func() (*gotrainv1.SnapshotChunk, error)) (int64, error) {
+	var n int64
+	for {
+		if int64(len(data)) > int64(len(buf))-n {
+			return n, fmt.Errorf("more than the %d bytes it claims", len(buf))
+		}
+		n += int64(copy(buf[n:], data))
+		c, err := next()
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		data = c.GetData()
+	}
+}
+
+// Have says which replica of a rank the store holds.
+func (p *PeerServer) Have(ctx context.Context, req *gotrainv1.PeerSnapshotRequest) (*gotrainv1.PeerSnapshotInfo, error) {
+	if err := proven(ctx); err != nil {
+		return nil, err
+	}
+	s, ok := p.Store.AcquireReplica(int(req.GetRank()))
+	if !ok {
+		return &gotrainv1.PeerSnapshotInfo{}, nil
+	}
+	defer p.Store.Release(s)
+	return &gotrainv1.PeerSnapshotInfo{Found: true, Step: s.Step, Size: s.Size}, nil
+}
+
+// Fetch streams the replica of a rank.
+func (p *PeerServer) Fetch(req *gotrainv1.PeerSnapshotRequest, stream gotrainv1.SnapshotPeer_FetchServer) error {
+	if err := proven(stream.Context()); err != nil {
+		return err
+	}
+	s, ok := p.Store.AcquireReplica(int(req.GetRank()))
+	if !ok {
+		return status.Errorf(codes.NotFound, "memsnap: no replica of rank %d here", req.GetRank())
+	}
+	defer p.Store.Release(s)
+	return sendChunks(s, "", stream.Send)
+}
+
+// sendChunks sends s: its facts with the first chunk.
+func sendChunks(s *Snapshot, nodeID string, send func(*gotrainv1.SnapshotChunk) error) error {
+	data := s.Bytes()
+	first := true
+	for first || len(data) > 0 {
+		n := min(len(data), ChunkSize)
+		c := &gotrainv1.SnapshotChunk{Data: data[:n]}
+		if first {
+			c.Rank, c.Step, c.Size, c.Crc, c.Sum, c.NodeId = int32(s.Rank), s.Step, s.Size, s.CRC, s.Sum, nodeID
+			first = false
+		}
+		if err := send(c); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// Replicate sends s, a snapshot of this node's store, to the peer agent
+// behind c as from node nodeID, and returns once the peer kept it or said
+// why not.
+func Replicate(ctx context.Context, c gotrainv1.SnapshotPeerClient, s *Snapshot, nodeID string) error {
+	stream, err := c.Replicate(ctx)
+	if err != nil {
+		return err
+	}
+	if err := sendChunks(s, nodeID, stream.Send); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	// On io.EOF the server ended the stream early: CloseAndRecv has its status.
+	_, err = stream.CloseAndRecv()
+	return err
+}
+
+// Fetched is a replica a peer sent: a sealed memfd and its facts, checked.
+type Fetched struct {
+	Fd   int
+	Step int64
+	Size int64
+	CRC  uint32
+	Sum  string
+}
+
+// FetchReplica asks the peer agent behind c for its replica of rank and
+// returns it in a sealed memfd, its length and checksum checked; found is
+// false when the peer holds none.
+func FetchReplica(ctx context.Context, c gotrainv1.SnapshotPeerClient, rank int) (f Fetched, found bool, err error) {
+	stream, err := c.Fetch(ctx, &gotrainv1.PeerSnapshotRequest{Rank: int32(rank)})
+	if err != nil {
+		return Fetched{}, false, err
+	}
+	first, err := stream.Recv()
+	if status.Code(err) == codes.NotFound {
+		return Fetched{}, false, nil
+	}
+	if err != nil {
+		return Fetched{}, false, err
+	}
+	size := first.GetSize()
+	if size < 0 {
+		return Fetched{}, false, fmt.Errorf("%w: rank %d's replica claims %d bytes", ErrTorn, rank, size)
+	}
+	fd, err := createMemfd(fmt.Sprintf("gotrain-replica-%d", rank), size)
+	if err != nil {
+		return Fetched{}, false, err
+	}
+	buf, err := mapWritable(fd, size)
+	if err != nil {
+		closeFd(fd)
+		return Fetched{}, false, err
+	}
+	n, err := receive(buf, first.GetData(), stream.Recv)
+	unmap(buf)
+	if err == nil && n != size {
+		err = fmt.Errorf("%d of its %d bytes came", n, size)
+	}
+	if err != nil {
+		closeFd(fd)
+		return Fetched{}, false, fmt.Errorf("%w: rank %d's replica of step %d: %v", ErrTorn, rank, first.GetStep(), err)
+	}
+	// Sealed and checked like a worker's snapshot; the reader checks again.
+	s, err := openChecked(rank, first.GetStep(), fd, size, first.GetCrc(), first.GetSum(), SourcePeer, true)
+	if err != nil {
+		return Fetched{}, false, err
+	}
+	unmap(s.data)
+	return Fetched{Fd: s.fd, Step: s.Step, Size: s.Size, CRC: s.CRC, Sum: s.Sum}, true, nil
+}
