@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testkit"
 )
 
 // rankFound is an mnist rank's line of where it found its own state.
@@ -26,7 +28,7 @@ func TestNodeLostRankRestoresFromPeer(t *testing.T) {
 		bin.mnist, "--data", bin.data, "--epochs", "1", "--limit", "3000", "--batch-size", "32",
 		"--snapshots", "--die-at-step", "30", "--die-rank", "1", "--die-hang")
 	victim := j.c.Hosts[1]
-	waitFor(t, 2*time.Minute, "rank 1 waiting at step 30", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "rank 1 waiting at step 30", func() bool {
 		return strings.Contains(j.agents[1].Stdout(), "[rank 1] waiting at step 30 for the node to be killed")
 	})
 	victim.Kill()
@@ -79,7 +81,7 @@ func TestNodeAndPeerLostRankRestoresFromDisk(t *testing.T) {
 		bin.mnist, "--data", bin.data, "--epochs", "1", "--limit", "4000", "--batch-size", "32",
 		"--snapshots", "--checkpoint-dir", ckpt, "--checkpoint-every", "10",
 		"--die-at-step", "30", "--die-rank", "1", "--die-hang")
-	waitFor(t, 2*time.Minute, "rank 1 waiting at step 30", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "rank 1 waiting at step 30", func() bool {
 		return strings.Contains(j.agents[1].Stdout(), "[rank 1] waiting at step 30 for the node to be killed")
 	})
 	j.c.Hosts[1].Kill()
