@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.uber.org/goleak"
 	"io"
 	"log/slog"
 	"net"
@@ -47,6 +48,7 @@ func startBounded(t *testing.T, cfg Config, setup func(*Server)) (*Server, strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := goleak.IgnoreCurrent()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
@@ -55,6 +57,7 @@ func startBounded(t *testing.T, cfg Config, setup func(*Server)) (*Server, strin
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
+		goleak.VerifyNone(t, before)
 		if t.Failed() {
 			logs.mu.Lock()
 			t.Logf("coordinator log:\n%s", logs.buf.String())

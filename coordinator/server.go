@@ -243,6 +243,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		s.log.Error("tick", "err", err)
 	}
 	s.mu.Unlock()
+	s.bg.start() // what applying entries asked for before Serve (background.go)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
 	tickDone := make(chan struct{})
@@ -258,9 +259,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.log.Info("coordinator serving", "addr", lis.Addr().String(), "nodes", s.cfg.Nodes, "max_restarts", s.cfg.MaxRestarts)
 
 	var err error
+	served := false
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
+		served = true
 		err = fmt.Errorf("coordinator: serve on %s: %w", lis.Addr(), err)
 	}
 	s.halt()
@@ -274,6 +277,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	case <-time.After(stopGrace):
 		gs.Stop()
 		<-stopped
+	}
+	if !served {
+		<-serveErr // gs.Serve returns once stopped; its goroutine ends before Serve does
 	}
 	<-tickDone
 	s.bg.close()
