@@ -180,7 +180,7 @@ func TestKVBounded(t *testing.T) {
 		}
 	}
 	wantCode(t, fmt.Sprintf("put %d of 2000 values of 256 KiB", puts+1), err, codes.ResourceExhausted)
-	if st := srv.store("").Stats(); st.Bytes > 8<<20 {
+	if st := storeOf(srv, "").Stats(); st.Bytes > 8<<20 {
 		t.Errorf("the store holds %d bytes, over its 8 MiB", st.Bytes)
 	}
 }
@@ -241,7 +241,7 @@ func TestStreamsPerConnectionBounded(t *testing.T) {
 	if n := waiting.Load(); n != limit {
 		t.Errorf("%d calls wait on one connection, want %d (the limit)", n, limit)
 	}
-	if err := srv.store("later").Put("later", []byte("now")); err != nil {
+	if err := storeOf(srv, "later").Put("later", []byte("now")); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -315,7 +315,7 @@ func TestEvidenceBounded(t *testing.T) {
 		for range 8 {
 			req.Evidence = append(req.Evidence, &gotrainv1.Evidence{Kind: "stacks", Text: big})
 		}
-		if _, err := s.checkRequest(t.Context(), req, nil, handler); err != nil {
+		if _, err := s.bounds.check(t.Context(), req, nil, handler); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range req.GetEvidence() {
@@ -343,3 +343,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 var _ = errors.Is
+
+// storeOf is the KV store of srv that holds key.
+func storeOf(srv *Server, key string) *kv.Store {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	return srv.st.Store(key)
+}

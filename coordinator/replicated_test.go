@@ -94,7 +94,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if sa.State != sb.State || sa.Generation != sb.Generation || len(sa.Nodes) != len(sb.Nodes) || len(sa.Ranks) != len(sb.Ranks) || b.st.Machine().Config().RunID != "run" {
 		t.Errorf("restored status %+v (run %s), want %+v", sb, b.st.Machine().Config().RunID, sa)
 	}
-	if v, ok := b.store("k").Get("k"); !ok || string(v) != "v" {
+	if v, ok := storeOf(b, "k").Get("k"); !ok || string(v) != "v" {
 		t.Errorf("restored KV k = %q, %v", v, ok)
 	}
 	for _, id := range ids {

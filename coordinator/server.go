@@ -9,7 +9,6 @@ import (
 	"github.com/gotrain/gotrain/coordinator/logentry"
 	"github.com/gotrain/gotrain/coordinator/state"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -98,11 +97,10 @@ type Server struct {
 	mu sync.Mutex
 	// st is the state every replica holds alike (package state): the
 	// machine, the nodes' outboxes, the stores, the replica set.
-	st        *state.State
-	serving   bool
-	streams   map[string]*outbox // per node present: its watch stream's transport
-	waiters   map[uint64]chan error
-	waiterSeq uint64
+	st      *state.State
+	serving bool
+	streams streamTable // per node present: its watch stream's transport
+	waiters waiters     // the Barrier calls waiting here (waiters.go)
 	// deadline is the machine deadline a timer is armed for (restart.go).
 	deadline      time.Time
 	deadlineArmed bool
@@ -112,8 +110,12 @@ type Server struct {
 	// bg runs the timers and goroutines no call waits for (probes, timers
 	// for deadlines, voter changes); Serve ends them (background.go).
 	bg background
-	// limits are the bounds on callers (limits.go).
+	// limits are the bounds on callers, bounds on the text of requests
+	// (limits.go).
 	limits limits
+	bounds *requestBounds
+	// keys: who may have the replica set's keys (replicakeys.go).
+	keys replicaKeys
 
 	// Replication (replicated.go): repl is nil when the coordinator is not
 	// replicated; the rest is the replicated state outside the machine and
@@ -202,11 +204,10 @@ func New(cfg Config) (*Server, error) {
 		finished: make(chan struct{}),
 		st:       st,
 		cfgJob:   jc,
-		streams:  map[string]*outbox{},
-		waiters:  map[uint64]chan error{},
-		// Waiter ids are unique across replicas: a leader's are in the
-		// replicated barrier state, and the next leader's must not clash.
-		waiterSeq: rand.Uint64() &^ (1<<32 - 1),
+		streams:  streamTable{},
+		waiters:  newWaiters(),
+		bounds:   &requestBounds{log: logger.With("run_id", cfg.RunID)},
+		keys:     replicaKeys{ca: cfg.CA},
 	}, nil
 }
 
@@ -251,7 +252,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		defer close(tickDone)
 		var wg sync.WaitGroup
 		if s.repl != nil {
-			wg.Go(func() { s.proposeQueued(s.stop) }) // replicated.go
+			wg.Go(func() { s.proposals.proposeAll(s.stop, s.repl, s.log) }) // replicated.go
 		}
 		s.tick(s.stop)
 		wg.Wait()
@@ -314,7 +315,9 @@ func (s *Server) tick(ctx context.Context) {
 func (s *Server) step(ev job.Event) error {
 	pe := eventEntry(ev) // convert.go
 	if s.repl != nil {
-		s.proposeLater(pe)
+		if s.rs.leading && s.st.Configured() && s.stop.Err() == nil {
+			s.proposals.push(logentry.Stamp(pe, s.now())) // replicated.go
+		}
 		return nil
 	}
 	e, err := logentry.FromProto(logentry.Stamp(pe, s.now()))
@@ -322,14 +325,6 @@ func (s *Server) step(ev job.Event) error {
 		err = stateError(s.applyLocked(e).Err)
 	}
 	return err
-}
-
-// answer ends the waiting Barrier call w. s.mu is held.
-func (s *Server) answer(w uint64, err error) {
-	if ch, ok := s.waiters[w]; ok {
-		ch <- err // buffered: never blocks
-		delete(s.waiters, w)
-	}
 }
 
 // Join registers a node and gives it its id.
@@ -342,7 +337,7 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 			return nil, err
 		}
 	}
-	host, err := s.hostJoin(req) // admit.go
+	host, err := hostJoin(s.cfg.HostKey, req) // admit.go
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +372,7 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 		caCert = s.cfg.CA.Cert.Raw // the key that signs leader hints (replicakeys.go)
 	}
 	return &gotrainv1.JoinResponse{NodeId: joined.ID, RunId: jc.RunID, MaxRestarts: int32(jc.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: joined.Warnings,
-		NodeTimeoutMs: jc.NodeTimeout.Milliseconds(), NodeCert: cert, Replicas: s.replicaAddrs(), HostReplica: joined.HostReplica, CaCert: caCert}, nil
+		NodeTimeoutMs: jc.NodeTimeout.Milliseconds(), NodeCert: cert, Replicas: replicaAddrs(s.repl, s.st.Peers()), HostReplica: joined.HostReplica, CaCert: caCert}, nil
 }
 
 // WatchGenerations streams the node's generation events. The stream is the
@@ -385,7 +380,7 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream grpc.ServerStreamingServer[gotrainv1.GenerationEvent]) error {
 	id := req.GetNodeId()
 	s.mu.Lock()
-	o := s.outbox(id)
+	o := s.streams.of(s.st, id)
 	switch {
 	case o == nil && s.st.Result() != nil:
 		// The job is over (and the node may be gone): say so and end.
@@ -443,10 +438,9 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 		if s.rs.term != term && !s.st.Machine().Finished() {
 			// This replica stopped leading: the agent goes on at the new
 			// leader, from where it is.
-			err := s.notLeader(stream.Context())
 			s.mu.Unlock()
 			s.streamEnded(id, o, my, "")
-			return err
+			return s.notLeader(stream.Context())
 		}
 		term = s.rs.term // after the end, any replica finishes the stream
 		wake := o.wake
@@ -521,7 +515,10 @@ func (s *Server) KVPut(_ context.Context, req *gotrainv1.KVPutRequest) (*gotrain
 		return nil, status.Error(codes.InvalidArgument, "kv put: key is empty")
 	}
 	// Neither a refused put nor a repeated one reaches the log.
-	if held, err := s.store(req.GetKey()).Check(req.GetKey(), req.GetValue()); err != nil {
+	s.mu.Lock()
+	st := s.st.Store(req.GetKey()) // state.State.Store: a communicator's rendezvous key has a store of its own
+	s.mu.Unlock()
+	if held, err := st.Check(req.GetKey(), req.GetValue()); err != nil {
 		return nil, kvError(err) // limits.go
 	} else if held {
 		return &gotrainv1.KVPutResponse{}, nil
@@ -539,7 +536,9 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 	if key == "" {
 		return nil, status.Error(codes.InvalidArgument, "kv get: key is empty")
 	}
-	st := s.store(key)
+	s.mu.Lock()
+	st := s.st.Store(key)
+	s.mu.Unlock()
 	if err := st.CheckKey(key); err != nil {
 		return nil, kvError(err)
 	}
@@ -574,24 +573,30 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 	case <-s.stop.Done():
 		return nil, status.Error(codes.Unavailable, "coordinator is shutting down")
 	case <-stepDown:
-		return nil, s.notLeaderNow(ctx)
+		return nil, s.notLeader(ctx)
 	}
 }
 
 // Barrier returns once every rank of the generation called it, or fails with
 // Aborted when the generation ends first.
 func (s *Server) Barrier(ctx context.Context, req *gotrainv1.BarrierRequest) (*gotrainv1.BarrierResponse, error) {
-	ch := make(chan error, 1)
 	s.mu.Lock()
-	s.waiterSeq++
-	w := s.waiterSeq
-	s.waiters[w] = ch
+	w, ch := s.waiters.add()
 	stepDown := s.rs.stepDown(s.rs.term)
 	s.mu.Unlock()
-	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Barrier{Barrier: &gotrainv1.LogBarrier{Name: req.GetName(), Generation: req.GetGeneration(), Rank: req.GetRank(), Waiter: w}}}); err != nil {
+	drop := func() {
 		s.mu.Lock()
-		delete(s.waiters, w)
+		s.waiters.drop(w)
 		s.mu.Unlock()
+	}
+	// The arrival is withdrawn from the replicated barrier; the commit
+	// never fails but for a lost leadership.
+	cancel := func() {
+		drop()
+		_, _ = s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_BarrierCanceled{BarrierCanceled: &gotrainv1.LogBarrierCanceled{Waiter: w}}})
+	}
+	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Barrier{Barrier: &gotrainv1.LogBarrier{Name: req.GetName(), Generation: req.GetGeneration(), Rank: req.GetRank(), Waiter: w}}}); err != nil {
+		drop()
 		return nil, err
 	}
 	if h := s.hooks.barrierWaiting; h != nil {
@@ -604,35 +609,28 @@ func (s *Server) Barrier(ctx context.Context, req *gotrainv1.BarrierRequest) (*g
 		}
 		return &gotrainv1.BarrierResponse{}, nil
 	case <-ctx.Done():
-		s.cancelWaiter(w)
+		cancel()
 		if h := s.hooks.barrierCanceled; h != nil {
 			h(req.GetName(), req.GetRank())
 		}
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case <-s.stop.Done():
-		s.cancelWaiter(w)
+		cancel()
 		return nil, status.Error(codes.Unavailable, "coordinator is shutting down")
 	case <-stepDown:
 		// The caller arrives again at the new leader; this arrival stays
 		// in the replicated barrier, and its answer goes nowhere.
-		s.mu.Lock()
-		delete(s.waiters, w)
-		s.mu.Unlock()
-		return nil, s.notLeaderNow(ctx)
+		drop()
+		return nil, s.notLeader(ctx)
 	}
-}
-
-func (s *Server) cancelWaiter(w uint64) {
-	s.mu.Lock()
-	delete(s.waiters, w)
-	s.mu.Unlock()
-	_, _ = s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_BarrierCanceled{BarrierCanceled: &gotrainv1.LogBarrierCanceled{Waiter: w}}}) // never fails but for a lost leadership
 }
 
 // ReportProgress stores the progress of a node's ranks.
 func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgressRequest) (*gotrainv1.ReportProgressResponse, error) {
 	s.mu.Lock()
-	s.heartbeat(req.GetNodeId()) // agentquorum.go
+	if s.repl != nil && s.rs.leading {
+		s.aq.heartbeat(req.GetNodeId(), s.now()) // agentquorum.go
+	}
 	s.mu.Unlock()
 	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Progress{Progress: req}}); err != nil {
 		return nil, err
@@ -640,13 +638,16 @@ func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgress
 	return &gotrainv1.ReportProgressResponse{}, nil
 }
 
-// ReportWorkerExit records that a worker process ended.
+// ReportWorkerExit records that a worker process ended, or that a
+// recoverable one is parked.
 func (s *Server) ReportWorkerExit(_ context.Context, req *gotrainv1.ReportWorkerExitRequest) (*gotrainv1.ReportWorkerExitResponse, error) {
 	if req.GetParked() {
-		return s.reportParked(req)
+		// A recoverable worker waits in process for the next generation.
+		s.log.Debug("worker parked", "node_id", req.GetNodeId(), "generation", req.GetGeneration(), "rank", req.GetRank(), "pid", req.GetPid())
+	} else {
+		s.log.Debug("worker exited", "node_id", req.GetNodeId(), "generation", req.GetGeneration(), "rank", req.GetRank(),
+			"pid", req.GetPid(), "exit_code", req.GetExitCode(), "signal", req.GetSignal())
 	}
-	s.log.Debug("worker exited", "node_id", req.GetNodeId(), "generation", req.GetGeneration(), "rank", req.GetRank(),
-		"pid", req.GetPid(), "exit_code", req.GetExitCode(), "signal", req.GetSignal())
 	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_WorkerExit{WorkerExit: req}}); err != nil {
 		return nil, err
 	}
@@ -666,18 +667,4 @@ func (s *Server) HasNode(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.st.Machine().HasNode(id)
-}
-
-// outbox is node id's stream transport, nil when the state has no outbox
-// for it (the node is unknown, or lost). s.mu is held.
-func (s *Server) outbox(id string) *outbox {
-	if s.st.Outbox(id) == nil {
-		return nil
-	}
-	o := s.streams[id]
-	if o == nil {
-		o = newOutbox()
-		s.streams[id] = o
-	}
-	return o
 }

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -824,7 +823,7 @@ func TestBlameOnceGossipAgrees(t *testing.T) {
 	if logged(`msg="node unreachable"`) {
 		t.Errorf("host-b named unreachable while gossip still hears it")
 	}
-	srv.gossipDead(job.NodeLost{NodeID: b.id, Reason: "gossip: no answer"})
+	srv.gossipSays(b.id, true, "gossip: no answer")
 	waitFor(t, "the unreachable warning", func() bool { return logged(`level=WARN msg="node unreachable" node_id=` + b.id) })
 }
 
