@@ -44,7 +44,7 @@ func (s *Server) leadership(leading bool, rc ReplicaConfig) {
 	configured := s.st.Configured()
 	// Admission's bounds go into the log with the job: every replica
 	// admits by the leader's, never by its own flags.
-	c := state.Config{Job: s.cfgJob, Peers: slices.Clone(rc.Peers), Want: rc.Want, NprocPerNode: MaxNprocPerNode, RanksPerJob: MaxRanksPerJob}
+	c := state.Config{Job: s.cfg.Job, Peers: slices.Clone(rc.Peers), Want: rc.Want, NprocPerNode: MaxNprocPerNode, RanksPerJob: MaxRanksPerJob}
 	s.mu.Unlock()
 	if len(c.Peers) == 0 {
 		c.Peers = []string{s.repl.ID()}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gotrain/gotrain/coordinator/job"
 	"go.uber.org/goleak"
 	"io"
 	"log/slog"
@@ -31,8 +32,8 @@ import (
 // coordinator's log is shown when the test fails.
 func startBounded(t *testing.T, cfg Config, setup func(*Server)) (*Server, string) {
 	t.Helper()
-	if cfg.RunID == "" {
-		cfg.RunID = "run-test"
+	if cfg.Job.RunID == "" {
+		cfg.Job.RunID = "run-test"
 	}
 	cfg.Token = testToken
 	logs := &logBuffer{}
@@ -83,7 +84,7 @@ func heapAfterGC() uint64 {
 // --nproc-per-node) ran the coordinator out of memory. Joins over
 // MaxNprocPerNode are refused with a clear error, at once.
 func TestJoinNprocBounded(t *testing.T) {
-	_, addr := startBounded(t, Config{Nodes: 2}, nil)
+	_, addr := startBounded(t, Config{Job: job.Config{Nodes: 2}}, nil)
 	c := newClient(t, addr)
 	for _, nproc := range []int32{MaxNprocPerNode + 1, 1<<31 - 1} {
 		before := heapAfterGC()
@@ -106,7 +107,7 @@ func TestJoinNprocBounded(t *testing.T) {
 // ranks without bound. The job's ranks are bounded by MaxRanksPerJob.
 func TestJoinRanksPerJobBounded(t *testing.T) {
 	const nodes = MaxRanksPerJob / MaxNprocPerNode
-	_, addr := startBounded(t, Config{Nodes: 10 * nodes}, nil)
+	_, addr := startBounded(t, Config{Job: job.Config{Nodes: 10 * nodes}}, nil)
 	c := newClient(t, addr)
 	for i := range nodes {
 		if _, err := c.Join(rpcCtx(t), cpuNode(fmt.Sprintf("n%d", i), MaxNprocPerNode)); err != nil {
@@ -295,7 +296,7 @@ func TestEvidenceBounded(t *testing.T) {
 	_, err := c.ReportEvidence(rpcCtx(t), many)
 	wantCode(t, fmt.Sprintf("evidence with %d entries", len(many.Evidence)), err, codes.InvalidArgument)
 
-	s, err := New(Config{RunID: "r", Token: testToken})
+	s, err := New(Config{Job: job.Config{RunID: "r"}, Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ type ReplicaConfig struct {
 func (s *Server) FSM() replica.FSM {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st, err := state.New(s.cfgJob); err == nil { // the config New took
+	if st, err := state.New(s.cfg.Job); err == nil { // the config New took
 		s.st = st
 	}
 	return (*serverFSM)(s)
@@ -287,7 +287,7 @@ func (f *serverFSM) Apply(b []byte) any {
 	defer s.mu.Unlock()
 	first := e.Config != nil && !s.st.Configured()
 	r := s.applyLocked(e)
-	if first && r.Err == nil && e.Config.Job != s.cfgJob && !s.rs.hosted {
+	if first && r.Err == nil && e.Config.Job != s.cfg.Job && !s.rs.hosted {
 		s.log.Warn("this replica's job settings differ from the leader's; the leader's hold", "leader", fmt.Sprintf("%+v", e.Config.Job))
 	}
 	return r
@@ -302,7 +302,7 @@ func (f *serverFSM) Snapshot() ([]byte, error) {
 
 func (f *serverFSM) Restore(b []byte) error {
 	s := (*Server)(f)
-	st, err := logentry.Restore(b, s.cfgJob)
+	st, err := logentry.Restore(b, s.cfg.Job)
 	if err != nil {
 		return err
 	}

@@ -43,28 +43,12 @@ const (
 
 // Config configures a Server.
 type Config struct {
-	// RunID names the job run; required.
-	RunID string
+	// Job is the job's settings, declared once (coordinator/job): a run id
+	// is required; Nodes defaults to 1. RendezvousTimeout counts from when
+	// Serve starts. New fills the defaults in.
+	Job job.Config
 	// Token is the job token every call must carry; required.
 	Token string
-	// Nodes is how many nodes the job runs on at most; default 1. MinNodes,
-	// NodeTimeout and JoinSettle: see coordinator/job's membership.go.
-	Nodes       int
-	MinNodes    int
-	NodeTimeout time.Duration
-	JoinSettle  time.Duration
-	// MaxRestarts is how many times a failed generation restarts; default 0.
-	MaxRestarts int
-	// RestartCountBase starts the restart count workers see (job.Config).
-	RestartCountBase int
-	// RestartBackoff is the pause before a failed generation restarts.
-	RestartBackoff time.Duration
-	// HangTimeout, OnHang: the hang detector (see coordinator/job).
-	HangTimeout time.Duration
-	OnHang      string
-	// RendezvousTimeout bounds the wait for all nodes to join, from when
-	// Serve starts; the job fails after it. 0 waits forever.
-	RendezvousTimeout time.Duration
 	// Logger receives the job's events; default: discard.
 	Logger *slog.Logger
 	// TLS, when not nil, is the server's TLS configuration
@@ -91,8 +75,6 @@ type Server struct {
 	halt context.CancelFunc
 
 	finished chan struct{} // closed on FinishJob
-
-	cfgJob job.Config // the job's configuration New took (a replica's own)
 
 	mu sync.Mutex
 	// st is the state every replica holds alike (package state): the
@@ -179,17 +161,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CA != nil && cfg.TLS == nil {
 		return nil, fmt.Errorf("%w: a CA without TLS: node certificates need TLS to be presented", ErrInvalidConfig)
 	}
-	st, err := state.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes, NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
-		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff, RestartCountBase: cfg.RestartCountBase,
-		HangTimeout: cfg.HangTimeout, OnHang: cfg.OnHang, RendezvousTimeout: cfg.RendezvousTimeout})
+	st, err := state.New(cfg.Job)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	jc := st.Machine().Config()
 	// A lone coordinator's log is its own: its configuration first.
 	st.Apply(state.Entry{Config: &state.Config{Job: jc, NprocPerNode: MaxNprocPerNode, RanksPerJob: MaxRanksPerJob}})
-	cfg.Nodes, cfg.MaxRestarts = jc.Nodes, jc.MaxRestarts
-	cfg.MinNodes, cfg.NodeTimeout, cfg.JoinSettle = jc.MinNodes, jc.NodeTimeout, jc.JoinSettle
+	cfg.Job = jc // with its defaults
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -197,16 +176,15 @@ func New(cfg Config) (*Server, error) {
 	stop, halt := context.WithCancel(context.Background())
 	return &Server{
 		cfg:      cfg,
-		log:      logger.With("run_id", cfg.RunID),
+		log:      logger.With("run_id", cfg.Job.RunID),
 		now:      time.Now,
 		stop:     stop,
 		halt:     halt,
 		finished: make(chan struct{}),
 		st:       st,
-		cfgJob:   jc,
 		streams:  streamTable{},
 		waiters:  newWaiters(),
-		bounds:   &requestBounds{log: logger.With("run_id", cfg.RunID)},
+		bounds:   &requestBounds{log: logger.With("run_id", cfg.Job.RunID)},
 		keys:     replicaKeys{ca: cfg.CA},
 	}, nil
 }
@@ -257,7 +235,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		s.tick(s.stop)
 		wg.Wait()
 	}()
-	s.log.Info("coordinator serving", "addr", lis.Addr().String(), "nodes", s.cfg.Nodes, "max_restarts", s.cfg.MaxRestarts)
+	s.log.Info("coordinator serving", "addr", lis.Addr().String(), "nodes", s.cfg.Job.Nodes, "max_restarts", s.cfg.Job.MaxRestarts)
 
 	var err error
 	served := false
