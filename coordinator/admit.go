@@ -17,15 +17,15 @@ import (
 // refused Joins of 3 MiB each used to leave 300 MiB in every replica.
 
 // hostJoin says whether req is the join of the agent that runs this
-// coordinator: it gives the coordinator's host key (Config.HostKey), which
-// only that agent holds (in memory). A wrong key is refused: it is someone
-// posing as that agent.
-func (s *Server) hostJoin(req *gotrainv1.JoinRequest) (bool, error) {
+// coordinator: it gives the coordinator's host key (Config.HostKey, here
+// key), which only that agent holds (in memory). A wrong key is refused:
+// it is someone posing as that agent.
+func hostJoin(key []byte, req *gotrainv1.JoinRequest) (bool, error) {
 	k := req.GetHostKey()
 	if len(k) == 0 {
 		return false, nil
 	}
-	if len(s.cfg.HostKey) == 0 || subtle.ConstantTimeCompare(k, s.cfg.HostKey) != 1 {
+	if len(key) == 0 || subtle.ConstantTimeCompare(k, key) != 1 {
 		return false, status.Errorf(codes.PermissionDenied, "join from %q: its host key is not this coordinator's: only the agent that runs the coordinator gives one",
 			truncate(req.GetNode().GetHostname(), 64))
 	}

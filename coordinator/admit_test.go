@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"github.com/gotrain/gotrain/coordinator/job"
 	"strings"
 	"testing"
 
@@ -29,7 +30,7 @@ func joinAsHost(t *testing.T, c gotrainv1.CoordinatorClient, host, addr string, 
 // rank 0 whoever joined before it, and a wrong host key is refused.
 func TestSquatterCannotTakeRankZero(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
-	_, addr := startServer(t, Config{Nodes: 2, HostKey: key}, testHooks{})
+	_, addr := startServer(t, Config{Job: job.Config{Nodes: 2}, HostKey: key}, testHooks{})
 	squatter := join(t, newClient(t, addr), "aaa", "10.9.9.9", 1, 31337)
 	if _, err := joinAsHost(t, newClient(t, addr), "aab", "10.9.9.8", 31338, []byte("a guess")); err == nil {
 		t.Fatal("a join with a wrong host key was taken")
@@ -63,7 +64,7 @@ func TestSquatterCannotTakeRankZero(t *testing.T) {
 // node's rank, waiting in its rendezvous, used to wait until killed. Now
 // the job fails, naming the squatter.
 func TestSquatterLeavingBeforeTheFirstStepFailsTheJob(t *testing.T) {
-	srv, addr := startServer(t, Config{Nodes: 2}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 2}}, testHooks{})
 	squatter := join(t, newClient(t, addr), "aaa", "10.9.9.9", 1, 31337)
 	real := join(t, newClient(t, addr), "real", "10.0.0.1", 1, 2222)
 	ctx := rpcCtx(t)

@@ -39,13 +39,11 @@ func (q *agentQuorum) led(now time.Time) {
 	q.since, q.heard, q.transferring = now, map[string]time.Time{}, false
 }
 
-// heartbeat notes that node id reached this replica while it leads. s.mu
-// is held.
-func (s *Server) heartbeat(id string) {
-	if s.repl == nil || !s.rs.leading || s.aq.heard == nil {
-		return
+// heartbeat notes that node id reached this replica while it leads.
+func (q *agentQuorum) heartbeat(id string, now time.Time) {
+	if q.heard != nil {
+		q.heard[id] = now
 	}
-	s.aq.heard[id] = s.now()
 }
 
 // unheard are the job's nodes that heartbeat (in the log, or here: a
@@ -55,15 +53,14 @@ func (s *Server) heartbeat(id string) {
 // have not been heard here since agentQuorumTimeout before now (a node
 // never heard here counts from when this leadership began), in join
 // order; nodes is how many of the job's heartbeat (agents of a version
-// without heartbeats, or not yet started, count for nothing). s.mu is
-// held.
-func (s *Server) unheard(now time.Time) (silent []string, nodes int) {
-	for _, id := range s.st.Nodes() {
-		h, ok := s.aq.heard[id]
-		if !ok && s.st.Beating(id) {
-			h, ok = s.aq.since, true
+// without heartbeats, or not yet started, count for nothing).
+func (q *agentQuorum) unheard(st *state.State, now time.Time) (silent []string, nodes int) {
+	for _, id := range st.Nodes() {
+		h, ok := q.heard[id]
+		if !ok && st.Beating(id) {
+			h, ok = q.since, true
 		}
-		if !ok || !s.st.Machine().HasNode(id) {
+		if !ok || !st.Machine().HasNode(id) {
 			continue
 		}
 		nodes++
@@ -75,18 +72,26 @@ func (s *Server) unheard(now time.Time) (silent []string, nodes int) {
 	return silent, nodes
 }
 
+// due says whether the leader should hand the lead over now: a majority
+// of the nodes that heartbeat has gone unheard (silent, of nodes), and no
+// hand-over is under way nor was tried (nor the lead taken) within
+// agentQuorumTimeout.
+func (q *agentQuorum) due(st *state.State, now time.Time) (silent []string, nodes int, ok bool) {
+	if q.transferring || now.Sub(q.since) <= agentQuorumTimeout {
+		return nil, 0, false
+	}
+	silent, nodes = q.unheard(st, now)
+	return silent, nodes, nodes > 0 && 2*len(silent) > nodes
+}
+
 // checkAgentQuorum hands the lead over when a majority of the nodes has
 // gone unheard (each tick, on the leader). s.mu is held.
 func (s *Server) checkAgentQuorum() {
-	if s.repl == nil || !s.rs.leading || !s.st.Configured() || s.st.Machine().Finished() || s.aq.transferring || len(s.st.Peers()) < 2 {
+	if s.repl == nil || !s.rs.leading || !s.st.Configured() || s.st.Machine().Finished() || len(s.st.Peers()) < 2 {
 		return
 	}
-	now := s.now()
-	if now.Sub(s.aq.since) <= agentQuorumTimeout {
-		return
-	}
-	silent, nodes := s.unheard(now)
-	if nodes == 0 || 2*len(silent) <= nodes {
+	silent, nodes, ok := s.aq.due(s.st, s.now())
+	if !ok {
 		return
 	}
 	s.aq.transferring = true

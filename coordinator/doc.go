@@ -22,7 +22,7 @@
 //
 // # Usage
 //
-//	srv, err := coordinator.New(coordinator.Config{RunID: id, Token: tok, Nodes: 2, Logger: log})
+//	srv, err := coordinator.New(coordinator.Config{Job: job.Config{RunID: id, Nodes: 2}, Token: tok, Logger: log})
 //	if err != nil { ... }
 //	lis, err := net.Listen("tcp", ":29400")
 //	if err != nil { ... }

@@ -92,7 +92,7 @@ func (d *gossipEvents) NotifyJoin(n *memberlist.Node) {
 	d.addrs[n.Name] = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 	d.mu.Unlock()
 	d.heardFrom(n.Name)
-	d.s.gossipAlive(n.Name)
+	d.s.gossipSays(n.Name, false, "")
 }
 
 func (d *gossipEvents) NotifyUpdate(n *memberlist.Node) { d.heardFrom(n.Name) }
@@ -118,7 +118,7 @@ func (d *gossipEvents) NotifyLeave(n *memberlist.Node) {
 		silent = now.Sub(last)
 	}
 	if ev, lost := gossipLost(n.Name, n.State, n.Addr.String(), silent); lost {
-		d.s.gossipDead(ev)
+		d.s.gossipSays(ev.NodeID, true, ev.Reason)
 	}
 }
 
@@ -152,21 +152,6 @@ func gossipLost(name string, state memberlist.NodeStateType, host string, silent
 		reason += " for " + silent.Round(100*time.Millisecond).String()
 	}
 	return job.NodeLost{NodeID: name, Reason: reason + " (declared dead by the other nodes)"}, true
-}
-
-// nodeLost loses a node found dead by other means than its watch stream.
-// Whichever comes first wins: a node already lost (or unknown) is left
-// alone, and its stream, once it ends, is ignored (streamEnded); a stream
-// still open is ended, so that an agent that comes back stops its workers.
-func (s *Server) nodeLost(ev job.NodeLost) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.st.Outbox(ev.NodeID) == nil || s.st.Machine().Finished() || s.stop.Err() != nil {
-		return
-	}
-	if err := s.step(ev); err != nil {
-		s.log.Error("node lost", "node_id", ev.NodeID, "err", err)
-	}
 }
 
 // DefaultGossipPort is the coordinator's gossip port when none is given:

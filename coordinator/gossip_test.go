@@ -53,7 +53,7 @@ func TestDefaultGossipPort(t *testing.T) {
 // the node timeout it is lost, the stream then ends, and a second report (or
 // the stream's end) changes nothing.
 func TestGossipDeadIsNodeLost(t *testing.T) {
-	srv, addr := startServer(t, Config{Nodes: 2, MaxRestarts: 3}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 2, MaxRestarts: 3}}, testHooks{})
 	ctx := rpcCtx(t)
 	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 1, 2222)
 	b := join(t, newClient(t, addr), "host-b", "10.0.0.2", 1, 1111)
@@ -101,7 +101,7 @@ func TestGossipDeadIsNodeLost(t *testing.T) {
 // TestGossipAfterStreamBreak: the stream broke first; gossip's late verdict
 // on the same node is ignored.
 func TestGossipAfterStreamBreak(t *testing.T) {
-	srv, addr := startServer(t, Config{Nodes: 2}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 2}}, testHooks{})
 	ctx := rpcCtx(t)
 	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 1, 2222)
 	b := join(t, newClient(t, addr), "host-b", "10.0.0.2", 1, 1111)
@@ -125,7 +125,7 @@ func TestGossipAfterStreamBreak(t *testing.T) {
 
 // TestStartGossip: the coordinator's member list runs and Join hands out its port.
 func TestStartGossip(t *testing.T) {
-	srv, addr := startServer(t, Config{Nodes: 2}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 2}}, testHooks{})
 	port, stop, err := srv.StartGossip(GossipConfig{BindAddr: "127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)

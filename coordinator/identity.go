@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"github.com/gotrain/gotrain/coordinator/state"
+	"log/slog"
 	"strconv"
 	"strings"
 
@@ -61,32 +62,41 @@ func callerNode(ctx context.Context) string {
 	return jobtls.NodeID(st.VerifiedChains[0][0])
 }
 
-// identityUnary checks a unary call's identity (see above).
-func (s *Server) identityUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if s.cfg.CA == nil || !nodeCalls[info.FullMethod] {
+// identity checks who acts for which node (see above); the server
+// installs it with a job CA.
+type identity struct {
+	log *slog.Logger
+	// ranks is where rank runs in generation gen (owner, ok) and the
+	// current generation, from the replicated state.
+	ranks func(gen int64, rank int) (owner string, ok bool, cur int64)
+}
+
+// unary checks a unary call's identity.
+func (i identity) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if !nodeCalls[info.FullMethod] {
 		return h(ctx, req)
 	}
 	node := callerNode(ctx)
 	if node == "" {
 		return nil, errNoNodeCert(info.FullMethod)
 	}
-	if err := s.mayAct(node, req); err != nil {
-		s.log.Warn("call refused: a node acted for another", "method", info.FullMethod, "caller", node, "err", status.Convert(err).Message())
+	if err := i.mayAct(node, req); err != nil {
+		i.log.Warn("call refused: a node acted for another", "method", info.FullMethod, "caller", node, "err", status.Convert(err).Message())
 		return nil, err
 	}
 	return h(ctx, req)
 }
 
-// identityStream checks WatchGenerations' request once it is received.
-func (s *Server) identityStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if s.cfg.CA == nil || !nodeCalls[info.FullMethod] {
+// stream checks WatchGenerations' request once it is received.
+func (i identity) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if !nodeCalls[info.FullMethod] {
 		return h(srv, ss)
 	}
 	node := callerNode(ss.Context())
 	if node == "" {
 		return errNoNodeCert(info.FullMethod)
 	}
-	return h(srv, &checkedStream{ServerStream: ss, check: func(m any) error { return s.mayAct(node, m) }})
+	return h(srv, &checkedStream{ServerStream: ss, check: func(m any) error { return i.mayAct(node, m) }})
 }
 
 type checkedStream struct {
@@ -106,7 +116,7 @@ func errNoNodeCert(method string) error {
 }
 
 // mayAct says whether node may send req.
-func (s *Server) mayAct(node string, req any) error {
+func (i identity) mayAct(node string, req any) error {
 	self := func(id string) error {
 		if id != node {
 			return status.Errorf(codes.PermissionDenied, "this connection's certificate is node %q's, but the request is for node %q: a node may act only for itself", node, id)
@@ -125,10 +135,10 @@ func (s *Server) mayAct(node string, req any) error {
 	case *gotrainv1.AddReplicaRequest:
 		return self(r.GetNodeId())
 	case *gotrainv1.BarrierRequest:
-		return s.ownsRank(node, r.GetGeneration(), int(r.GetRank()), "barrier "+strconv.Quote(r.GetName()))
+		return i.ownsRank(node, r.GetGeneration(), int(r.GetRank()), "barrier "+strconv.Quote(r.GetName()))
 	case *gotrainv1.KVPutRequest:
 		if gen, rank, ok := keyOwner(r.GetKey()); ok {
-			return s.ownsRank(node, gen, rank, "key "+strconv.Quote(r.GetKey()))
+			return i.ownsRank(node, gen, rank, "key "+strconv.Quote(r.GetKey()))
 		}
 	}
 	return nil
@@ -138,11 +148,8 @@ func (s *Server) mayAct(node string, req any) error {
 // other than the current one is left to the handler (a barrier of an
 // ended generation fails there with its reason) except for keys: no node
 // may publish a communicator's key for a generation that is not running.
-func (s *Server) ownsRank(node string, gen int64, rank int, what string) error {
-	s.mu.Lock()
-	owner, ok := s.st.Machine().NodeOfRank(gen, rank)
-	cur := s.st.Machine().Generation()
-	s.mu.Unlock()
+func (i identity) ownsRank(node string, gen int64, rank int, what string) error {
+	owner, ok, cur := i.ranks(gen, rank)
 	switch {
 	case ok && owner == node:
 		return nil
@@ -162,7 +169,7 @@ func (s *Server) ownsRank(node string, gen int64, rank int, what string) error {
 func keyOwner(key string) (gen int64, rank int, ok bool) { return state.CommKey(key) }
 
 // checkCSR checks a Join's certificate request before the node joins, so
-// that issuing its certificate cannot fail after. s.cfg.CA is not nil.
+// that issuing its certificate cannot fail after. Config.CA is not nil.
 func checkCSR(req *gotrainv1.JoinRequest) error {
 	if len(req.GetCsr()) == 0 {
 		return status.Error(codes.InvalidArgument, "join without a certificate request (JoinRequest.csr): this coordinator gives every node a certificate of its own; update the agent")

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/gotrain/gotrain/coordinator/job"
 	"strings"
 	"testing"
 
@@ -35,7 +36,7 @@ func startTLSJob(t *testing.T, n int) (*Server, string, *jobtls.CA, []tlsNode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, addr := startServer(t, Config{Nodes: n, CA: ca, TLS: jobtls.ServerConfig(cert, ca)}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: n}, CA: ca, TLS: jobtls.ServerConfig(cert, ca)}, testHooks{})
 	trust := jobtls.Trust{CAHash: ca.Hash()}
 	var nodes []tlsNode
 	for i := range n {

@@ -44,7 +44,7 @@ func (s *Server) leadership(leading bool, rc ReplicaConfig) {
 	configured := s.st.Configured()
 	// Admission's bounds go into the log with the job: every replica
 	// admits by the leader's, never by its own flags.
-	c := state.Config{Job: s.cfgJob, Peers: slices.Clone(rc.Peers), Want: rc.Want, NprocPerNode: MaxNprocPerNode, RanksPerJob: MaxRanksPerJob}
+	c := state.Config{Job: s.cfg.Job, Peers: slices.Clone(rc.Peers), Want: rc.Want, NprocPerNode: MaxNprocPerNode, RanksPerJob: MaxRanksPerJob}
 	s.mu.Unlock()
 	if len(c.Peers) == 0 {
 		c.Peers = []string{s.repl.ID()}
@@ -66,41 +66,39 @@ func (s *Server) leadership(leading bool, rc ReplicaConfig) {
 	s.log.Info("coordinator replica leads", "replica", s.repl.ID(), "nodes", len(s.st.Nodes()))
 	for _, id := range s.st.Nodes() {
 		// Start from what the log says; the streams open here anew.
-		o := s.outbox(id)
+		o := s.streams.of(s.st, id)
 		o.unreachable = s.st.Machine().Unreachable(id)
 		if o.gossipDown {
 			s.reachability(id, o, "gossip: no answer (declared dead by the other nodes)")
 		}
 	}
-	s.bg.after(leaderGrace, func() { s.missingStreams(term) })
+	// The nodes that have not opened a watch stream at this new leader
+	// after its grace are out of contact, and their agents are probed.
+	s.bg.after(leaderGrace, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.rs.term != term || !s.rs.leading || s.stop.Err() != nil || s.st.Machine().Finished() {
+			return
+		}
+		for _, id := range s.st.Nodes() {
+			if o := s.streams.of(s.st, id); !o.attached {
+				why := "no watch stream since this coordinator replica became the leader"
+				s.reachability(id, o, why)
+				s.bg.do(func() { s.probe(id, why) })
+			}
+		}
+	})
 	if d, ok := s.st.Machine().Deadline(); ok {
 		s.tickOnDeadline(d)
 	}
 	s.bg.do(s.reconcileVoters)
 }
 
-// missingStreams counts the nodes that have not opened a watch stream at
-// this new leader as out of contact, and probes their agents.
-func (s *Server) missingStreams(term uint64) {
+// notLeader is the error of a call this replica cannot serve: it does not
+// lead (now, or any more).
+func (s *Server) notLeader(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.rs.term != term || !s.rs.leading || s.stop.Err() != nil || s.st.Machine().Finished() {
-		return
-	}
-	for _, id := range s.st.Nodes() {
-		o := s.outbox(id)
-		if o.attached {
-			continue
-		}
-		why := "no watch stream since this coordinator replica became the leader"
-		s.reachability(id, o, why)
-		s.bg.do(func() { s.probe(id, why) })
-	}
-}
-
-// notLeader is the error of a call this replica cannot serve: it does not
-// lead (now, or any more). s.mu is held.
-func (s *Server) notLeader(ctx context.Context) error {
 	leader := s.repl.Leader()
 	if leader == s.repl.ID() {
 		leader = "" // leading in Raft, not yet here (catching up): try again
@@ -109,22 +107,21 @@ func (s *Server) notLeader(ctx context.Context) error {
 		return status.Errorf(codes.Unavailable, "coordinator replica %s has had no leader for %s: no majority of the replica set %v answers, "+
 			"so the job cannot go on (bring back the lost replicas' hosts, or restart the job)", s.repl.ID(), silent.Round(100*time.Millisecond), s.st.Peers())
 	}
-	return leaderconn.NotLeader(ctx, s.repl.ID(), leader, s.signedHint(leader)...) // replicakeys.go
+	return leaderconn.NotLeader(ctx, s.repl.ID(), leader, s.keys.hint(leader, s.repl.Term(), s.log)...) // replicakeys.go
 }
 
 // noMajorityAfter: a replica without a leader for this long says there is
 // no majority (an election takes well under a second).
 const noMajorityAfter = 3 * time.Second
 
-func (s *Server) notLeaderNow(ctx context.Context) error {
+// serves says whether this replica serves method now: it is not
+// replicated, or it leads, or any replica serves the call (then, or after
+// the job's end).
+func (s *Server) serves(method string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.notLeader(ctx)
+	return s.repl == nil || s.rs.leading && s.st.Configured() || s.st.Machine().Finished() && afterTheEnd[method] || anyReplica[method]
 }
-
-// leading says whether this server serves calls: it is not replicated, or
-// it leads. s.mu is held.
-func (s *Server) leading() bool { return s.repl == nil || s.rs.leading && s.st.Configured() }
 
 // leaderUnary refuses calls on a replica that does not lead, naming the
 // leader; a call whose leadership ended on the way gets the same answer.
@@ -132,16 +129,13 @@ func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServe
 	if s.repl == nil {
 		return h(ctx, req)
 	}
-	s.mu.Lock()
-	ok := s.leading() || s.st.Machine().Finished() && afterTheEnd[info.FullMethod] || anyReplica[info.FullMethod]
-	s.mu.Unlock()
-	if !ok {
-		return nil, s.notLeaderNow(ctx)
+	if !s.serves(info.FullMethod) {
+		return nil, s.notLeader(ctx)
 	}
 	resp, err := h(ctx, req)
 	var nl *replica.ErrNotLeader
 	if errors.As(err, &nl) {
-		return nil, s.notLeaderNow(ctx)
+		return nil, s.notLeader(ctx)
 	}
 	return resp, err
 }
@@ -151,11 +145,8 @@ func (s *Server) leaderStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	if s.repl == nil {
 		return h(srv, ss)
 	}
-	s.mu.Lock()
-	ok := s.leading() || s.st.Machine().Finished() && afterTheEnd[info.FullMethod]
-	s.mu.Unlock()
-	if !ok {
-		return s.notLeaderNow(ss.Context())
+	if !s.serves(info.FullMethod) {
+		return s.notLeader(ss.Context())
 	}
 	return h(srv, ss)
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gotrain/gotrain/coordinator/state"
+	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -56,13 +58,10 @@ const (
 )
 
 // limits are a Server's bounds; the zero value means the defaults (tests
-// set smaller ones before Serve). joined and evidenceBytes are guarded by
-// Server.mu.
+// set smaller ones before Serve).
 type limits struct {
 	streamsPerConn uint32
 	connIdle       time.Duration
-
-	evidenceBytes int
 }
 
 func (l *limits) withDefaults() {
@@ -96,9 +95,18 @@ func (s *Server) serverOptions(lis net.Listener) []grpc.ServerOption {
 		opts = append(opts, grpc.Creds(jobtls.ServerCredentials(s.cfg.TLS, s.cfg.Token))) // the proof of the token, both ways
 	}
 	// After the token check: a replica that does not lead names the
-	// leader (replicated.go); then
-	// who may act for which node (identity.go).
-	opts = append(opts, grpc.ChainUnaryInterceptor(s.leaderUnary, s.identityUnary), grpc.ChainStreamInterceptor(s.leaderStream, s.identityStream))
+	// leader (leadership.go); then, with a job CA, who may act for which
+	// node (identity.go).
+	opts = append(opts, grpc.ChainUnaryInterceptor(s.leaderUnary), grpc.ChainStreamInterceptor(s.leaderStream))
+	if s.cfg.CA != nil {
+		id := identity{log: s.log, ranks: func(gen int64, rank int) (string, bool, int64) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			owner, ok := s.st.Machine().NodeOfRank(gen, rank)
+			return owner, ok, s.st.Machine().Generation()
+		}}
+		opts = append(opts, grpc.ChainUnaryInterceptor(id.unary), grpc.ChainStreamInterceptor(id.stream))
+	}
 	return append(opts,
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.MaxConcurrentStreams(l.streamsPerConn),
@@ -111,7 +119,7 @@ func (s *Server) serverOptions(lis net.Listener) []grpc.ServerOption {
 		// up; it allows the agents' own pings (launcher).
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, MaxConnectionIdle: l.connIdle}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(s.checkRequest),
+		grpc.ChainUnaryInterceptor(s.bounds.check),
 	)
 }
 
@@ -147,10 +155,17 @@ func markStream(g *connguard.Guard) grpc.StreamServerInterceptor {
 	}
 }
 
-// checkRequest bounds the text a request carries before its handler keeps
-// it: evidence (cut per entry, dropped past the job's total) and a worker
-// exit's lines.
-func (s *Server) checkRequest(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+// requestBounds bounds the text requests carry before their handlers
+// keep it; it counts the job's evidence text.
+type requestBounds struct {
+	log           *slog.Logger
+	mu            sync.Mutex
+	evidenceBytes int
+}
+
+// check bounds req's text: evidence (cut per entry, dropped past the
+// job's total) and a worker exit's lines.
+func (b *requestBounds) check(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	switch r := req.(type) {
 	case *gotrainv1.ReportEvidenceRequest:
 		if len(r.GetEvidence()) > maxEvidencePerReport {
@@ -162,14 +177,14 @@ func (s *Server) checkRequest(ctx context.Context, req any, _ *grpc.UnaryServerI
 			e.Text = truncate(e.GetText(), maxEvidenceText)
 			n += len(e.Text) + len(e.Kind)
 		}
-		s.mu.Lock()
-		over := s.limits.evidenceBytes+n > maxEvidenceBytes
+		b.mu.Lock()
+		over := b.evidenceBytes+n > maxEvidenceBytes
 		if !over {
-			s.limits.evidenceBytes += n
+			b.evidenceBytes += n
 		}
-		s.mu.Unlock()
+		b.mu.Unlock()
 		if over {
-			s.log.Warn("evidence dropped: the job holds its maximum of evidence text", "node_id", r.GetNodeId(), "bytes", n, "max", maxEvidenceBytes)
+			b.log.Warn("evidence dropped: the job holds its maximum of evidence text", "node_id", r.GetNodeId(), "bytes", n, "max", maxEvidenceBytes)
 			r.Evidence = nil
 		}
 	case *gotrainv1.ReportWorkerExitRequest:
@@ -196,17 +211,6 @@ func truncateLines(lines []string) []string {
 		lines[i] = truncate(l, maxExitLine)
 	}
 	return lines
-}
-
-// store is the KV store that holds key: a communicator's rendezvous key
-// (keyOwner: only the node of its rank may put it, in the running
-// generation) has a store of its own, with its own bounds, so that other
-// keys filling theirs (any node, or a worker through its agent, may put
-// them) cannot make every restart's rendezvous fail with ResourceExhausted.
-func (s *Server) store(key string) *kv.Store {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.st.Store(key)
 }
 
 // kvError is the status of a kv error.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gotrain/gotrain/coordinator/job"
+	"go.uber.org/goleak"
 	"io"
 	"log/slog"
 	"net"
@@ -31,8 +33,8 @@ import (
 // coordinator's log is shown when the test fails.
 func startBounded(t *testing.T, cfg Config, setup func(*Server)) (*Server, string) {
 	t.Helper()
-	if cfg.RunID == "" {
-		cfg.RunID = "run-test"
+	if cfg.Job.RunID == "" {
+		cfg.Job.RunID = "run-test"
 	}
 	cfg.Token = testToken
 	logs := &testkit.Buffer{}
@@ -48,6 +50,7 @@ func startBounded(t *testing.T, cfg Config, setup func(*Server)) (*Server, strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := goleak.IgnoreCurrent()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
@@ -56,6 +59,7 @@ func startBounded(t *testing.T, cfg Config, setup func(*Server)) (*Server, strin
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
+		goleak.VerifyNone(t, before)
 		if t.Failed() {
 			t.Logf("coordinator log:\n%s", logs.String())
 		}
@@ -79,7 +83,7 @@ func heapAfterGC() uint64 {
 // --nproc-per-node) ran the coordinator out of memory. Joins over
 // MaxNprocPerNode are refused with a clear error, at once.
 func TestJoinNprocBounded(t *testing.T) {
-	_, addr := startBounded(t, Config{Nodes: 2}, nil)
+	_, addr := startBounded(t, Config{Job: job.Config{Nodes: 2}}, nil)
 	c := newClient(t, addr)
 	for _, nproc := range []int32{MaxNprocPerNode + 1, 1<<31 - 1} {
 		before := heapAfterGC()
@@ -102,7 +106,7 @@ func TestJoinNprocBounded(t *testing.T) {
 // ranks without bound. The job's ranks are bounded by MaxRanksPerJob.
 func TestJoinRanksPerJobBounded(t *testing.T) {
 	const nodes = MaxRanksPerJob / MaxNprocPerNode
-	_, addr := startBounded(t, Config{Nodes: 10 * nodes}, nil)
+	_, addr := startBounded(t, Config{Job: job.Config{Nodes: 10 * nodes}}, nil)
 	c := newClient(t, addr)
 	for i := range nodes {
 		if _, err := c.Join(rpcCtx(t), cpuNode(fmt.Sprintf("n%d", i), MaxNprocPerNode)); err != nil {
@@ -176,7 +180,7 @@ func TestKVBounded(t *testing.T) {
 		}
 	}
 	wantCode(t, fmt.Sprintf("put %d of 2000 values of 256 KiB", puts+1), err, codes.ResourceExhausted)
-	if st := srv.store("").Stats(); st.Bytes > 8<<20 {
+	if st := storeOf(srv, "").Stats(); st.Bytes > 8<<20 {
 		t.Errorf("the store holds %d bytes, over its 8 MiB", st.Bytes)
 	}
 }
@@ -237,7 +241,7 @@ func TestStreamsPerConnectionBounded(t *testing.T) {
 	if n := waiting.Load(); n != limit {
 		t.Errorf("%d calls wait on one connection, want %d (the limit)", n, limit)
 	}
-	if err := srv.store("later").Put("later", []byte("now")); err != nil {
+	if err := storeOf(srv, "later").Put("later", []byte("now")); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -291,7 +295,7 @@ func TestEvidenceBounded(t *testing.T) {
 	_, err := c.ReportEvidence(rpcCtx(t), many)
 	wantCode(t, fmt.Sprintf("evidence with %d entries", len(many.Evidence)), err, codes.InvalidArgument)
 
-	s, err := New(Config{RunID: "r", Token: testToken})
+	s, err := New(Config{Job: job.Config{RunID: "r"}, Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +315,7 @@ func TestEvidenceBounded(t *testing.T) {
 		for range 8 {
 			req.Evidence = append(req.Evidence, &gotrainv1.Evidence{Kind: "stacks", Text: big})
 		}
-		if _, err := s.checkRequest(t.Context(), req, nil, handler); err != nil {
+		if _, err := s.bounds.check(t.Context(), req, nil, handler); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range req.GetEvidence() {
@@ -328,3 +332,10 @@ func TestEvidenceBounded(t *testing.T) {
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
 
 var _ = errors.Is
+
+// storeOf is the KV store of srv that holds key.
+func storeOf(srv *Server, key string) *kv.Store {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	return srv.st.Store(key)
+}

@@ -181,7 +181,7 @@ func b2f(b bool) float64 {
 // MetricsHandler serves the job's metrics in Prometheus' text format.
 func (s *Server) MetricsHandler() http.Handler {
 	reg := prometheus.NewRegistry()
-	prometheus.WrapRegistererWith(prometheus.Labels{"run_id": s.cfg.RunID}, reg).MustRegister(collector{s})
+	prometheus.WrapRegistererWith(prometheus.Labels{"run_id": s.cfg.Job.RunID}, reg).MustRegister(collector{s})
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/gotrain/gotrain/coordinator/job"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -59,7 +60,7 @@ next:
 }
 
 func TestMetrics(t *testing.T) {
-	srv, addr := startServer(t, Config{Nodes: 1}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 1}}, testHooks{})
 	c := newClient(t, addr)
 	a := join(t, c, "host-a", "10.0.0.1", 2, 29500)
 	stream := a.watch(rpcCtx(t))

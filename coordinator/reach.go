@@ -38,73 +38,92 @@ const (
 // reachability re-evaluates node id's contact after a change of its stream
 // or gossip state, and tells the machine. s.mu is held.
 func (s *Server) reachability(id string, o *outbox, why string) {
+	ev := o.recheck(id, why, s.gossip != nil, s.st.Machine().Config(), s.log)
+	if ev == nil {
+		return
+	}
+	if err := s.step(ev); err != nil {
+		s.log.Error("node reachability", "node_id", id, "event", fmt.Sprintf("%T", ev), "err", err)
+	}
+}
+
+// recheck re-evaluates node id's contact and returns what the machine must
+// hear: NodeReachable, NodeUnreachable, or nil for nothing. gossips: the
+// job gossips; jc: the job's configuration (for the log lines).
+func (o *outbox) recheck(id, why string, gossips bool, jc job.Config, log *slog.Logger) job.Event {
 	reachable := o.attached && !o.gossipDown
 	switch {
 	case reachable && o.unreachable:
 		o.unreachable, o.blamed = false, false
-		s.log.Info("node reachable again", "node_id", id)
-		if err := s.step(job.NodeReachable{NodeID: id}); err != nil {
-			s.log.Error("node reachable", "node_id", id, "err", err)
-		}
+		log.Info("node reachable again", "node_id", id)
+		return job.NodeReachable{NodeID: id}
 	case !reachable && !o.unreachable:
 		o.unreachable = true
-		s.blame(id, o, why)
-		if err := s.step(job.NodeUnreachable{NodeID: id, Reason: why}); err != nil {
-			s.log.Error("node unreachable", "node_id", id, "err", err)
-		}
+		o.blame(id, why, gossips, jc, log)
+		return job.NodeUnreachable{NodeID: id, Reason: why}
 	case !reachable && o.gossipDown && !o.blamed:
-		s.blame(id, o, why) // its peers agree now
+		o.blame(id, why, gossips, jc, log) // its peers agree now
 	}
+	return nil
 }
 
 // blame logs that node id is out of contact. A node is named as
 // unreachable (a warning) only once its peers agree: gossip finds it dead
 // too, or the job does not gossip. Until then only this coordinator lost
 // its stream — a blip on the way, or this replica cut off — and the line
-// says so, as information. s.mu is held.
-func (s *Server) blame(id string, o *outbox, why string) {
-	if o.gossipDown || s.gossip == nil {
+// says so, as information.
+func (o *outbox) blame(id, why string, gossips bool, jc job.Config, log *slog.Logger) {
+	if o.gossipDown || !gossips {
 		o.blamed = true
 		level := slog.LevelWarn
-		if s.st.Machine().Config().Nodes == 1 {
+		if jc.Nodes == 1 {
 			// The one node's agent is the one that stops (Ctrl-C), and its
 			// coordinator is most often its own: nothing to warn of.
 			level = slog.LevelInfo
 		}
-		s.log.Log(context.Background(), level, "node unreachable", "node_id", id, "reason", why, "lost_after", s.st.Machine().Config().NodeTimeout)
+		log.Log(context.Background(), level, "node unreachable", "node_id", id, "reason", why, "lost_after", jc.NodeTimeout)
 		return
 	}
-	s.log.Info("node out of contact with this coordinator; its peers still hear it", "node_id", id, "reason", why, "lost_after", s.st.Machine().Config().NodeTimeout)
+	log.Info("node out of contact with this coordinator; its peers still hear it", "node_id", id, "reason", why, "lost_after", jc.NodeTimeout)
 }
 
-// gossipDead: gossip finds node ev.NodeID dead. It is unreachable until
-// gossip hears it again.
-func (s *Server) gossipDead(ev job.NodeLost) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o := s.outbox(ev.NodeID)
-	if o == nil || s.st.Machine().Finished() || s.stop.Err() != nil {
-		return
-	}
-	o.gossipDown = true
-	s.reachability(ev.NodeID, o, ev.Reason)
-}
-
-// gossipAlive: gossip hears node id (again).
-func (s *Server) gossipAlive(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o := s.outbox(id)
-	if o == nil || !o.gossipDown {
-		return
+// reports: the node reported (progress, or an empty report: the agents'
+// heartbeat). An agent that reports is alive: gossip's verdict of dead is
+// false (memberlist on an overloaded machine misses its probes), so it no
+// longer counts while the node's stream is attached. It says whether that
+// changed the node's contact.
+func (o *outbox) reports() bool {
+	if !o.gossipDown || !o.attached {
+		return false
 	}
 	o.gossipDown = false
-	s.reachability(id, o, "")
+	return true
+}
+
+// gossipSays: gossip finds node id dead (it is unreachable until gossip
+// hears it again, reason saying why), or hears it (again).
+func (s *Server) gossipSays(id string, dead bool, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.streams.of(s.st, id)
+	switch {
+	case o == nil:
+		return
+	case dead && (s.st.Machine().Finished() || s.stop.Err() != nil):
+		return
+	case !dead && !o.gossipDown:
+		return
+	}
+	o.gossipDown = dead
+	s.reachability(id, o, reason)
 }
 
 // probe checks, after node id's stream ended, whether its agent's process
 // is gone, and loses the node at once when it is. It runs in the
-// background (s.bg), which Serve ends.
+// background (s.bg), which Serve ends. Whichever finds the node lost first
+// wins: a node already lost (or unknown) is left alone, and its stream,
+// once it ends, is ignored (streamEnded); a stream still open is ended, so
+// that an agent that comes back stops its workers.
 func (s *Server) probe(id, reason string) {
 	s.mu.Lock()
 	addr := s.gossip.addr(id)
@@ -112,43 +131,44 @@ func (s *Server) probe(id, reason string) {
 	if addr == "" {
 		return // no gossip: the node timeout decides
 	}
+	away := func() bool { // still in the job without a stream
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		o := s.streams.of(s.st, id)
+		return o != nil && !o.attached
+	}
+	if !agentGone(s.stop, addr, away) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st.Outbox(id) == nil || s.st.Machine().Finished() || s.stop.Err() != nil {
+		return
+	}
+	ev := job.NodeLost{NodeID: id, Reason: fmt.Sprintf("%s; its agent is gone (nothing listens at its gossip port %s)", reason, addr)}
+	if err := s.step(ev); err != nil {
+		s.log.Error("node lost", "node_id", id, "err", err)
+	}
+}
+
+// agentGone probes an agent's gossip port addr for probeFor, while away
+// holds, and says whether its connection is refused: the host answers,
+// nothing listens.
+func agentGone(ctx context.Context, addr string, away func() bool) bool {
 	for deadline := time.Now().Add(probeFor); ; {
 		conn, err := net.DialTimeout("tcp", addr, probeTimeout)
 		if err == nil {
 			_ = conn.Close()
 		} else if errors.Is(err, syscall.ECONNREFUSED) {
-			s.nodeLost(job.NodeLost{NodeID: id, Reason: fmt.Sprintf("%s; its agent is gone (nothing listens at its gossip port %s)", reason, addr)})
-			return
+			return true
 		}
-		if time.Now().After(deadline) || !s.stillAway(id) {
-			return
+		if time.Now().After(deadline) || !away() {
+			return false
 		}
 		select {
-		case <-s.stop.Done():
-			return
+		case <-ctx.Done():
+			return false
 		case <-time.After(probeEvery):
 		}
 	}
-}
-
-// stillAway says whether node id is still in the job without a stream.
-func (s *Server) stillAway(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o := s.outbox(id)
-	return o != nil && !o.attached
-}
-
-// heardFrom: node id reported (progress, or an empty report: the agents'
-// heartbeat). An agent that reports is alive: gossip's verdict of dead is
-// false (memberlist on an overloaded machine misses its probes), so it no
-// longer counts while the node's stream is attached. s.mu is held.
-func (s *Server) heardFrom(id string) {
-	o := s.outbox(id)
-	if o == nil || !o.gossipDown || !o.attached {
-		return
-	}
-	o.gossipDown = false
-	s.log.Info("gossip found the node dead, but it reports: reachable", "node_id", id)
-	s.reachability(id, o, "")
 }

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"github.com/gotrain/gotrain/coordinator/job"
 	"log/slog"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ func TestOneNodeStreamEndIsNoWarning(t *testing.T) {
 		level string
 	}{{1, "level=INFO"}, {2, "level=WARN"}} {
 		logs := &testkit.Buffer{}
-		_, addr := startBounded(t, Config{Nodes: tc.nodes, NodeTimeout: time.Minute}, func(s *Server) {
+		_, addr := startBounded(t, Config{Job: job.Config{Nodes: tc.nodes, NodeTimeout: time.Minute}}, func(s *Server) {
 			s.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		})
 		var agents []*agent

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/base64"
+	"log/slog"
 	"net"
 	"strconv"
 
@@ -10,6 +11,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/gotrain/gotrain/coordinator/state"
+	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/leaderconn"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -28,18 +31,30 @@ import (
 //     connection proved the job token (see SECURITY.md for what that
 //     leaves open).
 
+// replicaKeys decides who may have the replica set's keys (see above),
+// and signs the followers' leader hints. Set before Serve, read only
+// after.
+type replicaKeys struct {
+	ca    *jobtls.CA // nil: no job CA (plaintext tests)
+	self  string     // this replica's id (its gRPC address)
+	fixed []string   // standalone: the replica set --peers lists
+}
+
 // ReplicaCA hands the job CA to a replica about to start (see above).
 // Any replica answers, from its own state: a standalone set has no leader
 // before its replicas start.
 func (s *Server) ReplicaCA(ctx context.Context, req *gotrainv1.ReplicaCARequest) (*gotrainv1.ReplicaCAResponse, error) {
-	if s.repl == nil || s.cfg.CA == nil {
+	if s.repl == nil || s.keys.ca == nil {
 		return nil, status.Error(codes.FailedPrecondition, "replica CA: this coordinator is not replicated with a job CA")
 	}
-	if err := s.mayHaveCA(ctx, req.GetNodeId()); err != nil {
+	s.mu.Lock()
+	err := s.keys.mayHaveCA(ctx, req.GetNodeId(), s.st)
+	s.mu.Unlock()
+	if err != nil {
 		s.log.Warn("the job CA refused to a caller that is not a replica to be", "node_id", req.GetNodeId(), "caller", callerAddr(ctx), "err", status.Convert(err).Message())
 		return nil, err
 	}
-	cert, key, err := s.cfg.CA.MarshalCA()
+	cert, key, err := s.keys.ca.MarshalCA()
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
@@ -48,51 +63,48 @@ func (s *Server) ReplicaCA(ctx context.Context, req *gotrainv1.ReplicaCARequest)
 }
 
 // mayHaveCA says whether the caller of ctx may have the job CA: see the
-// top of this file.
-func (s *Server) mayHaveCA(ctx context.Context, nodeID string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.rs.fixed) > 0 {
+// top of this file. Server.mu is held (st).
+func (k replicaKeys) mayHaveCA(ctx context.Context, nodeID string, st *state.State) error {
+	if len(k.fixed) > 0 {
 		host := callerHost(ctx)
-		for _, p := range s.rs.fixed {
-			if h, _, err := net.SplitHostPort(p); err == nil && h == host && p != s.repl.ID() {
+		for _, p := range k.fixed {
+			if h, _, err := net.SplitHostPort(p); err == nil && h == host && p != k.self {
 				return nil
 			}
 		}
-		return status.Errorf(codes.PermissionDenied, "replica CA: the caller at %s is not on the host of a replica --peers lists (%v)", host, s.rs.fixed)
+		return status.Errorf(codes.PermissionDenied, "replica CA: the caller at %s is not on the host of a replica --peers lists (%v)", host, k.fixed)
 	}
-	return s.askedNotAdded(callerNode(ctx), nodeID, "replica CA")
+	return askedNotAdded(st, callerNode(ctx), nodeID, "replica CA")
 }
 
-// askedNotAdded: only a node the replicated state asked to host a replica,
-// whose replica is not in the set yet, calling with its own node
-// certificate (caller), may have the CA or be added. s.mu is held.
-func (s *Server) askedNotAdded(caller, nodeID, what string) error {
+// askedNotAdded: only a node the replicated state st asked to host a
+// replica, whose replica is not in the set yet, calling with its own node
+// certificate (caller), may have the CA or be added. Server.mu is held.
+func askedNotAdded(st *state.State, caller, nodeID, what string) error {
 	switch {
 	case caller == "":
 		return status.Errorf(codes.PermissionDenied, "%s: only a node's agent, with its node certificate, may ask", what)
 	case caller != nodeID:
 		return status.Errorf(codes.PermissionDenied, "%s: this connection's certificate is node %q's, but the request is for node %q", what, caller, nodeID)
-	case !s.st.Asked(nodeID) || !s.st.Machine().HasNode(nodeID):
+	case !st.Asked(nodeID) || !st.Machine().HasNode(nodeID):
 		return status.Errorf(codes.PermissionDenied, "%s: node %q was not asked to host a replica of the coordinator", what, nodeID)
-	case s.st.Hosts(nodeID):
+	case st.Hosts(nodeID):
 		return status.Errorf(codes.PermissionDenied, "%s: node %q hosts a replica of the set already", what, nodeID)
 	}
 	return nil
 }
 
-// mayAddReplica checks an AddReplica (askedNotAdded), and that the
-// replica's gRPC and Raft addresses are on the node's own host. s.mu is
-// held.
-func (s *Server) mayAddReplica(ctx context.Context, req *gotrainv1.AddReplicaRequest) error {
+// mayAdd checks an AddReplica (askedNotAdded), and that the replica's
+// gRPC and Raft addresses are on the node's own host. Server.mu is held.
+func (k replicaKeys) mayAdd(ctx context.Context, req *gotrainv1.AddReplicaRequest, st *state.State) error {
 	caller := callerNode(ctx)
-	if s.cfg.CA == nil {
+	if k.ca == nil {
 		caller = req.GetNodeId() // plaintext tests: no identities
 	}
-	if err := s.askedNotAdded(caller, req.GetNodeId(), "add replica"); err != nil {
+	if err := askedNotAdded(st, caller, req.GetNodeId(), "add replica"); err != nil {
 		return err
 	}
-	home := s.st.Machine().NodeAddress(req.GetNodeId())
+	home := st.Machine().NodeAddress(req.GetNodeId())
 	for _, a := range []string{req.GetAddr(), req.GetRaftAddr()} {
 		h, _, err := net.SplitHostPort(a)
 		if err != nil || h != home {
@@ -102,18 +114,17 @@ func (s *Server) mayAddReplica(ctx context.Context, req *gotrainv1.AddReplicaReq
 	return nil
 }
 
-// signedHint is leaderconn.NotLeader's proof that the replica set names
-// leader: the job CA's signature of the leader and Raft's term
+// hint is leaderconn.NotLeader's proof that the replica set names leader
+// in Raft's term: the job CA's signature of both
 // (leaderconn.HintMessage), which an agent checks against the CA it
 // pinned. nil without a CA (plaintext tests).
-func (s *Server) signedHint(leader string) []string {
-	if s.cfg.CA == nil || leader == "" {
+func (k replicaKeys) hint(leader string, term uint64, log *slog.Logger) []string {
+	if k.ca == nil || leader == "" {
 		return nil
 	}
-	term := s.repl.Term()
-	sig, err := s.cfg.CA.Sign(leaderconn.HintMessage(leader, term))
+	sig, err := k.ca.Sign(leaderconn.HintMessage(leader, term))
 	if err != nil {
-		s.log.Warn("sign the leader hint", "err", err)
+		log.Warn("sign the leader hint", "err", err)
 		return nil
 	}
 	return []string{leaderconn.TermKey, strconv.FormatUint(term, 10), leaderconn.SigKey, base64.StdEncoding.EncodeToString(sig)}

@@ -31,16 +31,15 @@ func (s *Server) reconcileVoters() {
 	}
 }
 
-// replicaAddrs is the replica set, the leader first; nil when the
-// coordinator is not replicated. s.mu is held.
-func (s *Server) replicaAddrs() []string {
-	if s.repl == nil {
+// replicaAddrs is the replica set peers as the leader self hands it out,
+// itself first; nil when the coordinator is not replicated (self nil).
+func replicaAddrs(self *replica.Node, peers []string) []string {
+	if self == nil {
 		return nil
 	}
-	self := s.repl.ID()
-	addrs := []string{self}
-	for _, p := range s.st.Peers() {
-		if p != self {
+	addrs := []string{self.ID()}
+	for _, p := range peers {
+		if p != self.ID() {
 			addrs = append(addrs, p)
 		}
 	}
@@ -56,7 +55,7 @@ func (s *Server) AddReplica(ctx context.Context, req *gotrainv1.AddReplicaReques
 		return nil, status.Error(codes.FailedPrecondition, "add replica: this coordinator is not replicated (--coordinator-replicas 1)")
 	}
 	s.mu.Lock()
-	err := s.mayAddReplica(ctx, req) // replicakeys.go
+	err := s.keys.mayAdd(ctx, req, s.st) // replicakeys.go
 	s.mu.Unlock()
 	if err != nil {
 		s.log.Warn("add replica refused", "node_id", req.GetNodeId(), "addr", req.GetAddr(), "caller", callerAddr(ctx), "err", status.Convert(err).Message())

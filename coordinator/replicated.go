@@ -36,7 +36,6 @@ type replState struct {
 	leading bool
 	term    uint64        // counts this replica's changes of leadership
 	down    chan struct{} // closed when the current leadership ends
-	fixed   []string      // standalone: the replica set --peers lists (ReplicaCA)
 	hosted  bool          // started at the leader's request (ReplicaConfig.Hosted)
 }
 
@@ -84,7 +83,7 @@ type ReplicaConfig struct {
 func (s *Server) FSM() replica.FSM {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st, err := state.New(s.cfgJob); err == nil { // the config New took
+	if st, err := state.New(s.cfg.Job); err == nil { // the config New took
 		s.st = st
 	}
 	return (*serverFSM)(s)
@@ -94,7 +93,7 @@ func (s *Server) FSM() replica.FSM {
 func (s *Server) UseReplica(n *replica.Node, rc ReplicaConfig) {
 	s.mu.Lock()
 	s.repl = n
-	s.rs.fixed = rc.Peers
+	s.keys.self, s.keys.fixed = n.ID(), rc.Peers
 	s.rs.hosted = rc.Hosted
 	s.rs.down = make(chan struct{})
 	s.proposals = newProposalQueue()
@@ -185,7 +184,7 @@ func (s *Server) carry(effects []state.Effect) {
 			if ef.Failed != "" {
 				err = status.Error(codes.Aborted, ef.Failed)
 			}
-			s.answer(ef.Waiter, err)
+			s.waiters.answer(ef.Waiter, err)
 		case state.ArmDeadline:
 			s.tickOnDeadline(ef.At) // restart.go
 		case state.RemoveVoters:
@@ -203,38 +202,12 @@ func (s *Server) carry(effects []state.Effect) {
 				close(s.finished)
 			}
 		case state.Heard:
-			s.heardFrom(ef.Node) // reach.go
+			if o := s.streams[ef.Node]; o != nil && o.reports() { // reach.go
+				s.log.Info("gossip found the node dead, but it reports: reachable", "node_id", ef.Node)
+				s.reachability(ef.Node, o, "")
+			}
 		case state.Log:
 			s.log.Log(context.Background(), slog.Level(4*(int(ef.Level)-1)), ef.Msg, ef.Args...)
-		}
-	}
-}
-
-// proposeLater queues ev, observed by this replica, for the log: only the
-// leader proposes. s.mu is held.
-func (s *Server) proposeLater(pe *gotrainv1.LogEntry) {
-	if !s.rs.leading || !s.st.Configured() || s.stop.Err() != nil {
-		return
-	}
-	s.proposals.push(logentry.Stamp(pe, s.now()))
-}
-
-// proposeQueued proposes the queued entries in order until ctx ends.
-func (s *Server) proposeQueued(ctx context.Context) {
-	for {
-		e, ok := s.proposals.pop(ctx)
-		if !ok {
-			return
-		}
-		b, err := logentry.Marshal(e)
-		if err == nil {
-			var r any
-			if r, err = s.repl.Propose(b); err == nil {
-				err = r.(state.Result).Err
-			}
-		}
-		if err != nil {
-			s.log.Debug("replicate an event", "entry", fmt.Sprintf("%T", e.GetEntry()), "err", err)
 		}
 	}
 }
@@ -245,6 +218,28 @@ type proposalQueue struct {
 	mu      sync.Mutex
 	entries []*gotrainv1.LogEntry
 	wake    chan struct{}
+}
+
+// proposeAll proposes the queued entries to n in order until ctx ends:
+// the leader's events (its ticks, the streams that ended, gossip), each
+// stamped with the time it was observed.
+func (q *proposalQueue) proposeAll(ctx context.Context, n *replica.Node, log *slog.Logger) {
+	for {
+		e, ok := q.pop(ctx)
+		if !ok {
+			return
+		}
+		b, err := logentry.Marshal(e)
+		if err == nil {
+			var r any
+			if r, err = n.Propose(b); err == nil {
+				err = r.(state.Result).Err
+			}
+		}
+		if err != nil {
+			log.Debug("replicate an event", "entry", fmt.Sprintf("%T", e.GetEntry()), "err", err)
+		}
+	}
 }
 
 func newProposalQueue() *proposalQueue { return &proposalQueue{wake: make(chan struct{}, 1)} }
@@ -292,7 +287,7 @@ func (f *serverFSM) Apply(b []byte) any {
 	defer s.mu.Unlock()
 	first := e.Config != nil && !s.st.Configured()
 	r := s.applyLocked(e)
-	if first && r.Err == nil && e.Config.Job != s.cfgJob && !s.rs.hosted {
+	if first && r.Err == nil && e.Config.Job != s.cfg.Job && !s.rs.hosted {
 		s.log.Warn("this replica's job settings differ from the leader's; the leader's hold", "leader", fmt.Sprintf("%+v", e.Config.Job))
 	}
 	return r
@@ -307,7 +302,7 @@ func (f *serverFSM) Snapshot() ([]byte, error) {
 
 func (f *serverFSM) Restore(b []byte) error {
 	s := (*Server)(f)
-	st, err := logentry.Restore(b, s.cfgJob)
+	st, err := logentry.Restore(b, s.cfg.Job)
 	if err != nil {
 		return err
 	}
@@ -335,13 +330,6 @@ func (s *Server) logState(at string) {
 	if s.repl == nil {
 		return
 	}
-	hash, applied := s.stateDigest()
-	s.log.Info("coordinator replica state", "at", at, "replica", s.repl.ID(), "applied", applied, "state_hash", fmt.Sprintf("%x", hash))
-}
-
-// stateDigest is this replica's state hash (state.State.Digest) and how
-// many entries made it. s.mu is held.
-func (s *Server) stateDigest() (hash []byte, applied uint64) {
-	d := s.st.Digest()
-	return d[:], s.st.Applied()
+	hash := s.st.Digest() // state.State.Digest
+	s.log.Info("coordinator replica state", "at", at, "replica", s.repl.ID(), "applied", s.st.Applied(), "state_hash", fmt.Sprintf("%x", hash[:]))
 }

@@ -52,7 +52,7 @@ func replicaEntry(addr, node string) *gotrainv1.LogEntry {
 // the same machine (nodes, generation, ranks), KV values and outboxes;
 // progress reports superseded by later ones are left out of the snapshot.
 func TestSnapshotRestore(t *testing.T) {
-	cfg := Config{RunID: "run", Token: "t", Nodes: 2}
+	cfg := Config{Job: job.Config{RunID: "run", Nodes: 2}, Token: "t"}
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if n := len(held.GetEntries()); n != 7 || held.GetApplied() != 15 { // config, 2 joins, kv, 1 progress, 1 tick, replica
 		t.Errorf("snapshot keeps %d entries of %d applied, want 7 of 15", n, held.GetApplied())
 	}
-	b, err := New(Config{RunID: "other", Token: "t", Nodes: 2})
+	b, err := New(Config{Job: job.Config{RunID: "other", Nodes: 2}, Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if sa.State != sb.State || sa.Generation != sb.Generation || len(sa.Nodes) != len(sb.Nodes) || len(sa.Ranks) != len(sb.Ranks) || b.st.Machine().Config().RunID != "run" {
 		t.Errorf("restored status %+v (run %s), want %+v", sb, b.st.Machine().Config().RunID, sa)
 	}
-	if v, ok := b.store("k").Get("k"); !ok || string(v) != "v" {
+	if v, ok := storeOf(b, "k").Get("k"); !ok || string(v) != "v" {
 		t.Errorf("restored KV k = %q, %v", v, ok)
 	}
 	for _, id := range ids {
@@ -116,7 +116,7 @@ func TestSnapshotRestore(t *testing.T) {
 // Embedded: a replica lost with its node leaves the set, and the first
 // node on a host without a replica is asked to host one in its place.
 func TestLostReplicaReplaced(t *testing.T) {
-	s, err := New(Config{RunID: "run", Token: "t", Nodes: 4, MinNodes: 3})
+	s, err := New(Config{Job: job.Config{RunID: "run", Nodes: 4, MinNodes: 3}, Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}

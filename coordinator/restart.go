@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/coordinator/job"
-	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
 // tickOnDeadline arms a timer for the machine's deadline d (a restart
@@ -28,14 +27,4 @@ func (s *Server) tickOnDeadline(d time.Time) {
 			s.log.Error("tick", "err", err)
 		}
 	})
-}
-
-// reportParked records that a recoverable worker waits in process for the
-// next generation.
-func (s *Server) reportParked(req *gotrainv1.ReportWorkerExitRequest) (*gotrainv1.ReportWorkerExitResponse, error) {
-	s.log.Debug("worker parked", "node_id", req.GetNodeId(), "generation", req.GetGeneration(), "rank", req.GetRank(), "pid", req.GetPid())
-	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_WorkerExit{WorkerExit: req}}); err != nil {
-		return nil, err
-	}
-	return &gotrainv1.ReportWorkerExitResponse{}, nil
 }

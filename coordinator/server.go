@@ -9,7 +9,6 @@ import (
 	"github.com/gotrain/gotrain/coordinator/logentry"
 	"github.com/gotrain/gotrain/coordinator/state"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -44,28 +43,12 @@ const (
 
 // Config configures a Server.
 type Config struct {
-	// RunID names the job run; required.
-	RunID string
+	// Job is the job's settings, declared once (coordinator/job): a run id
+	// is required; Nodes defaults to 1. RendezvousTimeout counts from when
+	// Serve starts. New fills the defaults in.
+	Job job.Config
 	// Token is the job token every call must carry; required.
 	Token string
-	// Nodes is how many nodes the job runs on at most; default 1. MinNodes,
-	// NodeTimeout and JoinSettle: see coordinator/job's membership.go.
-	Nodes       int
-	MinNodes    int
-	NodeTimeout time.Duration
-	JoinSettle  time.Duration
-	// MaxRestarts is how many times a failed generation restarts; default 0.
-	MaxRestarts int
-	// RestartCountBase starts the restart count workers see (job.Config).
-	RestartCountBase int
-	// RestartBackoff is the pause before a failed generation restarts.
-	RestartBackoff time.Duration
-	// HangTimeout, OnHang: the hang detector (see coordinator/job).
-	HangTimeout time.Duration
-	OnHang      string
-	// RendezvousTimeout bounds the wait for all nodes to join, from when
-	// Serve starts; the job fails after it. 0 waits forever.
-	RendezvousTimeout time.Duration
 	// Logger receives the job's events; default: discard.
 	Logger *slog.Logger
 	// TLS, when not nil, is the server's TLS configuration
@@ -93,16 +76,13 @@ type Server struct {
 
 	finished chan struct{} // closed on FinishJob
 
-	cfgJob job.Config // the job's configuration New took (a replica's own)
-
 	mu sync.Mutex
 	// st is the state every replica holds alike (package state): the
 	// machine, the nodes' outboxes, the stores, the replica set.
-	st        *state.State
-	serving   bool
-	streams   map[string]*outbox // per node present: its watch stream's transport
-	waiters   map[uint64]chan error
-	waiterSeq uint64
+	st      *state.State
+	serving bool
+	streams streamTable // per node present: its watch stream's transport
+	waiters waiters     // the Barrier calls waiting here (waiters.go)
 	// deadline is the machine deadline a timer is armed for (restart.go).
 	deadline      time.Time
 	deadlineArmed bool
@@ -112,8 +92,12 @@ type Server struct {
 	// bg runs the timers and goroutines no call waits for (probes, timers
 	// for deadlines, voter changes); Serve ends them (background.go).
 	bg background
-	// limits are the bounds on callers (limits.go).
+	// limits are the bounds on callers, bounds on the text of requests
+	// (limits.go).
 	limits limits
+	bounds *requestBounds
+	// keys: who may have the replica set's keys (replicakeys.go).
+	keys replicaKeys
 
 	// Replication (replicated.go): repl is nil when the coordinator is not
 	// replicated; the rest is the replicated state outside the machine and
@@ -177,17 +161,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CA != nil && cfg.TLS == nil {
 		return nil, fmt.Errorf("%w: a CA without TLS: node certificates need TLS to be presented", ErrInvalidConfig)
 	}
-	st, err := state.New(job.Config{RunID: cfg.RunID, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes, NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
-		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff, RestartCountBase: cfg.RestartCountBase,
-		HangTimeout: cfg.HangTimeout, OnHang: cfg.OnHang, RendezvousTimeout: cfg.RendezvousTimeout})
+	st, err := state.New(cfg.Job)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	jc := st.Machine().Config()
 	// A lone coordinator's log is its own: its configuration first.
 	st.Apply(state.Entry{Config: &state.Config{Job: jc, NprocPerNode: MaxNprocPerNode, RanksPerJob: MaxRanksPerJob}})
-	cfg.Nodes, cfg.MaxRestarts = jc.Nodes, jc.MaxRestarts
-	cfg.MinNodes, cfg.NodeTimeout, cfg.JoinSettle = jc.MinNodes, jc.NodeTimeout, jc.JoinSettle
+	cfg.Job = jc // with its defaults
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -195,18 +176,16 @@ func New(cfg Config) (*Server, error) {
 	stop, halt := context.WithCancel(context.Background())
 	return &Server{
 		cfg:      cfg,
-		log:      logger.With("run_id", cfg.RunID),
+		log:      logger.With("run_id", cfg.Job.RunID),
 		now:      time.Now,
 		stop:     stop,
 		halt:     halt,
 		finished: make(chan struct{}),
 		st:       st,
-		cfgJob:   jc,
-		streams:  map[string]*outbox{},
-		waiters:  map[uint64]chan error{},
-		// Waiter ids are unique across replicas: a leader's are in the
-		// replicated barrier state, and the next leader's must not clash.
-		waiterSeq: rand.Uint64() &^ (1<<32 - 1),
+		streams:  streamTable{},
+		waiters:  newWaiters(),
+		bounds:   &requestBounds{log: logger.With("run_id", cfg.Job.RunID)},
+		keys:     replicaKeys{ca: cfg.CA},
 	}, nil
 }
 
@@ -243,6 +222,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		s.log.Error("tick", "err", err)
 	}
 	s.mu.Unlock()
+	s.bg.start() // what applying entries asked for before Serve (background.go)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
 	tickDone := make(chan struct{})
@@ -250,17 +230,19 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		defer close(tickDone)
 		var wg sync.WaitGroup
 		if s.repl != nil {
-			wg.Go(func() { s.proposeQueued(s.stop) }) // replicated.go
+			wg.Go(func() { s.proposals.proposeAll(s.stop, s.repl, s.log) }) // replicated.go
 		}
 		s.tick(s.stop)
 		wg.Wait()
 	}()
-	s.log.Info("coordinator serving", "addr", lis.Addr().String(), "nodes", s.cfg.Nodes, "max_restarts", s.cfg.MaxRestarts)
+	s.log.Info("coordinator serving", "addr", lis.Addr().String(), "nodes", s.cfg.Job.Nodes, "max_restarts", s.cfg.Job.MaxRestarts)
 
 	var err error
+	served := false
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
+		served = true
 		err = fmt.Errorf("coordinator: serve on %s: %w", lis.Addr(), err)
 	}
 	s.halt()
@@ -274,6 +256,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	case <-time.After(stopGrace):
 		gs.Stop()
 		<-stopped
+	}
+	if !served {
+		<-serveErr // gs.Serve returns once stopped; its goroutine ends before Serve does
 	}
 	<-tickDone
 	s.bg.close()
@@ -308,7 +293,9 @@ func (s *Server) tick(ctx context.Context) {
 func (s *Server) step(ev job.Event) error {
 	pe := eventEntry(ev) // convert.go
 	if s.repl != nil {
-		s.proposeLater(pe)
+		if s.rs.leading && s.st.Configured() && s.stop.Err() == nil {
+			s.proposals.push(logentry.Stamp(pe, s.now())) // replicated.go
+		}
 		return nil
 	}
 	e, err := logentry.FromProto(logentry.Stamp(pe, s.now()))
@@ -316,14 +303,6 @@ func (s *Server) step(ev job.Event) error {
 		err = stateError(s.applyLocked(e).Err)
 	}
 	return err
-}
-
-// answer ends the waiting Barrier call w. s.mu is held.
-func (s *Server) answer(w uint64, err error) {
-	if ch, ok := s.waiters[w]; ok {
-		ch <- err // buffered: never blocks
-		delete(s.waiters, w)
-	}
 }
 
 // Join registers a node and gives it its id.
@@ -336,7 +315,7 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 			return nil, err
 		}
 	}
-	host, err := s.hostJoin(req) // admit.go
+	host, err := hostJoin(s.cfg.HostKey, req) // admit.go
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +350,7 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 		caCert = s.cfg.CA.Cert.Raw // the key that signs leader hints (replicakeys.go)
 	}
 	return &gotrainv1.JoinResponse{NodeId: joined.ID, RunId: jc.RunID, MaxRestarts: int32(jc.MaxRestarts), GossipPort: int32(s.gossipPort), Warnings: joined.Warnings,
-		NodeTimeoutMs: jc.NodeTimeout.Milliseconds(), NodeCert: cert, Replicas: s.replicaAddrs(), HostReplica: joined.HostReplica, CaCert: caCert}, nil
+		NodeTimeoutMs: jc.NodeTimeout.Milliseconds(), NodeCert: cert, Replicas: replicaAddrs(s.repl, s.st.Peers()), HostReplica: joined.HostReplica, CaCert: caCert}, nil
 }
 
 // WatchGenerations streams the node's generation events. The stream is the
@@ -379,7 +358,7 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream grpc.ServerStreamingServer[gotrainv1.GenerationEvent]) error {
 	id := req.GetNodeId()
 	s.mu.Lock()
-	o := s.outbox(id)
+	o := s.streams.of(s.st, id)
 	switch {
 	case o == nil && s.st.Result() != nil:
 		// The job is over (and the node may be gone): say so and end.
@@ -437,10 +416,9 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 		if s.rs.term != term && !s.st.Machine().Finished() {
 			// This replica stopped leading: the agent goes on at the new
 			// leader, from where it is.
-			err := s.notLeader(stream.Context())
 			s.mu.Unlock()
 			s.streamEnded(id, o, my, "")
-			return err
+			return s.notLeader(stream.Context())
 		}
 		term = s.rs.term // after the end, any replica finishes the stream
 		wake := o.wake
@@ -515,7 +493,10 @@ func (s *Server) KVPut(_ context.Context, req *gotrainv1.KVPutRequest) (*gotrain
 		return nil, status.Error(codes.InvalidArgument, "kv put: key is empty")
 	}
 	// Neither a refused put nor a repeated one reaches the log.
-	if held, err := s.store(req.GetKey()).Check(req.GetKey(), req.GetValue()); err != nil {
+	s.mu.Lock()
+	st := s.st.Store(req.GetKey()) // state.State.Store: a communicator's rendezvous key has a store of its own
+	s.mu.Unlock()
+	if held, err := st.Check(req.GetKey(), req.GetValue()); err != nil {
 		return nil, kvError(err) // limits.go
 	} else if held {
 		return &gotrainv1.KVPutResponse{}, nil
@@ -533,7 +514,9 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 	if key == "" {
 		return nil, status.Error(codes.InvalidArgument, "kv get: key is empty")
 	}
-	st := s.store(key)
+	s.mu.Lock()
+	st := s.st.Store(key)
+	s.mu.Unlock()
 	if err := st.CheckKey(key); err != nil {
 		return nil, kvError(err)
 	}
@@ -568,24 +551,30 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 	case <-s.stop.Done():
 		return nil, status.Error(codes.Unavailable, "coordinator is shutting down")
 	case <-stepDown:
-		return nil, s.notLeaderNow(ctx)
+		return nil, s.notLeader(ctx)
 	}
 }
 
 // Barrier returns once every rank of the generation called it, or fails with
 // Aborted when the generation ends first.
 func (s *Server) Barrier(ctx context.Context, req *gotrainv1.BarrierRequest) (*gotrainv1.BarrierResponse, error) {
-	ch := make(chan error, 1)
 	s.mu.Lock()
-	s.waiterSeq++
-	w := s.waiterSeq
-	s.waiters[w] = ch
+	w, ch := s.waiters.add()
 	stepDown := s.rs.stepDown(s.rs.term)
 	s.mu.Unlock()
-	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Barrier{Barrier: &gotrainv1.LogBarrier{Name: req.GetName(), Generation: req.GetGeneration(), Rank: req.GetRank(), Waiter: w}}}); err != nil {
+	drop := func() {
 		s.mu.Lock()
-		delete(s.waiters, w)
+		s.waiters.drop(w)
 		s.mu.Unlock()
+	}
+	// The arrival is withdrawn from the replicated barrier; the commit
+	// never fails but for a lost leadership.
+	cancel := func() {
+		drop()
+		_, _ = s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_BarrierCanceled{BarrierCanceled: &gotrainv1.LogBarrierCanceled{Waiter: w}}})
+	}
+	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Barrier{Barrier: &gotrainv1.LogBarrier{Name: req.GetName(), Generation: req.GetGeneration(), Rank: req.GetRank(), Waiter: w}}}); err != nil {
+		drop()
 		return nil, err
 	}
 	if h := s.hooks.barrierWaiting; h != nil {
@@ -598,35 +587,28 @@ func (s *Server) Barrier(ctx context.Context, req *gotrainv1.BarrierRequest) (*g
 		}
 		return &gotrainv1.BarrierResponse{}, nil
 	case <-ctx.Done():
-		s.cancelWaiter(w)
+		cancel()
 		if h := s.hooks.barrierCanceled; h != nil {
 			h(req.GetName(), req.GetRank())
 		}
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case <-s.stop.Done():
-		s.cancelWaiter(w)
+		cancel()
 		return nil, status.Error(codes.Unavailable, "coordinator is shutting down")
 	case <-stepDown:
 		// The caller arrives again at the new leader; this arrival stays
 		// in the replicated barrier, and its answer goes nowhere.
-		s.mu.Lock()
-		delete(s.waiters, w)
-		s.mu.Unlock()
-		return nil, s.notLeaderNow(ctx)
+		drop()
+		return nil, s.notLeader(ctx)
 	}
-}
-
-func (s *Server) cancelWaiter(w uint64) {
-	s.mu.Lock()
-	delete(s.waiters, w)
-	s.mu.Unlock()
-	_, _ = s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_BarrierCanceled{BarrierCanceled: &gotrainv1.LogBarrierCanceled{Waiter: w}}}) // never fails but for a lost leadership
 }
 
 // ReportProgress stores the progress of a node's ranks.
 func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgressRequest) (*gotrainv1.ReportProgressResponse, error) {
 	s.mu.Lock()
-	s.heartbeat(req.GetNodeId()) // agentquorum.go
+	if s.repl != nil && s.rs.leading {
+		s.aq.heartbeat(req.GetNodeId(), s.now()) // agentquorum.go
+	}
 	s.mu.Unlock()
 	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Progress{Progress: req}}); err != nil {
 		return nil, err
@@ -634,13 +616,16 @@ func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgress
 	return &gotrainv1.ReportProgressResponse{}, nil
 }
 
-// ReportWorkerExit records that a worker process ended.
+// ReportWorkerExit records that a worker process ended, or that a
+// recoverable one is parked.
 func (s *Server) ReportWorkerExit(_ context.Context, req *gotrainv1.ReportWorkerExitRequest) (*gotrainv1.ReportWorkerExitResponse, error) {
 	if req.GetParked() {
-		return s.reportParked(req)
+		// A recoverable worker waits in process for the next generation.
+		s.log.Debug("worker parked", "node_id", req.GetNodeId(), "generation", req.GetGeneration(), "rank", req.GetRank(), "pid", req.GetPid())
+	} else {
+		s.log.Debug("worker exited", "node_id", req.GetNodeId(), "generation", req.GetGeneration(), "rank", req.GetRank(),
+			"pid", req.GetPid(), "exit_code", req.GetExitCode(), "signal", req.GetSignal())
 	}
-	s.log.Debug("worker exited", "node_id", req.GetNodeId(), "generation", req.GetGeneration(), "rank", req.GetRank(),
-		"pid", req.GetPid(), "exit_code", req.GetExitCode(), "signal", req.GetSignal())
 	if _, err := s.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_WorkerExit{WorkerExit: req}}); err != nil {
 		return nil, err
 	}
@@ -660,18 +645,4 @@ func (s *Server) HasNode(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.st.Machine().HasNode(id)
-}
-
-// outbox is node id's stream transport, nil when the state has no outbox
-// for it (the node is unknown, or lost). s.mu is held.
-func (s *Server) outbox(id string) *outbox {
-	if s.st.Outbox(id) == nil {
-		return nil
-	}
-	o := s.streams[id]
-	if o == nil {
-		o = newOutbox()
-		s.streams[id] = o
-	}
-	return o
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gotrain/gotrain/coordinator/job"
 	"io"
 	"log/slog"
 	"maps"
@@ -21,7 +22,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/internal/testkit"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -37,10 +37,10 @@ const rpcTimeout = 30 * time.Second
 // (startBounded, with hooks).
 func startServer(t *testing.T, cfg Config, hooks testHooks) (*Server, string) {
 	t.Helper()
-	if cfg.NodeTimeout == 0 {
+	if cfg.Job.NodeTimeout == 0 {
 		// A node whose stream broke is lost at the next tick (a second):
 		// the tests of loss need not wait out the default 10 s.
-		cfg.NodeTimeout = time.Millisecond
+		cfg.Job.NodeTimeout = time.Millisecond
 	}
 	return startBounded(t, cfg, func(s *Server) { s.hooks = hooks })
 }
@@ -271,7 +271,7 @@ func TestTokenRequired(t *testing.T) {
 // the names'), meet at a barrier, exchange a value through the KV store,
 // exit 0, and the job succeeds.
 func TestTwoAgentsSucceed(t *testing.T) {
-	srv, addr := startServer(t, Config{Nodes: 2}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 2}}, testHooks{})
 	ctx := rpcCtx(t)
 	b := join(t, newClient(t, addr), "host-b", "10.0.0.2", 2, 1111)
 	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 2, 2222)
@@ -331,7 +331,7 @@ func TestTwoAgentsSucceed(t *testing.T) {
 // Rank 3 fails in generation 0; the generation ends, the agents stop their
 // other workers, generation 1 starts with restart count 1 and succeeds.
 func TestFailureRestarts(t *testing.T) {
-	srv, addr := startServer(t, Config{Nodes: 2, MaxRestarts: 1}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 2, MaxRestarts: 1}}, testHooks{})
 	ctx := rpcCtx(t)
 	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 2, 2222)
 	b := join(t, newClient(t, addr), "host-b", "10.0.0.2", 2, 1111)
@@ -531,7 +531,7 @@ func TestBarrier(t *testing.T) {
 // A node whose watch stream breaks is lost; with its ranks gone and no way to
 // rejoin, the job fails with exit code 1 once the other node stopped.
 func TestStreamBreakIsNodeLost(t *testing.T) {
-	srv, addr := startServer(t, Config{Nodes: 2, MaxRestarts: 3}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 2, MaxRestarts: 3}}, testHooks{})
 	ctx := rpcCtx(t)
 	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 1, 2222)
 	b := join(t, newClient(t, addr), "host-b", "10.0.0.2", 1, 1111)
@@ -564,7 +564,7 @@ func TestStreamBreakIsNodeLost(t *testing.T) {
 // TestRendezvousTimeout: a job whose second node never joins ends, and the
 // node that joined hears why on its stream.
 func TestRendezvousTimeout(t *testing.T) {
-	srv, addr := startServer(t, Config{Nodes: 2, RendezvousTimeout: 200 * time.Millisecond}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 2, RendezvousTimeout: 200 * time.Millisecond}}, testHooks{})
 	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 1, 2222)
 	got := <-runAgent(rpcCtx(t), a, func(context.Context, int64, *gotrainv1.RankAssignment) (int32, string, bool) {
 		return 0, "", true
@@ -636,7 +636,7 @@ func TestCallerMistakes(t *testing.T) {
 // Stopping the server ends the calls that wait, and Serve returns.
 func TestServeStops(t *testing.T) {
 	arrived := make(chan arrival, 1)
-	srv, err := New(Config{RunID: "run-test", Token: testToken})
+	srv, err := New(Config{Job: job.Config{RunID: "run-test"}, Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -675,7 +675,7 @@ func TestServeStops(t *testing.T) {
 
 // Stopping the server as soon as the job finished still tells every agent.
 func TestFinishedReachesAgentsAtShutdown(t *testing.T) {
-	srv, err := New(Config{RunID: "run-test", Token: testToken, Nodes: 2})
+	srv, err := New(Config{Job: job.Config{RunID: "run-test", Nodes: 2}, Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -710,10 +710,10 @@ func TestFinishedReachesAgentsAtShutdown(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	for _, cfg := range []Config{
-		{RunID: "r"},                              // no token
-		{Token: "t"},                              // no run id
-		{RunID: "r", Token: "t", Nodes: -1},       // bad nodes
-		{RunID: "r", Token: "t", MaxRestarts: -1}, // bad restarts
+		{Job: job.Config{RunID: "r"}}, // no token
+		{Token: "t"},                  // no run id
+		{Job: job.Config{RunID: "r", Nodes: -1}, Token: "t"},       // bad nodes
+		{Job: job.Config{RunID: "r", MaxRestarts: -1}, Token: "t"}, // bad restarts
 	} {
 		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", cfg, err)
@@ -728,7 +728,7 @@ func TestNewValidates(t *testing.T) {
 // blip to the agent, never Aborted, which ends its contact); the node
 // stays in the job throughout.
 func TestNewerWatchStreamWins(t *testing.T) {
-	srv, addr := startServer(t, Config{Nodes: 1, NodeTimeout: time.Hour}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 1, NodeTimeout: time.Hour}}, testHooks{})
 	ctx := rpcCtx(t)
 	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 1, 2222)
 	open := func(n uint64) grpc.ServerStreamingClient[gotrainv1.GenerationEvent] {
@@ -784,7 +784,7 @@ func TestNewerWatchStreamWins(t *testing.T) {
 // an information line says so; once gossip finds it dead too, it is.
 func TestBlameOnceGossipAgrees(t *testing.T) {
 	logs := &testkit.Buffer{}
-	srv, addr := startServer(t, Config{Nodes: 2, NodeTimeout: time.Hour}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 2, NodeTimeout: time.Hour}}, testHooks{})
 	srv.mu.Lock()
 	srv.gossip = &gossipEvents{s: srv, now: time.Now}
 	srv.log = slog.New(slog.NewTextHandler(logs, nil))
@@ -810,7 +810,7 @@ func TestBlameOnceGossipAgrees(t *testing.T) {
 	if logged(`msg="node unreachable"`) {
 		t.Errorf("host-b named unreachable while gossip still hears it")
 	}
-	srv.gossipDead(job.NodeLost{NodeID: b.id, Reason: "gossip: no answer"})
+	srv.gossipSays(b.id, true, "gossip: no answer")
 	testkit.WaitFor(t, rpcTimeout, "the unreachable warning", func() bool { return logged(`level=WARN msg="node unreachable" node_id=` + b.id) })
 }
 
@@ -819,7 +819,7 @@ func TestBlameOnceGossipAgrees(t *testing.T) {
 // same node id, and a job at its size does not refuse it; another agent
 // (another pid) on the same host is another node.
 func TestJoinRetriedIsOneNode(t *testing.T) {
-	srv, addr := startServer(t, Config{Nodes: 2, NodeTimeout: time.Hour}, testHooks{})
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 2, NodeTimeout: time.Hour}}, testHooks{})
 	c := newClient(t, addr)
 	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{Hostname: "host-a", Address: "10.0.0.1", Nproc: 1, AgentPid: 4000, FreePort: 2222}}
 	first, err := c.Join(rpcCtx(t), req)

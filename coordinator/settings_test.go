@@ -82,7 +82,7 @@ func TestCheckSettings(t *testing.T) {
 // A Join whose explicitly given setting contradicts the job's is refused
 // over gRPC with both values named; an equal one, or none, is accepted.
 func TestJoinChecksSettings(t *testing.T) {
-	_, addr := startServer(t, Config{Nodes: 3, MaxRestarts: 3, HangTimeout: time.Minute}, testHooks{})
+	_, addr := startServer(t, Config{Job: job.Config{Nodes: 3, MaxRestarts: 3, HangTimeout: time.Minute}}, testHooks{})
 	c := newClient(t, addr)
 	node := func(host string) *gotrainv1.NodeInfo {
 		return &gotrainv1.NodeInfo{Hostname: host, Address: "10.0.0.1", Nproc: 1, FreePort: 1, AgentPid: 4000}

@@ -35,6 +35,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/gotrain/gotrain/coordinator/job"
 	"io"
 	"net"
 	"os"
@@ -148,7 +149,7 @@ func serve() error {
 		defer c.Stop()
 		addr = c.Addr().String() + " " + ca.Hash()
 	} else {
-		srv, err := coordinator.New(coordinator.Config{RunID: "bench", Token: tok, Nodes: nodes})
+		srv, err := coordinator.New(coordinator.Config{Job: job.Config{RunID: "bench", Nodes: nodes}, Token: tok})
 		if err != nil {
 			return err
 		}

@@ -198,11 +198,7 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	}
 	srv, err := coordinator.New(coordinator.Config{
 		TLS: jobtls.ServerConfig(srvCert, ca), CA: ca, HostKey: hostKey,
-		RunID: cfg.RunID, Token: cfg.JobToken, Nodes: cfg.Nodes, MinNodes: cfg.MinNodes,
-		NodeTimeout: cfg.NodeTimeout, JoinSettle: cfg.JoinSettle,
-		MaxRestarts: cfg.MaxRestarts, RestartBackoff: cfg.RestartBackoff, RestartCountBase: cfg.RestartCountBase,
-		HangTimeout: cfg.HangTimeout, OnHang: cfg.OnHang, RendezvousTimeout: cfg.RendezvousTimeout,
-		Logger: log,
+		Job: cfg.JobSettings.Config, Token: cfg.JobToken, Logger: log,
 	})
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"github.com/gotrain/gotrain/coordinator/job"
 	"io"
 	"net"
 	"net/http"
@@ -205,8 +206,8 @@ func TestStartFailsCleanly(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	d := DefaultConfig()
-	want := JobSettings{Nodes: 1, MinNodes: 1, NodeTimeout: 10 * time.Second, JoinSettle: 3 * time.Second,
-		MaxRestarts: 3, OnHang: "report", RendezvousTimeout: 10 * time.Minute}
+	want := JobSettings{Config: job.Config{Nodes: 1, MinNodes: 1, NodeTimeout: 10 * time.Second, JoinSettle: 3 * time.Second,
+		MaxRestarts: 3, OnHang: "report", RendezvousTimeout: 10 * time.Minute}}
 	if d.JobSettings != want || d.Listen != "0.0.0.0:29400" || d.GossipPort != GossipPortFromListen || d.ListenFlag != "--listen" {
 		t.Errorf("DefaultConfig() = %+v", d)
 	}
@@ -243,7 +244,7 @@ func TestRunIDNotDerivedFromToken(t *testing.T) {
 		seen[c.RunID] = true
 	}
 	// A run id given stays.
-	if c := (Config{JobSettings: JobSettings{JobToken: "x", RunID: "mine"}}).withDefaults(); c.RunID != "mine" {
+	if c := (Config{JobSettings: JobSettings{Config: job.Config{RunID: "mine"}, JobToken: "x"}}).withDefaults(); c.RunID != "mine" {
 		t.Errorf("a given run id became %q", c.RunID)
 	}
 }
@@ -379,7 +380,7 @@ func TestReplicasScaleWithTheJob(t *testing.T) {
 	for _, c := range []struct{ nodes, given, want int }{
 		{1, 0, 1}, {2, 0, 1}, {3, 0, 3}, {4, 0, 3}, {5, 0, 5}, {128, 0, 5}, {5, 3, 3}, {8, 1, 1},
 	} {
-		if got := (JobSettings{Nodes: c.nodes, CoordinatorReplicas: c.given}).Replicas(); got != c.want {
+		if got := (JobSettings{Config: job.Config{Nodes: c.nodes}, CoordinatorReplicas: c.given}).Replicas(); got != c.want {
 			t.Errorf("--nnodes %d --coordinator-replicas %d: %d replicas, want %d", c.nodes, c.given, got, c.want)
 		}
 	}

@@ -37,35 +37,17 @@ const (
 // no restarts, no backoff, no rendezvous bound, no metrics, the adaptive
 // hang timeout.
 type JobSettings struct {
-	// Nodes is how many nodes (agents) the job runs on at most, and
-	// MinNodes how many at least (--nnodes MIN:MAX; N is N:N; a zero
-	// MinNodes is Nodes): see coordinator/job's membership.go.
-	Nodes    int
-	MinNodes int
-	// NodeTimeout is how long a node may be out of contact before it is
-	// lost; JoinSettle how long joins settle before the job acts on them.
-	NodeTimeout time.Duration
-	JoinSettle  time.Duration
+	// Config is the job machine's settings, declared once (coordinator/job:
+	// the run id, --nnodes MIN:MAX, the node timeout and join settle, the
+	// restarts and their backoff, the hang detector, the rendezvous
+	// bound): the coordinator takes it as it is. An empty RunID is, where
+	// the coordinator starts, a new random one (NewRunID); agents take the
+	// coordinator's at Join. RestartCountBase (no flag) is the restarts of
+	// earlier runs of the job (a Slurm requeue's SLURM_RESTART_COUNT); only
+	// the coordinator's node uses it.
+	job.Config
 	// JobToken is the secret every agent and worker presents.
 	JobToken string
-	// RunID names the job. Empty: where the coordinator starts, a new
-	// random one (NewRunID); agents take the coordinator's at Join.
-	RunID string
-	// MaxRestarts is how many times the job restarts after a failure.
-	MaxRestarts int
-	// RestartCountBase is where the restart count workers see starts: the
-	// restarts of earlier runs of the job (a Slurm requeue's
-	// SLURM_RESTART_COUNT; no flag). Only the coordinator's node uses it.
-	RestartCountBase int
-	// RestartBackoff is the pause between a failed generation's last
-	// worker stopping and the next generation starting.
-	RestartBackoff time.Duration
-	// HangTimeout and OnHang configure the hang detector (coordinator/job).
-	HangTimeout time.Duration
-	OnHang      string
-	// RendezvousTimeout bounds the wait for all Nodes to join; then the job
-	// fails, naming the nodes that did. 0 waits forever.
-	RendezvousTimeout time.Duration
 	// MetricsAddr is where the coordinator serves Prometheus /metrics
 	// (HOST:PORT; port 0 picks a free one); empty: no metrics.
 	MetricsAddr string
@@ -98,7 +80,7 @@ func (s JobSettings) Replicas() int {
 // DefaultJobSettings returns the job-wide settings' defaults: those of the
 // flags of both commands (RegisterJobFlags).
 func DefaultJobSettings() JobSettings {
-	return JobSettings{
+	return JobSettings{Config: job.Config{
 		Nodes:             DefaultNodes,
 		MinNodes:          DefaultNodes,
 		NodeTimeout:       DefaultNodeTimeout,
@@ -107,7 +89,7 @@ func DefaultJobSettings() JobSettings {
 		HangTimeout:       DefaultHangTimeout,
 		OnHang:            DefaultOnHang,
 		RendezvousTimeout: DefaultRendezvousTimeout,
-	}
+	}}
 }
 
 // WithDefaults fills the zero fields that have a default other than zero

@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"context"
+	"github.com/gotrain/gotrain/coordinator/job"
 	"net"
 	"sync"
 	"testing"
@@ -110,7 +111,7 @@ func joinThrough(t *testing.T, r *relay, creds credentials.TransportCredentials)
 // its CA by hash gets through the same relay with no token in the bytes.
 func TestRelayCannotReadToken(t *testing.T) {
 	t.Run("plaintext, as before: the relay reads the token", func(t *testing.T) {
-		srv, err := coordinator.New(coordinator.Config{RunID: "run-test", Token: testToken, Nodes: 2})
+		srv, err := coordinator.New(coordinator.Config{Job: job.Config{RunID: "run-test", Nodes: 2}, Token: testToken})
 		if err != nil {
 			t.Fatal(err)
 		}
