@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -28,13 +29,20 @@ const replicaToken = "replicated-test-token-0123456789"
 func freeReplicaAddrs(t *testing.T, n int) []string {
 	t.Helper()
 	var out []string
+	used := map[int]bool{} // the ports of the replicas picked: gRPC, gossip (+1), Raft (+3)
 	for len(out) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		// Below the kernel's ephemeral range (32768 and up by default):
+		// the ports are free when probed and bound only later, by the
+		// replica, and a port from that range can meanwhile go to any
+		// other test's connection or :0 listener (seen in CI: "bind:
+		// address already in use"). Below it, only another caller of
+		// a helper like this one can take them.
+		p := 10000 + rand.IntN(22000)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
-		p := l.Addr().(*net.TCPAddr).Port
-		ok := p+3 < 65536
+		ok := !used[p] && !used[p+1] && !used[p+3]
 		var held []io.Closer
 		for _, q := range []int{p + 1, p + 3} {
 			if !ok {
@@ -50,6 +58,7 @@ func freeReplicaAddrs(t *testing.T, n int) []string {
 		}
 		l.Close()
 		if ok {
+			used[p], used[p+1], used[p+3] = true, true, true
 			out = append(out, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		}
 	}
