@@ -15,22 +15,18 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"time"
 
+	"github.com/gotrain/gotrain/bench/internal/snapagent"
 	"github.com/gotrain/gotrain/internal/cudadrv"
 	"github.com/gotrain/gotrain/internal/memsnap"
 )
-
-const token = "bench-token"
 
 func main() {
 	agent := flag.String("agent", "", "internal: serve the snapshot socket at this path")
@@ -38,22 +34,13 @@ func main() {
 	reps := flag.Int("reps", 3, "repetitions (the median is printed)")
 	flag.Parse()
 	if *agent != "" {
-		serveAgent(*agent)
+		snapagent.Serve(*agent)
 		return
 	}
 	if err := run(*size, *reps); err != nil {
 		fmt.Fprintln(os.Stderr, "gpusnap:", err)
 		os.Exit(1)
 	}
-}
-
-func serveAgent(path string) {
-	lis, err := memsnap.Listen(path)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	_ = (&memsnap.Server{Store: memsnap.NewStore(0), Token: token}).Serve(context.Background(), lis)
 }
 
 // timed runs f and returns how long it took.
@@ -99,28 +86,11 @@ func run(size int64, reps int) error {
 		return err
 	}
 
-	tmp, err := os.MkdirTemp("", "gpusnap-bench-")
+	c, stopAgent, err := snapagent.Start()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	sock := filepath.Join(tmp, memsnap.SocketName)
-	agent := exec.Command(os.Args[0], "-agent", sock)
-	agent.Stderr = os.Stderr
-	if err := agent.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = agent.Process.Kill(); _ = agent.Wait() }()
-	var c *memsnap.Client
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err = memsnap.Dial(context.Background(), sock, token, 0); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	defer stopAgent()
 
 	buf, err := memsnap.NewBuffer(size) // the snapshot buffer, reused (worker.Snapshots)
 	if err != nil {

@@ -18,20 +18,16 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"time"
 
+	"github.com/gotrain/gotrain/bench/internal/snapagent"
 	"github.com/gotrain/gotrain/internal/memsnap"
 	"github.com/gotrain/gotrain/worker/checkpoint"
 )
-
-const token = "bench-token"
 
 func main() {
 	agent := flag.String("agent", "", "internal: serve the snapshot socket at this path")
@@ -48,7 +44,7 @@ func main() {
 		return
 	}
 	if *agent != "" {
-		serveAgent(*agent)
+		snapagent.Serve(*agent)
 		return
 	}
 	if err := run(*size, *reps, *dir); err != nil {
@@ -57,40 +53,12 @@ func main() {
 	}
 }
 
-func serveAgent(path string) {
-	lis, err := memsnap.Listen(path)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	st := memsnap.NewStore(0)
-	_ = (&memsnap.Server{Store: st, Token: token}).Serve(context.Background(), lis)
-}
-
 func run(size int64, reps int, dir string) error {
-	tmp, err := os.MkdirTemp("", "memstate-bench-")
+	c, stopAgent, err := snapagent.Start()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	sock := filepath.Join(tmp, memsnap.SocketName)
-	agent := exec.Command(os.Args[0], "-agent", sock)
-	agent.Stderr = os.Stderr
-	if err := agent.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = agent.Process.Kill(); _ = agent.Wait() }()
-	var c *memsnap.Client
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if c, err = memsnap.Dial(context.Background(), sock, token, 0); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	defer stopAgent()
 
 	state := make([]byte, size)
 	for i := range state {

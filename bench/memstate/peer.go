@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
+	"github.com/gotrain/gotrain/bench/internal/snapagent"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/memsnap"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -49,7 +50,7 @@ func runPeer(size int64, reps int) error {
 	receiver := memsnap.NewStore(0)
 	defer receiver.Close()
 	conf, _ := jobtls.NodePeerTLS(ca.Cert, recvCert.c)
-	srv := grpc.NewServer(append(memsnap.PeerServerOptions(), grpc.Creds(jobtls.ServerCredentials(conf, token)))...)
+	srv := grpc.NewServer(append(memsnap.PeerServerOptions(), grpc.Creds(jobtls.ServerCredentials(conf, snapagent.Token)))...)
 	gotrainv1.RegisterSnapshotPeerServer(srv, &memsnap.PeerServer{Store: receiver})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -58,7 +59,7 @@ func runPeer(size int64, reps int) error {
 	go srv.Serve(lis)
 	defer srv.Stop()
 	_, client := jobtls.NodePeerTLS(ca.Cert, sendCert.c)
-	cc, err := grpc.NewClient(lis.Addr().String(), append(memsnap.PeerDialOptions(), grpc.WithTransportCredentials(jobtls.PeerCredentials(client("node-2"), token)))...)
+	cc, err := grpc.NewClient(lis.Addr().String(), append(memsnap.PeerDialOptions(), grpc.WithTransportCredentials(jobtls.PeerCredentials(client("node-2"), snapagent.Token)))...)
 	if err != nil {
 		return err
 	}
@@ -75,8 +76,8 @@ func runPeer(size int64, reps int) error {
 	}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go (&memsnap.Server{Store: sender, Token: token}).Serve(sctx, sl)
-	wc, err := memsnap.Dial(ctx, sock, token, 0)
+	go (&memsnap.Server{Store: sender, Token: snapagent.Token}).Serve(sctx, sl)
+	wc, err := memsnap.Dial(ctx, sock, snapagent.Token, 0)
 	if err != nil {
 		return err
 	}
