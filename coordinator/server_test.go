@@ -784,11 +784,11 @@ func TestNewerWatchStreamWins(t *testing.T) {
 // an information line says so; once gossip finds it dead too, it is.
 func TestBlameOnceGossipAgrees(t *testing.T) {
 	logs := &testkit.Buffer{}
-	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 2, NodeTimeout: time.Hour}}, testHooks{})
-	srv.mu.Lock()
-	srv.gossip = &gossipEvents{s: srv, now: time.Now}
-	srv.log = slog.New(slog.NewTextHandler(logs, nil))
-	srv.mu.Unlock()
+	// Set before Serve, which reads the logger unlocked.
+	srv, addr := startBounded(t, Config{Job: job.Config{Nodes: 2, NodeTimeout: time.Hour}}, func(s *Server) {
+		s.gossip = &gossipEvents{s: s, now: time.Now}
+		s.log = slog.New(slog.NewTextHandler(logs, nil))
+	})
 	ctx := rpcCtx(t)
 	a := join(t, newClient(t, addr), "host-a", "10.0.0.1", 1, 2222)
 	b := join(t, newClient(t, addr), "host-b", "10.0.0.2", 1, 1111)
