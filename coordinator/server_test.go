@@ -116,7 +116,7 @@ type rankFn func(ctx context.Context, gen int64, r *gotrainv1.RankAssignment) (c
 
 // run acts on the stream's events like an agent until the stream ends: on
 // started it runs fn for every rank at once and reports the exits; on ended it
-// reports every rank still running as stopped by SIGTERM. It returns a summary
+// reports every rank still running as stopped (by SIGTERM). It returns a summary
 // of the events and the error that ended the stream (nil for a clean end).
 func (a *agent) run(ctx context.Context, stream grpc.ServerStreamingClient[gotrainv1.GenerationEvent], fn rankFn) ([]string, error) {
 	var (
@@ -127,14 +127,14 @@ func (a *agent) run(ctx context.Context, stream grpc.ServerStreamingClient[gotra
 		events  []string
 	)
 	defer wg.Wait()
-	report := func(g int64, rank, code int32, signal string) {
+	report := func(g int64, rank, code int32, signal string, stopped bool) {
 		// mu is held.
 		if g != gen || !running[rank] {
 			return
 		}
 		delete(running, rank)
 		_, err := a.c.ReportWorkerExit(ctx, &gotrainv1.ReportWorkerExitRequest{
-			NodeId: a.id, Generation: g, Rank: rank, Pid: 10000 + rank, ExitCode: code, Signal: signal,
+			NodeId: a.id, Generation: g, Rank: rank, Pid: 10000 + rank, ExitCode: code, Signal: signal, Stopped: stopped,
 			StderrTail: []string{fmt.Sprintf("rank %d says goodbye", rank)},
 		})
 		if err != nil {
@@ -164,7 +164,7 @@ func (a *agent) run(ctx context.Context, stream grpc.ServerStreamingClient[gotra
 					code, sig, exits := fn(ctx, e.Started.GetGeneration(), r)
 					if exits {
 						mu.Lock()
-						report(e.Started.GetGeneration(), r.GetRank(), code, sig)
+						report(e.Started.GetGeneration(), r.GetRank(), code, sig, false)
 						mu.Unlock()
 					}
 				})
@@ -172,7 +172,7 @@ func (a *agent) run(ctx context.Context, stream grpc.ServerStreamingClient[gotra
 		case *gotrainv1.GenerationEvent_Ended:
 			mu.Lock()
 			for _, r := range slices.Sorted(maps.Keys(running)) {
-				report(e.Ended.GetGeneration(), r, -1, "SIGTERM")
+				report(e.Ended.GetGeneration(), r, -1, "SIGTERM", true)
 			}
 			mu.Unlock()
 		}

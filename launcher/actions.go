@@ -196,7 +196,7 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 // reportExit tells the coordinator how a rank's process ended, with what
 // the agent knows of why (rootcause.go).
 func (a *agent) reportExit(act agentcore.ReportExit) {
-	req := &gotrainv1.ReportWorkerExitRequest{Generation: act.Generation, Rank: int32(act.Rank)}
+	req := &gotrainv1.ReportWorkerExitRequest{Generation: act.Generation, Rank: int32(act.Rank), Stopped: act.Stopped}
 	p := a.reg.get(act.Proc)
 	if act.SpawnErr != "" || p == nil {
 		req.ExitCode, req.StderrTail = int32(act.Code), []string{act.SpawnErr}

@@ -53,7 +53,7 @@ var commands = map[string]command{
 	"lost":        {"id reason", (*env).lost},
 	"unreachable": {"id reason", (*env).unreachable},
 	"reachable":   {"id", (*env).reachable},
-	"exit":        {"id gen rank code signal pid tail permanent", (*env).exit},
+	"exit":        {"id gen rank code signal pid tail permanent stopped", (*env).exit},
 	"park":        {"id gen rank pid", (*env).park},
 	"barrier":     {"name gen rank waiter", (*env).barrier},
 	"cancel":      {"waiter", (*env).cancel},
@@ -186,6 +186,7 @@ func (e *env) exit(t *testing.T, d *datadriven.TestData) string {
 	d.MaybeScanArgs(t, "signal", &ev.Signal)
 	d.MaybeScanArgs(t, "tail", &ev.StderrTail)
 	d.MaybeScanArgs(t, "permanent", &ev.Permanent)
+	ev.Stopped = d.HasArg("stopped")
 	return e.step(ev)
 }
 
@@ -289,5 +290,9 @@ func formatFailure(f *job.Failure) []string {
 	if f.Permanent != "" {
 		s += fmt.Sprintf(" permanent=%q", f.Permanent)
 	}
-	return []string{s}
+	out := []string{s}
+	for _, n := range f.Notes {
+		out = append(out, "  note: "+n)
+	}
+	return out
 }

@@ -196,6 +196,13 @@ func (m *Machine) Config() Config { return m.cfg }
 // HasNode reports whether node id is part of the job now.
 func (m *Machine) HasNode(id string) bool { return m.nodes[id] != nil }
 
+// RootCause is the root cause of the latest generation's end and its
+// description; nil and "" while none ended. It may name another rank than
+// the EndGeneration did: blameLost, blameKilled.
+func (m *Machine) RootCause() (*Failure, string) {
+	return copyFailure(m.failure), m.reason
+}
+
 // Finished reports whether the job is over.
 func (m *Machine) Finished() bool {
 	return m.state == StateSucceeded || m.state == StateFailed
@@ -447,6 +454,7 @@ func (m *Machine) exited(ev WorkerExited) ([]Action, error) {
 		r.state = RankExited
 		if bad {
 			r.state = RankStopped
+			m.blameKilled(ev, r.hostname)
 		}
 		return m.afterEnd(), nil
 	}
@@ -487,6 +495,30 @@ func describeExit(f *Failure) string {
 		return fmt.Sprintf("rank %d (pid %d) on %s was killed by signal %s", f.Rank, f.Pid, f.Hostname, f.Signal)
 	}
 	return fmt.Sprintf("rank %d (pid %d) on %s exited with code %d", f.Rank, f.Pid, f.Hostname, f.ExitCode)
+}
+
+// blameKilled makes a rank killed by a signal (or the OOM killer) that
+// gotrain did not send, reported while the generation ends, the root cause
+// instead of a plain exit seen just before: a rank killed with SIGKILL
+// takes its sockets with it, its peers' collectives fail at once, and a
+// peer's exit 1 may reach the coordinator first — the report must name the
+// rank that was killed, not the one that noticed. The restart is announced
+// only once every rank is accounted for, so the killed rank's report is in
+// by then.
+func (m *Machine) blameKilled(ev WorkerExited, hostname string) {
+	f := m.failure
+	killed := ev.Signal != "" || ev.OOMKilled
+	if ev.Stopped || !killed || f == nil || f.Reason != "" || f.Signal != "" || f.OOMKilled || f.Pid == 0 ||
+		m.now.Sub(m.members.endedAt) > blameWindow {
+		return
+	}
+	m.failure = &Failure{
+		Rank: ev.Rank, NodeID: ev.NodeID, Hostname: hostname, Pid: ev.Pid,
+		ExitCode: ev.ExitCode, Signal: ev.Signal, OOMKilled: ev.OOMKilled,
+		StderrTail: slices.Clone(ev.StderrTail), XIDErrors: slices.Clone(ev.XIDErrors),
+		Notes: append(slices.Clone(ev.Notes), fmt.Sprintf("rank %d on %s exited with code %d just before, most likely because of this: its peers' collectives fail when a rank is killed", f.Rank, f.Hostname, f.ExitCode)),
+	}
+	m.reason = describeExit(m.failure)
 }
 
 // end closes the running generation with root cause f.

@@ -74,6 +74,11 @@ type WorkerExited struct {
 	// be executed, a Python import error); "" when it may not. Such a
 	// failure ends the job unless its generation made progress.
 	Permanent string
+	// Stopped: the agent ended the process (SIGTERM after the generation
+	// ended, SIGKILL after the grace period). A stopped exit never becomes
+	// the root cause; an exit by a signal nobody at gotrain sent may
+	// (blameKilled).
+	Stopped bool
 }
 
 // BarrierArrived: rank arrived at barrier Name of Generation. Waiter is the

@@ -104,6 +104,7 @@ func WorkerExit(req *gotrainv1.ReportWorkerExitRequest) job.Event {
 		XIDErrors:  req.GetXidErrors(),
 		Notes:      req.GetNotes(),
 		Permanent:  req.GetPermanent(),
+		Stopped:    req.GetStopped(),
 	}
 }
 

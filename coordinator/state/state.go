@@ -379,6 +379,11 @@ func (s *State) announceRestart(restarts int, wait time.Duration) {
 		return
 	}
 	s.plan.Ended = nil
+	if f, reason := s.m.RootCause(); f != nil {
+		// A report seen after the end may have named the true cause since
+		// (a lost node, a rank killed by a signal): job.blameLost, blameKilled.
+		e.Failure, e.Reason = f, reason
+	}
 	maxRestarts := s.m.Config().MaxRestarts
 	s.log(LevelInfo, "restarting", "generation", e.Generation+1, "restart_count", restarts, "max_restarts", maxRestarts, "in", wait, "reason", e.Reason)
 	s.pushAll(Out{Restarting: &Restart{Ended: *e, World: s.plan.World, Attempt: restarts + 1, MaxAttempts: maxRestarts + 1, Wait: wait}})

@@ -375,7 +375,14 @@ func (m *Machine) exited(ev Exited) []Action {
 	if m.stopping != 0 || m.finishing != nil {
 		return nil // the job is being stopped: nothing to decide
 	}
-	return []Action{ReportExit{Proc: p.id, Generation: p.gen, Rank: p.rank, Code: ev.Code, Signal: ev.Signal}}
+	return []Action{ReportExit{Proc: p.id, Generation: p.gen, Rank: p.rank, Code: ev.Code, Signal: ev.Signal, Stopped: p.endedByUs(ev)}}
+}
+
+// endedByUs says whether p's exit is this machine's doing: it was being
+// stopped, and did not die of a SIGKILL the machine had not sent yet (one
+// from someone else, or the OOM killer, while it handled the SIGTERM).
+func (p *proc) endedByUs(ev Exited) bool {
+	return p.stopping && !(ev.Signal == syscall.SIGKILL && !p.killAt.IsZero())
 }
 
 func (m *Machine) standbyExited(p *proc, ev Exited) []Action {

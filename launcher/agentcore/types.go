@@ -256,6 +256,9 @@ type ReportExit struct {
 	Code       int
 	Signal     syscall.Signal
 	SpawnErr   string
+	// Stopped: this machine ended the process (its SIGTERM, or its SIGKILL
+	// after the grace period), so the exit follows another cause.
+	Stopped bool
 }
 
 // AcceptStandby and RejectStandby answer a StandbyHello.
@@ -328,6 +331,9 @@ func (a ReportExit) String() string {
 		s += fmt.Sprintf(" p%d signal=%s", a.Proc, SignalName(a.Signal))
 	default:
 		s += fmt.Sprintf(" p%d code=%d", a.Proc, a.Code)
+	}
+	if a.Stopped {
+		s += " stopped"
 	}
 	return s
 }

@@ -3918,6 +3918,11 @@ type ReportWorkerExitRequest struct {
 	// The worker did not exit: it waits in process for the next generation
 	// (in-process recovery). Only sent after its generation ended.
 	Parked bool `protobuf:"varint,11,opt,name=parked,proto3" json:"parked,omitempty"`
+	// The agent ended it: SIGTERM once its generation ended (or the job
+	// stopped), SIGKILL after the grace period. Such an exit follows the
+	// root cause and never becomes one; a process that died otherwise
+	// while being stopped (SIGKILL from someone else) is not stopped.
+	Stopped bool `protobuf:"varint,12,opt,name=stopped,proto3" json:"stopped,omitempty"`
 	// Why this failure can only repeat (the program cannot be executed, a
 	// Python import error), when the agent was not asked to retry such
 	// failures; the job then ends unless its generation made progress.
@@ -4029,6 +4034,13 @@ func (x *ReportWorkerExitRequest) GetNotes() []string {
 func (x *ReportWorkerExitRequest) GetParked() bool {
 	if x != nil {
 		return x.Parked
+	}
+	return false
+}
+
+func (x *ReportWorkerExitRequest) GetStopped() bool {
+	if x != nil {
+		return x.Stopped
 	}
 	return false
 }
@@ -5642,7 +5654,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x15ReportProgressRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
 	"\x05ranks\x18\x02 \x03(\v2\x18.gotrain.v1.RankProgressR\x05ranks\"\x18\n" +
-	"\x16ReportProgressResponse\"\xd9\x02\n" +
+	"\x16ReportProgressResponse\"\xf3\x02\n" +
 	"\x17ReportWorkerExitRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\n" +
@@ -5660,7 +5672,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"xid_errors\x18\t \x03(\tR\txidErrors\x12\x14\n" +
 	"\x05notes\x18\n" +
 	" \x03(\tR\x05notes\x12\x16\n" +
-	"\x06parked\x18\v \x01(\bR\x06parked\x12\x1d\n" +
+	"\x06parked\x18\v \x01(\bR\x06parked\x12\x18\n" +
+	"\astopped\x18\f \x01(\bR\astopped\x12\x1d\n" +
 	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\"\x1a\n" +
 	"\x18ReportWorkerExitResponse\"\x15\n" +
 	"\x13GetJobStatusRequest\"n\n" +
