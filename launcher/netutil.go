@@ -4,19 +4,15 @@ import (
 	"fmt"
 	"net"
 	"os"
+
+	"github.com/gotrain/gotrain/internal/netport"
 )
 
-// freePort returns a TCP port that was free a moment ago. Another process may
-// take it before it is used; torchrun's MASTER_PORT has the same race, and
-// programs that use it bind it at once.
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("find a free port on %s: %w", host, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort returns a TCP port for rank 0 to bind later (MASTER_PORT): free
+// now, and outside the kernel's ephemeral range so that no connection on
+// the machine is given it meanwhile (netport). Another process binding the
+// same fixed port can still take it; torchrun's MASTER_PORT has that race.
+func freePort(host string) (int, error) { return netport.Unclaimed(host) }
 
 // OutboundAddress returns an address other nodes can likely reach this one
 // at: the first non-loopback IPv4 address of an interface that is up. A

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gotrain/gotrain/internal/netport"
 	"github.com/gotrain/gotrain/internal/testkit"
 )
 
@@ -57,15 +59,15 @@ func (f *logFSM) applied() []string {
 	return slices.DeleteFunc(slices.Clone(f.entries), func(e string) bool { return e == "x" })
 }
 
-// freeAddr is a loopback address whose port was free a moment ago.
+// freeAddr is a loopback address whose port was free a moment ago and
+// that no connection is given meanwhile (netport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := netport.Unclaimed("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 }
 
 // A set of three agrees on the log; the leader's loss elects another,

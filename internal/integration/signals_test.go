@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/netport"
 	"github.com/gotrain/gotrain/internal/testkit"
 )
 
@@ -124,13 +125,11 @@ func (j *sigJob) stopped(t *testing.T, sig syscall.Signal, sent time.Time, want 
 // freeAddr is a loopback address where nothing listens.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := netport.Unclaimed("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 }
 
 // The case: a joining node whose coordinator is not there.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/netport"
 	"github.com/gotrain/gotrain/internal/testkit"
 )
 
@@ -30,15 +30,15 @@ json.dump(out, open(os.path.join(sys.argv[1], "rank-%s.json" % os.environ["RANK"
 dist.destroy_process_group()
 `
 
-// freePort is a TCP port free on loopback now.
+// freePort is a TCP port free on loopback now, that no connection is
+// given before the launcher binds it (netport).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := netport.Unclaimed("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // Two nodes of one machine, started at the same moment with the same c10d
