@@ -287,6 +287,9 @@ func (f *serverFSM) Apply(b []byte) any {
 	defer s.mu.Unlock()
 	first := e.Config != nil && !s.st.Configured()
 	r := s.applyLocked(e)
+	if n := s.st.Applied(); n >= 16 && n&(n-1) == 0 {
+		s.logState("entry") // at 16, 32, 64, ... entries: replicas that stop apart still meet
+	}
 	if first && r.Err == nil && e.Config.Job != s.cfg.Job && !s.rs.hosted {
 		s.log.Warn("this replica's job settings differ from the leader's; the leader's hold", "leader", fmt.Sprintf("%+v", e.Config.Job))
 	}
@@ -323,9 +326,9 @@ func (f *serverFSM) Restore(b []byte) error {
 }
 
 // logState logs this replica's state hash and how many entries made it,
-// at the job's end and as the replica stops: replicas that applied as many
-// entries must log the same hash (the clustertests compare them). s.mu is
-// held.
+// at the job's end, as the replica stops and after a power-of-two count of
+// entries: replicas that applied as many entries must log the same hash
+// (the clustertests compare them). s.mu is held.
 func (s *Server) logState(at string) {
 	if s.repl == nil {
 		return

@@ -118,6 +118,7 @@ func startJobOn(t *testing.T, c *vcluster.Cluster, hosts []*vcluster.Host, nnode
 		}
 	}
 	j.lastStart = time.Now()
+	t.Cleanup(func() { j.agentReplicasAgree(t) }) // replicated_test.go
 	return j
 }
 

@@ -234,19 +234,28 @@ func (r *replicatedJob) replicasExit(t *testing.T, skip *vcluster.Proc) {
 	replicasAgree(t, live, len(live))
 }
 
-// stateLine is the line a coordinator replica logs at the job's end and
-// as it stops: how many log entries it applied and its state's hash
+// stateLine is the line a coordinator replica logs at the job's end, as
+// it stops and after 16, 32, 64, ... entries: how many log entries it applied and its state's hash
 // (coordinator/state Digest).
 var stateLine = regexp.MustCompile(`msg="coordinator replica state" .*at=(\w+) .*applied=(\d+) state_hash=([0-9a-f]+)`)
 
 // replicasAgree checks that the replicas among procs hold the same state
-// after the same entries: every state line of as many entries applied has
-// one hash, and at least min(want, 2) replicas logged a state after the
-// same number of entries.
+// after the same entries (statesAgree), and that at least one logged its
+// state at the job's end.
 func replicasAgree(t *testing.T, procs []*vcluster.Proc, want int) {
 	t.Helper()
+	if finished := statesAgree(t, procs, want); finished < 1 {
+		t.Errorf("no replica logged its state at the job's end")
+	}
+}
+
+// statesAgree checks that every state line among procs of as many entries
+// applied has one hash, and that at least min(want, 2) replicas logged a
+// state after the same number of entries. It returns how many logged
+// their state at the job's end.
+func statesAgree(t *testing.T, procs []*vcluster.Proc, want int) (finished int) {
+	t.Helper()
 	byApplied := map[string]map[string][]string{} // applied -> hash -> who
-	finished := 0
 	for _, p := range procs {
 		fin := false
 		for _, m := range stateLine.FindAllStringSubmatch(p.Stderr(), -1) {
@@ -262,12 +271,10 @@ func replicasAgree(t *testing.T, procs []*vcluster.Proc, want int) {
 	}
 	// A follower may stop (its agent exits with the job) before it applies
 	// the log's last entries, so the end is only the leader's for sure;
-	// states are compared where replicas applied as many entries, and at
-	// least min(want, 2) replicas must meet at one such count, or the check
+	// states are compared where replicas applied as many entries (every
+	// replica logs one after 16, 32, 64, ... entries), and at least
+	// min(want, 2) replicas must meet at one such count, or the check
 	// compared nothing.
-	if finished < 1 {
-		t.Errorf("no replica logged its state at the job's end")
-	}
 	met := 0
 	for applied, hashes := range byApplied {
 		if len(hashes) > 1 {
@@ -285,6 +292,25 @@ func replicasAgree(t *testing.T, procs []*vcluster.Proc, want int) {
 		t.Errorf("no %d replicas applied the same number of entries, so none could be compared", min(want, 2))
 	}
 	t.Logf("replica states by entries applied: %v", byApplied)
+	return finished
+}
+
+// agentReplicasAgree checks, after a test, that the coordinator replicas
+// its agents hosted agree (statesAgree): only a replicated coordinator
+// logs state lines, and a test whose agents logged none had no replicas
+// (or ran without --verbose). Registered by startJobOn, so every
+// replicated cluster test runs it; the job's end is not required (a test
+// may stop with the job running).
+func (j *job) agentReplicasAgree(t *testing.T) {
+	if t.Failed() {
+		return // the failure is the news; a job cut short may not have met
+	}
+	for _, p := range j.agents {
+		if stateLine.MatchString(p.Stderr()) {
+			statesAgree(t, j.agents, 2)
+			return
+		}
+	}
 }
 
 // failoverOnly: with $GOTRAIN_BENCH_FAILOVER set (bench/coordinator_failover.sh),
