@@ -33,6 +33,8 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAS
 
 BIN=${BIN:-bin/restart}
 GPUS=${GPUS:-2}
+# The rank that dies: rank 1, or rank 0 of a one-rank job.
+VICTIM=${VICTIM:-$((GPUS > 1 ? 1 : 0))}
 BACKEND=${BACKEND:-nccl}
 SPLIT_AB=${SPLIT_AB:-1}
 STANDBY=${STANDBY:-1}
@@ -73,7 +75,7 @@ run() { # NAME [env assignments ...] [--launch-flags ...] -- [testprog flags]
 	rm -f "$work/mark"
 	local start=$SECONDS
 	env "${envs[@]}" timeout -k 3 "$RUN_TIMEOUT" "$BIN"/gotrain launch --verbose --nproc-per-node "$GPUS" --backend "$BACKEND" \
-		"${lflags[@]}" --max-restarts 1 --grace-period 5s -- "$BIN"/testprog restart --mark "$work/mark" "$@" \
+		"${lflags[@]}" --max-restarts 1 --grace-period 5s -- "$BIN"/testprog restart --mark "$work/mark" --victim "$VICTIM" "$@" \
 		>"$work/$name.out" 2>"$work/$name.err"
 	local rc=$?
 	local t
@@ -132,7 +134,7 @@ out="$RESULTS_DIR/restart-quick-$date-$BACKEND.md"
 	nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 	echo "gotrain: $("$BIN"/gotrain version 2>/dev/null | head -1)"
 	echo
-	echo "Rank 1 dies (exit 1) 1 s after the first all-reduce (4 MiB float32). recovered_in: death to the"
+	echo "Rank $VICTIM dies (exit 1) 1 s after the first all-reduce (4 MiB float32). recovered_in: death to the"
 	echo "slowest rank's first all-reduce of the next generation. *-nosplitshare: NCCL_COMM_SPLIT_SHARE_RESOURCES=0."
 	echo "*-standby: gotrain launch --standby (new ranks are warmed-up standby processes: their spawn/main are before the death)."
 	echo

@@ -19,7 +19,8 @@
 #   BACKEND=nccl NPROC=1 RUNS=5 PYTHON=/opt/torch/.venv/bin/python bash bench/torch_restart.sh
 #   BACKEND=cpu NPROC=2 RUNS=5 PYTHON=/usr/bin/python3 bash bench/torch_restart.sh
 # torchrun is TORCHRUN (default: PYTHON -m torch.distributed.run). MODES picks
-# the launchers; PRELOAD is --standby-preload; PROG another program taking
+# the launchers; RUNS_<mode> (dashes as underscores, e.g. RUNS_torchrun=5)
+# runs that mode fewer or more times than RUNS; PRELOAD is --standby-preload; PROG another program taking
 # the same flags. Writes RESULTS_DIR/torch-restart-<date>-<backend>.md and
 # keeps raw logs beside it.
 set -uo pipefail
@@ -55,8 +56,15 @@ slowest() { grep -o 'recovered_in=[0-9.]*' "$1" | cut -d= -f2 | sort -g | tail -
 stats() { sort -g | awk '{a[NR]=$1} END {if (!NR) {print "- - -"; exit} print a[1], (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2), a[NR]}'; }
 
 declare -A results warm
-for i in $(seq "$RUNS"); do
+most=$RUNS
+for mode in $MODES; do
+	n=RUNS_${mode//-/_}
+	((${!n:-$RUNS} > most)) && most=${!n}
+done
+for i in $(seq "$most"); do
 	for mode in $MODES; do
+		n=RUNS_${mode//-/_}
+		((i > ${!n:-$RUNS})) && continue
 		rm -f "$work/mark"
 		out="$work/$mode-$i.out" err="$work/$mode-$i.err"
 		args=(--mark "$work/mark" --crash-after "$CRASH_AFTER" --backend "$pyback")
