@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -55,14 +56,15 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 // spawn starts a rank's worker.
 func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 	v := act.Vars
-	spec := workerSpec{rank: v.Rank, generation: v.Generation, program: a.cfg.Program, args: a.cfg.Args,
-		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble}
+	spec := workerSpec{rank: v.Rank, local: v.LocalRank, generation: v.Generation, program: a.cfg.Program, args: a.cfg.Args,
+		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble,
+		output: a.cfg.Output, stdin: a.workerStdin()}
 	ev := snapshotEvidence(a.oomFile)
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
-	a.adopt(act.Proc, p, startedProc{rank: v.Rank, gen: v.Generation}, v.GPU, ev)
+	a.adopt(act.Proc, p, startedProc{rank: v.Rank, local: v.LocalRank, gen: v.Generation}, v.GPU, ev)
 	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
 }
 
@@ -72,14 +74,26 @@ func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 		return a.spawnPythonStandby(act) // pystandby.go
 	}
 	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: a.cfg.Args,
-		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble}
+		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble,
+		output: a.cfg.Output, stdin: a.workerStdin()}
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
 	a.log.Info("standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
-	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot}, act.GPU, evidence{})
+	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot, local: act.Slot}, act.GPU, evidence{})
 	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
+}
+
+// workerStdin is the workers' and standbys' stdin: gotrain's own when the
+// job can only ever have one rank (one worker, one node: torchrun's
+// behaviour, so that breakpoint() and input() work in a debug run), else
+// nil (/dev/null: many ranks must not race for one terminal).
+func (a *agent) workerStdin() *os.File {
+	if a.cfg.Stdin == nil || a.cfg.NprocPerNode != 1 || a.cfg.Nodes != 1 || a.cfg.Coordinator != "" {
+		return nil
+	}
+	return a.cfg.Stdin
 }
 
 // adopt makes p, just started as who, the machine's process id
@@ -157,7 +171,7 @@ func (a *agent) resume(act agentcore.Resume) []agentcore.Event {
 	}
 	p, v := a.reg.get(act.Proc), act.Vars
 	was := p.who.rank
-	a.reg.became(act.Proc, startedProc{rank: v.Rank, gen: v.Generation}, v.GPU)
+	a.reg.became(act.Proc, startedProc{rank: v.Rank, local: v.LocalRank, gen: v.Generation}, v.GPU)
 	a.log.Info("worker resumed in process", "rank", v.Rank, "was_rank", was, "pid", p.pid(), "generation", v.Generation)
 	return nil
 }
@@ -174,7 +188,7 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 	// The hub and the claims know the rank's new pid, and its output is the
 	// rank's, before the process can attach or print as it (a Python
 	// standby runs the program as soon as it reads the assignment).
-	a.reg.became(act.Proc, startedProc{rank: v.Rank, gen: v.Generation}, v.GPU)
+	a.reg.became(act.Proc, startedProc{rank: v.Rank, local: v.LocalRank, gen: v.Generation}, v.GPU)
 	if p.py != nil {
 		err := a.handToPython(p, a.workerEnv(v.Environ(), act.GPUs)) // pystandby.go
 		p.py = nil

@@ -41,6 +41,7 @@ import (
 // a generation, or the standby of a slot.
 type startedProc struct {
 	rank    int
+	local   int // local rank (the output's filters: output.go)
 	gen     int64
 	standby bool
 	slot    int

@@ -34,6 +34,12 @@ type Config struct {
 	Env []string
 	// LogDir, when set, receives one log file per rank.
 	LogDir string
+	// Output is how the workers' output is printed (output.go); the zero
+	// value prefixes every line with its rank and prints all of it.
+	Output Output
+	// Stdin, when not nil, is the one rank's stdin in a job that can only
+	// have one (one worker, one node); nil or a larger job: /dev/null.
+	Stdin *os.File
 	// RetryPermanent restarts after a failure that can only repeat (the
 	// program cannot be executed, a Python import error: permanent.go)
 	// too; without it such a failure ends the job.
@@ -191,6 +197,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
 	case c.SnapshotMemory < 0:
 		return fmt.Errorf("--snapshot-memory must not be negative, got %d bytes", c.SnapshotMemory)
+	case c.Output.Mode != "" && c.Output.Mode != OutputPrefixed && c.Output.Mode != OutputRaw:
+		return fmt.Errorf("--output must be prefixed or raw, got %q", string(c.Output.Mode))
+	case c.Output.hidesAny() && c.LogDir == "":
+		return errors.New("--redirects and --console-ranks keep output off the console, into the ranks' log files: give --log-dir DIR")
 	case c.GossipPort < 0 || c.GossipPort > 65535:
 		return fmt.Errorf("--gossip-port must be between 0 and 65535, got %d", c.GossipPort)
 	case c.MetricsAddr != "" && c.Coordinator != "":

@@ -16,6 +16,13 @@ type console struct {
 	w  io.Writer
 }
 
+// write writes b as it is (raw output).
+func (c *console) write(b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, _ = c.w.Write(b)
+}
+
 func (c *console) writeLine(prefix string, line []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -49,32 +56,59 @@ func (t *tail) snapshot() []string {
 	return append([]string(nil), t.lines...)
 }
 
-// route is where one worker's lines go: the console under a prefix, and its
-// log file. Both of a worker's pumps share it. A standby's route changes when
-// it becomes a rank (standby.go): until then its lines carry "[standby N] "
-// and are held for the rank's log file, which it gets then.
+// route is where one worker's output goes: the console (under a prefix, or
+// raw: output.go) and its log file. Both of a worker's pumps share it. A
+// standby's route changes when it becomes a rank (standby.go): until then
+// its lines carry "[standby N] " and are held for the rank's log file, which
+// it gets then.
 type route struct {
-	mu      sync.Mutex
-	prefix  string
-	rank    int      // for the log file's last line
+	mu     sync.Mutex
+	prefix string
+	rank   int // for the log file's last line
+	// local is the local rank (a standby: its slot) that output filters on.
+	local   int
+	output  Output
 	log     *os.File // nil: no log file (yet)
-	holding bool     // keep lines for a log file to come
-	held    [][]byte
-	dropped int // held lines dropped beyond maxHeld
+	holding bool     // keep output for a log file to come
+	held    [][]byte // each as it goes into the log (lines with their newline)
+	dropped int      // held pieces dropped beyond maxHeld
+	// midLine: the log's last bytes (raw output) did not end a line.
+	midLine bool
 	// trouble is told when the log file cannot be written (a full disk).
 	trouble *logTrouble
 }
 
-// maxHeld bounds the lines a standby holds for its log file.
+// maxHeld bounds the pieces of output a standby holds for its log file.
 const maxHeld = 1000
 
-func (rt *route) line(con *console, b []byte) {
+// line takes one line of stream (without its newline).
+func (rt *route) line(con *console, stream supervise.Stream, b []byte) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	con.writeLine(rt.prefix, b)
+	if rt.output.shows(rt.local, stream) {
+		con.writeLine(rt.prefix, b)
+	}
+	rt.toLog(append(b[:len(b):len(b)], '\n'))
+}
+
+// chunk takes bytes of stream as the worker wrote them (raw output).
+func (rt *route) chunk(con *console, stream supervise.Stream, b []byte) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.output.shows(rt.local, stream) {
+		con.write(b)
+	}
+	rt.toLog(b)
+	if len(b) > 0 && (rt.log != nil || rt.holding) {
+		rt.midLine = b[len(b)-1] != '\n'
+	}
+}
+
+// toLog writes b into the log file, or holds a copy for one to come.
+func (rt *route) toLog(b []byte) {
 	switch {
 	case rt.log != nil:
-		if _, err := rt.log.Write(append(b[:len(b):len(b)], '\n')); err != nil {
+		if _, err := rt.log.Write(b); err != nil {
 			rt.trouble.warn(err)
 		}
 	case rt.holding && len(rt.held) < maxHeld:
@@ -84,25 +118,36 @@ func (rt *route) line(con *console, b []byte) {
 	}
 }
 
-// become gives the route its rank: a new prefix, and log (when not nil),
-// into which the held lines are written first. The log file of its former
-// rank, if any, is closed.
-func (rt *route) become(rank int, log *os.File) {
+// endLine ends a raw log's last line before gotrain writes one of its own.
+func (rt *route) endLine() {
+	if rt.midLine && rt.log != nil {
+		_, _ = rt.log.Write([]byte{'\n'})
+	}
+	rt.midLine = false
+}
+
+// become gives the route its rank and local rank: a new prefix, and log
+// (when not nil), into which the held output is written first. The log file
+// of its former rank, if any, is closed.
+func (rt *route) become(rank, local int, log *os.File) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.log != nil && rt.log != log {
 		// A survivor under a new rank: its old rank's file ends here.
+		rt.endLine()
 		fmt.Fprintf(rt.log, "=== gotrain: rank %d continues as rank %d\n", rt.rank, rank)
 		_ = rt.log.Close()
 	}
-	rt.prefix, rt.rank, rt.log = rankPrefix(rank), rank, log
+	rt.prefix, rt.rank, rt.local, rt.log = rankPrefix(rank), rank, local, log
+	if rt.output.Mode == OutputRaw {
+		rt.prefix = ""
+	}
 	if log != nil {
 		if rt.dropped > 0 {
-			fmt.Fprintf(log, "=== gotrain: %d earlier line(s) of the standby dropped\n", rt.dropped)
+			fmt.Fprintf(log, "=== gotrain: %d earlier piece(s) of the standby's output dropped\n", rt.dropped)
 		}
 		for _, l := range rt.held {
 			_, _ = log.Write(l)
-			_, _ = log.Write([]byte{'\n'})
 		}
 	}
 	rt.holding, rt.held, rt.dropped = false, nil, 0
@@ -113,6 +158,7 @@ func (rt *route) close(exit supervise.Exit) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.log != nil {
+		rt.endLine()
 		fmt.Fprintf(rt.log, "=== gotrain: rank %d ended: %s\n", rt.rank, exit)
 		_ = rt.log.Close()
 		rt.log = nil

@@ -1,12 +1,14 @@
 package launcher
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 // workerSpec is one worker process to start.
 type workerSpec struct {
 	rank       int
+	local      int // local rank (a standby: its slot)
 	generation int64
 	program    string
 	args       []string
@@ -36,6 +39,10 @@ type workerSpec struct {
 	// extra are files the process inherits as fd 3, ... (a Python
 	// standby's socket: pystandby.go).
 	extra []*os.File
+	// output says how the output is printed (output.go); stdin, when not
+	// nil, is the process's stdin (one rank alone reads gotrain's).
+	output Output
+	stdin  *os.File
 }
 
 // workerProc is a running worker or standby.
@@ -63,9 +70,10 @@ const stderrTailLines = 20
 // startWorker starts a worker under sup with its output prefixed on stdout
 // and stderr and, with a log dir, copied into rankN.log there.
 func startWorker(sup *supervise.Supervisor, spec workerSpec, stdout, stderr *console) (*workerProc, error) {
-	p := &workerProc{spec: spec, stderr: newTail(stderrTailLines), out: &route{prefix: rankPrefix(spec.rank), rank: spec.rank, trouble: spec.logTrouble}}
+	p := &workerProc{spec: spec, stderr: newTail(stderrTailLines),
+		out: &route{prefix: rankPrefix(spec.rank), rank: spec.rank, local: spec.local, output: spec.output, trouble: spec.logTrouble}}
 	if spec.standby {
-		p.out = &route{prefix: fmt.Sprintf("[standby %d] ", spec.slot), rank: -1, holding: spec.logDir != "", trouble: spec.logTrouble}
+		p.out.prefix, p.out.rank, p.out.local, p.out.holding = fmt.Sprintf("[standby %d] ", spec.slot), -1, spec.slot, spec.logDir != ""
 	} else if spec.logDir != "" {
 		// A log dir that is gone (or full) costs the log file, never the rank.
 		f, err := openRankLog(spec.logDir, spec.rank, spec.generation, "")
@@ -74,8 +82,15 @@ func startWorker(sup *supervise.Supervisor, spec workerSpec, stdout, stderr *con
 		}
 		p.out.log = f
 	}
+	if spec.output.Mode == OutputRaw {
+		p.out.prefix = ""
+	}
+	var sink supervise.LineSink = &workerSink{stdout: stdout, stderr: stderr, route: p.out, tail: p.stderr}
+	if spec.output.Mode == OutputRaw {
+		sink = &rawWorkerSink{workerSink: sink.(*workerSink)}
+	}
 	proc, err := sup.Start(supervise.Spec{Path: spec.program, Args: spec.args, Env: spec.env,
-		Output: &workerSink{stdout: stdout, stderr: stderr, route: p.out, tail: p.stderr}, ExtraFiles: spec.extra})
+		Output: sink, ExtraFiles: spec.extra, Stdin: spec.stdin})
 	if err != nil {
 		p.out.close(supervise.Exit{Code: -1, Err: err})
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
@@ -102,11 +117,57 @@ var _ supervise.SinkCloser = (*workerSink)(nil)
 
 func (s *workerSink) Line(stream supervise.Stream, line []byte) {
 	if stream == supervise.Stderr {
-		s.route.line(s.stderr, line)
+		s.route.line(s.stderr, stream, line)
 		s.tail.add(string(line))
 		return
 	}
-	s.route.line(s.stdout, line)
+	s.route.line(s.stdout, stream, line)
+}
+
+// rawWorkerSink takes a worker's output as written (OutputRaw): onto the
+// console and into its log file unchanged; its stderr is still cut into
+// lines for its tail.
+type rawWorkerSink struct {
+	*workerSink
+	mu      sync.Mutex
+	partial []byte // stderr after its last newline
+}
+
+var _ supervise.ChunkSink = (*rawWorkerSink)(nil)
+
+func (s *rawWorkerSink) Chunk(stream supervise.Stream, b []byte) {
+	if stream == supervise.Stdout {
+		s.route.chunk(s.stdout, stream, b)
+		return
+	}
+	s.route.chunk(s.stderr, stream, b)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.partial = append(s.partial, b...)
+	for {
+		i := bytes.IndexByte(s.partial, '\n')
+		if i < 0 {
+			break
+		}
+		s.tail.add(string(s.partial[:i]))
+		s.partial = s.partial[i+1:]
+	}
+	if len(s.partial) > supervise.MaxLine {
+		s.tail.add(string(s.partial))
+		s.partial = nil
+	}
+}
+
+// Close adds a last stderr line without its newline to the tail, and ends
+// the log file.
+func (s *rawWorkerSink) Close(e supervise.Exit) {
+	s.mu.Lock()
+	if len(s.partial) > 0 {
+		s.tail.add(string(s.partial))
+		s.partial = nil
+	}
+	s.mu.Unlock()
+	s.workerSink.Close(e)
 }
 
 // Close ends the log file with how the worker ended.

@@ -90,9 +90,9 @@ func TestRouteBecomesAnotherRank(t *testing.T) {
 	var out testkit.Buffer
 	con := &console{w: &out}
 	rt := &route{prefix: rankPrefix(2), rank: 2, log: open(2)}
-	rt.line(con, []byte("as rank 2"))
-	rt.become(0, open(0))
-	rt.line(con, []byte("as rank 0"))
+	rt.line(con, supervise.Stdout, []byte("as rank 2"))
+	rt.become(0, 0, open(0))
+	rt.line(con, supervise.Stdout, []byte("as rank 0"))
 	rt.close(supervise.Exit{})
 	if want := "[rank 2] as rank 2\n[rank 0] as rank 0\n"; out.String() != want {
 		t.Errorf("console %q, want %q", out.String(), want)

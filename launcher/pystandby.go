@@ -161,7 +161,8 @@ func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event
 		device = slices.Index(act.GPUs, act.GPU)
 	}
 	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: a.pyStandbyCommand(device),
-		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble, extra: []*os.File{theirs}}
+		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble, extra: []*os.File{theirs},
+		output: a.cfg.Output, stdin: a.workerStdin()}
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	_ = theirs.Close()
 	if err != nil {
@@ -170,7 +171,7 @@ func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event
 	}
 	p.py = &pyLink{conn: conn}
 	a.log.Info("python standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
-	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot}, act.GPU, evidence{})
+	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot, local: act.Slot}, act.GPU, evidence{})
 	stream := a.links.next()
 	a.waits.Add(1)
 	go func() {

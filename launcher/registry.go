@@ -85,7 +85,7 @@ func (r *registry) route(p *workerProc, was, who startedProc) {
 		}
 		logFile = f
 	}
-	p.out.become(who.rank, logFile)
+	p.out.become(who.rank, who.local, logFile)
 }
 
 // pin binds p to gpu's CPUs, when that is not where it is bound already.

@@ -38,6 +38,16 @@ type SinkCloser interface {
 	Close(Exit)
 }
 
+// ChunkSink is a LineSink that takes output as it was read, its bytes
+// unchanged (no line is split, joined or given a newline): a raw console
+// that must stay byte-exact. Start hands such a sink chunks, never lines.
+type ChunkSink interface {
+	LineSink
+	// Chunk takes the next bytes of a stream; b is only valid during the
+	// call. Both streams' pumps call it concurrently.
+	Chunk(stream Stream, b []byte)
+}
+
 // LineFunc adapts a function to LineSink.
 type LineFunc func(stream Stream, line []byte)
 
@@ -53,6 +63,21 @@ func (discard) Line(Stream, []byte) {}
 // MaxLine bounds one line of output; longer lines are split into pieces of
 // MaxLine bytes.
 const MaxLine = 1 << 20
+
+// pumpChunks feeds r to sink (a ChunkSink) as read, until EOF.
+func pumpChunks(r io.Reader, stream Stream, sink LineSink) {
+	cs := sink.(ChunkSink)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			cs.Chunk(stream, buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
 
 // pump feeds r to sink line by line. A last line without a newline is still
 // a line. It returns when r reaches EOF (or fails), that is when the process

@@ -31,6 +31,13 @@ type Spec struct {
 	// ExtraFiles are open files the process inherits as fd 3, 4, ...
 	// (exec.Cmd.ExtraFiles); the caller closes its copies after Start.
 	ExtraFiles []*os.File
+	// Stdin, when not nil, is the process's stdin (nil: /dev/null). The
+	// process then runs in a session of its own rather than only a group:
+	// a process group that is not the terminal's foreground one would be
+	// stopped (SIGTTIN) when it reads the terminal, while a process whose
+	// session has no controlling terminal reads it like any file, and the
+	// terminal's Ctrl-C still reaches the supervisor alone.
+	Stdin *os.File
 }
 
 // TagEnv is the environment variable Start adds to each process: a tag
@@ -165,9 +172,14 @@ func (s *Supervisor) Start(spec Spec) (*Proc, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Dir = spec.Dir
 	cmd.ExtraFiles = spec.ExtraFiles
+	if spec.Stdin != nil {
+		cmd.Stdin = spec.Stdin
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Its own process group, so a signal reaches everything it started.
-		Setpgid: true,
+		// Its own process group, so a signal reaches everything it started
+		// (a new session is a new group too).
+		Setpgid: spec.Stdin == nil,
+		Setsid:  spec.Stdin != nil,
 		// The kernel kills the process when the supervisor dies, even by
 		// SIGKILL. PDEATHSIG fires when the *thread* that forked exits; the
 		// Go runtime only ends threads whose goroutine locked them and
@@ -224,8 +236,12 @@ func (s *Supervisor) Start(spec Spec) (*Proc, error) {
 	s.cfg.Reaper.addGroup(p.pid)
 	p.pipes = [2]*os.File{outR, errR}
 	p.pumps.Add(2)
-	go func() { defer p.pumps.Done(); defer outR.Close(); pump(outR, Stdout, p.sink) }()
-	go func() { defer p.pumps.Done(); defer errR.Close(); pump(errR, Stderr, p.sink) }()
+	pumpFn := pump
+	if _, ok := p.sink.(ChunkSink); ok {
+		pumpFn = pumpChunks
+	}
+	go func() { defer p.pumps.Done(); defer outR.Close(); pumpFn(outR, Stdout, p.sink) }()
+	go func() { defer p.pumps.Done(); defer errR.Close(); pumpFn(errR, Stderr, p.sink) }()
 	go p.wait()
 	return p, nil
 }
