@@ -37,6 +37,8 @@ type Config struct {
 	// Output is how the workers' output is printed (output.go); the zero
 	// value prefixes every line with its rank and prints all of it.
 	Output Output
+	// Role is the workers' ROLE_NAME (torchrun's --role); "": "default".
+	Role string
 	// Stdin, when not nil, is the one rank's stdin in a job that can only
 	// have one (one worker, one node); nil or a larger job: /dev/null.
 	Stdin *os.File

@@ -519,6 +519,9 @@ func (a *agent) workerEnv(vars []string, gpus []int) []string {
 	env := append(jobenv.Strip(a.cfg.Env), vars...)
 	env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
 	env = snapshotPythonPath(env, a.snapPy) // snapshots.go
+	if a.cfg.Role != "" {
+		env = append(env, "ROLE_NAME="+a.cfg.Role) // the last of a name wins
+	}
 	if len(gpus) > 0 {
 		env = append(env, WorkerGPUEnv(gpus)...)
 		env = append(env, multiRankEnv(a.cfg.Env, a.cfg.RanksPerGPU)...)

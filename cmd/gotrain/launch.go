@@ -121,6 +121,14 @@ cannot be pre-warmed (-c, -i, stdin), or a standby that cannot import
 torch or a preload module, gives one warning and ranks start fresh
 interpreters.
 
+Each standby also holds about one rank's host memory (its RSS; a CPU
+torch rank: ~230 MB), so --standby=auto first checks, once the ranks run
+(for Python programs, 2 s after they start), that the node's
+MemAvailable holds the ranks' RSS once more with 10% of the node's
+memory (at least 1 GiB) to spare; where it does not, one line says what
+is needed and what is available, and no standby starts. --standby=on
+starts them whatever the memory.
+
 Under Slurm (inside srun) the node count, this node's rank and the
 coordinator (on the step's first node, at a port from the job and step id)
 come from SLURM_JOB_ID, SLURM_STEP_ID, SLURM_STEP_NODELIST,
@@ -237,6 +245,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	if opts.verbose {
 		level = slog.LevelInfo
 	}
+	cfg.Stdin = os.Stdin // one rank alone reads it (torchrun's behaviour)
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("host", hostnameOr("?"))
 	cfg.Env = os.Environ()
 	torchEnv, warning := jobenv.TorchrunDefaults(os.Getenv, cfg.NprocPerNode, cfg.MaxRestarts) // what torchrun sets too
@@ -289,6 +298,22 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs.IntVar(&cfg.RanksPerGPU, "ranks-per-gpu", 1, "with --backend nccl: how many workers may share one GPU (NCCL 2.30's multi-rank-per-GPU, experimental: workers get NCCL_MULTI_RANK_GPU_ENABLE=1, and NCCL_MAX_CTAS=16/N above 2 unless set); --gpus and --nproc-per-node may then be up to GPUs × N, and default to it")
 	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs; without GPUs --nproc-per-node N runs on cpu with a warning)")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "also write each rank's output to DIR/RUN_ID/attempt-N/rankN.log: a directory of its own per run (named on stderr), never through a symbolic link; a log dir lost or full mid-job is warned about once and never fails the job")
+	fs.StringVar(&cfg.Role, "role", "", "the workers' ROLE_NAME, as torchrun's --role (default: default)")
+	fs.Func("output", "`MODE` of the workers' console output: prefixed (each line under [rank N], the default) or raw (the bytes as the program wrote them, torchrun's way: gotrain torchrun's default with one rank)", func(s string) error {
+		m, err := launcher.ParseOutputMode(s)
+		cfg.Output.Mode = m
+		return err
+	})
+	fs.Func("redirects", "`STREAMS` of the workers kept off the console, into their log files only (needs --log-dir), as torchrun's --redirects: 1 stdout, 2 stderr, 3 both, for every local rank or as LOCAL_RANK:N,... (0:3,1:2)", func(s string) error {
+		r, err := launcher.ParsePerRankStreams("redirects", s)
+		cfg.Output.Redirects = r
+		return err
+	})
+	fs.Func("console-ranks", "only these local `ranks` (comma-separated) print on the console; the others' output goes to their log files only (needs --log-dir), as torchrun's --local-ranks-filter", func(s string) error {
+		ranks, err := parseLocalRanks(s)
+		cfg.Output.ConsoleRanks = ranks
+		return err
+	})
 	fs.StringVar(&cfg.Coordinator, "coordinator", "", "join the coordinator at HOST:PORT (HOST alone: port 29400) instead of starting one here; a replicated coordinator: its replicas, comma-separated (any one is enough, the rest are learnt)")
 	fs.StringVar(&cfg.CoordinatorListen, "coordinator-listen", "", "where the embedded coordinator listens (default 127.0.0.1:0 on one node, 0.0.0.0:29400 with --nnodes > 1)")
 	fs.StringVar(&cfg.NodeAddress, "node-addr", "", "address other nodes reach this node at (default 127.0.0.1 on one node, else the first non-loopback IPv4)")
@@ -303,7 +328,7 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", 10*time.Second, "time workers get between SIGTERM and SIGKILL")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 10*time.Minute, "how long to keep trying to reach the coordinator (long enough for a cluster to come up; a line every 10 s says it still waits)")
 	cfg.Standby = launcher.StandbyAuto
-	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU (or CPU rank) that a restarted rank takes over: on, off, or auto (Python programs: at once, on any backend; Go programs: with --backend nccl, once every worker attached with the worker library). A Python standby holds its GPU's CUDA context, "+pyStandbyGPUMemory+" of GPU memory")
+	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU (or CPU rank) that a restarted rank takes over: on, off, or auto (Python programs: at once, on any backend; Go programs: with --backend nccl, once every worker attached with the worker library). A Python standby holds its GPU's CUDA context, "+pyStandbyGPUMemory+" of GPU memory. Each standby holds about one rank's host memory (RSS): auto keeps none when MemAvailable is short of that, on starts them anyway")
 	fs.Func("standby-preload", "with a Python program: `modules` (comma-separated, e.g. lightning) its standbys import besides torch and torch.distributed", func(s string) error {
 		for _, m := range strings.Split(s, ",") {
 			if m = strings.TrimSpace(m); m != "" {
@@ -391,4 +416,17 @@ func (f *standbyFlag) Set(s string) error {
 	}
 	*f = standbyFlag(m)
 	return nil
+}
+
+// parseLocalRanks reads a comma-separated list of local ranks (0 or more).
+func parseLocalRanks(s string) ([]int, error) {
+	ranks := []int{}
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("give local ranks (0 or more) separated by commas, e.g. 0,1, not %q", s)
+		}
+		ranks = append(ranks, n)
+	}
+	return ranks, nil
 }

@@ -12,6 +12,7 @@ import (
 )
 
 func main() {
+	closeInheritedOnExec()                // fds.go
 	if kubernetes.InitWanted(os.Getenv) { // a container's entrypoint: reap and pass signals on (pid1.go)
 		self, err := os.Executable()
 		if err != nil {

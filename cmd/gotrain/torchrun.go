@@ -55,10 +55,16 @@ Scripts run with $PYTHON_EXEC, else the venv of a torchrun symlink, else
 the interpreter of PyTorch's torchrun on PATH, else PATH's python3 (which
 must find torch); the choice is printed once.
 
+Output is torchrun's: one rank's is its bytes as written (gotrain
+torchrun --nproc_per_node=1 eval.py > out.json is the program's JSON), and
+one rank reads gotrain's stdin (breakpoint() works); with several ranks
+each line is prefixed [rank N]. --tee, --redirects and --local-ranks-filter
+send output to DIR/RUN_ID/attempt-N/rankN.log under --log-dir (a temporary
+directory, named on stderr, when none is given), --redirects and
+--local-ranks-filter keep it off the console. --role sets ROLE_NAME.
+
 Accepted without effect, with a note each: --rdzv-backend on one node,
---rdzv-conf, --redirects, --tee,
---local-ranks-filter (every rank's output is printed, prefixed [rank N]),
---monitor-interval, --start-method, --role, --local-addr, --run-path,
+--rdzv-conf, --monitor-interval, --start-method, --local-addr, --run-path,
 --logs-specs. Unambiguous abbreviations work as in torchrun (--nproc=2).
 torchrun 2.x's --virtual-local-rank, --numa-binding, --event-log-handler,
 --log-line-prefix-template and --enable-nvtx are refused with the reason.
@@ -131,6 +137,16 @@ func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if j.Trust.CAHash != "" {
 			r.LaunchArgs = append([]string{"--ca-hash", j.Trust.CAHash}, r.LaunchArgs...)
 		}
+	}
+	if r.TempLogDir {
+		// torchrun makes a temporary log dir when the line writes logs
+		// and names none; so does gotrain (the launcher says where).
+		dir, err := os.MkdirTemp("", "gotrain-torchrun-logs-")
+		if err != nil {
+			return fmt.Errorf("a log dir for --tee/--redirects/--local-ranks-filter: %w (give --log-dir DIR)", err)
+		}
+		r.LaunchArgs = append([]string{"--log-dir", dir}, r.LaunchArgs...)
+		defer os.Remove(dir) // only when empty: the job never started
 	}
 	return (&launchCmd{}).run(ctx, r.LaunchArgs)
 }

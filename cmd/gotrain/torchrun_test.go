@@ -44,9 +44,9 @@ func TestTorchrunSymlink(t *testing.T) {
 		}
 		// A flag without effect is noted once; the job then runs (here: no
 		// such script, so python3 fails, or gotrain says it is missing).
-		_, stderr, _ := run("--nproc_per_node=1", "--tee", "3", "--no-python", "/no/such/program")
-		if strings.Count(stderr, "note: --tee 3 has no effect") != 1 {
-			t.Errorf("%s %v --tee 3: stderr %q, want one note", b.bin, b.args, stderr)
+		_, stderr, _ := run("--nproc_per_node=1", "--monitor-interval", "3", "--no-python", "/no/such/program")
+		if strings.Count(stderr, "note: --monitor-interval 3 has no effect") != 1 {
+			t.Errorf("%s %v --monitor-interval 3: stderr %q, want one note", b.bin, b.args, stderr)
 		}
 	}
 }

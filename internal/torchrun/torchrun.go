@@ -65,6 +65,11 @@ type Result struct {
 	// Python says that the program runs through the interpreter
 	// (Machine.Python): a script or -m, not --no-python.
 	Python bool
+	// TempLogDir says that the line sends output to log files (--tee,
+	// --redirects, --local-ranks-filter) but names no --log-dir: the shell
+	// makes a temporary one, as torchrun does, and adds --log-dir before
+	// LaunchArgs' "--".
+	TempLogDir bool
 }
 
 // ErrNoSecret is the refusal of a multi-node line across machines that
@@ -134,17 +139,13 @@ func byPrefix(name string) (string, error) {
 
 // noEffect says why each flag gotrain accepts without effect has none.
 var noEffect = map[string]string{
-	"rdzv-backend":       "gotrain's own coordinator is the rendezvous",
-	"rdzv-conf":          "gotrain's coordinator takes its settings from gotrain launch's flags (--join-timeout, --rendezvous-timeout)",
-	"monitor-interval":   "gotrain learns of a worker's exit at once",
-	"start-method":       "gotrain starts every worker as a process of its own",
-	"role":               "workers see ROLE_NAME=default",
-	"redirects":          "gotrain prefixes each line with [rank N] and --log-dir writes each rank's log",
-	"tee":                "gotrain prefixes each line with [rank N] and --log-dir writes each rank's log",
-	"local-ranks-filter": "gotrain prints every rank's output, prefixed with [rank N]",
-	"local-addr":         "give gotrain launch --node-addr instead",
-	"logs-specs":         "gotrain writes logs with --log-dir",
-	"run-path":           "the script runs as python3 -u SCRIPT",
+	"rdzv-backend":     "gotrain's own coordinator is the rendezvous",
+	"rdzv-conf":        "gotrain's coordinator takes its settings from gotrain launch's flags (--join-timeout, --rendezvous-timeout)",
+	"monitor-interval": "gotrain learns of a worker's exit at once",
+	"start-method":     "gotrain starts every worker as a process of its own",
+	"local-addr":       "give gotrain launch --node-addr instead",
+	"logs-specs":       "gotrain writes logs with --log-dir",
+	"run-path":         "the script runs as python3 -u SCRIPT",
 }
 
 // forwardable are the signals gotrain launch --signals-to-handle takes;
@@ -428,8 +429,15 @@ func Map(args []string, m Machine) (Result, error) {
 		restarts = v
 	}
 	out = append(out, "--max-restarts", restarts)
-	if v, ok := get("log-dir"); ok && v != "" {
-		out = append(out, "--log-dir", v)
+	logDir, _ := get("log-dir")
+	if logDir != "" {
+		out = append(out, "--log-dir", logDir)
+	}
+	shown, needLogDir := outputFlags(get, nproc == "1" && maxN == 1)
+	out = append(out, shown...)
+	r.TempLogDir = needLogDir && logDir == ""
+	if v, ok := get("role"); ok && v != "" {
+		out = append(out, "--role", v)
 	}
 	if v, ok := get("signals-to-handle"); ok {
 		var keep []string
@@ -480,6 +488,30 @@ func Map(args []string, m Machine) (Result, error) {
 	return r, nil
 }
 
+// outputFlags are gotrain launch's flags for how torchrun would print the
+// workers' output: raw (no prefix, the bytes as written: torchrun's way)
+// when the job has one rank and nothing is teed, prefixed otherwise (with
+// --tee torchrun prefixes lines too); --redirects and --local-ranks-filter
+// as launch's --redirects and --console-ranks. needLogDir: some output goes
+// to log files, for which torchrun makes a temporary directory when none is
+// given.
+func outputFlags(get func(string) (string, bool), oneRank bool) (out []string, needLogDir bool) {
+	tee, _ := get("tee")
+	teed := tee != "" && tee != "0"
+	if oneRank && !teed {
+		out = append(out, "--output", "raw")
+	}
+	if v, ok := get("redirects"); ok && v != "" {
+		out = append(out, "--redirects", v)
+		needLogDir = needLogDir || v != "0"
+	}
+	if v, ok := get("local-ranks-filter"); ok && v != "" {
+		out = append(out, "--console-ranks", v)
+		needLogDir = true
+	}
+	return out, needLogDir || teed
+}
+
 // notSettings are gotrain launch's flags that no GOTRAIN_NAME variable
 // sets: torchrun's flags give them, or gotrain sets the variable of that
 // name in every worker (GOTRAIN_BACKEND, GOTRAIN_RUN_ID, GOTRAIN_STANDBY),
@@ -488,6 +520,7 @@ var notSettings = map[string]bool{
 	"nproc-per-node": true, "nnodes": true, "node-rank": true, "coordinator": true,
 	"coordinator-listen": true, "run-id": true, "max-restarts": true, "log-dir": true,
 	"signals-to-handle": true, "backend": true, "standby": true, "job-token": true,
+	"output": true, "redirects": true, "console-ranks": true, "role": true,
 }
 
 // joinerOnly are the settings of a node that joins a coordinator.

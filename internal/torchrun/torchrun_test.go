@@ -17,9 +17,11 @@ func TestMap(t *testing.T) {
 		env   map[string]string
 		want  string // gotrain launch's arguments
 		notes []string
+		// tempLogDir: the line needs a log dir it does not name.
+		tempLogDir bool
 	}{
 		{name: "defaults: one worker, no restarts", args: "train.py", m: cpu,
-			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 -- python3 -u train.py"},
+			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 --output raw -- python3 -u train.py"},
 		{name: "underscore spelling, =value", args: "--nproc_per_node=2 --standalone train.py --epochs 3", m: cpu,
 			want: "--nproc-per-node 2 --backend cpu --max-restarts 0 -- python3 -u train.py --epochs 3"},
 		{name: "dash spelling, value apart", args: "--nproc-per-node 4 train.py", m: gpu,
@@ -37,7 +39,7 @@ func TestMap(t *testing.T) {
 		{name: "--no-python", args: "--no-python --nproc-per-node 2 ./train x", m: cpu,
 			want: "--nproc-per-node 2 --backend cpu --max-restarts 0 -- ./train x"},
 		{name: "script flags stay the script's", args: "--max_restarts 3 train.py --nproc_per_node 9 --bogus", m: cpu,
-			want: "--nproc-per-node 1 --backend cpu --max-restarts 3 -- python3 -u train.py --nproc_per_node 9 --bogus"},
+			want: "--nproc-per-node 1 --backend cpu --max-restarts 3 --output raw -- python3 -u train.py --nproc_per_node 9 --bogus"},
 		{name: "argparse abbreviations", args: "--nproc=2 --max_r 3 --stand t.py", m: cpu,
 			want: "--nproc-per-node 2 --backend cpu --max-restarts 3 -- python3 -u t.py"},
 		{name: "-- before the script", args: "--nproc-per-node 2 -- train.py", m: cpu,
@@ -51,23 +53,27 @@ func TestMap(t *testing.T) {
 		{name: "node rank 1 joins the master", args: "--nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500 train.py", m: gpu,
 			want: "--nproc-per-node 1 --nnodes 2 --coordinator 10.0.0.1:29500 --node-rank 1 --max-restarts 0 -- python3 -u train.py"},
 		{name: "standalone drops the rendezvous", args: "--standalone --rdzv-endpoint x:1 --master-port 5 t.py", m: cpu,
-			want:  "--nproc-per-node 1 --backend cpu --max-restarts 0 -- python3 -u t.py",
+			want:  "--nproc-per-node 1 --backend cpu --max-restarts 0 --output raw -- python3 -u t.py",
 			notes: []string{"--rdzv-endpoint x:1 has no effect with --standalone", "--master-port 5 has no effect with --standalone"}},
 		{name: "master address on one node", args: "--master-addr 127.0.0.1 --master-port 29501 t.py", m: cpu,
-			want:  "--nproc-per-node 1 --backend cpu --max-restarts 0 -- python3 -u t.py",
+			want:  "--nproc-per-node 1 --backend cpu --max-restarts 0 --output raw -- python3 -u t.py",
 			notes: []string{"--master-addr 127.0.0.1 has no effect on one node", "--master-port 29501 has no effect on one node"}},
-		{name: "log dir, no-effect flags", args: "--log-dir /tmp/l --redirects 3 --tee 3 --local-ranks-filter 0 --monitor-interval 0.1 --rdzv-conf join_timeout=5 t.py", m: cpu,
-			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 --log-dir /tmp/l -- python3 -u t.py",
-			notes: []string{"--redirects 3 has no effect", "--tee 3 has no effect", "--local-ranks-filter 0 has no effect",
-				"--monitor-interval 0.1 has no effect", "--rdzv-conf join_timeout=5 has no effect"}},
+		{name: "log dir, output, no-effect flags", args: "--log-dir /tmp/l --redirects 3 --tee 3 --local-ranks-filter 0 --role trainer --monitor-interval 0.1 --rdzv-conf join_timeout=5 t.py", m: cpu,
+			want:  "--nproc-per-node 1 --backend cpu --max-restarts 0 --log-dir /tmp/l --redirects 3 --console-ranks 0 --role trainer -- python3 -u t.py",
+			notes: []string{"--monitor-interval 0.1 has no effect", "--rdzv-conf join_timeout=5 has no effect"}},
+		{name: "per-rank redirects, two ranks", args: "--nproc-per-node 2 --redirects 0:1,1:3 t.py", m: cpu,
+			want: "--nproc-per-node 2 --backend cpu --max-restarts 0 --redirects 0:1,1:3 -- python3 -u t.py", tempLogDir: true},
+		{name: "tee without a log dir, one rank: prefixed", args: "--tee 1 t.py", m: cpu,
+			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 -- python3 -u t.py", tempLogDir: true},
+		{name: "tee 0 is none", args: "--tee 0 t.py", m: cpu,
+			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 --output raw -- python3 -u t.py"},
 		{name: "signals: SIGTERM and SIGINT always", args: "--signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGUSR1 t.py", m: cpu,
-			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 --signals-to-handle SIGHUP,SIGUSR1 -- python3 -u t.py"},
+			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 --output raw --signals-to-handle SIGHUP,SIGUSR1 -- python3 -u t.py"},
 		{name: "signals: none left", args: "--signals_to_handle=SIGTERM t.py", m: cpu,
-			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 --signals-to-handle none -- python3 -u t.py"},
+			want: "--nproc-per-node 1 --backend cpu --max-restarts 0 --output raw --signals-to-handle none -- python3 -u t.py"},
 		{name: "PET_ variables are defaults", args: "--max-restarts 1 t.py", m: cpu,
-			env:   map[string]string{"PET_NPROC_PER_NODE": "3", "PET_MAX_RESTARTS": "9", "PET_STANDALONE": "1", "PET_TEE": "3"},
-			want:  "--nproc-per-node 3 --backend cpu --max-restarts 1 -- python3 -u t.py",
-			notes: []string{"--tee 3 has no effect"}},
+			env:  map[string]string{"PET_NPROC_PER_NODE": "3", "PET_MAX_RESTARTS": "9", "PET_STANDALONE": "1", "PET_TEE": "3"},
+			want: "--nproc-per-node 3 --backend cpu --max-restarts 1 -- python3 -u t.py", tempLogDir: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := tc.m
@@ -78,6 +84,9 @@ func TestMap(t *testing.T) {
 			}
 			if got := strings.Join(r.LaunchArgs, " "); got != tc.want {
 				t.Errorf("Map(%s)\n got %s\nwant %s", tc.args, got, tc.want)
+			}
+			if r.TempLogDir != tc.tempLogDir {
+				t.Errorf("TempLogDir %v, want %v", r.TempLogDir, tc.tempLogDir)
 			}
 			if len(r.Notes) != len(tc.notes) {
 				t.Fatalf("notes %q, want %d like %q", r.Notes, len(tc.notes), tc.notes)
@@ -269,7 +278,7 @@ func TestMapSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "--nproc-per-node 1 --max-restarts 0 --ca-hash=sha256:ab --hang-timeout=30s --job-token-file=/s/tok --verbose=true -- ./train"
+	want := "--nproc-per-node 1 --max-restarts 0 --output raw --ca-hash=sha256:ab --hang-timeout=30s --job-token-file=/s/tok --verbose=true -- ./train"
 	if got := strings.Join(r.LaunchArgs, " "); got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
