@@ -49,6 +49,14 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 		}
 	case agentcore.Print:
 		a.stderr.writeLine("", []byte(act.Text))
+	case agentcore.MeasureMemory:
+		ev := measureMemory(act.Pids) // standby.go
+		if ev.Err != "" {
+			a.log.Warn("cannot read the node's memory; keeping standbys", "err", ev.Err)
+		} else {
+			a.log.Info("memory before standbys", "available", ev.Available, "total", ev.Total, "ranks_rss", ev.RSS)
+		}
+		return []agentcore.Event{ev}
 	}
 	return nil
 }
@@ -56,7 +64,7 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 // spawn starts a rank's worker.
 func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 	v := act.Vars
-	spec := workerSpec{rank: v.Rank, local: v.LocalRank, generation: v.Generation, program: a.cfg.Program, args: a.cfg.Args,
+	spec := workerSpec{rank: v.Rank, local: v.LocalRank, generation: v.Generation, program: a.cfg.Program, args: substituteLocalRank(a.cfg.Args, v.LocalRank),
 		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble,
 		output: a.cfg.Output, stdin: a.workerStdin()}
 	ev := snapshotEvidence(a.oomFile)
@@ -73,7 +81,11 @@ func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 	if a.py != nil {
 		return a.spawnPythonStandby(act) // pystandby.go
 	}
-	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: a.cfg.Args,
+	// A Go standby's argv is fixed before it knows its rank; torchrun's
+	// ${local_rank} in it is still right, since a slot's standby is only
+	// ever handed the rank of that local rank (agentcore: newWorker takes
+	// the pool's standby of r.LocalRank).
+	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: substituteLocalRank(a.cfg.Args, act.Slot),
 		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble,
 		output: a.cfg.Output, stdin: a.workerStdin()}
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
@@ -190,7 +202,7 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 	// standby runs the program as soon as it reads the assignment).
 	a.reg.became(act.Proc, startedProc{rank: v.Rank, local: v.LocalRank, gen: v.Generation}, v.GPU)
 	if p.py != nil {
-		err := a.handToPython(p, a.workerEnv(v.Environ(), act.GPUs)) // pystandby.go
+		err := a.handToPython(p, a.workerEnv(v.Environ(), act.GPUs), v.LocalRank) // pystandby.go
 		p.py = nil
 		if err != nil {
 			a.log.Warn("cannot hand the rank to the Python standby; stopping it", "slot", slot, "pid", p.pid(), "err", err)

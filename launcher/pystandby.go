@@ -160,7 +160,13 @@ func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event
 	if act.GPU >= 0 {
 		device = slices.Index(act.GPUs, act.GPU)
 	}
-	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: a.pyStandbyCommand(device),
+	// The interpreter's options are given before the rank is known: the
+	// slot is the local rank it will run (see spawnStandby). The bootstrap
+	// after them is no argument of the program's.
+	args := a.pyStandbyCommand(device)
+	n := len(a.py.options)
+	args = append(substituteLocalRank(args[:n:n], act.Slot), args[n:]...)
+	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: args,
 		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble, extra: []*os.File{theirs},
 		output: a.cfg.Output, stdin: a.workerStdin()}
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
@@ -227,13 +233,20 @@ type pyAssignment struct {
 }
 
 // handToPython writes the rank's assignment to its standby and closes the
-// agent's end. env is exactly a spawned worker's environment.
-func (a *agent) handToPython(p *workerProc, env []string) error {
+// agent's end. env is exactly a spawned worker's environment; torchrun's
+// ${local_rank} in the script, module and arguments becomes localRank.
+func (a *agent) handToPython(p *workerProc, env []string, localRank int) error {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
-	msg := pyAssignment{Env: env, Cwd: cwd, Path: a.py.path, Module: a.py.module, Args: a.py.args}
+	msg := pyAssignment{Env: env, Cwd: cwd, Args: substituteLocalRank(a.py.args, localRank)}
+	if a.py.path != "" {
+		msg.Path = substituteLocalRank([]string{a.py.path}, localRank)[0]
+	}
+	if a.py.module != "" {
+		msg.Module = substituteLocalRank([]string{a.py.module}, localRank)[0]
+	}
 	if msg.Args == nil {
 		msg.Args = []string{}
 	}

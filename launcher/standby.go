@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gotrain/gotrain/internal/procstat"
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -35,6 +36,11 @@ import (
 // The program must use package worker: a standby that exits, or stays
 // silent for --standby-timeout, without saying hello turns standbys off
 // with one warning, and ranks start new processes as without --standby.
+//
+// A standby holds about its rank's RSS. Under --standby auto the machine
+// asks for the node's memory before the first standbys start, once the
+// ranks run (MeasureMemory), and keeps none, with one warning, when their
+// RSS once more does not fit in MemAvailable with room to spare.
 
 // StandbyMode says when the agent keeps hot standbys (agentcore.StandbyMode).
 type StandbyMode = agentcore.StandbyMode
@@ -181,4 +187,19 @@ func (r *relay) standbyAttach(stream gotrainv1.Agent_AttachServer, hello *gotrai
 		a.post(agentcore.StandbyDetached{Slot: slot, Pid: pid, Stream: sl.stream})
 		return ctx.Err()
 	}
+}
+
+// measureMemory answers the machine's MeasureMemory (asked before the
+// first standbys under --standby auto) from /proc: a rank whose RSS cannot
+// be read (it is exiting) counts 0.
+func measureMemory(pids []int) agentcore.MemoryMeasured {
+	avail, total, err := procstat.MemInfo()
+	if err != nil {
+		return agentcore.MemoryMeasured{Err: err.Error()}
+	}
+	ev := agentcore.MemoryMeasured{Available: avail, Total: total, RSS: make([]uint64, len(pids))}
+	for i, pid := range pids {
+		ev.RSS[i], _ = procstat.RSS(pid)
+	}
+	return ev
 }

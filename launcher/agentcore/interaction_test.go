@@ -17,7 +17,8 @@ import (
 // The transcripts in testdata/ drive a Machine with one command per event
 // and print the actions it returns; -rewrite regenerates the expected
 // output. Spawns are answered at once with pid 1000+ProcID, as the shell
-// does, unless `fail-next-spawn` said otherwise.
+// does, unless `fail-next-spawn` said otherwise; a memory measure is
+// answered with what `memory` last said (by default, plenty).
 //
 // Commands:
 //
@@ -32,9 +33,11 @@ import (
 //	standby-unfit slot=N pid=N (the reason on the next line)
 //	handover-failed p=N | fail-next-spawn (the error on the next line)
 //	signal sig=NAME | tick [+=DURATION]
+//	memory avail=MiB total=MiB rss=MiB (each pid's) | memory error=TEXT
 func TestInteraction(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		h := &harness{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		h := &harness{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+			mem: agentcore.MemoryMeasured{Available: 64 << 30, Total: 128 << 30, RSS: []uint64{230 << 20}}}
 		datadriven.RunTest(t, path, h.handle)
 	})
 }
@@ -43,6 +46,7 @@ type harness struct {
 	m         *agentcore.Machine
 	now       time.Time
 	failSpawn string
+	mem       agentcore.MemoryMeasured // RSS: each pid's
 }
 
 func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
@@ -123,6 +127,14 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 		ev = e
 	case "handover-failed":
 		ev = agentcore.HandoverFailed{Proc: proc(t, d)}
+	case "memory":
+		var avail, total, rss uint64
+		d.MaybeScanArgs(t, "avail", &avail)
+		d.MaybeScanArgs(t, "total", &total)
+		d.MaybeScanArgs(t, "rss", &rss)
+		h.mem = agentcore.MemoryMeasured{Available: avail << 20, Total: total << 20, RSS: []uint64{rss << 20}}
+		d.MaybeScanArgs(t, "error", &h.mem.Err)
+		return ""
 	case "fail-next-spawn":
 		h.failSpawn = strings.TrimSpace(d.Input)
 		return ""
@@ -151,6 +163,14 @@ func (h *harness) step(t *testing.T, d *datadriven.TestData, ev agentcore.Event,
 		fmt.Fprintf(b, "%s%s\n", indent, a)
 		var id agentcore.ProcID
 		switch a := a.(type) {
+		case agentcore.MeasureMemory:
+			ev := h.mem
+			ev.RSS = nil
+			for range a.Pids {
+				ev.RSS = append(ev.RSS, h.mem.RSS[0])
+			}
+			h.step(t, d, ev, b, indent+"  ")
+			continue
 		case agentcore.Spawn:
 			id = a.Proc
 		case agentcore.SpawnStandby:

@@ -85,6 +85,7 @@ func New(cfg Config) *Machine {
 	if on, waitAttach := cfg.standbys(); on {
 		m.pool = newStandbyPool(cfg.StandbyTimeout, waitAttach)
 		m.pool.python = cfg.Python
+		m.pool.memCheck = cfg.Standby == StandbyAuto
 	}
 	return m
 }
@@ -134,6 +135,8 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 		}
 	case StandbyHello:
 		out = m.standbyHello(ev)
+	case MemoryMeasured:
+		out = m.memoryMeasured(ev)
 	case StandbyDetached:
 		if m.pool != nil {
 			m.pool.detached(ev.Slot, ev.Pid, ev.Stream)
@@ -190,7 +193,12 @@ func (m *Machine) generationStarted(g jobenv.NodeGeneration) []Action {
 		case m.pool == nil && m.cfg.PythonCold != "":
 			out = append(out, Print{Text: "gotrain: warning: no Python standbys (--standby " + string(m.cfg.Standby) + "): " + m.cfg.PythonCold + "; ranks start new interpreters"})
 		case m.pool != nil:
-			out = append(out, Print{Text: "gotrain: starting a Python standby per local rank (a warm interpreter that imported torch; --standby " + string(m.cfg.Standby) + ")"})
+			line := "gotrain: starting a Python standby per local rank (a warm interpreter that imported torch; --standby " + string(m.cfg.Standby) + ")"
+			if m.pool.memCheck {
+				m.pool.startLine = line // once the memory is known to suffice
+			} else {
+				out = append(out, Print{Text: line})
+			}
 		}
 	}
 	m.gen = &g
@@ -203,7 +211,10 @@ func (m *Machine) generationStarted(g jobenv.NodeGeneration) []Action {
 		}
 		out = append(out, acts...)
 	}
-	if handed && m.cfg.Python {
+	// Python standbys wait a little after ranks took some over, and the
+	// first ones under StandbyAuto as well: the ranks need the CPUs to
+	// import torch, and have grown to a size worth measuring by then.
+	if m.cfg.Python && (handed || m.pool != nil && m.pool.memCheck && !m.pool.measuring) {
 		m.refillAt = m.now.Add(pyRefillDelay)
 		return out
 	}
@@ -251,16 +262,58 @@ func (m *Machine) newWorker(r jobenv.Assignment) []Action {
 }
 
 // replenishStandbys asks for a standby for every local slot of the current
-// generation that has none.
+// generation that has none; before the first ones under StandbyAuto, for
+// the node's memory.
 func (m *Machine) replenishStandbys() []Action {
-	if m.pool == nil || m.stopping != 0 || m.finishing != nil || m.pool.waitAttach || m.gen == nil {
+	sp := m.pool
+	if sp == nil || sp.off || m.stopping != 0 || m.finishing != nil || sp.waitAttach || m.gen == nil {
 		return nil
 	}
+	if sp.memCheck {
+		if sp.measuring {
+			return nil
+		}
+		sp.measuring = true
+		return []Action{MeasureMemory{Pids: m.rankPids()}}
+	}
 	var out []Action
+	if sp.startLine != "" {
+		out = append(out, Print{Text: sp.startLine})
+		sp.startLine = ""
+	}
 	for _, r := range m.gen.Ranks {
 		out = append(out, m.startStandby(r.LocalRank, r.GPU)...)
 	}
 	return out
+}
+
+// rankPids returns the pids of the current generation's running workers.
+func (m *Machine) rankPids() []int {
+	var out []int
+	for _, r := range m.gen.Ranks {
+		if p := m.worker(r.LocalRank); p != nil && !p.exited && p.pid != 0 {
+			out = append(out, p.pid)
+		}
+	}
+	return out
+}
+
+// memoryMeasured decides on the first standbys under StandbyAuto: they
+// start when the node has the memory (KeepStandbys); else the pool turns
+// off for the job, with one line.
+func (m *Machine) memoryMeasured(ev MemoryMeasured) []Action {
+	sp := m.pool
+	if sp == nil || !sp.measuring {
+		return nil
+	}
+	sp.measuring, sp.memCheck = false, false
+	if ev.Err == "" {
+		if keep, line := KeepStandbys(m.cfg.Standby, ev.Available, ev.Total, ev.RSS); !keep {
+			sp.off, sp.offReason, sp.startLine = true, "the node has too little memory for them (--standby auto)", ""
+			return []Action{Print{Text: line}}
+		}
+	}
+	return m.replenishStandbys()
 }
 
 func (m *Machine) startStandby(slot, gpu int) []Action {
@@ -431,7 +484,8 @@ func (m *Machine) startStandbysOnceAttached() []Action {
 		}
 	}
 	m.pool.waitAttach = false
-	return append([]Action{Print{Text: "gotrain: every worker attached with package worker: starting hot standbys (--standby auto)"}}, m.replenishStandbys()...)
+	m.pool.startLine = "gotrain: every worker attached with package worker: starting hot standbys (--standby auto)"
+	return m.replenishStandbys()
 }
 
 func (m *Machine) standbyHello(ev StandbyHello) []Action {

@@ -34,6 +34,11 @@ type standbyPool struct {
 	// python: the standbys are warm Python interpreters (Config.Python),
 	// which say "ready" rather than hello; only the warnings differ.
 	python bool
+	// memCheck (StandbyAuto): the first standbys wait for the node's memory
+	// to be measured (MeasureMemory, once the ranks run); measuring: that
+	// measure is asked for. startLine is printed when they do start.
+	memCheck, measuring bool
+	startLine           string
 }
 
 // maxStandbyDeaths is how many standbys may die unused in a row before the
@@ -232,6 +237,72 @@ func (sp *standbyPool) drain() []ProcID {
 	}
 	clear(sp.slots)
 	return out
+}
+
+// MeasureMemory: read the node's MemAvailable and MemTotal and the RSS of
+// processes Pids (the ranks running here), and answer MemoryMeasured.
+type MeasureMemory struct{ Pids []int }
+
+// MemoryMeasured answers MeasureMemory, in bytes: RSS has one entry per
+// pid (0 for one that could not be read). Err says why the node's memory
+// could not be read; standbys are then kept, as the check cannot judge.
+type MemoryMeasured struct {
+	Available, Total uint64
+	RSS              []uint64
+	Err              string
+}
+
+func (MeasureMemory) isAction() {}
+func (MemoryMeasured) isEvent() {}
+
+func (a MeasureMemory) String() string { return fmt.Sprintf("measure-memory pids=%v", a.Pids) }
+
+// standbyReserve is what must stay available once the standbys run: 10% of
+// MemTotal, at least 1 GiB. The ranks are measured young and grow (data,
+// optimizer state), and when memory runs out the OOM killer picks the
+// largest process, a rank rather than a standby: the reserve is for that
+// growth, proportional to the node as the workloads it runs are.
+func standbyReserve(total uint64) uint64 { return max(total/10, 1<<30) }
+
+// KeepStandbys decides whether mode keeps standbys on a node with avail
+// bytes available (MemAvailable) of total, whose ranks hold rss each. A
+// standby holds about what its rank holds, so under StandbyAuto they are
+// kept only when the ranks' RSS once more fits in avail and leaves
+// standbyReserve; StandbyOn keeps them whatever the memory. When auto does
+// not keep them, line is the one line that says why and how to force them.
+// avail or total 0 means not known: kept.
+func KeepStandbys(mode StandbyMode, avail, total uint64, rss []uint64) (keep bool, line string) {
+	switch {
+	case mode == StandbyOn:
+		return true, ""
+	case mode != StandbyAuto:
+		return false, ""
+	case avail == 0 || total == 0:
+		return true, ""
+	}
+	var need uint64
+	for _, r := range rss {
+		need += r
+	}
+	reserve := standbyReserve(total)
+	if need+reserve <= avail {
+		return true, ""
+	}
+	return false, fmt.Sprintf("gotrain: warning: no hot standbys (--standby auto): they need %s available (%s, one standby per rank holding about its RSS, plus %s to spare) but %s is (MemAvailable, of %s); --standby=on keeps them anyway",
+		bytesText(need+reserve), bytesText(need), bytesText(reserve), bytesText(avail), bytesText(total))
+}
+
+// bytesText writes n as a person reads memory sizes: MiB below 1 GiB, GiB
+// with two decimals below 10 GiB (so that a need and what is available a
+// little short of it read apart), else one.
+func bytesText(n uint64) string {
+	switch {
+	case n < 1<<30:
+		return fmt.Sprintf("%d MiB", (n+1<<19)>>20)
+	case n < 10<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 }
 
 // standbyGPUs is what a standby for a slot on gpu sees: the node's GPUs of
