@@ -25,7 +25,7 @@ const (
 	// program then supports standbys. Programs that do not use package
 	// worker never attach, so never get a spare — except Python programs
 	// (Config.Python), whose standbys are warm interpreters: those start
-	// at once, on any backend.
+	// once the ranks have run 2 s (their memory is measured first), on any backend.
 	StandbyAuto StandbyMode = "auto"
 )
 
