@@ -24,8 +24,13 @@ import torch.distributed as dist
 p = argparse.ArgumentParser()
 p.add_argument("--mark", required=True)
 p.add_argument("--crash-after", type=float, default=8.0)
-p.add_argument("--backend", default="nccl" if torch.cuda.is_available() else "gloo")
+# The default is found only when --backend is not given: the CUDA driver's
+# first query costs ~0.25 s on a GPU machine (torch 2.11, H200), the
+# program's own time under any launcher, which a gloo run should not count.
+p.add_argument("--backend", default=None)
 a = p.parse_args()
+if a.backend is None:
+    a.backend = "nccl" if torch.cuda.is_available() else "gloo"
 
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 if a.backend == "nccl":
