@@ -66,7 +66,7 @@ func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 	v := act.Vars
 	spec := workerSpec{rank: v.Rank, local: v.LocalRank, generation: v.Generation, program: a.cfg.Program, args: substituteLocalRank(a.cfg.Args, v.LocalRank),
 		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble,
-		output: a.cfg.Output, stdin: a.workerStdin()}
+		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
 	ev := snapshotEvidence(a.oomFile)
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	if err != nil {
@@ -87,7 +87,7 @@ func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 	// the pool's standby of r.LocalRank).
 	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: substituteLocalRank(a.cfg.Args, act.Slot),
 		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble,
-		output: a.cfg.Output, stdin: a.workerStdin()}
+		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}

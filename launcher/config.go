@@ -37,6 +37,9 @@ type Config struct {
 	// Output is how the workers' output is printed (output.go); the zero
 	// value prefixes every line with its rank and prints all of it.
 	Output Output
+	// MasterPort, when not 0, is the MASTER_PORT this node offers for rank
+	// 0's TCPStore (torchrun's --master-port on one node); 0: a free port.
+	MasterPort int
 	// Role is the workers' ROLE_NAME (torchrun's --role); "": "default".
 	Role string
 	// Stdin, when not nil, is the one rank's stdin in a job that can only
@@ -203,6 +206,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--output must be prefixed or raw, got %q", string(c.Output.Mode))
 	case c.Output.hidesAny() && c.LogDir == "":
 		return errors.New("--redirects and --console-ranks keep output off the console, into the ranks' log files: give --log-dir DIR")
+	case c.MasterPort < 0 || c.MasterPort > 65535:
+		return fmt.Errorf("--store-port must be between 1 and 65535 (0: a free port), got %d", c.MasterPort)
 	case c.GossipPort < 0 || c.GossipPort > 65535:
 		return fmt.Errorf("--gossip-port must be between 0 and 65535, got %d", c.GossipPort)
 	case c.MetricsAddr != "" && c.Coordinator != "":

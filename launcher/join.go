@@ -31,9 +31,13 @@ func (a *agent) join(ctx context.Context, coordAddr string, csr []byte) (_ []byt
 }
 
 func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]byte, *peer.Peer, error) {
-	port, err := freePort(a.cfg.NodeAddress)
-	if err != nil {
-		return nil, nil, err
+	port := a.cfg.MasterPort
+	if port == 0 {
+		p, err := freePort(a.cfg.NodeAddress)
+		if err != nil {
+			return nil, nil, err
+		}
+		port = p
 	}
 	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
 		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),

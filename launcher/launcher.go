@@ -61,10 +61,15 @@ func run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	given := cfg.Program
 	if prog, args, err := resolveProgram(cfg.Program, cfg.Args, cfg.Stderr); err != nil {
 		return err
 	} else {
 		cfg.Program, cfg.Args = prog, args
+	}
+	argv0 := ""
+	if !strings.HasSuffix(given, ".py") {
+		argv0 = given // the program's argv[0] as given, as a shell or torchrun passes it
 	}
 	var py *pythonProgram
 	var pyCold string
@@ -76,7 +81,7 @@ func run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	a := &agent{cfg: cfg, log: cfg.Logger, host: hostname(), tokenMade: tokenMade, py: py, pyCold: pyCold,
+	a := &agent{cfg: cfg, argv0: argv0, log: cfg.Logger, host: hostname(), tokenMade: tokenMade, py: py, pyCold: pyCold,
 		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr}}
 	a.logTrouble = &logTrouble{stderr: a.stderr}
 	a.place = nodePlacement(&a.cfg, a.log)
@@ -127,6 +132,7 @@ func resolveCommand(p string) (string, error) {
 
 type agent struct {
 	cfg    Config
+	argv0  string // the workers' argv[0] ("": cfg.Program)
 	log    *slog.Logger
 	host   string
 	stdout *console

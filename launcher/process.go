@@ -43,6 +43,7 @@ type workerSpec struct {
 	// nil, is the process's stdin (one rank alone reads gotrain's).
 	output Output
 	stdin  *os.File
+	argv0  string // "": program
 }
 
 // workerProc is a running worker or standby.
@@ -90,7 +91,7 @@ func startWorker(sup *supervise.Supervisor, spec workerSpec, stdout, stderr *con
 		sink = &rawWorkerSink{workerSink: sink.(*workerSink)}
 	}
 	proc, err := sup.Start(supervise.Spec{Path: spec.program, Args: spec.args, Env: spec.env,
-		Output: sink, ExtraFiles: spec.extra, Stdin: spec.stdin})
+		Output: sink, ExtraFiles: spec.extra, Stdin: spec.stdin, Argv0: spec.argv0})
 	if err != nil {
 		p.out.close(supervise.Exit{Code: -1, Err: err})
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {

@@ -168,7 +168,7 @@ func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event
 	args = append(substituteLocalRank(args[:n:n], act.Slot), args[n:]...)
 	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: args,
 		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble, extra: []*os.File{theirs},
-		output: a.cfg.Output, stdin: a.workerStdin()}
+		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	_ = theirs.Close()
 	if err != nil {

@@ -9,7 +9,8 @@ import (
 // keeps, like gotrain's own (worker/flight).
 const torchTraceEntries = "2000"
 
-// torchDebugEnv returns the settings that make PyTorch workers keep a flight
+// torchDebugEnv returns torchrun's NCCL error handling and the settings
+// that make PyTorch workers keep a flight
 // recorder of their NCCL collectives and dump it when a collective times out:
 // the dump goes to logDir/nccl_trace_rank_N (PyTorch appends the rank), or
 // PyTorch's default (/tmp) without a log dir. Variables the user set in base
@@ -30,6 +31,14 @@ func torchDebugEnv(base []string, logDir string) []string {
 		}
 	}
 	add("TORCH_FR_BUFFER_SIZE", torchTraceEntries)
+	// As torchrun: a failed NCCL collective aborts the communicator and
+	// fails the rank instead of hanging it. PyTorch 2.x reads the TORCH_
+	// name first (the older one, then, without a deprecation warning);
+	// 1.13 only the older one. A user's setting of either name stands.
+	if !set["TORCH_NCCL_ASYNC_ERROR_HANDLING"] && !set["NCCL_ASYNC_ERROR_HANDLING"] {
+		add("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+		add("NCCL_ASYNC_ERROR_HANDLING", "1")
+	}
 	add("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
 	if logDir != "" {
 		if abs, err := filepath.Abs(logDir); err == nil {

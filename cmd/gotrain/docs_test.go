@@ -15,6 +15,7 @@ import (
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/coordinator/replica"
 	"github.com/gotrain/gotrain/internal/gossip"
+	"github.com/gotrain/gotrain/internal/torchrun"
 	"github.com/gotrain/gotrain/launcher"
 )
 
@@ -96,6 +97,11 @@ func gotrainFlags(t *testing.T) (sets []*flag.FlagSet, names map[string]bool) {
 		for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
 			names[m[1]] = true
 		}
+	}
+	// torchrun's flags, which gotrain torchrun takes (or refuses, saying
+	// why) beyond those its --help documents.
+	for _, n := range torchrun.Flags() {
+		names[n] = true
 	}
 	// torchrun's underscore spellings of its dashed flags.
 	for n := range names {

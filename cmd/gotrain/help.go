@@ -35,7 +35,7 @@ const (
 // launchGroups orders gotrain launch's flags.
 var launchGroups = []flagGroup{
 	{groupEssentials, []string{"nproc-per-node", "gpus", "backend", "nnodes", "max-restarts", "restart-backoff", "retry-permanent"}},
-	{groupWorkers, []string{"grace-period", "standby", "standby-preload", "standby-timeout", "ranks-per-gpu", "signals-to-handle", "role"}},
+	{groupWorkers, []string{"grace-period", "standby", "standby-preload", "standby-timeout", "ranks-per-gpu", "signals-to-handle", "role", "store-port"}},
 	{groupCluster, []string{"coordinator", "coordinator-listen", "node-addr", "node-rank", "run-id", "join-timeout", "rendezvous-timeout", "node-timeout", "join-settle", "coordinator-replicas", "gossip-port", "no-gossip"}},
 	{groupSecurity, []string{"ca-hash", "tls-ca", "insecure-skip-ca-check", "job-token-file", "job-token", "tls-cert", "tls-key"}},
 	{groupDiagnosis, []string{"hang-timeout", "on-hang", "metrics-addr"}},

@@ -298,6 +298,7 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs.IntVar(&cfg.RanksPerGPU, "ranks-per-gpu", 1, "with --backend nccl: how many workers may share one GPU (NCCL 2.30's multi-rank-per-GPU, experimental: workers get NCCL_MULTI_RANK_GPU_ENABLE=1, and NCCL_MAX_CTAS=16/N above 2 unless set); --gpus and --nproc-per-node may then be up to GPUs × N, and default to it")
 	fs.StringVar(&cfg.Backend, "backend", "", "data plane: nccl or cpu (default: nccl when the node has GPUs; without GPUs --nproc-per-node N runs on cpu with a warning)")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "also write each rank's output to DIR/RUN_ID/attempt-N/rankN.log: a directory of its own per run (named on stderr), never through a symbolic link; a log dir lost or full mid-job is warned about once and never fails the job")
+	fs.IntVar(&cfg.MasterPort, "store-port", 0, "where rank 0's TCPStore listens when this node has rank 0: the MASTER_PORT workers get (gotrain torchrun gives it for --master-port on one node; default: a free port)")
 	fs.StringVar(&cfg.Role, "role", "", "the workers' ROLE_NAME, as torchrun's --role (default: default)")
 	fs.Func("output", "`MODE` of the workers' console output: prefixed (each line under [rank N], the default) or raw (the bytes as the program wrote them, torchrun's way: gotrain torchrun's default with one rank)", func(s string) error {
 		m, err := launcher.ParseOutputMode(s)

@@ -80,6 +80,9 @@ func (v Vars) Environ() []string {
 		"ROLE_RANK=" + itoa(v.Rank),
 		"ROLE_WORLD_SIZE=" + itoa(v.WorldSize),
 		TorchErrorFile + "=" + v.ErrorFile(),
+		// Rank 0 hosts the TCPStore (torchrun says False for its c10d
+		// rendezvous, True where its agent hosts the store).
+		"TORCHELASTIC_USE_AGENT_STORE=False",
 		// NVLink multicast (NVLS) can take a shared host's GPUs down; gotrain
 		// never enables it.
 		"NCCL_NVLS_ENABLE=0",

@@ -355,6 +355,12 @@ func Map(args []string, m Machine) (Result, error) {
 		switch {
 		case maxN == 1:
 			for _, k := range rdzvKeys {
+				if k == "master-port" && !setEndpoint && hasPort {
+					// torchrun's agent store and MASTER_PORT: rank 0's
+					// TCPStore listens there instead.
+					out = append(out, "--store-port", port)
+					continue
+				}
 				if v, ok := get(k); ok && k != "rdzv-id" {
 					note("--%s %s has no effect on one node: gotrain starts its own coordinator here, and workers see its MASTER_ADDR and MASTER_PORT", k, v)
 				}
@@ -520,7 +526,7 @@ var notSettings = map[string]bool{
 	"nproc-per-node": true, "nnodes": true, "node-rank": true, "coordinator": true,
 	"coordinator-listen": true, "run-id": true, "max-restarts": true, "log-dir": true,
 	"signals-to-handle": true, "backend": true, "standby": true, "job-token": true,
-	"output": true, "redirects": true, "console-ranks": true, "role": true,
+	"output": true, "redirects": true, "console-ranks": true, "role": true, "store-port": true,
 }
 
 // joinerOnly are the settings of a node that joins a coordinator.
@@ -592,6 +598,23 @@ func flagOrder(given []string, getenv func(string) string) []string {
 }
 
 func sortedFlags() []string { return slices.Sorted(maps.Keys(flags)) }
+
+// Flags lists torchrun's flags gotrain torchrun knows, by their dash
+// spelling: those it takes and those it refuses with a reason.
+func Flags() []string {
+	return slices.Sorted(func(yield func(string) bool) {
+		for f := range flags {
+			if !yield(f) {
+				return
+			}
+		}
+		for f := range refused {
+			if !yield(f) {
+				return
+			}
+		}
+	})
+}
 
 // flagName is a's name, as Go's flag package writes it in errors.
 func flagName(a string) string {

@@ -21,6 +21,9 @@ type Spec struct {
 	Path string
 	// Args are the arguments after the program's name (argv[1:]).
 	Args []string
+	// Argv0 is the program's argv[0] as the user gave it ("": Path); a
+	// relative path is also what is exec'd, when Dir is "".
+	Argv0 string
 	// Env is the environment; nil means this process's. Start adds TagEnv.
 	Env []string
 	// Dir is the working directory; "" means this process's.
@@ -170,6 +173,15 @@ func (s *Supervisor) Start(spec Spec) (*Proc, error) {
 		return nil, errors.New("supervise: start: empty Path")
 	}
 	cmd := exec.Command(spec.Path, spec.Args...)
+	if spec.Argv0 != "" {
+		cmd.Args[0] = spec.Argv0
+		if strings.Contains(spec.Argv0, "/") && spec.Dir == "" {
+			// Exec'd by the name given (the same file, from the same
+			// directory): a #! script's interpreter gets the exec'd path as
+			// the script's name ($0), not argv[0].
+			cmd.Path = spec.Argv0
+		}
+	}
 	cmd.Dir = spec.Dir
 	cmd.ExtraFiles = spec.ExtraFiles
 	if spec.Stdin != nil {
