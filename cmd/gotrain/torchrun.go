@@ -58,10 +58,13 @@ must find torch); the choice is printed once.
 Output is torchrun's: one rank's is its bytes as written (gotrain
 torchrun --nproc_per_node=1 eval.py > out.json is the program's JSON), and
 one rank reads gotrain's stdin (breakpoint() works); with several ranks
-each line is prefixed [rank N]. --tee, --redirects and --local-ranks-filter
+each line is prefixed [rank N]. --tee (-t), --redirects (-r) and --local-ranks-filter
 send output to DIR/RUN_ID/attempt-N/rankN.log under --log-dir (a temporary
 directory, named on stderr, when none is given), --redirects and
---local-ranks-filter keep it off the console. --role sets ROLE_NAME.
+--local-ranks-filter keep it off the console. --role sets ROLE_NAME;
+--master_port on one node is rank 0's TCPStore port; ${local_rank} in the
+script's arguments becomes each worker's local rank. --standalone with
+--nnodes 1:N runs this node alone (no node can join a standalone line).
 
 Accepted without effect, with a note each: --rdzv-backend on one node,
 --rdzv-conf, --monitor-interval, --start-method, --local-addr, --run-path,

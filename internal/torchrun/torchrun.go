@@ -100,6 +100,17 @@ var flags = map[string]kind{
 	"local-ranks-filter": valued, "signals-to-handle": valued, "logs-specs": valued,
 }
 
+// shortFlags are torchrun's one-letter spellings (besides -m).
+var shortFlags = map[string]string{"-r": "redirects", "-t": "tee"}
+
+// shortName is a's first two characters when it is a one-dash flag.
+func shortName(a string) string {
+	if len(a) < 2 || a[0] != '-' || a[1] == '-' {
+		return ""
+	}
+	return a[:2]
+}
+
 // refused are torchrun 2.x's flags that gotrain does not take, each with
 // why.
 var refused = map[string]string{
@@ -170,6 +181,17 @@ func Map(args []string, m Machine) (Result, error) {
 		if a == "-m" {
 			set["module"], given = "true", append(given, "module")
 			continue
+		}
+		if long, ok := shortFlags[shortName(a)]; ok {
+			// torchrun's -r/-t: the value after it, =, or joined (-r3).
+			a = "--" + long + "=" + strings.TrimPrefix(a[2:], "=")
+			if len(args[i]) == 2 {
+				if i+1 == len(args) {
+					return Result{}, usage("%s needs a value", args[i])
+				}
+				i++
+				a += args[i]
+			}
 		}
 		if !strings.HasPrefix(a, "--") {
 			if strings.HasPrefix(a, "-") && a != "-" {
@@ -317,8 +339,14 @@ func Map(args []string, m Machine) (Result, error) {
 	standalone := on("standalone")
 	rdzvKeys := []string{"rdzv-endpoint", "master-addr", "master-port", "node-rank", "rdzv-id"}
 	if standalone {
-		if maxN > 1 {
-			return Result{}, usage("--standalone runs one node, but --nnodes is %s", nnodes)
+		switch {
+		case min > 1:
+			return Result{}, usage("--standalone runs one node, but --nnodes is %s: no other node can join a standalone rendezvous", nnodes)
+		case maxN > 1:
+			// torchrun's standalone rendezvous is at localhost:0, where no
+			// other node finds it: the job is this node's alone.
+			note("--nnodes %s has no effect with --standalone: no other node can join, so this node runs the job alone", nnodes)
+			nnodes, maxN = "1", 1
 		}
 		for _, k := range rdzvKeys {
 			if v, ok := get(k); ok && k != "rdzv-id" {
