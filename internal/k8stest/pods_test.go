@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 // jobSet is a JobSet "train" of one replicated job "workers" of n pods
 // (train-workers-0-0 …), its headless Service "train".
 type jobSet struct {
-	t     *testing.T
+	t     testing.TB
 	vc    *vcluster.Cluster
 	dir   string
 	hosts string // the /etc/hosts every pod sees
@@ -65,7 +65,7 @@ func podName(i int) string { return fmt.Sprintf("%s-%s-0-%d", jobSetName, rjob, 
 
 // newJobSet makes the pods' hosts and the Service records; env is every
 // pod's template env (the JobSet's, besides what the controllers add).
-func newJobSet(t *testing.T, n int, env ...string) *jobSet {
+func newJobSet(t testing.TB, n int, env ...string) *jobSet {
 	t.Helper()
 	for _, tool := range []string{"ip", "unshare", "mount"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -125,7 +125,7 @@ func (js *jobSet) start(i int, args ...string) *pod {
 }
 
 // pid1 is the host pid of the pod's PID 1 (unshare's child).
-func (p *pod) pid1(t *testing.T) int {
+func (p *pod) pid1(t testing.TB) int {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p.p.Pid(), p.p.Pid()))
