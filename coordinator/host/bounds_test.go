@@ -20,13 +20,6 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// closedSoon says whether the server closes c within d (reads EOF).
-func closedSoon(c net.Conn, d time.Duration) bool {
-	_ = c.SetReadDeadline(time.Now().Add(d))
-	_, err := io.Copy(io.Discard, c)
-	return err == nil // EOF: closed by the server; a timeout: still open
-}
-
 func dialFrom(t *testing.T, src, addr string) net.Conn {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}

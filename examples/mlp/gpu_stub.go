@@ -9,8 +9,6 @@ import (
 	"github.com/gotrain/gotrain/worker"
 )
 
-const gpuBuilt = false
-
 func newGPUModel(context.Context, worker.Comm, modelConfig) (model, error) {
 	return nil, errors.New("this binary was built without the GPU path: rebuild it with `go build -tags cuda` (make gpu does)")
 }

@@ -132,7 +132,7 @@ func TestStandbyTakesOverKilledRanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf("generation 1, started "); !strings.Contains(string(b), want) ||
+	if want := "generation 1, started "; !strings.Contains(string(b), want) ||
 		!strings.Contains(string(b), fmt.Sprintf("(standby pid %s)\nstandby pid=%s slot=1 ", ready["1"], ready["1"])) ||
 		!strings.Contains(string(b), "RESTART rank=1 generation=1 pid="+ready["1"]) {
 		t.Errorf("rank1.log lacks the standby's generation:\n%s", b)

@@ -545,25 +545,25 @@ func (e *epoch) begin(ctx context.Context, method string, probe time.Duration) *
 // unchanged. trailer is the leader the replica named, "" for none; the
 // hint returned is where to go next. The outcome is recorded as what the
 // replica said (Conn.Replicas).
-func (a *attempt) end(c *Conn, ctx context.Context, err error, trailer string) (error, string) {
+func (a *attempt) end(c *Conn, ctx context.Context, err error, trailer string) (string, error) {
 	cause := context.Cause(a.ctx)
 	a.stop()
 	a.cancel(nil)
 	if ctx.Err() != nil {
-		return err, trailer // the caller's end says nothing about the replica
+		return trailer, err // the caller's end says nothing about the replica
 	}
 	if err == nil {
 		c.record(a.e.addr, nil, "")
-		return nil, ""
+		return "", nil
 	}
 	code := status.Code(err)
 	var moved *movedError
 	switch {
 	case code != codes.Canceled && code != codes.DeadlineExceeded:
 		c.record(a.e.addr, err, trailer)
-		return err, trailer
+		return trailer, err
 	case errors.As(cause, &moved):
-		return status.Errorf(codes.Unavailable, "leaderconn: call to coordinator replica %s canceled: %v", moved.from, moved), moved.to
+		return moved.to, status.Errorf(codes.Unavailable, "leaderconn: call to coordinator replica %s canceled: %v", moved.from, moved)
 	case a.timeout != nil && code == codes.DeadlineExceeded:
 		// The caller's deadline is later, so this is the probe's: gRPC
 		// may see it pass (or the server may) before ctx's timer fires
@@ -571,9 +571,9 @@ func (a *attempt) end(c *Conn, ctx context.Context, err error, trailer string) (
 		err = status.Errorf(codes.Unavailable, "leaderconn: %v", a.timeout)
 		c.record(a.e.addr, err, "")
 		c.redial(a.e.addr)
-		return err, ""
+		return "", err
 	}
-	return err, trailer
+	return trailer, err
 }
 
 // redial drops the connection to addr, whose probe got no answer in time,
@@ -705,7 +705,7 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 			var trailer metadata.MD
 			a := e.begin(ctx, method, probe)
 			err = cc.Invoke(a.ctx, method, args, reply, append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))...)
-			err, hint = a.end(c, ctx, err, c.leaderHint(trailer))
+			hint, err = a.end(c, ctx, err, c.leaderHint(trailer))
 		} else {
 			// A replica that cannot be dialled is as good as down.
 			err = status.Error(codes.Unavailable, err.Error())
@@ -751,7 +751,7 @@ func (s *stream) open() (*epoch, *attempt, grpc.ClientStream, string, error) {
 	a := e.begin(s.ctx, s.method, 0)
 	cs, err := cc.NewStream(a.ctx, s.desc, s.method, s.opts...)
 	if err != nil {
-		err, hint := a.end(s.c, s.ctx, err, "")
+		hint, err := a.end(s.c, s.ctx, err, "")
 		return e, nil, nil, hint, err
 	}
 	// The caller may abandon the stream by canceling its context, without
@@ -790,7 +790,7 @@ func (s *stream) Trailer() metadata.MD     { cs, _ := s.cur(); return cs.Trailer
 
 // failedOn is err, a failure of cs in attempt a, as the caller is to see
 // it, and the hint for where the leader is.
-func (s *stream) failedOn(cs grpc.ClientStream, a *attempt, err error) (error, string) {
+func (s *stream) failedOn(cs grpc.ClientStream, a *attempt, err error) (string, error) {
 	return a.end(s.c, s.ctx, err, s.c.leaderHint(cs.Trailer()))
 }
 
@@ -799,7 +799,7 @@ func (s *stream) Header() (metadata.MD, error) {
 	md, err := cs.Header()
 	if err != nil {
 		var hint string
-		if err, hint = s.failedOn(cs, a, err); status.Code(err) == codes.Unavailable {
+		if hint, err = s.failedOn(cs, a, err); status.Code(err) == codes.Unavailable {
 			s.c.failed(a.e, hint)
 		}
 	}
@@ -830,7 +830,7 @@ func (s *stream) RecvMsg(m any) error {
 	var hint string
 	switch {
 	case err != nil:
-		err, hint = s.failedOn(cs, a, err)
+		hint, err = s.failedOn(cs, a, err)
 	case !s.desc.ServerStreams:
 		a.end(s.c, s.ctx, nil, "") // the one reply has come: the call is over
 	default:
@@ -860,7 +860,7 @@ func (s *stream) RecvMsg(m any) error {
 		if err == nil {
 			s.resend(cs)
 			if err = cs.RecvMsg(m); err != nil {
-				err, hint = s.failedOn(cs, a, err)
+				hint, err = s.failedOn(cs, a, err)
 			} else {
 				s.c.record(a.e.addr, nil, "")
 			}

@@ -411,6 +411,7 @@ func (c *Comm) Close() error {
 		return c.nc.Destroy()
 	})
 	c.abortMu.Lock() // an Abort from another goroutine has finished
+	//lint:ignore SA2001 the lock is only a wait for that Abort
 	c.abortMu.Unlock()
 	c.exec.Stop()
 	if err != nil {
