@@ -7,6 +7,7 @@
 #   make check   go vet, staticcheck (zero findings), the generated code's
 #                freshness and the in-process packages' tests under -race
 #   make test-race  the in-process packages' tests under the race detector
+#   make fuzz    the fuzz targets (torchrun's command line, the Slurm grant), FUZZTIME each
 #   make proto   regenerate proto/ code with the pinned generators
 #   make bench   CPU-backend all-reduce benchmark over loopback
 
@@ -23,7 +24,7 @@ DEMO_ARGS     ?=
 # this a cold build prints ~150 lines of warnings. -O2 -g is cgo's default.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build demo install check test test-race proto proto-check vet staticcheck bench clean
+.PHONY: all build demo install check fuzz test test-race proto proto-check vet staticcheck bench clean
 
 all: build
 
@@ -60,6 +61,12 @@ RACE_PKGS := ./coordinator/... ./launcher/... ./internal/leaderconn ./worker/cpu
 
 test-race:
 	$(GO) test -race -short -count=1 -timeout 15m $(RACE_PKGS)
+
+# Plain `go test` runs the fuzz targets' seeds; this explores further.
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test ./internal/torchrun -run '^$$' -fuzz FuzzMap -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/slurm -run '^$$' -fuzz FuzzGrantDecode -fuzztime $(FUZZTIME)
 
 vet:
 	$(GO) vet ./...

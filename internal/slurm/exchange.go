@@ -75,9 +75,12 @@ func (g Grant) encode() string {
 	return g.Token + " " + g.CAHash
 }
 
+// decodeGrant reads what encode wrote: the token, then the CA's hash after
+// one space if there is one; anything else is not a grant.
 func decodeGrant(s string) (Grant, bool) {
-	tok, ca, _ := strings.Cut(s, " ")
-	return Grant{Token: tok, CAHash: ca}, tok != "" && !strings.Contains(ca, " ")
+	tok, ca, hasCA := strings.Cut(s, " ")
+	ok := tok != "" && !strings.ContainsAny(s, "\n\r") && !strings.Contains(ca, " ") && (!hasCA || ca != "")
+	return Grant{Token: tok, CAHash: ca}, ok
 }
 
 // Serve hands g out on ln to the agents of step (JOB.STEP) whose munge

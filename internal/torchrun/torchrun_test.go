@@ -112,6 +112,7 @@ func TestMapErrors(t *testing.T) {
 		{"--bogus 1 t.py", "flag provided but not defined: -bogus"},
 		{"-x t.py", "not defined: -x"},
 		{"--nproc-per-node", "needs a value"},
+		{"--log-dir --nproc 2 t.py", "--log-dir needs a value"},
 		{"--nproc-per-node zero t.py", "give a positive number"},
 		{"--nproc-per-node 0 t.py", "give a positive number"},
 		{"--nproc-per-node gpu t.py", "no NVIDIA GPUs"},
