@@ -494,27 +494,21 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 // an action causes (a process started, a hand-over failed) are fed at once,
 // before the next action. It returns the machine's Finish, nil until then.
 func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
-	acts, err := a.m.Step(time.Now(), ev)
-	if err != nil {
-		a.log.Error("agent machine", "err", err)
-		return nil
-	}
 	if ex, ok := ev.(agentcore.Exited); ok {
 		// Its exit is decided on: the process is the machine's no more,
 		// once the actions (its report) are carried out.
 		defer a.reg.exited(ex.Proc)
 	}
-	for _, act := range acts {
-		if f, ok := act.(agentcore.Finish); ok {
-			return &f
+	f, err := agentcore.Drive(a.m, time.Now, ev, func(_ int, act agentcore.Action) []agentcore.Event {
+		if _, ok := act.(agentcore.Finish); ok {
+			return nil // the caller ends the agent
 		}
-		for _, next := range a.do(act) {
-			if f := a.feed(next); f != nil {
-				return f
-			}
-		}
+		return a.do(act)
+	})
+	if err != nil {
+		a.log.Error("agent machine", "err", err)
 	}
-	return nil
+	return f
 }
 
 // workerEnv is the environment of a worker or standby process: the base

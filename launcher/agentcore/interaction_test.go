@@ -153,14 +153,13 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 	return b.String()
 }
 
-// step feeds ev and prints the actions, answering spawns as the shell does.
+// step feeds ev through agentcore.Drive, the shell's loop, and prints the
+// actions (those an answer caused indented under it), answering spawns and
+// memory measures as the shell does.
 func (h *harness) step(t *testing.T, d *datadriven.TestData, ev agentcore.Event, b *strings.Builder, indent string) {
-	acts, err := h.m.Step(h.now, ev)
-	if err != nil {
-		d.Fatalf(t, "step: %v", err)
-	}
-	for _, a := range acts {
-		fmt.Fprintf(b, "%s%s\n", indent, a)
+	_, err := agentcore.Drive(h.m, func() time.Time { return h.now }, ev, func(depth int, a agentcore.Action) []agentcore.Event {
+		in := indent + strings.Repeat("  ", depth)
+		fmt.Fprintf(b, "%s%s\n", in, a)
 		var id agentcore.ProcID
 		switch a := a.(type) {
 		case agentcore.MeasureMemory:
@@ -169,23 +168,24 @@ func (h *harness) step(t *testing.T, d *datadriven.TestData, ev agentcore.Event,
 			for range a.Pids {
 				ev.RSS = append(ev.RSS, h.mem.RSS[0])
 			}
-			h.step(t, d, ev, b, indent+"  ")
-			continue
+			return []agentcore.Event{ev}
 		case agentcore.Spawn:
 			id = a.Proc
 		case agentcore.SpawnStandby:
 			id = a.Proc
 		default:
-			continue
+			return nil
 		}
 		if h.failSpawn != "" {
-			fmt.Fprintf(b, "%s  (spawn of p%d failed)\n", indent, id)
+			fmt.Fprintf(b, "%s  (spawn of p%d failed)\n", in, id)
 			err := h.failSpawn
 			h.failSpawn = ""
-			h.step(t, d, agentcore.SpawnFailed{Proc: id, Err: err}, b, indent+"  ")
-			continue
+			return []agentcore.Event{agentcore.SpawnFailed{Proc: id, Err: err}}
 		}
-		h.step(t, d, agentcore.Spawned{Proc: id, Pid: 1000 + int(id)}, b, indent+"  ")
+		return []agentcore.Event{agentcore.Spawned{Proc: id, Pid: 1000 + int(id)}}
+	})
+	if err != nil {
+		d.Fatalf(t, "step: %v", err)
 	}
 }
 
