@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/gotrain/gotrain/worker/comm"
 )
 
 func TestSearchNotFoundListsEveryPlace(t *testing.T) {
@@ -182,25 +180,6 @@ func TestDataTypes(t *testing.T) {
 	}
 	if DataType(12).Size() != 0 || RedOp(5).String() != "RedOp(5)" {
 		t.Error("unknown values should say so")
-	}
-	for _, tc := range []struct {
-		in   comm.DType
-		want DataType
-	}{{comm.Float32, Float32}, {comm.Float64, Float64}, {comm.Int32, Int32}, {comm.Int64, Int64}} {
-		if got, err := FromDType(tc.in); err != nil || got != tc.want {
-			t.Errorf("FromDType(%s) = %s, %v", tc.in, got, err)
-		}
-	}
-	for _, tc := range []struct {
-		in   comm.Op
-		want RedOp
-	}{{comm.Sum, Sum}, {comm.Avg, Avg}, {comm.Max, Max}, {comm.Min, Min}} {
-		if got, err := FromOp(tc.in); err != nil || got != tc.want {
-			t.Errorf("FromOp(%s) = %s, %v", tc.in, got, err)
-		}
-	}
-	if _, err := FromDType(comm.DType(42)); err == nil {
-		t.Error("FromDType(42) should fail")
 	}
 }
 

@@ -3,8 +3,6 @@ package nccl
 import (
 	"errors"
 	"fmt"
-
-	"github.com/gotrain/gotrain/worker/comm"
 )
 
 // Result is an ncclResult_t. It is an error, so that errors.Is(err,
@@ -175,34 +173,4 @@ func (o RedOp) String() string {
 		return redOpNames[o]
 	}
 	return fmt.Sprintf("RedOp(%d)", int32(o))
-}
-
-// FromDType returns the NCCL type of a gotrain element type.
-func FromDType(d comm.DType) (DataType, error) {
-	switch d {
-	case comm.Float32:
-		return Float32, nil
-	case comm.Float64:
-		return Float64, nil
-	case comm.Int32:
-		return Int32, nil
-	case comm.Int64:
-		return Int64, nil
-	}
-	return 0, fmt.Errorf("nccl: no NCCL type for %s", d)
-}
-
-// FromOp returns the NCCL reduction of a gotrain reduction.
-func FromOp(o comm.Op) (RedOp, error) {
-	switch o {
-	case comm.Sum:
-		return Sum, nil
-	case comm.Avg:
-		return Avg, nil
-	case comm.Max:
-		return Max, nil
-	case comm.Min:
-		return Min, nil
-	}
-	return 0, fmt.Errorf("nccl: no NCCL reduction for %s", o)
 }

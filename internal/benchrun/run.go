@@ -390,11 +390,11 @@ func (g *gpuEngine) run(ctx context.Context, sh Shape) (time.Duration, error) {
 	err := g.c.Do(func() error {
 		nc, st := g.c.NCCL(), g.c.Stream()
 		s, send, recv := uintptr(st), uintptr(g.send), uintptr(g.recv)
-		dt, err := nccl.FromDType(g.s.dtype())
+		dt, err := ncclcomm.NCCLType(g.s.dtype())
 		if err != nil {
 			return err
 		}
-		op, err := nccl.FromOp(g.s.redOp())
+		op, err := ncclcomm.NCCLOp(g.s.redOp())
 		if err != nil {
 			return err
 		}

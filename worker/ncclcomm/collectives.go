@@ -130,7 +130,7 @@ func (c *Comm) broadcast(buf comm.Buffer, root int) (launchFn, error) {
 	if root < 0 || root >= c.size {
 		return nil, fmt.Errorf("root %d is out of range for %d ranks", root, c.size)
 	}
-	dt, err := nccl.FromDType(buf.DType())
+	dt, err := NCCLType(buf.DType())
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +142,7 @@ func (c *Comm) allGather(send, recv comm.Buffer) (launchFn, error) {
 	if err := comm.CheckShapes("AllGather", send, recv, c.size); err != nil {
 		return nil, err
 	}
-	dt, err := nccl.FromDType(send.DType())
+	dt, err := NCCLType(send.DType())
 	if err != nil {
 		return nil, err
 	}
@@ -166,11 +166,11 @@ func (c *Comm) reduceScatter(send, recv comm.Buffer, op comm.Op) (launchFn, erro
 }
 
 func ncclTypes(d comm.DType, o comm.Op) (nccl.DataType, nccl.RedOp, error) {
-	dt, err := nccl.FromDType(d)
+	dt, err := NCCLType(d)
 	if err != nil {
 		return 0, 0, err
 	}
-	rop, err := nccl.FromOp(o)
+	rop, err := NCCLOp(o)
 	return dt, rop, err
 }
 
