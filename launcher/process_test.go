@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gotrain/gotrain/internal/testkit"
 	"github.com/gotrain/gotrain/launcher/supervise"
@@ -17,24 +16,9 @@ import (
 // stderr lines are kept for the failure report. (Process supervision
 // itself is launcher/supervise's, tested there.)
 func TestWorkerOutputIsTheRanks(t *testing.T) {
-	sup, err := supervise.New(supervise.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, stderr := &testkit.Buffer{}, &testkit.Buffer{}
 	dir := t.TempDir()
-	p, err := startWorker(sup, workerSpec{rank: 3, generation: 2, program: "/bin/sh", logDir: dir,
-		args: []string{"-c", "echo last words; echo on stderr >&2; printf partial >&2; exit 3"}, env: os.Environ()},
-		&console{w: stdout}, &console{w: stderr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done():
-	case <-time.After(time.Minute):
-		p.signal(9)
-		t.Fatal("the worker did not end")
-	}
+	p, stdout, stderr := runWorker(t, workerSpec{rank: 3, generation: 2, logDir: dir},
+		"echo last words; echo on stderr >&2; printf partial >&2; exit 3")
 	if p.exit().ExitCode() != 3 {
 		t.Errorf("exit %v, want status 3", p.exit())
 	}
