@@ -16,7 +16,6 @@ import (
 	"github.com/gotrain/gotrain/worker/ncclcomm"
 )
 
-
 // gpuModel is the network on one GPU: cuBLAS GEMMs and the example's
 // kernels on a compute stream, in the device's primary context, driven from
 // one locked OS thread (the goroutine that called newGPUModel). Gradients are
