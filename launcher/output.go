@@ -127,8 +127,7 @@ type Output struct {
 }
 
 // shows says whether local rank's stream is printed on the console. A
-// standby (local -1 here is never asked: it prints under its slot) is
-// filtered as its slot's rank.
+// standby is filtered as the local rank of its slot.
 func (o Output) shows(local int, stream supervise.Stream) bool {
 	if o.ConsoleRanks != nil && !slices.Contains(o.ConsoleRanks, local) {
 		return false
