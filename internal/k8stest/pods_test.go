@@ -2,7 +2,9 @@
 // with no Kubernetes control plane: each pod is a network namespace
 // (internal/vcluster) with its own UTS, mount and PID namespaces, its
 // hostname, the variables the Job and JobSet controllers set, and an
-// /etc/hosts that stands for the headless Service's DNS records. The
+// /etc/hosts that stands for the headless Service's DNS records
+// (internal/podsim). The same pods on a real API server, Job controller
+// and a test kubelet: the e2e module below (`make e2e-kubernetes`). The
 // container's entrypoint, gotrain, is PID 1 of its pod. A pod's deletion
 // is SIGTERM to that PID 1 (then SIGKILL after the grace period), a lost
 // node SIGKILL of the whole pod.
@@ -23,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/podsim"
 	"github.com/gotrain/gotrain/internal/testbin"
 	"github.com/gotrain/gotrain/internal/vcluster"
 )
@@ -114,31 +117,19 @@ func (js *jobSet) start(i int, args ...string) *pod {
 		"GOTRAIN_RESTART_ATTEMPT=0",               // downward API of jobset.sigs.k8s.io/restart-attempt
 		"GOTRAIN_SLURM=off",
 	}, js.env...)
-	// unshare: PID namespace (the command is its PID 1; --kill-child ends
-	// the pod with unshare) and mount namespace, where /etc/hosts is the
-	// Service's.
-	argv := append([]string{"unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c",
-		`mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"`, js.hosts, name}, args...)
-	p := &pod{name: name, h: js.vc.Hosts[i], p: js.vc.Hosts[i].StartEnv(env, argv...)}
+	p := &pod{name: name, h: js.vc.Hosts[i], p: podsim.Start(js.vc.Hosts[i], podsim.Pod{Hostname: name, HostsFile: js.hosts, Env: env, Argv: args})}
 	js.pods[i] = p
 	return p
 }
 
-// pid1 is the host pid of the pod's PID 1 (unshare's child).
+// pid1 is the host pid of the pod's PID 1.
 func (p *pod) pid1(t testing.TB) int {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p.p.Pid(), p.p.Pid()))
-		if err != nil {
-			t.Fatalf("pod %s: %v", p.name, err)
-		}
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			pid, _ := strconv.Atoi(f[0])
-			return pid
-		}
+	pid, err := podsim.PID1(p.p, time.Minute)
+	if err != nil {
+		t.Fatalf("pod %s: %v", p.name, err)
 	}
-	t.Fatalf("pod %s: no PID 1 within a minute", p.name)
-	return 0
+	return pid
 }
 
 // procs are the host pids of the pod's processes that run program (their
