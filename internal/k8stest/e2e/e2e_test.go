@@ -281,6 +281,9 @@ func TestPodDeletedReplacementRejoins(t *testing.T) {
 	t.Logf("pod %s deleted at 0: it ended (status Failed, 143) at %s; replacement %s (%s) created at ~%s, started at %s; the world is 3 again at %s",
 		gone.name, goneAt.Sub(t0).Round(10*time.Millisecond), repl.name, repl.host.IP, created.Sub(t0).Round(time.Second),
 		repl.started.Sub(t0).Round(10*time.Millisecond), time.Since(t0).Round(10*time.Millisecond))
+	if testing.Verbose() {
+		t.Logf("the replacement's output:\n%s", repl.output())
+	}
 
 	// Deleting the Job: the garbage collector deletes its pods, the
 	// kubelet sends SIGTERM, gotrain stops its worker (10 s grace period,

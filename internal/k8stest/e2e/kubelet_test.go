@@ -30,7 +30,8 @@ import (
 // (internal/podsim: the host's address is the pod IP, gotrain is PID 1 of
 // the pod), with the container's env resolved as the real kubelet does
 // (values, the downward API's fieldRef, secretKeyRef), Secret volumes
-// mounted, and /etc/hosts standing for the headless Service's DNS records
+// mounted, and an /etc/hosts per pod that holds its own name (as the
+// kubelet writes it) and stands for the headless Service's DNS records
 // (hostname.subdomain of every running pod, rewritten as pods come and
 // go). It writes each pod's status back (Running with its IP; Succeeded or
 // Failed with the container's exit code), and a deletion is SIGTERM to the
@@ -45,7 +46,7 @@ type kubelet struct {
 	ns, node string
 	selector string // label selector of the pods this kubelet runs
 	dir      string
-	hosts    string // the hosts file every pod sees
+	ctx      context.Context // ended when the test does
 
 	mu   sync.Mutex
 	free []*vcluster.Host
@@ -58,6 +59,7 @@ type kubelet struct {
 type podRun struct {
 	name, hostname, subdomain string
 	index                     string // the Job completion index
+	hostsFile                 string // its /etc/hosts
 	host                      *vcluster.Host
 	proc                      *vcluster.Proc
 	started                   time.Time
@@ -78,12 +80,9 @@ func newKubelet(t testing.TB, client kubernetes.Interface, ns, selector string, 
 	t.Helper()
 	k := &kubelet{t: t, client: client, ns: ns, node: "e2e-node", selector: selector, dir: t.TempDir(),
 		pods: map[types.UID]*podRun{}}
-	k.hosts = filepath.Join(k.dir, "hosts")
 	k.free = vcluster.New(t, slots, vcluster.Options{}).Hosts
-	if err := k.writeHosts(); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
+	k.ctx = ctx
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -110,6 +109,9 @@ func newKubelet(t testing.TB, client kubernetes.Interface, ns, selector string, 
 }
 
 func (k *kubelet) errorf(format string, args ...any) {
+	if k.ctx.Err() != nil { // stopping: requests in flight are cancelled
+		return
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.errs = append(k.errs, fmt.Sprintf(format, args...))
@@ -277,13 +279,13 @@ func (k *kubelet) admit(ctx context.Context, pod *corev1.Pod) error {
 	k.t.Cleanup(func() { os.RemoveAll(tmp) })
 	env = append([]string{"TMPDIR=" + tmp, "GOTRAIN_SLURM=off"}, env...)
 	run := &podRun{name: pod.Name, hostname: hostname, subdomain: pod.Spec.Subdomain, host: host, started: time.Now(),
-		index: pod.Labels["batch.kubernetes.io/job-completion-index"]}
+		index: pod.Labels["batch.kubernetes.io/job-completion-index"], hostsFile: filepath.Join(k.dir, pod.Name+".hosts")}
 	// As the kubelet writes a pod's own name into its /etc/hosts before
 	// the container starts.
 	if err := k.writeHosts(run); err != nil {
 		return err
 	}
-	run.proc = podsim.Start(host, podsim.Pod{Hostname: hostname, HostsFile: k.hosts, Mounts: mounts, Env: env,
+	run.proc = podsim.Start(host, podsim.Pod{Hostname: hostname, HostsFile: run.hostsFile, Mounts: mounts, Env: env,
 		Argv: append(slices.Clone(c.Command), c.Args...)})
 	k.mu.Lock()
 	k.pods[pod.UID] = run
@@ -441,30 +443,45 @@ func (k *kubelet) volumes(ctx context.Context, pod *corev1.Pod, c corev1.Contain
 	return mounts, nil
 }
 
-// writeHosts rewrites the hosts file in place (the pods' bind mounts keep
-// seeing the same file) with a record for every running pod that has a
-// hostname and subdomain, as the headless Service's DNS would answer, and
-// for starting, the pod about to start.
+// writeHosts writes every running pod's hosts file (and starting's, the
+// pod about to start) with a record for each running pod that has a
+// hostname and subdomain, as the headless Service's DNS would answer. A
+// pod's file is bind-mounted, so it is rewritten in place: the new text
+// over the old, then cut to its length, never an empty file that a reader
+// could catch (as truncating first would give).
 func (k *kubelet) writeHosts(starting ...*podRun) error {
 	var b strings.Builder
 	b.WriteString("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
 	k.mu.Lock()
+	var files []string
 	for _, run := range append(slices.Clone(k.all), starting...) {
-		if !run.released && run.subdomain != "" && !run.reported {
+		if run.released || run.reported {
+			continue
+		}
+		files = append(files, run.hostsFile)
+		if run.subdomain != "" {
 			fqdn := fmt.Sprintf("%s.%s.%s.svc.cluster.local", run.hostname, run.subdomain, k.ns)
-			fmt.Fprintf(&b, "%s\t%s\t%s.%s\t%s\n", run.host.IP, fqdn, run.hostname, run.subdomain, run.hostname)
+			fmt.Fprintf(&b, "%s\t%s\t%s.%s\n", run.host.IP, fqdn, run.hostname, run.subdomain)
 		}
 	}
 	k.mu.Unlock()
-	f, err := os.OpenFile(k.hosts, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
+	for _, name := range files {
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE, 0o644)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteAt([]byte(b.String()), 0)
+		if err == nil {
+			err = f.Truncate(int64(b.Len()))
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if _, err := f.WriteString(b.String()); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return nil
 }
 
 // runs are the pods of completion index idx this kubelet started, oldest
