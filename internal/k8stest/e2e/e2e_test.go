@@ -37,6 +37,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 )
 
@@ -95,36 +96,27 @@ func newJob(t *testing.T, name string, n int32, env map[string]string, argv ...s
 	_, _ = rand.Read(b)
 	j := &job{t: t, name: name, tok: hex.EncodeToString(b)}
 	j.k = newKubelet(t, cp.client, "default", "batch.kubernetes.io/job-name="+name, int(n)+1)
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.ServiceSpec{
-		ClusterIP: corev1.ClusterIPNone, PublishNotReadyAddresses: true,
-		Selector: map[string]string{"batch.kubernetes.io/job-name": name}}}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-token"}, Data: map[string][]byte{"token": []byte(j.tok)}}
-	var vars []corev1.EnvVar
-	for k, v := range env {
-		vars = append(vars, corev1.EnvVar{Name: k, Value: v})
+	svc, jb := exampleManifests(t)
+	// The example's objects, renamed for this test, with the test's
+	// command and env.
+	svc.Name, svc.Spec.Selector = name, map[string]string{"batch.kubernetes.io/job-name": name}
+	jb.Name = name
+	spec := &jb.Spec
+	spec.Completions, spec.Parallelism = &n, &n
+	pod := &spec.Template.Spec
+	pod.Subdomain = name
+	// No API token in the pods (gotrain needs none; this kubelet mounts
+	// Secret volumes only).
+	pod.AutomountServiceAccountToken = ptr.To(false)
+	if len(pod.Containers) != 1 || len(pod.Volumes) != 1 || pod.Volumes[0].Secret == nil {
+		t.Fatalf("%s: want one container and one Secret volume (the token's)", exampleJob)
 	}
-	spec := batchv1.JobSpec{
-		CompletionMode: ptr.To(batchv1.IndexedCompletion), Completions: &n, Parallelism: &n,
-		BackoffLimit: ptr.To(int32(0)),
-		// The exit-code contract (README, "Under Kubernetes"): a usage
-		// error fails the job; a stop by SIGTERM (a deleted or preempted
-		// pod) is not the program's failure.
-		PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
-			{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-				Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{2}}},
-			{Action: batchv1.PodFailurePolicyActionIgnore, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-				Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{130, 143}}},
-		}},
-		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			Subdomain: name, RestartPolicy: corev1.RestartPolicyNever,
-			// No API token in the pods (gotrain needs none; this kubelet
-			// mounts Secret volumes only).
-			AutomountServiceAccountToken: ptr.To(false),
-			Containers: []corev1.Container{{Name: "trainer", Image: "gotrain-e2e", Command: argv, Env: vars,
-				VolumeMounts: []corev1.VolumeMount{{Name: "gotrain-token", MountPath: "/var/run/secrets/gotrain", ReadOnly: true}}}},
-			Volumes: []corev1.Volume{{Name: "gotrain-token", VolumeSource: corev1.VolumeSource{
-				Secret: &corev1.SecretVolumeSource{SecretName: name + "-token", DefaultMode: ptr.To(int32(0o400))}}}},
-		}},
+	pod.Volumes[0].Secret.SecretName = secret.Name
+	c := &pod.Containers[0]
+	c.Command, c.Args, c.Env = argv, nil, nil
+	for k, v := range env {
+		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
 	}
 	if _, err := cp.client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -132,7 +124,7 @@ func newJob(t *testing.T, name string, n int32, env map[string]string, argv ...s
 	if _, err := cp.client.CoreV1().Secrets("default").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cp.client.BatchV1().Jobs("default").Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+	if _, err := cp.client.BatchV1().Jobs("default").Create(ctx, jb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -142,6 +134,38 @@ func newJob(t *testing.T, name string, n int32, env map[string]string, argv ...s
 		_ = cp.client.CoreV1().Secrets("default").Delete(ctx, name+"-token", metav1.DeleteOptions{})
 	})
 	return j
+}
+
+// exampleJob holds the manifests the tests run: what a user copies.
+const exampleJob = "../../../examples/kubernetes/indexed-job.yaml"
+
+// exampleManifests decodes exampleJob's Service and Job.
+func exampleManifests(t *testing.T) (*corev1.Service, *batchv1.Job) {
+	t.Helper()
+	b, err := os.ReadFile(exampleJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var svc *corev1.Service
+	var jb *batchv1.Job
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", exampleJob, err)
+		}
+		switch o := obj.(type) {
+		case *corev1.Service:
+			svc = o
+		case *batchv1.Job:
+			jb = o
+		default:
+			t.Fatalf("%s: unexpected %T", exampleJob, obj)
+		}
+	}
+	if svc == nil || jb == nil {
+		t.Fatalf("%s: want a Service and a Job", exampleJob)
+	}
+	return svc, jb
 }
 
 // waitCondition waits until the Job has condition typ (Complete, Failed)
