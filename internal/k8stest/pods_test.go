@@ -132,18 +132,8 @@ func (p *pod) pid1(t testing.TB) int {
 	return pid
 }
 
-// procs are the host pids of the pod's processes that run program (their
-// argv[0]; the agent's argv names it too).
-func (p *pod) procs(program string) []int {
-	var out []int
-	for _, pid := range p.h.Pids() {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if argv0, _, _ := strings.Cut(string(b), "\x00"); argv0 == program {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+// procs are the host pids of the pod's processes that run program.
+func (p *pod) procs(program string) []int { return podsim.Procs(p.h, program) }
 
 func (js *jobSet) out() string {
 	var b strings.Builder

@@ -95,3 +95,16 @@ func PID1(p *vcluster.Proc, d time.Duration) (int, error) {
 		}
 	}
 }
+
+// Procs are the host pids of the processes on h whose argv[0] is program
+// (a pod's workers, say: the agent's argv names program too, later).
+func Procs(h *vcluster.Host, program string) []int {
+	var out []int
+	for _, pid := range h.Pids() {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if argv0, _, _ := strings.Cut(string(b), "\x00"); argv0 == program {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

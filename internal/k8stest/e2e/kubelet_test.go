@@ -535,16 +535,7 @@ func (k *kubelet) waitOutput(run *podRun, re *regexp.Regexp, d time.Duration) {
 }
 
 // procs are the host pids of the pod's processes whose argv[0] is program.
-func (run *podRun) procs(program string) []int {
-	var out []int
-	for _, pid := range run.host.Pids() {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if argv0, _, _ := strings.Cut(string(b), "\x00"); argv0 == program {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+func (run *podRun) procs(program string) []int { return podsim.Procs(run.host, program) }
 
 // waitEnded waits up to d for run's final status and returns its exit code
 // and whether it was SIGKILLed.
