@@ -58,7 +58,7 @@ Examples:
 
 // coordinatorFlags are gotrain coordinator's flags: the job-wide ones that
 // gotrain launch has too (host.RegisterJobFlags), and where it listens.
-func coordinatorFlags(cfg *host.Config) *flag.FlagSet {
+func coordinatorFlags(cfg *host.Config, logFormat *string) *flag.FlagSet {
 	fs := newFlagSet("coordinator", coordinatorUsage)
 	setGroupedUsage(fs, coordinatorUsage, coordinatorGroups, "") // help.go
 	*cfg = host.DefaultConfig()
@@ -76,13 +76,15 @@ func coordinatorFlags(cfg *host.Config) *flag.FlagSet {
 		}
 		return nil
 	})
+	fs.Var(logFormatFlag{logFormat}, "log-format", "how the log lines look: people (one \"gotrain: …\" line each), logfmt (time=… level=… msg=… key=value; the default, for tools), json (one object per line, for log collectors)")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", cfg.GossipPort, "with --nnodes > 1: gossip (memberlist, UDP+TCP) port agents join to report dead nodes in seconds (default: the --listen port + 1; 0: any free port)")
 	return fs
 }
 
 func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	var cfg host.Config
-	fs := coordinatorFlags(&cfg)
+	var logFormat string
+	fs := coordinatorFlags(&cfg, &logFormat)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -129,7 +131,7 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 		return &usageError{msg: "--peers without a job token", hint: "Every replica needs the same token: set " + jobenv.JobToken + " (or --" + FlagJobTokenFile + ") to the same secret on each, e.g. from `head -c 32 /dev/urandom | base64`."}
 	}
 	cfg.AdvertiseAddr = launcher.OutboundAddress
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg.Logger = newLogger(os.Stderr, logFormat, logLogfmt, slog.LevelInfo)
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

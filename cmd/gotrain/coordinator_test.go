@@ -19,7 +19,7 @@ func TestJobFlagsAgree(t *testing.T) {
 	var lcfg launcher.Config
 	launch := launchFlags(&lcfg, new(launchOpts))
 	var ccfg host.Config
-	coord := coordinatorFlags(&ccfg)
+	coord := coordinatorFlags(&ccfg, new(string))
 
 	jobFlags := flag.NewFlagSet("job", flag.ContinueOnError)
 	host.RegisterJobFlags(jobFlags, new(host.JobSettings), "tok-from-env")

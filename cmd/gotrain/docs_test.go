@@ -82,7 +82,7 @@ var foreignFlags = map[string]string{
 func gotrainFlags(t *testing.T) (sets []*flag.FlagSet, names map[string]bool) {
 	t.Helper()
 	var hc host.Config
-	sets = []*flag.FlagSet{launchFlags(new(launcher.Config), new(launchOpts)), coordinatorFlags(&hc), torchrunFlags()}
+	sets = []*flag.FlagSet{launchFlags(new(launcher.Config), new(launchOpts)), coordinatorFlags(&hc, new(string)), torchrunFlags()}
 	names = map[string]bool{}
 	for _, fs := range sets {
 		fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })

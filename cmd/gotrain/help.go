@@ -40,7 +40,7 @@ var launchGroups = []flagGroup{
 	{groupSecurity, []string{"ca-hash", "tls-ca", "insecure-skip-ca-check", "job-token-file", "job-token", "tls-cert", "tls-key"}},
 	{groupDiagnosis, []string{"hang-timeout", "on-hang", "metrics-addr"}},
 	{groupSnapshots, []string{"snapshot-memory"}},
-	{groupOutput, []string{"log-dir", "output", "redirects", "console-ranks", "verbose"}},
+	{groupOutput, []string{"log-dir", "output", "redirects", "console-ranks", "verbose", "log-format"}},
 }
 
 // coordinatorGroups orders gotrain coordinator's flags.
@@ -49,6 +49,7 @@ var coordinatorGroups = []flagGroup{
 	{groupCluster, []string{"peers", "run-id", "rendezvous-timeout", "node-timeout", "join-settle", "coordinator-replicas", "gossip-port", "no-gossip"}},
 	{groupSecurity, []string{"job-token-file", "job-token", "tls-cert", "tls-key"}},
 	{groupDiagnosis, []string{"hang-timeout", "on-hang", "metrics-addr"}},
+	{groupOutput, []string{"log-format"}},
 }
 
 // torchrunGroups orders the flags gotrain torchrun documents.

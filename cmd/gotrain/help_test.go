@@ -60,7 +60,7 @@ func TestHelpGroupsCoverFlags(t *testing.T) {
 		groups []flagGroup
 	}{
 		{launchFlags(new(launcher.Config), new(launchOpts)), launchGroups},
-		{coordinatorFlags(&hc), coordinatorGroups},
+		{coordinatorFlags(&hc, new(string)), coordinatorGroups},
 		{torchrunFlags(), torchrunGroups},
 	} {
 		seen := map[string]bool{}

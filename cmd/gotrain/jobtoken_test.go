@@ -73,7 +73,7 @@ func TestJobTokenFile(t *testing.T) {
 // gotrain coordinator takes --job-token-file too.
 func TestCoordinatorJobTokenFile(t *testing.T) {
 	var cfg host.Config
-	fs := coordinatorFlags(&cfg)
+	fs := coordinatorFlags(&cfg, new(string))
 	if err := fs.Parse([]string{"--job-token-file", tokenFile(t, "c0ord", 0o400)}); err != nil {
 		t.Fatal(err)
 	}

@@ -246,7 +246,11 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 		level = slog.LevelInfo
 	}
 	cfg.Stdin = os.Stdin // one rank alone reads it (torchrun's behaviour)
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("host", hostnameOr("?"))
+	logDefault := logPeople
+	if opts.verbose {
+		logDefault = logLogfmt
+	}
+	cfg.Logger = newLogger(os.Stderr, opts.logFormat, logDefault, level).With("host", hostnameOr("?"))
 	cfg.Env = os.Environ()
 	torchEnv, warning := jobenv.TorchrunDefaults(os.Getenv, cfg.NprocPerNode, cfg.MaxRestarts) // what torchrun sets too
 	// torchrun's banner, when gotrain set the variable, is for Python programs only.
@@ -282,6 +286,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 // launchOpts are gotrain launch's flags that are not the agent's Config.
 type launchOpts struct {
 	verbose   bool
+	logFormat string // --log-format; "" follows --verbose (logformat.go)
 	nprocWord string // --nproc-per-node auto, gpu or cpu (nproc.go)
 	signals   string // --signals-to-handle
 }
@@ -343,6 +348,7 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
 	fs.BoolVar(&cfg.RetryPermanent, "retry-permanent", false, "restart after a failure that can only repeat too: the program cannot be executed (not found, exec format error, permission denied), or a Python ImportError, ModuleNotFoundError or SyntaxError before any progress; without it such a failure ends the job at once, and says so")
 	fs.BoolVar(&opts.verbose, "verbose", false, "log the agent's own steps to stderr")
+	fs.Var(logFormatFlag{&opts.logFormat}, "log-format", "how the log lines look: people (one \"gotrain: …\" line each; the default), logfmt (time=… level=… msg=… key=value; the default with --verbose, for tools), json (one object per line, for log collectors)")
 	fs.StringVar(&opts.signals, "signals-to-handle", slurm.DefaultSignals, "signals the agent passes on to every worker, of SIGUSR1,SIGUSR2,SIGHUP,SIGQUIT (\"none\": none; the others are dropped). SIGINT and SIGTERM always stop the workers. Under Slurm, Slurm itself delivers these signals to every worker")
 	trustFlags(fs, &cfg.Trust) // tlsflags.go
 	serverTLSFlags(fs, &cfg.TLSCert, &cfg.TLSKey)

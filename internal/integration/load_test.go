@@ -226,7 +226,7 @@ const idleConns = 5000
 
 // crowdRefused is the coordinator's warning when it evicts connections of
 // the outsiders (127.0.0.2-7) at its per-address bound.
-var crowdRefused = regexp.MustCompile(`connections closed: over the coordinator's gRPC port's connection bounds" .*last_source=127\.0\.0\.[2-7] .*closed=map\[evicted:`)
+var crowdRefused = regexp.MustCompile(`connections closed: over the coordinator's gRPC port's connection bounds[":] .*last_source=127\.0\.0\.[2-7] .*closed=map\[evicted:`)
 
 type idleResult struct {
 	dialed, dialFailed       int
