@@ -115,153 +115,202 @@ func FromEnv(getenv func(string) string, hostname, hosts string) (*Pod, error) {
 	if getenv(EnvServiceHost) == "" {
 		return nil, nil
 	}
-	p := &Pod{Hostname: hostname, Subdomain: Subdomain(hosts, hostname), NodeRank: -1}
-	podsRank := getenv(EnvMasterAddr) != "" && getenv(EnvWorldSize) != "" && getenv(EnvRank) != "" && getenv("LOCAL_RANK") == ""
-	switch {
-	case getenv(EnvPETMasterAddr) != "" && getenv(EnvPETNNodes) != "":
-		p.Workload = TrainJob
-	case getenv(EnvLWSLeaderAddress) != "" || getenv(EnvLWSWorkerIndex) != "":
-		p.Workload = LWS
-	case getenv(EnvVCTaskIndex) != "" || getenv(EnvVKTaskIndex) != "":
-		p.Workload = Volcano
-	case getenv(EnvPETRdzvEndpoint) != "" || podsRank && getenv(EnvCompletionIndex) == "":
-		p.Workload = PyTorchJob
-	case getenv(EnvCompletionIndex) != "":
-		p.Workload = IndexedJob
-		if _, _, _, ok := jobSetHost(hostname, p.Subdomain); ok {
-			p.Workload = JobSet
-		}
-	case getenv(EnvPETNodeRank) != "" || getenv(EnvPETNNodes) != "":
-		p.Workload = TrainJob // PET_* by hand: torchrun's own variables
-	default:
+	r := &podReader{getenv: getenv, p: &Pod{Hostname: hostname, Subdomain: Subdomain(hosts, hostname), NodeRank: -1}}
+	r.podsRank = getenv(EnvMasterAddr) != "" && getenv(EnvWorldSize) != "" && getenv(EnvRank) != "" && getenv("LOCAL_RANK") == ""
+	if r.p.Workload = r.workload(); r.p.Workload == "" {
 		return nil, nil
 	}
-	var err error
-	num := func(name string) int {
-		if err != nil {
-			return -1
-		}
-		v, e := strconv.Atoi(getenv(name))
-		if e != nil || v < 0 {
-			err = fmt.Errorf("%w: %s=%q is not a number of 0 or more", ErrPod, name, getenv(name))
-			return -1
-		}
-		return v
+	r.nodeRank()
+	r.nodeCount()
+	r.coordinator()
+	if r.err != nil {
+		return nil, r.err
 	}
+	r.p.Nproc = getenv(EnvPETNprocPerNode)
+	r.roles()
+	return r.p, nil
+}
 
-	// Node rank: the first source present wins; in a Volcano pod with the
-	// pytorch plugin RANK counts the job's pods, where VC_TASK_INDEX
-	// counts only its task's (master 0 and worker 0 would collide).
-	volcanoPyTorch := p.Workload == Volcano && podsRank
+// podReader reads one pod's variables into p, section by section (the
+// first source present wins in each); err is the first inconsistency.
+type podReader struct {
+	getenv func(string) string
+	p      *Pod
+	err    error
+	// podsRank: MASTER_ADDR, WORLD_SIZE and RANK count pods (PyTorchJob
+	// v1, Volcano's pytorch plugin), not processes (no LOCAL_RANK).
+	podsRank bool
+}
+
+func (r *podReader) workload() Workload {
+	env := r.getenv
 	switch {
-	case getenv(EnvPETNodeRank) != "":
+	case env(EnvPETMasterAddr) != "" && env(EnvPETNNodes) != "":
+		return TrainJob
+	case env(EnvLWSLeaderAddress) != "" || env(EnvLWSWorkerIndex) != "":
+		return LWS
+	case env(EnvVCTaskIndex) != "" || env(EnvVKTaskIndex) != "":
+		return Volcano
+	case env(EnvPETRdzvEndpoint) != "" || r.podsRank && env(EnvCompletionIndex) == "":
+		return PyTorchJob
+	case env(EnvCompletionIndex) != "":
+		if _, _, _, ok := jobSetHost(r.p.Hostname, r.p.Subdomain); ok {
+			return JobSet
+		}
+		return IndexedJob
+	case env(EnvPETNodeRank) != "" || env(EnvPETNNodes) != "":
+		return TrainJob // PET_* by hand: torchrun's own variables
+	}
+	return ""
+}
+
+// num is variable name as a number of 0 or more; -1 (and r.err) if not.
+func (r *podReader) num(name string) int {
+	if r.err != nil {
+		return -1
+	}
+	v, e := strconv.Atoi(r.getenv(name))
+	if e != nil || v < 0 {
+		r.err = fmt.Errorf("%w: %s=%q is not a number of 0 or more", ErrPod, name, r.getenv(name))
+		return -1
+	}
+	return v
+}
+
+// volcanoPyTorch: in a Volcano pod with the pytorch plugin RANK counts the
+// job's pods, where VC_TASK_INDEX counts only its task's (master 0 and
+// worker 0 would collide).
+func (r *podReader) volcanoPyTorch() bool { return r.p.Workload == Volcano && r.podsRank }
+
+func (r *podReader) nodeRank() {
+	p, env := r.p, r.getenv
+	switch {
+	case env(EnvPETNodeRank) != "":
 		p.RankFrom = EnvPETNodeRank
-	case getenv(EnvCompletionIndex) != "":
+	case env(EnvCompletionIndex) != "":
 		p.RankFrom = EnvCompletionIndex
-	case getenv(EnvLWSWorkerIndex) != "":
+	case env(EnvLWSWorkerIndex) != "":
 		p.RankFrom = EnvLWSWorkerIndex
-	case volcanoPyTorch:
+	case r.volcanoPyTorch():
 		p.RankFrom = EnvRank
-	case getenv(EnvVCTaskIndex) != "":
+	case env(EnvVCTaskIndex) != "":
 		p.RankFrom = EnvVCTaskIndex
-	case getenv(EnvVKTaskIndex) != "":
+	case env(EnvVKTaskIndex) != "":
 		p.RankFrom = EnvVKTaskIndex
-	case podsRank:
+	case r.podsRank:
 		p.RankFrom = EnvRank
 	}
 	if p.RankFrom != "" {
-		p.NodeRank = num(p.RankFrom)
+		p.NodeRank = r.num(p.RankFrom)
 	}
 	if p.Workload == JobSet && p.RankFrom == EnvCompletionIndex {
 		// The completion index counts the pods of one child Job: only the
 		// first Job's are the job's node order.
-		if _, job, _, _ := jobSetHost(hostname, p.Subdomain); job > 0 {
+		if _, job, _, _ := jobSetHost(p.Hostname, p.Subdomain); job > 0 {
 			p.NodeRank, p.RankFrom = -1, ""
 		}
 	}
+}
 
-	// Node count.
+func (r *podReader) nodeCount() {
+	p, env := r.p, r.getenv
+	task := volcanoTaskNum(p.Hostname, p.Subdomain)
 	switch {
-	case getenv(EnvPETNNodes) != "":
+	case env(EnvPETNNodes) != "":
 		p.NodesFrom = EnvPETNNodes
-		min, max, e := host.ParseNNodes(getenv(EnvPETNNodes))
-		if e != nil && err == nil {
-			err = fmt.Errorf("%w: %s=%q: %w", ErrPod, EnvPETNNodes, getenv(EnvPETNNodes), e)
+		min, max, e := host.ParseNNodes(env(EnvPETNNodes))
+		if e != nil && r.err == nil {
+			r.err = fmt.Errorf("%w: %s=%q: %w", ErrPod, EnvPETNNodes, env(EnvPETNNodes), e)
 		}
 		p.MinNodes, p.Nodes = min, max
-	case getenv(EnvLWSGroupSize) != "":
+	case env(EnvLWSGroupSize) != "":
 		p.NodesFrom = EnvLWSGroupSize
-		p.Nodes = num(EnvLWSGroupSize)
-	case p.Workload == Volcano && !volcanoPyTorch && volcanoTaskNum(hostname, p.Subdomain) != "" && getenv(volcanoTaskNum(hostname, p.Subdomain)) != "":
-		p.NodesFrom = volcanoTaskNum(hostname, p.Subdomain)
-		p.Nodes = num(p.NodesFrom)
-	case podsRank:
+		p.Nodes = r.num(EnvLWSGroupSize)
+	case p.Workload == Volcano && !r.volcanoPyTorch() && task != "" && env(task) != "":
+		p.NodesFrom = task
+		p.Nodes = r.num(p.NodesFrom)
+	case r.podsRank:
 		p.NodesFrom = EnvWorldSize
-		p.Nodes = num(EnvWorldSize)
+		p.Nodes = r.num(EnvWorldSize)
 	}
 	if p.Nodes > 0 && p.MinNodes == 0 {
 		p.MinNodes = p.Nodes
 	}
-	if p.NodesFrom != "" && p.Nodes == 0 && err == nil {
-		err = fmt.Errorf("%w: %s=%q: want 1 or more pods", ErrPod, p.NodesFrom, getenv(p.NodesFrom))
+	if p.NodesFrom != "" && p.Nodes == 0 && r.err == nil {
+		r.err = fmt.Errorf("%w: %s=%q: want 1 or more pods", ErrPod, p.NodesFrom, env(p.NodesFrom))
 	}
+}
 
-	// Coordinator.
-	hostPort := func(addr, port, from string) {
-		p.CoordHost, p.CoordPort, p.CoordFrom = addr, DefaultPort, from
-		if port != "" {
-			n, e := strconv.Atoi(port)
-			if (e != nil || n < 1 || n > 65535) && err == nil {
-				err = fmt.Errorf("%w: %s=%q is not a port", ErrPod, from, port)
-			}
-			p.CoordPort = n
-		}
-	}
+func (r *podReader) coordinator() {
+	env := r.getenv
 	switch {
-	case getenv(EnvPETMasterAddr) != "":
-		hostPort(getenv(EnvPETMasterAddr), getenv(EnvPETMasterPort), EnvPETMasterAddr)
-	case getenv(EnvPETRdzvEndpoint) != "":
-		h, port, e := net.SplitHostPort(getenv(EnvPETRdzvEndpoint))
+	case env(EnvPETMasterAddr) != "":
+		r.hostPort(env(EnvPETMasterAddr), env(EnvPETMasterPort), EnvPETMasterAddr)
+	case env(EnvPETRdzvEndpoint) != "":
+		h, port, e := net.SplitHostPort(env(EnvPETRdzvEndpoint))
 		if e != nil {
-			h, port = getenv(EnvPETRdzvEndpoint), ""
+			h, port = env(EnvPETRdzvEndpoint), ""
 		}
-		hostPort(h, port, EnvPETRdzvEndpoint)
-	case getenv(EnvMasterAddr) != "":
-		hostPort(getenv(EnvMasterAddr), getenv(EnvMasterPort), EnvMasterAddr)
-	case getenv(EnvLWSLeaderAddress) != "":
-		hostPort(getenv(EnvLWSLeaderAddress), "", EnvLWSLeaderAddress)
+		r.hostPort(h, port, EnvPETRdzvEndpoint)
+	case env(EnvMasterAddr) != "":
+		r.hostPort(env(EnvMasterAddr), env(EnvMasterPort), EnvMasterAddr)
+	case env(EnvLWSLeaderAddress) != "":
+		r.hostPort(env(EnvLWSLeaderAddress), "", EnvLWSLeaderAddress)
+	default:
+		r.coordinatorFromHostname()
+	}
+}
+
+// coordinatorFromHostname derives node rank 0's pod from this pod's
+// hostname and subdomain, where the workload names its pods in order.
+func (r *podReader) coordinatorFromHostname() {
+	p := r.p
+	switch {
 	case p.Workload == JobSet:
-		js, _, _, _ := jobSetHost(hostname, p.Subdomain)
-		hostPort(js+"-0-0."+p.Subdomain, "", "the JobSet hostname")
+		js, _, _, _ := jobSetHost(p.Hostname, p.Subdomain)
+		r.hostPort(js+"-0-0."+p.Subdomain, "", "the JobSet hostname")
 	case p.Workload == IndexedJob && p.Subdomain != "":
-		if job, ok := indexedJob(hostname); ok {
-			hostPort(job+"-0."+p.Subdomain, "", "the Indexed Job hostname")
+		if job, ok := indexedJob(p.Hostname); ok {
+			r.hostPort(job+"-0."+p.Subdomain, "", "the Indexed Job hostname")
 		}
 	case p.Workload == Volcano && p.Subdomain != "":
-		if i := strings.LastIndexByte(hostname, '-'); i > 0 {
-			hostPort(hostname[:i]+"-0."+p.Subdomain, "", "the Volcano hostname")
+		if i := strings.LastIndexByte(p.Hostname, '-'); i > 0 {
+			r.hostPort(p.Hostname[:i]+"-0."+p.Subdomain, "", "the Volcano hostname")
 		}
 	}
-	if err != nil {
-		return nil, err
+}
+
+// hostPort sets the coordinator to addr:port (DefaultPort where port is "").
+func (r *podReader) hostPort(addr, port, from string) {
+	p := r.p
+	p.CoordHost, p.CoordPort, p.CoordFrom = addr, DefaultPort, from
+	if port != "" {
+		n, e := strconv.Atoi(port)
+		if (e != nil || n < 1 || n > 65535) && r.err == nil {
+			r.err = fmt.Errorf("%w: %s=%q is not a port", ErrPod, from, port)
+		}
+		p.CoordPort = n
 	}
-	p.Nproc = getenv(EnvPETNprocPerNode)
+}
+
+// roles decides whether this pod runs the coordinator, and the run id.
+func (r *podReader) roles() {
+	p := r.p
 	switch {
 	case p.NodeRank == 0:
 		p.RunsCoordinator = true
 	case p.NodeRank < 0 && p.CoordHost != "":
 		first, _, _ := strings.Cut(p.CoordHost, ".")
-		p.RunsCoordinator = first == hostname
+		p.RunsCoordinator = first == p.Hostname
 	}
-	p.RunID = getenv(EnvPETRdzvID)
+	p.RunID = r.getenv(EnvPETRdzvID)
 	if p.RunID == "" && p.CoordHost != "" {
 		first, _, _ := strings.Cut(p.CoordHost, ".")
 		p.RunID = "k8s-" + first
-		if a := getenv(EnvRestartAttempt); a != "" {
+		if a := r.getenv(EnvRestartAttempt); a != "" {
 			p.RunID += "-attempt-" + a
 		}
 	}
-	return p, nil
 }
 
 // jobSetHost splits a JobSet pod's hostname, <jobset>-<rjob>-<job>-<pod>,
