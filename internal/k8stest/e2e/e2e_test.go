@@ -326,3 +326,23 @@ func TestPodDeletedReplacementRejoins(t *testing.T) {
 	}
 	t.Logf("job deleted: every pod ended by SIGTERM within %s", time.Since(t1).Round(10*time.Millisecond))
 }
+
+// `gotrain torchrun train.py` with no flag, as a Trainer v2 or JobSet
+// container runs it: an unchanged torch.distributed DDP program (gloo)
+// on 2 pods × 2 ranks; PET_NNODES and PET_NPROC_PER_NODE from the
+// template, python3 from the image's PATH.
+func TestTorchrunInIndexedJob(t *testing.T) {
+	script, err := filepath.Abs("../../integration/testdata/ddp_train.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := newJob(t, "ddp", 2, map[string]string{"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"},
+		filepath.Join(bin, "gotrain"), "torchrun", script)
+	got := j.waitCondition(batchv1.JobComplete, 5*time.Minute)
+	if got.Status.Succeeded != 2 || got.Status.Failed != 0 {
+		t.Errorf("job status succeeded %d failed %d, want 2 and 0", got.Status.Succeeded, got.Status.Failed)
+	}
+	if o := j.k.latest(0, 0).output(); !regexp.MustCompile(`world_size=4 loss .* ranks_agree=true`).MatchString(o) {
+		t.Fatalf("no 4-rank ranks_agree=true from pod 0:\n%s", j.k.logs())
+	}
+}

@@ -450,38 +450,54 @@ func (k *kubelet) volumes(ctx context.Context, pod *corev1.Pod, c corev1.Contain
 // over the old, then cut to its length, never an empty file that a reader
 // could catch (as truncating first would give).
 func (k *kubelet) writeHosts(starting ...*podRun) error {
-	var b strings.Builder
-	b.WriteString("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
 	k.mu.Lock()
-	var files []string
+	var live []*podRun
 	for _, run := range append(slices.Clone(k.all), starting...) {
-		if run.released || run.reported {
-			continue
-		}
-		files = append(files, run.hostsFile)
-		if run.subdomain != "" {
-			fqdn := fmt.Sprintf("%s.%s.%s.svc.cluster.local", run.hostname, run.subdomain, k.ns)
-			fmt.Fprintf(&b, "%s\t%s\t%s.%s\n", run.host.IP, fqdn, run.hostname, run.subdomain)
+		if !run.released && !run.reported {
+			live = append(live, run)
 		}
 	}
 	k.mu.Unlock()
-	for _, name := range files {
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE, 0o644)
-		if err != nil {
-			return err
+	for _, owner := range live {
+		// The kubelet's own lines, then the Service's records; the
+		// owner's record also names its short hostname, as the kubelet
+		// writes it (gloo, for one, resolves it to bind).
+		var b strings.Builder
+		b.WriteString("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
+		if owner.subdomain == "" {
+			fmt.Fprintf(&b, "%s\t%s\n", owner.host.IP, owner.hostname)
 		}
-		_, err = f.WriteAt([]byte(b.String()), 0)
-		if err == nil {
-			err = f.Truncate(int64(b.Len()))
+		for _, run := range live {
+			if run.subdomain == "" {
+				continue
+			}
+			fmt.Fprintf(&b, "%s\t%s.%s.%s.svc.cluster.local\t%s.%s", run.host.IP, run.hostname, run.subdomain, k.ns, run.hostname, run.subdomain)
+			if run == owner {
+				fmt.Fprintf(&b, "\t%s", run.hostname)
+			}
+			b.WriteString("\n")
 		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := rewrite(owner.hostsFile, b.String()); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// rewrite writes text over name's old contents and cuts it to its length.
+func rewrite(name, text string) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt([]byte(text), 0)
+	if err == nil {
+		err = f.Truncate(int64(len(text)))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // runs are the pods of completion index idx this kubelet started, oldest
