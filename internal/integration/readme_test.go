@@ -73,6 +73,7 @@ func printedLine(t *testing.T, example string) *regexp.Regexp {
 		{"--coordinator THIS_HOST:29400", `--coordinator THIS_HOST:(?P<port>\d+)`},
 		{"$(cat /run/user/1000/gotrain/gotrain-1a2b3c4d-4242.token)", `\$\(cat (?P<file>\S+)\)`},
 		{"on 0.0.0.0:29400", `on \S+`},
+		{"listening on 10.0.0.1:29400", `listening on \S+`},
 		{"on [::]:29400", `on \S+`},
 		{"gotrain-1a2b3c4d", `\S+`},
 	} {
