@@ -158,7 +158,11 @@ func TestTorchrunParity(t *testing.T) {
 				port := freePort(t)
 				theirArgs := append(append([]string{}, torchrun[1:]...), "--redirects=1", "--tee=1", "--monitor_interval=1")
 				theirArgs = append(theirArgs, torchrunSpelling(t, torchrun, expandPort(c.args, port))...)
-				theirs := runParity(t, path, c, torchrun[0], theirArgs)
+				theirProg := torchrun[0]
+				if slices.Contains(c.args, "--standalone") {
+					theirProg, theirArgs = privateNet(theirProg, theirArgs)
+				}
+				theirs := runParity(t, path, c, theirProg, theirArgs)
 				ours := runParity(t, path, c, bin.gotrain, append([]string{"torchrun"}, expandPort(c.args, port)...))
 				found := compareParity(t, c, port, theirs, ours)
 				mu.Lock()
@@ -252,6 +256,22 @@ func parityEnvDrop(kv string) bool {
 		return true
 	}
 	return false
+}
+
+// privateNet runs program in a network namespace of its own (loopback
+// only) where this machine allows it: torch 1.13's torchrun --standalone
+// always takes port 29400, which gotrain's default coordinator port in the
+// tests running beside it (or another run's torchrun) may hold.
+func privateNet(program string, args []string) (string, []string) {
+	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
+		return program, args
+	}
+	// sh sets PWD: give the program the variable as this process has it.
+	pwd, script := "", `ip link set lo up && unset PWD && exec "$@"`
+	if v, ok := os.LookupEnv("PWD"); ok {
+		pwd, script = v, `ip link set lo up && export PWD="$0" && exec "$@"`
+	}
+	return "unshare", append([]string{"--net", "sh", "-c", script, pwd, program}, args...)
 }
 
 // runParity runs program args for case c in a fresh directory holding the
