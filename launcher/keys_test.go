@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/leaderconn"
+	"github.com/gotrain/gotrain/internal/netport"
 	"github.com/gotrain/gotrain/internal/testkit"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -169,8 +171,15 @@ func TestMITMLearnsNoTokenAndIsRefused(t *testing.T) {
 // mismatch (an attack), not "the coordinator has lost this node", not
 // after the node timeout.
 func TestRestartedCoordinatorHasNewIdentity(t *testing.T) {
-	first := startCoordinator(t, "127.0.0.1:0")
-	addr := first.Addr().String()
+	// A port the kernel does not hand to connections by itself: a :0
+	// port may be taken as some dial's local port between the stop and
+	// the rebind (seen in CI with two suites running at once).
+	port, err := netport.Unclaimed("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	first := startCoordinator(t, addr)
 	cfg := joinerConfig(addr, jobtls.Trust{}) // pins the first CA at Join
 	cfg.JobToken, cfg.Program, cfg.Args = keysToken, "/bin/sleep", []string{"600"}
 	var stderr testkit.Buffer
@@ -186,7 +195,6 @@ func TestRestartedCoordinatorHasNewIdentity(t *testing.T) {
 	if second.CAHash() == wasHash {
 		t.Fatal("the restarted coordinator has the same CA: the test cannot fail")
 	}
-	var err error
 	select {
 	case err = <-errc:
 	case <-time.After(time.Minute): // the node timeout is 2 minutes

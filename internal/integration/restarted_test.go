@@ -3,9 +3,12 @@ package integration
 import (
 	"net"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/netport"
 )
 
 var caHashIn = regexp.MustCompile(`--ca-hash (sha256:[0-9a-f]{64})`)
@@ -18,12 +21,13 @@ var caHashIn = regexp.MustCompile(`--ca-hash (sha256:[0-9a-f]{64})`)
 // node" after the node timeout (2 minutes here).
 func TestRestartedStandaloneCoordinator(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// Below the ephemeral range: a :0 port may be taken as some dial's
+	// local port before the restarted coordinator binds it again.
+	port, err := netport.Unclaimed("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	env := []string{"GOTRAIN_JOB_TOKEN=0123456789abcdef0123456789abcdef"}
 	coordArgs := []string{"coordinator", "--nnodes", "1", "--listen", addr, "--node-timeout", "2m"}
 	first := startEnv(t, env, coordArgs...)
