@@ -26,6 +26,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/token"
+	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	"github.com/gotrain/gotrain/launcher/supervise"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -207,7 +208,8 @@ type agent struct {
 	reports chan *gotrainv1.ReportWorkerExitRequest // to the reporter (report.go)
 	hangs   chan *gotrainv1.EvidenceRequest         // to the evidence collector (progress.go)
 	started chan struct{}                           // closed at the first generation
-	snapPy  string                                  // the directory of gotrain_snapshot.py, on workers' PYTHONPATH (snapshots.go)
+	pyDir   string                                  // where gotrain's Python modules go: gotrain_snapshot.py, torchhook's sitecustomize.py
+	pyPath  string                                  // pyDir once a module is in it, last on workers' PYTHONPATH (snapshots.go)
 	// nodeCert is the node certificate Join issued (tls.go); nil before.
 	nodeCert *tls.Certificate
 	// snapPeers replicates snapshots to the ring neighbour and fetches a
@@ -317,6 +319,10 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	relaySrv := grpc.NewServer(append(token.ServerOptions(a.cfg.JobToken), grpc.Creds(peerCredentials{}))...)
 	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, agent: a, claims: a.claims, log: a.log})
 	g.Go(func() error { return relaySrv.Serve(lis) })
+	a.pyDir = filepath.Join(filepath.Dir(a.socket), "python")
+	if a.hub.torch = a.installTorchHook(a.pyDir, filepath.Dir(a.socket)); a.hub.torch != nil { // torchprogress.go
+		a.pyPath = a.pyDir
+	}
 	a.startSnapshots(gctx, g, filepath.Dir(a.socket)) // snapshots.go
 	g.Go(func() error { return a.sup.Run(gctx) })
 	g.Go(func() error { a.hub.report(gctx); return nil })
@@ -518,7 +524,10 @@ func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
 func (a *agent) workerEnv(vars []string, gpus []int) []string {
 	env := append(jobenv.Strip(a.cfg.Env), vars...)
 	env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
-	env = snapshotPythonPath(env, a.snapPy) // snapshots.go
+	if a.hub != nil && a.hub.torch != nil {
+		env = append(env, torchhook.EnvDir+"="+a.hub.torch.dir) // torchprogress.go
+	}
+	env = snapshotPythonPath(env, a.pyPath) // snapshots.go
 	if a.cfg.Role != "" {
 		env = append(env, "ROLE_NAME="+a.cfg.Role) // the last of a name wins
 	}

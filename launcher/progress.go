@@ -54,8 +54,9 @@ type hub struct {
 	log    *slog.Logger
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
-	tel    *telemetry // GPU samples and step rates (telemetry.go); nil: none
-	ras    *rasPoller // NCCL RAS for ranks that do not attach (raspoll.go); nil: none
+	tel    *telemetry     // GPU samples and step rates (telemetry.go); nil: none
+	ras    *rasPoller     // NCCL RAS for ranks that do not attach (raspoll.go); nil: none
+	torch  *torchProgress // PyTorch ranks' records on gloo (torchprogress.go); nil: none
 
 	sendMu sync.Mutex // one ReportProgress at a time, in order
 
@@ -246,6 +247,7 @@ func (h *hub) batch() *gotrainv1.ReportProgressRequest {
 		ranks = append(ranks, r)
 	}
 	slices.Sort(ranks)
+	hooked := h.torch.read(h.unattachedLocked()) // torchprogress.go
 	for _, r := range ranks {
 		s := h.ranks[r]
 		var p *gotrainv1.RankProgress
@@ -255,7 +257,9 @@ func (h *hub) batch() *gotrainv1.ReportProgressRequest {
 			p = &gotrainv1.RankProgress{Rank: int32(r), Generation: h.gen, Pid: int32(s.pid)}
 		}
 		p.Attached = s.progress != nil
-		if !p.Attached {
+		if rec, ok := hooked[r]; ok && !p.Attached {
+			h.torch.annotate(rec, p)
+		} else if !p.Attached {
 			h.ras.annotate(h.gen, r, p) // raspoll.go
 		}
 		h.tel.annotate(r, p, s.gpu)
@@ -265,6 +269,18 @@ func (h *hub) batch() *gotrainv1.ReportProgressRequest {
 		req.Ranks = append(req.Ranks, p)
 	}
 	return req
+}
+
+// unattachedLocked returns the worker pids of the ranks that run and do
+// not report through the worker library, by rank.
+func (h *hub) unattachedLocked() map[int]int {
+	out := map[int]int{}
+	for r, s := range h.ranks {
+		if s.progress == nil && !s.exited && s.pid > 0 {
+			out[r] = s.pid
+		}
+	}
+	return out
 }
 
 func cloneProgress(p *gotrainv1.RankProgress) *gotrainv1.RankProgress {

@@ -35,9 +35,8 @@ func (a *agent) startSnapshots(ctx context.Context, g *errgroup.Group, dir strin
 	}
 	// The Python module, where workers' interpreters find it (last on
 	// PYTHONPATH: the program's own modules come first).
-	py := filepath.Join(dir, "python")
-	if err := os.MkdirAll(py, 0o700); err == nil && os.WriteFile(filepath.Join(py, memsnap.PythonModuleName), memsnap.PythonModule, 0o600) == nil {
-		a.snapPy = py
+	if err := os.MkdirAll(a.pyDir, 0o700); err == nil && os.WriteFile(filepath.Join(a.pyDir, memsnap.PythonModuleName), memsnap.PythonModule, 0o600) == nil {
+		a.pyPath = a.pyDir
 	}
 	st := memsnap.NewStore(limit)
 	srv := &memsnap.Server{Store: st, Token: a.cfg.JobToken, Authorize: a.claims.authorizeSnapshots, Log: a.log.With("component", "snapshots")}

@@ -251,10 +251,12 @@ func dash(s string) string {
 // printViewNotes says where the table's collectives of programs that do not
 // use the worker library come from, or why there are none.
 func printViewNotes(w io.Writer, ranks []*gotrainv1.RankStatus) {
-	var ras []string
+	var ras, hook []string
 	for _, r := range ranks {
 		p := r.GetProgress()
 		switch {
+		case p.GetCommsSource() == "torch-hook":
+			hook = append(hook, fmt.Sprint(r.GetRank()))
 		case p.GetCommsSource() != "":
 			ras = append(ras, fmt.Sprint(r.GetRank()))
 		case p.GetCommsNote() != "":
@@ -263,5 +265,8 @@ func printViewNotes(w io.Writer, ranks []*gotrainv1.RankStatus) {
 	}
 	if len(ras) > 0 {
 		fmt.Fprintf(w, "rank(s) %s: collectives from NCCL RAS (launch counts per function; no dtype or count)\n", strings.Join(ras, ","))
+	}
+	if len(hook) > 0 {
+		fmt.Fprintf(w, "rank(s) %s: collectives from gotrain's PyTorch hook (the gloo default group, by function; no dtype or count)\n", strings.Join(hook, ","))
 	}
 }

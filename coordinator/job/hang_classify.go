@@ -135,25 +135,32 @@ func (m *Machine) classify(name string, vs []rankView, since time.Time, postMort
 	return v
 }
 
-// viewNotes says which ranks' collectives the detector saw only through
-// NCCL RAS, and which it did not see at all.
+// viewNotes says which ranks' collectives the detector saw only from
+// outside the program (NCCL RAS, the PyTorch hook), and which it did not
+// see at all.
 func viewNotes(vs []rankView) []string {
-	var ras []int
+	var ras, hook []int
 	var out []string
 	for _, rv := range vs {
 		switch {
 		case rv.p == nil:
 		case rv.p.CommsSource == "nccl-ras":
 			ras = append(ras, rv.rank)
+		case rv.p.CommsSource == "torch-hook":
+			hook = append(hook, rv.rank)
 		case rv.p.CommsNote != "":
 			out = append(out, fmt.Sprintf("no collective-level view for rank %d: %s", rv.rank, rv.p.CommsNote))
 		}
 	}
+	var seen []string
 	if len(ras) > 0 {
-		out = append([]string{fmt.Sprintf("%s seen through NCCL RAS: launch counts per function (no dtype or count), a collective counts as completed once every rank launched it",
-			rankList(ras))}, out...)
+		seen = append(seen, fmt.Sprintf("%s seen through NCCL RAS: launch counts per function (no dtype or count), a collective counts as completed once every rank launched it",
+			rankList(ras)))
 	}
-	return out
+	if len(hook) > 0 {
+		seen = append(seen, fmt.Sprintf("%s seen through gotrain's PyTorch hook: the gloo default group's collectives by function (no dtype or count)", rankList(hook)))
+	}
+	return append(seen, out...)
 }
 
 // culprit describes rank rv with respect to collective k.

@@ -54,8 +54,14 @@ type running struct {
 
 func startLaunch(t *testing.T, runtimeDir string, args ...string) *running {
 	t.Helper()
+	return startLaunchEnv(t, []string{"XDG_RUNTIME_DIR=" + runtimeDir}, args...)
+}
+
+// startLaunchEnv is startLaunch with env added to gotrain's environment.
+func startLaunchEnv(t *testing.T, env []string, args ...string) *running {
+	t.Helper()
 	r := &running{lines: make(chan line, 1024), done: make(chan struct{})}
-	r.cmd = gotrainCmd(context.Background(), t, []string{"XDG_RUNTIME_DIR=" + runtimeDir}, args...)
+	r.cmd = gotrainCmd(context.Background(), t, env, args...)
 	r.env = r.cmd.Env
 	out, err := r.cmd.StdoutPipe()
 	if err != nil {

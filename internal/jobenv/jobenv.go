@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/gotrain/gotrain/internal/torchhook"
 )
 
 // Names of the variables gotrain sets for every worker.
@@ -189,6 +191,7 @@ func Strip(env []string) []string {
 		set[kv[:strings.IndexByte(kv, '=')]] = true
 	}
 	set[Standby], set[StandbySlot] = true, true // standby.go
+	set[torchhook.EnvDir] = true
 	out := env[:0:0]
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")

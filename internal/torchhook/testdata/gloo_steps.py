@@ -1,0 +1,39 @@
+# A two-rank gloo job for torchhook's tests: STEPS DDP steps of a small
+# model, then an all_reduce, a barrier and a broadcast_object_list. With
+# STOP_RANK set, that rank sleeps instead of the last step's collectives.
+# Prints "RESULT rank pid checksum" (the parameters' exact bits).
+import hashlib
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo", init_method="file://" + os.environ["INIT_FILE"], rank=rank, world_size=world)
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)), bucket_cap_mb=0.002)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+steps, stop = int(os.environ["STEPS"]), int(os.environ.get("STOP_RANK", "-1"))
+print("READY", rank, os.getpid(), flush=True)
+for step in range(steps):
+    if rank == stop and step == steps - 1:
+        print("STOPPED", rank, flush=True)
+        time.sleep(600)
+    g = torch.Generator().manual_seed(step * world + rank)
+    x, y = torch.randn(16, 32, generator=g), torch.randn(16, 4, generator=g)
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+t = torch.ones(8)
+dist.all_reduce(t)
+dist.barrier()
+objs = [{"rank": rank}]
+dist.broadcast_object_list(objs, src=0)
+h = hashlib.sha256()
+for p in model.parameters():
+    h.update(p.detach().numpy().tobytes())
+print("RESULT", rank, os.getpid(), h.hexdigest(), flush=True)
+dist.destroy_process_group()
