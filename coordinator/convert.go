@@ -183,7 +183,16 @@ func endedEvent(a job.EndGeneration) *gotrainv1.GenerationEvent {
 		Generation: a.Generation,
 		Reason:     a.Reason,
 		Failure:    failureToProto(a.Failure),
+		Replace:    int32s(a.Replace),
 	}}}
+}
+
+func int32s(v []int) []int32 {
+	var out []int32
+	for _, x := range v {
+		out = append(out, int32(x))
+	}
+	return out
 }
 
 func finishedToProto(a job.FinishJob) *gotrainv1.JobFinished {

@@ -20,11 +20,12 @@ var ErrSettingsMismatch = state.ErrSettingsMismatch
 // who gave it expects a job that will not run: --nnodes (the job's size: a
 // different number means another job, or a batch size and learning rate
 // planned for another world size), --max-restarts (whether and how often the
-// job survives a failure) and --on-hang (whether a hang ends the generation
-// or only reports it). A setting that changes only WHEN something happens is
-// a warning, and the job's value applies: --restart-backoff, --hang-timeout
-// and --rendezvous-timeout (the rendezvous is already under way when a node
-// joins). --run-id is a warning too: the agent already takes the job's, so
+// job survives a failure), --on-hang (whether a hang ends the generation
+// or only reports it) and --on-straggler (whether a persistent straggler is
+// replaced). A setting that changes only WHEN something happens is a
+// warning, and the job's value applies: --restart-backoff, --hang-timeout,
+// --straggler-persist and --rendezvous-timeout (the rendezvous is already
+// under way when a node joins). --run-id is a warning too: the agent already takes the job's, so
 // its workers see one run id.
 func checkSettings(jc job.Config, given *gotrainv1.JobSettings) (warnings []string, err error) {
 	return state.CheckSettings(jc, logentry.Settings(given)) // the one check, in the replicated state

@@ -280,3 +280,19 @@ func (a *agent) noMajority(since time.Time) error {
 
 // noMajorityHint is what to do when no majority of the replicas answers.
 const noMajorityHint = "the job cannot go on from this node (bring back the lost replicas' hosts, or this node's network, and restart the job)"
+
+// droppedStraggler returns, when the coordinator ended this node's stream
+// because it dropped the node as a persistent straggler (--on-straggler
+// replace under --nnodes MIN:MAX), why: the job goes on without it, and
+// the node has not lost the coordinator.
+func droppedStraggler(err error) (string, bool) {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Aborted || !strings.Contains(st.Message(), "dropped as a persistent straggler") {
+		return "", false
+	}
+	why := st.Message()
+	if _, rest, ok := strings.Cut(why, "this node was lost ("); ok {
+		why, _, _ = strings.Cut(rest, "); its workers must stop")
+	}
+	return why, true
+}

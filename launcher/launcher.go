@@ -383,6 +383,9 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		if errors.As(lost, new(*coordinatorRestarted)) { // keys.go: not a blip, not this node's loss
 			return a.restartedExit(lost)
 		}
+		if why, ok := droppedStraggler(lost); ok {
+			return &ExitError{Code: 1, Message: fmt.Sprintf("gotrain: this node (%s) left the job: %s; its workers were stopped", a.host, why)}
+		}
 		return fmt.Errorf("lost the coordinator at %s: %w; this node's workers on %s were stopped", coordAddr, lost, a.host)
 	}
 	return ctx.Err()
@@ -484,7 +487,16 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 	case *gotrainv1.GenerationEvent_Ended:
 		a.log.Info("generation ended", "generation", e.Ended.GetGeneration(), "reason", e.Ended.GetReason())
 		a.lastEnded = e.Ended
-		return agentcore.GenerationEnded{Generation: e.Ended.GetGeneration(), Reason: e.Ended.GetReason()}
+		var replace []int
+		for _, r := range e.Ended.GetReplace() {
+			replace = append(replace, int(r))
+		}
+		if len(replace) > 0 {
+			// A replacement is not a restart: no RestartPlanned line follows,
+			// so this is the line a person reads on every node.
+			fmt.Fprintf(a.cfg.Stderr, "gotrain: generation %d ended: %s\n", e.Ended.GetGeneration(), e.Ended.GetReason())
+		}
+		return agentcore.GenerationEnded{Generation: e.Ended.GetGeneration(), Reason: e.Ended.GetReason(), Replace: replace}
 	case *gotrainv1.GenerationEvent_Restarting:
 		fmt.Fprintln(a.cfg.Stderr, restartLine(e.Restarting)) // restartline.go
 	case *gotrainv1.GenerationEvent_Evidence:

@@ -127,6 +127,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"launch", "--hang-timeout", "-1s", "--", "true"}, "--hang-timeout -1s\nGive a positive duration"},
 		{[]string{"launch", "--rendezvous-timeout", "-1m", "--", "true"}, "--rendezvous-timeout -1m0s\nGive a duration of 0 or more"},
 		{[]string{"launch", "--on-hang", "explode", "--", "true"}, `--on-hang "explode"`},
+		{[]string{"launch", "--on-straggler", "kill", "--", "true"}, `--on-straggler "kill"` + "\nUse --on-straggler report (name it only) or --on-straggler replace"},
 		{[]string{"launch", "--nproc-per-node", "1", "--grace-period", "-1s", "--", "true"}, "--grace-period -1s\nGive a duration of 0 or more"},
 		{[]string{"launch", "--nproc-per-node", "1", "--join-timeout", "0s", "--", "true"}, "--join-timeout 0s\nGive a positive duration"},
 		{[]string{"launch", "--nproc-per-node", "1", "--standby-timeout", "-1s", "--", "true"}, "--standby-timeout -1s\nGive a positive duration"},

@@ -44,11 +44,12 @@ replicas elect a leader (Raft, at each --listen port + 3; gossip at + 1); losing
 one of three — or the leader — changes nothing for the job.
 
 The job-wide flags (--nnodes, --max-restarts, --restart-backoff,
---hang-timeout, --on-hang, --rendezvous-timeout, ...) are those of
-gotrain launch, with the same defaults: --max-restarts 3 (0 turns restarts
-off). They are given here; an agent that joins with a different --nnodes,
---max-restarts or --on-hang is refused, and a different timing
-(--hang-timeout, --restart-backoff, --rendezvous-timeout) gets a warning.
+--hang-timeout, --on-hang, --on-straggler, --rendezvous-timeout, ...) are
+those of gotrain launch, with the same defaults: --max-restarts 3 (0 turns
+restarts off). They are given here; an agent that joins with a different
+--nnodes, --max-restarts, --on-hang or --on-straggler is refused, and a
+different timing (--hang-timeout, --restart-backoff, --straggler-persist,
+--rendezvous-timeout) gets a warning.
 
 Examples:
   gotrain coordinator --nnodes 4 --listen 0.0.0.0:29400

@@ -65,6 +65,7 @@ func TestJobFlagsValidated(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"--on-hang", "never"}, `--on-hang "never"`},
+		{[]string{"--on-straggler", "never"}, `--on-straggler "never"`},
 		{[]string{"--hang-timeout", "-1s"}, "--hang-timeout -1s"},
 		{[]string{"--max-restarts", "-1"}, "--max-restarts -1"},
 		{[]string{"--nnodes", "0"}, "--nnodes"}, // a parse error: N or MIN:MAX

@@ -18,6 +18,8 @@ const (
 	FlagRestartBackoff    = "restart-backoff"
 	FlagHangTimeout       = "hang-timeout"
 	FlagOnHang            = "on-hang"
+	FlagOnStraggler       = "on-straggler"
+	FlagStragglerPersist  = "straggler-persist"
 	FlagRendezvousTimeout = "rendezvous-timeout"
 	FlagMetricsAddr       = "metrics-addr"
 	FlagNoGossip          = "no-gossip"
@@ -43,6 +45,8 @@ func RegisterJobFlags(fs *flag.FlagSet, s *JobSettings, token string) {
 	fs.DurationVar(&s.RestartBackoff, FlagRestartBackoff, d.RestartBackoff, "pause between the last worker of a failed generation stopping and the next generation starting")
 	fs.DurationVar(&s.HangTimeout, FlagHangTimeout, d.HangTimeout, "declare a hang when no collective completes for this long while a rank waits in one; gotrain diagnose shows the verdict (default 0: adaptive, max(3 x the job's p99 interval between completions, 1s), warm-up left out)")
 	fs.StringVar(&s.OnHang, FlagOnHang, d.OnHang, "on a hang: report (log the verdict, keep waiting) or restart (end the generation like a failure; restarts while --max-restarts allows)")
+	fs.StringVar(&s.OnStraggler, FlagOnStraggler, d.OnStraggler, "on a straggler (a rank the others wait for): report (log the verdict) or replace (once named for --straggler-persist, restart its rank afresh, on a standby when one is ready, or under --nnodes MIN:MAX drop its node; not counted against --max-restarts; a straggler back on the same rank or host within 10m is only reported)")
+	fs.DurationVar(&s.StragglerPersist, FlagStragglerPersist, d.StragglerPersist, "with --on-straggler replace: how long a straggler verdict must stand before its rank is replaced")
 	fs.DurationVar(&s.RendezvousTimeout, FlagRendezvousTimeout, d.RendezvousTimeout, "with --nnodes > 1, where the coordinator runs: fail the job when not every node has joined by then (0: wait forever)")
 	fs.StringVar(&s.MetricsAddr, FlagMetricsAddr, d.MetricsAddr, "serve the coordinator's Prometheus /metrics on HOST:PORT (e.g. 0.0.0.0:9400, or 127.0.0.1:0 for a free port, printed); default off")
 	fs.IntVar(&s.CoordinatorReplicas, FlagReplicas, d.CoordinatorReplicas, "replicas of the coordinator the job keeps (Raft), on the first nodes to join: losing one (or its node) changes nothing; default 5 when --nnodes allows 5 nodes or more (any two may be lost at once), 3 with 3 or 4 (any one), else 1 (not replicated)")

@@ -207,7 +207,7 @@ func TestStartFailsCleanly(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	d := DefaultConfig()
 	want := JobSettings{Config: job.Config{Nodes: 1, MinNodes: 1, NodeTimeout: 10 * time.Second, JoinSettle: 3 * time.Second,
-		MaxRestarts: 3, OnHang: "report", RendezvousTimeout: 10 * time.Minute}}
+		MaxRestarts: 3, OnHang: "report", OnStraggler: "report", StragglerPersist: 30 * time.Second, RendezvousTimeout: 10 * time.Minute}}
 	if d.JobSettings != want || d.Listen != "0.0.0.0:29400" || d.GossipPort != GossipPortFromListen || d.ListenFlag != "--listen" {
 		t.Errorf("DefaultConfig() = %+v", d)
 	}
@@ -262,6 +262,8 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.RestartBackoff = -time.Second }, "--restart-backoff -1s", false},
 		{func(c *Config) { c.HangTimeout = -time.Second }, "--hang-timeout -1s", false},
 		{func(c *Config) { c.OnHang = "never" }, `--on-hang "never"`, false},
+		{func(c *Config) { c.OnStraggler = "restart" }, `--on-straggler "restart"`, false},
+		{func(c *Config) { c.StragglerPersist = -time.Second }, "--straggler-persist -1s", false},
 		{func(c *Config) { c.RendezvousTimeout = -time.Second }, "--rendezvous-timeout -1s", false},
 		{func(c *Config) { c.Listen = "29400" }, `--listen "29400"`, false},
 		{func(c *Config) { c.Listen, c.ListenFlag = "x", "--coordinator-listen" }, `--coordinator-listen "x"`, false},
@@ -318,6 +320,8 @@ func TestGiven(t *testing.T) {
 		{map[string]bool{FlagMaxRestarts: true}, &gotrainv1.JobSettings{MaxRestarts: proto.Int32(5)}},
 		{map[string]bool{FlagNodes: true, FlagHangTimeout: true, FlagOnHang: true},
 			&gotrainv1.JobSettings{Nodes: proto.Int32(1), MinNodes: proto.Int32(1), HangTimeoutMs: proto.Int64(0), OnHang: proto.String("report")}},
+		{map[string]bool{FlagOnStraggler: true, FlagStragglerPersist: true},
+			&gotrainv1.JobSettings{OnStraggler: proto.String("report"), StragglerPersistMs: proto.Int64(30_000)}},
 		{map[string]bool{FlagRestartBackoff: true, FlagRendezvousTimeout: true, FlagRunID: true},
 			&gotrainv1.JobSettings{RestartBackoffMs: proto.Int64(0), RendezvousTimeoutMs: proto.Int64(600_000), RunId: proto.String("run-x")}},
 	} {
@@ -340,13 +344,15 @@ func TestRegisterJobFlags(t *testing.T) {
 	}
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
-	if n != 13 {
-		t.Errorf("%d flags, want 13", n)
+	if n != 15 {
+		t.Errorf("%d flags, want 15", n)
 	}
-	if err := fs.Parse([]string{"--nnodes", "2", "--max-restarts", "0", "--hang-timeout", "5m", "--on-hang", "restart", "--no-gossip"}); err != nil {
+	if err := fs.Parse([]string{"--nnodes", "2", "--max-restarts", "0", "--hang-timeout", "5m", "--on-hang", "restart", "--no-gossip",
+		"--on-straggler", "replace", "--straggler-persist", "10s"}); err != nil {
 		t.Fatal(err)
 	}
-	if s.Nodes != 2 || s.MaxRestarts != 0 || s.HangTimeout != 5*time.Minute || s.OnHang != "restart" || !s.NoGossip {
+	if s.Nodes != 2 || s.MaxRestarts != 0 || s.HangTimeout != 5*time.Minute || s.OnHang != "restart" || !s.NoGossip ||
+		s.OnStraggler != "replace" || s.StragglerPersist != 10*time.Second {
 		t.Errorf("after parsing: %+v", s)
 	}
 }

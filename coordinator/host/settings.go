@@ -20,6 +20,8 @@ const (
 	// job's p99 interval between completions, 1s) (coordinator/rhythm).
 	DefaultHangTimeout       = 0
 	DefaultOnHang            = "report"
+	DefaultOnStraggler       = job.OnStragglerReport
+	DefaultStragglerPersist  = job.DefaultStragglerPersist
 	DefaultRendezvousTimeout = 10 * time.Minute
 	// DefaultNodeTimeout: see coordinator/job's membership.go for why 10 s.
 	DefaultNodeTimeout = job.DefaultNodeTimeout
@@ -88,12 +90,14 @@ func DefaultJobSettings() JobSettings {
 		MaxRestarts:       DefaultMaxRestarts,
 		HangTimeout:       DefaultHangTimeout,
 		OnHang:            DefaultOnHang,
+		OnStraggler:       DefaultOnStraggler,
+		StragglerPersist:  DefaultStragglerPersist,
 		RendezvousTimeout: DefaultRendezvousTimeout,
 	}}
 }
 
 // WithDefaults fills the zero fields that have a default other than zero
-// (Nodes, OnHang). It leaves RunID alone: the coordinator makes
+// (Nodes, OnHang, OnStraggler, ...). It leaves RunID alone: the coordinator makes
 // one when it starts (NewRunID), never from the token.
 func (s JobSettings) WithDefaults() JobSettings {
 	s.Nodes = cmp.Or(s.Nodes, DefaultNodes)
@@ -101,6 +105,8 @@ func (s JobSettings) WithDefaults() JobSettings {
 	s.NodeTimeout = cmp.Or(s.NodeTimeout, DefaultNodeTimeout)
 	s.JoinSettle = cmp.Or(s.JoinSettle, DefaultJoinSettle)
 	s.OnHang = cmp.Or(s.OnHang, DefaultOnHang)
+	s.OnStraggler = cmp.Or(s.OnStraggler, DefaultOnStraggler)
+	s.StragglerPersist = cmp.Or(s.StragglerPersist, DefaultStragglerPersist)
 	return s
 }
 
@@ -144,6 +150,10 @@ func (s JobSettings) Validate() error {
 		return bad(fmt.Sprintf("--hang-timeout %s", s.HangTimeout), "Give a positive duration, e.g. --hang-timeout 5m, or leave it out for the adaptive timeout.")
 	case s.OnHang != "report" && s.OnHang != "restart":
 		return bad(fmt.Sprintf("--on-hang %q", s.OnHang), "Use --on-hang report or --on-hang restart.")
+	case s.OnStraggler != job.OnStragglerReport && s.OnStraggler != job.OnStragglerReplace:
+		return bad(fmt.Sprintf("--on-straggler %q", s.OnStraggler), "Use --on-straggler report (name it only) or --on-straggler replace (restart its rank, or drop its node under --nnodes MIN:MAX).")
+	case s.StragglerPersist <= 0:
+		return bad(fmt.Sprintf("--straggler-persist %s", s.StragglerPersist), fmt.Sprintf("Give a positive duration, e.g. --straggler-persist %s (the default).", DefaultStragglerPersist))
 	case s.CoordinatorReplicas < 0 || s.CoordinatorReplicas > s.Nodes:
 		return bad(fmt.Sprintf("--coordinator-replicas %d", s.CoordinatorReplicas), fmt.Sprintf("Give 1 (no replication) up to the job's nodes (%d); 3 survives the loss of any one, 5 of any two.", s.Nodes))
 	case s.RendezvousTimeout < 0:
@@ -177,6 +187,13 @@ func (s JobSettings) Given(given map[string]bool) *gotrainv1.JobSettings {
 	if given[FlagOnHang] {
 		set = true
 		p.OnHang = ptr(s.OnHang)
+	}
+	if given[FlagOnStraggler] {
+		set = true
+		p.OnStraggler = ptr(s.OnStraggler)
+	}
+	if given[FlagStragglerPersist] {
+		p.StragglerPersistMs = ms(s.StragglerPersist)
 	}
 	if given[FlagRendezvousTimeout] {
 		p.RendezvousTimeoutMs = ms(s.RendezvousTimeout)

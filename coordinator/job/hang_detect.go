@@ -33,7 +33,8 @@
 // wait for: its compute per collective exceeds the others' median by 20 %
 // or more on several judgements in a row (hang_straggler.go, package
 // coordinator/rhythm). It is a finding, not a hang, and never restarts the
-// job.
+// job; with Config.OnStraggler replace, one that persists replaces its rank
+// (straggler_replace.go).
 //
 // When a generation ends by a failure, the machine looks once more at the
 // ranks' last collectives (a post mortem): backends that detect mismatches
@@ -180,7 +181,7 @@ func (m *Machine) hangTick() []Action {
 		}
 		acts = append(acts, m.stragglerCheck(name, w, vs)...)
 	}
-	return acts
+	return append(acts, m.replaceTick()...) // straggler_replace.go
 }
 
 // commNames returns the communicators the current generation's ranks report.

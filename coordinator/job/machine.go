@@ -70,6 +70,16 @@ type Config struct {
 	HangTimeout time.Duration
 	// OnHang is OnHangReport (default) or OnHangRestart.
 	OnHang string
+	// OnStraggler is OnStragglerReport (default: a straggler verdict is a
+	// finding only) or OnStragglerReplace (straggler_replace.go).
+	OnStraggler string
+	// StragglerPersist is how long a straggler verdict must stand before
+	// OnStragglerReplace acts on it; 0: DefaultStragglerPersist.
+	StragglerPersist time.Duration
+	// StragglerCooldown is how long after a replacement a straggler on the
+	// same rank or host is only reported (replacing did not help: the cause
+	// is likely its GPU or host); 0: DefaultStragglerCooldown.
+	StragglerCooldown time.Duration
 	// RendezvousTimeout is how long the job waits for all its nodes to
 	// join, counted from the first event the machine sees; the first Tick
 	// after it fails the job, naming the nodes that joined. 0 waits forever.
@@ -84,6 +94,9 @@ func (c Config) withDefaults() Config {
 	c.NodeTimeout = cmp.Or(c.NodeTimeout, DefaultNodeTimeout)
 	c.JoinSettle = cmp.Or(c.JoinSettle, DefaultJoinSettle)
 	c.OnHang = cmp.Or(c.OnHang, OnHangReport)
+	c.OnStraggler = cmp.Or(c.OnStraggler, OnStragglerReport)
+	c.StragglerPersist = cmp.Or(c.StragglerPersist, DefaultStragglerPersist)
+	c.StragglerCooldown = cmp.Or(c.StragglerCooldown, DefaultStragglerCooldown)
 	return c
 }
 
@@ -109,6 +122,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: hang timeout %s: use a positive duration, or 0 for the adaptive timeout", ErrInvalidConfig, c.HangTimeout)
 	case c.OnHang != OnHangReport && c.OnHang != OnHangRestart:
 		return fmt.Errorf("%w: on hang is %q: use %q or %q", ErrInvalidConfig, c.OnHang, OnHangReport, OnHangRestart)
+	case c.OnStraggler != OnStragglerReport && c.OnStraggler != OnStragglerReplace:
+		return fmt.Errorf("%w: on straggler is %q: use %q or %q", ErrInvalidConfig, c.OnStraggler, OnStragglerReport, OnStragglerReplace)
+	case c.StragglerPersist < 0 || c.StragglerCooldown < 0:
+		return fmt.Errorf("%w: straggler persist %s, cool-down %s: use positive durations", ErrInvalidConfig, c.StragglerPersist, c.StragglerCooldown)
 	}
 	return nil
 }
@@ -140,8 +157,9 @@ type Machine struct {
 
 	repeats repeats // failures that repeat before any progress (restart.go)
 
-	members membership // joins to act on and a growth under way (membership.go)
-	joins   int        // joins so far: the next node's seq (order.go)
+	members  membership // joins to act on and a growth under way (membership.go)
+	straggle straggle   // replacing persistent stragglers (straggler_replace.go)
+	joins    int        // joins so far: the next node's seq (order.go)
 }
 
 type node struct {
@@ -320,6 +338,7 @@ func (m *Machine) start(gen int64, restarts int) StartGeneration {
 	order := m.orderedNodes() // order.go
 	survivors := m.survivorsOf()
 	m.pendingRestart, m.members.growing, m.members.actAt = false, false, time.Time{}
+	m.straggle.replacing = false
 	m.gen, m.restarts, m.state = gen, restarts, StateRunning
 	m.ranks = m.ranks[:0]
 	m.barriers, m.released, m.waiters = map[string]*barrier{}, map[string]bool{}, map[uint64]string{}
@@ -522,10 +541,14 @@ func (m *Machine) blameKilled(ev WorkerExited, hostname string) {
 }
 
 // end closes the running generation with root cause f.
-func (m *Machine) end(f *Failure, desc string) []Action {
+func (m *Machine) end(f *Failure, desc string) []Action { return m.endReplacing(f, desc, nil) }
+
+// endReplacing closes the running generation with root cause f; the
+// processes of ranks replace must not survive it.
+func (m *Machine) endReplacing(f *Failure, desc string, replace []int) []Action {
 	m.failure, m.reason, m.state = f, desc, StateRestarting
 	m.members.endedAt = m.now
-	acts := []Action{EndGeneration{Generation: m.gen, Reason: desc, Failure: copyFailure(f)}}
+	acts := []Action{EndGeneration{Generation: m.gen, Reason: desc, Failure: copyFailure(f), Replace: slices.Clone(replace)}}
 	return append(acts, m.failBarriers(fmt.Sprintf("generation %d ended: %s", m.gen, desc))...)
 }
 
@@ -540,6 +563,12 @@ func (m *Machine) afterEnd() []Action {
 	if m.members.growing && len(m.nodes) >= m.cfg.MinNodes {
 		// Not a failure: the job grows by the nodes that joined (unless
 		// losses since left too few: then it is one, below).
+		return []Action{m.start(m.gen+1, m.restarts)}
+	}
+	if m.straggle.replacing && len(m.nodes) >= m.cfg.MinNodes {
+		// Not a failure either: a persistent straggler is being replaced,
+		// and the replacement does not count against MaxRestarts
+		// (straggler_replace.go says why).
 		return []Action{m.start(m.gen+1, m.restarts)}
 	}
 	pm := m.postMortem()                          // hang_detect.go: a mismatch behind the failure

@@ -12,7 +12,8 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := m.Config(), (Config{RunID: "r", Nodes: 1, MinNodes: 1, NodeTimeout: DefaultNodeTimeout, JoinSettle: DefaultJoinSettle, OnHang: OnHangReport}); got != want {
+	if got, want := m.Config(), (Config{RunID: "r", Nodes: 1, MinNodes: 1, NodeTimeout: DefaultNodeTimeout, JoinSettle: DefaultJoinSettle, OnHang: OnHangReport,
+		OnStraggler: OnStragglerReport, StragglerPersist: DefaultStragglerPersist, StragglerCooldown: DefaultStragglerCooldown}); got != want {
 		t.Errorf("Config() = %+v, want %+v", got, want)
 	}
 	if _, err := New(Config{RunID: "r", Nodes: -2}); !errors.Is(err, ErrInvalidConfig) {

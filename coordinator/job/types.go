@@ -139,8 +139,9 @@ type Progress struct {
 	StepsPerSecond float64
 	Advanced       time.Time
 	// CommsSource is "nccl-ras" when the agent derived Comms from NCCL's RAS
-	// reports (a rank that does not attach; launch counts only), "" when the
-	// worker reported them. CommsNote says why an unattached rank has no
+	// reports (a rank that does not attach; launch counts only),
+	// "torch-hook" when from the PyTorch hook's records (a gloo rank), ""
+	// when the worker reported them. CommsNote says why an unattached rank has no
 	// Comms (NCCL RAS unreachable); "" otherwise.
 	CommsSource, CommsNote string
 }
@@ -212,6 +213,23 @@ type EndGeneration struct {
 	Generation int64
 	Reason     string
 	Failure    *Failure
+	// Replace lists the ranks whose processes must not survive into the
+	// next generation, even when they recover in process: a persistent
+	// straggler being replaced (straggler_replace.go). Their agents stop
+	// them, and the next generation starts them afresh (or hands them to a
+	// ready standby).
+	Replace []int
+}
+
+// DropNode: the machine dropped node NodeID from the job (a persistent
+// straggler's node under --nnodes MIN:MAX, straggler_replace.go). The caller
+// ends the node's stream with Reason, so that its agent stops its workers
+// and exits saying why; the job goes on without it. The machine has
+// forgotten the node already, as after NodeLost.
+type DropNode struct {
+	NodeID   string
+	Hostname string
+	Reason   string
 }
 
 // FinishJob: the job is over. No action follows it.
@@ -241,6 +259,7 @@ type FailBarrier struct {
 
 func (StartGeneration) isAction() {}
 func (EndGeneration) isAction()   {}
+func (DropNode) isAction()        {}
 func (FinishJob) isAction()       {}
 func (ReleaseBarrier) isAction()  {}
 func (FailBarrier) isAction()     {}

@@ -15,7 +15,8 @@ func ConfigToProto(c state.Config) *gotrainv1.LogConfig {
 		JoinSettleNs: int64(j.JoinSettle), MaxRestarts: int32(j.MaxRestarts), RestartCountBase: int32(j.RestartCountBase),
 		RestartBackoffNs: int64(j.RestartBackoff), HangTimeoutNs: int64(j.HangTimeout), OnHang: j.OnHang,
 		RendezvousTimeoutNs: int64(j.RendezvousTimeout),
-		Peers:               c.Peers, Want: int32(c.Want), NprocPerNode: int32(c.NprocPerNode), RanksPerJob: int32(c.RanksPerJob)}
+		OnStraggler:         j.OnStraggler, StragglerPersistNs: int64(j.StragglerPersist), StragglerCooldownNs: int64(j.StragglerCooldown),
+		Peers: c.Peers, Want: int32(c.Want), NprocPerNode: int32(c.NprocPerNode), RanksPerJob: int32(c.RanksPerJob)}
 }
 
 // ConfigFromProto is a config entry's configuration.
@@ -25,7 +26,8 @@ func ConfigFromProto(p *gotrainv1.LogConfig) state.Config {
 		Job: job.Config{RunID: p.GetRunId(), Nodes: int(p.GetNodes()), MinNodes: int(p.GetMinNodes()), NodeTimeout: d(p.GetNodeTimeoutNs()),
 			JoinSettle: d(p.GetJoinSettleNs()), MaxRestarts: int(p.GetMaxRestarts()), RestartCountBase: int(p.GetRestartCountBase()),
 			RestartBackoff: d(p.GetRestartBackoffNs()), HangTimeout: d(p.GetHangTimeoutNs()), OnHang: p.GetOnHang(),
-			RendezvousTimeout: d(p.GetRendezvousTimeoutNs())},
+			RendezvousTimeout: d(p.GetRendezvousTimeoutNs()),
+			OnStraggler:       p.GetOnStraggler(), StragglerPersist: d(p.GetStragglerPersistNs()), StragglerCooldown: d(p.GetStragglerCooldownNs())},
 		Peers: p.GetPeers(), Want: int(p.GetWant()), NprocPerNode: int(p.GetNprocPerNode()), RanksPerJob: int(p.GetRanksPerJob()),
 	}
 }
@@ -45,7 +47,7 @@ func Settings(g *gotrainv1.JobSettings) state.Settings {
 	if g == nil {
 		return state.Settings{}
 	}
-	s := state.Settings{Given: true, RunID: g.RunId, OnHang: g.OnHang}
+	s := state.Settings{Given: true, RunID: g.RunId, OnHang: g.OnHang, OnStraggler: g.OnStraggler}
 	num := func(v *int32) *int {
 		if v == nil {
 			return nil
@@ -62,6 +64,7 @@ func Settings(g *gotrainv1.JobSettings) state.Settings {
 	}
 	s.Nodes, s.MinNodes, s.MaxRestarts = num(g.Nodes), num(g.MinNodes), num(g.MaxRestarts)
 	s.RestartBackoff, s.HangTimeout, s.RendezvousTimeout = ms(g.RestartBackoffMs), ms(g.HangTimeoutMs), ms(g.RendezvousTimeoutMs)
+	s.StragglerPersist = ms(g.StragglerPersistMs)
 	return s
 }
 

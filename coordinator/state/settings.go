@@ -23,11 +23,12 @@ func (e *settingsError) Is(target error) bool { return target == ErrSettingsMism
 // who gave it expects a job that will not run: --nnodes (the job's size: a
 // different number means another job, or a batch size and learning rate
 // planned for another world size), --max-restarts (whether and how often the
-// job survives a failure) and --on-hang (whether a hang ends the generation
-// or only reports it). A setting that changes only WHEN something happens is
-// a warning, and the job's value applies: --restart-backoff, --hang-timeout
-// and --rendezvous-timeout (the rendezvous is already under way when a node
-// joins). --run-id is a warning too: the agent already takes the job's, so
+// job survives a failure), --on-hang (whether a hang ends the generation
+// or only reports it) and --on-straggler (whether a persistent straggler is
+// replaced). A setting that changes only WHEN something happens is a
+// warning, and the job's value applies: --restart-backoff, --hang-timeout,
+// --straggler-persist and --rendezvous-timeout (the rendezvous is already
+// under way when a node joins). --run-id is a warning too: the agent already takes the job's, so
 // its workers see one run id.
 func CheckSettings(jc job.Config, given Settings) (warnings []string, err error) {
 	if !given.Given {
@@ -59,11 +60,17 @@ func CheckSettings(jc job.Config, given Settings) (warnings []string, err error)
 	if given.OnHang != nil && *given.OnHang != jc.OnHang {
 		fail("on-hang", *given.OnHang, jc.OnHang)
 	}
+	if given.OnStraggler != nil && *given.OnStraggler != cmp.Or(jc.OnStraggler, job.OnStragglerReport) {
+		fail("on-straggler", *given.OnStraggler, cmp.Or(jc.OnStraggler, job.OnStragglerReport))
+	}
 	if d := given.RestartBackoff; d != nil && *d != jc.RestartBackoff.Truncate(time.Millisecond) {
 		warn("restart-backoff", *d, jc.RestartBackoff)
 	}
 	if d := given.HangTimeout; d != nil && *d != jc.HangTimeout.Truncate(time.Millisecond) {
 		warn("hang-timeout", *d, jc.HangTimeout)
+	}
+	if d := given.StragglerPersist; d != nil && *d != cmp.Or(jc.StragglerPersist, job.DefaultStragglerPersist).Truncate(time.Millisecond) {
+		warn("straggler-persist", *d, cmp.Or(jc.StragglerPersist, job.DefaultStragglerPersist))
 	}
 	if d := given.RendezvousTimeout; d != nil && *d != jc.RendezvousTimeout.Truncate(time.Millisecond) {
 		warn("rendezvous-timeout", *d, jc.RendezvousTimeout)

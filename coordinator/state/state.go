@@ -311,6 +311,11 @@ func (s *State) actions(acts []job.Action) {
 			s.log(LevelInfo, "generation ended", "generation", a.Generation, "reason", a.Reason)
 			s.plan.Ended, s.plan.World = &a, s.m.Status().WorldSize
 			s.pushAll(Out{Ended: &a})
+		case job.DropNode:
+			// A persistent straggler's node (--on-straggler replace): its
+			// agent reads why in the end of its stream, stops its workers
+			// and exits; the job goes on without it.
+			s.dropNode(a.NodeID, a.Reason)
 		case job.FinishJob:
 			s.result = &a
 			if a.Succeeded {

@@ -59,8 +59,9 @@ type Join struct {
 type Settings struct {
 	Given                                          bool
 	Nodes, MinNodes, MaxRestarts                   *int
-	OnHang, RunID                                  *string
+	OnHang, OnStraggler, RunID                     *string
 	RestartBackoff, HangTimeout, RendezvousTimeout *time.Duration
+	StragglerPersist                               *time.Duration
 }
 
 // KV is a put of the KV store (or of the rendezvous store: CommKey).

@@ -82,6 +82,9 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 		e := agentcore.GenerationEnded{Reason: "a worker failed"}
 		d.ScanArgs(t, "gen", &e.Generation)
 		d.MaybeScanArgs(t, "reason", &e.Reason)
+		if d.HasArg("replace") { // replace=(2, 3): ranks stopped even when they recover in process
+			d.ScanArgs(t, "replace", &e.Replace)
+		}
 		ev = e
 	case "job-finished":
 		f := agentcore.JobFinished{Succeeded: d.HasArg("ok")}

@@ -338,7 +338,7 @@ func (m *Machine) generationEnded(e GenerationEnded) []Action {
 		if p == nil || p.exited || p.gen != e.Generation {
 			continue
 		}
-		if p.resumable() {
+		if p.resumable() && !slices.Contains(e.Replace, p.rank) {
 			p.handover = handPark
 			out = append(out, Park{Proc: p.id, Rank: p.rank, Generation: e.Generation, Reason: e.Reason})
 			continue

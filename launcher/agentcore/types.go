@@ -79,10 +79,14 @@ type Event interface{ isEvent() }
 // node's ranks.
 type GenerationStarted struct{ Gen jobenv.NodeGeneration }
 
-// GenerationEnded: the coordinator ended a generation.
+// GenerationEnded: the coordinator ended a generation. The processes of
+// the ranks in Replace (a persistent straggler, --on-straggler replace) are
+// stopped even when they recover in process, so that the next generation
+// starts them afresh or hands them to a standby.
 type GenerationEnded struct {
 	Generation int64
 	Reason     string
+	Replace    []int
 }
 
 // JobFinished: the coordinator says the job is over.

@@ -28,7 +28,8 @@ import (
 //
 // With --slow-rank R, rank R computes --slow-step-time instead of
 // --step-time from step --slow-from on (a straggler), and prints "SLOW rank R
-// seq K unix_ms T" when it starts to; --jitter adds a random 0 to D to every
+// seq K unix_ms T" when it starts to; with --slow-generation G only in
+// generation G (its first incarnation, for --on-straggler replace); --jitter adds a random 0 to D to every
 // rank's compute of every step. With --slow-every N (a benchmark of many
 // injections), rank (s/N) mod size is slow during steps s with s mod N <
 // --slow-for, from the second period on, and prints SLOW and then "FAST rank
@@ -44,9 +45,11 @@ func hangMode(ctx context.Context, args []string) error {
 	slowRank := fs.Int("slow-rank", -1, "the rank that becomes a straggler (-1: none)")
 	slowFrom := fs.Int("slow-from", 10, "the step from which it is slow")
 	slowStep := fs.Duration("slow-step-time", time.Second, "its compute time per step once slow")
+	slowGen := fs.Int64("slow-generation", -1, "with --slow-rank: slow only in this generation (-1: in every one)")
 	jitter := fs.Duration("jitter", 0, "a random extra compute time per step, up to this")
 	slowEvery := fs.Int("slow-every", 0, "repeat injections: a period of this many steps, the slow rank rotating (0: one injection)")
 	slowFor := fs.Int("slow-for", 20, "with --slow-every, the slow steps at the start of each period")
+	stepLines := fs.Bool("step-lines", false, `print "STEP rank R gen G seq K unix_ms T" after every step (step rates from the output)`)
 	_ = fs.Parse(args)
 	w, err := worker.Init(ctx)
 	if err != nil {
@@ -74,7 +77,7 @@ func hangMode(ctx context.Context, args []string) error {
 					compute = *slowStep
 				}
 			}
-		} else if w.Rank == *slowRank && step >= *slowFrom {
+		} else if w.Rank == *slowRank && step >= *slowFrom && (*slowGen < 0 || w.Generation == *slowGen) {
 			if step == *slowFrom {
 				fmt.Printf("SLOW rank %d seq %d unix_ms %d\n", w.Rank, step, time.Now().UnixMilli())
 			}
@@ -112,6 +115,9 @@ func hangMode(ctx context.Context, args []string) error {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
 		w.ReportStep(int64(step), 0)
+		if *stepLines {
+			fmt.Printf("STEP rank %d gen %d seq %d unix_ms %d\n", w.Rank, w.Generation, step, time.Now().UnixMilli())
+		}
 	}
 	fmt.Printf("hang ok: %d steps\n", *steps)
 	return nil

@@ -1047,6 +1047,8 @@ type JobSettings struct {
 	RendezvousTimeoutMs *int64                 `protobuf:"varint,6,opt,name=rendezvous_timeout_ms,json=rendezvousTimeoutMs,proto3,oneof" json:"rendezvous_timeout_ms,omitempty"` // --rendezvous-timeout
 	RunId               *string                `protobuf:"bytes,7,opt,name=run_id,json=runId,proto3,oneof" json:"run_id,omitempty"`                                              // --run-id
 	MinNodes            *int32                 `protobuf:"varint,8,opt,name=min_nodes,json=minNodes,proto3,oneof" json:"min_nodes,omitempty"`                                    // --nnodes MIN:MAX's MIN
+	OnStraggler         *string                `protobuf:"bytes,9,opt,name=on_straggler,json=onStraggler,proto3,oneof" json:"on_straggler,omitempty"`                            // --on-straggler
+	StragglerPersistMs  *int64                 `protobuf:"varint,10,opt,name=straggler_persist_ms,json=stragglerPersistMs,proto3,oneof" json:"straggler_persist_ms,omitempty"`   // --straggler-persist
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -1133,6 +1135,20 @@ func (x *JobSettings) GetRunId() string {
 func (x *JobSettings) GetMinNodes() int32 {
 	if x != nil && x.MinNodes != nil {
 		return *x.MinNodes
+	}
+	return 0
+}
+
+func (x *JobSettings) GetOnStraggler() string {
+	if x != nil && x.OnStraggler != nil {
+		return *x.OnStraggler
+	}
+	return ""
+}
+
+func (x *JobSettings) GetStragglerPersistMs() int64 {
+	if x != nil && x.StragglerPersistMs != nil {
+		return *x.StragglerPersistMs
 	}
 	return 0
 }
@@ -1928,10 +1944,14 @@ func (x *WorkerFailure) GetPermanent() string {
 }
 
 type GenerationEnded struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Generation    int64                  `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	Failure       *WorkerFailure         `protobuf:"bytes,3,opt,name=failure,proto3" json:"failure,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Generation int64                  `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Reason     string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Failure    *WorkerFailure         `protobuf:"bytes,3,opt,name=failure,proto3" json:"failure,omitempty"`
+	// replace: ranks whose processes must not survive into the next
+	// generation even when they recover in process (a persistent straggler
+	// replaced under --on-straggler replace); their agent stops them.
+	Replace       []int32 `protobuf:"varint,4,rep,packed,name=replace,proto3" json:"replace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1983,6 +2003,13 @@ func (x *GenerationEnded) GetReason() string {
 func (x *GenerationEnded) GetFailure() *WorkerFailure {
 	if x != nil {
 		return x.Failure
+	}
+	return nil
+}
+
+func (x *GenerationEnded) GetReplace() []int32 {
+	if x != nil {
+		return x.Replace
 	}
 	return nil
 }
@@ -4698,10 +4725,14 @@ type LogConfig struct {
 	Peers []string `protobuf:"bytes,13,rep,name=peers,proto3" json:"peers,omitempty"`
 	Want  int32    `protobuf:"varint,14,opt,name=want,proto3" json:"want,omitempty"`
 	// The admission bounds every replica applies to a Join.
-	NprocPerNode  int32 `protobuf:"varint,15,opt,name=nproc_per_node,json=nprocPerNode,proto3" json:"nproc_per_node,omitempty"`
-	RanksPerJob   int32 `protobuf:"varint,16,opt,name=ranks_per_job,json=ranksPerJob,proto3" json:"ranks_per_job,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NprocPerNode int32 `protobuf:"varint,15,opt,name=nproc_per_node,json=nprocPerNode,proto3" json:"nproc_per_node,omitempty"`
+	RanksPerJob  int32 `protobuf:"varint,16,opt,name=ranks_per_job,json=ranksPerJob,proto3" json:"ranks_per_job,omitempty"`
+	// --on-straggler and its timings (coordinator/job straggler_replace.go).
+	OnStraggler         string `protobuf:"bytes,17,opt,name=on_straggler,json=onStraggler,proto3" json:"on_straggler,omitempty"`
+	StragglerPersistNs  int64  `protobuf:"varint,18,opt,name=straggler_persist_ns,json=stragglerPersistNs,proto3" json:"straggler_persist_ns,omitempty"`
+	StragglerCooldownNs int64  `protobuf:"varint,19,opt,name=straggler_cooldown_ns,json=stragglerCooldownNs,proto3" json:"straggler_cooldown_ns,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *LogConfig) Reset() {
@@ -4835,6 +4866,27 @@ func (x *LogConfig) GetNprocPerNode() int32 {
 func (x *LogConfig) GetRanksPerJob() int32 {
 	if x != nil {
 		return x.RanksPerJob
+	}
+	return 0
+}
+
+func (x *LogConfig) GetOnStraggler() string {
+	if x != nil {
+		return x.OnStraggler
+	}
+	return ""
+}
+
+func (x *LogConfig) GetStragglerPersistNs() int64 {
+	if x != nil {
+		return x.StragglerPersistNs
+	}
+	return 0
+}
+
+func (x *LogConfig) GetStragglerCooldownNs() int64 {
+	if x != nil {
+		return x.StragglerCooldownNs
 	}
 	return 0
 }
@@ -5384,7 +5436,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\v2\x14.gotrain.v1.NodeInfoR\x04node\x123\n" +
 	"\bsettings\x18\x02 \x01(\v2\x17.gotrain.v1.JobSettingsR\bsettings\x12\x10\n" +
 	"\x03csr\x18\x03 \x01(\fR\x03csr\x12\x19\n" +
-	"\bhost_key\x18< \x01(\fR\ahostKey\"\xca\x03\n" +
+	"\bhost_key\x18< \x01(\fR\ahostKey\"\xd3\x04\n" +
 	"\vJobSettings\x12\x19\n" +
 	"\x05nodes\x18\x01 \x01(\x05H\x00R\x05nodes\x88\x01\x01\x12&\n" +
 	"\fmax_restarts\x18\x02 \x01(\x05H\x01R\vmaxRestarts\x88\x01\x01\x121\n" +
@@ -5393,7 +5445,10 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\aon_hang\x18\x05 \x01(\tH\x04R\x06onHang\x88\x01\x01\x127\n" +
 	"\x15rendezvous_timeout_ms\x18\x06 \x01(\x03H\x05R\x13rendezvousTimeoutMs\x88\x01\x01\x12\x1a\n" +
 	"\x06run_id\x18\a \x01(\tH\x06R\x05runId\x88\x01\x01\x12 \n" +
-	"\tmin_nodes\x18\b \x01(\x05H\aR\bminNodes\x88\x01\x01B\b\n" +
+	"\tmin_nodes\x18\b \x01(\x05H\aR\bminNodes\x88\x01\x01\x12&\n" +
+	"\fon_straggler\x18\t \x01(\tH\bR\vonStraggler\x88\x01\x01\x125\n" +
+	"\x14straggler_persist_ms\x18\n" +
+	" \x01(\x03H\tR\x12stragglerPersistMs\x88\x01\x01B\b\n" +
 	"\x06_nodesB\x0f\n" +
 	"\r_max_restartsB\x15\n" +
 	"\x13_restart_backoff_msB\x12\n" +
@@ -5403,7 +5458,9 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x16_rendezvous_timeout_msB\t\n" +
 	"\a_run_idB\f\n" +
 	"\n" +
-	"_min_nodes\"\xbb\x02\n" +
+	"_min_nodesB\x0f\n" +
+	"\r_on_stragglerB\x17\n" +
+	"\x15_straggler_persist_ms\"\xbb\x02\n" +
 	"\fJoinResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12!\n" +
@@ -5470,13 +5527,14 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"xid_errors\x18\n" +
 	" \x03(\tR\txidErrors\x12\x14\n" +
 	"\x05notes\x18\v \x03(\tR\x05notes\x12\x1d\n" +
-	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\"~\n" +
+	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\"\x98\x01\n" +
 	"\x0fGenerationEnded\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
 	"generation\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x123\n" +
-	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\"\xda\x01\n" +
+	"\afailure\x18\x03 \x01(\v2\x19.gotrain.v1.WorkerFailureR\afailure\x12\x18\n" +
+	"\areplace\x18\x04 \x03(\x05R\areplace\"\xda\x01\n" +
 	"\x0eRestartPlanned\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
@@ -5726,7 +5784,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x10barrier_canceled\x18\x14 \x01(\v2\x1e.gotrain.v1.LogBarrierCanceledH\x00R\x0fbarrierCanceled\x12?\n" +
 	"\bprogress\x18\x15 \x01(\v2!.gotrain.v1.ReportProgressRequestH\x00R\bprogress\x12?\n" +
 	"\bevidence\x18\x16 \x01(\v2!.gotrain.v1.ReportEvidenceRequestH\x00R\bevidenceB\a\n" +
-	"\x05entry\"\x91\x04\n" +
+	"\x05entry\"\x9a\x05\n" +
 	"\tLogConfig\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05nodes\x18\x02 \x01(\x05R\x05nodes\x12\x1b\n" +
@@ -5743,7 +5801,10 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x05peers\x18\r \x03(\tR\x05peers\x12\x12\n" +
 	"\x04want\x18\x0e \x01(\x05R\x04want\x12$\n" +
 	"\x0enproc_per_node\x18\x0f \x01(\x05R\fnprocPerNode\x12\"\n" +
-	"\rranks_per_job\x18\x10 \x01(\x05R\vranksPerJobJ\x04\b\v\x10\f\"o\n" +
+	"\rranks_per_job\x18\x10 \x01(\x05R\vranksPerJob\x12!\n" +
+	"\fon_straggler\x18\x11 \x01(\tR\vonStraggler\x120\n" +
+	"\x14straggler_persist_ns\x18\x12 \x01(\x03R\x12stragglerPersistNs\x122\n" +
+	"\x15straggler_cooldown_ns\x18\x13 \x01(\x03R\x13stragglerCooldownNsJ\x04\b\v\x10\f\"o\n" +
 	"\aLogJoin\x121\n" +
 	"\arequest\x18\x01 \x01(\v2\x17.gotrain.v1.JoinRequestR\arequest\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\bR\x04host\x12\x1d\n" +
