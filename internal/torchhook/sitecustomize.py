@@ -7,9 +7,9 @@
 # 2. When GOTRAIN_TORCH_PROGRESS_DIR is set and the program uses
 #    torch.distributed on a gloo default process group, it counts the
 #    collectives of that group: each torch.distributed collective call, and
-#    each gradient bucket DistributedDataParallel all-reduces (through a
-#    comm hook that does what DDP's built-in reduction does: divide by the
-#    world size, all-reduce, in the same order). The counts go to
+#    each backward pass of a DistributedDataParallel output that all-reduces
+#    the gradients (DDP itself unchanged: the pass counts from when it
+#    reaches the output until DDP's wait for its buckets is over). The counts go to
 #    DIR/PID.progress, a small memory-mapped record the agent reads each
 #    second (layout in torchhook.go), so a rank that stops calling
 #    collectives is named like a Go worker that does.
@@ -52,8 +52,10 @@ def _gotrain_sitecustomize():
 
     # The record: little-endian, 256 bytes (torchhook.go's layout).
     MAGIC = b"GTHOOK1\n"
-    HEAD = struct.Struct("<8sQqqqqqII")  # magic version entered completed completed_ns wait_ns pending_ns pending_op last_op
     RING = 16
+    # magic version entered completed completed_ns wait_ns pending_ns pending_op last_op ring[16]
+    RECORD = struct.Struct("<8sQqqqqqII%dq" % RING)
+    VERSION = struct.Struct("<Q")
     SIZE = 256
     OPS = ("allreduce", "broadcast", "allgather", "reducescatter", "barrier", "alltoall", "reduce", "gather", "scatter")
     CALLS = {
@@ -97,18 +99,18 @@ def _gotrain_sitecustomize():
             return self.map
 
         def publish(self):
-            # A seqlock: odd while writing, so the agent never reads half.
+            # A seqlock: the version is odd while the fields change, so the
+            # agent never takes half of an update.
             m = self.record()
             completed = min(self.open) - 1 if self.open else self.entered
             pending_ns, pending_op = 0, 0
             if self.open:
                 pending_op, pending_ns = self.open[completed + 1]
             self.version += 1
-            struct.pack_into("<Q", m, 8, self.version)
-            HEAD.pack_into(m, 0, MAGIC, self.version, self.entered, completed, self.completed_ns, self.wait_ns, pending_ns, pending_op, self.last_op)
-            struct.pack_into("<%dq" % RING, m, HEAD.size, *self.ring)
+            VERSION.pack_into(m, 8, self.version)
+            RECORD.pack_into(m, 0, MAGIC, self.version, self.entered, completed, self.completed_ns, self.wait_ns, pending_ns, pending_op, self.last_op, *self.ring)
             self.version += 1
-            struct.pack_into("<Q", m, 8, self.version)
+            VERSION.pack_into(m, 8, self.version)
 
         def enter(self, op):
             with self.lock:
@@ -148,13 +150,13 @@ def _gotrain_sitecustomize():
     def counted(dist, group):
         """Whether a collective on group is the gloo default group's."""
         try:
-            if not dist.is_initialized():
+            pg = dist.distributed_c10d.GroupMember.WORLD  # None before init_process_group
+            if pg is None or (group is not None and group is not pg):
                 return False
-            pg = dist.distributed_c10d._get_default_group()
-            if group is not None and group is not pg and group is not getattr(dist.group, "WORLD", None):
-                return False
-            if state["pg"] is not pg:
-                state["pg"], state["gloo"] = pg, dist.get_backend() == "gloo"
+            # By id: a reference held here would keep the group alive into
+            # the interpreter's teardown, where gloo's threads abort it.
+            if state["pg"] != id(pg):
+                state["pg"], state["gloo"] = id(pg), dist.get_backend() == "gloo"
             return state["gloo"]
         except Exception:
             return False
@@ -164,45 +166,52 @@ def _gotrain_sitecustomize():
         import inspect
 
         try:
-            sig = inspect.signature(f)
+            params = list(inspect.signature(f).parameters)
         except (TypeError, ValueError):
             return f
+        # Where group and async_op are when passed by position (binding
+        # the signature on every call would cost more than the count).
+        at_group = params.index("group") if "group" in params else None
+        at_async = params.index("async_op") if "async_op" in params else None
+
+        def arg(args, kwargs, name, at, default):
+            if name in kwargs:
+                return kwargs[name]
+            if at is not None and at < len(args):
+                return args[at]
+            return default
 
         @functools.wraps(f)
         def collective(*args, **kwargs):
             depth = getattr(counter.tls, "depth", 0)
             seq = None
-            if depth == 0 and not counter.off:
+            if depth == 0 and not counter.off and counted(dist, arg(args, kwargs, "group", at_group, None)):
+                seq = counter.guard(counter.enter, op)
+            if seq is None:
+                counter.tls.depth = depth + 1
                 try:
-                    bound = sig.bind_partial(*args, **kwargs).arguments
-                except TypeError:
-                    bound = {}
-                if counted(dist, bound.get("group")):
-                    seq = counter.guard(counter.enter, op)
-                    is_async = bool(bound.get("async_op", False))
+                    return f(*args, **kwargs)
+                finally:
+                    counter.tls.depth = depth
             counter.tls.depth = depth + 1
             try:
                 result = f(*args, **kwargs)
             except BaseException:
-                if seq is not None:
-                    counter.guard(counter.complete, seq)
+                counter.guard(counter.complete, seq)
                 raise
             finally:
                 counter.tls.depth = depth
-            if seq is not None:
-                if is_async and result is not None and hasattr(result, "get_future"):
-                    def then(fut, seq=seq):
-                        counter.guard(counter.complete, seq)
-                        return None
-                    try:
-                        result.get_future().then(then)
-                    except Exception:
-                        counter.guard(counter.complete, seq)
-                else:
+            if arg(args, kwargs, "async_op", at_async, False) and hasattr(result, "get_future"):
+                try:
+                    result.get_future().then(lambda fut: counter.guard(counter.complete, seq))
+                except Exception:
                     counter.guard(counter.complete, seq)
+            else:
+                counter.guard(counter.complete, seq)
             return result
 
         collective.__gotrain_counted__ = True
+        collective.__gotrain_inner__ = f
         return collective
 
     def patch_dist(dist):
@@ -215,37 +224,64 @@ def _gotrain_sitecustomize():
         ddp = getattr(mod, "DistributedDataParallel", None)
         if ddp is None:
             return
-        register, builtin, forward = ddp.register_comm_hook, ddp._register_builtin_comm_hook, ddp.forward
+        forward = ddp.forward
 
-        def user_hook(self, *args, **kwargs):
-            self._gotrain_hooked = True  # the program's hook: its collectives count where they call torch.distributed
-            return register(self, *args, **kwargs)
+        def counted_forward(self, *args, **kwargs):
+            out = forward(self, *args, **kwargs)
+            counter.guard(watch_backward, self, out)
+            return out
 
-        def user_builtin(self, *args, **kwargs):
-            self._gotrain_hooked = True
-            return builtin(self, *args, **kwargs)
+        ddp.forward = counted_forward
 
-        def hooked_forward(self, *args, **kwargs):
-            if not getattr(self, "_gotrain_hooked", False):
-                self._gotrain_hooked = True
-                import torch.distributed as dist
+    def tensors_of(out, depth=0):
+        import torch
 
-                if not counter.off and counted(dist, getattr(self, "process_group", None)):
-                    register(self, None, allreduce_bucket)
-            return forward(self, *args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            return [out] if out.requires_grad else []
+        if depth > 3:
+            return []
+        if isinstance(out, dict):
+            out = list(out.values())
+        if isinstance(out, (list, tuple)):
+            return [t for o in out for t in tensors_of(o, depth + 1)]
+        return []
 
-        ddp.register_comm_hook, ddp._register_builtin_comm_hook, ddp.forward = user_hook, user_builtin, hooked_forward
-
-    def allreduce_bucket(state, bucket):
-        # What DDP's reducer does without a hook: the gradients divided by
-        # the world size, summed over the ranks (dist.all_reduce is counted).
+    def watch_backward(module, out):
+        # DDP reduces gradients inside the backward pass of its output: it
+        # launches each bucket's all-reduce as gradients become ready and
+        # waits for them in a callback the autograd engine runs at the end
+        # of that backward. So the backward of a DDP output that syncs
+        # gradients counts as one all-reduce: entered when the backward
+        # reaches the output (before any bucket is launched), completed in
+        # a final callback queued from a final callback, which the engine
+        # runs after DDP's (queued when the first gradient is ready). DDP
+        # itself is not changed: its reducer, buckets and numerics are its
+        # own.
+        import torch
         import torch.distributed as dist
 
-        t = bucket.buffer()
-        t.div_(dist.get_world_size())
-        return dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0])
+        if not torch.is_grad_enabled() or not getattr(module, "require_backward_grad_sync", True):
+            return  # no backward, or no_sync(): no gradient all-reduce
+        if not counted(dist, getattr(module, "process_group", None)):
+            return
+        ts = tensors_of(out)
+        if not ts:
+            return
+        engine = torch.autograd.Variable._execution_engine
+        fired = []
 
-    allreduce_bucket.__qualname__ = "gotrain_counted_allreduce_hook"
+        def reached(grad):
+            if fired:
+                return None
+            fired.append(True)
+            seq = counter.guard(counter.enter, "allreduce")
+            if seq is not None:
+                done = lambda: counter.guard(counter.complete, seq)
+                engine.queue_callback(lambda: engine.queue_callback(done))
+            return None
+
+        for t in ts:
+            t.register_hook(reached)
 
     patches = {"torch.distributed": patch_dist, "torch.nn.parallel.distributed": patch_ddp}
 

@@ -1,7 +1,9 @@
 # A two-rank gloo job for torchhook's tests: STEPS DDP steps of a small
 # model, then an all_reduce, a barrier and a broadcast_object_list. With
 # STOP_RANK set, that rank sleeps instead of the last step's collectives.
-# Prints "RESULT rank pid checksum" (the parameters' exact bits).
+# Prints "RESULT rank pid checksum" (the parameters' exact bits). With
+# NO_DESTROY set it exits right after its steps, as many programs do: with
+# its DDP model alive and its process group not destroyed.
 import hashlib
 import os
 import sys
@@ -27,6 +29,9 @@ for step in range(steps):
     opt.zero_grad()
     torch.nn.functional.mse_loss(model(x), y).backward()
     opt.step()
+if os.environ.get("NO_DESTROY"):
+    print("RESULT", rank, os.getpid(), "-", flush=True)
+    sys.exit(0)
 t = torch.ones(8)
 dist.all_reduce(t)
 dist.barrier()
