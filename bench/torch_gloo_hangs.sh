@@ -10,8 +10,9 @@
 #              --hang-timeout: the adaptive timeout) of
 #              internal/integration/testdata/gloo_hang.py, 0.2 s steps with
 #              ±50 ms jitter; in run i rank i mod RANKS stops calling
-#              collectives at a random step in [50, 80] (after the 10 s or so the adaptive timeout needs to learn the rhythm) (alternately
-#              sleeping and spinning in Python). A run is a true detection
+#              collectives at a random step in [50, 80] (alternately
+#              sleeping and spinning in Python), after the 10 s or so the
+#              adaptive timeout needs to learn the job's rhythm. A run is a true detection
 #              when the verdict names that rank and the all-reduce it never
 #              entered; latency is from the rank's FAULT line (its clock) to
 #              the moment the bench read the agent's verdict line.
@@ -82,10 +83,10 @@ inject() {
 	local job=$! fault_ms="" seen="" deadline=$((SECONDS + 240))
 	while ((SECONDS < deadline)); do
 		if [[ -z $fault_ms ]]; then
-			fault_ms=$(grep -o 'FAULT [a-z]* rank [0-9]* seq [0-9]* unix_ms [0-9]*' "$out" | awk '{print $NF}')
+			fault_ms=$(grep -o 'FAULT [a-z]* rank [0-9]* seq [0-9]* unix_ms [0-9]*' "$out" 2>/dev/null | awk '{print $NF}')
 			[[ -n $fault_ms ]] && deadline=$((SECONDS + 90))
 		fi
-		seen=$(grep -m1 '^gotrain: hang detected' "$errf")
+		seen=$(grep -m1 '^gotrain: hang detected' "$errf" 2>/dev/null)
 		[[ -n $seen ]] && break
 		kill -0 "$job" 2>/dev/null || break
 		sleep 0.1
