@@ -64,52 +64,83 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 	spec := benchrun.DefaultSpec(op)
 	cpuSpec := benchrun.DefaultCPUSpec(op)
 	fs := newFlagSet(c.name(), benchUsage)
-	var (
-		gpus          int
-		backend       string
-		minS, maxS    string
-		jsonOut       bool
-		verbose       bool
-		logDir        string
-		launchTimeout time.Duration
-		ranksPerGPU   int
-	)
-	fs.IntVar(&gpus, "gpus", 0, "ranks: one per GPU (default: every GPU; with --backend cpu, 2)")
-	fs.IntVar(&gpus, "nproc-per-node", 0, "alias of --gpus")
-	fs.IntVar(&ranksPerGPU, "ranks-per-gpu", 1, "ranks that share one GPU (NCCL ≥ 2.30, as gotrain launch --ranks-per-gpu): --gpus may then be up to GPUs × N")
-	fs.StringVar(&backend, "backend", "nccl", "nccl (GPUs) or cpu (TCP between CPU ranks, host buffers)")
-	fs.StringVar(&minS, "min", "8", "smallest size in bytes (suffixes K, M, G)")
-	fs.StringVar(&maxS, "max", "4G", "largest size in bytes (suffixes K, M, G); with --backend cpu the default is "+benchrun.FormatSize(cpuSpec.Max))
+	var o benchOpts
+	o.register(fs, &spec, cpuSpec)
+	op, err := parseBenchArgs(fs, op, args)
+	if err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if err := o.settle(&spec, cpuSpec, op, given); err != nil {
+		return err
+	}
+	return o.launch(ctx, spec)
+}
+
+// benchOpts are bench's flags other than those of the benchmark's spec.
+type benchOpts struct {
+	gpus          int
+	backend       string
+	minS, maxS    string
+	jsonOut       bool
+	verbose       bool
+	logDir        string
+	launchTimeout time.Duration
+	ranksPerGPU   int
+}
+
+// register defines bench's flags on fs: o's and those of spec; cpuSpec
+// gives the defaults --backend cpu changes.
+func (o *benchOpts) register(fs *flag.FlagSet, spec *benchrun.Spec, cpuSpec benchrun.Spec) {
+	fs.IntVar(&o.gpus, "gpus", 0, "ranks: one per GPU (default: every GPU; with --backend cpu, 2)")
+	fs.IntVar(&o.gpus, "nproc-per-node", 0, "alias of --gpus")
+	fs.IntVar(&o.ranksPerGPU, "ranks-per-gpu", 1, "ranks that share one GPU (NCCL ≥ 2.30, as gotrain launch --ranks-per-gpu): --gpus may then be up to GPUs × N")
+	fs.StringVar(&o.backend, "backend", "nccl", "nccl (GPUs) or cpu (TCP between CPU ranks, host buffers)")
+	fs.StringVar(&o.minS, "min", "8", "smallest size in bytes (suffixes K, M, G)")
+	fs.StringVar(&o.maxS, "max", "4G", "largest size in bytes (suffixes K, M, G); with --backend cpu the default is "+benchrun.FormatSize(cpuSpec.Max))
 	fs.Int64Var(&spec.Factor, "factor", spec.Factor, "multiply the size by this from one row to the next (2 or more)")
 	fs.StringVar(&spec.DType, "dtype", spec.DType, "element type: float32, float64, int32 or int64")
 	fs.StringVar(&spec.RedOp, "op", spec.RedOp, "reduction of allreduce and reduce_scatter: sum, avg, max or min")
 	fs.IntVar(&spec.Root, "root", 0, "root rank of broadcast (0 to ranks-1)")
 	fs.IntVar(&spec.Iters, "iters", spec.Iters, fmt.Sprintf("timed collectives per size (1 or more; with --backend cpu the default is %d)", cpuSpec.Iters))
 	fs.IntVar(&spec.Warmup, "warmup", spec.Warmup, fmt.Sprintf("untimed collectives per size before timing (0 or more; with --backend cpu the default is %d)", cpuSpec.Warmup))
-	fs.BoolVar(&jsonOut, "json", false, "print the rows as a JSON array instead of the table")
-	fs.BoolVar(&verbose, "verbose", false, "log the agent's and the workers' steps to stderr")
-	fs.StringVar(&logDir, "log-dir", "", "also write each rank's output to DIR/RUN_ID/attempt-N/rankN.log: a directory of its own per run (named on stderr), never through a symbolic link; a log dir lost or full mid-job is warned about once and never fails the job")
-	fs.DurationVar(&launchTimeout, "timeout", 30*time.Minute, "stop the benchmark after this long")
+	fs.BoolVar(&o.jsonOut, "json", false, "print the rows as a JSON array instead of the table")
+	fs.BoolVar(&o.verbose, "verbose", false, "log the agent's and the workers' steps to stderr")
+	fs.StringVar(&o.logDir, "log-dir", "", "also write each rank's output to DIR/RUN_ID/attempt-N/rankN.log: a directory of its own per run (named on stderr), never through a symbolic link; a log dir lost or full mid-job is warned about once and never fails the job")
+	fs.DurationVar(&o.launchTimeout, "timeout", 30*time.Minute, "stop the benchmark after this long")
+}
+
+// parseBenchArgs parses args into fs and returns the collective: op when
+// it came first, else the first argument after the flags (the flags after
+// that one are parsed too).
+func parseBenchArgs(fs *flag.FlagSet, op string, args []string) (string, error) {
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return "", err
 	}
 	if op == "" && fs.NArg() > 0 { // flags before the collective: the rest follow it
 		op = fs.Arg(0)
 		if err := parseFlags(fs, fs.Args()[1:]); err != nil {
-			return err
+			return "", err
 		}
 	}
 	if fs.NArg() > 0 {
-		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+		return "", &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
 	if op == "" {
-		return &usageError{msg: "no collective given", hint: "Name one: gotrain bench allreduce (or all_gather, reduce_scatter, broadcast)."}
+		return "", &usageError{msg: "no collective given", hint: "Name one: gotrain bench allreduce (or all_gather, reduce_scatter, broadcast)."}
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if backend == "cpu" {
+	return op, nil
+}
+
+// settle fills in the defaults that depend on the backend (given: the
+// flags on the command line), completes spec for collective op, and
+// checks them all; with --backend nccl it also checks for GPUs, the
+// driver and NCCL, and counts the ranks.
+func (o *benchOpts) settle(spec *benchrun.Spec, cpuSpec benchrun.Spec, op string, given map[string]bool) error {
+	if o.backend == "cpu" {
 		if !given["max"] {
-			maxS = benchrun.FormatSize(cpuSpec.Max)
+			o.maxS = benchrun.FormatSize(cpuSpec.Max)
 		}
 		if !given["iters"] {
 			spec.Iters = cpuSpec.Iters
@@ -120,37 +151,42 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 	}
 	spec.Op = op
 	var err error
-	if spec.Min, err = benchrun.ParseSize(minS); err != nil {
+	if spec.Min, err = benchrun.ParseSize(o.minS); err != nil {
 		return &usageError{msg: "--min: " + err.Error()}
 	}
-	if spec.Max, err = benchrun.ParseSize(maxS); err != nil {
+	if spec.Max, err = benchrun.ParseSize(o.maxS); err != nil {
 		return &usageError{msg: "--max: " + err.Error()}
 	}
 	switch {
-	case gpus < 0 || gpus == 0 && (given["gpus"] || given["nproc-per-node"]):
-		return &usageError{msg: fmt.Sprintf("--gpus %d", gpus), hint: "Give 1 or more ranks (leave --gpus out for every GPU, or 2 with --backend cpu)."}
-	case launchTimeout <= 0:
-		return &usageError{msg: fmt.Sprintf("--timeout %s", launchTimeout), hint: "Give a positive duration, e.g. --timeout 10m."}
+	case o.gpus < 0 || o.gpus == 0 && (given["gpus"] || given["nproc-per-node"]):
+		return &usageError{msg: fmt.Sprintf("--gpus %d", o.gpus), hint: "Give 1 or more ranks (leave --gpus out for every GPU, or 2 with --backend cpu)."}
+	case o.launchTimeout <= 0:
+		return &usageError{msg: fmt.Sprintf("--timeout %s", o.launchTimeout), hint: "Give a positive duration, e.g. --timeout 10m."}
 	}
-	switch backend {
+	switch o.backend {
 	case "cpu":
-		if gpus == 0 {
-			gpus = 2
+		if o.gpus == 0 {
+			o.gpus = 2
 		}
 	case "nccl":
-		if err := checkRanksPerGPU(&launcher.Config{Backend: backend, RanksPerGPU: ranksPerGPU}, given["ranks-per-gpu"]); err != nil { // ranksgpu.go
+		if err := checkRanksPerGPU(&launcher.Config{Backend: o.backend, RanksPerGPU: o.ranksPerGPU}, given["ranks-per-gpu"]); err != nil { // ranksgpu.go
 			return err
 		}
-		if gpus, err = benchPreflight(gpus, max(ranksPerGPU, 1)); err != nil {
+		if o.gpus, err = benchPreflight(o.gpus, max(o.ranksPerGPU, 1)); err != nil {
 			return err
 		}
 	default:
-		return &usageError{msg: fmt.Sprintf("--backend %q: want nccl or cpu", backend)}
+		return &usageError{msg: fmt.Sprintf("--backend %q: want nccl or cpu", o.backend)}
 	}
-	if err := spec.Validate(gpus); err != nil {
+	if err := spec.Validate(o.gpus); err != nil {
 		return &usageError{msg: err.Error()}
 	}
+	return nil
+}
 
+// launch runs the benchmark spec on o.gpus workers (this program, as
+// `bench _worker`) through the launcher, and prints rank 0's report.
+func (o *benchOpts) launch(ctx context.Context, spec benchrun.Spec) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("gotrain bench: find this program to start its workers: %w", err)
@@ -166,34 +202,40 @@ func (c *benchCmd) run(ctx context.Context, args []string) error {
 		return err
 	}
 	workerArgs := []string{"bench", "_worker", "--spec", string(specJSON), "--result", resultPath}
-	if verbose {
+	if o.verbose {
 		workerArgs = append(workerArgs, "--verbose")
 	}
 
 	level := slog.LevelWarn
-	if verbose {
+	if o.verbose {
 		level = slog.LevelInfo
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	ctx, cancel := context.WithTimeout(ctx, launchTimeout)
+	ctx, cancel := context.WithTimeout(ctx, o.launchTimeout)
 	defer cancel()
 	err = launcher.Run(ctx, launcher.Config{
-		NprocPerNode: gpus, Backend: backend, RanksPerGPU: ranksPerGPU,
-		Program: exe, Args: workerArgs, Env: os.Environ(), LogDir: logDir,
+		NprocPerNode: o.gpus, Backend: o.backend, RanksPerGPU: o.ranksPerGPU,
+		Program: exe, Args: workerArgs, Env: os.Environ(), LogDir: o.logDir,
 		GracePeriod: 5 * time.Second, Signals: sigs,
 		// The table is the only thing on stdout: workers' lines go to stderr.
 		Stdout: os.Stderr, Stderr: os.Stderr,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("gotrain bench: stopped after --timeout %s", launchTimeout)
+		return fmt.Errorf("gotrain bench: stopped after --timeout %s", o.launchTimeout)
 	}
 	if err != nil {
 		return err
 	}
-	b, err := os.ReadFile(resultPath)
+	return printBenchReport(resultPath, o.jsonOut)
+}
+
+// printBenchReport prints the report rank 0 wrote to path on stdout, as
+// JSON or a table, and fails when any element was wrong.
+func printBenchReport(path string, jsonOut bool) error {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("gotrain bench: the workers finished but rank 0 left no report: %w", err)
 	}

@@ -92,44 +92,9 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	if err := applyJobToken(fs, &cfg.JobSettings, os.Stderr); err != nil { // jobtoken.go
 		return err
 	}
-	if fs.NArg() > 0 {
-		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	if err := cfg.JobSettings.Validate(); err != nil {
-		return settingsUsageError(err)
-	}
-	if cfg.GossipPort != host.GossipPortFromListen {
-		if err := checkPort("--gossip-port", cfg.GossipPort); err != nil {
-			return err
-		}
-	}
-	if err := checkHostPort("--listen", cfg.Listen, false); err != nil {
-		return err
-	}
-	if err := checkHostPort("--metrics-addr", cfg.MetricsAddr, false); err != nil {
-		return err
-	}
-	for _, p := range cfg.Peers {
-		if err := checkHostPort("--peers", p, true); err != nil {
-			return err
-		}
-	}
-	if err := checkServerTLS(cfg.TLSCert, cfg.TLSKey); err != nil { // validate.go
-		return err
-	}
-	replicated := false
-	var err error
-	fs.Visit(func(f *flag.Flag) { replicated = replicated || f.Name == "peers" })
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == host.FlagReplicas {
-			err = &usageError{msg: "--" + host.FlagReplicas + " is for the coordinator embedded in gotrain launch", hint: "Run standalone replicas with --peers A1,A2,A3 on each of the three hosts."}
-		}
-	})
+	replicated, err := checkCoordinatorFlags(fs, &cfg)
 	if err != nil {
 		return err
-	}
-	if replicated && cfg.JobToken == "" {
-		return &usageError{msg: "--peers without a job token", hint: "Every replica needs the same token: set " + jobenv.JobToken + " (or --" + FlagJobTokenFile + ") to the same secret on each, e.g. from `head -c 32 /dev/urandom | base64`."}
 	}
 	cfg.AdvertiseAddr = launcher.OutboundAddress
 	cfg.Logger = newLogger(os.Stderr, logFormat, logLogfmt, slog.LevelInfo)
@@ -155,6 +120,62 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 		defer f.Remove()
 		tok = fmt.Sprintf("with %s=$(cat %s): the job token is in that file (mode 0600), copy it to each node", jobenv.JobToken, f.Path())
 	}
+	announceCoordinator(coord, cfg, replicated, tok)
+	return waitCoordinator(ctx, coord, cfg)
+}
+
+// checkCoordinatorFlags checks the parsed flags in fs and cfg, and
+// returns whether the coordinator is replicated (--peers given).
+func checkCoordinatorFlags(fs *flag.FlagSet, cfg *host.Config) (replicated bool, err error) {
+	if fs.NArg() > 0 {
+		return false, &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if err := cfg.JobSettings.Validate(); err != nil {
+		return false, settingsUsageError(err)
+	}
+	if err := checkCoordinatorListen(cfg); err != nil {
+		return false, err
+	}
+	fs.Visit(func(f *flag.Flag) { replicated = replicated || f.Name == "peers" })
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == host.FlagReplicas {
+			err = &usageError{msg: "--" + host.FlagReplicas + " is for the coordinator embedded in gotrain launch", hint: "Run standalone replicas with --peers A1,A2,A3 on each of the three hosts."}
+		}
+	})
+	if err != nil {
+		return false, err
+	}
+	if replicated && cfg.JobToken == "" {
+		return false, &usageError{msg: "--peers without a job token", hint: "Every replica needs the same token: set " + jobenv.JobToken + " (or --" + FlagJobTokenFile + ") to the same secret on each, e.g. from `head -c 32 /dev/urandom | base64`."}
+	}
+	return replicated, nil
+}
+
+// checkCoordinatorListen checks the ports and addresses of cfg and its
+// TLS files.
+func checkCoordinatorListen(cfg *host.Config) error {
+	if cfg.GossipPort != host.GossipPortFromListen {
+		if err := checkPort("--gossip-port", cfg.GossipPort); err != nil {
+			return err
+		}
+	}
+	if err := checkHostPort("--listen", cfg.Listen, false); err != nil {
+		return err
+	}
+	if err := checkHostPort("--metrics-addr", cfg.MetricsAddr, false); err != nil {
+		return err
+	}
+	for _, p := range cfg.Peers {
+		if err := checkHostPort("--peers", p, true); err != nil {
+			return err
+		}
+	}
+	return checkServerTLS(cfg.TLSCert, cfg.TLSKey) // validate.go
+}
+
+// announceCoordinator says on stderr where coord serves and how to start
+// the agents; tok says how they get the job token.
+func announceCoordinator(coord *host.Coordinator, cfg host.Config, replicated bool, tok string) {
 	join := coord.JoinAddr("THIS_HOST")
 	if replicated {
 		join = strings.Join(cfg.Peers, ",")
@@ -165,6 +186,12 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	if addr := coord.MetricsAddr(); addr != "" {
 		fmt.Fprintf(os.Stderr, "gotrain coordinator: metrics at http://%s/metrics\n", addr)
 	}
+}
+
+// waitCoordinator waits until the job coord runs is over, a signal
+// stopped it, or it has had no leader for too long, and returns the
+// coordinator's result.
+func waitCoordinator(ctx context.Context, coord *host.Coordinator, cfg host.Config) error {
 	// A replica left without a majority cannot act; the agents stop their
 	// workers after their node timeout, and it stops too, saying why.
 	leaderless := time.NewTicker(time.Second)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/kubernetes"
 	"github.com/gotrain/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/launcher"
 	"github.com/gotrain/gotrain/nccl"
@@ -212,18 +213,54 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	if err := launcher.CheckProgram(cfg.Program); err != nil {
 		return &usageError{msg: err.Error(), hint: "Put the program after `--`: a path (./train), a command on PATH, or a .py script."}
 	}
-	step, err := slurm.FromEnv(os.Getenv) // inside `srun`: the step's nodes, rank, coordinator
+	step, err := placeLaunch(&cfg, pod, opts.verbose)
 	if err != nil {
-		return &usageError{msg: err.Error(), hint: "Run gotrain launch under srun, or set GOTRAIN_SLURM=off to ignore Slurm's variables."}
-	}
-	step.Apply(&cfg, cfg.JobFlagsGiven)
-	if step == nil { // Slurm's variables win over a pod's
-		if err := applyPod(pod, &cfg, cfg.JobFlagsGiven, opts.verbose, os.Stderr); err != nil { // kubernetes.go
-			return err
-		}
+		return err
 	}
 
-	if err := chooseBackend(&cfg, cfg.JobFlagsGiven, gpus, func(w string) { fmt.Fprintln(os.Stderr, w) }); err != nil { // gpus.go
+	if err := checkLaunchBackend(&cfg, gpus, step); err != nil {
+		return err
+	}
+
+	setUpLaunchOutput(&cfg, opts)
+
+	sigs, dropped := notifyLaunchSignals(handle)
+	defer signal.Stop(sigs)
+	defer signal.Stop(dropped)
+	// From here on, every wait (Slurm's token exchange, the coordinator,
+	// the other nodes, ...) ends at the first SIGINT or SIGTERM, and its
+	// message names the wait; the loop that runs the workers gets the
+	// signals after it on cfg.Signals (launcher/stop.go).
+	var stopSignals context.CancelFunc
+	ctx, cfg.Signals, stopSignals = launcher.StopOnSignal(ctx, sigs)
+	defer stopSignals()
+
+	if self, err := os.Executable(); err == nil {
+		cfg.ReaperCommand = []string{self, "launch", reaperArg}
+	}
+	return launcher.StopCause(ctx, step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run))
+}
+
+// placeLaunch applies what Slurm's variables, else the pod's, say about
+// the job's nodes and this node's place in it; step is nil outside Slurm.
+func placeLaunch(cfg *launcher.Config, pod *kubernetes.Pod, verbose bool) (*slurm.Step, error) {
+	step, err := slurm.FromEnv(os.Getenv) // inside `srun`: the step's nodes, rank, coordinator
+	if err != nil {
+		return nil, &usageError{msg: err.Error(), hint: "Run gotrain launch under srun, or set GOTRAIN_SLURM=off to ignore Slurm's variables."}
+	}
+	step.Apply(cfg, cfg.JobFlagsGiven)
+	if step == nil { // Slurm's variables win over a pod's
+		if err := applyPod(pod, cfg, cfg.JobFlagsGiven, verbose, os.Stderr); err != nil { // kubernetes.go
+			return nil, err
+		}
+	}
+	return step, nil
+}
+
+// checkLaunchBackend picks the backend, warns when NCCL is missing for
+// it, and checks --ranks-per-gpu and what joining the coordinator needs.
+func checkLaunchBackend(cfg *launcher.Config, gpus launcher.GPUs, step *slurm.Step) error {
+	if err := chooseBackend(cfg, cfg.JobFlagsGiven, gpus, func(w string) { fmt.Fprintln(os.Stderr, w) }); err != nil { // gpus.go
 		return err
 	}
 	if cfg.Backend == "nccl" {
@@ -232,7 +269,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 			fmt.Fprintf(os.Stderr, "gotrain: warning: --backend nccl, but NCCL cannot be loaded here (%v): Go workers (package worker) will fail to make a communicator; PyTorch programs use their own\n", err)
 		}
 	}
-	if err := checkRanksPerGPU(&cfg, cfg.JobFlagsGiven["ranks-per-gpu"]); err != nil { // ranksgpu.go
+	if err := checkRanksPerGPU(cfg, cfg.JobFlagsGiven["ranks-per-gpu"]); err != nil { // ranksgpu.go
 		return err
 	}
 	if step == nil && cfg.Coordinator != "" { // under Slurm, munge brings both
@@ -240,7 +277,13 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	return nil
+}
 
+// setUpLaunchOutput sets the agent's stdin, logger and the workers'
+// environment (with torchrun's defaults), and prints torchrun's banner
+// for a Python program.
+func setUpLaunchOutput(cfg *launcher.Config, opts launchOpts) {
 	level := slog.LevelWarn
 	if opts.verbose {
 		level = slog.LevelInfo
@@ -258,8 +301,13 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 		fmt.Fprintln(os.Stderr, warning)
 	}
 	cfg.Env = append(cfg.Env, torchEnv...)
+}
 
-	sigs, dropped := make(chan os.Signal, 8), make(chan os.Signal, 1)
+// notifyLaunchSignals starts catching SIGINT, SIGTERM and the signals to
+// handle on sigs, and the ones not passed on (under Slurm) on dropped;
+// the caller stops both.
+func notifyLaunchSignals(handle []syscall.Signal) (sigs, dropped chan os.Signal) {
+	sigs, dropped = make(chan os.Signal, 8), make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	for _, s := range handle {
 		signal.Notify(sigs, s)
@@ -267,20 +315,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	if un := slurm.Unforwarded(handle); len(un) > 0 {
 		signal.Notify(dropped, un...) // caught, never read: not passed on, and the agent lives
 	}
-	defer signal.Stop(sigs)
-	defer signal.Stop(dropped)
-	// From here on, every wait (Slurm's token exchange, the coordinator,
-	// the other nodes, ...) ends at the first SIGINT or SIGTERM, and its
-	// message names the wait; the loop that runs the workers gets the
-	// signals after it on cfg.Signals (launcher/stop.go).
-	var stopSignals context.CancelFunc
-	ctx, cfg.Signals, stopSignals = launcher.StopOnSignal(ctx, sigs)
-	defer stopSignals()
-
-	if self, err := os.Executable(); err == nil {
-		cfg.ReaperCommand = []string{self, "launch", reaperArg}
-	}
-	return launcher.StopCause(ctx, step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run))
+	return sigs, dropped
 }
 
 // launchOpts are gotrain launch's flags that are not the agent's Config.

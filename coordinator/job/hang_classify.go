@@ -31,21 +31,10 @@ func badProcess(v rankView) (string, bool) {
 // A post mortem (the generation ended by a failure) ignores the processes'
 // states: they all exited by then.
 func (m *Machine) classify(name string, vs []rankView, since time.Time, postMortem bool) Verdict {
-	// The job is stuck where the pending ranks wait; a rank whose last
-	// report is older (a stopped process cannot report) may show less.
-	low, _ := lowest(vs)
-	k := low + 1
-	first := true
-	for _, rv := range vs {
-		if rv.entered > rv.completed && (first || rv.completed+1 < k) {
-			k, first = rv.completed+1, false
-		}
-	}
+	k := stuckAt(vs)
 	v := Verdict{Kind: VerdictStuck, Generation: m.gen, Comm: name, Since: since, Detected: m.now}
 	var missing []rankView
-	groups := map[string][]int{}
-	var order []string // signatures in rank order of first appearance
-	shapes := map[string]Collective{}
+	g := pendingGroups{ranks: map[string][]int{}, shapes: map[string]Collective{}}
 	for _, rv := range vs {
 		if rv.entered < k {
 			missing = append(missing, rv)
@@ -53,35 +42,21 @@ func (m *Machine) classify(name string, vs []rankView, since time.Time, postMort
 		}
 		v.Waiting = append(v.Waiting, rv.rank)
 		if p := rv.c.Pending; p != nil && p.Seq == k {
-			sig := p.signature()
-			if _, ok := groups[sig]; !ok {
-				order = append(order, sig)
-				shapes[sig] = *p
-			}
-			groups[sig] = append(groups[sig], rv.rank)
+			g.add(p, rv.rank)
 		}
 	}
-	// The majority's collective is the one the job is at; ties go to the
-	// group of the lowest rank.
-	major := ""
-	for _, sig := range order {
-		if major == "" || len(groups[sig]) > len(groups[major]) {
-			major = sig
-		}
-	}
+	major := g.majority()
 	v.Collective = Collective{Seq: k, Root: -1}
 	if major != "" {
-		v.Collective = shapes[major]
+		v.Collective = g.shapes[major]
 		v.Collective.Seq = k
 	}
 	stalled := m.now.Sub(since).Round(100 * time.Millisecond)
 	at := fmt.Sprintf("%s of comm %q", seqName(v.Collective), name)
 
 	var bad []rankView
-	for _, rv := range vs {
-		if _, ok := badProcess(rv); ok && !postMortem {
-			bad = append(bad, rv)
-		}
+	if !postMortem {
+		bad = badProcesses(vs)
 	}
 	switch {
 	case len(bad) > 0:
@@ -93,21 +68,12 @@ func (m *Machine) classify(name string, vs []rankView, since time.Time, postMort
 			what = append(what, fmt.Sprintf("%s %s", who(c), c.Doing))
 		}
 		v.Summary = fmt.Sprintf("%s; the job waits at %s for %s", strings.Join(what, "; "), at, stalled)
-	case len(groups) > 1:
+	case len(g.ranks) > 1:
 		v.Kind = VerdictMismatch
 		var odd []string
-		for _, sig := range order {
-			if sig == major {
-				continue
-			}
-			for _, r := range groups[sig] {
-				c := m.culprit(vs[r], k)
-				v.Culprits = append(v.Culprits, c)
-			}
-			odd = append(odd, fmt.Sprintf("%s called %s", rankList(groups[sig]), shapes[sig].Shape()))
-		}
+		v.Culprits, odd = m.mismatched(vs, k, g, major)
 		v.Summary = fmt.Sprintf("mismatch at #%d of comm %q: %s where %s called %s; waiting for %s",
-			k, name, strings.Join(odd, "; "), rankList(groups[major]), shapes[major].Shape(), stalled)
+			k, name, strings.Join(odd, "; "), rankList(g.ranks[major]), g.shapes[major].Shape(), stalled)
 	case len(missing) > 0 && len(v.Waiting) > 0:
 		v.Kind = VerdictNeverEntered
 		for _, rv := range missing {
@@ -122,17 +88,96 @@ func (m *Machine) classify(name string, vs []rankView, since time.Time, postMort
 		v.Summary = fmt.Sprintf("%s never entered %s; no progress for %s", culpritList(v.Culprits), at, stalled)
 	default:
 		v.Summary = fmt.Sprintf("every rank entered %s and none finished in %s: suspect the transport (network, NVLink, PCIe) or a GPU", at, stalled)
-		for _, rv := range vs {
-			if rv.c != nil && rv.c.Error != "" {
-				v.Details = append(v.Details, fmt.Sprintf("rank %d: error at #%d: %s", rv.rank, rv.c.ErrorSeq, rv.c.Error))
-			}
-		}
+		v.Details = append(v.Details, collectiveErrors(vs)...)
 	}
 	for _, c := range v.Culprits {
 		v.Details = append(v.Details, fmt.Sprintf("%s: %s", who(c), c.Doing))
 	}
 	v.Details = append(v.Details, viewNotes(vs)...)
 	return v
+}
+
+// stuckAt returns the collective the job is stuck at: the lowest one a
+// rank entered and did not complete, else the one after the lowest
+// completed. The job is stuck where the pending ranks wait; a rank whose
+// last report is older (a stopped process cannot report) may show less.
+func stuckAt(vs []rankView) int64 {
+	low, _ := lowest(vs)
+	k := low + 1
+	first := true
+	for _, rv := range vs {
+		if rv.entered > rv.completed && (first || rv.completed+1 < k) {
+			k, first = rv.completed+1, false
+		}
+	}
+	return k
+}
+
+// pendingGroups are the ranks pending in one collective, grouped by the
+// signature of the call each made.
+type pendingGroups struct {
+	ranks  map[string][]int
+	order  []string // signatures in rank order of first appearance
+	shapes map[string]Collective
+}
+
+func (g *pendingGroups) add(p *Collective, rank int) {
+	sig := p.signature()
+	if _, ok := g.ranks[sig]; !ok {
+		g.order = append(g.order, sig)
+		g.shapes[sig] = *p
+	}
+	g.ranks[sig] = append(g.ranks[sig], rank)
+}
+
+// majority returns the signature of the largest group, "" when there is
+// none. The majority's collective is the one the job is at; ties go to the
+// group of the lowest rank.
+func (g *pendingGroups) majority() string {
+	major := ""
+	for _, sig := range g.order {
+		if major == "" || len(g.ranks[sig]) > len(g.ranks[major]) {
+			major = sig
+		}
+	}
+	return major
+}
+
+// badProcesses returns the ranks whose process cannot make progress.
+func badProcesses(vs []rankView) []rankView {
+	var bad []rankView
+	for _, rv := range vs {
+		if _, ok := badProcess(rv); ok {
+			bad = append(bad, rv)
+		}
+	}
+	return bad
+}
+
+// mismatched returns the culprits of a mismatch at collective k, the ranks
+// outside the majority group major, and what each other group called.
+func (m *Machine) mismatched(vs []rankView, k int64, g pendingGroups, major string) (culprits []Culprit, odd []string) {
+	for _, sig := range g.order {
+		if sig == major {
+			continue
+		}
+		for _, r := range g.ranks[sig] {
+			culprits = append(culprits, m.culprit(vs[r], k))
+		}
+		odd = append(odd, fmt.Sprintf("%s called %s", rankList(g.ranks[sig]), g.shapes[sig].Shape()))
+	}
+	return culprits, odd
+}
+
+// collectiveErrors lists the errors the ranks' communicators reported.
+func collectiveErrors(vs []rankView) []string {
+	var out []string
+	for _, rv := range vs {
+		if rv.c != nil && rv.c.Error != "" {
+			out = append(out, fmt.Sprintf("rank %d: error at #%d: %s", rv.rank, rv.c.ErrorSeq, rv.c.Error))
+		}
+	}
+	return out
 }
 
 // viewNotes says which ranks' collectives the detector saw only from

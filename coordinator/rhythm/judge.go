@@ -142,17 +142,7 @@ func (j *Judge) Observe(samples []Sample) (Finding, Change) {
 		if s.At.IsZero() {
 			continue
 		}
-		h := j.hist[s.Rank]
-		if n := len(h); n == 0 || h[n-1].seq != s.Seq {
-			if n > 0 && (s.Seq < h[n-1].seq || s.At.Before(h[n-1].at)) {
-				h = nil // the rank started over
-			}
-			h = append(h, point{seq: s.Seq, at: s.At, wait: s.Wait})
-		}
-		for len(h) > 2 && h[len(h)-1].at.Sub(h[1].at) >= j.cfg.Window && h[len(h)-1].seq-h[1].seq >= j.cfg.MinCollectives {
-			h = h[1:]
-		}
-		j.hist[s.Rank] = h
+		h := j.record(s)
 		first, last := h[0], h[len(h)-1]
 		n := last.seq - first.seq
 		if n < j.cfg.MinCollectives {
@@ -167,17 +157,7 @@ func (j *Judge) Observe(samples []Sample) (Finding, Change) {
 	if len(samples) < 2 || len(computes) < len(samples) {
 		return j.unchanged()
 	}
-	ranks := make([]int, 0, len(computes))
-	for r := range computes {
-		ranks = append(ranks, r)
-	}
-	slices.Sort(ranks)
-	cand := ranks[0]
-	for _, r := range ranks {
-		if computes[r] > computes[cand] {
-			cand = r
-		}
-	}
+	ranks, cand := slowest(computes)
 	med := median(computes, cand)
 	f := Finding{Rank: cand, Compute: computes[cand], Others: med, Collectives: spans[cand]}
 	extra := f.Compute - med
@@ -213,6 +193,42 @@ func (j *Judge) Observe(samples []Sample) (Finding, Change) {
 	}
 	j.current = &f
 	return f, Named
+}
+
+// record adds sample s (which has a time) to its rank's history, drops
+// the points the window no longer needs, and returns the history.
+func (j *Judge) record(s Sample) []point {
+	h := j.hist[s.Rank]
+	if n := len(h); n == 0 || h[n-1].seq != s.Seq {
+		if n > 0 && (s.Seq < h[n-1].seq || s.At.Before(h[n-1].at)) {
+			h = nil // the rank started over
+		}
+		h = append(h, point{seq: s.Seq, at: s.At, wait: s.Wait})
+	}
+	// Drop the oldest point while the rest still span both Window and
+	// MinCollectives.
+	for len(h) > 2 && h[len(h)-1].at.Sub(h[1].at) >= j.cfg.Window && h[len(h)-1].seq-h[1].seq >= j.cfg.MinCollectives {
+		h = h[1:]
+	}
+	j.hist[s.Rank] = h
+	return h
+}
+
+// slowest returns the ranks of computes in order and the one with the
+// most compute per collective (the lowest such rank on a tie).
+func slowest(computes map[int]time.Duration) (ranks []int, cand int) {
+	ranks = make([]int, 0, len(computes))
+	for r := range computes {
+		ranks = append(ranks, r)
+	}
+	slices.Sort(ranks)
+	cand = ranks[0]
+	for _, r := range ranks {
+		if computes[r] > computes[cand] {
+			cand = r
+		}
+	}
+	return ranks, cand
 }
 
 // ratio is extra/base; 1e9 when base is nothing measurable and extra is.

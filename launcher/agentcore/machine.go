@@ -104,14 +104,7 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 	case GenerationEnded:
 		out = m.generationEnded(ev)
 	case JobFinished:
-		code := 0
-		if !ev.Succeeded {
-			code = ev.ExitCode
-			if code <= 0 || code > 255 {
-				code = 1
-			}
-		}
-		out = m.finish(Finish{Code: code, Why: FinishedJob})
+		out = m.finish(Finish{Code: ev.exitCode(), Why: FinishedJob})
 	case CoordinatorLost:
 		if m.stopping != 0 {
 			return nil, nil // leaving anyway
@@ -128,23 +121,15 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 	case Attached:
 		out = m.attached(ev)
 	case Detached:
-		for _, p := range m.procs {
-			if p.pid == ev.Pid && !p.standby {
-				p.attached = false
-			}
-		}
+		m.detached(ev)
 	case StandbyHello:
 		out = m.standbyHello(ev)
 	case MemoryMeasured:
 		out = m.memoryMeasured(ev)
 	case StandbyDetached:
-		if m.pool != nil {
-			m.pool.detached(ev.Slot, ev.Pid, ev.Stream)
-		}
+		m.standbyDetached(ev)
 	case StandbyUnfit:
-		if m.pool != nil {
-			out = m.killStandbys(m.pool.unfit(ev.Slot, ev.Pid, ev.Reason))
-		}
+		out = m.standbyUnfit(ev)
 	case HandoverFailed:
 		out = m.handoverFailed(ev.Proc)
 	case Signaled:
@@ -155,6 +140,41 @@ func (m *Machine) Step(now time.Time, ev Event) ([]Action, error) {
 		return nil, fmt.Errorf("%w: unknown event type %T", ErrInvalidEvent, ev)
 	}
 	return append(out, m.maybeFinish()...), nil
+}
+
+// exitCode is the agent's exit code for the job's result: 0 on success,
+// else the job's code, or 1 when that is not a valid process exit code.
+func (ev JobFinished) exitCode() int {
+	if ev.Succeeded {
+		return 0
+	}
+	if ev.ExitCode <= 0 || ev.ExitCode > 255 {
+		return 1
+	}
+	return ev.ExitCode
+}
+
+// detached marks the workers whose control stream closed as detached;
+// standbys' streams are the pool's (StandbyDetached).
+func (m *Machine) detached(ev Detached) {
+	for _, p := range m.procs {
+		if p.pid == ev.Pid && !p.standby {
+			p.attached = false
+		}
+	}
+}
+
+func (m *Machine) standbyDetached(ev StandbyDetached) {
+	if m.pool != nil {
+		m.pool.detached(ev.Slot, ev.Pid, ev.Stream)
+	}
+}
+
+func (m *Machine) standbyUnfit(ev StandbyUnfit) []Action {
+	if m.pool == nil {
+		return nil
+	}
+	return m.killStandbys(m.pool.unfit(ev.Slot, ev.Pid, ev.Reason))
 }
 
 // Stopping returns the signal that is stopping the job, 0 if none.

@@ -232,62 +232,89 @@ func (s *Supervisor) scan(cleanup *Proc) (left int) {
 		s.cfg.Logger.Warn("scan of descendants failed", "err", err)
 		return 0
 	}
-	children := map[int][]procInfo{}
+	w := &scanWalk{s: s, cleanup: cleanup, limit: len(all), children: map[int][]procInfo{}, found: map[int]escapee{}}
 	for _, p := range all {
-		children[p.ppid] = append(children[p.ppid], p)
-	}
-	found := map[int]escapee{}
-	var visit func(p procInfo, owner *Proc, group int, depth int)
-	visit = func(p procInfo, owner *Proc, group int, depth int) {
-		if depth > len(all) {
-			return // a cycle in a torn read of /proc
-		}
-		switch {
-		case p.state == "Z" || p.state == "X":
-			if p.ppid == s.self {
-				// An adopted orphan that ended: reap it, by its pid.
-				var ws unix.WaitStatus
-				_, _ = unix.Wait4(p.pid, &ws, unix.WNOHANG, nil)
-			}
-		case p.pgid == group:
-			// In its Proc's group: the group kill reaches it.
-		case (owner != nil && owner.ended) || (owner == nil && cleanup != nil):
-			if owner == cleanup || owner == nil || owner == s.gone {
-				left++
-			}
-			killPid(p.pid, p.start)
-		default:
-			found[p.pid] = escapee{start: p.start, owner: owner}
-		}
-		for _, c := range children[p.pid] {
-			visit(c, owner, group, depth+1)
-		}
+		w.children[p.ppid] = append(w.children[p.ppid], p)
 	}
 	reaperPid := s.cfg.Reaper.Pid()
-	for _, c := range children[s.self] {
-		if w, ok := s.workers[c.pid]; ok {
-			for _, gc := range children[c.pid] {
-				visit(gc, w, w.pid, 1)
-			}
-			continue
-		}
-		if e, ok := s.escaped[c.pid]; ok && e.start == c.start {
-			visit(c, e.owner, -1, 0)
-			continue
-		}
-		if c.pid == reaperPid || c.pgid == s.selfPgid || s.starting > 0 {
-			// The reaper; a child started by other code of this process
-			// (exec.Cmd without Setpgid); a fork under way in Start.
-			continue
-		}
-		owner, group := s.owner(c.pid), -1
-		if owner != nil && !owner.ended {
-			// Orphaned inside a running Proc's group (its parent died):
-			// the group kill still reaches it.
-			group = owner.pid
-		}
-		visit(c, owner, group, 0)
+	for _, c := range w.children[s.self] {
+		s.visitChild(w, c, reaperPid)
 	}
+	s.tellReaper(w.found)
+	s.escaped = w.found
+	return w.left
+}
+
+// scanWalk is one scan's walk of the process tree; it and the methods
+// scan calls run with s.mu held.
+type scanWalk struct {
+	s        *Supervisor
+	cleanup  *Proc // scan's cleanup
+	limit    int   // deeper than the number of processes: a cycle
+	children map[int][]procInfo
+	found    map[int]escapee // the escapees found
+	left     int             // scan's result
+}
+
+// visitChild visits c, a child of this process, and its descendants, as
+// whoever c belongs to.
+func (s *Supervisor) visitChild(w *scanWalk, c procInfo, reaperPid int) {
+	if p, ok := s.workers[c.pid]; ok {
+		for _, gc := range w.children[c.pid] {
+			w.visit(gc, p, p.pid, 1)
+		}
+		return
+	}
+	if e, ok := s.escaped[c.pid]; ok && e.start == c.start {
+		w.visit(c, e.owner, -1, 0)
+		return
+	}
+	if c.pid == reaperPid || c.pgid == s.selfPgid || s.starting > 0 {
+		// The reaper; a child started by other code of this process
+		// (exec.Cmd without Setpgid); a fork under way in Start.
+		return
+	}
+	owner, group := s.owner(c.pid), -1
+	if owner != nil && !owner.ended {
+		// Orphaned inside a running Proc's group (its parent died):
+		// the group kill still reaches it.
+		group = owner.pid
+	}
+	w.visit(c, owner, group, 0)
+}
+
+// visit handles descendant p of Proc owner (nil: unknown), whose process
+// group is group, and then p's descendants.
+func (w *scanWalk) visit(p procInfo, owner *Proc, group int, depth int) {
+	s, cleanup := w.s, w.cleanup
+	if depth > w.limit {
+		return // a cycle in a torn read of /proc
+	}
+	switch {
+	case p.state == "Z" || p.state == "X":
+		if p.ppid == s.self {
+			// An adopted orphan that ended: reap it, by its pid.
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(p.pid, &ws, unix.WNOHANG, nil)
+		}
+	case p.pgid == group:
+		// In its Proc's group: the group kill reaches it.
+	case (owner != nil && owner.ended) || (owner == nil && cleanup != nil):
+		if owner == cleanup || owner == nil || owner == s.gone {
+			w.left++
+		}
+		killPid(p.pid, p.start)
+	default:
+		w.found[p.pid] = escapee{start: p.start, owner: owner}
+	}
+	for _, c := range w.children[p.pid] {
+		w.visit(c, owner, group, depth+1)
+	}
+}
+
+// tellReaper tells the reaper about the escapees that are new in found
+// (or whose pid was reused) and that the known ones not in it are gone.
+func (s *Supervisor) tellReaper(found map[int]escapee) {
 	for pid := range s.escaped {
 		if _, ok := found[pid]; !ok {
 			s.cfg.Reaper.delPid(pid)
@@ -298,6 +325,4 @@ func (s *Supervisor) scan(cleanup *Proc) (left int) {
 			s.cfg.Reaper.addPid(pid, e.start)
 		}
 	}
-	s.escaped = found
-	return left
 }
