@@ -136,7 +136,7 @@ func (s *Snapshots) SaveBytes(step int64, parts ...[]byte) bool {
 	}
 	dst := buf.Bytes()
 	for _, p := range parts {
-		n := copy(dst, p)
+		n := memsnap.Copy(dst, p)
 		dst = dst[n:]
 	}
 	copied := time.Since(start)
@@ -264,7 +264,7 @@ func (st *State) Into(bufs ...Buffer) error {
 		if b.OnDevice() {
 			return fmt.Errorf("worker: State.Into: buffer %d is in device memory; restore into host memory and copy", i)
 		}
-		n := copy(b.HostBytes(), src)
+		n := memsnap.Copy(b.HostBytes(), src)
 		src = src[n:]
 	}
 	return nil

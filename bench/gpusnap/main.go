@@ -182,6 +182,65 @@ func run(size int64, reps int) error {
 	}
 	_ = cudadrv.HostUnregister(buf.Bytes())
 
+	// A restarted rank: the process that wrote the snapshot is gone (its
+	// buffer unmapped), so the agent seals it and checks it once, at the
+	// first restore. End to end, own memory → device: ask for it, page-lock
+	// the mapping read-only, copy, unlock; then the same without the
+	// page-lock.
+	buf.Discard()
+	restart := func() (latest, register, copyIn, unregister time.Duration, err error) {
+		if err = cudadrv.MemsetD8(back, 0, n); err != nil {
+			return
+		}
+		var r *memsnap.Restored
+		if latest, err = timed(func() error { r, err = c.Latest(); return err }); err != nil {
+			return
+		}
+		defer r.Close()
+		if register, err = timed(func() error { return cudadrv.HostRegister(r.Bytes(), true) }); err != nil {
+			return
+		}
+		if copyIn, err = timed(func() error { return cudadrv.CopyToDevice(back, r.Bytes()) }); err != nil {
+			return
+		}
+		unregister, err = timed(func() error { return cudadrv.HostUnregister(r.Bytes()) })
+		return
+	}
+	var e2e, e2eLatest, e2eReg, e2eCopy, e2eUnreg []time.Duration
+	var firstE2E, firstLatest time.Duration
+	for i := range reps + 1 {
+		l, rg, cp, ur, err := restart()
+		if err != nil {
+			return fmt.Errorf("restore after the writer is gone: %w", err)
+		}
+		if err := cudadrv.CopyFromDevice(check, back); err != nil {
+			return err
+		}
+		if !bytes.Equal(check, pageable) {
+			return errors.New("the state restored to the device after its writer was gone differs from the one snapshotted")
+		}
+		if i == 0 {
+			firstE2E, firstLatest = l+rg+cp+ur, l
+			continue
+		}
+		e2e, e2eLatest, e2eReg, e2eCopy, e2eUnreg = append(e2e, l+rg+cp+ur), append(e2eLatest, l), append(e2eReg, rg), append(e2eCopy, cp), append(e2eUnreg, ur)
+	}
+	var e2ePageable []time.Duration
+	for range reps {
+		t, err := timed(func() error {
+			r, err := c.Latest()
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			return cudadrv.CopyToDevice(back, r.Bytes())
+		})
+		if err != nil {
+			return err
+		}
+		e2ePageable = append(e2ePageable, t)
+	}
+
 	gbps := func(d time.Duration) string { return fmt.Sprintf("%.1f GB/s", float64(size)/d.Seconds()/1e9) }
 	row := func(what string, ds []time.Duration) {
 		fmt.Printf("  %-58s %10v  %s\n", what, med(ds).Round(time.Microsecond), gbps(med(ds)))
@@ -196,6 +255,11 @@ func run(size int64, reps int) error {
 	fmt.Printf("  %-58s %10v\n", "hand-over to the agent (CRC-32C + seal check)", med(hand).Round(time.Microsecond))
 	fmt.Printf("  %-58s %10v\n", "ask the agent for it back (map + CRC-32C)", med(latest).Round(time.Microsecond))
 	fmt.Printf("  %-58s %10v / %v\n", "page-lock / unlock the agent's mapping (per restore)", med(regRestore).Round(time.Microsecond), med(unregRestore).Round(time.Microsecond))
+	fmt.Println("  restarted rank (the writer gone), own memory → device, end to end:")
+	fmt.Printf("  %-58s %10v  %s (of it: ask the agent %v)\n", "first restore (the agent seals and checks once)", firstE2E.Round(time.Microsecond), gbps(firstE2E), firstLatest.Round(time.Microsecond))
+	row("later restores, page-locked (ask + lock + copy + unlock)", e2e)
+	fmt.Printf("  %-58s %v / %v / %v / %v\n", "  of it: ask / lock / copy / unlock", med(e2eLatest).Round(time.Microsecond), med(e2eReg).Round(time.Microsecond), med(e2eCopy).Round(time.Microsecond), med(e2eUnreg).Round(time.Microsecond))
+	row("later restores, pageable (ask + copy)", e2ePageable)
 	fmt.Println("  every restore compared byte for byte with the device state: equal")
 	return nil
 }

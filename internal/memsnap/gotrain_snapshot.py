@@ -6,6 +6,11 @@ last disk checkpoint:
     state, step = gotrain_snapshot.restore() or (None, 0)   # at start
     gotrain_snapshot.snapshot(model_and_optimizer_state, step)  # after a step
 
+restore(with_source=True) also says where the state came from: "agent"
+(this node's agent kept it), "peer" (a peer node's agent held a replica),
+and source() says it of the last restore; each restore prints one line to
+stderr naming the step and the source.
+
 The state goes into a memfd that is handed to this rank's gotrain agent over
 its snapshot socket (SCM_RIGHTS); the agent keeps the newest complete one in
 memory that outlives this process, checked by length and CRC-32. Standard
@@ -20,9 +25,13 @@ import os
 import socket
 import zlib
 
-__all__ = ["snapshot", "restore", "available"]
+__all__ = ["snapshot", "restore", "available", "source"]
 
 _conn = None
+_source = None
+
+# How restore's line names a source.
+_SOURCE_NAMES = {"agent": "this node's agent's memory", "peer": "a peer node's replica"}
 
 
 def _socket_path():
@@ -94,10 +103,23 @@ def snapshot(state, step):
     return True
 
 
-def restore(map_location="cpu"):
+def source():
+    """Where the last restore found its state: "agent", "peer", or None
+    (no restore yet, nothing found, or outside gotrain)."""
+    return _source
+
+
+def restore(map_location="cpu", with_source=False):
     """Return (state, step) of this rank's newest snapshot in its agent's
-    memory (or a peer's), or None when there is none or outside gotrain."""
+    memory (or a peer's), or None when there is none or outside gotrain.
+    With with_source, (state, step, source), source "agent" or "peer"."""
+    global _source
+    import time
+    import sys
     import torch
+
+    _source = None
+    start = time.monotonic()
 
     if not _connect():
         return None
@@ -123,4 +145,11 @@ def restore(map_location="cpu"):
         raise RuntimeError("unknown checksum %r" % sumname)
     # A CRC-32C (a Go worker's) was checked by the agent; Python's standard
     # library has no CRC-32C.
-    return torch.load(io.BytesIO(data), map_location=map_location), int(rep.get("step", 0))
+    state, step = torch.load(io.BytesIO(data), map_location=map_location), int(rep.get("step", 0))
+    _source = rep.get("source") or "agent"
+    sys.stderr.write("gotrain_snapshot: rank %s restored the state of step %d from %s (%d bytes, %.3f s)\n" % (
+        os.environ.get("GOTRAIN_RANK", "0"), step, _SOURCE_NAMES.get(_source, _source), size, time.monotonic() - start))
+    sys.stderr.flush()
+    if with_source:
+        return state, step, _source
+    return state, step

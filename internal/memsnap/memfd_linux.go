@@ -44,12 +44,18 @@ func mapWritable(fd int, size int64) ([]byte, error) {
 	return b, nil
 }
 
-// mapReadOnly maps fd's size bytes shared and read-only.
+// mapReadOnly maps fd's size bytes read-only, its page tables filled now
+// (MAP_POPULATE): the checksum pass and the restore's copy then read at
+// memory speed instead of taking a fault per 4 KiB page, which made a
+// restore of a fresh mapping several times slower. The mapping is private:
+// a read-only shared mapping of a read-write memfd could be made writable
+// (mprotect), so the kernel would refuse to seal the memfd while it exists
+// (Store.Seal); a private one that is never written reads the same pages.
 func mapReadOnly(fd int, size int64) ([]byte, error) {
 	if size == 0 {
 		return nil, nil
 	}
-	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("map the snapshot (%d bytes): %w", size, err)
 	}

@@ -376,3 +376,69 @@ func TestReusedBuffersAlternateAndATornOneIsRefused(t *testing.T) {
 		t.Fatalf("a served buffer changed under the agent: %v, want refused by its checksum", err)
 	}
 }
+
+// A snapshot in a memfd its worker keeps (CommitReused) is checked by
+// every reader while the worker maps it; once the worker is gone the agent
+// seals it and checks it once more, and a restore then reads it without a
+// second pass. One the worker changed after the hand-over is never served.
+func TestReusedSnapshotSealedOnceItsWriterIsGone(t *testing.T) {
+	for _, changed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("changed=%v", changed), func(t *testing.T) {
+			st := NewStore(0)
+			defer st.Close()
+			sock := serve(t, &Server{Store: st, Token: testToken})
+			c, err := Dial(t.Context(), sock, testToken, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			b, err := NewBuffer(1 << 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range b.Bytes() {
+				b.Bytes()[i] = 5
+			}
+			if err := c.CommitReused(b, 5); err != nil {
+				t.Fatal(err)
+			}
+			// The worker still maps it: served, not sealed, checked by the reader.
+			r, err := c.Latest()
+			if err != nil {
+				t.Fatalf("latest while the writer maps it: %v", err)
+			}
+			r.Close()
+			if s, _ := st.Acquire(0); s.Sealed {
+				t.Fatal("sealed while its worker still maps it writable")
+			} else {
+				st.Release(s)
+			}
+			if changed {
+				b.Bytes()[100] = 6 // a buggy worker writes the served buffer
+			}
+			b.Discard() // the worker is gone: no writable mapping is left
+			r, err = latest(t, sock, 0)
+			if changed {
+				if err == nil || !errors.Is(err, ErrTorn) && !strings.Contains(err.Error(), "after the hand-over") {
+					t.Fatalf("latest of a snapshot changed after its hand-over: %v, want it refused", err)
+				}
+				if _, ok := st.Acquire(0); ok {
+					t.Error("the changed snapshot is still held")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("latest once the writer is gone: %v", err)
+			}
+			defer r.Close()
+			if r.Step != 5 || len(r.Bytes()) != 1<<20 || r.Bytes()[100] != 5 {
+				t.Fatalf("got step %d, %d bytes", r.Step, len(r.Bytes()))
+			}
+			s, _ := st.Acquire(0)
+			defer st.Release(s)
+			if !s.Sealed || !sealed(s.fd) {
+				t.Error("not sealed once its writer is gone")
+			}
+		})
+	}
+}

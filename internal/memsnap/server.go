@@ -166,11 +166,17 @@ func (s *Server) latest(ctx context.Context, rank int) (reply, int) {
 		s.log().Info("a rank restores from the replica a peer node sent here", "rank", rank, "step", rep.Step, "bytes", rep.Size)
 	}
 	if snap != nil {
+		// Sealed (its worker gone), the reader need not check it again:
+		// a restore reads it once, at memory speed.
+		isSealed, err := s.Store.Seal(snap)
+		if err != nil {
+			return reply{Err: err.Error()}, -1
+		}
 		fd, err := dupFd(snap.fd)
 		if err != nil {
 			return reply{Err: fmt.Sprintf("duplicate rank %d's snapshot: %v", rank, err)}, -1
 		}
-		return reply{Found: true, Step: snap.Step, Size: snap.Size, CRC: snap.CRC, Source: snap.Source, Sealed: snap.Sealed, Sum: snap.Sum}, fd
+		return reply{Found: true, Step: snap.Step, Size: snap.Size, CRC: snap.CRC, Source: snap.Source, Sealed: isSealed, Sum: snap.Sum}, fd
 	}
 	if s.Fetch != nil {
 		f, found, err := s.Fetch(ctx, rank)

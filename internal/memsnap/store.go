@@ -15,10 +15,14 @@ const (
 	SourcePeer = "peer"  // a replica of a peer node's worker
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var (
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	ieee       = crc32.IEEETable
+)
 
-// Checksum is the CRC-32C of b, the checksum snapshots carry.
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+// Checksum is the CRC-32C of b, the checksum snapshots carry (on several
+// cores for a large b).
+func Checksum(b []byte) uint32 { return crcOf(b, castagnoli, polyCastagnoli) }
 
 // SumIEEE names CRC-32 (IEEE), the checksum a Python worker computes.
 const SumIEEE = "crc32"
@@ -29,7 +33,7 @@ func checksumBy(sum string, b []byte) (uint32, error) {
 	case "":
 		return Checksum(b), nil
 	case SumIEEE:
-		return crc32.ChecksumIEEE(b), nil
+		return crcOf(b, ieee, polyIEEE), nil
 	}
 	return 0, fmt.Errorf("memsnap: unknown checksum %q", sum)
 }
@@ -212,6 +216,42 @@ func (st *Store) acquire(k slot) (*Snapshot, bool) {
 	}
 	s.refs++
 	return s, true
+}
+
+// Seal makes a snapshot whose worker kept its memfd (CommitReused)
+// immutable once no writable mapping of it is left, which is the case as
+// soon as that worker exited, and checks it again; from then on a reader
+// need not check it (the kernel forbids every change). It reports whether
+// s is sealed: false, with no error, while its worker still maps it.
+// ErrTorn when it changed after it was handed over: it is dropped.
+func (st *Store) Seal(s *Snapshot) (bool, error) {
+	st.mu.Lock()
+	done := s.Sealed
+	st.mu.Unlock()
+	if done {
+		return true, nil
+	}
+	if err := seal(s.fd); err != nil && !sealed(s.fd) {
+		return false, nil // EBUSY: its writer maps it writable still
+	}
+	got, err := checksumBy(s.Sum, s.data)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err == nil && got != s.CRC {
+		err = fmt.Errorf("%w: rank %d's snapshot of step %d has CRC-32C %08x now, %08x when it was handed over (its worker wrote it after the hand-over); dropped", ErrTorn, s.Rank, s.Step, got, s.CRC)
+		k := slot{s.Rank, s.Source == SourcePeer}
+		if st.latest[k] == s {
+			delete(st.latest, k)
+			st.held -= s.Size
+			st.releaseLocked(s)
+		}
+		return false, err
+	}
+	if err != nil {
+		return false, err
+	}
+	s.Sealed = true
+	return true, nil
 }
 
 // Release gives back a snapshot Acquire returned.
