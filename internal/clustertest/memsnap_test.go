@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/vcluster"
 )
 
 // rankFound is an mnist rank's line of where it found its own state.
@@ -112,4 +113,54 @@ func TestNodeAndPeerLostRankRestoresFromDisk(t *testing.T) {
 	if f := mnistFinal.FindStringSubmatch(j.agents[0].Stdout()); f == nil || f[2] != "true" {
 		t.Errorf("rank 0's final line %q, want ranks_agree=true\n%s", f, j.c.Dump())
 	}
+}
+
+// TestReplacementNodeRankFetchesFromPeer (issue 29): 3 nodes under
+// --nnodes 2:3, MNIST with in-memory snapshots, no disk checkpoint. node2
+// is SIGKILLed, agent and worker; the job goes on on node1 and node3,
+// whose agents replicate each other's snapshots. Then node2's agent is
+// started again, a new process with nothing in its memory, and the job
+// grows back to 3 with it as group rank 1 (its --node-rank). Its rank finds
+// nothing of its own and no replica on its node: its agent asks the other
+// nodes which replica of the rank they hold and fetches the newest over
+// the authenticated peer stream, and the rank resumes from it.
+func TestReplacementNodeRankFetchesFromPeer(t *testing.T) {
+	t.Parallel()
+	j := startElasticJob(t, 3, "2:3", []string{"--verbose", "--grace-period", "2s", "--join-settle", "1s"},
+		bin.mnist, "--data", bin.data, "--epochs", "8", "--limit", "6000", "--snapshots")
+	j.running(t)
+	victim := j.c.Hosts[1]
+	victim.Kill()
+	testkit.WaitFor(t, time.Minute, "a generation on 2 nodes", func() bool { g := j.generations(); return len(g) >= 2 && g[len(g)-1] == 2 })
+	testkit.WaitFor(t, time.Minute, "rank 1 (node3) restored in the 2-node generation", func() bool {
+		return len(rankFound.FindAllStringSubmatch(j.agents[2].Stdout(), -1)) > 0
+	})
+	again := victim.Start(j.args[1]...)
+	testkit.WaitFor(t, time.Minute, "the job grown back to 3 nodes", func() bool { g := j.generations(); return len(g) >= 3 && g[len(g)-1] == 3 })
+	for _, p := range []*vcluster.Proc{j.agents[0], again, j.agents[2]} {
+		if code, err := p.Wait(3 * time.Minute); err != nil || code != 0 {
+			t.Fatalf("%s's agent: exit %d, %v\n%s", p.Host.Name, code, err, j.c.Dump())
+		}
+	}
+	found := rankFound.FindAllStringSubmatch(again.Stdout(), -1)
+	if len(found) == 0 || found[0][1] != "1" || found[0][3] != "a peer agent's memory" || found[0][2] == "0" {
+		t.Errorf("the new node2's rank did not find its state in a peer agent's memory: %q\n%s", found, again.Stdout())
+	}
+	if !strings.Contains(again.Stderr(), "restored a rank from a peer's replica") {
+		t.Errorf("the new node2's agent does not say it fetched a peer's replica:\n%s", again.Stderr())
+	}
+	if f := mnistFinal.FindStringSubmatch(j.agents[0].Stdout()); f == nil || f[2] != "true" {
+		t.Errorf("rank 0's final line %q, want ranks_agree=true\n%s", f, j.c.Dump())
+	}
+	t.Logf("the new node's restore: %q; its agent: %s", found, grepLine(again.Stderr(), "restored a rank from a peer's replica"))
+}
+
+// grepLine is the first line of s that holds sub.
+func grepLine(s, sub string) string {
+	for l := range strings.Lines(s) {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
