@@ -47,15 +47,22 @@ func mapWritable(fd int, size int64) ([]byte, error) {
 // mapReadOnly maps fd's size bytes read-only, its page tables filled now
 // (MAP_POPULATE): the checksum pass and the restore's copy then read at
 // memory speed instead of taking a fault per 4 KiB page, which made a
-// restore of a fresh mapping several times slower. The mapping is private:
-// a read-only shared mapping of a read-write memfd could be made writable
-// (mprotect), so the kernel would refuse to seal the memfd while it exists
-// (Store.Seal); a private one that is never written reads the same pages.
+// restore of a fresh mapping several times slower. A memfd not yet sealed
+// is mapped private: a read-only shared mapping of a read-write memfd could
+// be made writable (mprotect), so the kernel would refuse to seal the memfd
+// while it exists (Store.Seal); a private one that is never written reads
+// the same pages. A sealed one is mapped shared: the CUDA driver page-locks
+// a shared mapping ~10x faster than a private one (12 GiB: 0.6 s against
+// 6.7 s on an H200 host), and nothing can be sealed any more anyway.
 func mapReadOnly(fd int, size int64) ([]byte, error) {
 	if size == 0 {
 		return nil, nil
 	}
-	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_POPULATE)
+	flags := unix.MAP_PRIVATE
+	if sealed(fd) {
+		flags = unix.MAP_SHARED
+	}
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ, flags|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("map the snapshot (%d bytes): %w", size, err)
 	}
