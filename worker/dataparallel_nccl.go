@@ -68,7 +68,7 @@ type deviceEngine struct {
 	tracker *reduceTracker // nil when the communicator has no recorder
 }
 
-func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
+func newDeviceEngine(ctx context.Context, dp *DataParallel) (*deviceEngine, error) {
 	nc, ok := unwrap(dp.c).(*ncclcomm.Comm)
 	if !ok {
 		return nil, fmt.Errorf("worker: DataParallel: gradients in device memory need the NCCL backend (the communicator is %T; use --backend nccl)", unwrap(dp.c))
@@ -77,7 +77,7 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 		return nil, errors.New("worker: DataParallel: BF16 and AccumulationSteps > 1 on a GPU need DataParallelConfig.Kernels")
 	}
 	e := &deviceEngine{dp: dp, nc: nc, compute: cudadrv.Stream(dp.cfg.Stream), readyEv: make([]cudadrv.Event, len(dp.bkts))}
-	if err := e.openPair(); err != nil {
+	if err := e.openPair(ctx); err != nil {
 		return nil, err
 	}
 	if dp.cfg.DeferUpdate && dp.cfg.AfterReduce != nil {

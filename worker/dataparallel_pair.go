@@ -37,7 +37,7 @@ type copyEngine interface {
 // nodereduce for more. With TransportAuto it falls back to NCCL (and says
 // why) when they cannot, and past two ranks it takes the copy engines only
 // where ranks share a GPU (NCCL's kernels there take turns in time slices).
-func (e *deviceEngine) openPair() error {
+func (e *deviceEngine) openPair(ctx context.Context) error {
 	dp := e.dp
 	want := dp.cfg.Transport
 	if want == TransportNCCL || dp.c.Size() < 2 || (want == TransportAuto && dp.cfg.BF16) {
@@ -46,7 +46,7 @@ func (e *deviceEngine) openPair() error {
 	var err error
 	if dp.c.Size() == 2 {
 		var p *pairreduce.Pair
-		p, err = pairreduce.Open(context.Background(), e.nc, e.nc.Do,
+		p, err = pairreduce.Open(ctx, e.nc, e.nc.Do,
 			pairreduce.Config{Elements: dp.grads.Len(), Buckets: len(dp.bkts), Lanes: dp.cfg.CopyEngineLanes})
 		if err == nil {
 			e.pair, e.ce = p, p
@@ -57,7 +57,7 @@ func (e *deviceEngine) openPair() error {
 			spans[i] = nodereduce.Span{Offset: b.Offset, Len: b.Len}
 		}
 		var n *nodereduce.Node
-		n, err = nodereduce.Open(context.Background(), e.nc, e.nc.Do, nodereduce.Config{
+		n, err = nodereduce.Open(ctx, e.nc, e.nc.Do, nodereduce.Config{
 			Grads: cudadrv.DevicePtr(dp.grads.DevicePointer()), Buckets: spans, SharedGPUOnly: want == TransportAuto})
 		if err == nil {
 			e.node, e.ce = n, n

@@ -160,7 +160,7 @@ func newGPU(ctx context.Context, c worker.Comm, cfg modelConfig) (_ *gpuModel, e
 	dpc.Stream = uintptr(m.stream)
 	dpc.Kernels = m.k
 	dpc.AfterReduce = m.afterReduce
-	if m.dp, err = worker.NewDataParallel(c, a.sizes(), comm.Device(uintptr(m.grads), n, comm.Float32), dpc); err != nil {
+	if m.dp, err = worker.NewDataParallel(ctx, c, a.sizes(), comm.Device(uintptr(m.grads), n, comm.Float32), dpc); err != nil {
 		return nil, err
 	}
 	if cfg.Trace.Steps > 0 {
