@@ -151,13 +151,16 @@ func newDeviceEngine(ctx context.Context, dp *DataParallel) (*deviceEngine, erro
 	return e, nil
 }
 
+// commStream is the communicator's stream, where NCCL's collectives run.
+func (e *deviceEngine) commStream() cudadrv.Stream { return cudadrv.Stream(e.nc.Stream()) }
+
 // stepMarks is how many steps' end marks the engine keeps: as many steps'
 // reductions as the flight recorder's tracker follows at once.
 const stepMarks = 8
 
 func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
 	if e.tracker != nil {
-		e.tracker.launched(e.dp.bkts[b].Len, uintptr(e.nc.Stream()))
+		e.tracker.launched(e.dp.bkts[b].Len, e.nc.Stream())
 	}
 	if e.ce != nil {
 		return e.launchPair(b, update)
@@ -166,7 +169,7 @@ func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
 	bk := dp.bkts[b]
 	g := dp.grads.DevicePointer() + uintptr(4*bk.Offset)
 	return e.nc.Do(func() error {
-		s := e.nc.Stream()
+		s := e.commStream()
 		if err := e.readyEv[b].Record(e.compute); err != nil {
 			return err
 		}
@@ -223,7 +226,7 @@ func newUpdateStream(urgent bool) (cudadrv.Stream, error) {
 // reduction on the communication stream with SerialUpdate.
 func (e *deviceEngine) update(ctx context.Context, b int) error {
 	return e.nc.Do(func() error {
-		s := e.nc.Stream()
+		s := e.commStream()
 		fused := e.pair != nil && e.dp.cfg.FusedSum
 		if e.upd != 0 {
 			if !fused { // else fusedUpdate waits for the peer's copy
@@ -278,7 +281,7 @@ func (e *deviceEngine) reduce(bk Bucket, g uintptr, s cudadrv.Stream) error {
 
 func (e *deviceEngine) finish(ctx context.Context) error {
 	err := e.nc.Do(func() error {
-		last := e.nc.Stream()
+		last := e.commStream()
 		if e.ce != nil {
 			e.ce.Next()
 			// Every copy is done (the sums waited for them; with FusedSum
@@ -337,7 +340,7 @@ func (e *deviceEngine) close() error {
 	}
 	e.closePair()
 	return e.nc.Do(func() error {
-		e.nc.Stream().Synchronize()
+		e.commStream().Synchronize()
 		if e.upd != 0 {
 			e.upd.Synchronize()
 			e.upd.Destroy()

@@ -197,7 +197,7 @@ func measure(ctx context.Context, g *worker.Generation, nc *ncclcomm.Comm, o opt
 	spans := bucketSpans(n, o.buckets)
 
 	// NCCL.
-	st := nc.Stream()
+	st := cudadrv.Stream(nc.Stream())
 	ncclOnce := func() error {
 		return nc.NCCL().AllReduce(uintptr(s.g), uintptr(s.g), n, nccl.Float32, nccl.Avg, uintptr(st))
 	}
@@ -211,16 +211,16 @@ func measure(ctx context.Context, g *worker.Generation, nc *ncclcomm.Comm, o opt
 	res.ncclUS = mean(ctx, g, us)
 
 	// The copy engines over N ranks.
-	node, err := nodereduce.Open(ctx, nc, nc.Do, nodereduce.Config{Grads: s.g, Buckets: spans})
+	node, err := nodereduce.Open(ctx, nc, nc.Do, nodereduce.Config{Grads: uintptr(s.g), Buckets: spans})
 	if err != nil {
 		return res, err
 	}
 	ceOnce := func() error {
 		for b := range spans {
-			if err := node.Send(b, s.cp); err != nil {
+			if err := node.Send(b, uintptr(s.cp)); err != nil {
 				return err
 			}
-			if err := node.Reduce(b, scale, s.sum); err != nil {
+			if err := node.Reduce(b, scale, uintptr(s.sum)); err != nil {
 				return err
 			}
 		}
@@ -253,7 +253,7 @@ func measure(ctx context.Context, g *worker.Generation, nc *ncclcomm.Comm, o opt
 	}
 	pairOnce := func() error {
 		for b, sp := range spans {
-			if err := p.Send(b, sp.Offset, sp.Len, s.g, s.cp); err != nil {
+			if err := p.Send(b, sp.Offset, sp.Len, uintptr(s.g), uintptr(s.cp)); err != nil {
 				return err
 			}
 			if err := s.sent.Record(s.cp); err != nil {
@@ -262,7 +262,7 @@ func measure(ctx context.Context, g *worker.Generation, nc *ncclcomm.Comm, o opt
 			if err := s.sum.WaitEvent(s.sent); err != nil {
 				return err
 			}
-			if err := p.Sum(b, sp.Offset, sp.Len, s.g, scale, s.sum); err != nil {
+			if err := p.Sum(b, sp.Offset, sp.Len, uintptr(s.g), scale, uintptr(s.sum)); err != nil {
 				return err
 			}
 		}
@@ -329,7 +329,7 @@ func (s *side) check(nc *ncclcomm.Comm, done cudadrv.Stream, once func() error, 
 		if err := once(); err != nil {
 			return err
 		}
-		for _, st := range []cudadrv.Stream{s.cp, s.sum, nc.Stream(), done} {
+		for _, st := range []cudadrv.Stream{s.cp, s.sum, cudadrv.Stream(nc.Stream()), done} {
 			if err := st.Synchronize(); err != nil {
 				return err
 			}
@@ -369,7 +369,7 @@ func (s *side) time(nc *ncclcomm.Comm, first, last cudadrv.Stream, warmup, iters
 				return err
 			}
 		}
-		for _, st := range []cudadrv.Stream{s.cp, s.sum, nc.Stream()} {
+		for _, st := range []cudadrv.Stream{s.cp, s.sum, cudadrv.Stream(nc.Stream())} {
 			if err := st.Synchronize(); err != nil {
 				return err
 			}

@@ -60,8 +60,8 @@ type Span struct{ Offset, Len int }
 
 // Config sizes a Node.
 type Config struct {
-	Grads   cudadrv.DevicePtr // the gradient buffer (device memory of cuMemAlloc, possibly inside a larger allocation)
-	Buckets []Span            // reduced one at a time, in this order on every rank
+	Grads   uintptr // the gradient buffer (a CUdeviceptr of cuMemAlloc'd memory, possibly inside a larger allocation)
+	Buckets []Span  // reduced one at a time, in this order on every rank
 	// SharedGPUOnly makes Open answer a peermem.UnavailableError unless two ranks
 	// share a GPU, where NCCL's kernels take turns in time slices and the
 	// copy engines win; on GPUs of their own NCCL has not been measured
@@ -226,7 +226,7 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 			return nil, fmt.Errorf("nodereduce: bucket %d is %d elements at %d", b, bk.Len, bk.Offset)
 		}
 	}
-	n := &Node{rank: c.Rank(), size: size, buckets: cfg.Buckets, l: newLayout(size, cfg.Buckets), grads: cfg.Grads}
+	n := &Node{rank: c.Rank(), size: size, buckets: cfg.Buckets, l: newLayout(size, cfg.Buckets), grads: cudadrv.DevicePtr(cfg.Grads)}
 	n.step.Store(1)
 	n.flagsOff = (4*n.l.inboxLen + 255) &^ 255
 	flags := flagKinds * len(cfg.Buckets) * size
@@ -257,12 +257,12 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 		}
 		// The gradients may sit inside a larger allocation: share that
 		// and say where in it they start.
-		if base, _, err := cudadrv.MemGetAddressRange(cfg.Grads); err != nil {
+		if base, _, err := cudadrv.MemGetAddressRange(n.grads); err != nil {
 			mine.gradsErr = true
 		} else if mine.grads, err = cudadrv.IPCGetMemHandle(base); err != nil {
 			mine.gradsErr = true
 		} else {
-			mine.gradsBase, mine.gradsOff = uint64(base), uint64(cfg.Grads-base)
+			mine.gradsBase, mine.gradsOff = uint64(base), uint64(n.grads-base)
 		}
 		if n.mod, err = cudadrv.LoadModule(nodePTX); err != nil {
 			return fmt.Errorf("load the node kernel: %w", err)
@@ -396,12 +396,13 @@ func (n *Node) others(f func(k int) error) error {
 
 func at(p cudadrv.DevicePtr, elem int) cudadrv.DevicePtr { return p + cudadrv.DevicePtr(4*elem) }
 
-// Send enqueues on s the reduce-scatter copies of bucket b: chunk k of the
+// Send enqueues on stream s (a CUstream) the reduce-scatter copies of bucket b: chunk k of the
 // gradients into this rank's slot of rank k's inbox, each once k has
 // consumed the previous step's, then raises k's arrived flag. The chunks
 // must not change until the copies are done (an event recorded on s after
 // Send).
-func (n *Node) Send(b int, s cudadrv.Stream) error {
+func (n *Node) Send(b int, stream uintptr) error {
+	s := cudadrv.Stream(stream)
 	step := n.step.Load()
 	bk := n.buckets[b]
 	return n.others(func(k int) error {
@@ -419,13 +420,14 @@ func (n *Node) Send(b int, s cudadrv.Stream) error {
 	})
 }
 
-// Reduce enqueues on s, once the other ranks' copies of this rank's chunk
+// Reduce enqueues on stream s (a CUstream), once the other ranks' copies of this rank's chunk
 // of bucket b have arrived, its sum over the ranks × scale; tells each rank
 // its copy has been consumed; copies the result into every other rank's
 // gradients (all-gather); and makes s wait until every other rank's chunk
 // of this step is in this rank's gradients. After it the whole bucket is
 // reduced, the same bits on every rank.
-func (n *Node) Reduce(b int, scale float32, s cudadrv.Stream) error {
+func (n *Node) Reduce(b int, scale float32, stream uintptr) error {
+	s := cudadrv.Stream(stream)
 	step := n.step.Load()
 	bk := n.buckets[b]
 	if err := n.others(func(j int) error { return s.WaitValue32(n.flag(n.alloc, arrivedFlag, b, j), step) }); err != nil {

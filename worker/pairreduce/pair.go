@@ -285,11 +285,16 @@ func (p *Pair) consumed(base cudadrv.DevicePtr, b int) cudadrv.DevicePtr {
 	return base + cudadrv.DevicePtr(p.flagsOff+4*(p.buckets+b))
 }
 
-// Send enqueues on s the copy of elements [off, off+n) of grads into the
-// same range of the peer's inbox, once the peer has consumed bucket b of
-// the previous step, then raises the peer's arrived flag of b. grads must
-// not change until the copy is done (an event recorded on s after Send).
-func (p *Pair) Send(b, off, n int, grads cudadrv.DevicePtr, s cudadrv.Stream) error {
+// Send enqueues on stream s (a CUstream) the copy of elements [off, off+n)
+// of grads (a CUdeviceptr) into the same range of the peer's inbox, once the
+// peer has consumed bucket b of the previous step, then raises the peer's
+// arrived flag of b. grads must not change until the copy is done (an event
+// recorded on s after Send).
+func (p *Pair) Send(b, off, n int, grads, stream uintptr) error {
+	return p.send(b, off, n, cudadrv.DevicePtr(grads), cudadrv.Stream(stream))
+}
+
+func (p *Pair) send(b, off, n int, grads cudadrv.DevicePtr, s cudadrv.Stream) error {
 	step := p.step.Load()
 	if err := s.WaitValue32(p.consumed(p.alloc, b), step-1); err != nil {
 		return err
@@ -335,11 +340,15 @@ func (p *Pair) copyOut(off, n int, grads cudadrv.DevicePtr, s cudadrv.Stream) er
 	return nil
 }
 
-// Sum enqueues on s, once the peer's bucket b of this step has arrived,
-// grads[off:off+n] = (grads + inbox) × scale, then tells the peer that its
-// copy has been consumed.
-func (p *Pair) Sum(b, off, n int, grads cudadrv.DevicePtr, scale float32, s cudadrv.Stream) error {
-	if err := p.Arrived(b, s); err != nil {
+// Sum enqueues on stream s (a CUstream), once the peer's bucket b of this
+// step has arrived, grads[off:off+n] = (grads + inbox) × scale (grads a
+// CUdeviceptr), then tells the peer that its copy has been consumed.
+func (p *Pair) Sum(b, off, n int, grads uintptr, scale float32, stream uintptr) error {
+	return p.sumInto(b, off, n, cudadrv.DevicePtr(grads), scale, cudadrv.Stream(stream))
+}
+
+func (p *Pair) sumInto(b, off, n int, grads cudadrv.DevicePtr, scale float32, s cudadrv.Stream) error {
+	if err := p.waitArrived(b, s); err != nil {
 		return err
 	}
 	const block = 256
@@ -350,26 +359,35 @@ func (p *Pair) Sum(b, off, n int, grads cudadrv.DevicePtr, scale float32, s cuda
 	if err != nil {
 		return err
 	}
-	return p.Consumed(b, s)
+	return p.signalConsumed(b, s)
 }
 
-// Arrived makes the work enqueued on s from now on wait until the peer's
-// copy of bucket b of this step is in the inbox: for a caller that reads
-// the inbox itself instead of calling Sum (an optimizer that adds the two
-// as it reads them), and then calls Consumed.
-func (p *Pair) Arrived(b int, s cudadrv.Stream) error {
+// Arrived makes the work enqueued on stream s (a CUstream) from now on wait
+// until the peer's copy of bucket b of this step is in the inbox: for a
+// caller that reads the inbox itself instead of calling Sum (an optimizer
+// that adds the two as it reads them), and then calls Consumed.
+func (p *Pair) Arrived(b int, stream uintptr) error {
+	return p.waitArrived(b, cudadrv.Stream(stream))
+}
+
+func (p *Pair) waitArrived(b int, s cudadrv.Stream) error {
 	return s.WaitValue32(p.arrived(p.alloc, b), p.step.Load())
 }
 
-// Consumed tells the peer, once the work enqueued on s so far is done, that
-// its copy of bucket b has been read and the inbox may take the next step's.
-func (p *Pair) Consumed(b int, s cudadrv.Stream) error {
+// Consumed tells the peer, once the work enqueued on stream s (a CUstream)
+// so far is done, that its copy of bucket b has been read and the inbox may
+// take the next step's.
+func (p *Pair) Consumed(b int, stream uintptr) error {
+	return p.signalConsumed(b, cudadrv.Stream(stream))
+}
+
+func (p *Pair) signalConsumed(b int, s cudadrv.Stream) error {
 	return s.WriteValue32(p.consumed(p.peer, b), p.step.Load())
 }
 
 // Inbox returns where the peer's copy of element off of the gradient
-// buffer arrives, in this GPU's memory.
-func (p *Pair) Inbox(off int) cudadrv.DevicePtr { return p.alloc + cudadrv.DevicePtr(4*off) }
+// buffer arrives, in this GPU's memory (a CUdeviceptr).
+func (p *Pair) Inbox(off int) uintptr { return uintptr(p.alloc + cudadrv.DevicePtr(4*off)) }
 
 // Next ends a step: later Sends and Sums belong to the next one.
 func (p *Pair) Next() { p.step.Add(1) }
