@@ -95,52 +95,7 @@ func newDeviceEngine(ctx context.Context, dp *DataParallel) (*deviceEngine, erro
 	if rec != nil || e.ce != nil {
 		e.stepEv = make([]cudadrv.Event, stepMarks)
 	}
-	err := nc.Do(func() error {
-		if separate {
-			var err error
-			if e.upd, err = newUpdateStream(dp.cfg.HighPriorityUpdate); err != nil {
-				return fmt.Errorf("create the update stream: %w", err)
-			}
-			if e.updDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
-				return err
-			}
-		}
-		if e.ce != nil {
-			var err error
-			if e.copyStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
-				return fmt.Errorf("create the copy stream: %w", err)
-			}
-			if e.sumStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
-				return fmt.Errorf("create the sum stream: %w", err)
-			}
-			if e.sentDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
-				return err
-			}
-		}
-		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, e.stepEv} {
-			for i := range evs {
-				ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
-				if err != nil {
-					return err
-				}
-				evs[i] = ev
-			}
-		}
-		var err error
-		if e.doneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
-			return err
-		}
-		if dp.cfg.BF16 {
-			largest := 0
-			for _, b := range dp.bkts {
-				largest = max(largest, b.Len)
-			}
-			if e.bf16, err = cudadrv.MemAlloc(2 * largest); err != nil {
-				return fmt.Errorf("allocate the bfloat16 staging buffer: %w", err)
-			}
-		}
-		return nil
-	})
+	err := nc.Do(func() error { return e.createResources(separate) })
 	if err != nil {
 		e.close()
 		return nil, fmt.Errorf("worker: DataParallel: %w", err)
@@ -149,6 +104,63 @@ func newDeviceEngine(ctx context.Context, dp *DataParallel) (*deviceEngine, erro
 		e.tracker = newReduceTracker(rec, e.nc.Do, stepMarks)
 	}
 	return e, nil
+}
+
+// createResources creates, on the communicator's thread, the update
+// stream (separate) and the copy-engine transport's streams, the events
+// and the bfloat16 staging buffer.
+func (e *deviceEngine) createResources(separate bool) error {
+	if separate {
+		var err error
+		if e.upd, err = newUpdateStream(e.dp.cfg.HighPriorityUpdate); err != nil {
+			return fmt.Errorf("create the update stream: %w", err)
+		}
+		if e.updDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
+			return err
+		}
+	}
+	if e.ce != nil {
+		if err := e.createCopyStreams(); err != nil {
+			return err
+		}
+	}
+	for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, e.stepEv} {
+		for i := range evs {
+			ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
+			if err != nil {
+				return err
+			}
+			evs[i] = ev
+		}
+	}
+	var err error
+	if e.doneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
+		return err
+	}
+	if e.dp.cfg.BF16 {
+		largest := 0
+		for _, b := range e.dp.bkts {
+			largest = max(largest, b.Len)
+		}
+		if e.bf16, err = cudadrv.MemAlloc(2 * largest); err != nil {
+			return fmt.Errorf("allocate the bfloat16 staging buffer: %w", err)
+		}
+	}
+	return nil
+}
+
+// createCopyStreams creates the copy-engine transport's copy and sum
+// streams and the event of the copies' end.
+func (e *deviceEngine) createCopyStreams() error {
+	var err error
+	if e.copyStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+		return fmt.Errorf("create the copy stream: %w", err)
+	}
+	if e.sumStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+		return fmt.Errorf("create the sum stream: %w", err)
+	}
+	e.sentDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming)
+	return err
 }
 
 // commStream is the communicator's stream, where NCCL's collectives run.
