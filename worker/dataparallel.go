@@ -228,8 +228,10 @@ type engine interface {
 // find parameter i's gradient with Grad(i) or Offset(i). A parameter buffer
 // laid out the same way lets the optimizer run on whole buckets.
 //
-// Device buffers need the NCCL backend and cfg.Stream.
-func NewDataParallel(c Comm, sizes []int, grads Buffer, cfg DataParallelConfig) (*DataParallel, error) {
+// Device buffers need the NCCL backend and cfg.Stream. With the copy-engine
+// transport NewDataParallel is collective (the ranks exchange their memory
+// handles): ctx bounds that exchange.
+func NewDataParallel(ctx context.Context, c Comm, sizes []int, grads Buffer, cfg DataParallelConfig) (*DataParallel, error) {
 	if err := cfg.validate(grads.OnDevice()); err != nil {
 		return nil, err
 	}
@@ -276,7 +278,7 @@ func NewDataParallel(c Comm, sizes []int, grads Buffer, cfg DataParallelConfig) 
 
 	var err error
 	if grads.OnDevice() {
-		dp.eng, err = newDeviceEngine(dp)
+		dp.eng, err = newDeviceEngine(ctx, dp)
 	} else {
 		dp.eng = newHostEngine(dp)
 	}

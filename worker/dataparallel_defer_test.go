@@ -56,7 +56,7 @@ func TestDataParallelDeferUpdateOrder(t *testing.T) {
 				updates = append(updates, 2-b.First)
 				return nil
 			}
-			dp, err := NewDataParallel(sc, []int{4, 4, 4}, Host(grads), cfg)
+			dp, err := NewDataParallel(t.Context(), sc, []int{4, 4, 4}, Host(grads), cfg)
 			if err != nil {
 				return err
 			}
@@ -119,7 +119,7 @@ func TestDataParallelDeferUpdateSameResult(t *testing.T) {
 				}
 				return nil
 			}
-			dp, err := NewDataParallel(c, sizes, Host(grads), cfg)
+			dp, err := NewDataParallel(t.Context(), c, sizes, Host(grads), cfg)
 			if err != nil {
 				return err
 			}
@@ -185,7 +185,7 @@ func TestDataParallelDeferUpdateSameResult(t *testing.T) {
 func TestDataParallelReleaseMisuse(t *testing.T) {
 	c := cpuRanks(t, 1)[0]
 	for _, deferUpdate := range []bool{false, true} {
-		dp, err := NewDataParallel(c, []int{2, 2}, Host(make([]float32, 4)), DataParallelConfig{DeferUpdate: deferUpdate})
+		dp, err := NewDataParallel(t.Context(), c, []int{2, 2}, Host(make([]float32, 4)), DataParallelConfig{DeferUpdate: deferUpdate})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -68,7 +68,7 @@ type deviceEngine struct {
 	tracker *reduceTracker // nil when the communicator has no recorder
 }
 
-func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
+func newDeviceEngine(ctx context.Context, dp *DataParallel) (*deviceEngine, error) {
 	nc, ok := unwrap(dp.c).(*ncclcomm.Comm)
 	if !ok {
 		return nil, fmt.Errorf("worker: DataParallel: gradients in device memory need the NCCL backend (the communicator is %T; use --backend nccl)", unwrap(dp.c))
@@ -77,7 +77,7 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 		return nil, errors.New("worker: DataParallel: BF16 and AccumulationSteps > 1 on a GPU need DataParallelConfig.Kernels")
 	}
 	e := &deviceEngine{dp: dp, nc: nc, compute: cudadrv.Stream(dp.cfg.Stream), readyEv: make([]cudadrv.Event, len(dp.bkts))}
-	if err := e.openPair(); err != nil {
+	if err := e.openPair(ctx); err != nil {
 		return nil, err
 	}
 	if dp.cfg.DeferUpdate && dp.cfg.AfterReduce != nil {
@@ -95,52 +95,7 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 	if rec != nil || e.ce != nil {
 		e.stepEv = make([]cudadrv.Event, stepMarks)
 	}
-	err := nc.Do(func() error {
-		if separate {
-			var err error
-			if e.upd, err = newUpdateStream(dp.cfg.HighPriorityUpdate); err != nil {
-				return fmt.Errorf("create the update stream: %w", err)
-			}
-			if e.updDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
-				return err
-			}
-		}
-		if e.ce != nil {
-			var err error
-			if e.copyStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
-				return fmt.Errorf("create the copy stream: %w", err)
-			}
-			if e.sumStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
-				return fmt.Errorf("create the sum stream: %w", err)
-			}
-			if e.sentDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
-				return err
-			}
-		}
-		for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, e.stepEv} {
-			for i := range evs {
-				ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
-				if err != nil {
-					return err
-				}
-				evs[i] = ev
-			}
-		}
-		var err error
-		if e.doneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
-			return err
-		}
-		if dp.cfg.BF16 {
-			largest := 0
-			for _, b := range dp.bkts {
-				largest = max(largest, b.Len)
-			}
-			if e.bf16, err = cudadrv.MemAlloc(2 * largest); err != nil {
-				return fmt.Errorf("allocate the bfloat16 staging buffer: %w", err)
-			}
-		}
-		return nil
-	})
+	err := nc.Do(func() error { return e.createResources(separate) })
 	if err != nil {
 		e.close()
 		return nil, fmt.Errorf("worker: DataParallel: %w", err)
@@ -151,13 +106,73 @@ func newDeviceEngine(dp *DataParallel) (*deviceEngine, error) {
 	return e, nil
 }
 
+// createResources creates, on the communicator's thread, the update
+// stream (separate) and the copy-engine transport's streams, the events
+// and the bfloat16 staging buffer.
+func (e *deviceEngine) createResources(separate bool) error {
+	if separate {
+		var err error
+		if e.upd, err = newUpdateStream(e.dp.cfg.HighPriorityUpdate); err != nil {
+			return fmt.Errorf("create the update stream: %w", err)
+		}
+		if e.updDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
+			return err
+		}
+	}
+	if e.ce != nil {
+		if err := e.createCopyStreams(); err != nil {
+			return err
+		}
+	}
+	for _, evs := range [][]cudadrv.Event{e.readyEv, e.relEv, e.reducedEv, e.sentEv, e.stepEv} {
+		for i := range evs {
+			ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
+			if err != nil {
+				return err
+			}
+			evs[i] = ev
+		}
+	}
+	var err error
+	if e.doneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
+		return err
+	}
+	if e.dp.cfg.BF16 {
+		largest := 0
+		for _, b := range e.dp.bkts {
+			largest = max(largest, b.Len)
+		}
+		if e.bf16, err = cudadrv.MemAlloc(2 * largest); err != nil {
+			return fmt.Errorf("allocate the bfloat16 staging buffer: %w", err)
+		}
+	}
+	return nil
+}
+
+// createCopyStreams creates the copy-engine transport's copy and sum
+// streams and the event of the copies' end.
+func (e *deviceEngine) createCopyStreams() error {
+	var err error
+	if e.copyStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+		return fmt.Errorf("create the copy stream: %w", err)
+	}
+	if e.sumStream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+		return fmt.Errorf("create the sum stream: %w", err)
+	}
+	e.sentDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming)
+	return err
+}
+
+// commStream is the communicator's stream, where NCCL's collectives run.
+func (e *deviceEngine) commStream() cudadrv.Stream { return cudadrv.Stream(e.nc.Stream()) }
+
 // stepMarks is how many steps' end marks the engine keeps: as many steps'
 // reductions as the flight recorder's tracker follows at once.
 const stepMarks = 8
 
 func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
 	if e.tracker != nil {
-		e.tracker.launched(e.dp.bkts[b].Len, uintptr(e.nc.Stream()))
+		e.tracker.launched(e.dp.bkts[b].Len, e.nc.Stream())
 	}
 	if e.ce != nil {
 		return e.launchPair(b, update)
@@ -166,7 +181,7 @@ func (e *deviceEngine) launch(ctx context.Context, b int, update bool) error {
 	bk := dp.bkts[b]
 	g := dp.grads.DevicePointer() + uintptr(4*bk.Offset)
 	return e.nc.Do(func() error {
-		s := e.nc.Stream()
+		s := e.commStream()
 		if err := e.readyEv[b].Record(e.compute); err != nil {
 			return err
 		}
@@ -223,7 +238,7 @@ func newUpdateStream(urgent bool) (cudadrv.Stream, error) {
 // reduction on the communication stream with SerialUpdate.
 func (e *deviceEngine) update(ctx context.Context, b int) error {
 	return e.nc.Do(func() error {
-		s := e.nc.Stream()
+		s := e.commStream()
 		fused := e.pair != nil && e.dp.cfg.FusedSum
 		if e.upd != 0 {
 			if !fused { // else fusedUpdate waits for the peer's copy
@@ -278,7 +293,7 @@ func (e *deviceEngine) reduce(bk Bucket, g uintptr, s cudadrv.Stream) error {
 
 func (e *deviceEngine) finish(ctx context.Context) error {
 	err := e.nc.Do(func() error {
-		last := e.nc.Stream()
+		last := e.commStream()
 		if e.ce != nil {
 			e.ce.Next()
 			// Every copy is done (the sums waited for them; with FusedSum
@@ -337,7 +352,7 @@ func (e *deviceEngine) close() error {
 	}
 	e.closePair()
 	return e.nc.Do(func() error {
-		e.nc.Stream().Synchronize()
+		e.commStream().Synchronize()
 		if e.upd != 0 {
 			e.upd.Synchronize()
 			e.upd.Destroy()

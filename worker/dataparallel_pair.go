@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/cudadrv"
 	"github.com/gotrain/gotrain/internal/peermem"
 	"github.com/gotrain/gotrain/worker/nodereduce"
 	"github.com/gotrain/gotrain/worker/pairreduce"
@@ -37,7 +36,7 @@ type copyEngine interface {
 // nodereduce for more. With TransportAuto it falls back to NCCL (and says
 // why) when they cannot, and past two ranks it takes the copy engines only
 // where ranks share a GPU (NCCL's kernels there take turns in time slices).
-func (e *deviceEngine) openPair() error {
+func (e *deviceEngine) openPair(ctx context.Context) error {
 	dp := e.dp
 	want := dp.cfg.Transport
 	if want == TransportNCCL || dp.c.Size() < 2 || (want == TransportAuto && dp.cfg.BF16) {
@@ -46,7 +45,7 @@ func (e *deviceEngine) openPair() error {
 	var err error
 	if dp.c.Size() == 2 {
 		var p *pairreduce.Pair
-		p, err = pairreduce.Open(context.Background(), e.nc, e.nc.Do,
+		p, err = pairreduce.Open(ctx, e.nc, e.nc.Do,
 			pairreduce.Config{Elements: dp.grads.Len(), Buckets: len(dp.bkts), Lanes: dp.cfg.CopyEngineLanes})
 		if err == nil {
 			e.pair, e.ce = p, p
@@ -57,8 +56,8 @@ func (e *deviceEngine) openPair() error {
 			spans[i] = nodereduce.Span{Offset: b.Offset, Len: b.Len}
 		}
 		var n *nodereduce.Node
-		n, err = nodereduce.Open(context.Background(), e.nc, e.nc.Do, nodereduce.Config{
-			Grads: cudadrv.DevicePtr(dp.grads.DevicePointer()), Buckets: spans, SharedGPUOnly: want == TransportAuto})
+		n, err = nodereduce.Open(ctx, e.nc, e.nc.Do, nodereduce.Config{
+			Grads: dp.grads.DevicePointer(), Buckets: spans, SharedGPUOnly: want == TransportAuto})
 		if err == nil {
 			e.node, e.ce = n, n
 		}
@@ -84,7 +83,7 @@ func (e *deviceEngine) openPair() error {
 func (e *deviceEngine) launchPair(b int, update bool) error {
 	dp := e.dp
 	bk := dp.bkts[b]
-	g := cudadrv.DevicePtr(dp.grads.DevicePointer())
+	g := dp.grads.DevicePointer()
 	scale := dp.meanScale()
 	return e.nc.Do(func() error {
 		if err := e.readyEv[b].Record(e.compute); err != nil {
@@ -99,18 +98,18 @@ func (e *deviceEngine) launchPair(b int, update bool) error {
 			// the copies. (The peers' copies alone do not order it after
 			// this rank's backward: without the wait it could add before
 			// backward wrote the chunk, which backward then overwrites.)
-			if err := e.node.Send(b, e.copyStream); err != nil {
+			if err := e.node.Send(b, uintptr(e.copyStream)); err != nil {
 				return err
 			}
 			if err := e.sumStream.WaitEvent(e.readyEv[b]); err != nil {
 				return err
 			}
-			if err := e.node.Reduce(b, scale, e.sumStream); err != nil {
+			if err := e.node.Reduce(b, scale, uintptr(e.sumStream)); err != nil {
 				return err
 			}
 			return e.afterReduced(b, e.sumStream, update)
 		}
-		if err := e.pair.Send(b, bk.Offset, bk.Len, g, e.copyStream); err != nil {
+		if err := e.pair.Send(b, bk.Offset, bk.Len, g, uintptr(e.copyStream)); err != nil {
 			return err
 		}
 		if err := e.sentEv[b].Record(e.copyStream); err != nil {
@@ -128,7 +127,7 @@ func (e *deviceEngine) launchPair(b int, update bool) error {
 		if err := e.sumStream.WaitEvent(e.sentEv[b]); err != nil {
 			return err
 		}
-		if err := e.pair.Sum(b, bk.Offset, bk.Len, g, scale, e.sumStream); err != nil {
+		if err := e.pair.Sum(b, bk.Offset, bk.Len, g, scale, uintptr(e.sumStream)); err != nil {
 			return err
 		}
 		return e.afterReduced(b, e.sumStream, update)
@@ -142,16 +141,16 @@ func (e *deviceEngine) launchPair(b int, update bool) error {
 // leave (finish orders the next backward after it).
 func (e *deviceEngine) fusedUpdate(b int) error {
 	dp := e.dp
-	if err := e.pair.Arrived(b, e.upd); err != nil {
+	if err := e.pair.Arrived(b, uintptr(e.upd)); err != nil {
 		return err
 	}
 	bk := dp.bkts[b]
-	bk.Peer = uintptr(e.pair.Inbox(bk.Offset))
+	bk.Peer = e.pair.Inbox(bk.Offset)
 	bk.Scale = dp.meanScale()
 	if err := dp.cfg.AfterReduce(bk, uintptr(e.upd)); err != nil {
 		return err
 	}
-	return e.pair.Consumed(b, e.upd)
+	return e.pair.Consumed(b, uintptr(e.upd))
 }
 
 // closePair waits for this rank's copies and sums (releasing them if the

@@ -82,7 +82,7 @@ func TestDataParallelBuckets(t *testing.T) {
 	}
 	for _, tt := range tests {
 		grads := make([]float32, 42)
-		dp, err := NewDataParallel(cpuRanks(t, 1)[0], sizes, Host(grads), DataParallelConfig{BucketBytes: tt.bucketBytes})
+		dp, err := NewDataParallel(t.Context(), cpuRanks(t, 1)[0], sizes, Host(grads), DataParallelConfig{BucketBytes: tt.bucketBytes})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func TestDataParallelConfigErrors(t *testing.T) {
 		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{BucketBytes: -1}},
 		{[]int{4}, comm.Device(1<<20, 4, Float32), DataParallelConfig{}}, // device buffers need NCCL
 	} {
-		if _, err := NewDataParallel(c, tc.sizes, tc.grads, tc.cfg); err == nil {
+		if _, err := NewDataParallel(t.Context(), c, tc.sizes, tc.grads, tc.cfg); err == nil {
 			t.Errorf("NewDataParallel(%v, %v, %+v) succeeded", tc.sizes, tc.grads.DType(), tc.cfg)
 		}
 	}
@@ -138,7 +138,7 @@ func TestParseTransport(t *testing.T) {
 // Host gradients have no transport of their own (the communicator's
 // collectives move them): Transport says auto.
 func TestDataParallelHostTransport(t *testing.T) {
-	dp, err := NewDataParallel(cpuRanks(t, 1)[0], []int{4}, Host(make([]float32, 4)), DataParallelConfig{})
+	dp, err := NewDataParallel(t.Context(), cpuRanks(t, 1)[0], []int{4}, Host(make([]float32, 4)), DataParallelConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestDataParallelReducesEarly(t *testing.T) {
 	onRanks(t, comms, func(r int, c Comm) error {
 		cc := &countingComm{Comm: c}
 		grads := make([]float32, 12)
-		dp, err := NewDataParallel(cc, sizes, Host(grads), DataParallelConfig{BucketBytes: 16})
+		dp, err := NewDataParallel(t.Context(), cc, sizes, Host(grads), DataParallelConfig{BucketBytes: 16})
 		if err != nil {
 			return err
 		}
@@ -192,7 +192,7 @@ func TestDataParallelAverage(t *testing.T) {
 		total := 23107
 		onRanks(t, comms, func(r int, c Comm) error {
 			grads := make([]float32, total)
-			dp, err := NewDataParallel(c, sizes, Host(grads), DataParallelConfig{BucketBytes: 4096})
+			dp, err := NewDataParallel(t.Context(), c, sizes, Host(grads), DataParallelConfig{BucketBytes: 4096})
 			if err != nil {
 				return err
 			}
@@ -234,7 +234,7 @@ func TestDataParallelAccumulation(t *testing.T) {
 	onRanks(t, comms, func(r int, c Comm) error {
 		cc := &countingComm{Comm: c}
 		grads := make([]float32, 11)
-		dp, err := NewDataParallel(cc, sizes, Host(grads), DataParallelConfig{AccumulationSteps: k, BucketBytes: 4})
+		dp, err := NewDataParallel(t.Context(), cc, sizes, Host(grads), DataParallelConfig{AccumulationSteps: k, BucketBytes: 4})
 		if err != nil {
 			return err
 		}
@@ -343,7 +343,7 @@ func TestDataParallelBF16(t *testing.T) {
 		if r == 1 {
 			grads = []float32{ulp / 2, 0, 5}
 		}
-		dp, err := NewDataParallel(c, []int{3}, Host(grads), DataParallelConfig{BF16: true})
+		dp, err := NewDataParallel(t.Context(), c, []int{3}, Host(grads), DataParallelConfig{BF16: true})
 		if err != nil {
 			return err
 		}
@@ -378,7 +378,7 @@ func TestDataParallelParamsIdentical(t *testing.T) {
 			params[i] = rng.Float32() - 0.5 // different on every rank
 		}
 		grads := make([]float32, total)
-		dp, err := NewDataParallel(c, sizes, Host(grads), DataParallelConfig{BucketBytes: 40})
+		dp, err := NewDataParallel(t.Context(), c, sizes, Host(grads), DataParallelConfig{BucketBytes: 40})
 		if err != nil {
 			return err
 		}
@@ -417,7 +417,7 @@ func TestDataParallelParamsIdentical(t *testing.T) {
 
 func TestDataParallelMisuse(t *testing.T) {
 	c := cpuRanks(t, 1)[0]
-	dp, err := NewDataParallel(c, []int{2, 2}, Host(make([]float32, 4)), DataParallelConfig{})
+	dp, err := NewDataParallel(t.Context(), c, []int{2, 2}, Host(make([]float32, 4)), DataParallelConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

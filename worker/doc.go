@@ -32,7 +32,7 @@ package worker
 // compute stream waits for them with one more event at Finish: the host
 // never blocks. On the host they run on a goroutine, in bucket order.
 //
-//	dp, err := worker.NewDataParallel(c, sizes, grads, worker.DataParallelConfig{Stream: stream})
+//	dp, err := worker.NewDataParallel(ctx, c, sizes, grads, worker.DataParallelConfig{Stream: stream})
 //	err = dp.BroadcastParams(ctx, params) // every rank starts from rank 0's weights
 //	for step := ... {
 //		for i := last; i >= 0; i-- { // backward

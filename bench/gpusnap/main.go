@@ -69,20 +69,8 @@ func run(size int64, reps int) error {
 	if err := ctx.SetCurrent(); err != nil {
 		return err
 	}
-	n := int(size)
-	state, err := cudadrv.MemAlloc(n)
-	if err != nil {
-		return err
-	}
-	back, err := cudadrv.MemAlloc(n)
-	if err != nil {
-		return err
-	}
-	// A state that is not all one byte: a word pattern.
-	if err := cudadrv.MemsetD32(state, 0x9e3779b9, n/4); err != nil {
-		return err
-	}
-	if err := cudadrv.MemsetD8(state+cudadrv.DevicePtr(n/3), 0x5a, n/7); err != nil {
+	b := &snapBench{n: int(size)}
+	if err := b.allocState(); err != nil {
 		return err
 	}
 
@@ -91,177 +79,242 @@ func run(size int64, reps int) error {
 		return err
 	}
 	defer stopAgent()
+	b.c = c
 
-	buf, err := memsnap.NewBuffer(size) // the snapshot buffer, reused (worker.Snapshots)
-	if err != nil {
+	if b.buf, err = memsnap.NewBuffer(size); err != nil { // the snapshot buffer, reused (worker.Snapshots)
 		return err
 	}
-	clear(buf.Bytes()) // its pages exist before any copy is timed
-	pageable := make([]byte, n)
-	clear(pageable)
-	check := make([]byte, n)
-	clear(check)
+	clear(b.buf.Bytes()) // its pages exist before any copy is timed
+	b.pageable = make([]byte, b.n)
+	clear(b.pageable)
+	b.check = make([]byte, b.n)
+	clear(b.check)
 
 	// Pageable first, then the same buffer page-locked.
-	var d2hPageable, h2dPageable []time.Duration
+	var t snapTimes
 	for range reps {
-		t, err := timed(func() error { return cudadrv.CopyFromDevice(buf.Bytes(), state) })
-		if err != nil {
+		if err := b.pageableRound(&t); err != nil {
 			return err
 		}
-		d2hPageable = append(d2hPageable, t)
-		t, err = timed(func() error { return cudadrv.CopyToDevice(back, buf.Bytes()) })
-		if err != nil {
-			return err
-		}
-		h2dPageable = append(h2dPageable, t)
 	}
-	register, err := timed(func() error { return cudadrv.HostRegister(buf.Bytes(), false) })
+	if t.register, err = timed(func() error { return cudadrv.HostRegister(b.buf.Bytes(), false) }); err != nil {
+		return err
+	}
+	for i := range reps {
+		if err := b.lockedRound(&t, int64(i+1)); err != nil {
+			return err
+		}
+	}
+	_ = cudadrv.HostUnregister(b.buf.Bytes())
+	// A restarted rank: the process that wrote the snapshot is gone (its
+	// buffer unmapped), so the agent seals it and checks it once, at the
+	// first restore.
+	b.buf.Discard()
+	for i := range reps + 1 {
+		if err := b.restartedRound(&t, i == 0); err != nil {
+			return fmt.Errorf("restore after the writer is gone: %w", err)
+		}
+	}
+	t.print(name, size, reps)
+	return nil
+}
+
+// restartedRound times a restarted rank's restore, own memory → device, end
+// to end: ask for it, page-lock the mapping read-only, copy, unlock
+// (checked byte for byte); then the same without the page-lock.
+func (b *snapBench) restartedRound(ts *snapTimes, first bool) error {
+	if err := cudadrv.MemsetD8(b.back, 0, b.n); err != nil {
+		return err
+	}
+	var r *memsnap.Restored
+	var err error
+	ask, err := timed(func() error { r, err = b.c.Latest(); return err })
 	if err != nil {
 		return err
 	}
-	var d2h, hand, latest, regRestore, h2d, h2dUnreg, unregRestore []time.Duration
-	for i := range reps {
-		t, err := timed(func() error { return cudadrv.CopyFromDevice(buf.Bytes(), state) })
-		if err != nil {
-			return err
-		}
-		d2h = append(d2h, t)
-		step := int64(i + 1)
-		t, err = timed(func() error { return c.CommitReused(buf, step) })
-		if err != nil {
-			return err
-		}
-		hand = append(hand, t)
-		var r *memsnap.Restored
-		t, err = timed(func() error { r, err = c.Latest(); return err })
-		if err != nil {
-			return err
-		}
-		latest = append(latest, t)
-		if r.Step != step {
-			return fmt.Errorf("restored step %d, want %d", r.Step, step)
-		}
-		// The restore path: the agent's mapping, page-locked read-only,
-		// then copied to the device.
-		t, err = timed(func() error { return cudadrv.HostRegister(r.Bytes(), true) })
-		if err != nil {
-			return err
-		}
-		regRestore = append(regRestore, t)
-		if err := cudadrv.MemsetD8(back, 0, n); err != nil {
-			return err
-		}
-		t, err = timed(func() error { return cudadrv.CopyToDevice(back, r.Bytes()) })
-		if err != nil {
-			return err
-		}
-		h2d = append(h2d, t)
-		t, err = timed(func() error { return cudadrv.HostUnregister(r.Bytes()) })
-		if err != nil {
-			return err
-		}
-		unregRestore = append(unregRestore, t)
-		if err := cudadrv.CopyFromDevice(check, back); err != nil {
-			return err
-		}
-		if err := cudadrv.CopyFromDevice(pageable, state); err != nil {
-			return err
-		}
-		if !bytes.Equal(check, pageable) {
-			return errors.New("the state restored to the device differs from the one snapshotted")
-		}
-		// The same mapping not page-locked: what a restore without the
-		// registration costs.
-		t, err = timed(func() error { return cudadrv.CopyToDevice(back, r.Bytes()) })
-		if err != nil {
-			return err
-		}
-		h2dUnreg = append(h2dUnreg, t)
+	lock, err := timed(func() error { return cudadrv.HostRegister(r.Bytes(), true) })
+	if err != nil {
 		r.Close()
+		return err
 	}
-	_ = cudadrv.HostUnregister(buf.Bytes())
-
-	// A restarted rank: the process that wrote the snapshot is gone (its
-	// buffer unmapped), so the agent seals it and checks it once, at the
-	// first restore. End to end, own memory → device: ask for it, page-lock
-	// the mapping read-only, copy, unlock; then the same without the
-	// page-lock.
-	buf.Discard()
-	restart := func() (latest, register, copyIn, unregister time.Duration, err error) {
-		if err = cudadrv.MemsetD8(back, 0, n); err != nil {
-			return
-		}
-		var r *memsnap.Restored
-		if latest, err = timed(func() error { r, err = c.Latest(); return err }); err != nil {
-			return
+	cp, err := timed(func() error { return cudadrv.CopyToDevice(b.back, r.Bytes()) })
+	unlock, uerr := timed(func() error { return cudadrv.HostUnregister(r.Bytes()) })
+	r.Close()
+	if err = errors.Join(err, uerr); err != nil {
+		return err
+	}
+	if err := cudadrv.CopyFromDevice(b.check, b.back); err != nil {
+		return err
+	}
+	if !bytes.Equal(b.check, b.pageable) {
+		return errors.New("the state restored to the device after its writer was gone differs from the one snapshotted")
+	}
+	if first {
+		ts.firstRestart, ts.firstAsk = ask+lock+cp+unlock, ask
+		return nil
+	}
+	ts.restart = append(ts.restart, ask+lock+cp+unlock)
+	ts.restartAsk, ts.restartLock = append(ts.restartAsk, ask), append(ts.restartLock, lock)
+	ts.restartCopy, ts.restartUnlock = append(ts.restartCopy, cp), append(ts.restartUnlock, unlock)
+	t, err := timed(func() error {
+		r, err := b.c.Latest()
+		if err != nil {
+			return err
 		}
 		defer r.Close()
-		if register, err = timed(func() error { return cudadrv.HostRegister(r.Bytes(), true) }); err != nil {
-			return
-		}
-		if copyIn, err = timed(func() error { return cudadrv.CopyToDevice(back, r.Bytes()) }); err != nil {
-			return
-		}
-		unregister, err = timed(func() error { return cudadrv.HostUnregister(r.Bytes()) })
-		return
-	}
-	var e2e, e2eLatest, e2eReg, e2eCopy, e2eUnreg []time.Duration
-	var firstE2E, firstLatest time.Duration
-	for i := range reps + 1 {
-		l, rg, cp, ur, err := restart()
-		if err != nil {
-			return fmt.Errorf("restore after the writer is gone: %w", err)
-		}
-		if err := cudadrv.CopyFromDevice(check, back); err != nil {
-			return err
-		}
-		if !bytes.Equal(check, pageable) {
-			return errors.New("the state restored to the device after its writer was gone differs from the one snapshotted")
-		}
-		if i == 0 {
-			firstE2E, firstLatest = l+rg+cp+ur, l
-			continue
-		}
-		e2e, e2eLatest, e2eReg, e2eCopy, e2eUnreg = append(e2e, l+rg+cp+ur), append(e2eLatest, l), append(e2eReg, rg), append(e2eCopy, cp), append(e2eUnreg, ur)
-	}
-	var e2ePageable []time.Duration
-	for range reps {
-		t, err := timed(func() error {
-			r, err := c.Latest()
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			return cudadrv.CopyToDevice(back, r.Bytes())
-		})
-		if err != nil {
-			return err
-		}
-		e2ePageable = append(e2ePageable, t)
-	}
+		return cudadrv.CopyToDevice(b.back, r.Bytes())
+	})
+	ts.restartPageable = append(ts.restartPageable, t)
+	return err
+}
 
+// snapBench is the state on the device, its copy back, the snapshot
+// buffer and the agent.
+type snapBench struct {
+	n               int
+	state, back     cudadrv.DevicePtr
+	c               *memsnap.Client
+	buf             *memsnap.Buffer
+	pageable, check []byte
+}
+
+// snapTimes are the measurements, one per repetition.
+type snapTimes struct {
+	d2hPageable, h2dPageable                                   []time.Duration
+	register                                                   time.Duration
+	d2h, hand, latest, regRestore, h2d, h2dUnreg, unregRestore []time.Duration
+	// A restarted rank's restores: the first (the agent seals and checks
+	// once) and the later ones, with their parts, and without page-locking.
+	firstRestart, firstAsk                                       time.Duration
+	restart, restartAsk, restartLock, restartCopy, restartUnlock []time.Duration
+	restartPageable                                              []time.Duration
+}
+
+// allocState allocates the state and its copy back on the device and fills
+// the state with a pattern.
+func (b *snapBench) allocState() (err error) {
+	n := b.n
+	if b.state, err = cudadrv.MemAlloc(n); err != nil {
+		return err
+	}
+	if b.back, err = cudadrv.MemAlloc(n); err != nil {
+		return err
+	}
+	// A state that is not all one byte: a word pattern.
+	if err := cudadrv.MemsetD32(b.state, 0x9e3779b9, n/4); err != nil {
+		return err
+	}
+	return cudadrv.MemsetD8(b.state+cudadrv.DevicePtr(n/3), 0x5a, n/7)
+}
+
+// pageableRound times a snapshot into and a restore out of the buffer
+// before it is page-locked.
+func (b *snapBench) pageableRound(ts *snapTimes) error {
+	t, err := timed(func() error { return cudadrv.CopyFromDevice(b.buf.Bytes(), b.state) })
+	if err != nil {
+		return err
+	}
+	ts.d2hPageable = append(ts.d2hPageable, t)
+	t, err = timed(func() error { return cudadrv.CopyToDevice(b.back, b.buf.Bytes()) })
+	if err != nil {
+		return err
+	}
+	ts.h2dPageable = append(ts.h2dPageable, t)
+	return nil
+}
+
+// lockedRound times a snapshot of step into the page-locked buffer, its
+// hand-over to the agent and back, and the restore to the device, which it
+// checks.
+func (b *snapBench) lockedRound(ts *snapTimes, step int64) error {
+	t, err := timed(func() error { return cudadrv.CopyFromDevice(b.buf.Bytes(), b.state) })
+	if err != nil {
+		return err
+	}
+	ts.d2h = append(ts.d2h, t)
+	t, err = timed(func() error { return b.c.CommitReused(b.buf, step) })
+	if err != nil {
+		return err
+	}
+	ts.hand = append(ts.hand, t)
+	var r *memsnap.Restored
+	t, err = timed(func() error { r, err = b.c.Latest(); return err })
+	if err != nil {
+		return err
+	}
+	ts.latest = append(ts.latest, t)
+	if r.Step != step {
+		return fmt.Errorf("restored step %d, want %d", r.Step, step)
+	}
+	if err := b.restore(ts, r); err != nil {
+		return err
+	}
+	r.Close()
+	return nil
+}
+
+// restore times the restore path: the agent's mapping, page-locked
+// read-only, then copied to the device; checked byte for byte; then the
+// same mapping not page-locked: what a restore without the registration
+// costs.
+func (b *snapBench) restore(ts *snapTimes, r *memsnap.Restored) error {
+	t, err := timed(func() error { return cudadrv.HostRegister(r.Bytes(), true) })
+	if err != nil {
+		return err
+	}
+	ts.regRestore = append(ts.regRestore, t)
+	if err := cudadrv.MemsetD8(b.back, 0, b.n); err != nil {
+		return err
+	}
+	t, err = timed(func() error { return cudadrv.CopyToDevice(b.back, r.Bytes()) })
+	if err != nil {
+		return err
+	}
+	ts.h2d = append(ts.h2d, t)
+	t, err = timed(func() error { return cudadrv.HostUnregister(r.Bytes()) })
+	if err != nil {
+		return err
+	}
+	ts.unregRestore = append(ts.unregRestore, t)
+	if err := cudadrv.CopyFromDevice(b.check, b.back); err != nil {
+		return err
+	}
+	if err := cudadrv.CopyFromDevice(b.pageable, b.state); err != nil {
+		return err
+	}
+	if !bytes.Equal(b.check, b.pageable) {
+		return errors.New("the state restored to the device differs from the one snapshotted")
+	}
+	t, err = timed(func() error { return cudadrv.CopyToDevice(b.back, r.Bytes()) })
+	if err != nil {
+		return err
+	}
+	ts.h2dUnreg = append(ts.h2dUnreg, t)
+	return nil
+}
+
+// print prints the medians.
+func (ts *snapTimes) print(name string, size int64, reps int) {
 	gbps := func(d time.Duration) string { return fmt.Sprintf("%.1f GB/s", float64(size)/d.Seconds()/1e9) }
 	row := func(what string, ds []time.Duration) {
 		fmt.Printf("  %-58s %10v  %s\n", what, med(ds).Round(time.Microsecond), gbps(med(ds)))
 	}
 	fmt.Printf("gpusnap: %s, state %d bytes (%.2f GiB), %d reps, medians\n", name, size, float64(size)/(1<<30), reps)
-	row("snapshot device→memfd, pageable", d2hPageable)
-	row("snapshot device→memfd, page-locked", d2h)
-	row("restore memfd→device, pageable", h2dPageable)
-	row("restore agent's mapping→device, page-locked", h2d)
-	row("restore agent's mapping→device, not page-locked", h2dUnreg)
-	fmt.Printf("  %-58s %10v  (once per buffer)\n", "page-lock the snapshot buffer (cuMemHostRegister)", register.Round(time.Microsecond))
-	fmt.Printf("  %-58s %10v\n", "hand-over to the agent (CRC-32C + seal check)", med(hand).Round(time.Microsecond))
-	fmt.Printf("  %-58s %10v\n", "ask the agent for it back (map + CRC-32C)", med(latest).Round(time.Microsecond))
-	fmt.Printf("  %-58s %10v / %v\n", "page-lock / unlock the agent's mapping (per restore)", med(regRestore).Round(time.Microsecond), med(unregRestore).Round(time.Microsecond))
+	row("snapshot device→memfd, pageable", ts.d2hPageable)
+	row("snapshot device→memfd, page-locked", ts.d2h)
+	row("restore memfd→device, pageable", ts.h2dPageable)
+	row("restore agent's mapping→device, page-locked", ts.h2d)
+	row("restore agent's mapping→device, not page-locked", ts.h2dUnreg)
+	fmt.Printf("  %-58s %10v  (once per buffer)\n", "page-lock the snapshot buffer (cuMemHostRegister)", ts.register.Round(time.Microsecond))
+	fmt.Printf("  %-58s %10v\n", "hand-over to the agent (CRC-32C + seal check)", med(ts.hand).Round(time.Microsecond))
+	fmt.Printf("  %-58s %10v\n", "ask the agent for it back (map + CRC-32C)", med(ts.latest).Round(time.Microsecond))
+	fmt.Printf("  %-58s %10v / %v\n", "page-lock / unlock the agent's mapping (per restore)", med(ts.regRestore).Round(time.Microsecond), med(ts.unregRestore).Round(time.Microsecond))
 	fmt.Println("  restarted rank (the writer gone), own memory → device, end to end:")
-	fmt.Printf("  %-58s %10v  %s (of it: ask the agent %v)\n", "first restore (the agent seals and checks once)", firstE2E.Round(time.Microsecond), gbps(firstE2E), firstLatest.Round(time.Microsecond))
-	row("later restores, page-locked (ask + lock + copy + unlock)", e2e)
-	fmt.Printf("  %-58s %v / %v / %v / %v\n", "  of it: ask / lock / copy / unlock", med(e2eLatest).Round(time.Microsecond), med(e2eReg).Round(time.Microsecond), med(e2eCopy).Round(time.Microsecond), med(e2eUnreg).Round(time.Microsecond))
-	row("later restores, pageable (ask + copy)", e2ePageable)
+	fmt.Printf("  %-58s %10v  %s (of it: ask the agent %v)\n", "first restore (the agent seals and checks once)", ts.firstRestart.Round(time.Microsecond), gbps(ts.firstRestart), ts.firstAsk.Round(time.Microsecond))
+	row("later restores, page-locked (ask + lock + copy + unlock)", ts.restart)
+	fmt.Printf("  %-58s %v / %v / %v / %v\n", "  of it: ask / lock / copy / unlock", med(ts.restartAsk).Round(time.Microsecond), med(ts.restartLock).Round(time.Microsecond), med(ts.restartCopy).Round(time.Microsecond), med(ts.restartUnlock).Round(time.Microsecond))
+	row("later restores, pageable (ask + copy)", ts.restartPageable)
 	fmt.Println("  every restore compared byte for byte with the device state: equal")
-	return nil
 }
 
 func med(ds []time.Duration) time.Duration {

@@ -158,69 +158,107 @@ func measure(ctx context.Context, g *worker.Generation, nc *ncclcomm.Comm, o opt
 	for i := range s.fill {
 		s.fill[i] = value(g.Rank, i)
 	}
-	err := nc.Do(func() error {
-		var err error
-		if s.g, err = cudadrv.MemAlloc(4 * n); err != nil {
-			return err
-		}
-		for _, st := range []*cudadrv.Stream{&s.cp, &s.sum} {
-			if *st, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
-				return err
-			}
-		}
-		for _, ev := range []*cudadrv.Event{&s.start, &s.end} {
-			if *ev, err = cudadrv.NewEvent(0); err != nil {
-				return err
-			}
-		}
-		if s.sent, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
-			return err
-		}
-		s.joined, err = cudadrv.NewEvent(cudadrv.EventDisableTiming)
-		return err
-	})
-	if err != nil {
+	if err := nc.Do(s.create); err != nil {
 		return res, err
 	}
-	defer nc.Do(func() error {
-		_ = s.cp.Synchronize()
-		_ = s.sum.Synchronize()
-		_ = s.cp.Destroy()
-		_ = s.sum.Destroy()
-		_ = s.start.Destroy()
-		_ = s.end.Destroy()
-		_ = s.sent.Destroy()
-		_ = s.joined.Destroy()
-		return s.g.Free()
-	})
-	scale := float32(1 / float64(g.WorldSize))
-	spans := bucketSpans(n, o.buckets)
+	defer nc.Do(s.destroy)
+	m := &measurement{ctx: ctx, g: g, nc: nc, o: o, s: s, res: &res,
+		scale: float32(1 / float64(g.WorldSize)), spans: bucketSpans(n, o.buckets)}
+	if err := m.nccl(); err != nil {
+		return res, err
+	}
+	if err := m.copyEngines(); err != nil {
+		return res, err
+	}
+	if g.WorldSize != 2 {
+		return res, nil
+	}
+	err := m.pair()
+	return res, err
+}
 
-	// NCCL.
-	st := nc.Stream()
+// create allocates the side's gradients, streams and events (on the
+// communicator's thread).
+func (s *side) create() error {
+	n := s.n
+	var err error
+	if s.g, err = cudadrv.MemAlloc(4 * n); err != nil {
+		return err
+	}
+	for _, st := range []*cudadrv.Stream{&s.cp, &s.sum} {
+		if *st, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
+			return err
+		}
+	}
+	for _, ev := range []*cudadrv.Event{&s.start, &s.end} {
+		if *ev, err = cudadrv.NewEvent(0); err != nil {
+			return err
+		}
+	}
+	if s.sent, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
+		return err
+	}
+	s.joined, err = cudadrv.NewEvent(cudadrv.EventDisableTiming)
+	return err
+}
+
+// destroy waits for the side's streams and frees what create made.
+func (s *side) destroy() error {
+	_ = s.cp.Synchronize()
+	_ = s.sum.Synchronize()
+	_ = s.cp.Destroy()
+	_ = s.sum.Destroy()
+	_ = s.start.Destroy()
+	_ = s.end.Destroy()
+	_ = s.sent.Destroy()
+	_ = s.joined.Destroy()
+	return s.g.Free()
+}
+
+// measurement is one size's runs of the three all-reduces.
+type measurement struct {
+	ctx   context.Context
+	g     *worker.Generation
+	nc    *ncclcomm.Comm
+	o     opts
+	s     *side
+	res   *result
+	scale float32
+	spans []nodereduce.Span
+}
+
+// nccl checks and times NCCL's all-reduce.
+func (m *measurement) nccl() error {
+	ctx, g, nc, o, s, n, res := m.ctx, m.g, m.nc, m.o, m.s, m.s.n, m.res
+	st := cudadrv.Stream(nc.Stream())
 	ncclOnce := func() error {
 		return nc.NCCL().AllReduce(uintptr(s.g), uintptr(s.g), n, nccl.Float32, nccl.Avg, uintptr(st))
 	}
+	var err error
 	if res.wrong[0], _, err = s.check(nc, st, ncclOnce, g.Rank, 1e-5); err != nil {
-		return res, fmt.Errorf("NCCL: %w", err)
+		return fmt.Errorf("NCCL: %w", err)
 	}
 	us, err := s.time(nc, st, st, o.warmup, o.ncclN, ncclOnce)
 	if err != nil {
-		return res, fmt.Errorf("NCCL: %w", err)
+		return fmt.Errorf("NCCL: %w", err)
 	}
 	res.ncclUS = mean(ctx, g, us)
+	return nil
+}
 
-	// The copy engines over N ranks.
-	node, err := nodereduce.Open(ctx, nc, nc.Do, nodereduce.Config{Grads: s.g, Buckets: spans})
+// copyEngines checks and times nodereduce, the copy engines over N ranks.
+func (m *measurement) copyEngines() error {
+	ctx, g, nc, o, s, res, scale, spans := m.ctx, m.g, m.nc, m.o, m.s, m.res, m.scale, m.spans
+	node, err := nodereduce.Open(ctx, nc, nc.Do, nodereduce.Config{Grads: uintptr(s.g), Buckets: spans})
 	if err != nil {
-		return res, err
+		return err
 	}
 	ceOnce := func() error {
 		for b := range spans {
-			if err := node.Send(b, s.cp); err != nil {
+			if err := node.Send(b, uintptr(s.cp)); err != nil {
 				return err
 			}
-			if err := node.Reduce(b, scale, s.sum); err != nil {
+			if err := node.Reduce(b, scale, uintptr(s.sum)); err != nil {
 				return err
 			}
 		}
@@ -229,31 +267,29 @@ func measure(ctx context.Context, g *worker.Generation, nc *ncclcomm.Comm, o opt
 	}
 	var sum uint64
 	if res.wrong[1], sum, err = s.check(nc, s.sum, ceOnce, g.Rank, 0); err != nil {
-		return res, fmt.Errorf("copy engine: %w", err)
+		return fmt.Errorf("copy engine: %w", err)
 	}
 	if res.agree, err = agree(ctx, g, sum); err != nil {
-		return res, err
+		return err
 	}
-	us, err = s.time(nc, s.cp, s.sum, o.warmup, o.iters, ceOnce)
+	us, err := s.time(nc, s.cp, s.sum, o.warmup, o.iters, ceOnce)
 	if err != nil {
-		return res, fmt.Errorf("copy engine: %w", err)
+		return fmt.Errorf("copy engine: %w", err)
 	}
 	res.ceUS = mean(ctx, g, us)
-	if err := closeAll(ctx, nc, s, node.Close); err != nil {
-		return res, err
-	}
+	return closeAll(ctx, nc, s, node.Close)
+}
 
-	if g.WorldSize != 2 {
-		return res, nil
-	}
-	// pairreduce, the two-rank transport.
+// pair checks and times pairreduce, the two-rank transport.
+func (m *measurement) pair() error {
+	ctx, g, nc, o, s, n, res, scale, spans := m.ctx, m.g, m.nc, m.o, m.s, m.s.n, m.res, m.scale, m.spans
 	p, err := pairreduce.Open(ctx, nc, nc.Do, pairreduce.Config{Elements: n, Buckets: len(spans)})
 	if err != nil {
-		return res, err
+		return err
 	}
 	pairOnce := func() error {
 		for b, sp := range spans {
-			if err := p.Send(b, sp.Offset, sp.Len, s.g, s.cp); err != nil {
+			if err := p.Send(b, sp.Offset, sp.Len, uintptr(s.g), uintptr(s.cp)); err != nil {
 				return err
 			}
 			if err := s.sent.Record(s.cp); err != nil {
@@ -262,7 +298,7 @@ func measure(ctx context.Context, g *worker.Generation, nc *ncclcomm.Comm, o opt
 			if err := s.sum.WaitEvent(s.sent); err != nil {
 				return err
 			}
-			if err := p.Sum(b, sp.Offset, sp.Len, s.g, scale, s.sum); err != nil {
+			if err := p.Sum(b, sp.Offset, sp.Len, uintptr(s.g), scale, uintptr(s.sum)); err != nil {
 				return err
 			}
 		}
@@ -270,13 +306,14 @@ func measure(ctx context.Context, g *worker.Generation, nc *ncclcomm.Comm, o opt
 		return s.join()
 	}
 	if res.wrong[2], _, err = s.check(nc, s.sum, pairOnce, g.Rank, 0); err != nil {
-		return res, fmt.Errorf("pair: %w", err)
+		return fmt.Errorf("pair: %w", err)
 	}
-	if us, err = s.time(nc, s.cp, s.sum, o.warmup, o.iters, pairOnce); err != nil {
-		return res, fmt.Errorf("pair: %w", err)
+	us, err := s.time(nc, s.cp, s.sum, o.warmup, o.iters, pairOnce)
+	if err != nil {
+		return fmt.Errorf("pair: %w", err)
 	}
 	res.pairUS = mean(ctx, g, us)
-	return res, closeAll(ctx, nc, s, p.Close)
+	return closeAll(ctx, nc, s, p.Close)
 }
 
 // closeAll waits for this rank's streams, then for every rank (no rank
@@ -329,7 +366,7 @@ func (s *side) check(nc *ncclcomm.Comm, done cudadrv.Stream, once func() error, 
 		if err := once(); err != nil {
 			return err
 		}
-		for _, st := range []cudadrv.Stream{s.cp, s.sum, nc.Stream(), done} {
+		for _, st := range []cudadrv.Stream{s.cp, s.sum, cudadrv.Stream(nc.Stream()), done} {
 			if err := st.Synchronize(); err != nil {
 				return err
 			}
@@ -369,7 +406,7 @@ func (s *side) time(nc *ncclcomm.Comm, first, last cudadrv.Stream, warmup, iters
 				return err
 			}
 		}
-		for _, st := range []cudadrv.Stream{s.cp, s.sum, nc.Stream()} {
+		for _, st := range []cudadrv.Stream{s.cp, s.sum, cudadrv.Stream(nc.Stream())} {
 			if err := st.Synchronize(); err != nil {
 				return err
 			}

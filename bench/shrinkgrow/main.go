@@ -162,25 +162,7 @@ func run(o options) int {
 		return 2
 	}
 	name, _ := dev.Name()
-	mode := o.mode
-	if mode == "shrink" {
-		for _, f := range []string{"ncclCommShrink", "ncclCommGetUniqueId", "ncclCommGrow"} {
-			if !lib.Has(f) {
-				fmt.Printf("# NCCL %s has no %s (needs %s): falling back to re-init with a new id\n", lib.Version(), f, nccl.Since[f])
-				mode = "reinit"
-				break
-			}
-		}
-		if mode == "shrink" && strings.Contains(o.how, "revoke") && !lib.Has("ncclCommRevoke") {
-			fmt.Printf("# NCCL %s has no ncclCommRevoke: shrinking with NCCL_SHRINK_ABORT alone\n", lib.Version())
-			o.how = "abort"
-		}
-	}
-	o.mode = mode
-	desc := mode
-	if mode == "shrink" {
-		desc += " (" + o.how + ", then ncclCommGrow)"
-	}
+	desc := o.adaptMode(lib)
 	fmt.Printf("# shrinkgrow: %d ranks as threads of one process on GPU 0 (%s), NCCL %s (%s), CUDA driver %s\n",
 		o.ranks, name, lib.Version(), lib.Path(), drv.VersionString())
 	fmt.Printf("# mode %s; %d cycles; in-flight all-reduce at the failure: %v; checked all-reduce of %d float32, launched by %s; cycle timeout %v\n",
@@ -203,7 +185,44 @@ func run(o options) int {
 		return 1
 	}
 	start := time.Now()
-	var failed error
+	failed := b.runCycles(start)
+	done := b.cycle
+	if err := b.bg.wait(); err != nil && failed == nil {
+		failed = err
+	}
+	return b.report(failed, done, start, desc)
+}
+
+// adaptMode falls back from shrink to re-init, and from revoke to abort,
+// where this NCCL lacks the calls, saying so; it returns the mode's
+// description.
+func (o *options) adaptMode(lib *nccl.Library) string {
+	mode := o.mode
+	if mode == "shrink" {
+		for _, f := range []string{"ncclCommShrink", "ncclCommGetUniqueId", "ncclCommGrow"} {
+			if !lib.Has(f) {
+				fmt.Printf("# NCCL %s has no %s (needs %s): falling back to re-init with a new id\n", lib.Version(), f, nccl.Since[f])
+				mode = "reinit"
+				break
+			}
+		}
+		if mode == "shrink" && strings.Contains(o.how, "revoke") && !lib.Has("ncclCommRevoke") {
+			fmt.Printf("# NCCL %s has no ncclCommRevoke: shrinking with NCCL_SHRINK_ABORT alone\n", lib.Version())
+			o.how = "abort"
+		}
+	}
+	o.mode = mode
+	desc := mode
+	if mode == "shrink" {
+		desc += " (" + o.how + ", then ncclCommGrow)"
+	}
+	return desc
+}
+
+// runCycles runs the cycles until they are done, the budget (from start)
+// is spent or one fails: the failure.
+func (b *bench) runCycles(start time.Time) error {
+	o := b.o
 	for b.cycle = 0; b.cycle < o.cycles; b.cycle++ {
 		if o.budget > 0 && time.Since(start) > o.budget {
 			fmt.Printf("# budget %v spent after %d cycles\n", o.budget, b.cycle)
@@ -221,14 +240,16 @@ func run(o options) int {
 			err = b.bg.check(b.cycle)
 		}
 		if err != nil {
-			failed = fmt.Errorf("cycle %d: %w", b.cycle, err)
-			break
+			return fmt.Errorf("cycle %d: %w", b.cycle, err)
 		}
 	}
-	done := b.cycle
-	if err := b.bg.wait(); err != nil && failed == nil {
-		failed = err
-	}
+	return nil
+}
+
+// report prints the statistics and the result line and returns the exit
+// code: 0 passed, 1 failed, 3 hung.
+func (b *bench) report(failed error, done int, start time.Time, desc string) int {
+	o := b.o
 	var hang *hangError
 	if errors.As(failed, &hang) {
 		b.stats.print(os.Stdout)

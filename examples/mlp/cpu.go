@@ -38,7 +38,7 @@ func newCPUModel(ctx context.Context, c worker.Comm, cfg modelConfig) (*cpuModel
 	dpc := cfg.DP
 	dpc.AfterReduce = m.afterReduce
 	var err error
-	if m.dp, err = worker.NewDataParallel(c, a.sizes(), worker.Host(m.grads), dpc); err != nil {
+	if m.dp, err = worker.NewDataParallel(ctx, c, a.sizes(), worker.Host(m.grads), dpc); err != nil {
 		return nil, err
 	}
 	initParams(a, m.params, m.dp.Offset, cfg.Seed)

@@ -75,47 +75,68 @@ func newGPU(ctx context.Context, c worker.Comm, cfg modelConfig) (_ *gpuModel, e
 			m.Close()
 		}
 	}()
-	if m.dev, err = drv.Device(cfg.Device); err != nil {
+	if err = m.openDevice(drv); err != nil {
 		return nil, err
+	}
+	if err = m.allocate(c); err != nil {
+		return nil, err
+	}
+	if err = m.startDataParallel(ctx, c); err != nil {
+		return nil, err
+	}
+	m.rows = cfg.Batch
+	return m, m.stream.Synchronize()
+}
+
+// openDevice makes the device's primary context current and sets up the
+// compute stream, cuBLAS on it and the example's kernels.
+func (m *gpuModel) openDevice(drv *cudadrv.Driver) (err error) {
+	cfg := m.cfg
+	if m.dev, err = drv.Device(cfg.Device); err != nil {
+		return err
 	}
 	pctx, err := m.dev.RetainPrimaryContext()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m.retained = true
 	if err = pctx.SetCurrent(); err != nil {
-		return nil, err
+		return err
 	}
 	if m.stream, err = cudadrv.NewStream(cudadrv.StreamNonBlocking); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err = cublas.Load(); err != nil {
-		return nil, err
+		return err
 	}
 	if m.blas, err = cublas.New(); err != nil {
-		return nil, err
+		return err
 	}
 	if err = m.blas.SetStream(uintptr(m.stream)); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.BlasSMTarget > 0 { // fail here, not in the first step, on a cuBLAS without it
 		if err = m.blas.SetSmCountTarget(cfg.BlasSMTarget); err != nil {
-			return nil, err
+			return err
 		}
 		if err = m.blas.SetSmCountTarget(0); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if m.k, err = loadKernels(cfg.PTXPath); err != nil {
-		return nil, err
-	}
-	a := m.a
+	m.k, err = loadKernels(cfg.PTXPath)
+	return err
+}
+
+// allocate allocates the parameters, gradients, optimizer state and
+// activations, and zeroes the gradients and the state.
+func (m *gpuModel) allocate(c worker.Comm) (err error) {
+	cfg, a := m.cfg, m.a
 	n := a.numParams()
 	m.nParams = n
 	m.params = m.alloc(4 * n)
 	if cfg.Symmetric {
 		if m.grads, err = m.allocSymmetric(c, 4*n); err != nil {
-			return nil, err
+			return err
 		}
 	} else {
 		m.grads = m.alloc(4 * n)
@@ -129,62 +150,72 @@ func newGPU(ctx context.Context, c worker.Comm, cfg modelConfig) (_ *gpuModel, e
 	case "adam":
 		m.state1, m.state2 = m.alloc(4*n), m.alloc(4*n)
 	}
-	B := cfg.Batch
+	m.allocActivations()
+	for _, p := range m.allocs {
+		if p == 0 {
+			return errors.New("allocate device memory: out of memory?")
+		}
+	}
+	for _, s := range []cudadrv.DevicePtr{m.state1, m.state2, m.grads} {
+		if s != 0 {
+			if err = cudadrv.MemsetD32(s, 0, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// allocActivations allocates a batch's activations, the ping-pong
+// gradients of backward, the labels and the per-row losses.
+func (m *gpuModel) allocActivations() {
+	B, a, bf16 := m.cfg.Batch, m.a, m.cfg.BF16GEMM
 	for _, d := range a.dims {
 		m.acts = append(m.acts, m.alloc(4*B*d))
-		if cfg.BF16GEMM {
+		if bf16 {
 			m.acts16 = append(m.acts16, m.alloc(2*B*d))
 		} else {
 			m.acts16 = append(m.acts16, 0)
 		}
 	}
 	m.dA, m.dB = m.alloc(4*B*a.maxDim()), m.alloc(4*B*a.maxDim())
-	if cfg.BF16GEMM {
+	if bf16 {
 		m.dA16, m.dB16 = m.alloc(2*B*a.maxDim()), m.alloc(2*B*a.maxDim())
 	}
 	m.labels, m.lossRows = m.alloc(4*B), m.alloc(4*B)
-	for _, p := range m.allocs {
-		if p == 0 {
-			return nil, errors.New("allocate device memory: out of memory?")
-		}
-	}
-	for _, s := range []cudadrv.DevicePtr{m.state1, m.state2, m.grads} {
-		if s != 0 {
-			if err = cudadrv.MemsetD32(s, 0, n); err != nil {
-				return nil, err
-			}
-		}
-	}
+}
 
+// startDataParallel sets up DataParallel over the gradients (and the
+// tracer, with --trace), initialises the parameters and gives every rank
+// rank 0's.
+func (m *gpuModel) startDataParallel(ctx context.Context, c worker.Comm) (err error) {
+	cfg, a, n := m.cfg, m.a, m.nParams
 	dpc := cfg.DP
 	dpc.Stream = uintptr(m.stream)
 	dpc.Kernels = m.k
 	dpc.AfterReduce = m.afterReduce
-	if m.dp, err = worker.NewDataParallel(c, a.sizes(), comm.Device(uintptr(m.grads), n, comm.Float32), dpc); err != nil {
-		return nil, err
+	if m.dp, err = worker.NewDataParallel(ctx, c, a.sizes(), comm.Device(uintptr(m.grads), n, comm.Float32), dpc); err != nil {
+		return err
 	}
 	if cfg.Trace.Steps > 0 {
 		if m.tr, err = newStepTracer(cfg.Trace, a, m.dp.Buckets(), m.stream); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	host := make([]float32, n)
 	initParams(a, host, m.dp.Offset, cfg.Seed)
 	if err = cudadrv.CopyToDevice(m.params, host); err != nil {
-		return nil, err
+		return err
 	}
 	if !cfg.NoBcast {
 		if err = m.dp.BroadcastParams(ctx, comm.Device(uintptr(m.params), n, comm.Float32)); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if cfg.BF16GEMM {
-		if err = m.k.ToBF16(uintptr(m.p16), uintptr(m.params), n, uintptr(m.stream)); err != nil {
-			return nil, err
-		}
+		return m.k.ToBF16(uintptr(m.p16), uintptr(m.params), n, uintptr(m.stream))
 	}
-	m.rows = B
-	return m, m.stream.Synchronize()
+	return nil
 }
 
 // alloc allocates bytes of device memory, recording 0 on failure (checked
@@ -286,30 +317,14 @@ func (m *gpuModel) forward(rows int) error {
 }
 
 func (m *gpuModel) Step(ctx context.Context) error {
-	rows, a := m.rows, m.a
-	L := a.layers()
-	s := m.stream
+	rows := m.rows
 	m.tr.mark(tpStart, 0, 0)
 	if err := m.forward(rows); err != nil {
 		return err
 	}
 	m.tr.mark(tpForward, 0, 0)
-	classes := a.dims[L]
-	threads := uint32(32)
-	for threads < 1024 && int(threads) < classes {
-		threads *= 2
-	}
-	threads = min(threads, 256)
-	if err := m.k.softmaxXent.Launch(cudadrv.Dim3{X: uint32(rows)}, cudadrv.Dim3{X: threads}, 0, s,
-		m.acts[L], m.labels, m.dA, m.lossRows, rows, classes, 1/float32(rows)); err != nil {
+	if err := m.lossGrad(rows); err != nil {
 		return err
-	}
-	m.tr.mark(tpSoftmax, 0, 0)
-	m.lastRows = rows
-	if m.cfg.BF16GEMM {
-		if err := m.k.ToBF16(uintptr(m.dA16), uintptr(m.dA), rows*classes, uintptr(s)); err != nil {
-			return err
-		}
 	}
 	var beta float32
 	if m.dp.MicroStep() > 0 {
@@ -322,80 +337,139 @@ func (m *gpuModel) Step(ctx context.Context) error {
 	// comes first: W_l is not read after Ready, since the optimizer updates
 	// it right after the reduction.
 	weightFirst := m.dp.Syncing() && m.cfg.DP.DeferUpdate
-	cur, next, cur16, next16 := m.dA, m.dB, m.dA16, m.dB16
+	g := pingPong{m.dA, m.dB, m.dA16, m.dB16}
 	if err := m.smTarget(m.cfg.BlasSMTarget); err != nil {
 		return err
 	}
-	for l := L - 1; l >= 0; l-- {
-		in, out := a.in(l), a.out(l)
-		if err := m.k.biasGrad.Launch(cudadrv.Dim3{X: uint32((out + 31) / 32)}, cudadrv.Dim3{X: 32, Y: 8}, 0, s,
-			m.bAt(m.grads, l, 4), cur, rows, out, beta); err != nil {
+	for l := m.a.layers() - 1; l >= 0; l-- {
+		if err := m.backwardLayer(ctx, l, rows, beta, weightFirst, g); err != nil {
 			return err
 		}
-		m.tr.mark(tpBiasGrad, l, 0)
-		if err := m.ready(ctx, a.bIndex(l)); err != nil {
-			return err
-		}
-		if err := m.release(ctx, a.bIndex(l)); err != nil { // backward never reads b_l
-			return err
-		}
-		w, w16 := m.wAt(m.params, l, 4), m.wAt(m.p16, l, 2)
-		inputGrad := func() error {
-			if l == 0 {
-				return nil
-			}
-			// dX (rows×in) = G·W: column-major dXᶜ (in×rows) = Wᶜ·Gᶜ.
-			if err := m.gemm(cublas.N, cublas.N, in, rows, out, w, w16, in, cur, cur16, out, 0, next, in); err != nil {
-				return err
-			}
-			g, b := grid1D(rows * in)
-			if err := m.k.reluBwd.Launch(g, b, 0, s, next, m.acts[l], int64(rows*in), uintptr(next16)); err != nil {
-				return err
-			}
-			m.tr.mark(tpDX, l, 0)
-			return nil
-		}
-		if !weightFirst {
-			if err := inputGrad(); err != nil {
-				return err
-			}
-		}
-		// dW (out×in) = Gᵀ·X: column-major dWᶜ (in×out) = Xᶜ·Gᶜᵀ, one
-		// chunk of rows r0..r1 (columns of dWᶜ, rows of Gᶜ) at a time, each
-		// handed to DataParallel as soon as it is enqueued.
-		dw := m.wAt(m.grads, l, 4)
-		for k := range a.chunks(l) {
-			r0, r1 := a.chunkRows(l, k)
-			g, g16 := cur+cudadrv.DevicePtr(4*r0), cudadrv.DevicePtr(0)
-			if cur16 != 0 {
-				g16 = cur16 + cudadrv.DevicePtr(2*r0)
-			}
-			if err := m.gemm(cublas.N, cublas.T, in, r1-r0, rows, m.acts[l], m.acts16[l], in, g, g16, out, beta, dw+cudadrv.DevicePtr(4*r0*in), in); err != nil {
-				return err
-			}
-			m.tr.mark(tpDW, l, k)
-			if err := m.ready(ctx, a.wIndex(l, k)); err != nil {
-				return err
-			}
-		}
-		if weightFirst {
-			if err := inputGrad(); err != nil {
-				return err
-			}
-		}
-		for k := range a.chunks(l) {
-			if err := m.release(ctx, a.wIndex(l, k)); err != nil {
-				return err
-			}
-		}
-		cur, next, cur16, next16 = next, cur, next16, cur16
+		g = g.swapped()
 	}
 	if err := m.smTarget(0); err != nil {
 		return err
 	}
 	m.tr.mark(tpBackward, 0, 0)
+	return m.finishStep(ctx)
+}
+
+// pingPong are backward's gradient buffers: cur holds the gradient of the
+// layer's output, next receives its input's (and their bfloat16 copies).
+type pingPong struct{ cur, next, cur16, next16 cudadrv.DevicePtr }
+
+func (g pingPong) swapped() pingPong { return pingPong{g.next, g.cur, g.next16, g.cur16} }
+
+// lossGrad enqueues the softmax cross-entropy of the last layer's output:
+// the per-row losses and the gradient of the logits, into dA.
+func (m *gpuModel) lossGrad(rows int) error {
+	classes := m.a.dims[m.a.layers()]
+	threads := uint32(32)
+	for threads < 1024 && int(threads) < classes {
+		threads *= 2
+	}
+	threads = min(threads, 256)
+	if err := m.k.softmaxXent.Launch(cudadrv.Dim3{X: uint32(rows)}, cudadrv.Dim3{X: threads}, 0, m.stream,
+		m.acts[m.a.layers()], m.labels, m.dA, m.lossRows, rows, classes, 1/float32(rows)); err != nil {
+		return err
+	}
+	m.tr.mark(tpSoftmax, 0, 0)
+	m.lastRows = rows
+	if m.cfg.BF16GEMM {
+		return m.k.ToBF16(uintptr(m.dA16), uintptr(m.dA), rows*classes, uintptr(m.stream))
+	}
+	return nil
+}
+
+// backwardLayer enqueues layer l's backward: the bias gradient, the weight
+// gradient (chunk by chunk) and the input gradient (first or last, see
+// weightFirst), handing each gradient to DataParallel as it is enqueued.
+func (m *gpuModel) backwardLayer(ctx context.Context, l, rows int, beta float32, weightFirst bool, g pingPong) error {
+	a := m.a
+	out := a.out(l)
+	if err := m.k.biasGrad.Launch(cudadrv.Dim3{X: uint32((out + 31) / 32)}, cudadrv.Dim3{X: 32, Y: 8}, 0, m.stream,
+		m.bAt(m.grads, l, 4), g.cur, rows, out, beta); err != nil {
+		return err
+	}
+	m.tr.mark(tpBiasGrad, l, 0)
+	if err := m.ready(ctx, a.bIndex(l)); err != nil {
+		return err
+	}
+	if err := m.release(ctx, a.bIndex(l)); err != nil { // backward never reads b_l
+		return err
+	}
+	if !weightFirst {
+		if err := m.inputGrad(l, rows, g); err != nil {
+			return err
+		}
+	}
+	if err := m.weightGrad(ctx, l, rows, beta, g); err != nil {
+		return err
+	}
+	if weightFirst {
+		if err := m.inputGrad(l, rows, g); err != nil {
+			return err
+		}
+	}
+	for k := range a.chunks(l) {
+		if err := m.release(ctx, a.wIndex(l, k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inputGrad enqueues the gradient of layer l's input into g.next (none for
+// the first layer).
+func (m *gpuModel) inputGrad(l, rows int, g pingPong) error {
+	if l == 0 {
+		return nil
+	}
+	in, out := m.a.in(l), m.a.out(l)
+	w, w16 := m.wAt(m.params, l, 4), m.wAt(m.p16, l, 2)
+	// dX (rows×in) = G·W: column-major dXᶜ (in×rows) = Wᶜ·Gᶜ.
+	if err := m.gemm(cublas.N, cublas.N, in, rows, out, w, w16, in, g.cur, g.cur16, out, 0, g.next, in); err != nil {
+		return err
+	}
+	gr, b := grid1D(rows * in)
+	if err := m.k.reluBwd.Launch(gr, b, 0, m.stream, g.next, m.acts[l], int64(rows*in), uintptr(g.next16)); err != nil {
+		return err
+	}
+	m.tr.mark(tpDX, l, 0)
+	return nil
+}
+
+// weightGrad enqueues layer l's weight gradient: dW (out×in) = Gᵀ·X,
+// column-major dWᶜ (in×out) = Xᶜ·Gᶜᵀ, one chunk of rows r0..r1 (columns of
+// dWᶜ, rows of Gᶜ) at a time, each handed to DataParallel as soon as it is
+// enqueued.
+func (m *gpuModel) weightGrad(ctx context.Context, l, rows int, beta float32, g pingPong) error {
+	a := m.a
+	in, out := a.in(l), a.out(l)
+	dw := m.wAt(m.grads, l, 4)
+	for k := range a.chunks(l) {
+		r0, r1 := a.chunkRows(l, k)
+		gk, gk16 := g.cur+cudadrv.DevicePtr(4*r0), cudadrv.DevicePtr(0)
+		if g.cur16 != 0 {
+			gk16 = g.cur16 + cudadrv.DevicePtr(2*r0)
+		}
+		if err := m.gemm(cublas.N, cublas.T, in, r1-r0, rows, m.acts[l], m.acts16[l], in, gk, gk16, out, beta, dw+cudadrv.DevicePtr(4*r0*in), in); err != nil {
+			return err
+		}
+		m.tr.mark(tpDW, l, k)
+		if err := m.ready(ctx, a.wIndex(l, k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishStep ends the step: DataParallel's Finish (the compute stream then
+// waits for every reduction and update), or with NoReduce this rank's own
+// update on the compute stream.
+func (m *gpuModel) finishStep(ctx context.Context) error {
 	if m.cfg.NoReduce { // this rank's own gradients, updated on the compute stream
-		if err := m.update(worker.Bucket{Len: m.nParams}, uintptr(s)); err != nil {
+		if err := m.update(worker.Bucket{Len: m.nParams}, uintptr(m.stream)); err != nil {
 			return err
 		}
 		m.t++

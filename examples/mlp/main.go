@@ -79,6 +79,26 @@ type options struct {
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{}
+	fs := o.flagSet(stderr)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
+	}
+	o.setDefaults()
+	var err error
+	if o.dpTransport, err = worker.ParseTransport(o.transport); err != nil {
+		return o, fmt.Errorf("--transport %q: want auto, nccl or copy-engine", o.transport)
+	}
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	return o, o.checkDevice()
+}
+
+// flagSet is the command line's flags, which parse into o.
+func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("mlp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -132,12 +152,11 @@ Flags:
 	fs.IntVar(&o.trace, "trace", 0, "synthetic, GPU: each rank prints a CUDA event timeline of the last N timed steps (forward, backward per layer, each bucket's all-reduce and update) and a summary (0: off)")
 	fs.BoolVar(&o.noReduce, "no-reduce", false, "synthetic, GPU, diagnostic: never all-reduce the gradients; each rank applies its own, so the ranks diverge (the step without communication)")
 	fs.IntVar(&o.blasSM, "blas-sm-target", 0, "GPU: cuBLAS SM count target for backward's GEMMs, leaving the other SMs to NCCL (cublasSetSmCountTarget, cuBLAS 11.3+; 0: cuBLAS's choice)")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
-	}
+	return fs
+}
+
+// setDefaults fills in the settings whose default depends on the mode.
+func (o *options) setDefaults() {
 	def := func(v *int, synth, mnist int) {
 		if *v == 0 {
 			*v = synth
@@ -155,41 +174,35 @@ Flags:
 	if o.lr == 0 {
 		o.lr = map[bool]float64{true: 0.05, false: 1e-3}[o.mode == "mnist"]
 	}
-	var err error
-	if o.dpTransport, err = worker.ParseTransport(o.transport); err != nil {
-		return o, fmt.Errorf("--transport %q: want auto, nccl or copy-engine", o.transport)
+}
+
+// validate rejects settings out of range, in the order of the checks below
+// (the first that fails is the error).
+func (o options) validate() error {
+	for _, c := range []struct {
+		bad bool
+		err error
+	}{
+		{o.mode != "synthetic" && o.mode != "mnist", fmt.Errorf("--mode %q: want synthetic or mnist", o.mode)},
+		{o.precision != "fp32" && o.precision != "bf16", fmt.Errorf("--precision %q: want fp32 or bf16", o.precision)},
+		{o.device != "" && o.device != "gpu" && o.device != "cpu", fmt.Errorf("--device %q: want gpu or cpu", o.device)},
+		{o.commPrio != "normal" && o.commPrio != "high", fmt.Errorf("--comm-priority %q: want normal or high", o.commPrio)},
+		{o.minCTAs < 0 || o.maxCTAs < 0 || (o.minCTAs > 0 && o.maxCTAs > 0 && o.minCTAs > o.maxCTAs), fmt.Errorf("--nccl-min-ctas %d, --nccl-max-ctas %d: want 0 (NCCL's choice) or more, min ≤ max", o.minCTAs, o.maxCTAs)},
+		{o.updPrio != "normal" && o.updPrio != "high", fmt.Errorf("--update-priority %q: want normal or high", o.updPrio)},
+		{o.chunk0MB < 0, errors.New("--chunk-first-mb must not be negative")},
+		{!validCTAPolicy(o.ctaPolicy), fmt.Errorf("--nccl-cta-policy %q: want default, efficiency or zero", o.ctaPolicy)},
+		{o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0 || o.chunkMB < 0, errors.New("--layers, --hidden, --batch, --accum and --bucket-mb must be positive, --chunk-mb not negative")},
+		{o.ceLanes < 0, fmt.Errorf("--ce-lanes %d: want 0 (the default) or more", o.ceLanes)},
+		{o.trace < 0 || o.blasSM < 0, fmt.Errorf("--trace %d, --blas-sm-target %d: want 0 (off) or more", o.trace, o.blasSM)},
+		{o.trace > o.steps, fmt.Errorf("--trace %d: at most --steps (%d)", o.trace, o.steps)},
+		{(o.trace > 0 || o.noReduce) && o.mode != "synthetic", errors.New("--trace and --no-reduce are for --mode synthetic")},
+		{o.noReduce && o.accum > 1, errors.New("--no-reduce takes no --accum")},
+	} {
+		if c.bad {
+			return c.err
+		}
 	}
-	switch {
-	case o.mode != "synthetic" && o.mode != "mnist":
-		return o, fmt.Errorf("--mode %q: want synthetic or mnist", o.mode)
-	case o.precision != "fp32" && o.precision != "bf16":
-		return o, fmt.Errorf("--precision %q: want fp32 or bf16", o.precision)
-	case o.device != "" && o.device != "gpu" && o.device != "cpu":
-		return o, fmt.Errorf("--device %q: want gpu or cpu", o.device)
-	case o.commPrio != "normal" && o.commPrio != "high":
-		return o, fmt.Errorf("--comm-priority %q: want normal or high", o.commPrio)
-	case o.minCTAs < 0 || o.maxCTAs < 0 || (o.minCTAs > 0 && o.maxCTAs > 0 && o.minCTAs > o.maxCTAs):
-		return o, fmt.Errorf("--nccl-min-ctas %d, --nccl-max-ctas %d: want 0 (NCCL's choice) or more, min ≤ max", o.minCTAs, o.maxCTAs)
-	case o.updPrio != "normal" && o.updPrio != "high":
-		return o, fmt.Errorf("--update-priority %q: want normal or high", o.updPrio)
-	case o.chunk0MB < 0:
-		return o, errors.New("--chunk-first-mb must not be negative")
-	case !validCTAPolicy(o.ctaPolicy):
-		return o, fmt.Errorf("--nccl-cta-policy %q: want default, efficiency or zero", o.ctaPolicy)
-	case o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0 || o.chunkMB < 0:
-		return o, errors.New("--layers, --hidden, --batch, --accum and --bucket-mb must be positive, --chunk-mb not negative")
-	case o.ceLanes < 0:
-		return o, fmt.Errorf("--ce-lanes %d: want 0 (the default) or more", o.ceLanes)
-	case o.trace < 0 || o.blasSM < 0:
-		return o, fmt.Errorf("--trace %d, --blas-sm-target %d: want 0 (off) or more", o.trace, o.blasSM)
-	case o.trace > o.steps:
-		return o, fmt.Errorf("--trace %d: at most --steps (%d)", o.trace, o.steps)
-	case (o.trace > 0 || o.noReduce) && o.mode != "synthetic":
-		return o, errors.New("--trace and --no-reduce are for --mode synthetic")
-	case o.noReduce && o.accum > 1:
-		return o, errors.New("--no-reduce takes no --accum")
-	}
-	return o, o.checkDevice()
+	return nil
 }
 
 // checkDevice rejects the GPU diagnostics on the CPU path.

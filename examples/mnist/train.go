@@ -116,147 +116,215 @@ func train(ctx context.Context, c comm.Comm, ds *mnistdata.Dataset, cfg config, 
 	if err := cfg.validate(); err != nil {
 		return result{}, fmt.Errorf("config: %w", err)
 	}
-	start := time.Now()
-	rank, world := c.Rank(), c.Size()
+	t, err := newTrainer(ctx, c, ds, cfg, out)
+	if err != nil {
+		return result{}, err
+	}
+	for epoch := t.step/t.stepsPerEpoch + 1; epoch <= cfg.Epochs; epoch++ {
+		if err := t.epoch(ctx, epoch); err != nil {
+			return result{}, err
+		}
+	}
+	return t.finish(ctx)
+}
 
+// trainer is one rank's training run.
+type trainer struct {
+	c                comm.Comm
+	ds               *mnistdata.Dataset
+	cfg              config
+	out              io.Writer
+	start, stepStart time.Time // the run's; the step's, for the samples per second ReportStep gets
+	rank, world      int
+
+	shardStart, shardLen      int
+	stepsPerEpoch, totalSteps int
+	step                      int // steps done
+
+	m              *mlp
+	grad, velocity []float32
+	ws, evalWS     *workspace
+	order          []int
+	labels         []uint8
+	// stats is all-reduced once an epoch: loss sum and example count of the
+	// training steps, then correct and total of the test evaluation.
+	stats []float64
+	res   result
+}
+
+// newTrainer takes this rank's shard of the training set, builds the model
+// and restores the newest state (from memory or a checkpoint).
+func newTrainer(ctx context.Context, c comm.Comm, ds *mnistdata.Dataset, cfg config, out io.Writer) (*trainer, error) {
+	t := &trainer{c: c, ds: ds, cfg: cfg, out: out, start: time.Now(), rank: c.Rank(), world: c.Size()}
 	n := ds.Train.Len()
 	if cfg.Limit > 0 && cfg.Limit < n {
 		n = cfg.Limit
 	}
 	// Every rank takes the same number of images, so that every rank runs the
 	// same number of steps (and collectives); at most world-1 images go unused.
-	shardLen := n / world
-	if shardLen == 0 {
-		return result{}, fmt.Errorf("%d training images cannot be shared by %d ranks (raise --limit)", n, world)
+	t.shardLen = n / t.world
+	if t.shardLen == 0 {
+		return nil, fmt.Errorf("%d training images cannot be shared by %d ranks (raise --limit)", n, t.world)
 	}
-	shardStart := rank * shardLen
+	t.shardStart = t.rank * t.shardLen
 
-	m := newMLP(mnistdata.Pixels, cfg.Hidden, mnistdata.Classes)
-	m.initWeights(cfg.Seed)
-	grad := make([]float32, len(m.params))
-	velocity := make([]float32, len(m.params))
+	t.m = newMLP(mnistdata.Pixels, cfg.Hidden, mnistdata.Classes)
+	t.m.initWeights(cfg.Seed)
+	t.grad = make([]float32, len(t.m.params))
+	t.velocity = make([]float32, len(t.m.params))
 	// Every rank drew the same weights, or loaded the same checkpoint; rank
 	// 0's copy is broadcast anyway, so that the ranks start identical even if
 	// that ever stopped being true.
-	st := trainState{Params: m.params, Velocity: velocity}
+	st := trainState{Params: t.m.params, Velocity: t.velocity}
 	from, err := restore(ctx, c, cfg.Memory, cfg.CheckpointDir, &st, out)
 	if err != nil {
-		return result{}, err
-	}
-	resumed := from != ""
-
-	ws := m.newWorkspace(cfg.BatchSize)
-	evalWS := m.newWorkspace(evalChunk)
-	order := make([]int, shardLen)
-	labels := make([]uint8, cfg.BatchSize)
-	// stats is all-reduced once an epoch: loss sum and example count of the
-	// training steps, then correct and total of the test evaluation.
-	stats := make([]float64, 4)
-	var res result
-	stepsPerEpoch := (shardLen + cfg.BatchSize - 1) / cfg.BatchSize
-	totalSteps, step := cfg.Epochs*stepsPerEpoch, st.Step
-	res.Loss, res.TestAccuracy, res.Epochs = st.Loss, st.Accuracy, step/stepsPerEpoch
-	if resumed && rank == 0 {
-		fmt.Fprintf(out, "resumed at epoch %d step %d of %d (global step %d) from %s\n", step/stepsPerEpoch+1, step%stepsPerEpoch, stepsPerEpoch, step, from)
-	}
-	save := func() error {
-		if rank != 0 || cfg.CheckpointDir == "" {
-			return nil
-		}
-		s := trainState{Step: step, Loss: res.Loss, Accuracy: res.TestAccuracy, Params: m.params, Velocity: velocity}
-		return checkpoint.Dir{Path: cfg.CheckpointDir}.Save(int64(step), s.encode())
+		return nil, err
 	}
 
-	stepStart := time.Now() // for the samples per second ReportStep gets
+	t.ws = t.m.newWorkspace(cfg.BatchSize)
+	t.evalWS = t.m.newWorkspace(evalChunk)
+	t.order = make([]int, t.shardLen)
+	t.labels = make([]uint8, cfg.BatchSize)
+	t.stats = make([]float64, 4)
+	t.stepsPerEpoch = (t.shardLen + cfg.BatchSize - 1) / cfg.BatchSize
+	t.totalSteps, t.step = cfg.Epochs*t.stepsPerEpoch, st.Step
+	t.res.Loss, t.res.TestAccuracy, t.res.Epochs = st.Loss, st.Accuracy, t.step/t.stepsPerEpoch
+	if from != "" && t.rank == 0 {
+		fmt.Fprintf(out, "resumed at epoch %d step %d of %d (global step %d) from %s\n", t.step/t.stepsPerEpoch+1, t.step%t.stepsPerEpoch, t.stepsPerEpoch, t.step, from)
+	}
+	t.stepStart = time.Now()
 	if cfg.ReportStep != nil {
-		cfg.ReportStep(int64(step), 0)
+		cfg.ReportStep(int64(t.step), 0)
 	}
-	for epoch := step/stepsPerEpoch + 1; epoch <= cfg.Epochs; epoch++ {
-		skip := (step % stepsPerEpoch) * cfg.BatchSize // steps of this epoch taken before a resume
-		// The same seed on every rank; each permutes its own shard.
-		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(epoch)))
-		for i := range order {
-			order[i] = shardStart + i
-		}
-		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return t, nil
+}
 
-		var lossSum float64
-		for from := skip; from < shardLen; from += cfg.BatchSize {
-			batch := order[from:min(from+cfg.BatchSize, shardLen)]
-			loadBatch(ws.x, labels, &ds.Train, batch)
-			loss := m.lossAndGrad(ws, labels[:len(batch)], grad)
-			lossSum += loss * float64(len(batch))
-			g := comm.Host(grad)
-			if err := c.AllReduce(ctx, g, g, comm.Avg); err != nil {
-				return result{}, fmt.Errorf("epoch %d: all-reduce the gradients: %w", epoch, err)
-			}
-			lr := cosineLR(cfg.LR, step, totalSteps)
-			sgdStep(m.params, velocity, grad, float32(lr), float32(cfg.Momentum))
-			step++
-			if cfg.Memory != nil {
-				s := trainState{Step: step, Loss: res.Loss, Accuracy: res.TestAccuracy, Params: m.params}
-				cfg.Memory.SaveBytes(int64(step), s.header(), comm.Host(m.params).HostBytes(), comm.Host(velocity).HostBytes())
-				if step == cfg.DieAtStep && rank == cfg.DieRank && cfg.FirstAttempt {
-					// This step's snapshot was skipped if the previous
-					// hand-over was still in flight: save it now.
-					if err := cfg.Memory.Wait(ctx); err != nil {
-						return result{}, err
-					}
-					cfg.Memory.SaveBytes(int64(step), s.header(), comm.Host(m.params).HostBytes(), comm.Host(velocity).HostBytes())
-					if err := cfg.Memory.Wait(ctx); err != nil {
-						return result{}, err
-					}
-					if cfg.DieHang {
-						fmt.Fprintf(out, "waiting at step %d for the node to be killed\n", step)
-						<-ctx.Done()
-						return result{}, ctx.Err()
-					}
-					fmt.Fprintf(out, "dying at step %d: SIGKILL\n", step)
-					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				}
-			}
-			if cfg.ReportStep != nil {
-				now := time.Now()
-				cfg.ReportStep(int64(step), float64(len(batch)*world)/now.Sub(stepStart).Seconds())
-				stepStart = now
-			}
-			// A step that ends the epoch is saved after the evaluation.
-			if cfg.CheckpointEvery > 0 && step%cfg.CheckpointEvery == 0 && step%stepsPerEpoch != 0 {
-				if err := save(); err != nil {
-					return result{}, err
-				}
-			}
-		}
+// save writes a checkpoint (rank 0, with a checkpoint directory).
+func (t *trainer) save() error {
+	if t.rank != 0 || t.cfg.CheckpointDir == "" {
+		return nil
+	}
+	s := trainState{Step: t.step, Loss: t.res.Loss, Accuracy: t.res.TestAccuracy, Params: t.m.params, Velocity: t.velocity}
+	return checkpoint.Dir{Path: t.cfg.CheckpointDir}.Save(int64(t.step), s.encode())
+}
 
-		correct, total := evaluate(m, evalWS, &ds.Test, rank, world)
-		stats[0], stats[1], stats[2], stats[3] = lossSum, float64(shardLen), float64(correct), float64(total)
-		s := comm.Host(stats)
-		if err := c.AllReduce(ctx, s, s, comm.Sum); err != nil {
-			return result{}, fmt.Errorf("epoch %d: all-reduce the loss and accuracy: %w", epoch, err)
+// epoch trains one pass over the shard (the rest of it after a resume),
+// then evaluates, reports and saves.
+func (t *trainer) epoch(ctx context.Context, epoch int) error {
+	cfg := t.cfg
+	skip := (t.step % t.stepsPerEpoch) * cfg.BatchSize // steps of this epoch taken before a resume
+	// The same seed on every rank; each permutes its own shard.
+	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(epoch)))
+	for i := range t.order {
+		t.order[i] = t.shardStart + i
+	}
+	rng.Shuffle(len(t.order), func(i, j int) { t.order[i], t.order[j] = t.order[j], t.order[i] })
+
+	var lossSum float64
+	for from := skip; from < t.shardLen; from += cfg.BatchSize {
+		loss, err := t.trainStep(ctx, epoch, t.order[from:min(from+cfg.BatchSize, t.shardLen)])
+		if err != nil {
+			return err
 		}
-		res.Epochs = epoch
-		res.Loss = stats[0] / stats[1]
-		res.TestAccuracy = stats[2] / stats[3]
-		if rank == 0 {
-			fmt.Fprintf(out, "epoch=%d loss=%.4f test_accuracy=%s elapsed=%.1fs\n",
-				epoch, res.Loss, formatAccuracy(res.TestAccuracy), time.Since(start).Seconds())
-		}
-		if err := save(); err != nil {
-			return result{}, err
+		lossSum += loss
+	}
+	return t.endEpoch(ctx, epoch, lossSum)
+}
+
+// trainStep takes one step on the images batch and returns its loss sum.
+func (t *trainer) trainStep(ctx context.Context, epoch int, batch []int) (float64, error) {
+	cfg, m := t.cfg, t.m
+	loadBatch(t.ws.x, t.labels, &t.ds.Train, batch)
+	loss := m.lossAndGrad(t.ws, t.labels[:len(batch)], t.grad)
+	g := comm.Host(t.grad)
+	if err := t.c.AllReduce(ctx, g, g, comm.Avg); err != nil {
+		return 0, fmt.Errorf("epoch %d: all-reduce the gradients: %w", epoch, err)
+	}
+	lr := cosineLR(cfg.LR, t.step, t.totalSteps)
+	sgdStep(m.params, t.velocity, t.grad, float32(lr), float32(cfg.Momentum))
+	t.step++
+	if cfg.Memory != nil {
+		if err := t.snapshot(ctx); err != nil {
+			return 0, err
 		}
 	}
+	if cfg.ReportStep != nil {
+		now := time.Now()
+		cfg.ReportStep(int64(t.step), float64(len(batch)*t.world)/now.Sub(t.stepStart).Seconds())
+		t.stepStart = now
+	}
+	// A step that ends the epoch is saved after the evaluation.
+	if cfg.CheckpointEvery > 0 && t.step%cfg.CheckpointEvery == 0 && t.step%t.stepsPerEpoch != 0 {
+		if err := t.save(); err != nil {
+			return 0, err
+		}
+	}
+	return loss * float64(len(batch)), nil
+}
 
-	agree, hash, err := compareWeights(ctx, c, m.params)
+// snapshot hands the state to the in-memory tier, and at DieAtStep (rank
+// DieRank, first attempt) dies or hangs once it is there.
+func (t *trainer) snapshot(ctx context.Context) error {
+	cfg, step := t.cfg, t.step
+	s := trainState{Step: step, Loss: t.res.Loss, Accuracy: t.res.TestAccuracy, Params: t.m.params}
+	params, velocity := comm.Host(t.m.params).HostBytes(), comm.Host(t.velocity).HostBytes()
+	cfg.Memory.SaveBytes(int64(step), s.header(), params, velocity)
+	if step != cfg.DieAtStep || t.rank != cfg.DieRank || !cfg.FirstAttempt {
+		return nil
+	}
+	// This step's snapshot was skipped if the previous hand-over was
+	// still in flight: save it now.
+	if err := cfg.Memory.Wait(ctx); err != nil {
+		return err
+	}
+	cfg.Memory.SaveBytes(int64(step), s.header(), params, velocity)
+	if err := cfg.Memory.Wait(ctx); err != nil {
+		return err
+	}
+	if cfg.DieHang {
+		fmt.Fprintf(t.out, "waiting at step %d for the node to be killed\n", step)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	fmt.Fprintf(t.out, "dying at step %d: SIGKILL\n", step)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	return nil
+}
+
+// endEpoch evaluates on the test set, averages loss and accuracy over the
+// ranks, prints the epoch's line (rank 0) and saves a checkpoint.
+func (t *trainer) endEpoch(ctx context.Context, epoch int, lossSum float64) error {
+	correct, total := evaluate(t.m, t.evalWS, &t.ds.Test, t.rank, t.world)
+	stats := t.stats
+	stats[0], stats[1], stats[2], stats[3] = lossSum, float64(t.shardLen), float64(correct), float64(total)
+	s := comm.Host(stats)
+	if err := t.c.AllReduce(ctx, s, s, comm.Sum); err != nil {
+		return fmt.Errorf("epoch %d: all-reduce the loss and accuracy: %w", epoch, err)
+	}
+	t.res.Epochs = epoch
+	t.res.Loss = stats[0] / stats[1]
+	t.res.TestAccuracy = stats[2] / stats[3]
+	if t.rank == 0 {
+		fmt.Fprintf(t.out, "epoch=%d loss=%.4f test_accuracy=%s elapsed=%.1fs\n",
+			epoch, t.res.Loss, formatAccuracy(t.res.TestAccuracy), time.Since(t.start).Seconds())
+	}
+	return t.save()
+}
+
+// finish compares the ranks' final weights and prints the final line.
+func (t *trainer) finish(ctx context.Context) (result, error) {
+	res := t.res
+	agree, hash, err := compareWeights(ctx, t.c, t.m.params)
 	if err != nil {
 		return result{}, err
 	}
 	res.WeightHash, res.RanksAgree = hash, agree
-	res.Elapsed = time.Since(start)
-	if rank == 0 && cfg.PrintWeights {
-		fmt.Fprintf(out, "weights fnv64a=%016x\n", hash)
+	res.Elapsed = time.Since(t.start)
+	if t.rank == 0 && t.cfg.PrintWeights {
+		fmt.Fprintf(t.out, "weights fnv64a=%016x\n", hash)
 	}
-	if rank == 0 {
-		fmt.Fprintf(out, "final test_accuracy=%s ranks_agree=%t\n", formatAccuracy(res.TestAccuracy), res.RanksAgree)
+	if t.rank == 0 {
+		fmt.Fprintf(t.out, "final test_accuracy=%s ranks_agree=%t\n", formatAccuracy(res.TestAccuracy), res.RanksAgree)
 	}
 	return res, nil
 }

@@ -388,7 +388,7 @@ func (g *gpuEngine) setup(host []byte, recvBytes int64) error {
 func (g *gpuEngine) run(ctx context.Context, sh Shape) (time.Duration, error) {
 	var per time.Duration
 	err := g.c.Do(func() error {
-		nc, st := g.c.NCCL(), g.c.Stream()
+		nc, st := g.c.NCCL(), cudadrv.Stream(g.c.Stream())
 		s, send, recv := uintptr(st), uintptr(g.send), uintptr(g.recv)
 		dt, err := ncclcomm.NCCLType(g.s.dtype())
 		if err != nil {

@@ -256,7 +256,6 @@ func (g *gpuThread) axpy() error {
 // allReduceIters rounds with CUDA events, and checks the result.
 func allReduce(threads []*gpuThread) *AllReduceResult {
 	n := len(threads)
-	count := allReduceBytes / 4
 	res := &AllReduceResult{GPUs: n, Bytes: allReduceBytes}
 	lib, err := nccl.Load()
 	if err != nil {
@@ -268,93 +267,32 @@ func allReduce(threads []*gpuThread) *AllReduceResult {
 		res.Error = err.Error()
 		return res
 	}
-	comms := make([]*nccl.Comm, n)
-	bufs := make([][2]cudadrv.DevicePtr, n)
-	times := make([]time.Duration, n)
-	rank := func(g *gpuThread) int {
-		for i, t := range threads {
-			if t == g {
-				return i
-			}
-		}
-		return -1
-	}
+	a := &smokeAllReduce{threads: threads, count: allReduceBytes / 4,
+		comms: make([]*nccl.Comm, n), bufs: make([][2]cudadrv.DevicePtr, n)}
 	if err := onAll(threads, func(g *gpuThread) (err error) {
-		comms[rank(g)], err = lib.InitRank(n, id, rank(g))
+		a.comms[a.rank(g)], err = lib.InitRank(n, id, a.rank(g))
 		return err
 	}); err != nil {
 		res.Error = "ncclCommInitRank: " + err.Error()
 		return res
 	}
-	defer onAll(threads, func(g *gpuThread) error { return comms[rank(g)].Destroy() })
-	err = onAll(threads, func(g *gpuThread) error {
-		r := rank(g)
-		var err error
-		for k := range 2 {
-			if bufs[r][k], err = cudadrv.MemAlloc(allReduceBytes); err != nil {
-				return err
-			}
-		}
-		return cudadrv.MemsetD32(bufs[r][0], math.Float32bits(float32(r+1)), count)
-	})
-	defer onAll(threads, func(g *gpuThread) error {
-		for _, p := range bufs[rank(g)] {
-			if p != 0 {
-				p.Free()
-			}
-		}
-		return nil
-	})
+	defer onAll(threads, func(g *gpuThread) error { return a.comms[a.rank(g)].Destroy() })
+	err = onAll(threads, a.alloc)
+	defer onAll(threads, a.free)
 	if err != nil {
 		res.Error = "allocate: " + err.Error()
 		return res
 	}
-	run := func(g *gpuThread, iters int) error {
-		b := bufs[rank(g)]
-		for range iters {
-			if err := comms[rank(g)].AllReduce(uintptr(b[0]), uintptr(b[1]), count, nccl.Float32, nccl.Sum, uintptr(g.stream)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	// Warm up (connections are set up lazily), then time.
-	if err := onAll(threads, func(g *gpuThread) error {
-		if err := run(g, 2); err != nil {
-			return err
-		}
-		return g.stream.Synchronize()
-	}); err != nil {
+	if err := onAll(threads, a.warmUp); err != nil {
 		res.Error = err.Error()
 		return res
 	}
-	err = onAll(threads, func(g *gpuThread) error {
-		start, err := cudadrv.NewEvent(cudadrv.EventDefault)
-		if err != nil {
-			return err
-		}
-		defer start.Destroy()
-		end, err := cudadrv.NewEvent(cudadrv.EventDefault)
-		if err != nil {
-			return err
-		}
-		defer end.Destroy()
-		if err := start.Record(g.stream); err != nil {
-			return err
-		}
-		if err := run(g, allReduceIters); err != nil {
-			return err
-		}
-		if err := end.Record(g.stream); err != nil {
-			return err
-		}
-		if err := end.Synchronize(); err != nil {
-			return err
-		}
-		times[rank(g)], err = cudadrv.Elapsed(start, end)
+	times := make([]time.Duration, n)
+	if err := onAll(threads, func(g *gpuThread) (err error) {
+		times[a.rank(g)], err = a.time(g)
 		return err
-	})
-	if err != nil {
+	}); err != nil {
 		res.Error = err.Error()
 		return res
 	}
@@ -365,23 +303,111 @@ func allReduce(threads []*gpuThread) *AllReduceResult {
 		res.AlgBW = float64(allReduceBytes) / res.Time.Seconds() / 1e9
 		res.BusBW = res.AlgBW * 2 * float64(n-1) / float64(n)
 	}
-	want := math.Float32bits(float32(n * (n + 1) / 2))
 	res.Correct = true
-	err = onAll(threads, func(g *gpuThread) error {
-		out := make([]uint32, count)
-		if err := cudadrv.CopyFromDevice(out, bufs[rank(g)][1]); err != nil {
-			return err
-		}
-		for i, v := range out {
-			if v != want {
-				return fmt.Errorf("element %d is %v, want %v", i, math.Float32frombits(v), math.Float32frombits(want))
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := onAll(threads, a.check); err != nil {
 		res.Correct = false
 		res.Mismatch = err.Error()
 	}
 	return res
+}
+
+// smokeAllReduce is allReduce's communicators and buffers, one of each per
+// GPU thread; its methods run on the thread (onAll).
+type smokeAllReduce struct {
+	threads []*gpuThread
+	count   int // float32 per buffer
+	comms   []*nccl.Comm
+	bufs    [][2]cudadrv.DevicePtr // per rank: send, receive
+}
+
+// rank is g's rank: its index among the threads.
+func (a *smokeAllReduce) rank(g *gpuThread) int {
+	for i, t := range a.threads {
+		if t == g {
+			return i
+		}
+	}
+	return -1
+}
+
+// alloc allocates g's buffers and fills the send buffer with rank+1.
+func (a *smokeAllReduce) alloc(g *gpuThread) error {
+	r := a.rank(g)
+	var err error
+	for k := range 2 {
+		if a.bufs[r][k], err = cudadrv.MemAlloc(allReduceBytes); err != nil {
+			return err
+		}
+	}
+	return cudadrv.MemsetD32(a.bufs[r][0], math.Float32bits(float32(r+1)), a.count)
+}
+
+func (a *smokeAllReduce) free(g *gpuThread) error {
+	for _, p := range a.bufs[a.rank(g)] {
+		if p != 0 {
+			p.Free()
+		}
+	}
+	return nil
+}
+
+// run enqueues iters all-reduces on g's stream.
+func (a *smokeAllReduce) run(g *gpuThread, iters int) error {
+	b := a.bufs[a.rank(g)]
+	for range iters {
+		if err := a.comms[a.rank(g)].AllReduce(uintptr(b[0]), uintptr(b[1]), a.count, nccl.Float32, nccl.Sum, uintptr(g.stream)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *smokeAllReduce) warmUp(g *gpuThread) error {
+	if err := a.run(g, 2); err != nil {
+		return err
+	}
+	return g.stream.Synchronize()
+}
+
+// time is how long allReduceIters all-reduces take on g's stream.
+func (a *smokeAllReduce) time(g *gpuThread) (time.Duration, error) {
+	start, err := cudadrv.NewEvent(cudadrv.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer start.Destroy()
+	end, err := cudadrv.NewEvent(cudadrv.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer end.Destroy()
+	if err := start.Record(g.stream); err != nil {
+		return 0, err
+	}
+	if err := a.run(g, allReduceIters); err != nil {
+		return 0, err
+	}
+	if err := end.Record(g.stream); err != nil {
+		return 0, err
+	}
+	if err := end.Synchronize(); err != nil {
+		return 0, err
+	}
+	return cudadrv.Elapsed(start, end)
+}
+
+// check compares every element of g's result with the sum over the ranks.
+func (a *smokeAllReduce) check(g *gpuThread) error {
+	n := len(a.threads)
+	want := math.Float32bits(float32(n * (n + 1) / 2))
+	out := make([]uint32, a.count)
+	if err := cudadrv.CopyFromDevice(out, a.bufs[a.rank(g)][1]); err != nil {
+		return err
+	}
+	for i, v := range out {
+		if v != want {
+			return fmt.Errorf("element %d is %v, want %v", i, math.Float32frombits(v), math.Float32frombits(want))
+		}
+	}
+	return nil
 }

@@ -119,38 +119,78 @@ func (t *Tracker) Update(now time.Time, st *Status) []CommView {
 }
 
 func (ct *commTrack) update(now time.Time, c Comm, complete bool) CommView {
-	live := map[int]bool{}
-	errored := false
-	set := func(id Rank, counts map[string]int64) {
-		rt := ct.ranks[id.Rank]
-		if rt == nil {
-			rt = &rankTrack{}
-			ct.ranks[id.Rank] = rt
-		}
-		rt.id = id
-		rt.counts = maps.Clone(counts)
-		rt.entered = 0
-		for _, n := range counts {
-			rt.entered += n
-		}
-		live[id.Rank] = true
+	live, errored := ct.record(c)
+	known := ct.markMissing(c.Missing, live)
+	if complete {
+		// The JSON report lists every rank: one it does not list left the
+		// communicator. The text report names only outliers; the others
+		// keep their last counts.
+		ct.forgetAbsent(live)
 	}
+	if !known && !ct.agreedSet {
+		return CommView{Hash: c.Hash, Size: c.Size, Unknown: true}
+	}
+	ct.size = max(ct.size, ct.sizeOf(c))
+	// The agreed count and the lowest count of each function.
+	low := ct.lowestCounts()
+	var agreed int64
+	for _, n := range low {
+		agreed += n
+	}
+	if !known || len(ct.ranks) == 0 {
+		agreed = ct.agreed
+	}
+	ct.setAgreed(now, agreed)
+	v := CommView{Hash: c.Hash, Size: ct.size, OthersCount: ct.othersCount}
+	for _, r := range slices.Sorted(maps.Keys(ct.ranks)) {
+		v.Ranks = append(v.Ranks, ct.view(now, r, c.Ranks, low, errored))
+	}
+	return v
+}
+
+// record takes the counts of the ranks the report names and of the unnamed
+// others (text), and says which ranks it heard from and whether any has an
+// error or was aborted.
+func (ct *commTrack) record(c Comm) (live map[int]bool, errored bool) {
+	live = map[int]bool{}
 	for _, r := range c.Ranks {
-		set(r, r.Counts)
+		ct.set(r, r.Counts)
+		live[r.Rank] = true
 		if r.Error != "" || r.Aborted {
 			errored = true
 		}
 	}
 	if c.Others != nil && c.OthersCount > 0 {
-		set(Rank{Rank: -1, Pid: -1, CudaDev: -1, NvmlDev: -1}, c.Others)
+		ct.set(Rank{Rank: -1, Pid: -1, CudaDev: -1, NvmlDev: -1}, c.Others)
+		live[-1] = true
 	} else {
 		delete(ct.ranks, -1)
 	}
 	ct.othersCount = max(c.OthersCount, 0)
-	// Missing ranks keep their last counts; one never seen leaves the agreed
-	// count where it was.
-	known := true
-	for _, r := range c.Missing {
+	return live, errored
+}
+
+// set replaces rank id's counts with those of the report.
+func (ct *commTrack) set(id Rank, counts map[string]int64) {
+	rt := ct.ranks[id.Rank]
+	if rt == nil {
+		rt = &rankTrack{}
+		ct.ranks[id.Rank] = rt
+	}
+	rt.id = id
+	rt.counts = maps.Clone(counts)
+	rt.entered = 0
+	for _, n := range counts {
+		rt.entered += n
+	}
+}
+
+// markMissing keeps the last counts of the ranks that did not answer and
+// counts them live; it reports false when one was never seen, which leaves
+// the agreed count where it was.
+func (ct *commTrack) markMissing(missing []Rank, live map[int]bool) (known bool) {
+	known = true
+	for _, r := range missing {
 		rt := ct.ranks[r.Rank]
 		if rt == nil || rt.counts == nil {
 			known = false
@@ -159,105 +199,114 @@ func (ct *commTrack) update(now time.Time, c Comm, complete bool) CommView {
 		rt.id.Unresponsive, rt.id.Dead = r.Unresponsive, r.Dead
 		live[r.Rank] = true
 	}
-	if complete {
-		// The JSON report lists every rank: one it does not list left the
-		// communicator. The text report names only outliers; the others
-		// keep their last counts.
-		for r := range ct.ranks {
-			if !live[r] {
-				delete(ct.ranks, r)
-			}
+	return known
+}
+
+// forgetAbsent drops the ranks not in live.
+func (ct *commTrack) forgetAbsent(live map[int]bool) {
+	for r := range ct.ranks {
+		if !live[r] {
+			delete(ct.ranks, r)
 		}
 	}
-	if !known && !ct.agreedSet {
-		return CommView{Hash: c.Hash, Size: c.Size, Unknown: true}
+}
+
+// sizeOf is the communicator's size: as the report says, or the ranks it
+// accounts for (named and unnamed).
+func (ct *commTrack) sizeOf(c Comm) int {
+	if c.Size != 0 {
+		return c.Size
 	}
-	size := c.Size
-	if size == 0 {
-		size = len(ct.ranks) + ct.othersCount
-		if _, ok := ct.ranks[-1]; ok {
-			size--
-		}
+	size := len(ct.ranks) + ct.othersCount
+	if _, ok := ct.ranks[-1]; ok {
+		size--
 	}
-	ct.size = max(ct.size, size)
-	// The agreed count and the lowest count of each function.
-	fns := map[string]bool{}
-	for _, rt := range ct.ranks {
-		for f := range rt.counts {
-			fns[f] = true
-		}
-	}
+	return size
+}
+
+// lowestCounts is, per function, the lowest count of the ranks that report
+// it.
+func (ct *commTrack) lowestCounts() map[string]int64 {
 	low := map[string]int64{}
-	for f := range fns {
-		first := true
-		for _, rt := range ct.ranks {
-			n, ok := rt.counts[f]
-			if !ok {
-				continue // a report from another NCCL version, or a rank the text report left out of f
-			}
-			if first || n < low[f] {
-				low[f], first = n, false
+	for _, rt := range ct.ranks {
+		for f, n := range rt.counts {
+			// A function a rank does not report (a report from another
+			// NCCL version, or a rank the text report left out of f)
+			// does not lower it.
+			if cur, ok := low[f]; !ok || n < cur {
+				low[f] = n
 			}
 		}
 	}
-	var agreed int64
-	for _, n := range low {
-		agreed += n
+	return low
+}
+
+// setAgreed moves the agreed count, noting when it changed and restarting
+// every rank's pending clock: the pending collective is another one now.
+func (ct *commTrack) setAgreed(now time.Time, agreed int64) {
+	if ct.agreedSet && agreed == ct.agreed {
+		return
 	}
-	if !known || len(ct.ranks) == 0 {
-		agreed = ct.agreed
+	if ct.agreedSet {
+		ct.agreedAt = now
 	}
-	if !ct.agreedSet || agreed != ct.agreed {
-		if ct.agreedSet {
-			ct.agreedAt = now
-		}
-		for _, rt := range ct.ranks {
-			rt.pendingSince = time.Time{} // the pending collective is another one now
-		}
-		ct.agreed, ct.agreedSet = agreed, true
+	for _, rt := range ct.ranks {
+		rt.pendingSince = time.Time{}
 	}
-	v := CommView{Hash: c.Hash, Size: ct.size, OthersCount: ct.othersCount}
-	ids := slices.Sorted(maps.Keys(ct.ranks))
-	for _, r := range ids {
-		rt := ct.ranks[r]
-		rv := RankView{Rank: rt.id, Entered: rt.entered, CompletedAt: ct.agreedAt, Stale: !slices.ContainsFunc(c.Ranks, func(x Rank) bool { return x.Rank == r }) && r >= 0}
-		rv.Completed = min(rt.entered, ct.agreed)
-		if errored && rv.Completed > 0 {
-			rv.Completed--
-		}
-		for _, x := range c.Ranks {
-			if x.Rank == r {
-				rv.Error = x.Error
-				if x.Aborted && rv.Error == "" {
-					rv.Error = "communicator aborted"
-				}
+	ct.agreed, ct.agreedSet = agreed, true
+}
+
+// view is rank r's progress; reported are the ranks that answered.
+func (ct *commTrack) view(now time.Time, r int, reported []Rank, low map[string]int64, errored bool) RankView {
+	rt := ct.ranks[r]
+	rv := RankView{Rank: rt.id, Entered: rt.entered, CompletedAt: ct.agreedAt, Stale: !slices.ContainsFunc(reported, func(x Rank) bool { return x.Rank == r }) && r >= 0}
+	rv.Completed = min(rt.entered, ct.agreed)
+	if errored && rv.Completed > 0 {
+		rv.Completed--
+	}
+	rv.Error = rankError(reported, r)
+	if rv.Entered <= rv.Completed {
+		rt.pendingSince = time.Time{}
+		return rv
+	}
+	rv.Pending = true
+	switch ahead := rt.ahead(low); {
+	case errored:
+		// The pending collective is the agreed one, whose function
+		// the counts do not tell.
+	case len(ahead) == 1:
+		rv.PendingOp = ahead[0]
+	case len(ahead) > 1:
+		rv.Ambiguous = true
+	}
+	if rt.pendingSince.IsZero() {
+		rt.pendingSince = now
+	}
+	rv.PendingSince = rt.pendingSince
+	return rv
+}
+
+// rankError is the error the report gives rank r: NCCL's, or the abort.
+func rankError(reported []Rank, r int) string {
+	var err string
+	for _, x := range reported {
+		if x.Rank == r {
+			err = x.Error
+			if x.Aborted && err == "" {
+				err = "communicator aborted"
 			}
 		}
-		if rv.Entered > rv.Completed {
-			rv.Pending = true
-			var ahead []string
-			for f, n := range rt.counts {
-				if n > low[f] {
-					ahead = append(ahead, f)
-				}
-			}
-			switch {
-			case errored:
-				// The pending collective is the agreed one, whose function
-				// the counts do not tell.
-			case len(ahead) == 1:
-				rv.PendingOp = ahead[0]
-			case len(ahead) > 1:
-				rv.Ambiguous = true
-			}
-			if rt.pendingSince.IsZero() {
-				rt.pendingSince = now
-			}
-			rv.PendingSince = rt.pendingSince
-		} else {
-			rt.pendingSince = time.Time{}
-		}
-		v.Ranks = append(v.Ranks, rv)
 	}
-	return v
+	return err
+}
+
+// ahead lists the functions in which the rank is past the lowest count.
+func (rt *rankTrack) ahead(low map[string]int64) []string {
+	var ahead []string
+	for f, n := range rt.counts {
+		if n > low[f] {
+			ahead = append(ahead, f)
+		}
+	}
+	return ahead
 }

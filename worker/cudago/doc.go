@@ -40,7 +40,7 @@
 //	defer d.Close()
 //	s, err := d.NewStream()                // compute stream
 //	defer s.Close()
-//	commStream := d.WrapStream(uintptr(nc.Stream())) // ncclcomm's stream
+//	commStream := d.WrapStream(nc.Stream()) // ncclcomm's stream
 //	defer commStream.Close()
 //	grads, err := cudago.Alloc[float32](d, n)
 //	defer grads.Free()

@@ -66,7 +66,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	// The communicator's stream waits for s on the GPU, not the host.
-	commStream := d.WrapStream(uintptr(nc.Stream()))
+	commStream := d.WrapStream(nc.Stream())
 	defer commStream.Close()
 	if err := commStream.WaitFor(s); err != nil {
 		log.Fatal(err)

@@ -273,7 +273,7 @@ func allReduceRank(ctx context.Context, store comm.Store, rank, size, n int) ([]
 	if err := b.CopyInOn(s, ramp(n, float32(rank+1))); err != nil {
 		return nil, err
 	}
-	commStream := d.WrapStream(uintptr(c.Stream()))
+	commStream := d.WrapStream(c.Stream())
 	defer commStream.Close()
 	if err := commStream.WaitFor(s); err != nil {
 		return nil, err

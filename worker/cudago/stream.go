@@ -36,7 +36,7 @@ func (d *Device) NewStream() (*Stream, error) {
 }
 
 // WrapStream returns a Stream over a stream handle (a CUstream) created
-// elsewhere in the same context, such as uintptr(c.Stream()) of the
+// elsewhere in the same context, such as c.Stream() of the
 // ncclcomm.Comm on the same device, to order work against it with WaitFor.
 // Make it once and keep it: Close frees the event WaitFor records on, but
 // does not destroy a wrapped stream.

@@ -345,14 +345,14 @@ func TestGPULatency(t *testing.T) {
 		}
 		asyncPer[r] = time.Since(start) / iters
 		return c.Do(func() error {
-			s := uintptr(c.Stream())
+			s := c.Stream()
 			start := time.Now()
 			for range iters {
 				if err := c.NCCL().AllReduce(uintptr(buf), uintptr(buf), 2, nccl.Float32, nccl.Sum, s); err != nil {
 					return err
 				}
 			}
-			if err := c.Stream().Synchronize(); err != nil {
+			if err := cudadrv.Stream(c.Stream()).Synchronize(); err != nil {
 				return err
 			}
 			rawPer[r] = time.Since(start) / iters

@@ -329,9 +329,10 @@ func (c *Comm) Size() int { return c.size }
 // Device returns the CUDA device ordinal of the communicator.
 func (c *Comm) Device() int { return c.device }
 
-// Stream returns the communicator's CUDA stream: its collectives run there,
-// in order. Work on other streams orders against it with events.
-func (c *Comm) Stream() cudadrv.Stream { return c.stream }
+// Stream returns the communicator's CUDA stream (a CUstream): its
+// collectives run there, in order. Work on other streams orders against it
+// with events.
+func (c *Comm) Stream() uintptr { return uintptr(c.stream) }
 
 // NCCL returns the NCCL communicator, for calls this package does not wrap.
 // Call it only inside Do.

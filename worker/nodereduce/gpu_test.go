@@ -94,7 +94,7 @@ func startRanks(t *testing.T, size, n int, buckets []Span) []*gpuRank {
 			if g.c, errs[r] = cpucomm.New(t.Context(), cpucomm.Config{Name: "node", Rank: r, Size: size, Host: "127.0.0.1", Store: store}); errs[r] != nil {
 				return
 			}
-			g.node, errs[r] = Open(context.Background(), g.c, g.ex.Do, Config{Grads: g.grads + 4*3, Buckets: buckets})
+			g.node, errs[r] = Open(context.Background(), g.c, g.ex.Do, Config{Grads: uintptr(g.grads + 4*3), Buckets: buckets})
 		})
 	}
 	wg.Wait()
@@ -198,10 +198,10 @@ func (g *gpuRank) step(r, s int, scale float32, out []float32) error {
 		return err
 	}
 	for b := range g.node.buckets {
-		if err := g.node.Send(b, g.cp); err != nil {
+		if err := g.node.Send(b, uintptr(g.cp)); err != nil {
 			return err
 		}
-		if err := g.node.Reduce(b, scale, g.sum); err != nil {
+		if err := g.node.Reduce(b, scale, uintptr(g.sum)); err != nil {
 			return err
 		}
 	}
@@ -220,7 +220,7 @@ func (g *gpuRank) step(r, s int, scale float32, out []float32) error {
 func TestGPUNodeReleaseUnblocks(t *testing.T) {
 	rs := startRanks(t, 4, 1024, []Span{{0, 1024}})
 	g := rs[0]
-	if err := g.ex.Do(func() error { return g.node.Reduce(0, 0.25, g.sum) }); err != nil {
+	if err := g.ex.Do(func() error { return g.node.Reduce(0, 0.25, uintptr(g.sum)) }); err != nil {
 		t.Fatal(err)
 	}
 	done := func() bool {

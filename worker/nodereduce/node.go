@@ -60,8 +60,8 @@ type Span struct{ Offset, Len int }
 
 // Config sizes a Node.
 type Config struct {
-	Grads   cudadrv.DevicePtr // the gradient buffer (device memory of cuMemAlloc, possibly inside a larger allocation)
-	Buckets []Span            // reduced one at a time, in this order on every rank
+	Grads   uintptr // the gradient buffer (a CUdeviceptr of cuMemAlloc'd memory, possibly inside a larger allocation)
+	Buckets []Span  // reduced one at a time, in this order on every rank
 	// SharedGPUOnly makes Open answer a peermem.UnavailableError unless two ranks
 	// share a GPU, where NCCL's kernels take turns in time slices and the
 	// copy engines win; on GPUs of their own NCCL has not been measured
@@ -226,48 +226,14 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 			return nil, fmt.Errorf("nodereduce: bucket %d is %d elements at %d", b, bk.Len, bk.Offset)
 		}
 	}
-	n := &Node{rank: c.Rank(), size: size, buckets: cfg.Buckets, l: newLayout(size, cfg.Buckets), grads: cfg.Grads}
+	n := &Node{rank: c.Rank(), size: size, buckets: cfg.Buckets, l: newLayout(size, cfg.Buckets), grads: cudadrv.DevicePtr(cfg.Grads)}
 	n.step.Store(1)
 	n.flagsOff = (4*n.l.inboxLen + 255) &^ 255
 	flags := flagKinds * len(cfg.Buckets) * size
 	var mine record
 	var dev cudadrv.Device
-	err := do(func() error {
-		var err error
-		if n.cuctx, err = cudadrv.CurrentContext(); err != nil {
-			return err
-		}
-		if dev, err = cudadrv.CurrentDevice(); err != nil {
-			return err
-		}
-		if mine.busID, err = dev.PCIBusID(); err != nil {
-			return err
-		}
-		if n.sms, err = dev.Attribute(cudadrv.AttrMultiprocessorCount); err != nil {
-			return err
-		}
-		if n.alloc, err = cudadrv.MemAlloc(n.flagsOff + 4*flags); err != nil {
-			return fmt.Errorf("allocate the %d MB inbox: %w", n.flagsOff>>20, err)
-		}
-		if err = cudadrv.MemsetD32(n.alloc+cudadrv.DevicePtr(n.flagsOff), 0, flags); err != nil {
-			return err
-		}
-		if mine.inbox, err = cudadrv.IPCGetMemHandle(n.alloc); err != nil {
-			return err
-		}
-		// The gradients may sit inside a larger allocation: share that
-		// and say where in it they start.
-		if base, _, err := cudadrv.MemGetAddressRange(cfg.Grads); err != nil {
-			mine.gradsErr = true
-		} else if mine.grads, err = cudadrv.IPCGetMemHandle(base); err != nil {
-			mine.gradsErr = true
-		} else {
-			mine.gradsBase, mine.gradsOff = uint64(base), uint64(cfg.Grads-base)
-		}
-		if n.mod, err = cudadrv.LoadModule(nodePTX); err != nil {
-			return fmt.Errorf("load the node kernel: %w", err)
-		}
-		n.sum, err = n.mod.Function("node_sum")
+	err := do(func() (err error) {
+		dev, err = n.setup(flags, &mine)
 		return err
 	})
 	if err != nil {
@@ -275,11 +241,62 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 		return nil, fmt.Errorf("nodereduce: rank %d: %w", n.rank, err)
 	}
 	mine.inboxPtr, mine.node, mine.process = uint64(n.alloc), peermem.NodeID(), peermem.ProcessID
+	if err := n.connect(ctx, c, do, dev, mine, cfg.SharedGPUOnly); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
 
+// setup, on the device's thread, allocates the inbox and the flags (and
+// zeroes the flags), fills in this rank's record but for inboxPtr, node and
+// process, and loads the sum kernel. It returns the current device.
+func (n *Node) setup(flags int, mine *record) (dev cudadrv.Device, err error) {
+	if n.cuctx, err = cudadrv.CurrentContext(); err != nil {
+		return dev, err
+	}
+	if dev, err = cudadrv.CurrentDevice(); err != nil {
+		return dev, err
+	}
+	if mine.busID, err = dev.PCIBusID(); err != nil {
+		return dev, err
+	}
+	if n.sms, err = dev.Attribute(cudadrv.AttrMultiprocessorCount); err != nil {
+		return dev, err
+	}
+	if n.alloc, err = cudadrv.MemAlloc(n.flagsOff + 4*flags); err != nil {
+		return dev, fmt.Errorf("allocate the %d MB inbox: %w", n.flagsOff>>20, err)
+	}
+	if err = cudadrv.MemsetD32(n.alloc+cudadrv.DevicePtr(n.flagsOff), 0, flags); err != nil {
+		return dev, err
+	}
+	if mine.inbox, err = cudadrv.IPCGetMemHandle(n.alloc); err != nil {
+		return dev, err
+	}
+	// The gradients may sit inside a larger allocation: share that
+	// and say where in it they start.
+	if base, _, err := cudadrv.MemGetAddressRange(n.grads); err != nil {
+		mine.gradsErr = true
+	} else if mine.grads, err = cudadrv.IPCGetMemHandle(base); err != nil {
+		mine.gradsErr = true
+	} else {
+		mine.gradsBase, mine.gradsOff = uint64(base), uint64(n.grads-base)
+	}
+	if n.mod, err = cudadrv.LoadModule(nodePTX); err != nil {
+		return dev, fmt.Errorf("load the node kernel: %w", err)
+	}
+	n.sum, err = n.mod.Function("node_sum")
+	return dev, err
+}
+
+// connect exchanges the ranks' records, maps the others' inboxes and
+// gradients (with sharedGPUOnly, only where two ranks share a GPU) and has
+// every rank agree that each could; on failure it frees this rank's side.
+func (n *Node) connect(ctx context.Context, c comm.Comm, do func(func() error) error, dev cudadrv.Device, mine record, sharedGPUOnly bool) error {
+	size := n.size
 	all := make([]int32, size*recordBytes/4)
 	if err := c.AllGather(ctx, comm.Host(mine.encode()), comm.Host(all)); err != nil {
 		n.free(do)
-		return nil, fmt.Errorf("nodereduce: rank %d: exchange memory handles: %w", n.rank, err)
+		return fmt.Errorf("nodereduce: rank %d: exchange memory handles: %w", n.rank, err)
 	}
 	recs := make([]record, size)
 	for j := range recs {
@@ -287,7 +304,7 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 	}
 	n.peers = make([]peer, size)
 	reason := ""
-	if cfg.SharedGPUOnly && !sharesGPU(recs) {
+	if sharedGPUOnly && !sharesGPU(recs) {
 		reason = "every rank has a GPU of its own (the copy engines are taken only where ranks share one)"
 	} else if err := do(func() error { reason = n.mapPeers(dev, recs); return nil }); err != nil {
 		reason = err.Error()
@@ -298,16 +315,16 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 	}
 	if err := c.AllReduce(ctx, comm.Host(ok), comm.Host(ok), comm.Min); err != nil {
 		n.free(do)
-		return nil, fmt.Errorf("nodereduce: rank %d: agree on the transport: %w", n.rank, err)
+		return fmt.Errorf("nodereduce: rank %d: agree on the transport: %w", n.rank, err)
 	}
 	if ok[0] == 0 {
 		n.free(do)
 		if reason == "" {
 			reason = "another rank cannot map this rank's memory"
 		}
-		return nil, peermem.Unavailable("nodereduce", n.rank, reason)
+		return peermem.Unavailable("nodereduce", n.rank, reason)
 	}
-	return n, nil
+	return nil
 }
 
 // sharesGPU reports whether two ranks of one node have the same GPU: the
@@ -396,12 +413,13 @@ func (n *Node) others(f func(k int) error) error {
 
 func at(p cudadrv.DevicePtr, elem int) cudadrv.DevicePtr { return p + cudadrv.DevicePtr(4*elem) }
 
-// Send enqueues on s the reduce-scatter copies of bucket b: chunk k of the
+// Send enqueues on stream s (a CUstream) the reduce-scatter copies of bucket b: chunk k of the
 // gradients into this rank's slot of rank k's inbox, each once k has
 // consumed the previous step's, then raises k's arrived flag. The chunks
 // must not change until the copies are done (an event recorded on s after
 // Send).
-func (n *Node) Send(b int, s cudadrv.Stream) error {
+func (n *Node) Send(b int, stream uintptr) error {
+	s := cudadrv.Stream(stream)
 	step := n.step.Load()
 	bk := n.buckets[b]
 	return n.others(func(k int) error {
@@ -419,13 +437,14 @@ func (n *Node) Send(b int, s cudadrv.Stream) error {
 	})
 }
 
-// Reduce enqueues on s, once the other ranks' copies of this rank's chunk
+// Reduce enqueues on stream s (a CUstream), once the other ranks' copies of this rank's chunk
 // of bucket b have arrived, its sum over the ranks × scale; tells each rank
 // its copy has been consumed; copies the result into every other rank's
 // gradients (all-gather); and makes s wait until every other rank's chunk
 // of this step is in this rank's gradients. After it the whole bucket is
 // reduced, the same bits on every rank.
-func (n *Node) Reduce(b int, scale float32, s cudadrv.Stream) error {
+func (n *Node) Reduce(b int, scale float32, stream uintptr) error {
+	s := cudadrv.Stream(stream)
 	step := n.step.Load()
 	bk := n.buckets[b]
 	if err := n.others(func(j int) error { return s.WaitValue32(n.flag(n.alloc, arrivedFlag, b, j), step) }); err != nil {

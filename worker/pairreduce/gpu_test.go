@@ -121,7 +121,7 @@ func runStep(p *Pair, r, s int, sizes []int, out []float32) error {
 	defer sum.Destroy()
 	off := 0
 	for b, size := range sizes {
-		if err := p.Send(b, off, size, g, cp); err != nil {
+		if err := p.Send(b, off, size, uintptr(g), uintptr(cp)); err != nil {
 			return err
 		}
 		sent, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
@@ -135,7 +135,7 @@ func runStep(p *Pair, r, s int, sizes []int, out []float32) error {
 		if err := sum.WaitEvent(sent); err != nil {
 			return err
 		}
-		if err := p.Sum(b, off, size, g, 0.5, sum); err != nil {
+		if err := p.Sum(b, off, size, uintptr(g), 0.5, uintptr(sum)); err != nil {
 			return err
 		}
 		off += size
@@ -162,7 +162,7 @@ func TestGPUPairReleaseUnblocks(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return ps[0].Sum(0, 0, 1024, g, 0.5, sum)
+		return ps[0].Sum(0, 0, 1024, uintptr(g), 0.5, uintptr(sum))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -263,13 +263,13 @@ func BenchmarkGPUPairReduce(b *testing.B) {
 				onSides(b, cs, 2, func(r int) error {
 					sd := sides[r]
 					cp, sum := sd.s[0], sd.s[1]
-					if err := sd.p.Send(0, 0, n, sd.buf, cp); err != nil {
+					if err := sd.p.Send(0, 0, n, uintptr(sd.buf), uintptr(cp)); err != nil {
 						return err
 					}
 					if err := cp.Synchronize(); err != nil {
 						return err
 					}
-					if err := sd.p.Sum(0, 0, n, sd.buf, 1, sum); err != nil {
+					if err := sd.p.Sum(0, 0, n, uintptr(sd.buf), 1, uintptr(sum)); err != nil {
 						return err
 					}
 					sd.p.Next()

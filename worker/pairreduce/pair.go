@@ -153,65 +153,87 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 	p.flagsOff = (4*elements + 255) &^ 255
 	var mine record
 	var dev cudadrv.Device
-	err := do(func() error {
-		var err error
-		if p.cuctx, err = cudadrv.CurrentContext(); err != nil {
-			return err
-		}
-		if dev, err = cudadrv.CurrentDevice(); err != nil {
-			return err
-		}
-		if mine.busID, err = dev.PCIBusID(); err != nil {
-			return err
-		}
-		if p.sms, err = dev.Attribute(cudadrv.AttrMultiprocessorCount); err != nil {
-			return err
-		}
-		if p.alloc, err = cudadrv.MemAlloc(p.flagsOff + 8*buckets); err != nil {
-			return fmt.Errorf("allocate the %d MB inbox: %w", p.flagsOff>>20, err)
-		}
-		if err = cudadrv.MemsetD32(p.alloc+cudadrv.DevicePtr(p.flagsOff), 0, 2*buckets); err != nil {
-			return err
-		}
-		if mine.handle, err = cudadrv.IPCGetMemHandle(p.alloc); err != nil {
-			return err
-		}
-		if p.mod, err = cudadrv.LoadModule(pairPTX); err != nil {
-			return fmt.Errorf("load the pair kernel: %w", err)
-		}
-		if p.sum, err = p.mod.Function("pair_sum"); err != nil {
-			return err
-		}
-		if cfg.Lanes == 1 {
-			return nil
-		}
-		if p.forkEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
-			return err
-		}
-		for range cfg.Lanes {
-			s, err := cudadrv.NewStream(cudadrv.StreamNonBlocking)
-			if err != nil {
-				return err
-			}
-			p.lanes = append(p.lanes, s)
-			ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
-			if err != nil {
-				return err
-			}
-			p.joinEv = append(p.joinEv, ev)
-		}
-		return nil
+	err := do(func() (err error) {
+		dev, err = p.setup(cfg.Lanes, &mine)
+		return err
 	})
 	if err != nil {
 		p.free(do)
 		return nil, fmt.Errorf("pairreduce: rank %d: %w", p.rank, err)
 	}
 	mine.ptr, mine.node, mine.process = uint64(p.alloc), peermem.NodeID(), peermem.ProcessID
+	if err := p.connect(ctx, c, do, dev, mine); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
+// setup, on the device's thread, allocates the inbox and the flags (and
+// zeroes the flags), fills in this rank's record but for ptr, node and
+// process, loads the sum kernel and creates the lanes. It returns the
+// current device.
+func (p *Pair) setup(lanes int, mine *record) (dev cudadrv.Device, err error) {
+	if p.cuctx, err = cudadrv.CurrentContext(); err != nil {
+		return dev, err
+	}
+	if dev, err = cudadrv.CurrentDevice(); err != nil {
+		return dev, err
+	}
+	if mine.busID, err = dev.PCIBusID(); err != nil {
+		return dev, err
+	}
+	if p.sms, err = dev.Attribute(cudadrv.AttrMultiprocessorCount); err != nil {
+		return dev, err
+	}
+	if p.alloc, err = cudadrv.MemAlloc(p.flagsOff + 8*p.buckets); err != nil {
+		return dev, fmt.Errorf("allocate the %d MB inbox: %w", p.flagsOff>>20, err)
+	}
+	if err = cudadrv.MemsetD32(p.alloc+cudadrv.DevicePtr(p.flagsOff), 0, 2*p.buckets); err != nil {
+		return dev, err
+	}
+	if mine.handle, err = cudadrv.IPCGetMemHandle(p.alloc); err != nil {
+		return dev, err
+	}
+	if p.mod, err = cudadrv.LoadModule(pairPTX); err != nil {
+		return dev, fmt.Errorf("load the pair kernel: %w", err)
+	}
+	if p.sum, err = p.mod.Function("pair_sum"); err != nil {
+		return dev, err
+	}
+	if lanes == 1 {
+		return dev, nil
+	}
+	return dev, p.createLanes(lanes)
+}
+
+// createLanes creates the streams a copy is split over and their events.
+func (p *Pair) createLanes(lanes int) error {
+	var err error
+	if p.forkEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
+		return err
+	}
+	for range lanes {
+		s, err := cudadrv.NewStream(cudadrv.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		p.lanes = append(p.lanes, s)
+		ev, err := cudadrv.NewEvent(cudadrv.EventDisableTiming)
+		if err != nil {
+			return err
+		}
+		p.joinEv = append(p.joinEv, ev)
+	}
+	return nil
+}
+
+// connect exchanges the ranks' records, maps the peer's inbox and has both
+// ranks agree that each could; on failure it frees this rank's side.
+func (p *Pair) connect(ctx context.Context, c comm.Comm, do func(func() error) error, dev cudadrv.Device, mine record) error {
 	all := make([]int32, 2*recordBytes/4)
 	if err := c.AllGather(ctx, comm.Host(mine.encode()), comm.Host(all)); err != nil {
 		p.free(do)
-		return nil, fmt.Errorf("pairreduce: rank %d: exchange memory handles: %w", p.rank, err)
+		return fmt.Errorf("pairreduce: rank %d: exchange memory handles: %w", p.rank, err)
 	}
 	peerRank := 1 - p.rank
 	peer := decode(all[peerRank*recordBytes/4 : (peerRank+1)*recordBytes/4])
@@ -225,16 +247,16 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 	}
 	if err := c.AllReduce(ctx, comm.Host(ok), comm.Host(ok), comm.Min); err != nil {
 		p.free(do)
-		return nil, fmt.Errorf("pairreduce: rank %d: agree on the transport: %w", p.rank, err)
+		return fmt.Errorf("pairreduce: rank %d: agree on the transport: %w", p.rank, err)
 	}
 	if ok[0] == 0 {
 		p.free(do)
 		if reason == "" {
 			reason = fmt.Sprintf("rank %d cannot map this rank's memory", peerRank)
 		}
-		return nil, peermem.Unavailable("pairreduce", p.rank, reason)
+		return peermem.Unavailable("pairreduce", p.rank, reason)
 	}
-	return p, nil
+	return nil
 }
 
 // mapPeer maps the peer's allocation, or says why it cannot.
@@ -285,11 +307,16 @@ func (p *Pair) consumed(base cudadrv.DevicePtr, b int) cudadrv.DevicePtr {
 	return base + cudadrv.DevicePtr(p.flagsOff+4*(p.buckets+b))
 }
 
-// Send enqueues on s the copy of elements [off, off+n) of grads into the
-// same range of the peer's inbox, once the peer has consumed bucket b of
-// the previous step, then raises the peer's arrived flag of b. grads must
-// not change until the copy is done (an event recorded on s after Send).
-func (p *Pair) Send(b, off, n int, grads cudadrv.DevicePtr, s cudadrv.Stream) error {
+// Send enqueues on stream s (a CUstream) the copy of elements [off, off+n)
+// of grads (a CUdeviceptr) into the same range of the peer's inbox, once the
+// peer has consumed bucket b of the previous step, then raises the peer's
+// arrived flag of b. grads must not change until the copy is done (an event
+// recorded on s after Send).
+func (p *Pair) Send(b, off, n int, grads, stream uintptr) error {
+	return p.send(b, off, n, cudadrv.DevicePtr(grads), cudadrv.Stream(stream))
+}
+
+func (p *Pair) send(b, off, n int, grads cudadrv.DevicePtr, s cudadrv.Stream) error {
 	step := p.step.Load()
 	if err := s.WaitValue32(p.consumed(p.alloc, b), step-1); err != nil {
 		return err
@@ -335,11 +362,15 @@ func (p *Pair) copyOut(off, n int, grads cudadrv.DevicePtr, s cudadrv.Stream) er
 	return nil
 }
 
-// Sum enqueues on s, once the peer's bucket b of this step has arrived,
-// grads[off:off+n] = (grads + inbox) × scale, then tells the peer that its
-// copy has been consumed.
-func (p *Pair) Sum(b, off, n int, grads cudadrv.DevicePtr, scale float32, s cudadrv.Stream) error {
-	if err := p.Arrived(b, s); err != nil {
+// Sum enqueues on stream s (a CUstream), once the peer's bucket b of this
+// step has arrived, grads[off:off+n] = (grads + inbox) × scale (grads a
+// CUdeviceptr), then tells the peer that its copy has been consumed.
+func (p *Pair) Sum(b, off, n int, grads uintptr, scale float32, stream uintptr) error {
+	return p.sumInto(b, off, n, cudadrv.DevicePtr(grads), scale, cudadrv.Stream(stream))
+}
+
+func (p *Pair) sumInto(b, off, n int, grads cudadrv.DevicePtr, scale float32, s cudadrv.Stream) error {
+	if err := p.waitArrived(b, s); err != nil {
 		return err
 	}
 	const block = 256
@@ -350,26 +381,35 @@ func (p *Pair) Sum(b, off, n int, grads cudadrv.DevicePtr, scale float32, s cuda
 	if err != nil {
 		return err
 	}
-	return p.Consumed(b, s)
+	return p.signalConsumed(b, s)
 }
 
-// Arrived makes the work enqueued on s from now on wait until the peer's
-// copy of bucket b of this step is in the inbox: for a caller that reads
-// the inbox itself instead of calling Sum (an optimizer that adds the two
-// as it reads them), and then calls Consumed.
-func (p *Pair) Arrived(b int, s cudadrv.Stream) error {
+// Arrived makes the work enqueued on stream s (a CUstream) from now on wait
+// until the peer's copy of bucket b of this step is in the inbox: for a
+// caller that reads the inbox itself instead of calling Sum (an optimizer
+// that adds the two as it reads them), and then calls Consumed.
+func (p *Pair) Arrived(b int, stream uintptr) error {
+	return p.waitArrived(b, cudadrv.Stream(stream))
+}
+
+func (p *Pair) waitArrived(b int, s cudadrv.Stream) error {
 	return s.WaitValue32(p.arrived(p.alloc, b), p.step.Load())
 }
 
-// Consumed tells the peer, once the work enqueued on s so far is done, that
-// its copy of bucket b has been read and the inbox may take the next step's.
-func (p *Pair) Consumed(b int, s cudadrv.Stream) error {
+// Consumed tells the peer, once the work enqueued on stream s (a CUstream)
+// so far is done, that its copy of bucket b has been read and the inbox may
+// take the next step's.
+func (p *Pair) Consumed(b int, stream uintptr) error {
+	return p.signalConsumed(b, cudadrv.Stream(stream))
+}
+
+func (p *Pair) signalConsumed(b int, s cudadrv.Stream) error {
 	return s.WriteValue32(p.consumed(p.peer, b), p.step.Load())
 }
 
 // Inbox returns where the peer's copy of element off of the gradient
-// buffer arrives, in this GPU's memory.
-func (p *Pair) Inbox(off int) cudadrv.DevicePtr { return p.alloc + cudadrv.DevicePtr(4*off) }
+// buffer arrives, in this GPU's memory (a CUdeviceptr).
+func (p *Pair) Inbox(off int) uintptr { return uintptr(p.alloc + cudadrv.DevicePtr(4*off)) }
 
 // Next ends a step: later Sends and Sums belong to the next one.
 func (p *Pair) Next() { p.step.Add(1) }

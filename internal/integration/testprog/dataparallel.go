@@ -61,7 +61,7 @@ func dataParallelMode(ctx context.Context, args []string) error {
 			return errors.New("dataparallel: needs --backend nccl")
 		}
 		t := &dpTrainer{nc: nc, n: *elements}
-		if err := t.open(g, tr); err != nil {
+		if err := t.open(ctx, g, tr); err != nil {
 			return err
 		}
 		defer t.close()
@@ -121,7 +121,7 @@ type dpTrainer struct {
 	dp     *worker.DataParallel
 }
 
-func (t *dpTrainer) open(g *worker.Generation, tr worker.Transport) error {
+func (t *dpTrainer) open(ctx context.Context, g *worker.Generation, tr worker.Transport) error {
 	err := t.nc.Do(func() error {
 		var err error
 		if t.grads, err = cudadrv.MemAlloc(4 * t.n); err != nil {
@@ -135,7 +135,7 @@ func (t *dpTrainer) open(g *worker.Generation, tr worker.Transport) error {
 	}
 	// Three parameters of uneven sizes.
 	sizes := []int{t.n / 2, t.n / 3, t.n - t.n/2 - t.n/3}
-	t.dp, err = worker.NewDataParallel(g.Comm, sizes, comm.Device(uintptr(t.grads), t.n, comm.Float32),
+	t.dp, err = worker.NewDataParallel(ctx, g.Comm, sizes, comm.Device(uintptr(t.grads), t.n, comm.Float32),
 		worker.DataParallelConfig{Stream: uintptr(t.stream), BucketBytes: 4 << 20, Transport: tr})
 	return err
 }
