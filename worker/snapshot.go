@@ -50,6 +50,7 @@ type Snapshots struct {
 	// snapshot's copy at memory speed: a fresh page's first write costs a
 	// fault (on a VM, 10-20x the copy).
 	bufs     [2]*memsnap.Buffer
+	locked   [2]bool // page-locked for device copies (snapshot_device.go)
 	held     int
 	inflight chan struct{} // closed when the hand-over in flight ends; nil: none
 	err      error         // the last hand-over's
@@ -87,28 +88,36 @@ func (w *Worker) Snapshots(ctx context.Context) (*Snapshots, error) {
 	return &Snapshots{rank: w.Rank, log: log.With("rank", w.Rank), c: c, held: -1}, nil
 }
 
-// Save snapshots state (host buffers, concatenated) as the state after
-// step. It copies the buffers into shared memory before it returns, so the
-// program may change them at once, and hands the copy to the agent in the
-// background, overlapping the next step. When the previous hand-over is
-// still in flight, Save skips this step and returns false: training never
-// waits for the tier, and the agent keeps serving the previous snapshot.
+// Save snapshots state (buffers in host or device memory, concatenated) as
+// the state after step. It copies the buffers into shared memory before it
+// returns, so the program may change them at once, and hands the copy to
+// the agent in the background, overlapping the next step. When the
+// previous hand-over is still in flight, Save skips this step and returns
+// false: training never waits for the tier, and the agent keeps serving the
+// previous snapshot.
+//
+// Device buffers are copied on the calling thread, whose current CUDA
+// context must hold them (as for every other call on them), after the work
+// already enqueued on the context's streams; the shared memory is
+// page-locked once, at the first device copy into it, so the copies run at
+// the link's rate.
 func (s *Snapshots) Save(step int64, state ...Buffer) bool {
-	parts := make([][]byte, len(state))
-	for i, b := range state {
-		if b.OnDevice() {
-			panic(fmt.Sprintf("worker: Snapshots.Save: buffer %d is in device memory; copy it to the host first", i))
-		}
-		parts[i] = b.HostBytes()
-	}
-	return s.SaveBytes(step, parts...)
+	return s.save(step, partsOf(state))
 }
 
 // SaveBytes is Save for byte slices.
 func (s *Snapshots) SaveBytes(step int64, parts ...[]byte) bool {
+	state := make([]statePart, len(parts))
+	for i, p := range parts {
+		state[i] = statePart{host: p, n: len(p)}
+	}
+	return s.save(step, state)
+}
+
+func (s *Snapshots) save(step int64, state []statePart) bool {
 	var size int64
-	for _, p := range parts {
-		size += int64(len(p))
+	for _, p := range state {
+		size += int64(p.n)
 	}
 	s.mu.Lock()
 	if s.inflight != nil {
@@ -124,7 +133,7 @@ func (s *Snapshots) SaveBytes(step int64, parts ...[]byte) bool {
 	s.mu.Unlock()
 	start := time.Now()
 	if buf != nil && buf.Size() != size {
-		buf.Discard()
+		s.discard(idx)
 		buf = nil
 	}
 	if buf == nil {
@@ -134,10 +143,12 @@ func (s *Snapshots) SaveBytes(step int64, parts ...[]byte) bool {
 			return false
 		}
 	}
-	dst := buf.Bytes()
-	for _, p := range parts {
-		n := memsnap.Copy(dst, p)
-		dst = dst[n:]
+	if err := s.copyIn(idx, buf, state); err != nil {
+		s.fail(fmt.Errorf("worker: rank %d: the snapshot of step %d: %w", s.rank, step, err))
+		s.mu.Lock()
+		s.bufs[idx] = buf
+		s.mu.Unlock()
+		return false
 	}
 	copied := time.Since(start)
 	done := make(chan struct{})
@@ -159,10 +170,9 @@ func (s *Snapshots) handOver(idx int, buf *memsnap.Buffer, step, size int64, don
 	s.mu.Lock()
 	other := s.bufs[1-idx]
 	s.mu.Unlock()
-	if err == nil && (other == nil || other.Size() != size) {
-		if other != nil {
-			other.Discard()
-		}
+	// One of another size is replaced by the next Save, on its thread: it
+	// may be page-locked, which only that thread's context can undo.
+	if err == nil && other == nil {
 		if other, _ = memsnap.NewBuffer(size); other != nil { // a failure only costs the next Save an allocation
 			clear(other.Bytes())
 		}
@@ -228,14 +238,9 @@ func (s *Snapshots) Stats() SnapshotStats {
 func (s *Snapshots) Close() error {
 	_ = s.Wait(context.Background())
 	err := s.c.Close()
-	s.mu.Lock()
-	for i, b := range s.bufs {
-		if b != nil {
-			b.Discard() // the agent keeps its own reference to the one it serves
-			s.bufs[i] = nil
-		}
+	for i := range s.bufs {
+		s.discard(i) // the agent keeps its own reference to the one it serves
 	}
-	s.mu.Unlock()
 	return err
 }
 
@@ -250,7 +255,9 @@ type State struct {
 // Bytes returns the state as saved (read-only; valid until Close).
 func (st *State) Bytes() []byte { return st.data }
 
-// Into copies the state into bufs, which must be the sizes Save was given.
+// Into copies the state into bufs (host or device memory), which must be
+// the sizes Save was given. Device buffers are written on the calling
+// thread, as in Save.
 func (st *State) Into(bufs ...Buffer) error {
 	var want int
 	for _, b := range bufs {
@@ -259,15 +266,7 @@ func (st *State) Into(bufs ...Buffer) error {
 	if want != len(st.data) {
 		return fmt.Errorf("worker: the state of step %d (from %s) holds %d bytes, the buffers %d (another model size?)", st.Step, st.Source, len(st.data), want)
 	}
-	src := st.data
-	for i, b := range bufs {
-		if b.OnDevice() {
-			return fmt.Errorf("worker: State.Into: buffer %d is in device memory; restore into host memory and copy", i)
-		}
-		n := memsnap.Copy(b.HostBytes(), src)
-		src = src[n:]
-	}
-	return nil
+	return copyOut(st.data, partsOf(bufs))
 }
 
 // Close frees the state's memory.
