@@ -8,6 +8,7 @@ import (
 
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/observe"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -67,7 +68,7 @@ func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 	spec := workerSpec{rank: v.Rank, local: v.LocalRank, generation: v.Generation, program: a.cfg.Program, args: substituteLocalRank(a.cfg.Args, v.LocalRank),
 		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble,
 		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
-	ev := snapshotEvidence(a.oomFile)
+	ev := observe.SnapshotEvidence(a.oomFile)
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
@@ -93,7 +94,7 @@ func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
 	a.log.Info("standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
-	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot, local: act.Slot}, act.GPU, evidence{})
+	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot, local: act.Slot}, act.GPU, observe.Evidence{})
 	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
 }
 
@@ -111,7 +112,7 @@ func (a *agent) workerStdin() *os.File {
 // adopt makes p, just started as who, the machine's process id
 // (registry.go): its exit reaches the loop, and the agent does not return
 // before it is reaped.
-func (a *agent) adopt(id agentcore.ProcID, p *workerProc, who startedProc, gpu int, ev evidence) {
+func (a *agent) adopt(id agentcore.ProcID, p *workerProc, who startedProc, gpu int, ev observe.Evidence) {
 	a.reg.started(id, p, who, gpu, ev)
 	a.waits.Add(2)
 	go func() { defer a.waits.Done(); <-p.done() }()
@@ -220,7 +221,7 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 }
 
 // reportExit tells the coordinator how a rank's process ended, with what
-// the agent knows of why (rootcause.go).
+// the agent knows of why (observe/rootcause.go).
 func (a *agent) reportExit(act agentcore.ReportExit) {
 	req := &gotrainv1.ReportWorkerExitRequest{Generation: act.Generation, Rank: int32(act.Rank), Stopped: act.Stopped}
 	p := a.reg.get(act.Proc)
@@ -241,9 +242,9 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 	if e.Code != 0 || e.Signal != 0 {
 		// early: seen when its output closed while exiting, before wait4
 		a.log.Info("worker exited", "rank", act.Rank, "pid", p.pid(), "exit", e.String(), "early", e.Early)
-		examineExit(req, p.evidence, p.pid(), e.Signal)
+		observe.ExamineExit(req, p.evidence, p.pid(), e.Signal)
 		errFile := jobenv.Vars{AgentSocket: a.socket, Generation: act.Generation, Rank: act.Rank}.ErrorFile()
-		if note, ok := errorFileNote(errFile); ok {
+		if note, ok := observe.ErrorFileNote(errFile); ok {
 			req.Notes = append(req.Notes, note)
 		}
 		if !a.cfg.RetryPermanent && e.Signal == 0 {

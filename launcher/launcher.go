@@ -28,6 +28,7 @@ import (
 	"github.com/gotrain/gotrain/internal/token"
 	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/observe"
 	"github.com/gotrain/gotrain/launcher/supervise"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -86,7 +87,7 @@ func run(ctx context.Context, cfg Config) error {
 		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr}}
 	a.logTrouble = &logTrouble{stderr: a.stderr}
 	a.place = nodePlacement(&a.cfg, a.log)
-	a.oomFile = agentMemoryEventsFile()
+	a.oomFile = observe.AgentMemoryEventsFile()
 	return a.run(ctx)
 }
 
@@ -150,7 +151,7 @@ type agent struct {
 	// logTrouble warns once when the log dir cannot be written (logdir.go).
 	logTrouble *logTrouble
 	// oomFile holds the workers' memory cgroup's oom_kill counter
-	// (rootcause.go); "" when there is none.
+	// (observe/rootcause.go); "" when there is none.
 	oomFile string
 	// metricsAddr is where the embedded coordinator serves /metrics; "" if not.
 	metricsAddr string
@@ -320,14 +321,14 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, agent: a, claims: a.claims, log: a.log})
 	g.Go(func() error { return relaySrv.Serve(lis) })
 	a.pyDir = filepath.Join(filepath.Dir(a.socket), "python")
-	if a.hub.torch = a.installTorchHook(a.pyDir, filepath.Dir(a.socket)); a.hub.torch != nil { // torchprogress.go
+	if a.hub.torch = a.installTorchHook(a.pyDir, filepath.Dir(a.socket)); a.hub.torch != nil { // observers.go
 		a.pyPath = a.pyDir
 	}
 	a.startSnapshots(gctx, g, filepath.Dir(a.socket)) // snapshots.go
 	g.Go(func() error { return a.sup.Run(gctx) })
 	g.Go(func() error { a.hub.report(gctx); return nil })
-	a.startGPUSampling(gctx, g)                                // gpusample.go
-	a.startRASPoll(gctx, g)                                    // raspoll.go
+	a.startGPUSampling(gctx, g)                                // observers.go
+	a.startRASPoll(gctx, g)                                    // observers.go
 	g.Go(func() error { a.sendReports(gctx); return nil })     // report.go
 	g.Go(func() error { a.collectEvidence(gctx); return nil }) // progress.go
 
@@ -481,8 +482,8 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 		a.gen, a.lastEnded = g, nil
 		a.snapPeers.generation(g.GetGeneration(), int(g.GetGroupRank()), int(g.GetGroupWorldSize()), a.snapPeerAddr) // snappeer.go
 		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
-		// RAS-derived progress spans the job's communicators (raspoll.go).
-		a.hub.ras.generation(g.GetGeneration(), int(g.GetWorldSize()))
+		// RAS-derived progress spans the job's communicators (observe/raspoll.go).
+		a.hub.ras.Generation(g.GetGeneration(), int(g.GetWorldSize()))
 		return agentcore.GenerationStarted{Gen: genwire.Generation(g)}
 	case *gotrainv1.GenerationEvent_Ended:
 		a.log.Info("generation ended", "generation", e.Ended.GetGeneration(), "reason", e.Ended.GetReason())
@@ -537,7 +538,7 @@ func (a *agent) workerEnv(vars []string, gpus []int) []string {
 	env := append(jobenv.Strip(a.cfg.Env), vars...)
 	env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
 	if a.hub != nil && a.hub.torch != nil {
-		env = append(env, torchhook.EnvDir+"="+a.hub.torch.dir) // torchprogress.go
+		env = append(env, torchhook.EnvDir+"="+a.hub.torch.Dir()) // observe/torchprogress.go
 	}
 	env = snapshotPythonPath(env, a.pyPath) // snapshots.go
 	if a.cfg.Role != "" {
@@ -596,7 +597,7 @@ func describeFailure(f *gotrainv1.JobFinished) string {
 	if m := f.GetMessage(); m != "" {
 		fmt.Fprintf(&b, "\n  %s", m)
 	}
-	writeEvidence(&b, fl)
+	observe.WriteEvidence(&b, fl)
 	if tl := fl.GetStderrTail(); len(tl) > 0 {
 		fmt.Fprintf(&b, "\n  last %d line(s) of rank %d's stderr:", len(tl), fl.GetRank())
 		for _, l := range tl {

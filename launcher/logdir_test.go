@@ -3,6 +3,7 @@ package launcher
 import (
 	"encoding/json"
 	"errors"
+	"github.com/gotrain/gotrain/launcher/observe"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,10 +75,18 @@ func TestLogRootChecked(t *testing.T) {
 	}
 }
 
+// rootCauseReport is what these tests read of a root-cause.json
+// (observe.RecordRootCause writes it).
+type rootCauseReport struct {
+	Succeeded bool            `json:"succeeded"`
+	ExitCode  int             `json:"exit_code"`
+	Failure   json.RawMessage `json:"failure,omitempty"`
+}
+
 // rootCause reads the root-cause.json of the only run under root.
 func rootCause(t *testing.T, root string) (rootCauseReport, string) {
 	t.Helper()
-	m, _ := filepath.Glob(filepath.Join(root, "*", "attempt-*", RootCauseFile))
+	m, _ := filepath.Glob(filepath.Join(root, "*", "attempt-*", observe.RootCauseFile))
 	if len(m) != 1 {
 		t.Fatalf("root-cause.json files under %s: %v", root, m)
 	}
@@ -114,7 +123,7 @@ func TestNoStaleRootCause(t *testing.T) {
 	if !strings.Contains(out.String(), "gotrain: logs in "+filepath.Join(root, "same-id", "attempt-2")) {
 		t.Errorf("the second run does not say where its logs are:\n%s", out)
 	}
-	b, err := os.ReadFile(filepath.Join(root, "same-id", "attempt-2", RootCauseFile))
+	b, err := os.ReadFile(filepath.Join(root, "same-id", "attempt-2", observe.RootCauseFile))
 	if err != nil {
 		t.Fatal(err)
 	}

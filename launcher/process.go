@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gotrain/gotrain/launcher/observe"
 	"github.com/gotrain/gotrain/launcher/supervise"
 )
 
@@ -58,7 +59,7 @@ type workerProc struct {
 	stderr *tail
 	out    *route // prefix and log file of its output (lines.go)
 	// evidence is the node's state at the start, for the root-cause report.
-	evidence evidence
+	evidence observe.Evidence
 	// py is a Python standby's socket until it is handed a rank
 	// (pystandby.go); nil for any other process.
 	py *pyLink

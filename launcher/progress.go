@@ -21,6 +21,7 @@ import (
 
 	"github.com/gotrain/gotrain/internal/gpuinfo"
 	"github.com/gotrain/gotrain/internal/ncclras"
+	"github.com/gotrain/gotrain/launcher/observe"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -54,9 +55,9 @@ type hub struct {
 	log    *slog.Logger
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
-	tel    *telemetry     // GPU samples and step rates (telemetry.go); nil: none
-	ras    *rasPoller     // NCCL RAS for ranks that do not attach (raspoll.go); nil: none
-	torch  *torchProgress // PyTorch ranks' records on gloo (torchprogress.go); nil: none
+	tel    *observe.Telemetry     // GPU samples and step rates (observe/telemetry.go); nil: none
+	ras    *observe.RASPoller     // NCCL RAS for ranks that do not attach (observe/raspoll.go); nil: none
+	torch  *observe.TorchProgress // PyTorch ranks' records on gloo (observe/torchprogress.go); nil: none
 
 	sendMu sync.Mutex // one ReportProgress at a time, in order
 
@@ -109,7 +110,7 @@ func (h *hub) started(gen int64, rank, pid, gpu int) {
 		h.gen, h.ranks = gen, map[int]*rankSlot{}
 	}
 	h.ranks[rank] = &rankSlot{pid: pid, gpu: gpu}
-	h.tel.started(gen, rank)
+	h.tel.Started(gen, rank)
 }
 
 // exited records that process pid, rank's worker in generation gen, ended
@@ -163,7 +164,7 @@ func (h *hub) progress(w *attachedWorker, p *gotrainv1.RankProgress) {
 	defer h.mu.Unlock()
 	if s := h.ranks[w.rank]; s != nil && h.gen == w.gen && p.GetGeneration() == w.gen {
 		s.progress = p
-		h.tel.observe(w.rank, p)
+		h.tel.Observe(w.rank, p)
 		if s.worker == nil && s.pid == w.pid {
 			s.worker = w // it attached before the agent recorded its start
 		}
@@ -247,7 +248,7 @@ func (h *hub) batch() *gotrainv1.ReportProgressRequest {
 		ranks = append(ranks, r)
 	}
 	slices.Sort(ranks)
-	hooked := h.torch.read(h.unattachedLocked()) // torchprogress.go
+	hooked := h.torch.Read(h.unattachedLocked()) // observe/torchprogress.go
 	for _, r := range ranks {
 		s := h.ranks[r]
 		var p *gotrainv1.RankProgress
@@ -258,11 +259,11 @@ func (h *hub) batch() *gotrainv1.ReportProgressRequest {
 		}
 		p.Attached = s.progress != nil
 		if rec, ok := hooked[r]; ok && !p.Attached {
-			h.torch.annotate(rec, p)
+			h.torch.Annotate(rec, p)
 		} else if !p.Attached {
-			h.ras.annotate(h.gen, r, p) // raspoll.go
+			h.ras.Annotate(h.gen, r, p) // observe/raspoll.go
 		}
-		h.tel.annotate(r, p, s.gpu)
+		h.tel.Annotate(r, p, s.gpu)
 		if !s.exited {
 			p.ProcessState = procState(s.pid)
 		}
@@ -547,7 +548,7 @@ func writeEvidenceFile(dir string, req *gotrainv1.EvidenceRequest, rank int32, e
 // rasEvidence asks NCCL's RAS service on this node how NCCL sees the job:
 // dead or missing ranks, communicators whose ranks disagree, errors.
 func rasEvidence(ctx context.Context, rank int32, env []string) *gotrainv1.Evidence {
-	addr := rasAddr(env)
+	addr := observe.RASAddr(env)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ev := &gotrainv1.Evidence{Rank: rank, Kind: "nccl-ras"}
@@ -564,4 +565,46 @@ func rasEvidence(ctx context.Context, rank int32, env []string) *gotrainv1.Evide
 		ev.Text = ev.Text[:maxEvidenceBytes] + "\n... (truncated)"
 	}
 	return ev
+}
+
+var _ observe.RASSource = (*hub)(nil)
+
+// RASRanks lists the local ranks of the current generation for the NCCL
+// RAS poller (observe/raspoll.go).
+func (h *hub) RASRanks() (int64, []observe.RASRank) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]observe.RASRank, 0, len(h.ranks))
+	for r, s := range h.ranks {
+		out = append(out, observe.RASRank{Rank: r, Pid: s.pid, GPU: s.gpu, Attached: s.progress != nil || s.worker != nil, Exited: s.exited})
+	}
+	slices.SortFunc(out, func(a, b observe.RASRank) int { return a.Rank - b.Rank })
+	return h.gen, out
+}
+
+// rankOfGPU returns the rank of the current generation that uses GPU gpu.
+func (h *hub) rankOfGPU(gpu int) (int, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	best, found := 0, false
+	for r, s := range h.ranks {
+		if s.gpu == gpu && (!found || r < best) {
+			best, found = r, true
+		}
+	}
+	return best, found
+}
+
+// usedGPUs returns the GPUs the current generation's ranks use, ascending.
+func (h *hub) usedGPUs() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []int
+	for _, s := range h.ranks {
+		if s.gpu >= 0 && !slices.Contains(out, s.gpu) {
+			out = append(out, s.gpu)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

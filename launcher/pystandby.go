@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/observe"
 )
 
 // Python hot standbys, the shell's half (the machine decides: agentcore,
@@ -177,7 +178,7 @@ func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event
 	}
 	p.py = &pyLink{conn: conn}
 	a.log.Info("python standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
-	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot, local: act.Slot}, act.GPU, evidence{})
+	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot, local: act.Slot}, act.GPU, observe.Evidence{})
 	stream := a.links.next()
 	a.waits.Add(1)
 	go func() {

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/observe"
 )
 
 // registry is the agent's one table of the processes the machine asked for:
@@ -28,7 +29,7 @@ type registry struct {
 	logDir string // "" for no log files
 	// logTrouble warns once when a log file cannot be opened.
 	logTrouble *logTrouble
-	oomFile    string // for evidence snapshots (rootcause.go)
+	oomFile    string // for evidence snapshots (observe/rootcause.go)
 }
 
 // get returns process id, nil when the registry has none (its exit was
@@ -37,7 +38,7 @@ func (r *registry) get(id agentcore.ProcID) *workerProc { return r.procs[id] }
 
 // started records that process id is p, just started as who on GPU gpu
 // (-1: none), with ev the node's state taken before it started.
-func (r *registry) started(id agentcore.ProcID, p *workerProc, who startedProc, gpu int, ev evidence) {
+func (r *registry) started(id agentcore.ProcID, p *workerProc, who startedProc, gpu int, ev observe.Evidence) {
 	r.procs[id] = p
 	p.who, p.gpu, p.evidence = who, -1, ev
 	r.claims.set(p.pid(), who)
@@ -68,7 +69,7 @@ func (r *registry) became(id agentcore.ProcID, who startedProc, gpu int) {
 	}
 	// The root-cause report compares the node's state at the exit with this
 	// generation's start, not with an earlier one's.
-	p.evidence = snapshotEvidence(r.oomFile)
+	p.evidence = observe.SnapshotEvidence(r.oomFile)
 }
 
 // route moves p's output to rank who.rank: its prefix and log file.

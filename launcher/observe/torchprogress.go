@@ -1,4 +1,4 @@
-package launcher
+package observe
 
 import (
 	"errors"
@@ -26,28 +26,31 @@ import (
 // CommsSourceTorchHook marks progress read from the PyTorch hook's records.
 const CommsSourceTorchHook = "torch-hook"
 
-// torchProgress reads the records in dir.
-type torchProgress struct {
+// TorchProgress reads the records in dir.
+type TorchProgress struct {
 	dir string
 	// parents returns a process's parent pid, 0 when unknown.
 	parents func(pid int) int
 	now     func() time.Time
 }
 
-// installTorchHook writes the hook into pyDir and makes its records
-// directory in dir; nil (no view) when it cannot.
-func (a *agent) installTorchHook(pyDir, dir string) *torchProgress {
+// InstallTorchHook writes the hook into pyDir and makes its records
+// directory in dir; an error (no view) when it cannot.
+func InstallTorchHook(pyDir, dir string) (*TorchProgress, error) {
 	out := filepath.Join(dir, "progress")
 	if err := torchhook.Install(pyDir, out); err != nil {
-		a.log.Warn("no collective-level view of PyTorch ranks on gloo: their hangs are judged by process state only", "err", err)
-		return nil
+		return nil, err
 	}
-	return &torchProgress{dir: out, parents: parentPid, now: time.Now}
+	return &TorchProgress{dir: out, parents: parentPid, now: time.Now}, nil
 }
 
-// read returns the records of the ranks in pids (rank -> worker pid) by
+// Dir is the records directory, for the workers' environment
+// (torchhook.EnvDir).
+func (tp *TorchProgress) Dir() string { return tp.dir }
+
+// Read returns the records of the ranks in pids (rank -> worker pid) by
 // rank, and removes the records of processes that are gone.
-func (tp *torchProgress) read(pids map[int]int) map[int]torchhook.Progress {
+func (tp *TorchProgress) Read(pids map[int]int) map[int]torchhook.Progress {
 	if tp == nil || len(pids) == 0 {
 		return nil
 	}
@@ -83,7 +86,7 @@ func (tp *torchProgress) read(pids map[int]int) map[int]torchhook.Progress {
 }
 
 // rankOf finds the rank whose worker is pid or an ancestor of pid.
-func (tp *torchProgress) rankOf(pid int, byPid map[int]int) (int, bool) {
+func (tp *TorchProgress) rankOf(pid int, byPid map[int]int) (int, bool) {
 	for hops := 0; pid > 1 && hops < 8; pid, hops = tp.parents(pid), hops+1 {
 		if r, ok := byPid[pid]; ok {
 			return r, true
@@ -98,8 +101,8 @@ func alive(pid int) bool {
 	return err == nil || !errors.Is(err, syscall.ESRCH)
 }
 
-// annotate puts rank's record p into its report.
-func (tp *torchProgress) annotate(p torchhook.Progress, rp *gotrainv1.RankProgress) {
+// Annotate puts rank's record p into its report.
+func (tp *TorchProgress) Annotate(p torchhook.Progress, rp *gotrainv1.RankProgress) {
 	c := &gotrainv1.CommProgress{Comm: torchhook.Comm, EnteredSeq: p.Entered, CompletedSeq: p.Completed,
 		WaitNanos: int64(p.Wait), RecentFirst: p.RecentFirst}
 	if !p.CompletedAt.IsZero() {

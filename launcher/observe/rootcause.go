@@ -1,4 +1,4 @@
-package launcher
+package observe
 
 import (
 	"bytes"
@@ -28,23 +28,23 @@ import (
 // RootCauseFile is the name of the JSON report written into the log dir.
 const RootCauseFile = "root-cause.json"
 
-// evidence is a snapshot taken when a worker starts, compared at its exit.
-type evidence struct {
+// Evidence is a snapshot taken when a worker starts, compared at its exit.
+type Evidence struct {
 	oomKills   int64 // the memory cgroup's oom_kill counter, -1 if unknown
 	cgroupFile string
 	monoStart  time.Duration // CLOCK_MONOTONIC at start: kernel log timestamps use it
 }
 
-// agentMemoryEventsFile is memoryEventsFile of the agent's own cgroup, which
+// AgentMemoryEventsFile is memoryEventsFile of the agent's own cgroup, which
 // its workers share; found once per agent (Run), not per worker.
-func agentMemoryEventsFile() string {
+func AgentMemoryEventsFile() string {
 	return memoryEventsFile("/proc/self/cgroup", "/sys/fs/cgroup")
 }
 
-// snapshotEvidence reads the counters a failure report compares against;
-// cgroupFile is agentMemoryEventsFile's, "" for none.
-func snapshotEvidence(cgroupFile string) evidence {
-	e := evidence{oomKills: -1, monoStart: monotonicNow()}
+// SnapshotEvidence reads the counters a failure report compares against;
+// cgroupFile is AgentMemoryEventsFile's, "" for none.
+func SnapshotEvidence(cgroupFile string) Evidence {
+	e := Evidence{oomKills: -1, monoStart: monotonicNow()}
 	if cgroupFile != "" {
 		if n, ok := readOOMKills(cgroupFile); ok {
 			e.cgroupFile, e.oomKills = cgroupFile, n
@@ -192,8 +192,8 @@ func scanKernelLog(recs []kernelRecord, since time.Duration, pids map[int]bool) 
 	return oom, xids
 }
 
-// examineExit adds what the node knows about a bad exit to req.
-func examineExit(req *gotrainv1.ReportWorkerExitRequest, e evidence, pgid int, sig unix.Signal) {
+// ExamineExit adds what the node knows about a bad exit to req.
+func ExamineExit(req *gotrainv1.ReportWorkerExitRequest, e Evidence, pgid int, sig unix.Signal) {
 	killed := sig == unix.SIGKILL
 	if e.cgroupFile != "" && e.oomKills >= 0 {
 		if n, ok := readOOMKills(e.cgroupFile); ok && n > e.oomKills {
@@ -295,8 +295,8 @@ func writeFileAtomic(name string, data []byte) error {
 	return nil
 }
 
-// writeEvidence adds the OOM and XID findings to a failure report.
-func writeEvidence(w io.Writer, fl *gotrainv1.WorkerFailure) {
+// WriteEvidence adds the OOM and XID findings to a failure report.
+func WriteEvidence(w io.Writer, fl *gotrainv1.WorkerFailure) {
 	if fl.GetOomKilled() {
 		fmt.Fprintf(w, "\n  the kernel's OOM killer ended it: the worker ran out of memory (lower the batch size or the workers per node)")
 	}
@@ -311,38 +311,34 @@ func writeEvidence(w io.Writer, fl *gotrainv1.WorkerFailure) {
 	}
 }
 
-// recordRootCause writes the job's end into the run's log dir, when there
-// is one: a failure's root cause, or that it succeeded, so that the file
-// there always says how this run ended (a run never sees another's: each
-// has its own directory, logdir.go).
-func (a *agent) recordRootCause(f *gotrainv1.JobFinished) {
-	if a.cfg.LogDir == "" {
-		return
-	}
+// RecordRootCause writes the job's end into the run's log dir: a
+// failure's root cause, or that it succeeded, so that the file there always
+// says how this run ended (a run never sees another's: each has its own
+// directory). exitCode is the code the job ends with; gen the last
+// generation, nil if none started.
+func RecordRootCause(dir, runID string, f *gotrainv1.JobFinished, exitCode int, gen *gotrainv1.GenerationStarted) error {
 	r := rootCauseReport{
-		RunID: a.cfg.RunID, Time: time.Now().UTC(), Succeeded: f.GetSucceeded(), ExitCode: exitCodeOf(f),
+		RunID: runID, Time: time.Now().UTC(), Succeeded: f.GetSucceeded(), ExitCode: exitCode,
 		Message: f.GetMessage(), Failure: failureJSON(f.GetFailure()),
 	}
 	if r.Succeeded {
 		r.ExitCode = 0
 	}
-	if a.gen != nil {
-		r.Generation, r.Restarts = a.gen.GetGeneration(), int(a.gen.GetRestartCount())
+	if gen != nil {
+		r.Generation, r.Restarts = gen.GetGeneration(), int(gen.GetRestartCount())
 	}
-	if err := writeRootCause(a.cfg.LogDir, r); err != nil {
-		a.logTrouble.warn(err)
-	}
+	return writeRootCause(dir, r)
 }
 
 // maxErrorFile bounds what is read of a worker's error file.
 const maxErrorFile = 64 << 10
 
-// errorFileNote reads the error file a PyTorch entry point decorated with
+// ErrorFileNote reads the error file a PyTorch entry point decorated with
 // torch.distributed.elastic's @record writes when it fails (at
 // TORCHELASTIC_ERROR_FILE, jobenv.Vars.ErrorFile) and returns it as a note
 // for the root cause: the exception and the last lines of its Python stack.
 // ok is false when there is no such file or it is not one.
-func errorFileNote(path string) (note string, ok bool) {
+func ErrorFileNote(path string) (note string, ok bool) {
 	if path == "" {
 		return "", false
 	}

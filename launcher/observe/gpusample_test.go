@@ -1,15 +1,11 @@
-package launcher
+package observe
 
 import (
-	"context"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 
 	"github.com/gotrain/gotrain/internal/gpuinfo"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -53,36 +49,24 @@ func (w *warnings) take() []string {
 	return out
 }
 
-// reportCatcher is a CoordinatorClient that keeps the ReportProgress calls.
-type reportCatcher struct {
-	gotrainv1.CoordinatorClient
-	mu   sync.Mutex
-	reqs []*gotrainv1.ReportProgressRequest
-}
-
-func (c *reportCatcher) ReportProgress(_ context.Context, req *gotrainv1.ReportProgressRequest, _ ...grpc.CallOption) (*gotrainv1.ReportProgressResponse, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.reqs = append(c.reqs, req)
-	return &gotrainv1.ReportProgressResponse{}, nil
-}
-
-// sampledHub is a hub of two ranks on GPUs 0 and 1 of fake, with a sampler
-// on a fake clock.
-func sampledHub(t *testing.T, fake *gpuinfo.Fake) (*hub, *gpuSampler, *fakeClock, *warnings, *reportCatcher) {
+// sampledRanks is telemetry of two ranks on GPUs 0 and 1 of fake (rank i
+// on GPU i, as the hub names them), with a sampler on a fake clock.
+func sampledRanks(t *testing.T, fake *gpuinfo.Fake) (*Telemetry, *GPUSampler, *fakeClock, *warnings) {
 	t.Helper()
 	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
 	warn := &warnings{}
-	coord := &reportCatcher{}
 	log := slog.New(slog.DiscardHandler)
-	h := newHub(log, coord, "node-1")
-	h.tel = newTelemetry(clk.now)
-	s := newGPUSampler(fake, "host-a", clk.now, log, warn.add, h.rankOfGPU)
-	h.tel.gpus = s
-	h.started(0, 0, 0, 0)
-	h.started(0, 1, 0, 1)
-	return h, s, clk, warn, coord
+	tel := NewTelemetry(clk.now)
+	owner := func(gpu int) (int, bool) { return gpu, gpu == 0 || gpu == 1 }
+	s := NewGPUSampler(fake, "host-a", clk.now, log, warn.add, owner)
+	tel.GPUs = s
+	tel.Started(0, 0)
+	tel.Started(0, 1)
+	return tel, s, clk, warn
 }
+
+// usedGPUs are the GPUs of sampledRanks' ranks.
+func usedGPUs() []int { return []int{0, 1} }
 
 func TestGPUSamplerThrottleWarning(t *testing.T) {
 	fake := gpuinfo.NewFakeNVLinked(2, 18, 8, "NVIDIA H200")
@@ -91,9 +75,9 @@ func TestGPUSamplerThrottleWarning(t *testing.T) {
 		f.Samples[1].SMClockMHz = 1100
 		f.Samples[1].Throttle = gpuinfo.ThrottleHwThermal | gpuinfo.ThrottleSwThermal
 	})
-	h, s, clk, warn, coord := sampledHub(t, fake)
+	tel, s, clk, warn := sampledRanks(t, fake)
 
-	s.sampleOnce(h.usedGPUs())
+	s.sampleOnce(usedGPUs())
 	got := warn.take()
 	if len(got) != 1 {
 		t.Fatalf("warnings = %q, want one about GPU 1", got)
@@ -108,25 +92,23 @@ func TestGPUSamplerThrottleWarning(t *testing.T) {
 	// Still throttled a second later: no new warning until throttleWarnEvery.
 	for range 3 {
 		clk.add(time.Second)
-		s.sampleOnce(h.usedGPUs())
+		s.sampleOnce(usedGPUs())
 	}
 	if got := warn.take(); len(got) != 0 {
 		t.Errorf("warned again within %s: %q", throttleWarnEvery, got)
 	}
 	clk.add(throttleWarnEvery)
-	s.sampleOnce(h.usedGPUs())
+	s.sampleOnce(usedGPUs())
 	if got := warn.take(); len(got) != 1 || !strings.Contains(got[0], "(3 more since the last warning)") {
 		t.Errorf("after %s: warnings = %q, want one that counts the 3 held back", throttleWarnEvery, got)
 	}
 
-	// The samples reach the coordinator with the ranks' progress.
-	h.flush(t.Context())
-	if len(coord.reqs) != 1 {
-		t.Fatalf("%d reports, want 1", len(coord.reqs))
-	}
-	ranks := coord.reqs[0].GetRanks()
-	if len(ranks) != 2 {
-		t.Fatalf("report has %d ranks, want 2", len(ranks))
+	// The samples go out with the ranks' progress (the hub's report).
+	var ranks []*gotrainv1.RankProgress
+	for r := range 2 {
+		p := &gotrainv1.RankProgress{Rank: int32(r)}
+		tel.Annotate(r, p, r)
+		ranks = append(ranks, p)
 	}
 	g0, g1 := ranks[0].GetGpu(), ranks[1].GetGpu()
 	if g0.GetIndex() != 0 || g0.GetTemperatureC() != 30 || g0.GetThrottleReasons() != uint64(gpuinfo.ThrottleGPUIdle) {
@@ -146,8 +128,8 @@ func TestGPUSamplerPowerAndXID(t *testing.T) {
 		f.Samples[0].Throttle = gpuinfo.ThrottleSwPowerCap
 		f.XIDs = []gpuinfo.XID{{GPU: 1, Code: 79}, {GPU: 1, Code: 79}, {GPU: 3, Code: 13}}
 	})
-	h, s, _, warn, _ := sampledHub(t, fake)
-	s.sampleOnce(h.usedGPUs())
+	_, s, _, warn := sampledRanks(t, fake)
+	s.sampleOnce(usedGPUs())
 	got := strings.Join(warn.take(), "\n")
 	for _, want := range []string{
 		"GPU 0 (GPU-00000000-0000-0000-0000-000000000000) of rank 0 on host-a is power throttled (sw_power_cap): 699 W of a 700 W limit",
@@ -170,39 +152,17 @@ func TestGPUSamplerPowerAndXID(t *testing.T) {
 	}
 }
 
-// TestGPUSamplingOffWithoutDriver: without NVML the agent reports progress
-// without GPU samples.
-func TestGPUSamplingOffWithoutDriver(t *testing.T) {
-	old := openNVML
-	openNVML = func() (gpuinfo.NVML, error) { return nil, &gpuinfo.NoDriverError{Reason: "test"} }
-	t.Cleanup(func() { openNVML = old })
-	coord := &reportCatcher{}
-	a := &agent{log: slog.New(slog.DiscardHandler), host: "h"}
-	a.hub = newHub(a.log, coord, "node-1")
-	var g errgroup.Group
-	a.startGPUSampling(t.Context(), &g)
-	defer g.Wait()
-	if a.hub.tel == nil || a.hub.tel.gpus != nil {
-		t.Fatalf("telemetry = %+v, want one without a GPU sampler", a.hub.tel)
-	}
-	a.hub.started(0, 0, 0, 0)
-	a.hub.flush(t.Context())
-	if len(coord.reqs) != 1 || coord.reqs[0].GetRanks()[0].GetGpu() != nil {
-		t.Errorf("reports = %v, want one without a GPU sample", coord.reqs)
-	}
-}
-
 func TestStepRate(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	tel := newTelemetry(clk.now)
-	tel.started(2, 0)
+	tel := NewTelemetry(clk.now)
+	tel.Started(2, 0)
 	start := clk.now()
 	report := func(step, done int64) *gotrainv1.RankProgress {
 		p := &gotrainv1.RankProgress{Rank: 0, Generation: 2, Step: step, Attached: true,
 			Comms: []*gotrainv1.CommProgress{{Comm: "c", CompletedSeq: done}}}
-		tel.observe(0, p)
+		tel.Observe(0, p)
 		out := &gotrainv1.RankProgress{Rank: 0, Generation: 2, Attached: true}
-		tel.annotate(0, out, -1)
+		tel.Annotate(0, out, -1)
 		return out
 	}
 	if p := report(0, 0); p.GetProgressUnixNanos() != start.UnixNano() || p.GetStepsPerSecond() != 0 {
@@ -241,12 +201,12 @@ func TestStepRate(t *testing.T) {
 	}
 	// A program that does not attach has no known progress.
 	un := &gotrainv1.RankProgress{Rank: 0, Generation: 2}
-	tel.annotate(0, un, -1)
+	tel.Annotate(0, un, -1)
 	if un.GetProgressUnixNanos() != 0 {
 		t.Errorf("unattached rank got a progress time")
 	}
-	var nilTel *telemetry
-	nilTel.started(0, 0)
-	nilTel.observe(0, p)
-	nilTel.annotate(0, p, 0) // a nil telemetry does nothing
+	var nilTel *Telemetry
+	nilTel.Started(0, 0)
+	nilTel.Observe(0, p)
+	nilTel.Annotate(0, p, 0) // a nil telemetry does nothing
 }

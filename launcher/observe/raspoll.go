@@ -1,4 +1,4 @@
-package launcher
+package observe
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/gotrain/gotrain/internal/ncclras"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
-	"golang.org/x/sync/errgroup"
 )
 
 // Collective-level progress of workers that do not attach (PyTorch).
@@ -61,14 +59,14 @@ const (
 // CommsSourceRAS marks progress derived from NCCL RAS reports.
 const CommsSourceRAS = "nccl-ras"
 
-// rasQuery is ncclras.Query; tests replace it only through rasPoller.query.
+// rasQuery is ncclras.Query; tests replace it only through RASPoller.query.
 type rasQuery func(ctx context.Context, addr string, o ncclras.Options) (*ncclras.Report, error)
 
-// rasPoller reads NCCL RAS for the local ranks that do not attach.
-type rasPoller struct {
+// RASPoller reads NCCL RAS for the local ranks that do not attach.
+type RASPoller struct {
 	addr  string
 	log   *slog.Logger
-	src   rasSource
+	src   RASSource
 	query rasQuery
 	now   func() time.Time
 	// parents returns a process's parent pid, 0 when unknown.
@@ -90,33 +88,20 @@ type rasPoller struct {
 	warned   bool
 }
 
-// rasRank is a local rank as the poller needs it.
-type rasRank struct {
-	rank, pid, gpu   int
-	attached, exited bool
+// RASRank is a local rank as the poller needs it.
+type RASRank struct {
+	Rank, Pid, GPU   int
+	Attached, Exited bool
 }
 
-// rasSource lists the local ranks of the current generation.
-type rasSource interface {
-	rasRanks() (gen int64, ranks []rasRank)
+// RASSource lists the local ranks of the current generation.
+type RASSource interface {
+	RASRanks() (gen int64, ranks []RASRank)
 }
 
-var _ rasSource = (*hub)(nil)
-
-func (h *hub) rasRanks() (int64, []rasRank) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]rasRank, 0, len(h.ranks))
-	for r, s := range h.ranks {
-		out = append(out, rasRank{rank: r, pid: s.pid, gpu: s.gpu, attached: s.progress != nil || s.worker != nil, exited: s.exited})
-	}
-	slices.SortFunc(out, func(a, b rasRank) int { return a.rank - b.rank })
-	return h.gen, out
-}
-
-// rasAddr is where NCCL's RAS service listens for the workers' environment
+// RASAddr is where NCCL's RAS service listens for the workers' environment
 // env: its NCCL_RAS_ADDR, else NCCL's default.
-func rasAddr(env []string) string {
+func RASAddr(env []string) string {
 	addr := ncclras.DefaultAddr
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "NCCL_RAS_ADDR="); ok && v != "" {
@@ -126,27 +111,14 @@ func rasAddr(env []string) string {
 	return addr
 }
 
-func newRASPoller(log *slog.Logger, src rasSource, env []string) *rasPoller {
-	return &rasPoller{addr: rasAddr(env), log: log, src: src, query: ncclras.Query, now: time.Now,
+func NewRASPoller(log *slog.Logger, src RASSource, env []string) *RASPoller {
+	return &RASPoller{addr: RASAddr(env), log: log, src: src, query: ncclras.Query, now: time.Now,
 		parents: parentPid, local: isLocalAddr, tracker: ncclras.NewTracker(),
 		first: map[int]time.Time{}, results: map[int][]*gotrainv1.CommProgress{}}
 }
 
-// startRASPoll starts reading NCCL RAS on NCCL jobs; called once the hub
-// exists.
-func (a *agent) startRASPoll(ctx context.Context, g *errgroup.Group) {
-	if a.cfg.Backend != "nccl" || a.hub == nil {
-		return
-	}
-	p := newRASPoller(a.log.With("component", "nccl-ras"), a.hub, a.cfg.Env)
-	a.hub.mu.Lock()
-	a.hub.ras = p
-	a.hub.mu.Unlock()
-	g.Go(func() error { p.run(ctx, rasEvery); return nil })
-}
-
-// generation tells the poller the world size of generation gen.
-func (p *rasPoller) generation(gen int64, world int) {
+// Generation tells the poller the world size of generation gen.
+func (p *RASPoller) Generation(gen int64, world int) {
 	if p == nil {
 		return
 	}
@@ -156,7 +128,7 @@ func (p *rasPoller) generation(gen int64, world int) {
 	p.resetLocked(gen)
 }
 
-func (p *rasPoller) resetLocked(gen int64) {
+func (p *RASPoller) resetLocked(gen int64) {
 	if gen == p.gen && p.first != nil {
 		return
 	}
@@ -165,7 +137,10 @@ func (p *rasPoller) resetLocked(gen int64) {
 	p.tracker = ncclras.NewTracker()
 }
 
-func (p *rasPoller) run(ctx context.Context, every time.Duration) {
+// Run reads RAS every rasEvery until ctx ends.
+func (p *RASPoller) Run(ctx context.Context) { p.run(ctx, rasEvery) }
+
+func (p *RASPoller) run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -179,21 +154,21 @@ func (p *rasPoller) run(ctx context.Context, every time.Duration) {
 }
 
 // poll reads RAS once if a local rank needs it.
-func (p *rasPoller) poll(ctx context.Context) {
+func (p *RASPoller) poll(ctx context.Context) {
 	now := p.now()
-	gen, ranks := p.src.rasRanks()
+	gen, ranks := p.src.RASRanks()
 	p.mu.Lock()
 	p.resetLocked(gen)
-	var want []rasRank
+	var want []RASRank
 	for _, r := range ranks {
-		if r.attached || r.exited {
-			delete(p.first, r.rank)
+		if r.Attached || r.Exited {
+			delete(p.first, r.Rank)
 			continue
 		}
-		if _, ok := p.first[r.rank]; !ok {
-			p.first[r.rank] = now
+		if _, ok := p.first[r.Rank]; !ok {
+			p.first[r.Rank] = now
 		}
-		if now.Sub(p.first[r.rank]) >= rasAfter {
+		if now.Sub(p.first[r.Rank]) >= rasAfter {
 			want = append(want, r)
 		}
 	}
@@ -224,8 +199,8 @@ func (p *rasPoller) poll(ctx context.Context) {
 			p.noteFor = map[int]bool{}
 			var rs []string
 			for _, r := range want {
-				p.noteFor[r.rank] = true
-				rs = append(rs, strconv.Itoa(r.rank))
+				p.noteFor[r.Rank] = true
+				rs = append(rs, strconv.Itoa(r.Rank))
 			}
 			if !p.warned {
 				p.warned = true
@@ -244,7 +219,7 @@ func (p *rasPoller) poll(ctx context.Context) {
 }
 
 // read queries RAS: JSON unless it refused JSON before (text says so).
-func (p *rasPoller) read(ctx context.Context, text bool) (*ncclras.Status, bool, error) {
+func (p *RASPoller) read(ctx context.Context, text bool) (*ncclras.Status, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, rasQueryTimeout)
 	defer cancel()
 	if !text {
@@ -267,7 +242,7 @@ func (p *rasPoller) read(ctx context.Context, text bool) (*ncclras.Status, bool,
 }
 
 // mapViews assigns the communicators' ranks to the local ranks in want.
-func (p *rasPoller) mapViews(views []ncclras.CommView, want []rasRank, world int) map[int][]*gotrainv1.CommProgress {
+func (p *RASPoller) mapViews(views []ncclras.CommView, want []RASRank, world int) map[int][]*gotrainv1.CommProgress {
 	out := map[int][]*gotrainv1.CommProgress{}
 	for _, v := range views {
 		if v.Unknown || world <= 0 || v.Size != world {
@@ -292,8 +267,8 @@ func (p *rasPoller) mapViews(views []ncclras.CommView, want []rasRank, world int
 		// The ranks the text report does not name: every local rank of a
 		// communicator that spans the job is in it.
 		for _, w := range want {
-			if !matched[w.rank] {
-				out[w.rank] = append(out[w.rank], rasCommProgress(v.Hash, *others))
+			if !matched[w.Rank] {
+				out[w.Rank] = append(out[w.Rank], rasCommProgress(v.Hash, *others))
 			}
 		}
 	}
@@ -302,12 +277,12 @@ func (p *rasPoller) mapViews(views []ncclras.CommView, want []rasRank, world int
 
 // match finds the local rank a RAS rank is: its pid is the worker's or a
 // descendant's; else its GPU on an address of this node.
-func (p *rasPoller) match(id ncclras.Rank, want []rasRank) (int, bool) {
+func (p *RASPoller) match(id ncclras.Rank, want []RASRank) (int, bool) {
 	if id.Pid > 0 {
 		for pid, hops := id.Pid, 0; pid > 1 && hops < 8; pid, hops = p.parents(pid), hops+1 {
 			for _, w := range want {
-				if w.pid == pid {
-					return w.rank, true
+				if w.Pid == pid {
+					return w.Rank, true
 				}
 			}
 		}
@@ -317,8 +292,8 @@ func (p *rasPoller) match(id ncclras.Rank, want []rasRank) (int, bool) {
 	}
 	found, n := 0, 0
 	for _, w := range want {
-		if w.gpu == id.NvmlDev {
-			found, n = w.rank, n+1
+		if w.GPU == id.NvmlDev {
+			found, n = w.Rank, n+1
 		}
 	}
 	return found, n == 1
@@ -348,9 +323,9 @@ func rasCommProgress(hash string, rv ncclras.RankView) *gotrainv1.CommProgress {
 	return c
 }
 
-// annotate adds what RAS says about an unattached rank to its report.
+// Annotate adds what RAS says about an unattached rank to its report.
 // Called by hub.batch with the hub's lock held.
-func (p *rasPoller) annotate(gen int64, rank int, rp *gotrainv1.RankProgress) {
+func (p *RASPoller) Annotate(gen int64, rank int, rp *gotrainv1.RankProgress) {
 	if p == nil {
 		return
 	}

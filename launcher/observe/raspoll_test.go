@@ -1,4 +1,4 @@
-package launcher
+package observe
 
 import (
 	"bufio"
@@ -77,7 +77,7 @@ func (f *fakeRAS) serve(t *testing.T, c net.Conn) {
 			name := f.fixture + "." + format
 			f.queries++
 			f.mu.Unlock()
-			raw, err := os.ReadFile(filepath.Join("..", "internal", "ncclras", "testdata", name))
+			raw, err := os.ReadFile(filepath.Join("..", "..", "internal", "ncclras", "testdata", name))
 			if err != nil {
 				t.Errorf("fake RAS: %v", err)
 				return
@@ -92,27 +92,27 @@ func (f *fakeRAS) serve(t *testing.T, c net.Conn) {
 
 type fakeRanks struct {
 	gen   int64
-	ranks []rasRank
+	ranks []RASRank
 }
 
-func (f *fakeRanks) rasRanks() (int64, []rasRank) { return f.gen, f.ranks }
+func (f *fakeRanks) RASRanks() (int64, []RASRank) { return f.gen, f.ranks }
 
 // testPoller returns a poller of the fake's RAS with a clock the test moves.
-func testPoller(t *testing.T, addr string, src rasSource, log *bytes.Buffer) (*rasPoller, *time.Time) {
+func testPoller(t *testing.T, addr string, src RASSource, log *bytes.Buffer) (*RASPoller, *time.Time) {
 	t.Helper()
-	p := newRASPoller(slog.New(slog.NewTextHandler(log, nil)), src, []string{"NCCL_RAS_ADDR=" + addr})
+	p := NewRASPoller(slog.New(slog.NewTextHandler(log, nil)), src, []string{"NCCL_RAS_ADDR=" + addr})
 	now := time.Date(2026, 11, 30, 14, 0, 0, 0, time.UTC)
 	p.now = func() time.Time { return now }
 	p.parents = func(int) int { return 0 }
 	p.local = func(string) bool { return false }
-	p.generation(0, 2)
+	p.Generation(0, 2)
 	return p, &now
 }
 
 // report is what hub.batch would send for rank r, in a stable text form.
-func report(p *rasPoller, r int) string {
+func report(p *RASPoller, r int) string {
 	rp := &gotrainv1.RankProgress{Rank: int32(r)}
-	p.annotate(0, r, rp)
+	p.Annotate(0, r, rp)
 	s := fmt.Sprintf("rank %d", rp.GetRank())
 	for _, c := range rp.GetComms() {
 		s += fmt.Sprintf(" comm=%s entered=%d completed=%d", c.GetComm(), c.GetEnteredSeq(), c.GetCompletedSeq())
@@ -137,7 +137,7 @@ func TestRASPollSkip(t *testing.T) {
 		name := map[bool]string{true: "json", false: "text"}[json]
 		t.Run(name, func(t *testing.T) {
 			ras := startFakeRAS(t, json)
-			src := &fakeRanks{ranks: []rasRank{{rank: 0, pid: 579, gpu: 0}, {rank: 1, pid: 580, gpu: 1}}}
+			src := &fakeRanks{ranks: []RASRank{{Rank: 0, Pid: 579, GPU: 0}, {Rank: 1, Pid: 580, GPU: 1}}}
 			var log bytes.Buffer
 			p, now := testPoller(t, ras.addr, src, &log)
 			ctx := t.Context()
@@ -175,7 +175,7 @@ func TestRASPollMatch(t *testing.T) {
 	// Rank 0's worker is a shell (pid 100) whose child 579 runs NCCL; rank
 	// 1's pid is not RAS's (another pid namespace): its GPU on this node
 	// matches. Rank 2 attached: RAS is not read for it.
-	src := &fakeRanks{ranks: []rasRank{{rank: 0, pid: 100, gpu: 0}, {rank: 1, pid: 9999, gpu: 1}, {rank: 2, pid: 581, gpu: 2, attached: true}}}
+	src := &fakeRanks{ranks: []RASRank{{Rank: 0, Pid: 100, GPU: 0}, {Rank: 1, Pid: 9999, GPU: 1}, {Rank: 2, Pid: 581, GPU: 2, Attached: true}}}
 	var log bytes.Buffer
 	p, now := testPoller(t, ras.addr, src, &log)
 	p.parents = func(pid int) int { return map[int]int{579: 100, 100: 1}[pid] }
@@ -203,7 +203,7 @@ func TestRASPollUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	src := &fakeRanks{ranks: []rasRank{{rank: 0, pid: 579, gpu: 0}}}
+	src := &fakeRanks{ranks: []RASRank{{Rank: 0, Pid: 579, GPU: 0}}}
 	var log bytes.Buffer
 	p, now := testPoller(t, addr, src, &log)
 	ctx := context.Background()

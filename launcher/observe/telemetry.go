@@ -1,4 +1,4 @@
-package launcher
+package observe
 
 import (
 	"time"
@@ -6,14 +6,14 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// telemetry is what the agent adds to each rank's progress before it goes to
+// Telemetry is what the agent adds to each rank's progress before it goes to
 // the coordinator: the latest sample of the rank's GPU, the rank's step rate
 // over the last stepWindow, and when the rank last advanced (its step or a
 // completed collective moved). The hub calls it with hub.mu held; a nil
-// *telemetry does nothing.
-type telemetry struct {
+// *Telemetry does nothing.
+type Telemetry struct {
 	now   func() time.Time
-	gpus  *gpuSampler // nil: no NVML, no GPU samples
+	GPUs  *GPUSampler // nil: no NVML, no GPU samples
 	ranks map[int]*advance
 }
 
@@ -34,20 +34,20 @@ type stepObs struct {
 	step int64
 }
 
-func newTelemetry(now func() time.Time) *telemetry {
-	return &telemetry{now: now, ranks: map[int]*advance{}}
+func NewTelemetry(now func() time.Time) *Telemetry {
+	return &Telemetry{now: now, ranks: map[int]*advance{}}
 }
 
-// started records that rank's process of generation gen started.
-func (t *telemetry) started(gen int64, rank int) {
+// Started records that rank's process of generation gen started.
+func (t *Telemetry) Started(gen int64, rank int) {
 	if t == nil {
 		return
 	}
 	t.ranks[rank] = &advance{gen: gen, moved: t.now()}
 }
 
-// observe takes a progress report of rank.
-func (t *telemetry) observe(rank int, p *gotrainv1.RankProgress) {
+// Observe takes a progress report of rank.
+func (t *Telemetry) Observe(rank int, p *gotrainv1.RankProgress) {
 	if t == nil {
 		return
 	}
@@ -75,12 +75,12 @@ func (t *telemetry) observe(rank int, p *gotrainv1.RankProgress) {
 	}
 }
 
-// annotate adds the rank's GPU sample, step rate and last advance to p.
-func (t *telemetry) annotate(rank int, p *gotrainv1.RankProgress, gpu int) {
+// Annotate adds the rank's GPU sample, step rate and last advance to p.
+func (t *Telemetry) Annotate(rank int, p *gotrainv1.RankProgress, gpu int) {
 	if t == nil {
 		return
 	}
-	p.Gpu = t.gpus.sample(gpu)
+	p.Gpu = t.GPUs.sample(gpu)
 	a := t.ranks[rank]
 	if !p.GetAttached() || a == nil || a.gen != p.GetGeneration() {
 		// A program that does not report its progress: unknown.

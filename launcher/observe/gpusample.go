@@ -1,14 +1,12 @@
-package launcher
+package observe
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gotrain/gotrain/internal/gpuinfo"
@@ -34,8 +32,8 @@ const (
 	xidWarnEvery = time.Minute
 )
 
-// gpuSampler samples GPUs through an injected NVML.
-type gpuSampler struct {
+// GPUSampler samples GPUs through an injected NVML.
+type GPUSampler struct {
 	nv    gpuinfo.NVML
 	host  string
 	now   func() time.Time
@@ -53,10 +51,10 @@ type gpuSampler struct {
 	watch      gpuinfo.XIDWatch     // nil when NVML gives no XID events
 }
 
-// newGPUSampler returns a sampler of nv's GPUs. owner names the rank that
+// NewGPUSampler returns a sampler of nv's GPUs. owner names the rank that
 // uses a GPU; warn prints a warning.
-func newGPUSampler(nv gpuinfo.NVML, host string, now func() time.Time, log *slog.Logger, warn func(string), owner func(int) (int, bool)) *gpuSampler {
-	s := &gpuSampler{nv: nv, host: host, now: now, log: log, warn: warn, owner: owner,
+func NewGPUSampler(nv gpuinfo.NVML, host string, now func() time.Time, log *slog.Logger, warn func(string), owner func(int) (int, bool)) *GPUSampler {
+	s := &GPUSampler{nv: nv, host: host, now: now, log: log, warn: warn, owner: owner,
 		devices: map[int]gpuinfo.Device{}, latest: map[int]*gotrainv1.GPUSample{},
 		xids: map[int]uint64{}, lastXID: map[int]uint64{},
 		lastWarn: map[string]time.Time{}, suppressed: map[string]int{}}
@@ -68,8 +66,8 @@ func newGPUSampler(nv gpuinfo.NVML, host string, now func() time.Time, log *slog
 	return s
 }
 
-// run samples gpus() every sampleEvery until ctx ends.
-func (s *gpuSampler) run(ctx context.Context, gpus func() []int) {
+// Run samples gpus() every sampleEvery until ctx ends.
+func (s *GPUSampler) Run(ctx context.Context, gpus func() []int) {
 	t := time.NewTicker(sampleEvery)
 	defer t.Stop()
 	defer s.close()
@@ -83,14 +81,14 @@ func (s *gpuSampler) run(ctx context.Context, gpus func() []int) {
 	}
 }
 
-func (s *gpuSampler) close() {
+func (s *GPUSampler) close() {
 	if s.watch != nil {
 		_ = s.watch.Close()
 	}
 }
 
 // sampleOnce samples the given GPUs and takes the XID events queued.
-func (s *gpuSampler) sampleOnce(gpus []int) {
+func (s *GPUSampler) sampleOnce(gpus []int) {
 	now := s.now()
 	if s.watch != nil {
 		xids, err := s.watch.Wait(0)
@@ -127,7 +125,7 @@ func (s *gpuSampler) sampleOnce(gpus []int) {
 }
 
 // device returns GPU gpu's identity, asking NVML once.
-func (s *gpuSampler) device(gpu int) (gpuinfo.Device, bool) {
+func (s *GPUSampler) device(gpu int) (gpuinfo.Device, bool) {
 	s.mu.Lock()
 	dev, ok := s.devices[gpu]
 	s.mu.Unlock()
@@ -145,7 +143,7 @@ func (s *gpuSampler) device(gpu int) (gpuinfo.Device, bool) {
 }
 
 // sample returns the latest sample of GPU gpu, nil if none.
-func (s *gpuSampler) sample(gpu int) *gotrainv1.GPUSample {
+func (s *GPUSampler) sample(gpu int) *gotrainv1.GPUSample {
 	if s == nil || gpu < 0 {
 		return nil
 	}
@@ -159,7 +157,7 @@ func (s *gpuSampler) sample(gpu int) *gotrainv1.GPUSample {
 
 // checkThrottle warns when the GPU's clocks are held down by heat or by its
 // power limit.
-func (s *gpuSampler) checkThrottle(now time.Time, gpu int, smp gpuinfo.Sample) {
+func (s *GPUSampler) checkThrottle(now time.Time, gpu int, smp gpuinfo.Sample) {
 	thermal := smp.Throttle & gpuinfo.ThrottleThermal
 	power := smp.Throttle & gpuinfo.ThrottlePower
 	// hw_slowdown is heat or a power brake: the temperature tells which.
@@ -185,7 +183,7 @@ func (s *gpuSampler) checkThrottle(now time.Time, gpu int, smp gpuinfo.Sample) {
 }
 
 // xid records an XID error and warns about it.
-func (s *gpuSampler) xid(now time.Time, x gpuinfo.XID) {
+func (s *GPUSampler) xid(now time.Time, x gpuinfo.XID) {
 	s.mu.Lock()
 	s.xids[x.GPU]++
 	s.lastXID[x.GPU] = x.Code
@@ -204,7 +202,7 @@ func (s *gpuSampler) xid(now time.Time, x gpuinfo.XID) {
 
 // warnLimited prints the warning msg() unless key was warned about within
 // every; warnings held back are counted and mentioned in the next one.
-func (s *gpuSampler) warnLimited(now time.Time, key string, every time.Duration, msg func() string) {
+func (s *GPUSampler) warnLimited(now time.Time, key string, every time.Duration, msg func() string) {
 	s.mu.Lock()
 	last, seen := s.lastWarn[key]
 	if seen && now.Sub(last) < every {
@@ -223,7 +221,7 @@ func (s *gpuSampler) warnLimited(now time.Time, key string, every time.Duration,
 }
 
 // who names a GPU for people: rank, host, GPU index and UUID.
-func (s *gpuSampler) who(gpu int) string {
+func (s *GPUSampler) who(gpu int) string {
 	dev, ok := s.device(gpu)
 	name := fmt.Sprintf("GPU %d", gpu)
 	if gpu < 0 {
@@ -277,53 +275,4 @@ func xidMeaning(code uint64) string {
 		return "GSP firmware error: reset the GPU"
 	}
 	return ""
-}
-
-// startGPUSampling turns GPU sampling on when NVML is there: the hub's
-// telemetry gets a sampler of the GPUs of this node's ranks. Without a
-// driver it stays off.
-func (a *agent) startGPUSampling(ctx context.Context, g *errgroup.Group) {
-	tel := newTelemetry(time.Now)
-	a.hub.tel = tel
-	nv, err := openNVML()
-	if err != nil {
-		a.log.Info("GPU sampling off", "err", err)
-		return
-	}
-	tel.gpus = newGPUSampler(nv, a.host, time.Now, a.log, func(msg string) {
-		a.stderr.writeLine("gotrain: warning: ", []byte(msg))
-		a.log.Info("GPU warning", "msg", msg)
-	}, a.hub.rankOfGPU)
-	g.Go(func() error {
-		defer nv.Close()
-		tel.gpus.run(ctx, a.hub.usedGPUs)
-		return nil
-	})
-}
-
-// rankOfGPU returns the rank of the current generation that uses GPU gpu.
-func (h *hub) rankOfGPU(gpu int) (int, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	best, found := 0, false
-	for r, s := range h.ranks {
-		if s.gpu == gpu && (!found || r < best) {
-			best, found = r, true
-		}
-	}
-	return best, found
-}
-
-// usedGPUs returns the GPUs the current generation's ranks use, ascending.
-func (h *hub) usedGPUs() []int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []int
-	for _, s := range h.ranks {
-		if s.gpu >= 0 && !slices.Contains(out, s.gpu) {
-			out = append(out, s.gpu)
-		}
-	}
-	slices.Sort(out)
-	return out
 }

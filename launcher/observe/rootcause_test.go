@@ -1,4 +1,4 @@
-package launcher
+package observe
 
 import (
 	"encoding/json"
@@ -124,27 +124,27 @@ func TestWriteRootCause(t *testing.T) {
 func TestErrorFileNote(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "error.json")
-	if _, ok := errorFileNote(path); ok {
+	if _, ok := ErrorFileNote(path); ok {
 		t.Error("a note without an error file")
 	}
 	doc := `{"message": {"message": "RuntimeError: loss is NaN", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 9, in main\n    raise RuntimeError(\"loss is NaN\")\nRuntimeError: loss is NaN\n", "timestamp": "1733000000"}}}`
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	note, ok := errorFileNote(path)
+	note, ok := ErrorFileNote(path)
 	if !ok || !strings.Contains(note, "@record): RuntimeError: loss is NaN") || !strings.Contains(note, `File "train.py", line 9`) {
 		t.Errorf("note %q, %v", note, ok)
 	}
 	if err := os.WriteFile(path, []byte(`{"message": "plain text"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if note, ok := errorFileNote(path); !ok || !strings.HasSuffix(note, "plain text") {
+	if note, ok := ErrorFileNote(path); !ok || !strings.HasSuffix(note, "plain text") {
 		t.Errorf("plain message: %q, %v", note, ok)
 	}
 	if err := os.WriteFile(path, []byte("not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := errorFileNote(path); ok {
+	if _, ok := ErrorFileNote(path); ok {
 		t.Error("a note from a file that is not torch's")
 	}
 }
