@@ -7,8 +7,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/procstat"
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/relay"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -22,8 +24,8 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 		return a.spawnStandby(act)
 	case agentcore.Signal:
 		if p := a.reg.get(act.Proc); p != nil {
-			if p.who.standby && act.Sig == unix.SIGKILL {
-				a.log.Info("standby stopped", "slot", p.who.slot, "pid", p.pid())
+			if p.who.Standby && act.Sig == unix.SIGKILL {
+				a.log.Info("standby stopped", "slot", p.who.Slot, "pid", p.pid())
 			}
 			p.signal(act.Sig)
 		}
@@ -40,9 +42,9 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 		a.reportExit(act)
 	case agentcore.AcceptStandby:
 		a.log.Info("standby ready", "slot", act.Slot, "pid", act.Pid)
-		a.links.verdict(act.Pid, nil)
+		a.links.Verdict(act.Pid, nil)
 	case agentcore.RejectStandby:
-		a.links.verdict(act.Pid, fmt.Errorf("%s", act.Reason))
+		a.links.Verdict(act.Pid, fmt.Errorf("%s", act.Reason))
 		for _, p := range a.reg.procs {
 			if p.py != nil && p.pid() == act.Pid {
 				_ = p.py.conn.Close() // the bootstrap exits at EOF
@@ -51,7 +53,7 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 	case agentcore.Print:
 		a.stderr.writeLine("", []byte(act.Text))
 	case agentcore.MeasureMemory:
-		ev := measureMemory(act.Pids) // standby.go
+		ev := measureMemory(act.Pids)
 		if ev.Err != "" {
 			a.log.Warn("cannot read the node's memory; keeping standbys", "err", ev.Err)
 		} else {
@@ -73,11 +75,11 @@ func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
-	a.adopt(act.Proc, p, startedProc{rank: v.Rank, local: v.LocalRank, gen: v.Generation}, v.GPU, ev)
+	a.adopt(act.Proc, p, relay.Proc{Rank: v.Rank, Local: v.LocalRank, Gen: v.Generation}, v.GPU, ev)
 	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
 }
 
-// spawnStandby starts a hot standby (standby.go).
+// spawnStandby starts a hot standby (relay/standby.go).
 func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 	if a.py != nil {
 		return a.spawnPythonStandby(act) // pystandby.go
@@ -94,7 +96,7 @@ func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
 	a.log.Info("standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
-	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot, local: act.Slot}, act.GPU, observe.Evidence{})
+	a.adopt(act.Proc, p, relay.Proc{Standby: true, Slot: act.Slot, Local: act.Slot}, act.GPU, observe.Evidence{})
 	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
 }
 
@@ -112,7 +114,7 @@ func (a *agent) workerStdin() *os.File {
 // adopt makes p, just started as who, the machine's process id
 // (registry.go): its exit reaches the loop, and the agent does not return
 // before it is reaped.
-func (a *agent) adopt(id agentcore.ProcID, p *workerProc, who startedProc, gpu int, ev observe.Evidence) {
+func (a *agent) adopt(id agentcore.ProcID, p *workerProc, who relay.Proc, gpu int, ev observe.Evidence) {
 	a.reg.started(id, p, who, gpu, ev)
 	a.waits.Add(2)
 	go func() { defer a.waits.Done(); <-p.done() }()
@@ -146,16 +148,7 @@ func (a *agent) sendTo(id agentcore.ProcID, m *gotrainv1.AgentMessage) bool {
 	if p == nil {
 		return false
 	}
-	w := a.hub.workerByPid(p.pid())
-	if w == nil {
-		return false
-	}
-	select {
-	case w.out <- m:
-		return true
-	default:
-		return false
-	}
+	return a.hub.Send(p.pid(), m)
 }
 
 // ended is the GenerationEnded message for a generation.
@@ -164,7 +157,7 @@ func (a *agent) ended(gen int64, reason string) *gotrainv1.GenerationEnded {
 }
 
 // park hands the end of its generation to a worker that recovers in process
-// and reports it parked (recover.go has the protocol).
+// and reports it parked (relay/recover.go has the protocol).
 func (a *agent) park(act agentcore.Park) []agentcore.Event {
 	failed := []agentcore.Event{agentcore.HandoverFailed{Proc: act.Proc}}
 	if a.exiting(act.Proc) || !a.sendTo(act.Proc, generationChange(&gotrainv1.GenerationChange{Ended: a.ended(act.Generation, act.Reason)})) {
@@ -183,8 +176,8 @@ func (a *agent) resume(act agentcore.Resume) []agentcore.Event {
 		return failed
 	}
 	p, v := a.reg.get(act.Proc), act.Vars
-	was := p.who.rank
-	a.reg.became(act.Proc, startedProc{rank: v.Rank, local: v.LocalRank, gen: v.Generation}, v.GPU)
+	was := p.who.Rank
+	a.reg.became(act.Proc, relay.Proc{Rank: v.Rank, Local: v.LocalRank, Gen: v.Generation}, v.GPU)
 	a.log.Info("worker resumed in process", "rank", v.Rank, "was_rank", was, "pid", p.pid(), "generation", v.Generation)
 	return nil
 }
@@ -197,11 +190,11 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 	if a.exiting(act.Proc) {
 		return failed
 	}
-	slot := p.who.slot
+	slot := p.who.Slot
 	// The hub and the claims know the rank's new pid, and its output is the
 	// rank's, before the process can attach or print as it (a Python
 	// standby runs the program as soon as it reads the assignment).
-	a.reg.became(act.Proc, startedProc{rank: v.Rank, local: v.LocalRank, gen: v.Generation}, v.GPU)
+	a.reg.became(act.Proc, relay.Proc{Rank: v.Rank, Local: v.LocalRank, Gen: v.Generation}, v.GPU)
 	if p.py != nil {
 		err := a.handToPython(p, a.workerEnv(v.Environ(), act.GPUs), v.LocalRank) // pystandby.go
 		p.py = nil
@@ -211,7 +204,7 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 		}
 	} else {
 		msg := &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_Assign{Assign: &gotrainv1.StandbyAssignment{Generation: a.gen, Rank: int32(v.Rank)}}}
-		if !a.links.send(p.pid(), msg) {
+		if !a.links.Send(p.pid(), msg) {
 			a.log.Warn("standby's stream is gone or full; stopping it", "slot", slot, "pid", p.pid())
 			return failed
 		}
@@ -252,4 +245,23 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 		}
 	}
 	a.queueReport(req)
+}
+
+// measureMemory answers the machine's MeasureMemory (asked before the
+// first standbys under --standby auto) from /proc: a rank whose RSS cannot
+// be read (it is exiting) counts 0.
+func measureMemory(pids []int) agentcore.MemoryMeasured {
+	avail, total, err := procstat.MemInfo()
+	if err != nil {
+		return agentcore.MemoryMeasured{Err: err.Error()}
+	}
+	ev := agentcore.MemoryMeasured{Available: avail, Total: total, RSS: make([]uint64, len(pids))}
+	for i, pid := range pids {
+		ev.RSS[i], _ = procstat.RSS(pid)
+	}
+	return ev
+}
+
+func generationChange(gc *gotrainv1.GenerationChange) *gotrainv1.AgentMessage {
+	return &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_Generation{Generation: gc}}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
+	"github.com/gotrain/gotrain/launcher/agentcore"
 )
 
 // Config is one agent's job. Zero fields take the defaults noted.
@@ -111,7 +112,7 @@ type Config struct {
 	ReaperCommand []string
 
 	// Standby keeps one warmed-up spare process of the program per local
-	// slot and hands a rank that needs a new process to it (standby.go).
+	// slot and hands a rank that needs a new process to it (relay/standby.go).
 	// The program must use package worker. StandbyAuto, the default of
 	// gotrain launch, does so on the NCCL backend once every worker of the
 	// node has attached with package worker, so that other programs never
@@ -221,4 +222,28 @@ func (c *Config) validate() error {
 func CheckProgram(program string) error {
 	_, _, err := resolveProgram(program, nil, io.Discard)
 	return err
+}
+
+// StandbyMode says when the agent keeps hot standbys (agentcore.StandbyMode;
+// the standbys' streams: relay/standby.go).
+type StandbyMode = agentcore.StandbyMode
+
+const (
+	StandbyOff  = agentcore.StandbyOff
+	StandbyOn   = agentcore.StandbyOn
+	StandbyAuto = agentcore.StandbyAuto
+)
+
+// ParseStandbyMode reads --standby's value: on, off or auto (true and false
+// too, for the bare flag).
+func ParseStandbyMode(s string) (StandbyMode, error) {
+	switch s {
+	case "on", "true":
+		return StandbyOn, nil
+	case "off", "false":
+		return StandbyOff, nil
+	case "auto":
+		return StandbyAuto, nil
+	}
+	return "", fmt.Errorf("--standby %q: want on, off or auto", s)
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,17 +17,15 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
 
-	"github.com/gotrain/gotrain/internal/connguard"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobenv/genwire"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/runfile"
-	"github.com/gotrain/gotrain/internal/token"
 	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/supervise"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -147,7 +144,7 @@ type agent struct {
 	socket      string
 	sup         *supervise.Supervisor // starts and watches every process (launcher/supervise)
 	place       *placement            // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
-	hub         *hub                  // the ranks' progress, reported once a second (progress.go)
+	hub         *relay.Hub            // the ranks' progress, reported once a second (relay/progress.go)
 	// logTrouble warns once when the log dir cannot be written (logdir.go).
 	logTrouble *logTrouble
 	// oomFile holds the workers' memory cgroup's oom_kill counter
@@ -181,9 +178,10 @@ type agent struct {
 	m *agentcore.Machine
 	// reg is the processes the machine asked for, until their exit was
 	// stepped, and what each is (registry.go): the loop's goroutine alone
-	// writes it. claims is its view for the relay's hello checks (claims.go).
+	// writes it. claims is its view for the relay's hello checks
+	// (relay/claims.go).
 	reg    *registry
-	claims *claims
+	claims *relay.Claims
 	// gen is the current generation as the coordinator sent it (handed to
 	// survivors and standbys as it is); nil before the first.
 	gen *gotrainv1.GenerationStarted
@@ -205,9 +203,9 @@ type agent struct {
 	// until it is reaped, and the goroutine that forwards its exit.
 	waits sync.WaitGroup
 
-	links   *standbyLinks                           // standbys' open streams (standby.go)
+	links   *relay.Standbys                         // standbys' open streams (relay/standby.go)
 	reports chan *gotrainv1.ReportWorkerExitRequest // to the reporter (report.go)
-	hangs   chan *gotrainv1.EvidenceRequest         // to the evidence collector (progress.go)
+	hangs   chan *gotrainv1.EvidenceRequest         // to the evidence collector (report.go)
 	started chan struct{}                           // closed at the first generation
 	pyDir   string                                  // where gotrain's Python modules go: gotrain_snapshot.py, torchhook's sitecustomize.py
 	pyPath  string                                  // pyDir once a module is in it, last on workers' PYTHONPATH (snapshots.go)
@@ -226,7 +224,7 @@ const tickEvery = 100 * time.Millisecond
 
 func (a *agent) run(ctx context.Context) error {
 	// A private directory for the workers' socket: its mode keeps other users out.
-	dir, err := makeSocketDir(a.log) // sockdir.go: and removes those of agents that are gone
+	dir, err := relay.MakeSocketDir(a.log) // relay/sockdir.go: and removes those of agents that are gone
 	if err != nil {
 		return err
 	}
@@ -287,50 +285,49 @@ func (a *agent) run(ctx context.Context) error {
 // subsystems, each a goroutine under one errgroup, and the loop that steps
 // the machine. Everything it starts has ended when it returns.
 func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
-	lis, err := net.Listen("unix", a.socket)
+	lis, err := relay.Listen(a.socket, a.log) // relay/bounds.go
 	if err != nil {
 		return fmt.Errorf("listen on the workers' socket: %w", err)
 	}
-	lis = connguard.Listen(lis, "the agent's socket", agentSocketLimits, a.log) // peercred_linux.go
 	a.m = agentcore.New(agentcore.Config{
 		Node:  jobenv.Node{AgentSocket: a.socket, JobToken: a.cfg.JobToken, RunID: a.cfg.RunID, Backend: a.cfg.Backend, Host: a.cfg.NodeAddress},
 		Grace: a.cfg.GracePeriod, Standby: a.cfg.Standby, StandbyTimeout: a.cfg.StandbyTimeout,
 		Python: a.py != nil || a.pyCold != "", PythonCold: a.pyCold,
 		NoRestarts: a.cfg.MaxRestarts == 0 && (a.cfg.MinNodes == 0 || a.cfg.MinNodes == a.cfg.Nodes),
 	})
-	a.claims = newClaims()
+	a.claims = relay.NewClaims()
 	a.inbox, a.loopDone = make(chan agentcore.Event), make(chan struct{})
-	a.links = newStandbyLinks()
+	a.links = relay.NewStandbys()
 	a.reports = make(chan *gotrainv1.ReportWorkerExitRequest, 256)
 	a.hangs = make(chan *gotrainv1.EvidenceRequest, 8)
-	a.hub = newHub(a.log, a.coord, a.nodeID)
+	a.hub = relay.NewHub(a.log, a.coord, a.nodeID)
 	a.reg = &registry{procs: map[agentcore.ProcID]*workerProc{}, claims: a.claims, hub: a.hub, place: a.place,
 		log: a.log, logDir: a.cfg.LogDir, logTrouble: a.logTrouble, oomFile: a.oomFile}
-	a.hub.onAttach = func(w *attachedWorker, recoverable bool) {
-		a.post(agentcore.Attached{Pid: w.pid, Rank: w.rank, Generation: w.gen, Recoverable: recoverable})
-	}
-	a.hub.onDetach = func(w *attachedWorker) { a.post(agentcore.Detached{Pid: w.pid}) }
+	a.hub.Notify(func(pid, rank int, gen int64, recoverable bool) {
+		a.post(agentcore.Attached{Pid: pid, Rank: rank, Generation: gen, Recoverable: recoverable})
+	}, func(pid int) { a.post(agentcore.Detached{Pid: pid}) })
 
 	// The subsystems outlive a signal (ctx's end) until the workers are
 	// gone: they supervise and report them while they stop.
 	subCtx, stopSubsystems := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSubsystems()
 	g, gctx := errgroup.WithContext(subCtx)
-	// peerCredentials: each connection's peer pid, which hellos must name (claims.go).
-	relaySrv := grpc.NewServer(append(token.ServerOptions(a.cfg.JobToken), grpc.Creds(peerCredentials{}))...)
-	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, agent: a, claims: a.claims, log: a.log})
+	// Each connection's peer pid, which hellos must name (relay/claims.go).
+	relaySrv := relay.NewGRPCServer(a.cfg.JobToken, &relay.Server{Coord: a.coord, NodeID: a.nodeID, Hub: a.hub, Claims: a.claims,
+		Standbys: a.links, Post: a.post, LoopDone: a.loopDone, Log: a.log})
 	g.Go(func() error { return relaySrv.Serve(lis) })
 	a.pyDir = filepath.Join(filepath.Dir(a.socket), "python")
-	if a.hub.torch = a.installTorchHook(a.pyDir, filepath.Dir(a.socket)); a.hub.torch != nil { // observers.go
+	if tp := a.installTorchHook(a.pyDir, filepath.Dir(a.socket)); tp != nil { // observers.go
+		a.hub.SetTorch(tp)
 		a.pyPath = a.pyDir
 	}
 	a.startSnapshots(gctx, g, filepath.Dir(a.socket)) // snapshots.go
 	g.Go(func() error { return a.sup.Run(gctx) })
-	g.Go(func() error { a.hub.report(gctx); return nil })
+	g.Go(func() error { a.hub.Report(gctx); return nil })
 	a.startGPUSampling(gctx, g)                                // observers.go
 	a.startRASPoll(gctx, g)                                    // observers.go
 	g.Go(func() error { a.sendReports(gctx); return nil })     // report.go
-	g.Go(func() error { a.collectEvidence(gctx); return nil }) // progress.go
+	g.Go(func() error { a.collectEvidence(gctx); return nil }) // report.go
 
 	stream, err := a.coord.WatchGenerations(gctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID, Stream: a.streams.Add(1)})
 	if err != nil && !final(err) && restarted(err) == nil {
@@ -395,7 +392,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 // phase is what the loop waits for or runs at now, for the message of a
 // signal that stops it (stop.go).
 func (a *agent) phase(now time.Time, coordAddr string) string {
-	if silent, _ := a.hub.silence(now); (silent > 0 || a.rewatching.Load()) && a.gen != nil {
+	if silent, _ := a.hub.Silence(now); (silent > 0 || a.rewatching.Load()) && a.gen != nil {
 		// The watch stream broke, or the coordinator has not answered the
 		// last progress report (it is cut off, or has no majority): the
 		// workers run on meanwhile (contact.go).
@@ -483,7 +480,7 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 		a.snapPeers.generation(g.GetGeneration(), int(g.GetGroupRank()), int(g.GetGroupWorldSize()), a.snapPeerAddr) // snappeer.go
 		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
 		// RAS-derived progress spans the job's communicators (observe/raspoll.go).
-		a.hub.ras.Generation(g.GetGeneration(), int(g.GetWorldSize()))
+		a.hub.RAS().Generation(g.GetGeneration(), int(g.GetWorldSize()))
 		return agentcore.GenerationStarted{Gen: genwire.Generation(g)}
 	case *gotrainv1.GenerationEvent_Ended:
 		a.log.Info("generation ended", "generation", e.Ended.GetGeneration(), "reason", e.Ended.GetReason())
@@ -501,7 +498,7 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 	case *gotrainv1.GenerationEvent_Restarting:
 		fmt.Fprintln(a.cfg.Stderr, restartLine(e.Restarting)) // restartline.go
 	case *gotrainv1.GenerationEvent_Evidence:
-		a.onHang(e.Evidence) // progress.go
+		a.onHang(e.Evidence) // report.go
 	case *gotrainv1.GenerationEvent_Finished:
 		a.finished = e.Finished
 		return agentcore.JobFinished{Succeeded: e.Finished.GetSucceeded(), ExitCode: exitCodeOf(e.Finished)}
@@ -537,8 +534,8 @@ func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
 func (a *agent) workerEnv(vars []string, gpus []int) []string {
 	env := append(jobenv.Strip(a.cfg.Env), vars...)
 	env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
-	if a.hub != nil && a.hub.torch != nil {
-		env = append(env, torchhook.EnvDir+"="+a.hub.torch.Dir()) // observe/torchprogress.go
+	if a.hub != nil && a.hub.Torch() != nil {
+		env = append(env, torchhook.EnvDir+"="+a.hub.Torch().Dir()) // observe/torchprogress.go
 	}
 	env = snapshotPythonPath(env, a.pyPath) // snapshots.go
 	if a.cfg.Role != "" {

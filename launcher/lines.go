@@ -58,7 +58,7 @@ func (t *tail) snapshot() []string {
 
 // route is where one worker's output goes: the console (under a prefix, or
 // raw: output.go) and its log file. Both of a worker's pumps share it. A
-// standby's route changes when it becomes a rank (standby.go): until then
+// standby's route changes when it becomes a rank (relay/standby.go): until then
 // its lines carry "[standby N] " and are held for the rank's log file, which
 // it gets then.
 type route struct {

@@ -100,3 +100,10 @@ func (t *logTrouble) warn(err error) {
 		t.stderr.writeLine("", []byte(fmt.Sprintf("gotrain: warning: cannot write the log files (%v); the job runs on, and its logs may be incomplete", err)))
 	})
 }
+
+func ownerUID(st fs.FileInfo) int {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return int(s.Uid)
+	}
+	return -1
+}

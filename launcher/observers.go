@@ -33,9 +33,7 @@ func (a *agent) startRASPoll(ctx context.Context, g *errgroup.Group) {
 		return
 	}
 	p := observe.NewRASPoller(a.log.With("component", "nccl-ras"), a.hub, a.cfg.Env)
-	a.hub.mu.Lock()
-	a.hub.ras = p
-	a.hub.mu.Unlock()
+	a.hub.SetRAS(p)
 	g.Go(func() error { p.Run(ctx); return nil })
 }
 
@@ -44,7 +42,7 @@ func (a *agent) startRASPoll(ctx context.Context, g *errgroup.Group) {
 // driver it stays off.
 func (a *agent) startGPUSampling(ctx context.Context, g *errgroup.Group) {
 	tel := observe.NewTelemetry(time.Now)
-	a.hub.tel = tel
+	a.hub.SetTelemetry(tel)
 	nv, err := openNVML()
 	if err != nil {
 		a.log.Info("GPU sampling off", "err", err)
@@ -53,10 +51,10 @@ func (a *agent) startGPUSampling(ctx context.Context, g *errgroup.Group) {
 	tel.GPUs = observe.NewGPUSampler(nv, a.host, time.Now, a.log, func(msg string) {
 		a.stderr.writeLine("gotrain: warning: ", []byte(msg))
 		a.log.Info("GPU warning", "msg", msg)
-	}, a.hub.rankOfGPU)
+	}, a.hub.RankOfGPU)
 	g.Go(func() error {
 		defer nv.Close()
-		tel.GPUs.Run(ctx, a.hub.usedGPUs)
+		tel.GPUs.Run(ctx, a.hub.UsedGPUs)
 		return nil
 	})
 }

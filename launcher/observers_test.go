@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/launcher/relay"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -35,15 +36,15 @@ func TestGPUSamplingOffWithoutDriver(t *testing.T) {
 	t.Cleanup(func() { openNVML = old })
 	coord := &reportCatcher{}
 	a := &agent{log: slog.New(slog.DiscardHandler), host: "h"}
-	a.hub = newHub(a.log, coord, "node-1")
+	a.hub = relay.NewHub(a.log, coord, "node-1")
 	var g errgroup.Group
 	a.startGPUSampling(t.Context(), &g)
 	defer g.Wait()
-	if a.hub.tel == nil || a.hub.tel.GPUs != nil {
-		t.Fatalf("telemetry = %+v, want one without a GPU sampler", a.hub.tel)
+	if tel := a.hub.Telemetry(); tel == nil || tel.GPUs != nil {
+		t.Fatalf("telemetry = %+v, want one without a GPU sampler", a.hub.Telemetry())
 	}
-	a.hub.started(0, 0, 0, 0)
-	a.hub.flush(t.Context())
+	a.hub.Started(0, 0, 0, 0)
+	a.hub.Flush(t.Context())
 	if len(coord.reqs) != 1 || coord.reqs[0].GetRanks()[0].GetGpu() != nil {
 		t.Errorf("reports = %v, want one without a GPU sample", coord.reqs)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/supervise"
 )
 
@@ -33,7 +34,7 @@ type workerSpec struct {
 	logDir     string // "" for no log file
 	// logTrouble warns once when a log file cannot be opened or written.
 	logTrouble *logTrouble
-	// standby: a hot standby for local slot `slot` (standby.go): no rank
+	// standby: a hot standby for local slot `slot` (relay/standby.go): no rank
 	// yet, its output under "[standby N] ", no log file until it has a rank.
 	standby bool
 	slot    int
@@ -53,7 +54,7 @@ type workerProc struct {
 	// who is what the process is now, gpu the GPU whose CPUs it is pinned
 	// to (-1: none); only the registry's lifecycle steps set them
 	// (registry.go).
-	who    startedProc
+	who    relay.Proc
 	gpu    int
 	proc   *supervise.Proc
 	stderr *tail

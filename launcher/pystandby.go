@@ -18,6 +18,7 @@ import (
 
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/relay"
 )
 
 // Python hot standbys, the shell's half (the machine decides: agentcore,
@@ -178,8 +179,8 @@ func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event
 	}
 	p.py = &pyLink{conn: conn}
 	a.log.Info("python standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
-	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot, local: act.Slot}, act.GPU, observe.Evidence{})
-	stream := a.links.next()
+	a.adopt(act.Proc, p, relay.Proc{Standby: true, Slot: act.Slot, Local: act.Slot}, act.GPU, observe.Evidence{})
+	stream := a.links.Next()
 	a.waits.Add(1)
 	go func() {
 		defer a.waits.Done()

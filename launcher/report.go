@@ -4,9 +4,12 @@ import (
 	"context"
 	"time"
 
+	"fmt"
+	"github.com/gotrain/gotrain/launcher/observe"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"strings"
 )
 
 // reportTimeoutExit bounds one ReportWorkerExit call.
@@ -35,7 +38,7 @@ func (a *agent) sendReports(ctx context.Context) {
 			return
 		case req := <-a.reports:
 			if !req.GetParked() {
-				a.hub.flush(ctx)
+				a.hub.Flush(ctx)
 			}
 			a.sendReport(ctx, req)
 		}
@@ -63,4 +66,59 @@ func (a *agent) sendReport(ctx context.Context, req *gotrainv1.ReportWorkerExitR
 		case <-time.After(rewatchEvery):
 		}
 	}
+}
+
+// onHang prints the verdict and, when it names ranks, queues the request
+// for the evidence collector, so that the loop never waits for evidence.
+func (a *agent) onHang(req *gotrainv1.EvidenceRequest) {
+	v := req.GetVerdict()
+	fmt.Fprint(a.cfg.Stderr, formatVerdictLog(v))
+	a.log.Info("hang detected", "verdict", v.GetKind(), "comm", v.GetComm(), "seq", v.GetCollective().GetSeq(), "summary", v.GetSummary())
+	if len(req.GetRanks()) == 0 {
+		return
+	}
+	select {
+	case a.hangs <- req:
+	default:
+		a.log.Warn("evidence collector busy; skipping a verdict's evidence", "request", req.GetRequestId())
+	}
+}
+
+// collectEvidence gathers and reports evidence for the queued verdicts, for
+// the ranks named that run here, until ctx ends.
+func (a *agent) collectEvidence(ctx context.Context) {
+	for {
+		var req *gotrainv1.EvidenceRequest
+		select {
+		case <-ctx.Done():
+			return
+		case req = <-a.hangs:
+		}
+		ev := a.hub.Collect(ctx, req, a.cfg.LogDir)
+		if a.cfg.Backend == "nccl" {
+			ev = append(ev, observe.RASEvidence(ctx, req.GetRanks()[0], a.cfg.Env))
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if _, err := a.coord.ReportEvidence(rctx, &gotrainv1.ReportEvidenceRequest{NodeId: a.nodeID, RequestId: req.GetRequestId(), Evidence: ev}); err != nil {
+			a.log.Warn("report evidence", "err", err)
+		}
+		cancel()
+	}
+}
+
+// formatVerdictLog is what the agent prints when the detector fires.
+func formatVerdictLog(v *gotrainv1.HangVerdict) string {
+	var b strings.Builder
+	what := "hang detected"
+	if v.GetKind() == "straggler" {
+		what = "straggler"
+	}
+	fmt.Fprintf(&b, "gotrain: %s (%s, generation %d): %s\n", what, v.GetKind(), v.GetGeneration(), v.GetSummary())
+	for _, d := range v.GetDetails() {
+		fmt.Fprintf(&b, "gotrain:   %s\n", d)
+	}
+	if v.GetKind() != "straggler" {
+		b.WriteString("gotrain:   run `gotrain diagnose` for every rank and the culprits' stacks\n")
+	}
+	return b.String()
 }

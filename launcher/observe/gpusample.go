@@ -16,7 +16,7 @@ import (
 // GPU sampling: once a second the agent asks NVML about every GPU its ranks
 // use (utilisation, memory, power, temperature, SM clock, throttle reasons)
 // and drains the driver's XID events. The latest sample of a rank's GPU goes
-// out with the rank's progress (hub.batch), so the coordinator, `gotrain top`
+// out with the rank's progress (the relay's Hub.batch), so the coordinator, `gotrain top`
 // and /metrics see it. Thermal or power throttling and XID errors are
 // printed as warnings naming the rank, host and GPU, at most once per
 // throttleWarnEvery (throttling) or xidWarnEvery (per XID code) for each GPU.

@@ -23,7 +23,7 @@ import (
 // started is read from NCCL's RAS service on this node: every rasEvery the
 // poller asks RAS for the job's communicators (JSON, or text where NCCL has
 // no JSON), a ncclras.Tracker turns the launch counts into entered /
-// completed / pending per rank, and hub.batch puts them into the rank's
+// completed / pending per rank, and the relay's Hub.batch puts them into the rank's
 // RankProgress (comms_source "nccl-ras"), so the coordinator's detector
 // judges them like any other rank.
 //
@@ -55,6 +55,9 @@ const (
 	rasQueryTimeout = 5 * time.Second
 	rasCollTimeout  = 2 * time.Second
 )
+
+// MaxEvidenceBytes bounds one piece of a hang's evidence.
+const MaxEvidenceBytes = 256 << 10
 
 // CommsSourceRAS marks progress derived from NCCL RAS reports.
 const CommsSourceRAS = "nccl-ras"
@@ -324,7 +327,7 @@ func rasCommProgress(hash string, rv ncclras.RankView) *gotrainv1.CommProgress {
 }
 
 // Annotate adds what RAS says about an unattached rank to its report.
-// Called by hub.batch with the hub's lock held.
+// Called by the relay's Hub.batch with the hub's lock held.
 func (p *RASPoller) Annotate(gen int64, rank int, rp *gotrainv1.RankProgress) {
 	if p == nil {
 		return
@@ -371,4 +374,26 @@ func isLocalAddr(host string) bool {
 		}
 	}
 	return false
+}
+
+// RASEvidence asks NCCL's RAS service on this node how NCCL sees the job:
+// dead or missing ranks, communicators whose ranks disagree, errors.
+func RASEvidence(ctx context.Context, rank int32, env []string) *gotrainv1.Evidence {
+	addr := RASAddr(env)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ev := &gotrainv1.Evidence{Rank: rank, Kind: "nccl-ras"}
+	rep, err := ncclras.Query(ctx, addr, ncclras.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		ev.Kind, ev.Text = "error", fmt.Sprintf("NCCL RAS: %v", err)
+		return ev
+	}
+	ev.Text = rep.Raw
+	if len(rep.Problems) > 0 {
+		ev.Text = "problems NCCL reports:\n  " + strings.Join(rep.Problems, "\n  ") + "\n\n" + rep.Raw
+	}
+	if len(ev.Text) > MaxEvidenceBytes {
+		ev.Text = ev.Text[:MaxEvidenceBytes] + "\n... (truncated)"
+	}
+	return ev
 }

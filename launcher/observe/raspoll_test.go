@@ -109,7 +109,7 @@ func testPoller(t *testing.T, addr string, src RASSource, log *bytes.Buffer) (*R
 	return p, &now
 }
 
-// report is what hub.batch would send for rank r, in a stable text form.
+// report is what the relay's Hub.batch would send for rank r, in a stable text form.
 func report(p *RASPoller, r int) string {
 	rp := &gotrainv1.RankProgress{Rank: int32(r)}
 	p.Annotate(0, r, rp)

@@ -16,7 +16,7 @@ import (
 // The agent puts package torchhook's sitecustomize on its workers'
 // PYTHONPATH with a records directory beside its socket; a PyTorch rank
 // on a gloo default group keeps its collective counts in DIR/PID.progress.
-// Each progress report (hub.batch) reads the records and gives every
+// Each progress report (the relay's Hub.batch) reads the records and gives every
 // unattached rank whose process (the worker or a descendant of it) keeps
 // one its comm torchhook.Comm (comms_source "torch-hook"), so the
 // coordinator's detector judges a gloo rank that stops calling collectives

@@ -1,6 +1,11 @@
-package launcher
+package relay
 
-import "github.com/gotrain/gotrain/internal/connguard"
+import (
+	"log/slog"
+	"net"
+
+	"github.com/gotrain/gotrain/internal/connguard"
+)
 
 // maxAgentSocketConns bounds the connections to the agent's socket (issue
 // 24, item 4): only the agent's user reaches it (a 0700 directory,
@@ -11,3 +16,12 @@ import "github.com/gotrain/gotrain/internal/connguard"
 const maxAgentSocketConns = 4096
 
 var agentSocketLimits = connguard.Limits{Authenticated: maxAgentSocketConns}
+
+// Listen listens on the agent's socket at path, within its bounds.
+func Listen(path string, log *slog.Logger) (net.Listener, error) {
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	return connguard.Listen(lis, "the agent's socket", agentSocketLimits, log), nil
+}

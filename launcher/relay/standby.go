@@ -1,15 +1,13 @@
-package launcher
+package relay
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/gotrain/gotrain/internal/procstat"
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -42,33 +40,10 @@ import (
 // ranks run (MeasureMemory), and keeps none, with one warning, when their
 // RSS once more does not fit in MemAvailable with room to spare.
 
-// StandbyMode says when the agent keeps hot standbys (agentcore.StandbyMode).
-type StandbyMode = agentcore.StandbyMode
-
-const (
-	StandbyOff  = agentcore.StandbyOff
-	StandbyOn   = agentcore.StandbyOn
-	StandbyAuto = agentcore.StandbyAuto
-)
-
-// ParseStandbyMode reads --standby's value: on, off or auto (true and false
-// too, for the bare flag).
-func ParseStandbyMode(s string) (StandbyMode, error) {
-	switch s {
-	case "on", "true":
-		return StandbyOn, nil
-	case "off", "false":
-		return StandbyOff, nil
-	case "auto":
-		return StandbyAuto, nil
-	}
-	return "", fmt.Errorf("--standby %q: want on, off or auto", s)
-}
-
-// standbyLinks are the open streams of standbys, by pid: the relay's
-// Attach handlers register them and wait for the machine's verdict on the
-// hello; the loop answers and sends assignments through them.
-type standbyLinks struct {
+// Standbys are the open streams of standbys, by pid: the relay's Attach
+// handlers register them and wait for the machine's verdict on the hello;
+// the agent's loop answers and sends assignments through them.
+type Standbys struct {
 	mu      sync.Mutex
 	links   map[int]*standbyLink
 	streams uint64 // the last stream number given out
@@ -80,9 +55,10 @@ type standbyLink struct {
 	send    chan *gotrainv1.AgentMessage // the assignment
 }
 
-func newStandbyLinks() *standbyLinks { return &standbyLinks{links: map[int]*standbyLink{}} }
+// NewStandbys returns a table of no standby.
+func NewStandbys() *Standbys { return &Standbys{links: map[int]*standbyLink{}} }
 
-func (l *standbyLinks) add(pid int) *standbyLink {
+func (l *Standbys) add(pid int) *standbyLink {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.streams++
@@ -91,15 +67,15 @@ func (l *standbyLinks) add(pid int) *standbyLink {
 	return sl
 }
 
-// next numbers a stream that is no gRPC stream (a Python standby's socket).
-func (l *standbyLinks) next() uint64 {
+// Next numbers a stream that is no gRPC stream (a Python standby's socket).
+func (l *Standbys) Next() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.streams++
 	return l.streams
 }
 
-func (l *standbyLinks) remove(pid int, sl *standbyLink) {
+func (l *Standbys) remove(pid int, sl *standbyLink) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.links[pid] == sl {
@@ -107,14 +83,14 @@ func (l *standbyLinks) remove(pid int, sl *standbyLink) {
 	}
 }
 
-func (l *standbyLinks) get(pid int) *standbyLink {
+func (l *Standbys) get(pid int) *standbyLink {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.links[pid]
 }
 
-// verdict answers pid's hello.
-func (l *standbyLinks) verdict(pid int, err error) {
+// Verdict answers pid's hello.
+func (l *Standbys) Verdict(pid int, err error) {
 	if sl := l.get(pid); sl != nil {
 		select {
 		case sl.verdict <- err:
@@ -123,8 +99,8 @@ func (l *standbyLinks) verdict(pid int, err error) {
 	}
 }
 
-// send hands m to pid's stream; false when it has none or it is full.
-func (l *standbyLinks) send(pid int, m *gotrainv1.AgentMessage) bool {
+// Send hands m to pid's stream; false when it has none or it is full.
+func (l *Standbys) Send(pid int, m *gotrainv1.AgentMessage) bool {
 	sl := l.get(pid)
 	if sl == nil {
 		return false
@@ -140,13 +116,12 @@ func (l *standbyLinks) send(pid int, m *gotrainv1.AgentMessage) bool {
 // standbyAttach serves a standby's Attach stream: the machine makes the
 // standby ready (or refuses it), and the stream carries its assignment
 // when a rank takes it.
-func (r *relay) standbyAttach(stream gotrainv1.Agent_AttachServer, hello *gotrainv1.WorkerHello) error {
-	a := r.agent
+func (r *Server) standbyAttach(stream gotrainv1.Agent_AttachServer, hello *gotrainv1.WorkerHello) error {
 	slot, pid := int(hello.GetStandbySlot()), int(hello.GetPid())
-	sl := a.links.add(pid)
-	defer a.links.remove(pid, sl)
+	sl := r.Standbys.add(pid)
+	defer r.Standbys.remove(pid, sl)
 	ctx := stream.Context()
-	a.post(agentcore.StandbyHello{Slot: slot, Pid: pid, Stream: sl.stream})
+	r.Post(agentcore.StandbyHello{Slot: slot, Pid: pid, Stream: sl.stream})
 	select {
 	case err := <-sl.verdict:
 		if err != nil {
@@ -154,7 +129,7 @@ func (r *relay) standbyAttach(stream gotrainv1.Agent_AttachServer, hello *gotrai
 		}
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-a.loopDone:
+	case <-r.LoopDone:
 		return status.Error(codes.Unavailable, "attach: the agent is stopping")
 	}
 	recvErr := make(chan error, 1)
@@ -178,28 +153,13 @@ func (r *relay) standbyAttach(stream gotrainv1.Agent_AttachServer, hello *gotrai
 		}
 		return nil
 	case err := <-recvErr:
-		a.post(agentcore.StandbyDetached{Slot: slot, Pid: pid, Stream: sl.stream})
+		r.Post(agentcore.StandbyDetached{Slot: slot, Pid: pid, Stream: sl.stream})
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		return err
 	case <-ctx.Done():
-		a.post(agentcore.StandbyDetached{Slot: slot, Pid: pid, Stream: sl.stream})
+		r.Post(agentcore.StandbyDetached{Slot: slot, Pid: pid, Stream: sl.stream})
 		return ctx.Err()
 	}
-}
-
-// measureMemory answers the machine's MeasureMemory (asked before the
-// first standbys under --standby auto) from /proc: a rank whose RSS cannot
-// be read (it is exiting) counts 0.
-func measureMemory(pids []int) agentcore.MemoryMeasured {
-	avail, total, err := procstat.MemInfo()
-	if err != nil {
-		return agentcore.MemoryMeasured{Err: err.Error()}
-	}
-	ev := agentcore.MemoryMeasured{Available: avail, Total: total, RSS: make([]uint64, len(pids))}
-	for i, pid := range pids {
-		ev.RSS[i], _ = procstat.RSS(pid)
-	}
-	return ev
 }

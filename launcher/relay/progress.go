@@ -1,4 +1,4 @@
-package launcher
+package relay
 
 import (
 	"context"
@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/gpuinfo"
-	"github.com/gotrain/gotrain/internal/ncclras"
 	"github.com/gotrain/gotrain/launcher/observe"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -46,12 +45,10 @@ const (
 	reportTimeout = 3 * time.Second
 	// stacksTimeout bounds how long a worker gets to send its stacks.
 	stacksTimeout = 3 * time.Second
-	// maxEvidenceBytes bounds one piece of evidence.
-	maxEvidenceBytes = 256 << 10
 )
 
-// hub holds the latest progress of this node's ranks.
-type hub struct {
+// Hub holds the latest progress of this node's ranks.
+type Hub struct {
 	log    *slog.Logger
 	coord  gotrainv1.CoordinatorClient
 	nodeID string
@@ -72,8 +69,64 @@ type hub struct {
 	contactErr  error
 	// onAttach and onDetach, when set, are called (without mu) after a
 	// worker said hello (again) and after its stream ended.
-	onAttach func(w *attachedWorker, recoverable bool)
-	onDetach func(w *attachedWorker)
+	onAttach func(pid, rank int, gen int64, recoverable bool)
+	onDetach func(pid int)
+}
+
+// Notify sets what the hub calls (without its lock) after a worker said
+// hello (again), and after its stream ended.
+func (h *Hub) Notify(onAttach func(pid, rank int, gen int64, recoverable bool), onDetach func(pid int)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.onAttach, h.onDetach = onAttach, onDetach
+}
+
+// SetTelemetry, SetRAS and SetTorch give the hub the observers whose
+// annotations its reports carry (package observe); nil: none.
+func (h *Hub) SetTelemetry(t *observe.Telemetry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tel = t
+}
+
+func (h *Hub) SetRAS(p *observe.RASPoller) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ras = p
+}
+
+func (h *Hub) SetTorch(tp *observe.TorchProgress) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.torch = tp
+}
+
+// Torch is the PyTorch hook's view SetTorch gave; nil: none.
+func (h *Hub) Torch() *observe.TorchProgress {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.torch
+}
+
+// RAS is the NCCL RAS poller SetRAS gave; nil: none.
+func (h *Hub) RAS() *observe.RASPoller {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ras
+}
+
+// Telemetry is the telemetry SetTelemetry gave; nil: none.
+func (h *Hub) Telemetry() *observe.Telemetry {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.tel
+}
+
+// AnsweredSince says whether the coordinator answered a heartbeat after t.
+func (h *Hub) AnsweredSince(t time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lastContact.After(t)
 }
 
 // rankSlot is one local rank of the current generation.
@@ -97,13 +150,14 @@ type attachedWorker struct {
 	recoverable bool
 }
 
-func newHub(log *slog.Logger, coord gotrainv1.CoordinatorClient, nodeID string) *hub {
-	return &hub{log: log, coord: coord, nodeID: nodeID, ranks: map[int]*rankSlot{}, streams: map[int]*attachedWorker{}}
+// NewHub returns the hub of node nodeID, which reports to coord.
+func NewHub(log *slog.Logger, coord gotrainv1.CoordinatorClient, nodeID string) *Hub {
+	return &Hub{log: log, coord: coord, nodeID: nodeID, ranks: map[int]*rankSlot{}, streams: map[int]*attachedWorker{}}
 }
 
-// started records a worker of generation gen; a new generation forgets the
+// Started records a worker of generation gen; a new generation forgets the
 // old one's ranks.
-func (h *hub) started(gen int64, rank, pid, gpu int) {
+func (h *Hub) Started(gen int64, rank, pid, gpu int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if gen != h.gen {
@@ -113,9 +167,9 @@ func (h *hub) started(gen int64, rank, pid, gpu int) {
 	h.tel.Started(gen, rank)
 }
 
-// exited records that process pid, rank's worker in generation gen, ended
+// Exited records that process pid, rank's worker in generation gen, ended
 // (a process that rank's slot no longer names changes nothing).
-func (h *hub) exited(gen int64, rank, pid int) {
+func (h *Hub) Exited(gen int64, rank, pid int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s := h.ranks[rank]; s != nil && gen == h.gen && s.pid == pid {
@@ -124,7 +178,7 @@ func (h *hub) exited(gen int64, rank, pid int) {
 }
 
 // attach registers a worker's stream.
-func (h *hub) attach(hello *gotrainv1.WorkerHello) *attachedWorker {
+func (h *Hub) attach(hello *gotrainv1.WorkerHello) *attachedWorker {
 	w := &attachedWorker{rank: int(hello.GetRank()), pid: int(hello.GetPid()), gen: hello.GetGeneration(),
 		out: make(chan *gotrainv1.AgentMessage, 8), stacks: map[int64]chan string{}, recoverable: hello.GetRecoverable()}
 	h.mu.Lock()
@@ -135,12 +189,12 @@ func (h *hub) attach(hello *gotrainv1.WorkerHello) *attachedWorker {
 	notify := h.onAttach
 	h.mu.Unlock()
 	if notify != nil {
-		notify(w, w.recoverable)
+		notify(w.pid, w.rank, w.gen, w.recoverable)
 	}
 	return w
 }
 
-func (h *hub) detach(w *attachedWorker) {
+func (h *Hub) detach(w *attachedWorker) {
 	h.mu.Lock()
 	if s := h.ranks[w.rank]; s != nil && s.worker == w {
 		s.worker = nil
@@ -155,11 +209,11 @@ func (h *hub) detach(w *attachedWorker) {
 	notify := h.onDetach
 	h.mu.Unlock()
 	if notify != nil {
-		notify(w)
+		notify(w.pid)
 	}
 }
 
-func (h *hub) progress(w *attachedWorker, p *gotrainv1.RankProgress) {
+func (h *Hub) progress(w *attachedWorker, p *gotrainv1.RankProgress) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s := h.ranks[w.rank]; s != nil && h.gen == w.gen && p.GetGeneration() == w.gen {
@@ -171,7 +225,7 @@ func (h *hub) progress(w *attachedWorker, p *gotrainv1.RankProgress) {
 	}
 }
 
-func (h *hub) stacksArrived(w *attachedWorker, d *gotrainv1.StackDump) {
+func (h *Hub) stacksArrived(w *attachedWorker, d *gotrainv1.StackDump) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if ch, ok := w.stacks[d.GetRequestId()]; ok {
@@ -181,7 +235,7 @@ func (h *hub) stacksArrived(w *attachedWorker, d *gotrainv1.StackDump) {
 }
 
 // Attach serves a worker's control stream; see package worker.
-func (r *relay) Attach(stream gotrainv1.Agent_AttachServer) error {
+func (r *Server) Attach(stream gotrainv1.Agent_AttachServer) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -196,11 +250,11 @@ func (r *relay) Attach(stream gotrainv1.Agent_AttachServer) error {
 	if hello.GetStandby() {
 		return r.standbyAttach(stream, hello) // standby.go
 	}
-	if r.hub == nil {
+	if r.Hub == nil {
 		return status.Error(codes.Unavailable, "attach: this agent keeps no progress")
 	}
-	w := r.hub.attach(hello)
-	defer r.hub.detach(w)
+	w := r.Hub.attach(hello)
+	defer r.Hub.detach(w)
 	ctx := stream.Context()
 	sendDone := make(chan struct{})
 	defer func() { <-sendDone }()
@@ -229,17 +283,17 @@ func (r *relay) Attach(stream gotrainv1.Agent_AttachServer) error {
 		}
 		switch msg := m.GetMsg().(type) {
 		case *gotrainv1.WorkerMessage_Progress:
-			r.hub.progress(w, msg.Progress)
+			r.Hub.progress(w, msg.Progress)
 		case *gotrainv1.WorkerMessage_Stacks:
-			r.hub.stacksArrived(w, msg.Stacks)
+			r.Hub.stacksArrived(w, msg.Stacks)
 		case *gotrainv1.WorkerMessage_Hello:
-			r.hub.rehello(w, msg.Hello) // recover.go
+			r.Hub.rehello(w, msg.Hello) // recover.go
 		}
 	}
 }
 
 // batch builds this node's report: every rank of the current generation.
-func (h *hub) batch() *gotrainv1.ReportProgressRequest {
+func (h *Hub) batch() *gotrainv1.ReportProgressRequest {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	req := &gotrainv1.ReportProgressRequest{NodeId: h.nodeID}
@@ -274,7 +328,7 @@ func (h *hub) batch() *gotrainv1.ReportProgressRequest {
 
 // unattachedLocked returns the worker pids of the ranks that run and do
 // not report through the worker library, by rank.
-func (h *hub) unattachedLocked() map[int]int {
+func (h *Hub) unattachedLocked() map[int]int {
 	out := map[int]int{}
 	for r, s := range h.ranks {
 		if s.progress == nil && !s.exited && s.pid > 0 {
@@ -292,8 +346,8 @@ func cloneProgress(p *gotrainv1.RankProgress) *gotrainv1.RankProgress {
 	return c
 }
 
-// flush sends the ranks' progress now.
-func (h *hub) flush(ctx context.Context) {
+// Flush sends the ranks' progress now.
+func (h *Hub) Flush(ctx context.Context) {
 	h.sendMu.Lock()
 	defer h.sendMu.Unlock()
 	// Sent also without ranks: the coordinator takes the report as this
@@ -315,10 +369,10 @@ func (h *hub) flush(ctx context.Context) {
 	}
 }
 
-// silence returns how long the coordinator has not answered this node's
+// Silence returns how long the coordinator has not answered this node's
 // progress reports (0 while it does, or before the first answer), and the
 // last error.
-func (h *hub) silence(now time.Time) (time.Duration, error) {
+func (h *Hub) Silence(now time.Time) (time.Duration, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.lastContact.IsZero() || h.contactErr == nil {
@@ -327,8 +381,8 @@ func (h *hub) silence(now time.Time) (time.Duration, error) {
 	return now.Sub(h.lastContact), h.contactErr
 }
 
-// report sends the ranks' progress once a second until ctx ends.
-func (h *hub) report(ctx context.Context) {
+// Report sends the ranks' progress once a second until ctx ends.
+func (h *Hub) Report(ctx context.Context) {
 	t := time.NewTicker(reportEvery)
 	defer t.Stop()
 	for {
@@ -336,7 +390,7 @@ func (h *hub) report(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			h.flush(ctx)
+			h.Flush(ctx)
 		}
 	}
 }
@@ -350,63 +404,8 @@ func procState(pid int) string {
 	return ""
 }
 
-// onHang prints the verdict and, when it names ranks, queues the request
-// for the evidence collector, so that the loop never waits for evidence.
-func (a *agent) onHang(req *gotrainv1.EvidenceRequest) {
-	v := req.GetVerdict()
-	fmt.Fprint(a.cfg.Stderr, formatVerdictLog(v))
-	a.log.Info("hang detected", "verdict", v.GetKind(), "comm", v.GetComm(), "seq", v.GetCollective().GetSeq(), "summary", v.GetSummary())
-	if len(req.GetRanks()) == 0 {
-		return
-	}
-	select {
-	case a.hangs <- req:
-	default:
-		a.log.Warn("evidence collector busy; skipping a verdict's evidence", "request", req.GetRequestId())
-	}
-}
-
-// collectEvidence gathers and reports evidence for the queued verdicts, for
-// the ranks named that run here, until ctx ends.
-func (a *agent) collectEvidence(ctx context.Context) {
-	for {
-		var req *gotrainv1.EvidenceRequest
-		select {
-		case <-ctx.Done():
-			return
-		case req = <-a.hangs:
-		}
-		ev := a.hub.collect(ctx, req, a.cfg.LogDir)
-		if a.cfg.Backend == "nccl" {
-			ev = append(ev, rasEvidence(ctx, req.GetRanks()[0], a.cfg.Env))
-		}
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if _, err := a.coord.ReportEvidence(rctx, &gotrainv1.ReportEvidenceRequest{NodeId: a.nodeID, RequestId: req.GetRequestId(), Evidence: ev}); err != nil {
-			a.log.Warn("report evidence", "err", err)
-		}
-		cancel()
-	}
-}
-
-// formatVerdictLog is what the agent prints when the detector fires.
-func formatVerdictLog(v *gotrainv1.HangVerdict) string {
-	var b strings.Builder
-	what := "hang detected"
-	if v.GetKind() == "straggler" {
-		what = "straggler"
-	}
-	fmt.Fprintf(&b, "gotrain: %s (%s, generation %d): %s\n", what, v.GetKind(), v.GetGeneration(), v.GetSummary())
-	for _, d := range v.GetDetails() {
-		fmt.Fprintf(&b, "gotrain:   %s\n", d)
-	}
-	if v.GetKind() != "straggler" {
-		b.WriteString("gotrain:   run `gotrain diagnose` for every rank and the culprits' stacks\n")
-	}
-	return b.String()
-}
-
-// collect gathers evidence about the requested ranks of this node.
-func (h *hub) collect(ctx context.Context, req *gotrainv1.EvidenceRequest, logDir string) []*gotrainv1.Evidence {
+// Collect gathers evidence about the requested ranks of this node.
+func (h *Hub) Collect(ctx context.Context, req *gotrainv1.EvidenceRequest, logDir string) []*gotrainv1.Evidence {
 	var out []*gotrainv1.Evidence
 	for _, r := range req.GetRanks() {
 		h.mu.Lock()
@@ -422,8 +421,8 @@ func (h *hub) collect(ctx context.Context, req *gotrainv1.EvidenceRequest, logDi
 		}
 		var ev []*gotrainv1.Evidence
 		add := func(kind, text string) {
-			if len(text) > maxEvidenceBytes {
-				text = text[:maxEvidenceBytes] + "\n... (truncated)"
+			if len(text) > observe.MaxEvidenceBytes {
+				text = text[:observe.MaxEvidenceBytes] + "\n... (truncated)"
 			}
 			ev = append(ev, &gotrainv1.Evidence{Rank: r, Pid: int32(pid), Kind: kind, Text: text})
 		}
@@ -451,7 +450,7 @@ func (h *hub) collect(ctx context.Context, req *gotrainv1.EvidenceRequest, logDi
 }
 
 // stacks asks an attached worker for its goroutine stacks.
-func (h *hub) stacks(ctx context.Context, w *attachedWorker, verdict int64) (string, error) {
+func (h *Hub) stacks(ctx context.Context, w *attachedWorker, verdict int64) (string, error) {
 	ch := make(chan string, 1)
 	h.mu.Lock()
 	h.nextReq++
@@ -545,33 +544,11 @@ func writeEvidenceFile(dir string, req *gotrainv1.EvidenceRequest, rank int32, e
 	_ = os.WriteFile(name, []byte(b.String()), 0o644)
 }
 
-// rasEvidence asks NCCL's RAS service on this node how NCCL sees the job:
-// dead or missing ranks, communicators whose ranks disagree, errors.
-func rasEvidence(ctx context.Context, rank int32, env []string) *gotrainv1.Evidence {
-	addr := observe.RASAddr(env)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ev := &gotrainv1.Evidence{Rank: rank, Kind: "nccl-ras"}
-	rep, err := ncclras.Query(ctx, addr, ncclras.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		ev.Kind, ev.Text = "error", fmt.Sprintf("NCCL RAS: %v", err)
-		return ev
-	}
-	ev.Text = rep.Raw
-	if len(rep.Problems) > 0 {
-		ev.Text = "problems NCCL reports:\n  " + strings.Join(rep.Problems, "\n  ") + "\n\n" + rep.Raw
-	}
-	if len(ev.Text) > maxEvidenceBytes {
-		ev.Text = ev.Text[:maxEvidenceBytes] + "\n... (truncated)"
-	}
-	return ev
-}
-
-var _ observe.RASSource = (*hub)(nil)
+var _ observe.RASSource = (*Hub)(nil)
 
 // RASRanks lists the local ranks of the current generation for the NCCL
 // RAS poller (observe/raspoll.go).
-func (h *hub) RASRanks() (int64, []observe.RASRank) {
+func (h *Hub) RASRanks() (int64, []observe.RASRank) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make([]observe.RASRank, 0, len(h.ranks))
@@ -582,8 +559,8 @@ func (h *hub) RASRanks() (int64, []observe.RASRank) {
 	return h.gen, out
 }
 
-// rankOfGPU returns the rank of the current generation that uses GPU gpu.
-func (h *hub) rankOfGPU(gpu int) (int, bool) {
+// RankOfGPU returns the rank of the current generation that uses GPU gpu.
+func (h *Hub) RankOfGPU(gpu int) (int, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	best, found := 0, false
@@ -595,8 +572,8 @@ func (h *hub) rankOfGPU(gpu int) (int, bool) {
 	return best, found
 }
 
-// usedGPUs returns the GPUs the current generation's ranks use, ascending.
-func (h *hub) usedGPUs() []int {
+// UsedGPUs returns the GPUs the current generation's ranks use, ascending.
+func (h *Hub) UsedGPUs() []int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []int

@@ -1,4 +1,4 @@
-package launcher
+package relay
 
 import (
 	"fmt"
@@ -19,9 +19,9 @@ import (
 
 const socketDirPrefix = "gotrain-agent-"
 
-// makeSocketDir cleans up after agents that are gone and makes this
+// MakeSocketDir cleans up after agents that are gone and makes this
 // agent's socket directory.
-func makeSocketDir(log *slog.Logger) (string, error) {
+func MakeSocketDir(log *slog.Logger) (string, error) {
 	cleanSocketDirs(os.TempDir(), log)
 	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", socketDirPrefix, os.Getpid()))
 	if err != nil {

@@ -1,4 +1,4 @@
-package launcher
+package relay
 
 import (
 	"log/slog"
@@ -60,7 +60,7 @@ func TestSocketDirsOfGoneAgentsRemoved(t *testing.T) {
 // The agent's own socket dir is private and carries its pid.
 func TestMakeSocketDir(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
-	dir, err := makeSocketDir(slog.New(slog.DiscardHandler))
+	dir, err := MakeSocketDir(slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package launcher
+package relay
 
 import (
 	"context"
@@ -37,29 +37,29 @@ import (
 // Anything else is refused with PermissionDenied, saying what did not
 // match, and logged.
 
-// startedProc is what the agent started as one process: a rank's worker of
-// a generation, or the standby of a slot.
-type startedProc struct {
-	rank    int
-	local   int // local rank (the output's filters: output.go)
-	gen     int64
-	standby bool
-	slot    int
+// Proc is what the agent started as one process: a rank's worker of a
+// generation, or the standby of a slot.
+type Proc struct {
+	Rank    int
+	Local   int // local rank (the output's filters)
+	Gen     int64
+	Standby bool
+	Slot    int
 }
 
-func (p startedProc) String() string {
-	if p.standby {
-		return fmt.Sprintf("the standby of slot %d", p.slot)
+func (p Proc) String() string {
+	if p.Standby {
+		return fmt.Sprintf("the standby of slot %d", p.Slot)
 	}
-	return fmt.Sprintf("rank %d of generation %d", p.rank, p.gen)
+	return fmt.Sprintf("rank %d of generation %d", p.Rank, p.Gen)
 }
 
-// claims holds what every live process the agent started is, by pid. The
-// loop writes it (actions.go) before a process can say hello as what it
+// Claims holds what every live process the agent started is, by pid. The
+// agent's loop writes it before a process can say hello as what it
 // is now; the relay's Attach handlers read it.
-type claims struct {
+type Claims struct {
 	mu      sync.Mutex
-	procs   map[int]startedProc
+	procs   map[int]Proc
 	changed chan struct{} // closed and replaced on every change
 	// wait is how long a hello from a pid not (yet) known waits for the loop
 	// to record it: a process may connect before its start was recorded.
@@ -69,12 +69,13 @@ type claims struct {
 // claimWait is claims.wait's default.
 const claimWait = 5 * time.Second
 
-func newClaims() *claims {
-	return &claims{procs: map[int]startedProc{}, changed: make(chan struct{}), wait: claimWait}
+// NewClaims returns claims of no process.
+func NewClaims() *Claims {
+	return &Claims{procs: map[int]Proc{}, changed: make(chan struct{}), wait: claimWait}
 }
 
-// set records that pid is p.
-func (c *claims) set(pid int, p startedProc) {
+// Set records that pid is p.
+func (c *Claims) Set(pid int, p Proc) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.procs[pid] = p
@@ -82,8 +83,8 @@ func (c *claims) set(pid int, p startedProc) {
 	c.changed = make(chan struct{})
 }
 
-// forget drops pid once its exit was taken.
-func (c *claims) forget(pid int) {
+// Forget drops pid once its exit was taken.
+func (c *Claims) Forget(pid int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.procs, pid)
@@ -92,7 +93,7 @@ func (c *claims) forget(pid int) {
 // lookup returns what pid is: the process the agent started with that pid,
 // or, failing that, the one that leads pid's process group. It waits up to
 // c.wait for the loop to record a pid it does not know yet.
-func (c *claims) lookup(ctx context.Context, pid int) (startedProc, int, bool) {
+func (c *Claims) lookup(ctx context.Context, pid int) (Proc, int, bool) {
 	t := time.NewTimer(c.wait)
 	defer t.Stop()
 	pgid, _ := unix.Getpgid(pid)
@@ -112,11 +113,26 @@ func (c *claims) lookup(ctx context.Context, pid int) (startedProc, int, bool) {
 		select {
 		case <-changed:
 		case <-t.C:
-			return startedProc{}, 0, false
+			return Proc{}, 0, false
 		case <-ctx.Done():
-			return startedProc{}, 0, false
+			return Proc{}, 0, false
 		}
 	}
+}
+
+// AuthorizeSnapshots lets pid keep rank's snapshots if it is the worker
+// the agent started as that rank (or a process in its process group).
+func (c *Claims) AuthorizeSnapshots(ctx context.Context, pid, rank int) error {
+	p, leader, ok := c.lookup(ctx, pid)
+	switch {
+	case !ok:
+		return fmt.Errorf("pid %d is no worker of this agent", pid)
+	case p.Standby:
+		return fmt.Errorf("pid %d is %s, which has no rank yet", pid, p)
+	case p.Rank != rank:
+		return fmt.Errorf("pid %d is %s (pid %d)", pid, p, leader)
+	}
+	return nil
 }
 
 // errClaim is a hello that does not match what the agent started.
@@ -125,22 +141,22 @@ var errClaim = errors.New("attach: the hello does not match a process this agent
 // check verifies hello against the connection's peer (peerPid, 0 when the
 // platform cannot say) and what the agent started. It returns the process
 // the hello comes from.
-func (c *claims) check(ctx context.Context, hello *gotrainv1.WorkerHello, peerPid int) (startedProc, error) {
+func (c *Claims) check(ctx context.Context, hello *gotrainv1.WorkerHello, peerPid int) (Proc, error) {
 	pid := int(hello.GetPid())
 	if peerPid != 0 && pid != peerPid {
-		return startedProc{}, fmt.Errorf("%w: it claims pid %d but comes from pid %d", errClaim, pid, peerPid)
+		return Proc{}, fmt.Errorf("%w: it claims pid %d but comes from pid %d", errClaim, pid, peerPid)
 	}
 	if pid <= 0 {
-		return startedProc{}, fmt.Errorf("%w: it claims pid %d", errClaim, pid)
+		return Proc{}, fmt.Errorf("%w: it claims pid %d", errClaim, pid)
 	}
 	p, leader, ok := c.lookup(ctx, pid)
 	if !ok {
-		return startedProc{}, fmt.Errorf("%w: pid %d is no worker or standby of this agent", errClaim, pid)
+		return Proc{}, fmt.Errorf("%w: pid %d is no worker or standby of this agent", errClaim, pid)
 	}
 	switch {
-	case hello.GetStandby() && (!p.standby || int(hello.GetStandbySlot()) != p.slot):
+	case hello.GetStandby() && (!p.Standby || int(hello.GetStandbySlot()) != p.Slot):
 		return p, fmt.Errorf("%w: pid %d claims the standby of slot %d but is %s (pid %d)", errClaim, pid, hello.GetStandbySlot(), p, leader)
-	case !hello.GetStandby() && (p.standby || int(hello.GetRank()) != p.rank || hello.GetGeneration() != p.gen):
+	case !hello.GetStandby() && (p.Standby || int(hello.GetRank()) != p.Rank || hello.GetGeneration() != p.Gen):
 		return p, fmt.Errorf("%w: pid %d claims rank %d of generation %d but is %s (pid %d)", errClaim, pid, hello.GetRank(), hello.GetGeneration(), p, leader)
 	}
 	return p, nil
@@ -148,14 +164,14 @@ func (c *claims) check(ctx context.Context, hello *gotrainv1.WorkerHello, peerPi
 
 // checkHello is the relay's check of a stream's first hello: a refusal is
 // logged and returned as PermissionDenied.
-func (r *relay) checkHello(ctx context.Context, hello *gotrainv1.WorkerHello) error {
-	if r.claims == nil {
+func (r *Server) checkHello(ctx context.Context, hello *gotrainv1.WorkerHello) error {
+	if r.Claims == nil {
 		return nil
 	}
 	peerPid := peerPidOf(ctx)
-	if _, err := r.claims.check(ctx, hello, peerPid); err != nil {
-		if r.log != nil {
-			r.log.Warn("attach refused", "err", err, "peer_pid", peerPid)
+	if _, err := r.Claims.check(ctx, hello, peerPid); err != nil {
+		if r.Log != nil {
+			r.Log.Warn("attach refused", "err", err, "peer_pid", peerPid)
 		}
 		return status.Error(codes.PermissionDenied, err.Error())
 	}

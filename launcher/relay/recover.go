@@ -1,4 +1,4 @@
-package launcher
+package relay
 
 import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -12,32 +12,37 @@ import (
 // as accounted for and marks it a survivor of the next generation. Then the
 // agent hands that generation to the running process
 // (GenerationChange{started}) instead of starting a new one, so only the
-// ranks whose processes are gone start again. actions.go carries out Park
-// and Resume; this file has the hub's side.
+// ranks whose processes are gone start again. The agent
+// (launcher/actions.go) carries out Park and Resume; this file has the
+// hub's side.
 
 // rehello takes a later hello on an open stream: worker.Run sends one to say
 // the worker is recoverable.
-func (h *hub) rehello(w *attachedWorker, hello *gotrainv1.WorkerHello) {
+func (h *Hub) rehello(w *attachedWorker, hello *gotrainv1.WorkerHello) {
 	h.mu.Lock()
 	w.recoverable = hello.GetRecoverable()
 	notify := h.onAttach
 	h.mu.Unlock()
 	if notify != nil {
-		notify(w, hello.GetRecoverable())
+		notify(w.pid, w.rank, w.gen, hello.GetRecoverable())
 	}
 }
 
 // workerByPid returns the open control stream of process pid, nil when it
 // has none.
-func (h *hub) workerByPid(pid int) *attachedWorker {
+func (h *Hub) workerByPid(pid int) *attachedWorker {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.streams[pid]
 }
 
-// rebind attaches a surviving worker's stream to its rank in generation gen
-// (a survivor's rank changes when the job shrinks or grows).
-func (h *hub) rebind(gen int64, rank int, w *attachedWorker) {
+// Rebind attaches the open stream of surviving worker pid to its rank in
+// generation gen (a survivor's rank changes when the job shrinks or grows).
+func (h *Hub) Rebind(gen int64, rank, pid int) {
+	h.rebind(gen, rank, h.workerByPid(pid))
+}
+
+func (h *Hub) rebind(gen int64, rank int, w *attachedWorker) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s := h.ranks[rank]; s != nil && h.gen == gen && w != nil {
@@ -46,6 +51,17 @@ func (h *hub) rebind(gen int64, rank int, w *attachedWorker) {
 	}
 }
 
-func generationChange(gc *gotrainv1.GenerationChange) *gotrainv1.AgentMessage {
-	return &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_Generation{Generation: gc}}
+// Send sends m on process pid's control stream without waiting; it
+// reports whether it did (false when it has none, or it is full).
+func (h *Hub) Send(pid int, m *gotrainv1.AgentMessage) bool {
+	w := h.workerByPid(pid)
+	if w == nil {
+		return false
+	}
+	select {
+	case w.out <- m:
+		return true
+	default:
+		return false
+	}
 }
