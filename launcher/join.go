@@ -41,7 +41,7 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 	}
 	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
 		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),
-		AgentPid: int32(os.Getpid()), FreePort: int32(port), Gpus: a.place.joinGPUs(),
+		AgentPid: int32(os.Getpid()), FreePort: int32(port), Gpus: a.place.JoinGPUs(),
 		RanksPerGpu: int32(a.cfg.RanksPerGPU),
 	}, Settings: a.cfg.JobSettings.Given(a.cfg.JobFlagsGiven), Csr: csr, HostKey: a.hostKey}
 	if r := a.cfg.NodeRank; r != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/supervise"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -83,7 +84,7 @@ func run(ctx context.Context, cfg Config) error {
 	a := &agent{cfg: cfg, argv0: argv0, log: cfg.Logger, host: hostname(), tokenMade: tokenMade, py: py, pyCold: pyCold,
 		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr}}
 	a.logTrouble = &logTrouble{stderr: a.stderr}
-	a.place = nodePlacement(&a.cfg, a.log)
+	a.place = placement.Node(a.cfg.Backend, a.cfg.Env, a.cfg.NprocPerNode, a.cfg.Stderr, a.log)
 	a.oomFile = observe.AgentMemoryEventsFile()
 	return a.run(ctx)
 }
@@ -143,7 +144,7 @@ type agent struct {
 	nodeID      string
 	socket      string
 	sup         *supervise.Supervisor // starts and watches every process (launcher/supervise)
-	place       *placement            // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
+	place       *placement.Placement  // GPUs in NVLink order and their CPUs (launcher/placement); nil without NVML
 	hub         *relay.Hub            // the ranks' progress, reported once a second (relay/progress.go)
 	// logTrouble warns once when the log dir cannot be written (logdir.go).
 	logTrouble *logTrouble
@@ -529,7 +530,7 @@ func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
 
 // workerEnv is the environment of a worker or standby process: the base
 // environment without gotrain's variables, then vars (gotrain's), PyTorch's
-// flight recorder settings, and the GPUs' variables (WorkerGPUEnv) when
+// flight recorder settings, and the GPUs' variables (placement.WorkerGPUEnv) when
 // gpus is not empty.
 func (a *agent) workerEnv(vars []string, gpus []int) []string {
 	env := append(jobenv.Strip(a.cfg.Env), vars...)
@@ -542,8 +543,8 @@ func (a *agent) workerEnv(vars []string, gpus []int) []string {
 		env = append(env, "ROLE_NAME="+a.cfg.Role) // the last of a name wins
 	}
 	if len(gpus) > 0 {
-		env = append(env, WorkerGPUEnv(gpus)...)
-		env = append(env, multiRankEnv(a.cfg.Env, a.cfg.RanksPerGPU)...)
+		env = append(env, placement.WorkerGPUEnv(gpus)...)
+		env = append(env, placement.MultiRankEnv(a.cfg.Env, a.cfg.RanksPerGPU)...)
 	}
 	return env
 }

@@ -8,12 +8,16 @@ import (
 
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 
+	"github.com/gotrain/gotrain/internal/gpuinfo"
 	"github.com/gotrain/gotrain/launcher/observe"
 )
 
 // The agent's observers (package observe), started with its other
 // subsystems once the hub exists: they annotate the ranks' progress that
 // the hub reports.
+
+// openNVML is gpuinfo.Open; tests replace it with a fake.
+var openNVML = gpuinfo.Open
 
 // installTorchHook writes the hook into pyDir and makes its records
 // directory in dir; nil (no view) when it cannot.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/launcher/relay"
 )
 
@@ -23,9 +24,9 @@ import (
 // Only the loop's goroutine calls it (actions.go, launcher.go's feed).
 type registry struct {
 	procs  map[agentcore.ProcID]*workerProc
-	claims *relay.Claims // read by the relay's Attach handlers (relay/claims.go)
-	hub    *relay.Hub    // progress and telemetry (relay/progress.go)
-	place  *placement    // nil without NVML
+	claims *relay.Claims        // read by the relay's Attach handlers (relay/claims.go)
+	hub    *relay.Hub           // progress and telemetry (relay/progress.go)
+	place  *placement.Placement // nil without NVML
 	log    *slog.Logger
 	logDir string // "" for no log files
 	// logTrouble warns once when a log file cannot be opened.
@@ -95,7 +96,7 @@ func (r *registry) pin(p *workerProc, gpu int) {
 	if gpu == p.gpu {
 		return
 	}
-	r.place.pin(p.pid(), gpu, r.log)
+	r.place.Pin(p.pid(), gpu, r.log)
 	p.gpu = gpu
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/gotrain/gotrain/internal/kubernetes"
 	"github.com/gotrain/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/nccl"
 )
 
@@ -202,7 +203,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	gpus := launcher.FindGPUs()
+	gpus := placement.FindGPUs()
 	if err := resolveNprocWord(&cfg, opts.nprocWord, gpus, runtime.NumCPU()); err != nil { // nproc.go
 		return err
 	}
@@ -259,7 +260,7 @@ func placeLaunch(cfg *launcher.Config, pod *kubernetes.Pod, verbose bool) (*slur
 
 // checkLaunchBackend picks the backend, warns when NCCL is missing for
 // it, and checks --ranks-per-gpu and what joining the coordinator needs.
-func checkLaunchBackend(cfg *launcher.Config, gpus launcher.GPUs, step *slurm.Step) error {
+func checkLaunchBackend(cfg *launcher.Config, gpus placement.GPUs, step *slurm.Step) error {
 	if err := chooseBackend(cfg, cfg.JobFlagsGiven, gpus, func(w string) { fmt.Fprintln(os.Stderr, w) }); err != nil { // gpus.go
 		return err
 	}

@@ -1,4 +1,4 @@
-package launcher
+package placement
 
 import (
 	"fmt"
@@ -41,15 +41,15 @@ func TestPlacementOrdersAlongNVLink(t *testing.T) {
 	}
 	var order []int
 	var uuids []string
-	for _, g := range p.joinGPUs() {
+	for _, g := range p.JoinGPUs() {
 		order = append(order, int(g.GetIndex()))
 		uuids = append(uuids, g.GetUuid())
 	}
 	if want := []int{0, 2, 1, 3}; !slices.Equal(order, want) {
 		t.Errorf("order %v, want %v", order, want)
 	}
-	if uuids[1] != "GPU-2" || p.joinGPUs()[1].GetNumaNode() != 1 {
-		t.Errorf("GPU facts lost: %v", p.joinGPUs()[1])
+	if uuids[1] != "GPU-2" || p.JoinGPUs()[1].GetNumaNode() != 1 {
+		t.Errorf("GPU facts lost: %v", p.JoinGPUs()[1])
 	}
 	if !slices.Equal(p.cpus[3], []int{12, 13}) {
 		t.Errorf("GPU3 CPUs %v", p.cpus[3])
@@ -85,9 +85,9 @@ func TestNodePlacement(t *testing.T) {
 	defer func(old func() (gpuinfo.NVML, error)) { openNVML = old }(openNVML)
 	openNVML = func() (gpuinfo.NVML, error) { return f, nil }
 	var stderr strings.Builder
-	cfg := &Config{Backend: "nccl", NprocPerNode: 2, Env: []string{"NCCL_P2P_DISABLE=1"}, Stderr: &stderr}
-	p := nodePlacement(cfg, slog.New(slog.DiscardHandler))
-	if p == nil || len(p.joinGPUs()) != 2 {
+	env := []string{"NCCL_P2P_DISABLE=1"}
+	p := Node("nccl", env, 2, &stderr, slog.New(slog.DiscardHandler))
+	if p == nil || len(p.JoinGPUs()) != 2 {
 		t.Fatalf("placement %v", p)
 	}
 	if !f.Closed() {
@@ -99,19 +99,17 @@ func TestNodePlacement(t *testing.T) {
 	if g := FindGPUs(); g.N != 2 || g.How != "NVML counts 2" {
 		t.Errorf("FindGPUs = %+v", g)
 	}
-	cfg.Backend = "cpu"
-	if p := nodePlacement(cfg, slog.New(slog.DiscardHandler)); p != nil {
+	if p := Node("cpu", env, 2, &stderr, slog.New(slog.DiscardHandler)); p != nil {
 		t.Error("a CPU job got a GPU placement")
 	}
 	openNVML = func() (gpuinfo.NVML, error) { return nil, &gpuinfo.NoDriverError{Reason: "test"} }
 	if g := FindGPUs(); !hasGPUDeviceFiles() && (g.N != 0 || !strings.Contains(g.How, "no /dev/nvidia0... device files; no NVIDIA driver found (NVML: test)")) {
 		t.Errorf("FindGPUs without NVML = %+v: want none, saying why", g)
 	}
-	cfg.Backend = "nccl"
-	if p := nodePlacement(cfg, slog.New(slog.DiscardHandler)); p != nil || p.joinGPUs() != nil {
+	if p := Node("nccl", env, 2, &stderr, slog.New(slog.DiscardHandler)); p != nil || p.JoinGPUs() != nil {
 		t.Error("no NVML should give no placement")
 	}
-	p.pin(os.Getpid(), 0, slog.New(slog.DiscardHandler)) // a nil placement does nothing
+	p.Pin(os.Getpid(), 0, slog.New(slog.DiscardHandler)) // a nil placement does nothing
 }
 
 func TestWorkerGPUEnv(t *testing.T) {
@@ -143,8 +141,8 @@ func TestPin(t *testing.T) {
 	}
 	defer proc.Wait()
 	defer proc.Kill()
-	p := &placement{cpus: map[int][]int{1: {cpu}}}
-	p.pin(proc.Pid, 1, slog.New(slog.DiscardHandler))
+	p := &Placement{cpus: map[int][]int{1: {cpu}}}
+	p.Pin(proc.Pid, 1, slog.New(slog.DiscardHandler))
 	var got unix.CPUSet
 	if err := unix.SchedGetaffinity(proc.Pid, &got); err != nil {
 		t.Fatal(err)
@@ -167,8 +165,8 @@ func TestMultiRankEnv(t *testing.T) {
 		{[]string{"NCCL_MULTI_RANK_GPU_ENABLE=1"}, 2, nil},
 	}
 	for _, tt := range tests {
-		if got := multiRankEnv(tt.base, tt.perGPU); !slices.Equal(got, tt.want) {
-			t.Errorf("multiRankEnv(%q, %d) = %q, want %q", tt.base, tt.perGPU, got, tt.want)
+		if got := MultiRankEnv(tt.base, tt.perGPU); !slices.Equal(got, tt.want) {
+			t.Errorf("MultiRankEnv(%q, %d) = %q, want %q", tt.base, tt.perGPU, got, tt.want)
 		}
 	}
 }

@@ -1,7 +1,8 @@
-package launcher
+package placement
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -32,9 +33,9 @@ func WorkerGPUEnv(gpus []int) []string {
 	return []string{"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=" + strings.Join(ids, ",")}
 }
 
-// placement is where this node's workers go: the GPUs in NVLink order (the
+// Placement is where this node's workers go: the GPUs in NVLink order (the
 // coordinator gives local rank i the i-th), and each GPU's CPUs.
-type placement struct {
+type Placement struct {
 	gpus     []*gotrainv1.GPU
 	cpus     map[int][]int // NVML index → CPU ids
 	warnings []string
@@ -47,12 +48,12 @@ var openNVML = gpuinfo.Open
 // CPU job) it returns an empty placement: workers are neither reordered nor
 // pinned. nproc is how many GPUs the job uses; getenv reads the workers'
 // environment for NCCL_P2P_DISABLE.
-func discoverPlacement(nv gpuinfo.NVML, nproc int, getenv func(string) string) (*placement, error) {
+func discoverPlacement(nv gpuinfo.NVML, nproc int, getenv func(string) string) (*Placement, error) {
 	t, err := topo.Discover(nv)
 	if err != nil {
 		return nil, err
 	}
-	p := &placement{cpus: map[int][]int{}}
+	p := &Placement{cpus: map[int][]int{}}
 	order := t.Chain()
 	for _, i := range order {
 		g := t.GPUs[i]
@@ -67,52 +68,54 @@ func discoverPlacement(nv gpuinfo.NVML, nproc int, getenv func(string) string) (
 	return p, nil
 }
 
-// nodePlacement is discoverPlacement on this machine's NVML; nil when there
-// is no driver or the job does not use GPUs.
-func nodePlacement(cfg *Config, log *slog.Logger) *placement {
-	if cfg.Backend != "nccl" {
+// Node is discoverPlacement on this machine's NVML for a job on backend
+// whose workers' environment is env and that runs nproc ranks a node
+// (--nproc-per-node); warnings go to stderr. Nil when there is no driver
+// or the job does not use GPUs.
+func Node(backend string, env []string, nproc int, stderr io.Writer, log *slog.Logger) *Placement {
+	if backend != "nccl" {
 		return nil
 	}
 	nv, err := openNVML()
 	if err != nil {
 		// On the NCCL backend a rank needs its GPU: say plainly that there
 		// is no placement (gotrain launch has checked that GPUs are here).
-		fmt.Fprintf(cfg.Stderr, "gotrain: warning: no GPU placement (%v): ranks are not given a GPU each (every worker sees every GPU; Go workers take their local rank's), nor ordered along NVLink, nor pinned to CPUs; run gotrain doctor\n", err)
+		fmt.Fprintf(stderr, "gotrain: warning: no GPU placement (%v): ranks are not given a GPU each (every worker sees every GPU; Go workers take their local rank's), nor ordered along NVLink, nor pinned to CPUs; run gotrain doctor\n", err)
 		return nil
 	}
 	defer nv.Close()
-	env := map[string]string{}
-	for _, kv := range cfg.Env {
+	vars := map[string]string{}
+	for _, kv := range env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
-			env[k] = v
+			vars[k] = v
 		}
 	}
-	p, err := discoverPlacement(nv, cfg.NprocPerNode, func(k string) string { return env[k] })
+	p, err := discoverPlacement(nv, nproc, func(k string) string { return vars[k] })
 	if err != nil {
 		log.Warn("no GPU topology: workers are not reordered along NVLink nor pinned to CPUs", "err", err)
 		return nil
 	}
 	for _, w := range p.warnings {
-		fmt.Fprintf(cfg.Stderr, "gotrain: warning: %s\n", w)
+		fmt.Fprintf(stderr, "gotrain: warning: %s\n", w)
 	}
 	return p
 }
 
-// joinGPUs is the node's GPUs for the coordinator, in NVLink order; nil
+// JoinGPUs is the node's GPUs for the coordinator, in NVLink order; nil
 // without a placement.
-func (p *placement) joinGPUs() []*gotrainv1.GPU {
+func (p *Placement) JoinGPUs() []*gotrainv1.GPU {
 	if p == nil {
 		return nil
 	}
 	return p.gpus
 }
 
-// pin restricts the worker pid to the CPUs of GPU gpu. It runs right after
+// Pin restricts the worker pid to the CPUs of GPU gpu. It runs right after
 // the worker started, so the worker's first instructions (before exec'ing
 // the program, and anything the program does in its first microseconds) may
 // run on other CPUs; threads it creates after that inherit the mask. A
 // failure is logged, never fatal.
-func (p *placement) pin(pid, gpu int, log *slog.Logger) {
+func (p *Placement) Pin(pid, gpu int, log *slog.Logger) {
 	if p == nil || gpu < 0 {
 		return
 	}
@@ -139,14 +142,14 @@ func nvmlGPUCount() (int, error) {
 	return nv.Count()
 }
 
-// multiRankEnv is what workers that share GPUs (ranksPerGPU > 1) need
+// MultiRankEnv is what workers that share GPUs (ranksPerGPU > 1) need
 // beside base, the environment given: NCCL_MULTI_RANK_GPU_ENABLE=1, without
 // which NCCL ≥ 2.30 refuses a communicator with two ranks on one device,
 // and, for more than two ranks per GPU, fewer channels per rank
 // (NCCL_MAX_CTAS), since every rank allocates its own and NCCL hangs when
 // the device runs out (NCCL's env.rst: two ranks per GPU fit the
 // defaults). A value the user set is kept.
-func multiRankEnv(base []string, ranksPerGPU int) []string {
+func MultiRankEnv(base []string, ranksPerGPU int) []string {
 	if ranksPerGPU <= 1 {
 		return nil
 	}
