@@ -11,6 +11,7 @@ import (
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	"github.com/gotrain/gotrain/launcher/observe"
 	"github.com/gotrain/gotrain/launcher/relay"
+	"github.com/gotrain/gotrain/launcher/workerenv"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -67,7 +68,7 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 // spawn starts a rank's worker.
 func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 	v := act.Vars
-	spec := workerSpec{rank: v.Rank, local: v.LocalRank, generation: v.Generation, program: a.cfg.Program, args: substituteLocalRank(a.cfg.Args, v.LocalRank),
+	spec := workerSpec{rank: v.Rank, local: v.LocalRank, generation: v.Generation, program: a.cfg.Program, args: workerenv.SubstituteLocalRank(a.cfg.Args, v.LocalRank),
 		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble,
 		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
 	ev := observe.SnapshotEvidence(a.oomFile)
@@ -88,7 +89,7 @@ func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 	// ${local_rank} in it is still right, since a slot's standby is only
 	// ever handed the rank of that local rank (agentcore: newWorker takes
 	// the pool's standby of r.LocalRank).
-	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: substituteLocalRank(a.cfg.Args, act.Slot),
+	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: workerenv.SubstituteLocalRank(a.cfg.Args, act.Slot),
 		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble,
 		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)

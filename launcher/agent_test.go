@@ -120,3 +120,17 @@ func TestSupersededStreamIsABlip(t *testing.T) {
 		}
 	}
 }
+
+// Each worker's arguments get its own local rank, as under torchrun.
+func TestAgentLocalRankInArgs(t *testing.T) {
+	cfg, out := agentConfig(t, 2, `echo "rank $RANK args $1 $2 $3"`)
+	cfg.Args = append(cfg.Args, "sh", "--local-rank=${local_rank}", "$local_rank.log", "${local_rank}")
+	if err := Run(t.Context(), cfg); err != nil {
+		t.Fatalf("Run: %v\n%s", err, out)
+	}
+	for _, want := range []string{"[rank 0] rank 0 args --local-rank=0 0.log 0", "[rank 1] rank 1 args --local-rank=1 1.log 1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

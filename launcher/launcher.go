@@ -28,6 +28,7 @@ import (
 	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/supervise"
+	"github.com/gotrain/gotrain/launcher/workerenv"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -534,7 +535,7 @@ func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
 // gpus is not empty.
 func (a *agent) workerEnv(vars []string, gpus []int) []string {
 	env := append(jobenv.Strip(a.cfg.Env), vars...)
-	env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
+	env = append(env, workerenv.TorchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
 	if a.hub != nil && a.hub.Torch() != nil {
 		env = append(env, torchhook.EnvDir+"="+a.hub.Torch().Dir()) // observe/torchprogress.go
 	}

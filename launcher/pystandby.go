@@ -19,6 +19,7 @@ import (
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	"github.com/gotrain/gotrain/launcher/observe"
 	"github.com/gotrain/gotrain/launcher/relay"
+	"github.com/gotrain/gotrain/launcher/workerenv"
 )
 
 // Python hot standbys, the shell's half (the machine decides: agentcore,
@@ -167,7 +168,7 @@ func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event
 	// after them is no argument of the program's.
 	args := a.pyStandbyCommand(device)
 	n := len(a.py.options)
-	args = append(substituteLocalRank(args[:n:n], act.Slot), args[n:]...)
+	args = append(workerenv.SubstituteLocalRank(args[:n:n], act.Slot), args[n:]...)
 	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: args,
 		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble, extra: []*os.File{theirs},
 		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
@@ -242,12 +243,12 @@ func (a *agent) handToPython(p *workerProc, env []string, localRank int) error {
 	if err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
-	msg := pyAssignment{Env: env, Cwd: cwd, Args: substituteLocalRank(a.py.args, localRank)}
+	msg := pyAssignment{Env: env, Cwd: cwd, Args: workerenv.SubstituteLocalRank(a.py.args, localRank)}
 	if a.py.path != "" {
-		msg.Path = substituteLocalRank([]string{a.py.path}, localRank)[0]
+		msg.Path = workerenv.SubstituteLocalRank([]string{a.py.path}, localRank)[0]
 	}
 	if a.py.module != "" {
-		msg.Module = substituteLocalRank([]string{a.py.module}, localRank)[0]
+		msg.Module = workerenv.SubstituteLocalRank([]string{a.py.module}, localRank)[0]
 	}
 	if msg.Args == nil {
 		msg.Args = []string{}

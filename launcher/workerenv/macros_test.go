@@ -1,8 +1,7 @@
-package launcher
+package workerenv
 
 import (
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -33,33 +32,19 @@ func TestSubstituteLocalRank(t *testing.T) {
 		"":                "",
 		"$local_rank\x00": "1\x00",
 	} {
-		if got := substituteLocalRank([]string{in}, 1); !slices.Equal(got, []string{want}) {
-			t.Errorf("substituteLocalRank(%q) = %q, want %q", in, got, want)
+		if got := SubstituteLocalRank([]string{in}, 1); !slices.Equal(got, []string{want}) {
+			t.Errorf("SubstituteLocalRank(%q) = %q, want %q", in, got, want)
 		}
 	}
 	args := []string{"-c", "echo", "${local_rank}"}
-	got := substituteLocalRank(args, 12)
+	got := SubstituteLocalRank(args, 12)
 	if !slices.Equal(got, []string{"-c", "echo", "12"}) || args[2] != "${local_rank}" {
 		t.Errorf("got %q from %q; want the copy substituted and the original kept", got, args)
 	}
-	if plain := []string{"a", "b"}; &substituteLocalRank(plain, 0)[0] != &plain[0] {
+	if plain := []string{"a", "b"}; &SubstituteLocalRank(plain, 0)[0] != &plain[0] {
 		t.Error("args without the macro were copied")
 	}
-	if substituteLocalRank(nil, 0) != nil {
+	if SubstituteLocalRank(nil, 0) != nil {
 		t.Error("nil args became non-nil")
-	}
-}
-
-// Each worker's arguments get its own local rank, as under torchrun.
-func TestAgentLocalRankInArgs(t *testing.T) {
-	cfg, out := agentConfig(t, 2, `echo "rank $RANK args $1 $2 $3"`)
-	cfg.Args = append(cfg.Args, "sh", "--local-rank=${local_rank}", "$local_rank.log", "${local_rank}")
-	if err := Run(t.Context(), cfg); err != nil {
-		t.Fatalf("Run: %v\n%s", err, out)
-	}
-	for _, want := range []string{"[rank 0] rank 0 args --local-rank=0 0.log 0", "[rank 1] rank 1 args --local-rank=1 1.log 1"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
 	}
 }

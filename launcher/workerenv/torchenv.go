@@ -1,4 +1,4 @@
-package launcher
+package workerenv
 
 import (
 	"path/filepath"
@@ -9,7 +9,7 @@ import (
 // keeps, like gotrain's own (worker/flight).
 const torchTraceEntries = "2000"
 
-// torchDebugEnv returns torchrun's NCCL error handling and the settings
+// TorchDebugEnv returns torchrun's NCCL error handling and the settings
 // that make PyTorch workers keep a flight
 // recorder of their NCCL collectives and dump it when a collective times out:
 // the dump goes to logDir/nccl_trace_rank_N (PyTorch appends the rank), or
@@ -18,7 +18,7 @@ const torchTraceEntries = "2000"
 // PyTorch 2.11 warns on every rank when the older TORCH_NCCL_TRACE_BUFFER_SIZE
 // or TORCH_NCCL_DEBUG_INFO_TEMP_FILE are set, so older PyTorch gets no
 // flight recorder unless the user sets those.
-func torchDebugEnv(base []string, logDir string) []string {
+func TorchDebugEnv(base []string, logDir string) []string {
 	set := map[string]bool{}
 	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")

@@ -1,11 +1,11 @@
-package launcher
+package workerenv
 
 import (
 	"strconv"
 	"strings"
 )
 
-// substituteLocalRank replaces torchrun's macro for the local rank in every
+// SubstituteLocalRank replaces torchrun's macro for the local rank in every
 // argument, as torch.distributed.elastic.utils.macros.substitute does with
 // string.Template(arg).safe_substitute(local_rank=...): "${local_rank}" and
 // "$local_rank" where the name ends there (a longer identifier such as
@@ -14,7 +14,7 @@ import (
 // Template also turns "$$" into "$"; here "$$" stays, since gotrain launch
 // runs any program and `sh -c 'echo $$'` must reach the shell as written.
 // args is returned itself when nothing changes.
-func substituteLocalRank(args []string, localRank int) []string {
+func SubstituteLocalRank(args []string, localRank int) []string {
 	var out []string
 	for i, a := range args {
 		if !strings.Contains(a, "local_rank") {
