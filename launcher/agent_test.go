@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/launcher/signals"
 )
 
 // Every goroutine the agent starts (its subsystems, the embedded
@@ -80,7 +81,7 @@ func TestAgentStopsOnSIGTERM(t *testing.T) {
 	testkit.WaitFor(t, time.Minute, "both ready lines", func() bool { return strings.Count(out.String(), "ready") == 2 })
 	sigs <- syscall.SIGTERM
 	err := <-done
-	var st *Stopped
+	var st *signals.Stopped
 	if !errors.As(err, &st) || st.ExitCode() != 128+15 || st.Phase != "running generation 0" {
 		t.Fatalf("Run = %v; want a stop by SIGTERM (exit 143) while running generation 0\n%s", err, out)
 	}

@@ -51,7 +51,7 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 	defer cancel()
 	backoff := 50 * time.Millisecond
 	a.nodeTimeout = a.cfg.NodeTimeout                            // until Join says the job's
-	a.setPhase(ctx, "waiting for the coordinator at "+coordAddr) // stop.go
+	a.setPhase(ctx, "waiting for the coordinator at "+coordAddr) // launcher.go
 	defer a.sayWaiting(ctx, coordAddr)()
 	for {
 		var p peer.Peer // the connection's proof and the CA it presented (keys.go)

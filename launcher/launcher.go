@@ -27,6 +27,7 @@ import (
 	"github.com/gotrain/gotrain/launcher/observe"
 	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/launcher/relay"
+	"github.com/gotrain/gotrain/launcher/signals"
 	"github.com/gotrain/gotrain/launcher/supervise"
 	"github.com/gotrain/gotrain/launcher/workerenv"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -41,17 +42,17 @@ type ExitError struct {
 func (e *ExitError) Error() string { return e.Message }
 
 // Run runs the agent until the job finishes. It returns nil when every
-// worker succeeded, a *Stopped when SIGINT or SIGTERM (from cfg.Signals, or
+// worker succeeded, a *signals.Stopped when SIGINT or SIGTERM (from cfg.Signals, or
 // ctx's of StopOnSignal) stopped it, whatever it was waiting for, an
 // *ExitError when the job failed, and another error when the agent itself
 // could not do its work.
 func Run(ctx context.Context, cfg Config) error {
-	if !hasStop(ctx) { // cmd/gotrain made it before its own waits (internal/slurm)
+	if !signals.HasStop(ctx) { // cmd/gotrain made it before its own waits (internal/slurm)
 		var stop context.CancelFunc
-		ctx, cfg.Signals, stop = StopOnSignal(ctx, cfg.Signals) // stop.go
+		ctx, cfg.Signals, stop = signals.StopOnSignal(ctx, cfg.Signals) // signals/stop.go
 		defer stop()
 	}
-	return StopCause(ctx, run(ctx, cfg))
+	return signals.StopCause(ctx, run(ctx, cfg))
 }
 
 func run(ctx context.Context, cfg Config) error {
@@ -372,7 +373,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		a.recordRootCause(a.finished)
 		return a.finish(a.finished)
 	case agentcore.FinishedSignal:
-		if st := StoppedBy(ctx); st != nil {
+		if st := signals.StoppedBy(ctx); st != nil {
 			s := *st
 			s.Forced = a.forced
 			return &s
@@ -392,7 +393,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 }
 
 // phase is what the loop waits for or runs at now, for the message of a
-// signal that stops it (stop.go).
+// signal that stops it (signals/stop.go).
 func (a *agent) phase(now time.Time, coordAddr string) string {
 	if silent, _ := a.hub.Silence(now); (silent > 0 || a.rewatching.Load()) && a.gen != nil {
 		// The watch stream broke, or the coordinator has not answered the
@@ -409,6 +410,13 @@ func (a *agent) phase(now time.Time, coordAddr string) string {
 		return fmt.Sprintf("waiting for the job's next generation (generation %d ended: %s; --restart-backoff)", a.lastEnded.GetGeneration(), a.lastEnded.GetReason())
 	}
 	return fmt.Sprintf("running generation %d", a.gen.GetGeneration())
+}
+
+// setPhase is SetPhase, logged (--verbose) when the phase changes.
+func (a *agent) setPhase(ctx context.Context, phase string) {
+	if signals.SetPhase(ctx, phase) {
+		a.log.Info("phase", "phase", phase)
+	}
 }
 
 // post hands ev to the loop; it gives up once the loop returned.
@@ -450,7 +458,7 @@ func (a *agent) loop(ctx context.Context, coordAddr string, events <-chan *gotra
 		case <-done:
 			done = nil
 			ev = agentcore.Canceled{}
-			if st := StoppedBy(ctx); st != nil { // the first SIGINT or SIGTERM (stop.go)
+			if st := signals.StoppedBy(ctx); st != nil { // the first SIGINT or SIGTERM (signals/stop.go)
 				ev = agentcore.Signaled{Sig: st.Sig}
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/gotrain/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/launcher"
 	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/launcher/signals"
 	"github.com/gotrain/gotrain/nccl"
 )
 
@@ -231,15 +232,15 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	// From here on, every wait (Slurm's token exchange, the coordinator,
 	// the other nodes, ...) ends at the first SIGINT or SIGTERM, and its
 	// message names the wait; the loop that runs the workers gets the
-	// signals after it on cfg.Signals (launcher/stop.go).
+	// signals after it on cfg.Signals (launcher/signals).
 	var stopSignals context.CancelFunc
-	ctx, cfg.Signals, stopSignals = launcher.StopOnSignal(ctx, sigs)
+	ctx, cfg.Signals, stopSignals = signals.StopOnSignal(ctx, sigs)
 	defer stopSignals()
 
 	if self, err := os.Executable(); err == nil {
 		cfg.ReaperCommand = []string{self, "launch", reaperArg}
 	}
-	return launcher.StopCause(ctx, step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run))
+	return signals.StopCause(ctx, step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run))
 }
 
 // placeLaunch applies what Slurm's variables, else the pod's, say about

@@ -1,4 +1,4 @@
-package launcher
+package signals
 
 import (
 	"context"
@@ -118,15 +118,8 @@ func SetPhase(ctx context.Context, phase string) (changed bool) {
 	return true
 }
 
-// setPhase is SetPhase, logged (--verbose) when the phase changes.
-func (a *agent) setPhase(ctx context.Context, phase string) {
-	if SetPhase(ctx, phase) {
-		a.log.Info("phase", "phase", phase)
-	}
-}
-
-// hasStop says whether ctx is of StopOnSignal.
-func hasStop(ctx context.Context) bool { return ctx.Value(stopKey{}) != nil }
+// HasStop says whether ctx is of StopOnSignal.
+func HasStop(ctx context.Context) bool { return ctx.Value(stopKey{}) != nil }
 
 // StoppedBy returns the *Stopped that ended ctx, nil when a signal did not.
 func StoppedBy(ctx context.Context) *Stopped {

@@ -1,4 +1,4 @@
-package launcher
+package signals
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func TestStopOnSignal(t *testing.T) {
 	}{
 		{nil, nil},
 		{errors.New("join the coordinator at x: context canceled"), st},
-		{&ExitError{Code: 143, Message: "stopped already"}, nil},
+		{exitStatus(143), nil},
 	} {
 		got := StopCause(ctx, tc.err)
 		if tc.want == nil && got != tc.err || tc.want != nil && got != tc.want {
@@ -62,3 +62,9 @@ func TestStopOnSignal(t *testing.T) {
 		t.Errorf("StopCause without a stop changed the error: %v", err)
 	}
 }
+
+// exitStatus is an error with an exit status, as launcher.ExitError is.
+type exitStatus int
+
+func (e exitStatus) Error() string { return "stopped already" }
+func (e exitStatus) ExitCode() int { return int(e) }
