@@ -52,7 +52,7 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 			}
 		}
 	case agentcore.Print:
-		a.stderr.writeLine("", []byte(act.Text))
+		a.stderr.WriteLine("", []byte(act.Text))
 	case agentcore.MeasureMemory:
 		ev := measureMemory(act.Pids)
 		if ev.Err != "" {
@@ -228,7 +228,7 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 		return
 	}
 	e := p.exit()
-	req.Pid, req.ExitCode, req.StderrTail = int32(p.pid()), int32(e.Code), p.stderr.snapshot()
+	req.Pid, req.ExitCode, req.StderrTail = int32(p.pid()), int32(e.Code), p.stderr.Snapshot()
 	if e.Signal != 0 {
 		req.Signal = unix.SignalName(e.Signal)
 		req.ExitCode = -1

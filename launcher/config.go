@@ -13,6 +13,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/output"
 )
 
 // Config is one agent's job. Zero fields take the defaults noted.
@@ -35,9 +36,9 @@ type Config struct {
 	Env []string
 	// LogDir, when set, receives one log file per rank.
 	LogDir string
-	// Output is how the workers' output is printed (output.go); the zero
+	// Output is how the workers' output is printed (launcher/output); the zero
 	// value prefixes every line with its rank and prints all of it.
-	Output Output
+	Output output.Options
 	// MasterPort, when not 0, is the MASTER_PORT this node offers for rank
 	// 0's TCPStore (torchrun's --master-port on one node); 0: a free port.
 	MasterPort int
@@ -203,9 +204,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
 	case c.SnapshotMemory < 0:
 		return fmt.Errorf("--snapshot-memory must not be negative, got %d bytes", c.SnapshotMemory)
-	case c.Output.Mode != "" && c.Output.Mode != OutputPrefixed && c.Output.Mode != OutputRaw:
+	case c.Output.Mode != "" && c.Output.Mode != output.Prefixed && c.Output.Mode != output.Raw:
 		return fmt.Errorf("--output must be prefixed or raw, got %q", string(c.Output.Mode))
-	case c.Output.hidesAny() && c.LogDir == "":
+	case c.Output.HidesAny() && c.LogDir == "":
 		return errors.New("--redirects and --console-ranks keep output off the console, into the ranks' log files: give --log-dir DIR")
 	case c.MasterPort < 0 || c.MasterPort > 65535:
 		return fmt.Errorf("--store-port must be between 1 and 65535 (0: a free port), got %d", c.MasterPort)

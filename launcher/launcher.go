@@ -25,6 +25,7 @@ import (
 	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/signals"
@@ -79,13 +80,13 @@ func run(ctx context.Context, cfg Config) error {
 		py, pyCold = parsePython(cfg.Program, cfg.Args) // pystandby.go
 	}
 	if cfg.LogDir != "" {
-		if err := checkLogRoot(cfg.LogDir); err != nil { // logdir.go
+		if err := output.CheckLogRoot(cfg.LogDir); err != nil { // output/logdir.go
 			return err
 		}
 	}
 	a := &agent{cfg: cfg, argv0: argv0, log: cfg.Logger, host: hostname(), tokenMade: tokenMade, py: py, pyCold: pyCold,
-		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr}}
-	a.logTrouble = &logTrouble{stderr: a.stderr}
+		stdout: output.NewConsole(cfg.Stdout), stderr: output.NewConsole(cfg.Stderr)}
+	a.logTrouble = output.NewTrouble(a.stderr)
 	a.place = placement.Node(a.cfg.Backend, a.cfg.Env, a.cfg.NprocPerNode, a.cfg.Stderr, a.log)
 	a.oomFile = observe.AgentMemoryEventsFile()
 	return a.run(ctx)
@@ -137,8 +138,8 @@ type agent struct {
 	argv0  string // the workers' argv[0] ("": cfg.Program)
 	log    *slog.Logger
 	host   string
-	stdout *console
-	stderr *console
+	stdout *output.Console
+	stderr *output.Console
 
 	coord       gotrainv1.CoordinatorClient
 	replicaView // the coordinator's replicas, as this agent knows them (replicas.go)
@@ -148,8 +149,8 @@ type agent struct {
 	sup         *supervise.Supervisor // starts and watches every process (launcher/supervise)
 	place       *placement.Placement  // GPUs in NVLink order and their CPUs (launcher/placement); nil without NVML
 	hub         *relay.Hub            // the ranks' progress, reported once a second (relay/progress.go)
-	// logTrouble warns once when the log dir cannot be written (logdir.go).
-	logTrouble *logTrouble
+	// logTrouble warns once when the log dir cannot be written (output/logdir.go).
+	logTrouble *output.Trouble
 	// oomFile holds the workers' memory cgroup's oom_kill counter
 	// (observe/rootcause.go); "" when there is none.
 	oomFile string
@@ -268,8 +269,8 @@ func (a *agent) run(ctx context.Context) error {
 		fmt.Fprintln(a.cfg.Stderr, a.joinHint)
 	}
 	if a.cfg.LogDir != "" {
-		// The run's own directory, now that the run id is known (logdir.go).
-		dir, err := openRunLogDir(a.cfg.LogDir, a.cfg.RunID)
+		// The run's own directory, now that the run id is known (output/logdir.go).
+		dir, err := output.OpenRunLogDir(a.cfg.LogDir, a.cfg.RunID)
 		if err != nil {
 			return err
 		}

@@ -53,7 +53,7 @@ func (a *agent) startGPUSampling(ctx context.Context, g *errgroup.Group) {
 		return
 	}
 	tel.GPUs = observe.NewGPUSampler(nv, a.host, time.Now, a.log, func(msg string) {
-		a.stderr.writeLine("gotrain: warning: ", []byte(msg))
+		a.stderr.WriteLine("gotrain: warning: ", []byte(msg))
 		a.log.Info("GPU warning", "msg", msg)
 	}, a.hub.RankOfGPU)
 	g.Go(func() error {
@@ -72,6 +72,6 @@ func (a *agent) recordRootCause(f *gotrainv1.JobFinished) {
 		return
 	}
 	if err := observe.RecordRootCause(a.cfg.LogDir, a.cfg.RunID, f, exitCodeOf(f), a.gen); err != nil {
-		a.logTrouble.warn(err)
+		a.logTrouble.Warn(err)
 	}
 }

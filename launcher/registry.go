@@ -7,6 +7,7 @@ import (
 
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/launcher/relay"
 )
@@ -30,7 +31,7 @@ type registry struct {
 	log    *slog.Logger
 	logDir string // "" for no log files
 	// logTrouble warns once when a log file cannot be opened.
-	logTrouble *logTrouble
+	logTrouble *output.Trouble
 	oomFile    string // for evidence snapshots (observe/rootcause.go)
 }
 
@@ -84,11 +85,11 @@ func (r *registry) route(p *workerProc, was, who relay.Proc) {
 		}
 		f, err := openRankLog(r.logDir, who.Rank, who.Gen, note)
 		if err != nil {
-			r.logTrouble.warn(err)
+			r.logTrouble.Warn(err)
 		}
 		logFile = f
 	}
-	p.out.become(who.Rank, who.Local, logFile)
+	p.out.Become(who.Rank, who.Local, logFile)
 }
 
 // pin binds p to gpu's CPUs, when that is not where it is bound already.

@@ -19,6 +19,7 @@ import (
 	"github.com/gotrain/gotrain/internal/kubernetes"
 	"github.com/gotrain/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/launcher/signals"
 	"github.com/gotrain/gotrain/nccl"
@@ -343,12 +344,12 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs.IntVar(&cfg.MasterPort, "store-port", 0, "where rank 0's TCPStore listens when this node has rank 0: the MASTER_PORT workers get (gotrain torchrun gives it for --master-port on one node; default: a free port)")
 	fs.StringVar(&cfg.Role, "role", "", "the workers' ROLE_NAME, as torchrun's --role (default: default)")
 	fs.Func("output", "`MODE` of the workers' console output: prefixed (each line under [rank N], the default) or raw (the bytes as the program wrote them, torchrun's way: gotrain torchrun's default with one rank)", func(s string) error {
-		m, err := launcher.ParseOutputMode(s)
+		m, err := output.ParseMode(s)
 		cfg.Output.Mode = m
 		return err
 	})
 	fs.Func("redirects", "`STREAMS` of the workers kept off the console, into their log files only (needs --log-dir), as torchrun's --redirects: 1 stdout, 2 stderr, 3 both, for every local rank or as LOCAL_RANK:N,... (0:3,1:2)", func(s string) error {
-		r, err := launcher.ParsePerRankStreams("redirects", s)
+		r, err := output.ParsePerRankStreams("redirects", s)
 		cfg.Output.Redirects = r
 		return err
 	})

@@ -1,4 +1,4 @@
-package launcher
+package output
 
 import (
 	"fmt"
@@ -9,21 +9,25 @@ import (
 	"github.com/gotrain/gotrain/launcher/supervise"
 )
 
-// console serialises whole lines from many workers onto one writer, so that
+// Console serialises whole lines from many workers onto one writer, so that
 // output of concurrent ranks never interleaves within a line.
-type console struct {
+type Console struct {
 	mu sync.Mutex
 	w  io.Writer
 }
 
-// write writes b as it is (raw output).
-func (c *console) write(b []byte) {
+// NewConsole returns the console on w.
+func NewConsole(w io.Writer) *Console { return &Console{w: w} }
+
+// Write writes b as it is (raw output).
+func (c *Console) Write(b []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, _ = c.w.Write(b)
 }
 
-func (c *console) writeLine(prefix string, line []byte) {
+// WriteLine writes line under prefix, and a newline.
+func (c *Console) WriteLine(prefix string, line []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, _ = io.WriteString(c.w, prefix)
@@ -31,16 +35,18 @@ func (c *console) writeLine(prefix string, line []byte) {
 	_, _ = io.WriteString(c.w, "\n")
 }
 
-// tail keeps the last n lines written to it.
-type tail struct {
+// Tail keeps the last n lines written to it.
+type Tail struct {
 	mu    sync.Mutex
 	n     int
 	lines []string
 }
 
-func newTail(n int) *tail { return &tail{n: n} }
+// NewTail returns a tail of n lines.
+func NewTail(n int) *Tail { return &Tail{n: n} }
 
-func (t *tail) add(line string) {
+// Add adds a line.
+func (t *Tail) Add(line string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.lines) == t.n {
@@ -50,24 +56,25 @@ func (t *tail) add(line string) {
 	t.lines = append(t.lines, line)
 }
 
-func (t *tail) snapshot() []string {
+// Snapshot returns the lines kept, oldest first.
+func (t *Tail) Snapshot() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]string(nil), t.lines...)
 }
 
-// route is where one worker's output goes: the console (under a prefix, or
+// Route is where one worker's output goes: the console (under a prefix, or
 // raw: output.go) and its log file. Both of a worker's pumps share it. A
 // standby's route changes when it becomes a rank (relay/standby.go): until then
 // its lines carry "[standby N] " and are held for the rank's log file, which
 // it gets then.
-type route struct {
+type Route struct {
 	mu     sync.Mutex
 	prefix string
 	rank   int // for the log file's last line
 	// local is the local rank (a standby: its slot) that output filters on.
 	local   int
-	output  Output
+	output  Options
 	log     *os.File // nil: no log file (yet)
 	holding bool     // keep output for a log file to come
 	held    [][]byte // each as it goes into the log (lines with their newline)
@@ -75,28 +82,28 @@ type route struct {
 	// midLine: the log's last bytes (raw output) did not end a line.
 	midLine bool
 	// trouble is told when the log file cannot be written (a full disk).
-	trouble *logTrouble
+	trouble *Trouble
 }
 
 // maxHeld bounds the pieces of output a standby holds for its log file.
 const maxHeld = 1000
 
-// line takes one line of stream (without its newline).
-func (rt *route) line(con *console, stream supervise.Stream, b []byte) {
+// Line takes one line of stream (without its newline).
+func (rt *Route) Line(con *Console, stream supervise.Stream, b []byte) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.output.shows(rt.local, stream) {
-		con.writeLine(rt.prefix, b)
+		con.WriteLine(rt.prefix, b)
 	}
 	rt.toLog(append(b[:len(b):len(b)], '\n'))
 }
 
-// chunk takes bytes of stream as the worker wrote them (raw output).
-func (rt *route) chunk(con *console, stream supervise.Stream, b []byte) {
+// Chunk takes bytes of stream as the worker wrote them (raw output).
+func (rt *Route) Chunk(con *Console, stream supervise.Stream, b []byte) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.output.shows(rt.local, stream) {
-		con.write(b)
+		con.Write(b)
 	}
 	rt.toLog(b)
 	if len(b) > 0 && (rt.log != nil || rt.holding) {
@@ -105,11 +112,11 @@ func (rt *route) chunk(con *console, stream supervise.Stream, b []byte) {
 }
 
 // toLog writes b into the log file, or holds a copy for one to come.
-func (rt *route) toLog(b []byte) {
+func (rt *Route) toLog(b []byte) {
 	switch {
 	case rt.log != nil:
 		if _, err := rt.log.Write(b); err != nil {
-			rt.trouble.warn(err)
+			rt.trouble.Warn(err)
 		}
 	case rt.holding && len(rt.held) < maxHeld:
 		rt.held = append(rt.held, append([]byte(nil), b...))
@@ -119,17 +126,17 @@ func (rt *route) toLog(b []byte) {
 }
 
 // endLine ends a raw log's last line before gotrain writes one of its own.
-func (rt *route) endLine() {
+func (rt *Route) endLine() {
 	if rt.midLine && rt.log != nil {
 		_, _ = rt.log.Write([]byte{'\n'})
 	}
 	rt.midLine = false
 }
 
-// become gives the route its rank and local rank: a new prefix, and log
+// Become gives the route its rank and local rank: a new prefix, and log
 // (when not nil), into which the held output is written first. The log file
 // of its former rank, if any, is closed.
-func (rt *route) become(rank, local int, log *os.File) {
+func (rt *Route) Become(rank, local int, log *os.File) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.log != nil && rt.log != log {
@@ -139,7 +146,7 @@ func (rt *route) become(rank, local int, log *os.File) {
 		_ = rt.log.Close()
 	}
 	rt.prefix, rt.rank, rt.local, rt.log = rankPrefix(rank), rank, local, log
-	if rt.output.Mode == OutputRaw {
+	if rt.output.Mode == Raw {
 		rt.prefix = ""
 	}
 	if log != nil {
@@ -153,8 +160,8 @@ func (rt *route) become(rank, local int, log *os.File) {
 	rt.holding, rt.held, rt.dropped = false, nil, 0
 }
 
-// close writes the log file's last line and closes it.
-func (rt *route) close(exit supervise.Exit) {
+// Close writes the log file's last line and closes it.
+func (rt *Route) Close(exit supervise.Exit) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.log != nil {
@@ -167,3 +174,25 @@ func (rt *route) close(exit supervise.Exit) {
 }
 
 func rankPrefix(rank int) string { return fmt.Sprintf("[rank %d] ", rank) }
+
+// NewRoute is the route of rank's worker (local: its local rank), printed
+// as o says, into log (nil: none); trouble is told when log cannot be
+// written.
+func NewRoute(rank, local int, o Options, log *os.File, trouble *Trouble) *Route {
+	rt := &Route{prefix: rankPrefix(rank), rank: rank, local: local, output: o, log: log, trouble: trouble}
+	if o.Mode == Raw {
+		rt.prefix = ""
+	}
+	return rt
+}
+
+// NewStandbyRoute is the route of the standby of slot: its lines carry
+// "[standby N] " and, when hold, are held for the log file of the rank it
+// becomes.
+func NewStandbyRoute(slot int, o Options, hold bool, trouble *Trouble) *Route {
+	rt := &Route{prefix: fmt.Sprintf("[standby %d] ", slot), rank: -1, local: slot, output: o, holding: hold, trouble: trouble}
+	if o.Mode == Raw {
+		rt.prefix = ""
+	}
+	return rt
+}

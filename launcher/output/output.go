@@ -1,4 +1,4 @@
-package launcher
+package output
 
 import (
 	"fmt"
@@ -14,23 +14,23 @@ import (
 // prefix (the default), or raw, byte for byte as the worker wrote it
 // (torchrun's way, which `gotrain torchrun` takes with one rank, so that
 // `gotrain torchrun eval.py > out.json` is the program's JSON). Which local
-// ranks' streams are printed at all is the Output's other half: torchrun's
+// ranks' streams are printed at all is the Options' other half: torchrun's
 // --redirects (a stream goes to its log file only) and --local-ranks-filter
 // (only these local ranks on the console). Log files (--log-dir) always get
 // everything.
 
-// OutputMode is how a worker's output is printed.
-type OutputMode string
+// Mode is how a worker's output is printed.
+type Mode string
 
 const (
-	OutputPrefixed OutputMode = "prefixed" // "[rank N] " before each line
-	OutputRaw      OutputMode = "raw"      // the bytes as written
+	Prefixed Mode = "prefixed" // "[rank N] " before each line
+	Raw      Mode = "raw"      // the bytes as written
 )
 
-// ParseOutputMode reads --output's value.
-func ParseOutputMode(s string) (OutputMode, error) {
-	switch m := OutputMode(s); m {
-	case OutputPrefixed, OutputRaw:
+// ParseMode reads --output's value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case Prefixed, Raw:
 		return m, nil
 	}
 	return "", fmt.Errorf("--output %q: want prefixed or raw", s)
@@ -114,9 +114,9 @@ func (p PerRankStreams) String() string {
 	return strings.Join(parts, ",")
 }
 
-// Output is how the workers' output is printed.
-type Output struct {
-	Mode OutputMode // "": prefixed
+// Options are how the workers' output is printed.
+type Options struct {
+	Mode Mode // "": prefixed
 	// Redirects are the streams printed only into the log files (torchrun's
 	// --redirects); they need a log dir.
 	Redirects PerRankStreams
@@ -128,16 +128,16 @@ type Output struct {
 
 // shows says whether local rank's stream is printed on the console. A
 // standby is filtered as the local rank of its slot.
-func (o Output) shows(local int, stream supervise.Stream) bool {
+func (o Options) shows(local int, stream supervise.Stream) bool {
 	if o.ConsoleRanks != nil && !slices.Contains(o.ConsoleRanks, local) {
 		return false
 	}
 	return !o.Redirects.of(local).has(stream)
 }
 
-// hidesAny says whether some output goes to the log files alone, which then
+// HidesAny says whether some output goes to the log files alone, which then
 // must exist.
-func (o Output) hidesAny() bool {
+func (o Options) HidesAny() bool {
 	if o.ConsoleRanks != nil {
 		return true
 	}

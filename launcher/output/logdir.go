@@ -1,4 +1,4 @@
-package launcher
+package output
 
 import (
 	"errors"
@@ -22,9 +22,9 @@ import (
 // and files are opened with O_NOFOLLOW. A log directory removed while the
 // job runs, or a full disk, is warned about once; the job runs on.
 
-// checkLogRoot makes LOGDIR and checks that no one else can plant files in
+// CheckLogRoot makes LOGDIR and checks that no one else can plant files in
 // it.
-func checkLogRoot(root string) error {
+func CheckLogRoot(root string) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return fmt.Errorf("create log dir: %w", err)
 	}
@@ -45,8 +45,8 @@ func checkLogRoot(root string) error {
 	return nil
 }
 
-// openRunLogDir makes the run's own log directory, LOGDIR/RUN_ID/attempt-N.
-func openRunLogDir(root, runID string) (string, error) {
+// OpenRunLogDir makes the run's own log directory, LOGDIR/RUN_ID/attempt-N.
+func OpenRunLogDir(root, runID string) (string, error) {
 	name := strings.Map(func(r rune) rune {
 		if r == '/' || r == os.PathSeparator || r == 0 {
 			return '_'
@@ -79,25 +79,29 @@ func openRunLogDir(root, runID string) (string, error) {
 	}
 }
 
-// openLogFile opens (appending, creating) a file in the run's log dir,
+// OpenLogFile opens (appending, creating) a file in the run's log dir,
 // never through a symbolic link.
-func openLogFile(path string) (*os.File, error) {
+func OpenLogFile(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
 }
 
-// logTrouble says once that the log dir cannot be written (removed, full,
+// Trouble says once that the log dir cannot be written (removed, full,
 // read-only): the job runs on without, or with partial, log files.
-type logTrouble struct {
+type Trouble struct {
 	once   sync.Once
-	stderr *console
+	stderr *Console
 }
 
-func (t *logTrouble) warn(err error) {
+// NewTrouble returns a Trouble that warns on stderr.
+func NewTrouble(stderr *Console) *Trouble { return &Trouble{stderr: stderr} }
+
+// Warn warns of err, the first time only.
+func (t *Trouble) Warn(err error) {
 	if t == nil {
 		return
 	}
 	t.once.Do(func() {
-		t.stderr.writeLine("", []byte(fmt.Sprintf("gotrain: warning: cannot write the log files (%v); the job runs on, and its logs may be incomplete", err)))
+		t.stderr.WriteLine("", []byte(fmt.Sprintf("gotrain: warning: cannot write the log files (%v); the job runs on, and its logs may be incomplete", err)))
 	})
 }
 
