@@ -9,6 +9,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/procstat"
 	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/explain"
 	"github.com/gotrain/gotrain/launcher/observe"
 	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/workerenv"
@@ -222,7 +223,7 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 	if act.SpawnErr != "" || p == nil {
 		req.ExitCode, req.StderrTail = int32(act.Code), []string{act.SpawnErr}
 		if !a.cfg.RetryPermanent {
-			req.Permanent = permanentCause(act.SpawnErr, nil) // permanent.go
+			req.Permanent = explain.PermanentCause(act.SpawnErr, nil) // explain/permanent.go
 		}
 		a.queueReport(req)
 		return
@@ -242,7 +243,7 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 			req.Notes = append(req.Notes, note)
 		}
 		if !a.cfg.RetryPermanent && e.Signal == 0 {
-			req.Permanent = permanentCause("", req.StderrTail) // permanent.go
+			req.Permanent = explain.PermanentCause("", req.StderrTail) // explain/permanent.go
 		}
 	}
 	a.queueReport(req)

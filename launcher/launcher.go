@@ -24,6 +24,7 @@ import (
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/explain"
 	"github.com/gotrain/gotrain/launcher/observe"
 	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/placement"
@@ -484,7 +485,7 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 		if a.gen == nil {
 			close(a.started)             // waitForStart says no more
 			if a.cfg.Coordinator != "" { // joined another node's (or a standalone) coordinator
-				fmt.Fprintln(a.cfg.Stderr, joinedLine(a.cfg.RunID, a.host, g)) // restartline.go
+				fmt.Fprintln(a.cfg.Stderr, explain.JoinedLine(a.cfg.RunID, a.host, g)) // explain/restartline.go
 			}
 		}
 		a.gen, a.lastEnded = g, nil
@@ -507,7 +508,7 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 		}
 		return agentcore.GenerationEnded{Generation: e.Ended.GetGeneration(), Reason: e.Ended.GetReason(), Replace: replace}
 	case *gotrainv1.GenerationEvent_Restarting:
-		fmt.Fprintln(a.cfg.Stderr, restartLine(e.Restarting)) // restartline.go
+		fmt.Fprintln(a.cfg.Stderr, explain.RestartLine(e.Restarting)) // explain/restartline.go
 	case *gotrainv1.GenerationEvent_Evidence:
 		a.onHang(e.Evidence) // report.go
 	case *gotrainv1.GenerationEvent_Finished:
@@ -564,7 +565,7 @@ func (a *agent) finish(f *gotrainv1.JobFinished) error {
 	if f.GetSucceeded() {
 		return nil
 	}
-	return &ExitError{Code: exitCodeOf(f), Message: describeFailure(f)}
+	return &ExitError{Code: exitCodeOf(f), Message: explain.DescribeFailure(f)}
 }
 
 func exitCodeOf(f *gotrainv1.JobFinished) int {
@@ -572,47 +573,6 @@ func exitCodeOf(f *gotrainv1.JobFinished) int {
 		return c
 	}
 	return 1
-}
-
-// describeFailure writes the report a person reads when the job failed.
-func describeFailure(f *gotrainv1.JobFinished) string {
-	var b strings.Builder
-	fl := f.GetFailure()
-	if fl == nil {
-		fmt.Fprintf(&b, "gotrain: job failed: %s", f.GetMessage())
-		return b.String()
-	}
-	if fl.GetReason() != "" && fl.GetNodeId() != "" && fl.GetSignal() == "" && len(fl.GetStderrTail()) == 0 {
-		// The whole node went away (the machine's NodeLost), not one worker.
-		fmt.Fprintf(&b, "gotrain: job failed: node %s on %s (agent pid %d) was lost: %s", fl.GetNodeId(), fl.GetHostname(), fl.GetPid(), fl.GetReason())
-		if m := f.GetMessage(); m != "" {
-			fmt.Fprintf(&b, "\n  %s", m)
-		}
-		return b.String()
-	}
-	cause := fmt.Sprintf("exit status %d", fl.GetExitCode())
-	if fl.GetSignal() != "" {
-		cause = "killed by " + fl.GetSignal()
-	}
-	if fl.GetReason() != "" {
-		cause = fl.GetReason()
-	}
-	if fl.GetPid() == 0 {
-		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s could not be started: %s", fl.GetRank(), fl.GetHostname(), errorLine(fl.GetStderrTail()))
-	} else {
-		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s (pid %d) failed first: %s", fl.GetRank(), fl.GetHostname(), fl.GetPid(), cause)
-	}
-	if m := f.GetMessage(); m != "" {
-		fmt.Fprintf(&b, "\n  %s", m)
-	}
-	observe.WriteEvidence(&b, fl)
-	if tl := fl.GetStderrTail(); len(tl) > 0 {
-		fmt.Fprintf(&b, "\n  last %d line(s) of rank %d's stderr:", len(tl), fl.GetRank())
-		for _, l := range tl {
-			fmt.Fprintf(&b, "\n    %s", l)
-		}
-	}
-	return b.String()
 }
 
 // ExitCode is the status `gotrain launch` exits with.

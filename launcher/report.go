@@ -5,11 +5,11 @@ import (
 	"time"
 
 	"fmt"
+	"github.com/gotrain/gotrain/launcher/explain"
 	"github.com/gotrain/gotrain/launcher/observe"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"strings"
 )
 
 // reportTimeoutExit bounds one ReportWorkerExit call.
@@ -72,7 +72,7 @@ func (a *agent) sendReport(ctx context.Context, req *gotrainv1.ReportWorkerExitR
 // for the evidence collector, so that the loop never waits for evidence.
 func (a *agent) onHang(req *gotrainv1.EvidenceRequest) {
 	v := req.GetVerdict()
-	fmt.Fprint(a.cfg.Stderr, formatVerdictLog(v))
+	fmt.Fprint(a.cfg.Stderr, explain.FormatVerdictLog(v))
 	a.log.Info("hang detected", "verdict", v.GetKind(), "comm", v.GetComm(), "seq", v.GetCollective().GetSeq(), "summary", v.GetSummary())
 	if len(req.GetRanks()) == 0 {
 		return
@@ -104,21 +104,4 @@ func (a *agent) collectEvidence(ctx context.Context) {
 		}
 		cancel()
 	}
-}
-
-// formatVerdictLog is what the agent prints when the detector fires.
-func formatVerdictLog(v *gotrainv1.HangVerdict) string {
-	var b strings.Builder
-	what := "hang detected"
-	if v.GetKind() == "straggler" {
-		what = "straggler"
-	}
-	fmt.Fprintf(&b, "gotrain: %s (%s, generation %d): %s\n", what, v.GetKind(), v.GetGeneration(), v.GetSummary())
-	for _, d := range v.GetDetails() {
-		fmt.Fprintf(&b, "gotrain:   %s\n", d)
-	}
-	if v.GetKind() != "straggler" {
-		b.WriteString("gotrain:   run `gotrain diagnose` for every rank and the culprits' stacks\n")
-	}
-	return b.String()
 }

@@ -1,4 +1,4 @@
-package launcher
+package explain
 
 import (
 	"testing"
@@ -25,8 +25,8 @@ func TestRestartLineText(t *testing.T) {
 			NodeId: "node-2", Hostname: "b", Reason: "out of contact for 30s"}},
 			"gotrain: node node-2 on b was lost (out of contact for 30s): restarting all 4 ranks, attempt 2 of 4, now"},
 	} {
-		if got := restartLine(tc.p); got != tc.want {
-			t.Errorf("restartLine\n got %s\nwant %s", got, tc.want)
+		if got := RestartLine(tc.p); got != tc.want {
+			t.Errorf("RestartLine\n got %s\nwant %s", got, tc.want)
 		}
 	}
 }
@@ -48,8 +48,8 @@ func TestPermanentCause(t *testing.T) {
 		{"", append(tb, "RuntimeError: CUDA error: out of memory"), ""},
 		{"", append(tb, "ImportError: x", "RuntimeError: later"), ""}, // the last error decides
 	} {
-		if got := permanentCause(tc.spawnErr, tc.tail); got != tc.want {
-			t.Errorf("permanentCause(%q, %q) = %q, want %q", tc.spawnErr, tc.tail, got, tc.want)
+		if got := PermanentCause(tc.spawnErr, tc.tail); got != tc.want {
+			t.Errorf("PermanentCause(%q, %q) = %q, want %q", tc.spawnErr, tc.tail, got, tc.want)
 		}
 	}
 }
@@ -57,7 +57,7 @@ func TestPermanentCause(t *testing.T) {
 func TestJoinedLine(t *testing.T) {
 	g := &gotrainv1.GenerationStarted{WorldSize: 16, GroupWorldSize: 2, GroupRank: 1,
 		Ranks: []*gotrainv1.RankAssignment{{Rank: 8}, {Rank: 9}, {Rank: 10}, {Rank: 11}, {Rank: 12}, {Rank: 13}, {Rank: 14}, {Rank: 15}}}
-	if got, want := joinedLine("gotrain-1234", "node2", g), "gotrain: joined run gotrain-1234: 16 ranks on 2 nodes; this node (node2) runs ranks 8-15"; got != want {
+	if got, want := JoinedLine("gotrain-1234", "node2", g), "gotrain: joined run gotrain-1234: 16 ranks on 2 nodes; this node (node2) runs ranks 8-15"; got != want {
 		t.Errorf("got %s\nwant %s", got, want)
 	}
 	for ranks, want := range map[string][]int{"rank 3": {3}, "ranks 1, 4, 7": {1, 4, 7}, "no ranks": nil} {

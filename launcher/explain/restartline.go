@@ -1,4 +1,4 @@
-package launcher
+package explain
 
 import (
 	"fmt"
@@ -15,9 +15,9 @@ import (
 // attempt 2 of 4, in 0.4 s") and, on a node that joined another's
 // coordinator, the job it joined.
 
-// restartLine is the line every node prints when the coordinator
+// RestartLine is the line every node prints when the coordinator
 // announces a restart.
-func restartLine(p *gotrainv1.RestartPlanned) string {
+func RestartLine(p *gotrainv1.RestartPlanned) string {
 	when := "now"
 	if w := time.Duration(p.GetWaitMs()) * time.Millisecond; w >= 50*time.Millisecond {
 		when = "in " + strconv.FormatFloat(w.Seconds(), 'f', 1, 64) + " s"
@@ -81,9 +81,9 @@ func errorLine(tail []string) string {
 	return l
 }
 
-// joinedLine is what a node that joined another's coordinator prints when
+// JoinedLine is what a node that joined another's coordinator prints when
 // its first generation starts: the run, its size, and this node's ranks.
-func joinedLine(runID, host string, g *gotrainv1.GenerationStarted) string {
+func JoinedLine(runID, host string, g *gotrainv1.GenerationStarted) string {
 	var ranks []int
 	for _, r := range g.GetRanks() {
 		ranks = append(ranks, int(r.GetRank()))

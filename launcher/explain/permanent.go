@@ -1,4 +1,4 @@
-package launcher
+package explain
 
 import (
 	"fmt"
@@ -25,10 +25,10 @@ var spawnPermanent = []struct{ text, why string }{
 // changes: the module is missing, or the source does not compile.
 var pythonPermanent = regexp.MustCompile(`^(ImportError|ModuleNotFoundError|SyntaxError|IndentationError|TabError)(:|$)`)
 
-// permanentCause says why a rank's failure can only repeat, or "" when it
+// PermanentCause says why a rank's failure can only repeat, or "" when it
 // may not: spawnErr is why its process could not start ("" when it ran),
 // tail the last lines of its stderr.
-func permanentCause(spawnErr string, tail []string) string {
+func PermanentCause(spawnErr string, tail []string) string {
 	if spawnErr != "" {
 		low := strings.ToLower(spawnErr)
 		for _, p := range spawnPermanent {
