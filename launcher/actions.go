@@ -11,9 +11,11 @@ import (
 	"github.com/gotrain/gotrain/launcher/agentcore"
 	"github.com/gotrain/gotrain/launcher/explain"
 	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/pystandby"
 	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/workerenv"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+	"slices"
 )
 
 // do carries out one of the machine's actions and returns the events it
@@ -49,7 +51,7 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 		a.links.Verdict(act.Pid, fmt.Errorf("%s", act.Reason))
 		for _, p := range a.reg.procs {
 			if p.py != nil && p.pid() == act.Pid {
-				_ = p.py.conn.Close() // the bootstrap exits at EOF
+				_ = p.py.Close() // the bootstrap exits at EOF
 			}
 		}
 	case agentcore.Print:
@@ -84,7 +86,7 @@ func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 // spawnStandby starts a hot standby (relay/standby.go).
 func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 	if a.py != nil {
-		return a.spawnPythonStandby(act) // pystandby.go
+		return a.spawnPythonStandby(act)
 	}
 	// A Go standby's argv is fixed before it knows its rank; torchrun's
 	// ${local_rank} in it is still right, since a slot's standby is only
@@ -99,6 +101,41 @@ func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 	}
 	a.log.Info("standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
 	a.adopt(act.Proc, p, relay.Proc{Standby: true, Slot: act.Slot, Local: act.Slot}, act.GPU, observe.Evidence{})
+	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
+}
+
+// spawnPythonStandby starts a Python standby for act's slot
+// (launcher/pystandby).
+func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event {
+	link, theirs, err := pystandby.SocketPair()
+	if err != nil {
+		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: fmt.Sprintf("socket pair for a Python standby: %v", err)}}
+	}
+	device := -1
+	if act.GPU >= 0 {
+		device = slices.Index(act.GPUs, act.GPU)
+	}
+	// The interpreter's options are given before the rank is known: the
+	// slot is the local rank it will run (see spawnStandby).
+	args := a.py.Command(device, a.cfg.StandbyPreload, act.Slot)
+	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: args,
+		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble, extra: []*os.File{theirs},
+		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
+	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
+	_ = theirs.Close()
+	if err != nil {
+		_ = link.Close()
+		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
+	}
+	p.py = link
+	a.log.Info("python standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
+	a.adopt(act.Proc, p, relay.Proc{Standby: true, Slot: act.Slot, Local: act.Slot}, act.GPU, observe.Evidence{})
+	stream := a.links.Next()
+	a.waits.Add(1)
+	go func() {
+		defer a.waits.Done()
+		link.Read(a.log, a.post, act.Slot, p.pid(), stream)
+	}()
 	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
 }
 
@@ -198,7 +235,7 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 	// standby runs the program as soon as it reads the assignment).
 	a.reg.became(act.Proc, relay.Proc{Rank: v.Rank, Local: v.LocalRank, Gen: v.Generation}, v.GPU)
 	if p.py != nil {
-		err := a.handToPython(p, a.workerEnv(v.Environ(), act.GPUs), v.LocalRank) // pystandby.go
+		err := p.py.Hand(a.py, a.workerEnv(v.Environ(), act.GPUs), v.LocalRank) // pystandby/pystandby.go
 		p.py = nil
 		if err != nil {
 			a.log.Warn("cannot hand the rank to the Python standby; stopping it", "slot", slot, "pid", p.pid(), "err", err)

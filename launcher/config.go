@@ -123,7 +123,7 @@ type Config struct {
 	// program is taken not to support standbys (default 30s).
 	StandbyTimeout time.Duration
 	// StandbyPreload are the modules a Python standby imports besides torch
-	// and torch.distributed (pystandby.go).
+	// and torch.distributed (launcher/pystandby).
 	StandbyPreload []string
 
 	// Signals delivers the signals the agent received (SIGINT, SIGTERM stop

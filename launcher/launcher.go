@@ -28,6 +28,7 @@ import (
 	"github.com/gotrain/gotrain/launcher/observe"
 	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/launcher/pystandby"
 	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/signals"
 	"github.com/gotrain/gotrain/launcher/supervise"
@@ -75,10 +76,10 @@ func run(ctx context.Context, cfg Config) error {
 	if !strings.HasSuffix(given, ".py") {
 		argv0 = given // the program's argv[0] as given, as a shell or torchrun passes it
 	}
-	var py *pythonProgram
+	var py *pystandby.Program
 	var pyCold string
 	if cfg.Standby != StandbyOff && cfg.Standby != "" {
-		py, pyCold = parsePython(cfg.Program, cfg.Args) // pystandby.go
+		py, pyCold = pystandby.Parse(cfg.Program, cfg.Args) // launcher/pystandby
 	}
 	if cfg.LogDir != "" {
 		if err := output.CheckLogRoot(cfg.LogDir); err != nil { // output/logdir.go
@@ -173,9 +174,9 @@ type agent struct {
 	nodeTimeout time.Duration
 
 	// py is the Python program whose standbys are warm interpreters
-	// (pystandby.go); nil when it is none, or pyCold says why it cannot be
+	// (launcher/pystandby); nil when it is none, or pyCold says why it cannot be
 	// pre-warmed.
-	py     *pythonProgram
+	py     *pystandby.Program
 	pyCold string
 
 	// The machine decides (launcher/agentcore); the loop's goroutine alone

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gotrain/gotrain/launcher/observe"
 	"github.com/gotrain/gotrain/launcher/output"
+	"github.com/gotrain/gotrain/launcher/pystandby"
 	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/supervise"
 )
@@ -40,7 +41,7 @@ type workerSpec struct {
 	standby bool
 	slot    int
 	// extra are files the process inherits as fd 3, ... (a Python
-	// standby's socket: pystandby.go).
+	// standby's socket: launcher/pystandby).
 	extra []*os.File
 	// output says how the output is printed (launcher/output); stdin, when not
 	// nil, is the process's stdin (one rank alone reads gotrain's).
@@ -63,8 +64,8 @@ type workerProc struct {
 	// evidence is the node's state at the start, for the root-cause report.
 	evidence observe.Evidence
 	// py is a Python standby's socket until it is handed a rank
-	// (pystandby.go); nil for any other process.
-	py *pyLink
+	// (launcher/pystandby); nil for any other process.
+	py *pystandby.Link
 }
 
 // stderrTailLines is how many of a worker's last stderr lines a failure

@@ -114,6 +114,6 @@ func (r *registry) exited(id agentcore.ProcID) {
 	}
 	r.claims.Forget(p.pid())
 	if p.py != nil {
-		_ = p.py.conn.Close() // its reader ends
+		_ = p.py.Close() // its reader ends
 	}
 }

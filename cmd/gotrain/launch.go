@@ -21,6 +21,7 @@ import (
 	"github.com/gotrain/gotrain/launcher"
 	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/launcher/pystandby"
 	"github.com/gotrain/gotrain/launcher/signals"
 	"github.com/gotrain/gotrain/nccl"
 )
@@ -300,7 +301,7 @@ func setUpLaunchOutput(cfg *launcher.Config, opts launchOpts) {
 	cfg.Env = os.Environ()
 	torchEnv, warning := jobenv.TorchrunDefaults(os.Getenv, cfg.NprocPerNode, cfg.MaxRestarts) // what torchrun sets too
 	// torchrun's banner, when gotrain set the variable, is for Python programs only.
-	if warning != "" && launcher.IsPython(cfg.Program) {
+	if warning != "" && pystandby.IsPython(cfg.Program) {
 		fmt.Fprintln(os.Stderr, warning)
 	}
 	cfg.Env = append(cfg.Env, torchEnv...)

@@ -1,10 +1,11 @@
-package launcher
+package pystandby
 
 import (
 	"bufio"
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,8 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gotrain/gotrain/launcher/agentcore"
-	"github.com/gotrain/gotrain/launcher/observe"
-	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/workerenv"
 )
 
@@ -41,8 +40,8 @@ import (
 //go:embed pystandby.py
 var pyBootstrap string
 
-// pythonProgram is a Python program as its command line says.
-type pythonProgram struct {
+// Program is a Python program as its command line says.
+type Program struct {
 	options []string // the interpreter's options, before the script or -m
 	path    string   // the script, or
 	module  string   // the module (-m)
@@ -51,15 +50,15 @@ type pythonProgram struct {
 
 var pythonName = regexp.MustCompile(`^python[0-9.]*$`)
 
-// parsePython reads program and args as a Python interpreter would. It
+// Parse reads program and args as a Python interpreter would. It
 // returns nil and "" when program is no Python interpreter, nil and why
 // when it is one but the program cannot be pre-warmed.
-func parsePython(program string, args []string) (*pythonProgram, string) {
+func Parse(program string, args []string) (*Program, string) {
 	if !pythonName.MatchString(filepath.Base(program)) {
 		return nil, ""
 	}
-	py := &pythonProgram{}
-	cold := func(why string) (*pythonProgram, string) {
+	py := &Program{}
+	cold := func(why string) (*Program, string) {
 		return nil, fmt.Sprintf("%s %s: %s", filepath.Base(program), strings.Join(args, " "), why)
 	}
 	i := 0
@@ -130,64 +129,52 @@ func parsePython(program string, args []string) (*pythonProgram, string) {
 	return py, ""
 }
 
-// pyLink is the agent's end of a Python standby's socket pair. The loop
+// Link is the agent's end of a Python standby's socket pair. The loop
 // writes the assignment on it and closes it; a goroutine reads what the
 // standby says.
-type pyLink struct {
+type Link struct {
 	conn *net.UnixConn
 }
 
-// pyStandbyCommand is the standby's argv after the interpreter: the
-// program's options, the bootstrap, and its arguments (the socket's fd,
-// the CUDA device index, the preload list).
-func (a *agent) pyStandbyCommand(device int) []string {
-	args := slices.Clone(a.py.options)
-	return append(args, "-c", pyBootstrap, "3", strconv.Itoa(device), strings.Join(a.cfg.StandbyPreload, ","))
-}
-
-// spawnPythonStandby starts a Python standby for act's slot.
-func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event {
+// SocketPair makes a standby's socket pair: the agent's end, and the
+// standby's, which it inherits as fd 3 (the caller closes its copy once the
+// standby started).
+func SocketPair() (*Link, *os.File, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: fmt.Sprintf("socket pair for a Python standby: %v", err)}}
+		return nil, nil, err
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "pystandby-agent"), os.NewFile(uintptr(fds[1]), "pystandby")
 	c, err := net.FileConn(ours)
 	_ = ours.Close()
 	if err != nil {
 		_ = theirs.Close()
-		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: fmt.Sprintf("socket pair for a Python standby: %v", err)}}
+		return nil, nil, err
 	}
-	conn := c.(*net.UnixConn)
-	device := -1
-	if act.GPU >= 0 {
-		device = slices.Index(act.GPUs, act.GPU)
-	}
-	// The interpreter's options are given before the rank is known: the
-	// slot is the local rank it will run (see spawnStandby). The bootstrap
-	// after them is no argument of the program's.
-	args := a.pyStandbyCommand(device)
-	n := len(a.py.options)
-	args = append(workerenv.SubstituteLocalRank(args[:n:n], act.Slot), args[n:]...)
-	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: args,
-		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble, extra: []*os.File{theirs},
-		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
-	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
-	_ = theirs.Close()
-	if err != nil {
-		_ = conn.Close()
-		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
-	}
-	p.py = &pyLink{conn: conn}
-	a.log.Info("python standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
-	a.adopt(act.Proc, p, relay.Proc{Standby: true, Slot: act.Slot, Local: act.Slot}, act.GPU, observe.Evidence{})
-	stream := a.links.Next()
-	a.waits.Add(1)
-	go func() {
-		defer a.waits.Done()
-		a.readPyStandby(conn, act.Slot, p.pid(), stream)
-	}()
-	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
+	return &Link{conn: c.(*net.UnixConn)}, theirs, nil
+}
+
+// Close closes the agent's end: the bootstrap exits at EOF, and Read ends.
+func (l *Link) Close() error { return l.conn.Close() }
+
+// command is the standby's argv after the interpreter: the program's
+// options, the bootstrap, and its arguments (the socket's fd, the CUDA
+// device index, the preload list).
+func (p *Program) command(device int, preload []string) []string {
+	args := slices.Clone(p.options)
+	return append(args, "-c", pyBootstrap, "3", strconv.Itoa(device), strings.Join(preload, ","))
+}
+
+// Command is the argv after the interpreter of the standby of slot on CUDA
+// device (an index into its CUDA_VISIBLE_DEVICES, -1: none), preloading
+// preload (--standby-preload). The interpreter's options are given before
+// the rank is known: the slot is the local rank it will run, so torchrun's
+// ${local_rank} in them becomes the slot. The bootstrap after them is no
+// argument of the program's.
+func (p *Program) Command(device int, preload []string, slot int) []string {
+	args := p.command(device, preload)
+	n := len(p.options)
+	return append(workerenv.SubstituteLocalRank(args[:n:n], slot), args[n:]...)
 }
 
 // pyMessage is what a Python standby says.
@@ -198,30 +185,30 @@ type pyMessage struct {
 	WarmS float64 `json:"warm_s"`
 }
 
-// readPyStandby turns what the standby of slot says into the machine's
-// events, until the socket ends (the process exited, or the agent closed
-// its end).
-func (a *agent) readPyStandby(conn *net.UnixConn, slot, pid int, stream uint64) {
-	sc := bufio.NewScanner(conn)
+// Read turns what the standby of slot (process pid, numbered stream) says
+// into the machine's events, handed to post, until the socket ends (the
+// process exited, or the agent closed its end).
+func (l *Link) Read(log *slog.Logger, post func(agentcore.Event), slot, pid int, stream uint64) {
+	sc := bufio.NewScanner(l.conn)
 	ready := false
 	for sc.Scan() {
 		var m pyMessage
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			a.post(agentcore.StandbyUnfit{Slot: slot, Pid: pid, Reason: fmt.Sprintf("bad message from the bootstrap: %q", sc.Text())})
+			post(agentcore.StandbyUnfit{Slot: slot, Pid: pid, Reason: fmt.Sprintf("bad message from the bootstrap: %q", sc.Text())})
 			return
 		}
 		switch {
 		case m.Error != "":
-			a.post(agentcore.StandbyUnfit{Slot: slot, Pid: pid, Reason: m.Error})
+			post(agentcore.StandbyUnfit{Slot: slot, Pid: pid, Reason: m.Error})
 			return
 		case m.Ready && !ready:
 			ready = true
-			a.log.Info("python standby warm", "slot", slot, "pid", pid, "torch", m.Torch, "seconds", m.WarmS)
-			a.post(agentcore.StandbyHello{Slot: slot, Pid: pid, Stream: stream})
+			log.Info("python standby warm", "slot", slot, "pid", pid, "torch", m.Torch, "seconds", m.WarmS)
+			post(agentcore.StandbyHello{Slot: slot, Pid: pid, Stream: stream})
 		}
 	}
 	if ready {
-		a.post(agentcore.StandbyDetached{Slot: slot, Pid: pid, Stream: stream})
+		post(agentcore.StandbyDetached{Slot: slot, Pid: pid, Stream: stream})
 	}
 }
 
@@ -235,20 +222,21 @@ type pyAssignment struct {
 	Args   []string `json:"args"`
 }
 
-// handToPython writes the rank's assignment to its standby and closes the
-// agent's end. env is exactly a spawned worker's environment; torchrun's
-// ${local_rank} in the script, module and arguments becomes localRank.
-func (a *agent) handToPython(p *workerProc, env []string, localRank int) error {
+// Hand writes the rank's assignment to its standby, which runs py, and
+// closes the agent's end. env is exactly a spawned worker's environment;
+// torchrun's ${local_rank} in the script, module and arguments becomes
+// localRank.
+func (l *Link) Hand(py *Program, env []string, localRank int) error {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
-	msg := pyAssignment{Env: env, Cwd: cwd, Args: workerenv.SubstituteLocalRank(a.py.args, localRank)}
-	if a.py.path != "" {
-		msg.Path = workerenv.SubstituteLocalRank([]string{a.py.path}, localRank)[0]
+	msg := pyAssignment{Env: env, Cwd: cwd, Args: workerenv.SubstituteLocalRank(py.args, localRank)}
+	if py.path != "" {
+		msg.Path = workerenv.SubstituteLocalRank([]string{py.path}, localRank)[0]
 	}
-	if a.py.module != "" {
-		msg.Module = workerenv.SubstituteLocalRank([]string{a.py.module}, localRank)[0]
+	if py.module != "" {
+		msg.Module = workerenv.SubstituteLocalRank([]string{py.module}, localRank)[0]
 	}
 	if msg.Args == nil {
 		msg.Args = []string{}
@@ -257,7 +245,7 @@ func (a *agent) handToPython(p *workerProc, env []string, localRank int) error {
 	if err != nil {
 		return err
 	}
-	conn := p.py.conn
+	conn := l.conn
 	defer conn.Close()
 	_ = conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
 	if _, err := conn.Write(append(b, '\n')); err != nil {
