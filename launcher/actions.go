@@ -3,6 +3,7 @@ package launcher
 import (
 	"fmt"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -15,7 +16,6 @@ import (
 	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/workerenv"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
-	"slices"
 )
 
 // do carries out one of the machine's actions and returns the events it

@@ -48,7 +48,7 @@ type Config struct {
 	// have one (one worker, one node); nil or a larger job: /dev/null.
 	Stdin *os.File
 	// RetryPermanent restarts after a failure that can only repeat (the
-	// program cannot be executed, a Python import error: permanent.go)
+	// program cannot be executed, a Python import error: explain/permanent.go)
 	// too; without it such a failure ends the job.
 	RetryPermanent bool
 

@@ -3,14 +3,15 @@ package launcher
 import (
 	"encoding/json"
 	"errors"
-	"github.com/gotrain/gotrain/launcher/observe"
-	"github.com/gotrain/gotrain/launcher/output"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/output"
 )
 
 // Issue 16 item 8: --log-dir followed planted symbolic links (root appended

@@ -6,10 +6,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
-
 	"github.com/gotrain/gotrain/internal/gpuinfo"
 	"github.com/gotrain/gotrain/launcher/observe"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
 // The agent's observers (package observe), started with its other
@@ -66,7 +65,7 @@ func (a *agent) startGPUSampling(ctx context.Context, g *errgroup.Group) {
 // recordRootCause writes the job's end into the run's log dir, when there
 // is one: a failure's root cause, or that it succeeded, so that the file
 // there always says how this run ended (a run never sees another's: each
-// has its own directory, logdir.go).
+// has its own directory, output/logdir.go).
 func (a *agent) recordRootCause(f *gotrainv1.JobFinished) {
 	if a.cfg.LogDir == "" {
 		return

@@ -177,7 +177,7 @@ func (s *rawWorkerSink) Close(e supervise.Exit) {
 // Close ends the log file with how the worker ended.
 func (s *workerSink) Close(e supervise.Exit) { s.route.Close(e) }
 
-// openRankLog opens (appending, never through a symbolic link: logdir.go)
+// openRankLog opens (appending, never through a symbolic link: output/logdir.go)
 // rank's log file in dir and writes the generation's header line; note,
 // when not empty, ends the header.
 func openRankLog(dir string, rank int, generation int64, note string) (*os.File, error) {

@@ -2,14 +2,15 @@ package launcher
 
 import (
 	"context"
+	"fmt"
 	"time"
 
-	"fmt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/gotrain/gotrain/launcher/explain"
 	"github.com/gotrain/gotrain/launcher/observe"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // reportTimeoutExit bounds one ReportWorkerExit call.
