@@ -3,11 +3,18 @@ package launcher
 import (
 	"fmt"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/procstat"
 	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/explain"
+	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/pystandby"
+	"github.com/gotrain/gotrain/launcher/relay"
+	"github.com/gotrain/gotrain/launcher/workerenv"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -21,8 +28,8 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 		return a.spawnStandby(act)
 	case agentcore.Signal:
 		if p := a.reg.get(act.Proc); p != nil {
-			if p.who.standby && act.Sig == unix.SIGKILL {
-				a.log.Info("standby stopped", "slot", p.who.slot, "pid", p.pid())
+			if p.who.Standby && act.Sig == unix.SIGKILL {
+				a.log.Info("standby stopped", "slot", p.who.Slot, "pid", p.pid())
 			}
 			p.signal(act.Sig)
 		}
@@ -39,18 +46,18 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 		a.reportExit(act)
 	case agentcore.AcceptStandby:
 		a.log.Info("standby ready", "slot", act.Slot, "pid", act.Pid)
-		a.links.verdict(act.Pid, nil)
+		a.links.Verdict(act.Pid, nil)
 	case agentcore.RejectStandby:
-		a.links.verdict(act.Pid, fmt.Errorf("%s", act.Reason))
+		a.links.Verdict(act.Pid, fmt.Errorf("%s", act.Reason))
 		for _, p := range a.reg.procs {
 			if p.py != nil && p.pid() == act.Pid {
-				_ = p.py.conn.Close() // the bootstrap exits at EOF
+				_ = p.py.Close() // the bootstrap exits at EOF
 			}
 		}
 	case agentcore.Print:
-		a.stderr.writeLine("", []byte(act.Text))
+		a.stderr.WriteLine("", []byte(act.Text))
 	case agentcore.MeasureMemory:
-		ev := measureMemory(act.Pids) // standby.go
+		ev := measureMemory(act.Pids)
 		if ev.Err != "" {
 			a.log.Warn("cannot read the node's memory; keeping standbys", "err", ev.Err)
 		} else {
@@ -64,28 +71,28 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 // spawn starts a rank's worker.
 func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 	v := act.Vars
-	spec := workerSpec{rank: v.Rank, local: v.LocalRank, generation: v.Generation, program: a.cfg.Program, args: substituteLocalRank(a.cfg.Args, v.LocalRank),
+	spec := workerSpec{rank: v.Rank, local: v.LocalRank, generation: v.Generation, program: a.cfg.Program, args: workerenv.SubstituteLocalRank(a.cfg.Args, v.LocalRank),
 		env: a.workerEnv(v.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble,
 		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
-	ev := snapshotEvidence(a.oomFile)
+	ev := observe.SnapshotEvidence(a.oomFile)
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
 	if err != nil {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
-	a.adopt(act.Proc, p, startedProc{rank: v.Rank, local: v.LocalRank, gen: v.Generation}, v.GPU, ev)
+	a.adopt(act.Proc, p, relay.Proc{Rank: v.Rank, Local: v.LocalRank, Gen: v.Generation}, v.GPU, ev)
 	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
 }
 
-// spawnStandby starts a hot standby (standby.go).
+// spawnStandby starts a hot standby (relay/standby.go).
 func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 	if a.py != nil {
-		return a.spawnPythonStandby(act) // pystandby.go
+		return a.spawnPythonStandby(act)
 	}
 	// A Go standby's argv is fixed before it knows its rank; torchrun's
 	// ${local_rank} in it is still right, since a slot's standby is only
 	// ever handed the rank of that local rank (agentcore: newWorker takes
 	// the pool's standby of r.LocalRank).
-	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: substituteLocalRank(a.cfg.Args, act.Slot),
+	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: workerenv.SubstituteLocalRank(a.cfg.Args, act.Slot),
 		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble,
 		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
 	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
@@ -93,7 +100,42 @@ func (a *agent) spawnStandby(act agentcore.SpawnStandby) []agentcore.Event {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
 	a.log.Info("standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
-	a.adopt(act.Proc, p, startedProc{standby: true, slot: act.Slot, local: act.Slot}, act.GPU, evidence{})
+	a.adopt(act.Proc, p, relay.Proc{Standby: true, Slot: act.Slot, Local: act.Slot}, act.GPU, observe.Evidence{})
+	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
+}
+
+// spawnPythonStandby starts a Python standby for act's slot
+// (launcher/pystandby).
+func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event {
+	link, theirs, err := pystandby.SocketPair()
+	if err != nil {
+		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: fmt.Sprintf("socket pair for a Python standby: %v", err)}}
+	}
+	device := -1
+	if act.GPU >= 0 {
+		device = slices.Index(act.GPUs, act.GPU)
+	}
+	// The interpreter's options are given before the rank is known: the
+	// slot is the local rank it will run (see spawnStandby).
+	args := a.py.Command(device, a.cfg.StandbyPreload, act.Slot)
+	spec := workerSpec{rank: -1, standby: true, slot: act.Slot, program: a.cfg.Program, args: args,
+		env: a.workerEnv(act.Vars.Environ(), act.GPUs), logDir: a.cfg.LogDir, logTrouble: a.logTrouble, extra: []*os.File{theirs},
+		output: a.cfg.Output, stdin: a.workerStdin(), argv0: a.argv0}
+	p, err := startWorker(a.sup, spec, a.stdout, a.stderr)
+	_ = theirs.Close()
+	if err != nil {
+		_ = link.Close()
+		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
+	}
+	p.py = link
+	a.log.Info("python standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
+	a.adopt(act.Proc, p, relay.Proc{Standby: true, Slot: act.Slot, Local: act.Slot}, act.GPU, observe.Evidence{})
+	stream := a.links.Next()
+	a.waits.Add(1)
+	go func() {
+		defer a.waits.Done()
+		link.Read(a.log, a.post, act.Slot, p.pid(), stream)
+	}()
 	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
 }
 
@@ -111,7 +153,7 @@ func (a *agent) workerStdin() *os.File {
 // adopt makes p, just started as who, the machine's process id
 // (registry.go): its exit reaches the loop, and the agent does not return
 // before it is reaped.
-func (a *agent) adopt(id agentcore.ProcID, p *workerProc, who startedProc, gpu int, ev evidence) {
+func (a *agent) adopt(id agentcore.ProcID, p *workerProc, who relay.Proc, gpu int, ev observe.Evidence) {
 	a.reg.started(id, p, who, gpu, ev)
 	a.waits.Add(2)
 	go func() { defer a.waits.Done(); <-p.done() }()
@@ -145,16 +187,7 @@ func (a *agent) sendTo(id agentcore.ProcID, m *gotrainv1.AgentMessage) bool {
 	if p == nil {
 		return false
 	}
-	w := a.hub.workerByPid(p.pid())
-	if w == nil {
-		return false
-	}
-	select {
-	case w.out <- m:
-		return true
-	default:
-		return false
-	}
+	return a.hub.Send(p.pid(), m)
 }
 
 // ended is the GenerationEnded message for a generation.
@@ -163,7 +196,7 @@ func (a *agent) ended(gen int64, reason string) *gotrainv1.GenerationEnded {
 }
 
 // park hands the end of its generation to a worker that recovers in process
-// and reports it parked (recover.go has the protocol).
+// and reports it parked (relay/recover.go has the protocol).
 func (a *agent) park(act agentcore.Park) []agentcore.Event {
 	failed := []agentcore.Event{agentcore.HandoverFailed{Proc: act.Proc}}
 	if a.exiting(act.Proc) || !a.sendTo(act.Proc, generationChange(&gotrainv1.GenerationChange{Ended: a.ended(act.Generation, act.Reason)})) {
@@ -182,8 +215,8 @@ func (a *agent) resume(act agentcore.Resume) []agentcore.Event {
 		return failed
 	}
 	p, v := a.reg.get(act.Proc), act.Vars
-	was := p.who.rank
-	a.reg.became(act.Proc, startedProc{rank: v.Rank, local: v.LocalRank, gen: v.Generation}, v.GPU)
+	was := p.who.Rank
+	a.reg.became(act.Proc, relay.Proc{Rank: v.Rank, Local: v.LocalRank, Gen: v.Generation}, v.GPU)
 	a.log.Info("worker resumed in process", "rank", v.Rank, "was_rank", was, "pid", p.pid(), "generation", v.Generation)
 	return nil
 }
@@ -196,13 +229,13 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 	if a.exiting(act.Proc) {
 		return failed
 	}
-	slot := p.who.slot
+	slot := p.who.Slot
 	// The hub and the claims know the rank's new pid, and its output is the
 	// rank's, before the process can attach or print as it (a Python
 	// standby runs the program as soon as it reads the assignment).
-	a.reg.became(act.Proc, startedProc{rank: v.Rank, local: v.LocalRank, gen: v.Generation}, v.GPU)
+	a.reg.became(act.Proc, relay.Proc{Rank: v.Rank, Local: v.LocalRank, Gen: v.Generation}, v.GPU)
 	if p.py != nil {
-		err := a.handToPython(p, a.workerEnv(v.Environ(), act.GPUs), v.LocalRank) // pystandby.go
+		err := p.py.Hand(a.py, a.workerEnv(v.Environ(), act.GPUs), v.LocalRank) // pystandby/pystandby.go
 		p.py = nil
 		if err != nil {
 			a.log.Warn("cannot hand the rank to the Python standby; stopping it", "slot", slot, "pid", p.pid(), "err", err)
@@ -210,7 +243,7 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 		}
 	} else {
 		msg := &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_Assign{Assign: &gotrainv1.StandbyAssignment{Generation: a.gen, Rank: int32(v.Rank)}}}
-		if !a.links.send(p.pid(), msg) {
+		if !a.links.Send(p.pid(), msg) {
 			a.log.Warn("standby's stream is gone or full; stopping it", "slot", slot, "pid", p.pid())
 			return failed
 		}
@@ -220,20 +253,20 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 }
 
 // reportExit tells the coordinator how a rank's process ended, with what
-// the agent knows of why (rootcause.go).
+// the agent knows of why (observe/rootcause.go).
 func (a *agent) reportExit(act agentcore.ReportExit) {
 	req := &gotrainv1.ReportWorkerExitRequest{Generation: act.Generation, Rank: int32(act.Rank), Stopped: act.Stopped}
 	p := a.reg.get(act.Proc)
 	if act.SpawnErr != "" || p == nil {
 		req.ExitCode, req.StderrTail = int32(act.Code), []string{act.SpawnErr}
 		if !a.cfg.RetryPermanent {
-			req.Permanent = permanentCause(act.SpawnErr, nil) // permanent.go
+			req.Permanent = explain.PermanentCause(act.SpawnErr, nil) // explain/permanent.go
 		}
 		a.queueReport(req)
 		return
 	}
 	e := p.exit()
-	req.Pid, req.ExitCode, req.StderrTail = int32(p.pid()), int32(e.Code), p.stderr.snapshot()
+	req.Pid, req.ExitCode, req.StderrTail = int32(p.pid()), int32(e.Code), p.stderr.Snapshot()
 	if e.Signal != 0 {
 		req.Signal = unix.SignalName(e.Signal)
 		req.ExitCode = -1
@@ -241,14 +274,33 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 	if e.Code != 0 || e.Signal != 0 {
 		// early: seen when its output closed while exiting, before wait4
 		a.log.Info("worker exited", "rank", act.Rank, "pid", p.pid(), "exit", e.String(), "early", e.Early)
-		examineExit(req, p.evidence, p.pid(), e.Signal)
+		observe.ExamineExit(req, p.evidence, p.pid(), e.Signal)
 		errFile := jobenv.Vars{AgentSocket: a.socket, Generation: act.Generation, Rank: act.Rank}.ErrorFile()
-		if note, ok := errorFileNote(errFile); ok {
+		if note, ok := observe.ErrorFileNote(errFile); ok {
 			req.Notes = append(req.Notes, note)
 		}
 		if !a.cfg.RetryPermanent && e.Signal == 0 {
-			req.Permanent = permanentCause("", req.StderrTail) // permanent.go
+			req.Permanent = explain.PermanentCause("", req.StderrTail) // explain/permanent.go
 		}
 	}
 	a.queueReport(req)
+}
+
+// measureMemory answers the machine's MeasureMemory (asked before the
+// first standbys under --standby auto) from /proc: a rank whose RSS cannot
+// be read (it is exiting) counts 0.
+func measureMemory(pids []int) agentcore.MemoryMeasured {
+	avail, total, err := procstat.MemInfo()
+	if err != nil {
+		return agentcore.MemoryMeasured{Err: err.Error()}
+	}
+	ev := agentcore.MemoryMeasured{Available: avail, Total: total, RSS: make([]uint64, len(pids))}
+	for i, pid := range pids {
+		ev.RSS[i], _ = procstat.RSS(pid)
+	}
+	return ev
+}
+
+func generationChange(gc *gotrainv1.GenerationChange) *gotrainv1.AgentMessage {
+	return &gotrainv1.AgentMessage{Msg: &gotrainv1.AgentMessage_Generation{Generation: gc}}
 }

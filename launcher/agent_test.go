@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/launcher/signals"
 )
 
 // Every goroutine the agent starts (its subsystems, the embedded
@@ -80,7 +81,7 @@ func TestAgentStopsOnSIGTERM(t *testing.T) {
 	testkit.WaitFor(t, time.Minute, "both ready lines", func() bool { return strings.Count(out.String(), "ready") == 2 })
 	sigs <- syscall.SIGTERM
 	err := <-done
-	var st *Stopped
+	var st *signals.Stopped
 	if !errors.As(err, &st) || st.ExitCode() != 128+15 || st.Phase != "running generation 0" {
 		t.Fatalf("Run = %v; want a stop by SIGTERM (exit 143) while running generation 0\n%s", err, out)
 	}
@@ -117,6 +118,20 @@ func TestSupersededStreamIsABlip(t *testing.T) {
 	} {
 		if got := final(c.err); got != c.final {
 			t.Errorf("final(%v) = %v, want %v", c.err, got, c.final)
+		}
+	}
+}
+
+// Each worker's arguments get its own local rank, as under torchrun.
+func TestAgentLocalRankInArgs(t *testing.T) {
+	cfg, out := agentConfig(t, 2, `echo "rank $RANK args $1 $2 $3"`)
+	cfg.Args = append(cfg.Args, "sh", "--local-rank=${local_rank}", "$local_rank.log", "${local_rank}")
+	if err := Run(t.Context(), cfg); err != nil {
+		t.Fatalf("Run: %v\n%s", err, out)
+	}
+	for _, want := range []string{"[rank 0] rank 0 args --local-rank=0 0.log 0", "[rank 1] rank 1 args --local-rank=1 1.log 1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 }

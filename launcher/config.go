@@ -12,6 +12,8 @@ import (
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
+	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/output"
 )
 
 // Config is one agent's job. Zero fields take the defaults noted.
@@ -34,9 +36,9 @@ type Config struct {
 	Env []string
 	// LogDir, when set, receives one log file per rank.
 	LogDir string
-	// Output is how the workers' output is printed (output.go); the zero
+	// Output is how the workers' output is printed (launcher/output); the zero
 	// value prefixes every line with its rank and prints all of it.
-	Output Output
+	Output output.Options
 	// MasterPort, when not 0, is the MASTER_PORT this node offers for rank
 	// 0's TCPStore (torchrun's --master-port on one node); 0: a free port.
 	MasterPort int
@@ -46,7 +48,7 @@ type Config struct {
 	// have one (one worker, one node); nil or a larger job: /dev/null.
 	Stdin *os.File
 	// RetryPermanent restarts after a failure that can only repeat (the
-	// program cannot be executed, a Python import error: permanent.go)
+	// program cannot be executed, a Python import error: explain/permanent.go)
 	// too; without it such a failure ends the job.
 	RetryPermanent bool
 
@@ -111,7 +113,7 @@ type Config struct {
 	ReaperCommand []string
 
 	// Standby keeps one warmed-up spare process of the program per local
-	// slot and hands a rank that needs a new process to it (standby.go).
+	// slot and hands a rank that needs a new process to it (relay/standby.go).
 	// The program must use package worker. StandbyAuto, the default of
 	// gotrain launch, does so on the NCCL backend once every worker of the
 	// node has attached with package worker, so that other programs never
@@ -121,7 +123,7 @@ type Config struct {
 	// program is taken not to support standbys (default 30s).
 	StandbyTimeout time.Duration
 	// StandbyPreload are the modules a Python standby imports besides torch
-	// and torch.distributed (pystandby.go).
+	// and torch.distributed (launcher/pystandby).
 	StandbyPreload []string
 
 	// Signals delivers the signals the agent received (SIGINT, SIGTERM stop
@@ -202,9 +204,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--standby-timeout must not be negative, got %s", c.StandbyTimeout)
 	case c.SnapshotMemory < 0:
 		return fmt.Errorf("--snapshot-memory must not be negative, got %d bytes", c.SnapshotMemory)
-	case c.Output.Mode != "" && c.Output.Mode != OutputPrefixed && c.Output.Mode != OutputRaw:
+	case c.Output.Mode != "" && c.Output.Mode != output.Prefixed && c.Output.Mode != output.Raw:
 		return fmt.Errorf("--output must be prefixed or raw, got %q", string(c.Output.Mode))
-	case c.Output.hidesAny() && c.LogDir == "":
+	case c.Output.HidesAny() && c.LogDir == "":
 		return errors.New("--redirects and --console-ranks keep output off the console, into the ranks' log files: give --log-dir DIR")
 	case c.MasterPort < 0 || c.MasterPort > 65535:
 		return fmt.Errorf("--store-port must be between 1 and 65535 (0: a free port), got %d", c.MasterPort)
@@ -221,4 +223,28 @@ func (c *Config) validate() error {
 func CheckProgram(program string) error {
 	_, _, err := resolveProgram(program, nil, io.Discard)
 	return err
+}
+
+// StandbyMode says when the agent keeps hot standbys (agentcore.StandbyMode;
+// the standbys' streams: relay/standby.go).
+type StandbyMode = agentcore.StandbyMode
+
+const (
+	StandbyOff  = agentcore.StandbyOff
+	StandbyOn   = agentcore.StandbyOn
+	StandbyAuto = agentcore.StandbyAuto
+)
+
+// ParseStandbyMode reads --standby's value: on, off or auto (true and false
+// too, for the bare flag).
+func ParseStandbyMode(s string) (StandbyMode, error) {
+	switch s {
+	case "on", "true":
+		return StandbyOn, nil
+	case "off", "false":
+		return StandbyOff, nil
+	case "auto":
+		return StandbyAuto, nil
+	}
+	return "", fmt.Errorf("--standby %q: want on, off or auto", s)
 }

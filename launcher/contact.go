@@ -70,7 +70,7 @@ func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGen
 			// Replicated: a leader change ends the stream too.
 			coordAddr = "its replicas " + strings.Join(a.lc.Addrs(), ",")
 		}
-		if confirmed || got || a.hub.answeredSince(opened) {
+		if confirmed || got || a.hub.AnsweredSince(opened) {
 			lostAt, unanswered = time.Now(), false
 			fmt.Fprintf(a.cfg.Stderr, "gotrain: lost contact with the coordinator at %s (%v); trying again for up to %s, the workers run on\n",
 				coordAddr, status.Convert(err).Message(), a.nodeTimeout)
@@ -89,8 +89,8 @@ func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGen
 		stop = next
 		opened = time.Now()
 		// A heartbeat now says whether the coordinator hears this node.
-		a.hub.flush(ctx)
-		if confirmed = a.hub.answeredSince(opened); confirmed {
+		a.hub.Flush(ctx)
+		if confirmed = a.hub.AnsweredSince(opened); confirmed {
 			fmt.Fprintf(a.cfg.Stderr, "gotrain: back in contact with the coordinator at %s\n", coordAddr)
 			continue
 		}
@@ -99,7 +99,7 @@ func (a *agent) watch(ctx context.Context, stream gotrainv1.Coordinator_WatchGen
 		// bound unless the coordinator has answered by then.
 		unanswered = true
 		at := opened
-		end := a.endOnDeadline(lostAt, true, func() bool { return a.hub.answeredSince(at) }, next)
+		end := a.endOnDeadline(lostAt, true, func() bool { return a.hub.AnsweredSince(at) }, next)
 		stop = func() { end(); next() }
 	}
 }
@@ -212,17 +212,10 @@ func (a *agent) cutOffFor(lostAt time.Time, cause error) error {
 		return fmt.Errorf("cut off for %s, longer than the node timeout: %w; %s", time.Since(lostAt).Round(100*time.Millisecond), v, noMajorityHint)
 	}
 	why := status.Convert(cause).Message()
-	if _, last := a.hub.silence(time.Now()); last != nil {
+	if _, last := a.hub.Silence(time.Now()); last != nil {
 		why = status.Convert(last).Message() // the coordinator's last word on this node's heartbeat
 	}
 	return fmt.Errorf("cut off for %s (%v), longer than the node timeout: the coordinator has lost this node", time.Since(lostAt).Round(100*time.Millisecond), why)
-}
-
-// answeredSince says whether the coordinator answered a heartbeat after t.
-func (h *hub) answeredSince(t time.Time) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.lastContact.After(t)
 }
 
 // final says whether a stream's error ends contact for good: the job is
@@ -256,7 +249,7 @@ func (a *agent) cutOff(now time.Time) error {
 	// agents on 2 cores time out their reports for seconds) keeps the node
 	// while its stream is attached, and the node must not stop its workers
 	// first; one that has lost the node did so after one node timeout.
-	silent, err := a.hub.silence(now)
+	silent, err := a.hub.Silence(now)
 	if silent < 2*a.nodeTimeout {
 		return nil
 	}

@@ -41,7 +41,7 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 	}
 	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
 		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),
-		AgentPid: int32(os.Getpid()), FreePort: int32(port), Gpus: a.place.joinGPUs(),
+		AgentPid: int32(os.Getpid()), FreePort: int32(port), Gpus: a.place.JoinGPUs(),
 		RanksPerGpu: int32(a.cfg.RanksPerGPU),
 	}, Settings: a.cfg.JobSettings.Given(a.cfg.JobFlagsGiven), Csr: csr, HostKey: a.hostKey}
 	if r := a.cfg.NodeRank; r != nil {
@@ -51,7 +51,7 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 	defer cancel()
 	backoff := 50 * time.Millisecond
 	a.nodeTimeout = a.cfg.NodeTimeout                            // until Join says the job's
-	a.setPhase(ctx, "waiting for the coordinator at "+coordAddr) // stop.go
+	a.setPhase(ctx, "waiting for the coordinator at "+coordAddr) // launcher.go
 	defer a.sayWaiting(ctx, coordAddr)()
 	for {
 		var p peer.Peer // the connection's proof and the CA it presented (keys.go)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,17 +17,22 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
 
-	"github.com/gotrain/gotrain/internal/connguard"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobenv/genwire"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/runfile"
-	"github.com/gotrain/gotrain/internal/token"
 	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/explain"
+	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/output"
+	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/launcher/pystandby"
+	"github.com/gotrain/gotrain/launcher/relay"
+	"github.com/gotrain/gotrain/launcher/signals"
 	"github.com/gotrain/gotrain/launcher/supervise"
+	"github.com/gotrain/gotrain/launcher/workerenv"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -41,17 +45,17 @@ type ExitError struct {
 func (e *ExitError) Error() string { return e.Message }
 
 // Run runs the agent until the job finishes. It returns nil when every
-// worker succeeded, a *Stopped when SIGINT or SIGTERM (from cfg.Signals, or
+// worker succeeded, a *signals.Stopped when SIGINT or SIGTERM (from cfg.Signals, or
 // ctx's of StopOnSignal) stopped it, whatever it was waiting for, an
 // *ExitError when the job failed, and another error when the agent itself
 // could not do its work.
 func Run(ctx context.Context, cfg Config) error {
-	if !hasStop(ctx) { // cmd/gotrain made it before its own waits (internal/slurm)
+	if !signals.HasStop(ctx) { // cmd/gotrain made it before its own waits (internal/slurm)
 		var stop context.CancelFunc
-		ctx, cfg.Signals, stop = StopOnSignal(ctx, cfg.Signals) // stop.go
+		ctx, cfg.Signals, stop = signals.StopOnSignal(ctx, cfg.Signals) // signals/stop.go
 		defer stop()
 	}
-	return StopCause(ctx, run(ctx, cfg))
+	return signals.StopCause(ctx, run(ctx, cfg))
 }
 
 func run(ctx context.Context, cfg Config) error {
@@ -72,21 +76,21 @@ func run(ctx context.Context, cfg Config) error {
 	if !strings.HasSuffix(given, ".py") {
 		argv0 = given // the program's argv[0] as given, as a shell or torchrun passes it
 	}
-	var py *pythonProgram
+	var py *pystandby.Program
 	var pyCold string
 	if cfg.Standby != StandbyOff && cfg.Standby != "" {
-		py, pyCold = parsePython(cfg.Program, cfg.Args) // pystandby.go
+		py, pyCold = pystandby.Parse(cfg.Program, cfg.Args) // launcher/pystandby
 	}
 	if cfg.LogDir != "" {
-		if err := checkLogRoot(cfg.LogDir); err != nil { // logdir.go
+		if err := output.CheckLogRoot(cfg.LogDir); err != nil { // output/logdir.go
 			return err
 		}
 	}
 	a := &agent{cfg: cfg, argv0: argv0, log: cfg.Logger, host: hostname(), tokenMade: tokenMade, py: py, pyCold: pyCold,
-		stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr}}
-	a.logTrouble = &logTrouble{stderr: a.stderr}
-	a.place = nodePlacement(&a.cfg, a.log)
-	a.oomFile = agentMemoryEventsFile()
+		stdout: output.NewConsole(cfg.Stdout), stderr: output.NewConsole(cfg.Stderr)}
+	a.logTrouble = output.NewTrouble(a.stderr)
+	a.place = placement.Node(a.cfg.Backend, a.cfg.Env, a.cfg.NprocPerNode, a.cfg.Stderr, a.log)
+	a.oomFile = observe.AgentMemoryEventsFile()
 	return a.run(ctx)
 }
 
@@ -136,8 +140,8 @@ type agent struct {
 	argv0  string // the workers' argv[0] ("": cfg.Program)
 	log    *slog.Logger
 	host   string
-	stdout *console
-	stderr *console
+	stdout *output.Console
+	stderr *output.Console
 
 	coord       gotrainv1.CoordinatorClient
 	replicaView // the coordinator's replicas, as this agent knows them (replicas.go)
@@ -145,12 +149,12 @@ type agent struct {
 	nodeID      string
 	socket      string
 	sup         *supervise.Supervisor // starts and watches every process (launcher/supervise)
-	place       *placement            // GPUs in NVLink order and their CPUs (placement.go); nil without NVML
-	hub         *hub                  // the ranks' progress, reported once a second (progress.go)
-	// logTrouble warns once when the log dir cannot be written (logdir.go).
-	logTrouble *logTrouble
+	place       *placement.Placement  // GPUs in NVLink order and their CPUs (launcher/placement); nil without NVML
+	hub         *relay.Hub            // the ranks' progress, reported once a second (relay/progress.go)
+	// logTrouble warns once when the log dir cannot be written (output/logdir.go).
+	logTrouble *output.Trouble
 	// oomFile holds the workers' memory cgroup's oom_kill counter
-	// (rootcause.go); "" when there is none.
+	// (observe/rootcause.go); "" when there is none.
 	oomFile string
 	// metricsAddr is where the embedded coordinator serves /metrics; "" if not.
 	metricsAddr string
@@ -170,9 +174,9 @@ type agent struct {
 	nodeTimeout time.Duration
 
 	// py is the Python program whose standbys are warm interpreters
-	// (pystandby.go); nil when it is none, or pyCold says why it cannot be
+	// (launcher/pystandby); nil when it is none, or pyCold says why it cannot be
 	// pre-warmed.
-	py     *pythonProgram
+	py     *pystandby.Program
 	pyCold string
 
 	// The machine decides (launcher/agentcore); the loop's goroutine alone
@@ -180,9 +184,10 @@ type agent struct {
 	m *agentcore.Machine
 	// reg is the processes the machine asked for, until their exit was
 	// stepped, and what each is (registry.go): the loop's goroutine alone
-	// writes it. claims is its view for the relay's hello checks (claims.go).
+	// writes it. claims is its view for the relay's hello checks
+	// (relay/claims.go).
 	reg    *registry
-	claims *claims
+	claims *relay.Claims
 	// gen is the current generation as the coordinator sent it (handed to
 	// survivors and standbys as it is); nil before the first.
 	gen *gotrainv1.GenerationStarted
@@ -204,9 +209,9 @@ type agent struct {
 	// until it is reaped, and the goroutine that forwards its exit.
 	waits sync.WaitGroup
 
-	links   *standbyLinks                           // standbys' open streams (standby.go)
+	links   *relay.Standbys                         // standbys' open streams (relay/standby.go)
 	reports chan *gotrainv1.ReportWorkerExitRequest // to the reporter (report.go)
-	hangs   chan *gotrainv1.EvidenceRequest         // to the evidence collector (progress.go)
+	hangs   chan *gotrainv1.EvidenceRequest         // to the evidence collector (report.go)
 	started chan struct{}                           // closed at the first generation
 	pyDir   string                                  // where gotrain's Python modules go: gotrain_snapshot.py, torchhook's sitecustomize.py
 	pyPath  string                                  // pyDir once a module is in it, last on workers' PYTHONPATH (snapshots.go)
@@ -225,7 +230,7 @@ const tickEvery = 100 * time.Millisecond
 
 func (a *agent) run(ctx context.Context) error {
 	// A private directory for the workers' socket: its mode keeps other users out.
-	dir, err := makeSocketDir(a.log) // sockdir.go: and removes those of agents that are gone
+	dir, err := relay.MakeSocketDir(a.log) // relay/sockdir.go: and removes those of agents that are gone
 	if err != nil {
 		return err
 	}
@@ -266,8 +271,8 @@ func (a *agent) run(ctx context.Context) error {
 		fmt.Fprintln(a.cfg.Stderr, a.joinHint)
 	}
 	if a.cfg.LogDir != "" {
-		// The run's own directory, now that the run id is known (logdir.go).
-		dir, err := openRunLogDir(a.cfg.LogDir, a.cfg.RunID)
+		// The run's own directory, now that the run id is known (output/logdir.go).
+		dir, err := output.OpenRunLogDir(a.cfg.LogDir, a.cfg.RunID)
 		if err != nil {
 			return err
 		}
@@ -286,50 +291,49 @@ func (a *agent) run(ctx context.Context) error {
 // subsystems, each a goroutine under one errgroup, and the loop that steps
 // the machine. Everything it starts has ended when it returns.
 func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
-	lis, err := net.Listen("unix", a.socket)
+	lis, err := relay.Listen(a.socket, a.log) // relay/bounds.go
 	if err != nil {
 		return fmt.Errorf("listen on the workers' socket: %w", err)
 	}
-	lis = connguard.Listen(lis, "the agent's socket", agentSocketLimits, a.log) // peercred_linux.go
 	a.m = agentcore.New(agentcore.Config{
 		Node:  jobenv.Node{AgentSocket: a.socket, JobToken: a.cfg.JobToken, RunID: a.cfg.RunID, Backend: a.cfg.Backend, Host: a.cfg.NodeAddress},
 		Grace: a.cfg.GracePeriod, Standby: a.cfg.Standby, StandbyTimeout: a.cfg.StandbyTimeout,
 		Python: a.py != nil || a.pyCold != "", PythonCold: a.pyCold,
 		NoRestarts: a.cfg.MaxRestarts == 0 && (a.cfg.MinNodes == 0 || a.cfg.MinNodes == a.cfg.Nodes),
 	})
-	a.claims = newClaims()
+	a.claims = relay.NewClaims()
 	a.inbox, a.loopDone = make(chan agentcore.Event), make(chan struct{})
-	a.links = newStandbyLinks()
+	a.links = relay.NewStandbys()
 	a.reports = make(chan *gotrainv1.ReportWorkerExitRequest, 256)
 	a.hangs = make(chan *gotrainv1.EvidenceRequest, 8)
-	a.hub = newHub(a.log, a.coord, a.nodeID)
+	a.hub = relay.NewHub(a.log, a.coord, a.nodeID)
 	a.reg = &registry{procs: map[agentcore.ProcID]*workerProc{}, claims: a.claims, hub: a.hub, place: a.place,
 		log: a.log, logDir: a.cfg.LogDir, logTrouble: a.logTrouble, oomFile: a.oomFile}
-	a.hub.onAttach = func(w *attachedWorker, recoverable bool) {
-		a.post(agentcore.Attached{Pid: w.pid, Rank: w.rank, Generation: w.gen, Recoverable: recoverable})
-	}
-	a.hub.onDetach = func(w *attachedWorker) { a.post(agentcore.Detached{Pid: w.pid}) }
+	a.hub.Notify(func(pid, rank int, gen int64, recoverable bool) {
+		a.post(agentcore.Attached{Pid: pid, Rank: rank, Generation: gen, Recoverable: recoverable})
+	}, func(pid int) { a.post(agentcore.Detached{Pid: pid}) })
 
 	// The subsystems outlive a signal (ctx's end) until the workers are
 	// gone: they supervise and report them while they stop.
 	subCtx, stopSubsystems := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSubsystems()
 	g, gctx := errgroup.WithContext(subCtx)
-	// peerCredentials: each connection's peer pid, which hellos must name (claims.go).
-	relaySrv := grpc.NewServer(append(token.ServerOptions(a.cfg.JobToken), grpc.Creds(peerCredentials{}))...)
-	gotrainv1.RegisterAgentServer(relaySrv, &relay{coord: a.coord, nodeID: a.nodeID, hub: a.hub, agent: a, claims: a.claims, log: a.log})
+	// Each connection's peer pid, which hellos must name (relay/claims.go).
+	relaySrv := relay.NewGRPCServer(a.cfg.JobToken, &relay.Server{Coord: a.coord, NodeID: a.nodeID, Hub: a.hub, Claims: a.claims,
+		Standbys: a.links, Post: a.post, LoopDone: a.loopDone, Log: a.log})
 	g.Go(func() error { return relaySrv.Serve(lis) })
 	a.pyDir = filepath.Join(filepath.Dir(a.socket), "python")
-	if a.hub.torch = a.installTorchHook(a.pyDir, filepath.Dir(a.socket)); a.hub.torch != nil { // torchprogress.go
+	if tp := a.installTorchHook(a.pyDir, filepath.Dir(a.socket)); tp != nil { // observers.go
+		a.hub.SetTorch(tp)
 		a.pyPath = a.pyDir
 	}
 	a.startSnapshots(gctx, g, filepath.Dir(a.socket)) // snapshots.go
 	g.Go(func() error { return a.sup.Run(gctx) })
-	g.Go(func() error { a.hub.report(gctx); return nil })
-	a.startGPUSampling(gctx, g)                                // gpusample.go
-	a.startRASPoll(gctx, g)                                    // raspoll.go
+	g.Go(func() error { a.hub.Report(gctx); return nil })
+	a.startGPUSampling(gctx, g)                                // observers.go
+	a.startRASPoll(gctx, g)                                    // observers.go
 	g.Go(func() error { a.sendReports(gctx); return nil })     // report.go
-	g.Go(func() error { a.collectEvidence(gctx); return nil }) // progress.go
+	g.Go(func() error { a.collectEvidence(gctx); return nil }) // report.go
 
 	stream, err := a.coord.WatchGenerations(gctx, &gotrainv1.WatchGenerationsRequest{NodeId: a.nodeID, Stream: a.streams.Add(1)})
 	if err != nil && !final(err) && restarted(err) == nil {
@@ -372,7 +376,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 		a.recordRootCause(a.finished)
 		return a.finish(a.finished)
 	case agentcore.FinishedSignal:
-		if st := StoppedBy(ctx); st != nil {
+		if st := signals.StoppedBy(ctx); st != nil {
 			s := *st
 			s.Forced = a.forced
 			return &s
@@ -392,9 +396,9 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 }
 
 // phase is what the loop waits for or runs at now, for the message of a
-// signal that stops it (stop.go).
+// signal that stops it (signals/stop.go).
 func (a *agent) phase(now time.Time, coordAddr string) string {
-	if silent, _ := a.hub.silence(now); (silent > 0 || a.rewatching.Load()) && a.gen != nil {
+	if silent, _ := a.hub.Silence(now); (silent > 0 || a.rewatching.Load()) && a.gen != nil {
 		// The watch stream broke, or the coordinator has not answered the
 		// last progress report (it is cut off, or has no majority): the
 		// workers run on meanwhile (contact.go).
@@ -409,6 +413,13 @@ func (a *agent) phase(now time.Time, coordAddr string) string {
 		return fmt.Sprintf("waiting for the job's next generation (generation %d ended: %s; --restart-backoff)", a.lastEnded.GetGeneration(), a.lastEnded.GetReason())
 	}
 	return fmt.Sprintf("running generation %d", a.gen.GetGeneration())
+}
+
+// setPhase is SetPhase, logged (--verbose) when the phase changes.
+func (a *agent) setPhase(ctx context.Context, phase string) {
+	if signals.SetPhase(ctx, phase) {
+		a.log.Info("phase", "phase", phase)
+	}
 }
 
 // post hands ev to the loop; it gives up once the loop returned.
@@ -450,7 +461,7 @@ func (a *agent) loop(ctx context.Context, coordAddr string, events <-chan *gotra
 		case <-done:
 			done = nil
 			ev = agentcore.Canceled{}
-			if st := StoppedBy(ctx); st != nil { // the first SIGINT or SIGTERM (stop.go)
+			if st := signals.StoppedBy(ctx); st != nil { // the first SIGINT or SIGTERM (signals/stop.go)
 				ev = agentcore.Signaled{Sig: st.Sig}
 			}
 		}
@@ -475,14 +486,14 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 		if a.gen == nil {
 			close(a.started)             // waitForStart says no more
 			if a.cfg.Coordinator != "" { // joined another node's (or a standalone) coordinator
-				fmt.Fprintln(a.cfg.Stderr, joinedLine(a.cfg.RunID, a.host, g)) // restartline.go
+				fmt.Fprintln(a.cfg.Stderr, explain.JoinedLine(a.cfg.RunID, a.host, g)) // explain/restartline.go
 			}
 		}
 		a.gen, a.lastEnded = g, nil
 		a.snapPeers.generation(g.GetGeneration(), int(g.GetGroupRank()), int(g.GetGroupWorldSize()), a.snapPeerAddr) // snappeer.go
 		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
-		// RAS-derived progress spans the job's communicators (raspoll.go).
-		a.hub.ras.generation(g.GetGeneration(), int(g.GetWorldSize()))
+		// RAS-derived progress spans the job's communicators (observe/raspoll.go).
+		a.hub.RAS().Generation(g.GetGeneration(), int(g.GetWorldSize()))
 		return agentcore.GenerationStarted{Gen: genwire.Generation(g)}
 	case *gotrainv1.GenerationEvent_Ended:
 		a.log.Info("generation ended", "generation", e.Ended.GetGeneration(), "reason", e.Ended.GetReason())
@@ -498,9 +509,9 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 		}
 		return agentcore.GenerationEnded{Generation: e.Ended.GetGeneration(), Reason: e.Ended.GetReason(), Replace: replace}
 	case *gotrainv1.GenerationEvent_Restarting:
-		fmt.Fprintln(a.cfg.Stderr, restartLine(e.Restarting)) // restartline.go
+		fmt.Fprintln(a.cfg.Stderr, explain.RestartLine(e.Restarting)) // explain/restartline.go
 	case *gotrainv1.GenerationEvent_Evidence:
-		a.onHang(e.Evidence) // progress.go
+		a.onHang(e.Evidence) // report.go
 	case *gotrainv1.GenerationEvent_Finished:
 		a.finished = e.Finished
 		return agentcore.JobFinished{Succeeded: e.Finished.GetSucceeded(), ExitCode: exitCodeOf(e.Finished)}
@@ -531,21 +542,21 @@ func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
 
 // workerEnv is the environment of a worker or standby process: the base
 // environment without gotrain's variables, then vars (gotrain's), PyTorch's
-// flight recorder settings, and the GPUs' variables (WorkerGPUEnv) when
+// flight recorder settings, and the GPUs' variables (placement.WorkerGPUEnv) when
 // gpus is not empty.
 func (a *agent) workerEnv(vars []string, gpus []int) []string {
 	env := append(jobenv.Strip(a.cfg.Env), vars...)
-	env = append(env, torchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
-	if a.hub != nil && a.hub.torch != nil {
-		env = append(env, torchhook.EnvDir+"="+a.hub.torch.dir) // torchprogress.go
+	env = append(env, workerenv.TorchDebugEnv(a.cfg.Env, a.cfg.LogDir)...)
+	if a.hub != nil && a.hub.Torch() != nil {
+		env = append(env, torchhook.EnvDir+"="+a.hub.Torch().Dir()) // observe/torchprogress.go
 	}
 	env = snapshotPythonPath(env, a.pyPath) // snapshots.go
 	if a.cfg.Role != "" {
 		env = append(env, "ROLE_NAME="+a.cfg.Role) // the last of a name wins
 	}
 	if len(gpus) > 0 {
-		env = append(env, WorkerGPUEnv(gpus)...)
-		env = append(env, multiRankEnv(a.cfg.Env, a.cfg.RanksPerGPU)...)
+		env = append(env, placement.WorkerGPUEnv(gpus)...)
+		env = append(env, placement.MultiRankEnv(a.cfg.Env, a.cfg.RanksPerGPU)...)
 	}
 	return env
 }
@@ -555,7 +566,7 @@ func (a *agent) finish(f *gotrainv1.JobFinished) error {
 	if f.GetSucceeded() {
 		return nil
 	}
-	return &ExitError{Code: exitCodeOf(f), Message: describeFailure(f)}
+	return &ExitError{Code: exitCodeOf(f), Message: explain.DescribeFailure(f)}
 }
 
 func exitCodeOf(f *gotrainv1.JobFinished) int {
@@ -563,47 +574,6 @@ func exitCodeOf(f *gotrainv1.JobFinished) int {
 		return c
 	}
 	return 1
-}
-
-// describeFailure writes the report a person reads when the job failed.
-func describeFailure(f *gotrainv1.JobFinished) string {
-	var b strings.Builder
-	fl := f.GetFailure()
-	if fl == nil {
-		fmt.Fprintf(&b, "gotrain: job failed: %s", f.GetMessage())
-		return b.String()
-	}
-	if fl.GetReason() != "" && fl.GetNodeId() != "" && fl.GetSignal() == "" && len(fl.GetStderrTail()) == 0 {
-		// The whole node went away (the machine's NodeLost), not one worker.
-		fmt.Fprintf(&b, "gotrain: job failed: node %s on %s (agent pid %d) was lost: %s", fl.GetNodeId(), fl.GetHostname(), fl.GetPid(), fl.GetReason())
-		if m := f.GetMessage(); m != "" {
-			fmt.Fprintf(&b, "\n  %s", m)
-		}
-		return b.String()
-	}
-	cause := fmt.Sprintf("exit status %d", fl.GetExitCode())
-	if fl.GetSignal() != "" {
-		cause = "killed by " + fl.GetSignal()
-	}
-	if fl.GetReason() != "" {
-		cause = fl.GetReason()
-	}
-	if fl.GetPid() == 0 {
-		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s could not be started: %s", fl.GetRank(), fl.GetHostname(), errorLine(fl.GetStderrTail()))
-	} else {
-		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s (pid %d) failed first: %s", fl.GetRank(), fl.GetHostname(), fl.GetPid(), cause)
-	}
-	if m := f.GetMessage(); m != "" {
-		fmt.Fprintf(&b, "\n  %s", m)
-	}
-	writeEvidence(&b, fl)
-	if tl := fl.GetStderrTail(); len(tl) > 0 {
-		fmt.Fprintf(&b, "\n  last %d line(s) of rank %d's stderr:", len(tl), fl.GetRank())
-		for _, l := range tl {
-			fmt.Fprintf(&b, "\n    %s", l)
-		}
-	}
-	return b.String()
 }
 
 // ExitCode is the status `gotrain launch` exits with.

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/output"
 )
 
 // Issue 16 item 8: --log-dir followed planted symbolic links (root appended
@@ -36,48 +39,23 @@ func TestLogFilesNeverFollowLinks(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), filepath.Join(root, "run-x")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openRunLogDir(root, "run-x"); err == nil {
-		t.Error("openRunLogDir went through a planted link")
+	if _, err := output.OpenRunLogDir(root, "run-x"); err == nil {
+		t.Error("OpenRunLogDir went through a planted link")
 	}
 }
 
-// Each run writes into a directory of its own, also when a run id is
-// used again.
-func TestRunLogDirsAreTheirOwn(t *testing.T) {
-	root := t.TempDir()
-	for _, want := range []string{"attempt-1", "attempt-2"} {
-		dir, err := openRunLogDir(root, "run/x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dir != filepath.Join(root, "run_x", want) {
-			t.Errorf("got %s, want .../run_x/%s", dir, want)
-		}
-	}
-}
-
-// A log dir of another user's, or one anybody can write without the
-// sticky bit, is refused.
-func TestLogRootChecked(t *testing.T) {
-	if err := checkLogRoot(filepath.Join(t.TempDir(), "a", "b")); err != nil {
-		t.Errorf("a new log dir: %v", err)
-	}
-	if os.Getuid() != 0 {
-		t.Skip("a directory of another user needs root (chown)")
-	}
-	theirs := t.TempDir()
-	if err := os.Chown(theirs, 54321, 54321); err != nil {
-		t.Fatal(err)
-	}
-	if err := checkLogRoot(theirs); err == nil || !strings.Contains(err.Error(), "belongs to uid 54321") {
-		t.Errorf("another user's log dir: %v", err)
-	}
+// rootCauseReport is what these tests read of a root-cause.json
+// (observe.RecordRootCause writes it).
+type rootCauseReport struct {
+	Succeeded bool            `json:"succeeded"`
+	ExitCode  int             `json:"exit_code"`
+	Failure   json.RawMessage `json:"failure,omitempty"`
 }
 
 // rootCause reads the root-cause.json of the only run under root.
 func rootCause(t *testing.T, root string) (rootCauseReport, string) {
 	t.Helper()
-	m, _ := filepath.Glob(filepath.Join(root, "*", "attempt-*", RootCauseFile))
+	m, _ := filepath.Glob(filepath.Join(root, "*", "attempt-*", observe.RootCauseFile))
 	if len(m) != 1 {
 		t.Fatalf("root-cause.json files under %s: %v", root, m)
 	}
@@ -114,7 +92,7 @@ func TestNoStaleRootCause(t *testing.T) {
 	if !strings.Contains(out.String(), "gotrain: logs in "+filepath.Join(root, "same-id", "attempt-2")) {
 		t.Errorf("the second run does not say where its logs are:\n%s", out)
 	}
-	b, err := os.ReadFile(filepath.Join(root, "same-id", "attempt-2", RootCauseFile))
+	b, err := os.ReadFile(filepath.Join(root, "same-id", "attempt-2", observe.RootCauseFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/supervise"
 )
 
@@ -21,7 +22,7 @@ func runWorker(t *testing.T, spec workerSpec, script string) (p *workerProc, std
 	}
 	stdout, stderr = &testkit.Buffer{}, &testkit.Buffer{}
 	spec.program, spec.args, spec.env = "/bin/sh", []string{"-c", script}, os.Environ()
-	p, err = startWorker(sup, spec, &console{w: stdout}, &console{w: stderr})
+	p, err = startWorker(sup, spec, output.NewConsole(stdout), output.NewConsole(stderr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func runWorker(t *testing.T, spec workerSpec, script string) (p *workerProc, std
 // the failure report still gets the stderr lines.
 func TestRawOutputIsByteExact(t *testing.T) {
 	dir := t.TempDir()
-	p, stdout, stderr := runWorker(t, workerSpec{rank: 0, logDir: dir, output: Output{Mode: OutputRaw}},
+	p, stdout, stderr := runWorker(t, workerSpec{rank: 0, logDir: dir, output: output.Options{Mode: output.Raw}},
 		`printf '{"a": [1,\n 2]}'; printf 'line one\nno newline' >&2; exit 4`)
 	if got := stdout.String(); got != "{\"a\": [1,\n 2]}" {
 		t.Errorf("stdout %q, want the bytes the worker wrote", got)
@@ -48,7 +49,7 @@ func TestRawOutputIsByteExact(t *testing.T) {
 	if got := stderr.String(); got != "line one\nno newline" {
 		t.Errorf("stderr %q, want the bytes the worker wrote", got)
 	}
-	if got := p.stderr.snapshot(); !slices.Equal(got, []string{"line one", "no newline"}) {
+	if got := p.stderr.Snapshot(); !slices.Equal(got, []string{"line one", "no newline"}) {
 		t.Errorf("stderr tail %q, want its two lines", got)
 	}
 	log, err := os.ReadFile(filepath.Join(dir, "rank0.log"))
@@ -67,16 +68,16 @@ func TestConsoleFilters(t *testing.T) {
 	for _, c := range []struct {
 		name           string
 		local          int
-		output         Output
+		output         output.Options
 		stdout, stderr string
 	}{
-		{"everything by default", 1, Output{}, "[rank 1] out\n", "[rank 1] err\n"},
-		{"another local rank's filter", 1, Output{ConsoleRanks: []int{0}}, "", ""},
-		{"its own local rank in the filter", 1, Output{ConsoleRanks: []int{0, 1}}, "[rank 1] out\n", "[rank 1] err\n"},
-		{"stdout redirected for all", 1, Output{Redirects: PerRankStreams{All: StdoutOnly}}, "", "[rank 1] err\n"},
-		{"both redirected for local rank 1", 1, Output{Redirects: PerRankStreams{Ranks: map[int]Streams{1: AllStreams}}}, "", ""},
-		{"redirects of another local rank", 1, Output{Redirects: PerRankStreams{Ranks: map[int]Streams{0: AllStreams}}}, "[rank 1] out\n", "[rank 1] err\n"},
-		{"raw, stderr redirected", 1, Output{Mode: OutputRaw, Redirects: PerRankStreams{All: StderrOnly}}, "out\n", ""},
+		{"everything by default", 1, output.Options{}, "[rank 1] out\n", "[rank 1] err\n"},
+		{"another local rank's filter", 1, output.Options{ConsoleRanks: []int{0}}, "", ""},
+		{"its own local rank in the filter", 1, output.Options{ConsoleRanks: []int{0, 1}}, "[rank 1] out\n", "[rank 1] err\n"},
+		{"stdout redirected for all", 1, output.Options{Redirects: output.PerRankStreams{All: output.StdoutOnly}}, "", "[rank 1] err\n"},
+		{"both redirected for local rank 1", 1, output.Options{Redirects: output.PerRankStreams{Ranks: map[int]output.Streams{1: output.AllStreams}}}, "", ""},
+		{"redirects of another local rank", 1, output.Options{Redirects: output.PerRankStreams{Ranks: map[int]output.Streams{0: output.AllStreams}}}, "[rank 1] out\n", "[rank 1] err\n"},
+		{"raw, stderr redirected", 1, output.Options{Mode: output.Raw, Redirects: output.PerRankStreams{All: output.StderrOnly}}, "out\n", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -111,27 +112,5 @@ func TestOneRankReadsStdin(t *testing.T) {
 		`read line; read -r pid comm state ppid pgrp session rest < /proc/self/stat; echo "$line $([ "$pgrp" = "$session" ] && echo own-session)"`)
 	if got := stdout.String(); got != "[rank 0] hello own-session\n" {
 		t.Errorf("stdout %q, want the line read from stdin, in a session of its own", got)
-	}
-}
-
-func TestParsePerRankStreams(t *testing.T) {
-	for _, c := range []struct {
-		in, back string
-		ok       bool
-	}{
-		{"3", "3", true}, {"0", "0", true}, {"0:3,1:2", "0:3,1:2", true}, {" 1 : 1 ", "1:1", true},
-		{"4", "", false}, {"-1", "", false}, {"a", "", false}, {"0:5", "", false}, {"x:1", "", false}, {"", "", false},
-	} {
-		p, err := ParsePerRankStreams("redirects", c.in)
-		if (err == nil) != c.ok {
-			t.Errorf("%q: err %v, want ok=%v", c.in, err, c.ok)
-			continue
-		}
-		if c.ok && p.String() != c.back {
-			t.Errorf("%q reads back as %q, want %q", c.in, p.String(), c.back)
-		}
-		if !c.ok && !strings.Contains(err.Error(), "--redirects") {
-			t.Errorf("%q: error %q does not name the flag", c.in, err)
-		}
 	}
 }

@@ -12,6 +12,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/output"
+	"github.com/gotrain/gotrain/launcher/pystandby"
+	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/supervise"
 )
 
@@ -31,17 +35,17 @@ type workerSpec struct {
 	env        []string
 	logDir     string // "" for no log file
 	// logTrouble warns once when a log file cannot be opened or written.
-	logTrouble *logTrouble
-	// standby: a hot standby for local slot `slot` (standby.go): no rank
+	logTrouble *output.Trouble
+	// standby: a hot standby for local slot `slot` (relay/standby.go): no rank
 	// yet, its output under "[standby N] ", no log file until it has a rank.
 	standby bool
 	slot    int
 	// extra are files the process inherits as fd 3, ... (a Python
-	// standby's socket: pystandby.go).
+	// standby's socket: launcher/pystandby).
 	extra []*os.File
-	// output says how the output is printed (output.go); stdin, when not
+	// output says how the output is printed (launcher/output); stdin, when not
 	// nil, is the process's stdin (one rank alone reads gotrain's).
-	output Output
+	output output.Options
 	stdin  *os.File
 	argv0  string // "": program
 }
@@ -52,16 +56,16 @@ type workerProc struct {
 	// who is what the process is now, gpu the GPU whose CPUs it is pinned
 	// to (-1: none); only the registry's lifecycle steps set them
 	// (registry.go).
-	who    startedProc
+	who    relay.Proc
 	gpu    int
 	proc   *supervise.Proc
-	stderr *tail
-	out    *route // prefix and log file of its output (lines.go)
+	stderr *output.Tail
+	out    *output.Route // prefix and log file of its output (output/lines.go)
 	// evidence is the node's state at the start, for the root-cause report.
-	evidence evidence
+	evidence observe.Evidence
 	// py is a Python standby's socket until it is handed a rank
-	// (pystandby.go); nil for any other process.
-	py *pyLink
+	// (launcher/pystandby); nil for any other process.
+	py *pystandby.Link
 }
 
 // stderrTailLines is how many of a worker's last stderr lines a failure
@@ -70,30 +74,29 @@ const stderrTailLines = 20
 
 // startWorker starts a worker under sup with its output prefixed on stdout
 // and stderr and, with a log dir, copied into rankN.log there.
-func startWorker(sup *supervise.Supervisor, spec workerSpec, stdout, stderr *console) (*workerProc, error) {
-	p := &workerProc{spec: spec, stderr: newTail(stderrTailLines),
-		out: &route{prefix: rankPrefix(spec.rank), rank: spec.rank, local: spec.local, output: spec.output, trouble: spec.logTrouble}}
+func startWorker(sup *supervise.Supervisor, spec workerSpec, stdout, stderr *output.Console) (*workerProc, error) {
+	p := &workerProc{spec: spec, stderr: output.NewTail(stderrTailLines)}
 	if spec.standby {
-		p.out.prefix, p.out.rank, p.out.local, p.out.holding = fmt.Sprintf("[standby %d] ", spec.slot), -1, spec.slot, spec.logDir != ""
-	} else if spec.logDir != "" {
-		// A log dir that is gone (or full) costs the log file, never the rank.
-		f, err := openRankLog(spec.logDir, spec.rank, spec.generation, "")
-		if err != nil {
-			spec.logTrouble.warn(err)
+		p.out = output.NewStandbyRoute(spec.slot, spec.output, spec.logDir != "", spec.logTrouble)
+	} else {
+		var f *os.File
+		if spec.logDir != "" {
+			// A log dir that is gone (or full) costs the log file, never the rank.
+			var err error
+			if f, err = openRankLog(spec.logDir, spec.rank, spec.generation, ""); err != nil {
+				spec.logTrouble.Warn(err)
+			}
 		}
-		p.out.log = f
-	}
-	if spec.output.Mode == OutputRaw {
-		p.out.prefix = ""
+		p.out = output.NewRoute(spec.rank, spec.local, spec.output, f, spec.logTrouble)
 	}
 	var sink supervise.LineSink = &workerSink{stdout: stdout, stderr: stderr, route: p.out, tail: p.stderr}
-	if spec.output.Mode == OutputRaw {
+	if spec.output.Mode == output.Raw {
 		sink = &rawWorkerSink{workerSink: sink.(*workerSink)}
 	}
 	proc, err := sup.Start(supervise.Spec{Path: spec.program, Args: spec.args, Env: spec.env,
 		Output: sink, ExtraFiles: spec.extra, Stdin: spec.stdin, Argv0: spec.argv0})
 	if err != nil {
-		p.out.close(supervise.Exit{Code: -1, Err: err})
+		p.out.Close(supervise.Exit{Code: -1, Err: err})
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("start rank %d: %w (check the program path after `--`)", spec.rank, err)
 		}
@@ -109,23 +112,23 @@ func startWorker(sup *supervise.Supervisor, spec workerSpec, stdout, stderr *con
 // workerSink takes a worker's lines: onto the console under its route's
 // prefix and into its log file, and its stderr lines into its tail too.
 type workerSink struct {
-	stdout, stderr *console
-	route          *route
-	tail           *tail
+	stdout, stderr *output.Console
+	route          *output.Route
+	tail           *output.Tail
 }
 
 var _ supervise.SinkCloser = (*workerSink)(nil)
 
 func (s *workerSink) Line(stream supervise.Stream, line []byte) {
 	if stream == supervise.Stderr {
-		s.route.line(s.stderr, stream, line)
-		s.tail.add(string(line))
+		s.route.Line(s.stderr, stream, line)
+		s.tail.Add(string(line))
 		return
 	}
-	s.route.line(s.stdout, stream, line)
+	s.route.Line(s.stdout, stream, line)
 }
 
-// rawWorkerSink takes a worker's output as written (OutputRaw): onto the
+// rawWorkerSink takes a worker's output as written (output.Raw): onto the
 // console and into its log file unchanged; its stderr is still cut into
 // lines for its tail.
 type rawWorkerSink struct {
@@ -138,10 +141,10 @@ var _ supervise.ChunkSink = (*rawWorkerSink)(nil)
 
 func (s *rawWorkerSink) Chunk(stream supervise.Stream, b []byte) {
 	if stream == supervise.Stdout {
-		s.route.chunk(s.stdout, stream, b)
+		s.route.Chunk(s.stdout, stream, b)
 		return
 	}
-	s.route.chunk(s.stderr, stream, b)
+	s.route.Chunk(s.stderr, stream, b)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.partial = append(s.partial, b...)
@@ -150,11 +153,11 @@ func (s *rawWorkerSink) Chunk(stream supervise.Stream, b []byte) {
 		if i < 0 {
 			break
 		}
-		s.tail.add(string(s.partial[:i]))
+		s.tail.Add(string(s.partial[:i]))
 		s.partial = s.partial[i+1:]
 	}
 	if len(s.partial) > supervise.MaxLine {
-		s.tail.add(string(s.partial))
+		s.tail.Add(string(s.partial))
 		s.partial = nil
 	}
 }
@@ -164,7 +167,7 @@ func (s *rawWorkerSink) Chunk(stream supervise.Stream, b []byte) {
 func (s *rawWorkerSink) Close(e supervise.Exit) {
 	s.mu.Lock()
 	if len(s.partial) > 0 {
-		s.tail.add(string(s.partial))
+		s.tail.Add(string(s.partial))
 		s.partial = nil
 	}
 	s.mu.Unlock()
@@ -172,13 +175,13 @@ func (s *rawWorkerSink) Close(e supervise.Exit) {
 }
 
 // Close ends the log file with how the worker ended.
-func (s *workerSink) Close(e supervise.Exit) { s.route.close(e) }
+func (s *workerSink) Close(e supervise.Exit) { s.route.Close(e) }
 
-// openRankLog opens (appending, never through a symbolic link: logdir.go)
+// openRankLog opens (appending, never through a symbolic link: output/logdir.go)
 // rank's log file in dir and writes the generation's header line; note,
 // when not empty, ends the header.
 func openRankLog(dir string, rank int, generation int64, note string) (*os.File, error) {
-	f, err := openLogFile(filepath.Join(dir, fmt.Sprintf("rank%d.log", rank)))
+	f, err := output.OpenLogFile(filepath.Join(dir, fmt.Sprintf("rank%d.log", rank)))
 	if err != nil {
 		return nil, fmt.Errorf("open rank %d's log file: %w", rank, err)
 	}

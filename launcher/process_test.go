@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/supervise"
 )
 
@@ -28,7 +29,7 @@ func TestWorkerOutputIsTheRanks(t *testing.T) {
 	if got := stderr.String(); got != "[rank 3] on stderr\n[rank 3] partial\n" {
 		t.Errorf("stderr %q", got)
 	}
-	if got := p.stderr.snapshot(); !slices.Equal(got, []string{"on stderr", "partial"}) {
+	if got := p.stderr.Snapshot(); !slices.Equal(got, []string{"on stderr", "partial"}) {
 		t.Errorf("stderr tail %q", got)
 	}
 	log, err := os.ReadFile(filepath.Join(dir, "rank3.log"))
@@ -53,45 +54,9 @@ func TestStartWorkerSaysWhatToCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	con := &console{w: &testkit.Buffer{}}
+	con := output.NewConsole(&testkit.Buffer{})
 	_, err = startWorker(sup, workerSpec{rank: 1, program: filepath.Join(t.TempDir(), "nope")}, con, con)
 	if err == nil || !strings.Contains(err.Error(), "start rank 1") || !strings.Contains(err.Error(), "check the program path") {
 		t.Errorf("err = %v", err)
-	}
-}
-
-// A survivor resumed under a new rank: its lines go under the new prefix
-// into the new rank's file, and its old rank's file ends, saying so.
-func TestRouteBecomesAnotherRank(t *testing.T) {
-	dir := t.TempDir()
-	open := func(rank int) *os.File {
-		f, err := openRankLog(dir, rank, 0, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	var out testkit.Buffer
-	con := &console{w: &out}
-	rt := &route{prefix: rankPrefix(2), rank: 2, log: open(2)}
-	rt.line(con, supervise.Stdout, []byte("as rank 2"))
-	rt.become(0, 0, open(0))
-	rt.line(con, supervise.Stdout, []byte("as rank 0"))
-	rt.close(supervise.Exit{})
-	if want := "[rank 2] as rank 2\n[rank 0] as rank 0\n"; out.String() != want {
-		t.Errorf("console %q, want %q", out.String(), want)
-	}
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	if r2 := read("rank2.log"); !strings.HasSuffix(r2, "as rank 2\n=== gotrain: rank 2 continues as rank 0\n") {
-		t.Errorf("rank2.log:\n%s\nwant its line, then where the rank changed", r2)
-	}
-	if r0 := read("rank0.log"); !strings.Contains(r0, "\nas rank 0\n=== gotrain: rank 0 ended: ") || strings.Contains(r0, "as rank 2") {
-		t.Errorf("rank0.log:\n%s\nwant only the line written as rank 0, then the end", r0)
 	}
 }

@@ -6,6 +6,10 @@ import (
 	"os"
 
 	"github.com/gotrain/gotrain/launcher/agentcore"
+	"github.com/gotrain/gotrain/launcher/observe"
+	"github.com/gotrain/gotrain/launcher/output"
+	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/launcher/relay"
 )
 
 // registry is the agent's one table of the processes the machine asked for:
@@ -21,14 +25,14 @@ import (
 // Only the loop's goroutine calls it (actions.go, launcher.go's feed).
 type registry struct {
 	procs  map[agentcore.ProcID]*workerProc
-	claims *claims    // read by the relay's Attach handlers (claims.go)
-	hub    *hub       // progress and telemetry (progress.go)
-	place  *placement // nil without NVML
+	claims *relay.Claims        // read by the relay's Attach handlers (relay/claims.go)
+	hub    *relay.Hub           // progress and telemetry (relay/progress.go)
+	place  *placement.Placement // nil without NVML
 	log    *slog.Logger
 	logDir string // "" for no log files
 	// logTrouble warns once when a log file cannot be opened.
-	logTrouble *logTrouble
-	oomFile    string // for evidence snapshots (rootcause.go)
+	logTrouble *output.Trouble
+	oomFile    string // for evidence snapshots (observe/rootcause.go)
 }
 
 // get returns process id, nil when the registry has none (its exit was
@@ -37,13 +41,13 @@ func (r *registry) get(id agentcore.ProcID) *workerProc { return r.procs[id] }
 
 // started records that process id is p, just started as who on GPU gpu
 // (-1: none), with ev the node's state taken before it started.
-func (r *registry) started(id agentcore.ProcID, p *workerProc, who startedProc, gpu int, ev evidence) {
+func (r *registry) started(id agentcore.ProcID, p *workerProc, who relay.Proc, gpu int, ev observe.Evidence) {
 	r.procs[id] = p
 	p.who, p.gpu, p.evidence = who, -1, ev
-	r.claims.set(p.pid(), who)
+	r.claims.Set(p.pid(), who)
 	r.pin(p, gpu)
-	if !who.standby {
-		r.hub.started(who.gen, who.rank, p.pid(), gpu)
+	if !who.Standby {
+		r.hub.Started(who.Gen, who.Rank, p.pid(), gpu)
 	}
 }
 
@@ -52,40 +56,40 @@ func (r *registry) started(id agentcore.ProcID, p *workerProc, who startedProc, 
 // may change when the job shrank or grew) or a standby handed a rank. The
 // claims and the hub know its new identity before it can say hello as it;
 // its output is "[rank R]" and goes to rankR.log from now on.
-func (r *registry) became(id agentcore.ProcID, who startedProc, gpu int) {
+func (r *registry) became(id agentcore.ProcID, who relay.Proc, gpu int) {
 	p := r.procs[id]
 	if p == nil {
 		return
 	}
 	was := p.who
 	p.who = who
-	r.claims.set(p.pid(), who)
-	r.hub.started(who.gen, who.rank, p.pid(), gpu)
-	r.hub.rebind(who.gen, who.rank, r.hub.workerByPid(p.pid())) // a survivor's open stream
+	r.claims.Set(p.pid(), who)
+	r.hub.Started(who.Gen, who.Rank, p.pid(), gpu)
+	r.hub.Rebind(who.Gen, who.Rank, p.pid()) // a survivor's open stream
 	r.pin(p, gpu)
-	if was.standby || was.rank != who.rank {
+	if was.Standby || was.Rank != who.Rank {
 		r.route(p, was, who)
 	}
 	// The root-cause report compares the node's state at the exit with this
 	// generation's start, not with an earlier one's.
-	p.evidence = snapshotEvidence(r.oomFile)
+	p.evidence = observe.SnapshotEvidence(r.oomFile)
 }
 
 // route moves p's output to rank who.rank: its prefix and log file.
-func (r *registry) route(p *workerProc, was, who startedProc) {
+func (r *registry) route(p *workerProc, was, who relay.Proc) {
 	var logFile *os.File
 	if r.logDir != "" {
 		note := fmt.Sprintf("(standby pid %d)", p.pid())
-		if !was.standby {
-			note = fmt.Sprintf("(pid %d, rank %d until generation %d)", p.pid(), was.rank, was.gen)
+		if !was.Standby {
+			note = fmt.Sprintf("(pid %d, rank %d until generation %d)", p.pid(), was.Rank, was.Gen)
 		}
-		f, err := openRankLog(r.logDir, who.rank, who.gen, note)
+		f, err := openRankLog(r.logDir, who.Rank, who.Gen, note)
 		if err != nil {
-			r.logTrouble.warn(err)
+			r.logTrouble.Warn(err)
 		}
 		logFile = f
 	}
-	p.out.become(who.rank, who.local, logFile)
+	p.out.Become(who.Rank, who.Local, logFile)
 }
 
 // pin binds p to gpu's CPUs, when that is not where it is bound already.
@@ -93,7 +97,7 @@ func (r *registry) pin(p *workerProc, gpu int) {
 	if gpu == p.gpu {
 		return
 	}
-	r.place.pin(p.pid(), gpu, r.log)
+	r.place.Pin(p.pid(), gpu, r.log)
 	p.gpu = gpu
 }
 
@@ -105,11 +109,11 @@ func (r *registry) exited(id agentcore.ProcID) {
 		return
 	}
 	delete(r.procs, id)
-	if !p.who.standby {
-		r.hub.exited(p.who.gen, p.who.rank, p.pid())
+	if !p.who.Standby {
+		r.hub.Exited(p.who.Gen, p.who.Rank, p.pid())
 	}
-	r.claims.forget(p.pid())
+	r.claims.Forget(p.pid())
 	if p.py != nil {
-		_ = p.py.conn.Close() // its reader ends
+		_ = p.py.Close() // its reader ends
 	}
 }

@@ -2,11 +2,15 @@ package launcher
 
 import (
 	"context"
+	"fmt"
 	"time"
 
-	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/launcher/explain"
+	"github.com/gotrain/gotrain/launcher/observe"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
 // reportTimeoutExit bounds one ReportWorkerExit call.
@@ -35,7 +39,7 @@ func (a *agent) sendReports(ctx context.Context) {
 			return
 		case req := <-a.reports:
 			if !req.GetParked() {
-				a.hub.flush(ctx)
+				a.hub.Flush(ctx)
 			}
 			a.sendReport(ctx, req)
 		}
@@ -62,5 +66,43 @@ func (a *agent) sendReport(ctx context.Context, req *gotrainv1.ReportWorkerExitR
 			return
 		case <-time.After(rewatchEvery):
 		}
+	}
+}
+
+// onHang prints the verdict and, when it names ranks, queues the request
+// for the evidence collector, so that the loop never waits for evidence.
+func (a *agent) onHang(req *gotrainv1.EvidenceRequest) {
+	v := req.GetVerdict()
+	fmt.Fprint(a.cfg.Stderr, explain.FormatVerdictLog(v))
+	a.log.Info("hang detected", "verdict", v.GetKind(), "comm", v.GetComm(), "seq", v.GetCollective().GetSeq(), "summary", v.GetSummary())
+	if len(req.GetRanks()) == 0 {
+		return
+	}
+	select {
+	case a.hangs <- req:
+	default:
+		a.log.Warn("evidence collector busy; skipping a verdict's evidence", "request", req.GetRequestId())
+	}
+}
+
+// collectEvidence gathers and reports evidence for the queued verdicts, for
+// the ranks named that run here, until ctx ends.
+func (a *agent) collectEvidence(ctx context.Context) {
+	for {
+		var req *gotrainv1.EvidenceRequest
+		select {
+		case <-ctx.Done():
+			return
+		case req = <-a.hangs:
+		}
+		ev := a.hub.Collect(ctx, req, a.cfg.LogDir)
+		if a.cfg.Backend == "nccl" {
+			ev = append(ev, observe.RASEvidence(ctx, req.GetRanks()[0], a.cfg.Env))
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if _, err := a.coord.ReportEvidence(rctx, &gotrainv1.ReportEvidenceRequest{NodeId: a.nodeID, RequestId: req.GetRequestId(), Evidence: ev}); err != nil {
+			a.log.Warn("report evidence", "err", err)
+		}
+		cancel()
 	}
 }

@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,7 +38,7 @@ func (a *agent) startSnapshots(ctx context.Context, g *errgroup.Group, dir strin
 		a.pyPath = a.pyDir
 	}
 	st := memsnap.NewStore(limit)
-	srv := &memsnap.Server{Store: st, Token: a.cfg.JobToken, Authorize: a.claims.authorizeSnapshots, Log: a.log.With("component", "snapshots")}
+	srv := &memsnap.Server{Store: st, Token: a.cfg.JobToken, Authorize: a.claims.AuthorizeSnapshots, Log: a.log.With("component", "snapshots")}
 	if p := a.startSnapshotPeers(ctx, g, st); p != nil { // snappeer.go
 		a.snapPeers = p
 		srv.Committed, srv.Fetch = p.replicate, p.fetch
@@ -66,21 +65,6 @@ func snapshotPythonPath(env []string, dir string) []string {
 		}
 	}
 	return append(env, "PYTHONPATH="+dir)
-}
-
-// authorizeSnapshots lets pid keep rank's snapshots if it is the worker
-// the agent started as that rank (or a process in its process group).
-func (c *claims) authorizeSnapshots(ctx context.Context, pid, rank int) error {
-	p, leader, ok := c.lookup(ctx, pid)
-	switch {
-	case !ok:
-		return fmt.Errorf("pid %d is no worker of this agent", pid)
-	case p.standby:
-		return fmt.Errorf("pid %d is %s, which has no rank yet", pid, p)
-	case p.rank != rank:
-		return fmt.Errorf("pid %d is %s (pid %d)", pid, p, leader)
-	}
-	return nil
 }
 
 // defaultSnapshotMemory is --snapshot-memory's default: a quarter of the

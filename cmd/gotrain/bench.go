@@ -17,6 +17,7 @@ import (
 	"github.com/gotrain/gotrain/internal/benchrun"
 	"github.com/gotrain/gotrain/internal/cudadrv"
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker"
 )
@@ -262,7 +263,7 @@ func printBenchReport(path string, jsonOut bool) error {
 // count: gpus, or every GPU when 0, with up to ranksPerGPU ranks per GPU.
 func benchPreflight(gpus, ranksPerGPU int) (int, error) {
 	hint := "To measure without GPUs, run the same benchmark on CPU ranks: gotrain bench <collective> --backend cpu --gpus 2"
-	gpus0 := launcher.FindGPUs()
+	gpus0 := placement.FindGPUs()
 	found := gpus0.N
 	if found == 0 {
 		return 0, fmt.Errorf("gotrain bench: no NVIDIA GPU on this machine (%s), so there is nothing for --backend nccl to measure.\n%s", gpus0.How, hint)

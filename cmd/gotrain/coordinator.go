@@ -16,6 +16,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/signals"
 )
 
 type coordinatorCmd struct{}
@@ -102,7 +103,7 @@ func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	ctx, _, stop := launcher.StopOnSignal(ctx, sigs) // its cause says what the coordinator waited for
+	ctx, _, stop := signals.StopOnSignal(ctx, sigs) // its cause says what the coordinator waited for
 	defer stop()
 	tokenMade := cfg.JobToken == ""
 	coord, err := host.Start(ctx, cfg)
@@ -198,7 +199,7 @@ func waitCoordinator(ctx context.Context, coord *host.Coordinator, cfg host.Conf
 	defer leaderless.Stop()
 	giveUp := max(2*cfg.NodeTimeout, 30*time.Second)
 	for {
-		if phase := coordinatorPhase(coord); launcher.SetPhase(ctx, phase) {
+		if phase := coordinatorPhase(coord); signals.SetPhase(ctx, phase) {
 			cfg.Logger.Info("phase", "phase", phase)
 		}
 		select {
@@ -221,7 +222,7 @@ func waitCoordinator(ctx context.Context, coord *host.Coordinator, cfg host.Conf
 			return &jobFailed{code: int(res.GetExitCode()), msg: "gotrain coordinator: job failed: " + res.GetMessage()}
 		case <-coord.Done(): // a signal, or serving failed
 			err := coord.Stop()
-			if st := launcher.StoppedBy(ctx); st != nil {
+			if st := signals.StoppedBy(ctx); st != nil {
 				return &jobFailed{code: st.ExitCode(), msg: "gotrain coordinator: " + strings.TrimPrefix(st.Error(), "gotrain: ")}
 			}
 			return err

@@ -14,7 +14,7 @@ import (
 	"github.com/gotrain/gotrain/internal/doctor"
 	"github.com/gotrain/gotrain/internal/gpuinfo"
 	"github.com/gotrain/gotrain/internal/jobenv"
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
 )
 
@@ -95,7 +95,7 @@ func (c *doctorCmd) run(ctx context.Context, args []string) error {
 }
 
 // probeWorkerGPU starts this binary as a worker for GPU gpu among gpus would
-// be started (launcher.WorkerGPUEnv, GOTRAIN_GPU) and returns the bus id of
+// be started (placement.WorkerGPUEnv, GOTRAIN_GPU) and returns the bus id of
 // the device it picks.
 func probeWorkerGPU(ctx context.Context, gpu int, gpus []int) (string, error) {
 	self, err := os.Executable()
@@ -111,7 +111,7 @@ func probeWorkerGPU(ctx context.Context, gpu int, gpus []int) (string, error) {
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(append(env, doctorProbeEnv+"=1", jobenv.GPU+"="+strconv.Itoa(gpu)), launcher.WorkerGPUEnv(gpus)...)
+	cmd.Env = append(append(env, doctorProbeEnv+"=1", jobenv.GPU+"="+strconv.Itoa(gpu)), placement.WorkerGPUEnv(gpus)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

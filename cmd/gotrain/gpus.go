@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/placement"
 )
 
 // chooseBackend settles gotrain launch's worker count and backend from the
@@ -17,7 +18,7 @@ import (
 //
 // With --ranks-per-gpu K (several NCCL ranks per GPU) the machine holds up
 // to K workers per GPU: capacity is GPUs × K.
-func chooseBackend(cfg *launcher.Config, given map[string]bool, found launcher.GPUs, warn func(string)) error {
+func chooseBackend(cfg *launcher.Config, given map[string]bool, found placement.GPUs, warn func(string)) error {
 	n := cfg.NprocPerNode
 	capacity := found.N * max(cfg.RanksPerGPU, 1)
 	onCPUs := func(k int) string {

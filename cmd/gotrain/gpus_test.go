@@ -6,19 +6,20 @@ import (
 	"testing"
 
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/placement"
 )
 
 // chooseBackend on machines of 0, 2 and 8 GPUs: --gpus means GPUs, CPU
 // workers run when asked, and every refusal names what was found.
 func TestChooseBackend(t *testing.T) {
-	none := launcher.GPUs{How: "no /dev/nvidia0... device files; no NVIDIA driver found (NVML: libnvidia-ml.so.1 not loadable)"}
-	two := launcher.GPUs{N: 2, How: "NVML counts 2"}
+	none := placement.GPUs{How: "no /dev/nvidia0... device files; no NVIDIA driver found (NVML: libnvidia-ml.so.1 not loadable)"}
+	two := placement.GPUs{N: 2, How: "NVML counts 2"}
 	for _, tc := range []struct {
 		name    string
 		nproc   int
 		backend string
 		given   []string
-		found   launcher.GPUs
+		found   placement.GPUs
 		// want: the backend and count chosen, or the error's text.
 		wantBackend string
 		wantN       int

@@ -19,6 +19,10 @@ import (
 	"github.com/gotrain/gotrain/internal/kubernetes"
 	"github.com/gotrain/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/output"
+	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/launcher/pystandby"
+	"github.com/gotrain/gotrain/launcher/signals"
 	"github.com/gotrain/gotrain/nccl"
 )
 
@@ -202,7 +206,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	gpus := launcher.FindGPUs()
+	gpus := placement.FindGPUs()
 	if err := resolveNprocWord(&cfg, opts.nprocWord, gpus, runtime.NumCPU()); err != nil { // nproc.go
 		return err
 	}
@@ -230,15 +234,15 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	// From here on, every wait (Slurm's token exchange, the coordinator,
 	// the other nodes, ...) ends at the first SIGINT or SIGTERM, and its
 	// message names the wait; the loop that runs the workers gets the
-	// signals after it on cfg.Signals (launcher/stop.go).
+	// signals after it on cfg.Signals (launcher/signals).
 	var stopSignals context.CancelFunc
-	ctx, cfg.Signals, stopSignals = launcher.StopOnSignal(ctx, sigs)
+	ctx, cfg.Signals, stopSignals = signals.StopOnSignal(ctx, sigs)
 	defer stopSignals()
 
 	if self, err := os.Executable(); err == nil {
 		cfg.ReaperCommand = []string{self, "launch", reaperArg}
 	}
-	return launcher.StopCause(ctx, step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run))
+	return signals.StopCause(ctx, step.Run(ctx, cfg, slurm.LocalEnv(os.Getenv, cfg.Logger), launcher.Run))
 }
 
 // placeLaunch applies what Slurm's variables, else the pod's, say about
@@ -259,7 +263,7 @@ func placeLaunch(cfg *launcher.Config, pod *kubernetes.Pod, verbose bool) (*slur
 
 // checkLaunchBackend picks the backend, warns when NCCL is missing for
 // it, and checks --ranks-per-gpu and what joining the coordinator needs.
-func checkLaunchBackend(cfg *launcher.Config, gpus launcher.GPUs, step *slurm.Step) error {
+func checkLaunchBackend(cfg *launcher.Config, gpus placement.GPUs, step *slurm.Step) error {
 	if err := chooseBackend(cfg, cfg.JobFlagsGiven, gpus, func(w string) { fmt.Fprintln(os.Stderr, w) }); err != nil { // gpus.go
 		return err
 	}
@@ -297,7 +301,7 @@ func setUpLaunchOutput(cfg *launcher.Config, opts launchOpts) {
 	cfg.Env = os.Environ()
 	torchEnv, warning := jobenv.TorchrunDefaults(os.Getenv, cfg.NprocPerNode, cfg.MaxRestarts) // what torchrun sets too
 	// torchrun's banner, when gotrain set the variable, is for Python programs only.
-	if warning != "" && launcher.IsPython(cfg.Program) {
+	if warning != "" && pystandby.IsPython(cfg.Program) {
 		fmt.Fprintln(os.Stderr, warning)
 	}
 	cfg.Env = append(cfg.Env, torchEnv...)
@@ -341,12 +345,12 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs.IntVar(&cfg.MasterPort, "store-port", 0, "where rank 0's TCPStore listens when this node has rank 0: the MASTER_PORT workers get (gotrain torchrun gives it for --master-port on one node; default: a free port)")
 	fs.StringVar(&cfg.Role, "role", "", "the workers' ROLE_NAME, as torchrun's --role (default: default)")
 	fs.Func("output", "`MODE` of the workers' console output: prefixed (each line under [rank N], the default) or raw (the bytes as the program wrote them, torchrun's way: gotrain torchrun's default with one rank)", func(s string) error {
-		m, err := launcher.ParseOutputMode(s)
+		m, err := output.ParseMode(s)
 		cfg.Output.Mode = m
 		return err
 	})
 	fs.Func("redirects", "`STREAMS` of the workers kept off the console, into their log files only (needs --log-dir), as torchrun's --redirects: 1 stdout, 2 stderr, 3 both, for every local rank or as LOCAL_RANK:N,... (0:3,1:2)", func(s string) error {
-		r, err := launcher.ParsePerRankStreams("redirects", s)
+		r, err := output.ParsePerRankStreams("redirects", s)
 		cfg.Output.Redirects = r
 		return err
 	})

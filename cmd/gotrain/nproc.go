@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/placement"
 )
 
 // --nproc-per-node takes a count or one of torchrun's words for one
@@ -46,7 +47,7 @@ func (f *nprocFlag) Set(s string) error {
 // resolveNprocWord sets cfg's worker count (and, for CPU workers, the
 // backend when it was not given) from --nproc-per-node's word, knowing the
 // node's GPUs and CPU cores; "" leaves cfg as it is.
-func resolveNprocWord(cfg *launcher.Config, word string, gpus launcher.GPUs, cpus int) error {
+func resolveNprocWord(cfg *launcher.Config, word string, gpus placement.GPUs, cpus int) error {
 	if word == "" {
 		return nil
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gotrain/gotrain/internal/torchrun"
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/placement"
 )
 
 type torchrunCmd struct{}
@@ -91,7 +92,7 @@ func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.Usage()
 		return flag.ErrHelp
 	}
-	gpus := launcher.FindGPUs()
+	gpus := placement.FindGPUs()
 	m := torchrun.Machine{GPUs: gpus.N, GPUsHow: gpus.How, CPUs: runtime.NumCPU(), Getenv: os.Getenv,
 		IsLocal: hostIsLocal, CanListen: canListen, HasSecret: hasJobSecret(), LaunchFlags: launchFlagKinds()}
 	r, err := torchrun.Map(args, m)

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/gotrain/gotrain/internal/torchrun"
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/placement"
 )
 
 // A torchrun user's command line given to gotrain launch (--standalone,
@@ -47,7 +47,7 @@ func torchrunSpelling(name string, args []string) *usageError {
 	ue := &usageError{msg: fmt.Sprintf("%s%s is torchrun's flag, not gotrain launch's", dash, name)}
 	var hint []string
 	tr := torchrunArgs(args)
-	gpus := launcher.FindGPUs()
+	gpus := placement.FindGPUs()
 	if r, err := torchrun.Map(tr, torchrun.Machine{GPUs: gpus.N, GPUsHow: gpus.How, CPUs: runtime.NumCPU(), HasSecret: true}); err == nil {
 		hint = append(hint, "gotrain torchrun takes torchrun's command line as it is:",
 			"  gotrain torchrun "+shellJoin(tr),

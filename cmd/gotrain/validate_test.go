@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/jobtls"
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/placement"
 )
 
 // runBounded runs the binary with env added, and fails the test when it
@@ -202,7 +202,7 @@ func TestCoordinatorOfAnotherCARefused(t *testing.T) {
 // that says what was found and how to run on CPUs; --nproc-per-node N
 // without --backend runs on CPUs, saying so; --backend cpu is quiet.
 func TestNoGPUMachine(t *testing.T) {
-	if g := launcher.FindGPUs(); g.N > 0 {
+	if g := placement.FindGPUs(); g.N > 0 {
 		t.Skipf("this machine has GPUs (%s)", g.How)
 	}
 	bin := buildBinary(t)

@@ -17,7 +17,7 @@ import (
 
 // Transcripts of PyTorch-style jobs (testdata/ras/): ranks that never attach,
 // whose progress the agent derives from NCCL RAS reports
-// (launcher/raspoll.go). They add one command to the hang detector's:
+// (launcher/observe/raspoll.go). They add one command to the hang detector's:
 //
 //	ras id=ID gen=G file=F pids=(RANK:PID, ...) [state=(RANK:S, ...)]
 //	        reads the RAS report internal/ncclras/testdata/F through the

@@ -10,7 +10,7 @@
 //     straggler (Failure.Reason "straggler: ..."), with the rank in
 //     EndGeneration.Replace: its agent stops that process even when it
 //     recovers in process, and the next generation starts it afresh, on a
-//     ready standby when there is one (launcher/standby.go).
+//     ready standby when there is one (launcher/relay/standby.go).
 //
 // A replacement is not a failure and does not count against MaxRestarts
 // (like a growth): the user asked for it, and counting it would let a slow

@@ -17,6 +17,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/signals"
 )
 
 // Env is what Run needs of the process: its uid and munge (nil: none).
@@ -63,8 +64,8 @@ func LocalEnv(getenv func(string) string, log *slog.Logger) Env {
 // over munge (exchange.go): nothing to copy, nothing printed.
 //
 // Every wait (the token over munge, a task waiting for the node's agent)
-// ends with ctx; with ctx of launcher.StopOnSignal (gotrain launch's), a
-// SIGINT or SIGTERM ends it, and the error is its *launcher.Stopped, which
+// ends with ctx; with ctx of signals.StopOnSignal (gotrain launch's), a
+// SIGINT or SIGTERM ends it, and the error is its *signals.Stopped, which
 // names the wait.
 func (s *Step) Run(ctx context.Context, cfg launcher.Config, env Env, run func(context.Context, launcher.Config) error) error {
 	if s == nil {
@@ -140,7 +141,7 @@ func (s *Step) runAgent(ctx context.Context, cfg launcher.Config, env Env, run f
 		setPhase(ctx, env.Log, fmt.Sprintf("waiting for the job token from node 0 (%s) over munge", addr))
 		g, err := Fetch(fctx, addr, env.Munge, env.UID, s.String())
 		if err != nil {
-			return launcher.StopCause(ctx, fmt.Errorf("slurm: get the job token from node 0 (%s) over munge: %w; or pass --job-token-file and --ca-hash to every node and GOTRAIN_SLURM=off", s.Head(), err))
+			return signals.StopCause(ctx, fmt.Errorf("slurm: get the job token from node 0 (%s) over munge: %w; or pass --job-token-file and --ca-hash to every node and GOTRAIN_SLURM=off", s.Head(), err))
 		}
 		if cfg.JobToken == "" {
 			cfg.JobToken = g.Token
@@ -194,7 +195,7 @@ const stopGrace = 2 * time.Second
 
 // stoppedWins makes run's failure a stop by signal when the agent was, or
 // is within stopGrace, sent SIGTERM or SIGINT (ctx's of
-// launcher.StopOnSignal ends then).
+// signals.StopOnSignal ends then).
 func stoppedWins(run func(context.Context, launcher.Config) error) func(context.Context, launcher.Config) error {
 	return func(ctx context.Context, cfg launcher.Config) error {
 		err := run(ctx, cfg)
@@ -205,7 +206,7 @@ func stoppedWins(run func(context.Context, launcher.Config) error) func(context.
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
-			if st := launcher.StoppedBy(ctx); st != nil {
+			if st := signals.StoppedBy(ctx); st != nil {
 				return &launcher.ExitError{Code: st.ExitCode(), Message: fmt.Sprintf("gotrain: stopped by %s (Slurm ended the step; %v)", unix.SignalName(st.Sig), err)}
 			}
 			return err
@@ -215,9 +216,9 @@ func stoppedWins(run func(context.Context, launcher.Config) error) func(context.
 	}
 }
 
-// setPhase is launcher.SetPhase, logged (--verbose) when the phase changes.
+// setPhase is signals.SetPhase, logged (--verbose) when the phase changes.
 func setPhase(ctx context.Context, log *slog.Logger, phase string) {
-	if launcher.SetPhase(ctx, phase) && log != nil {
+	if signals.SetPhase(ctx, phase) && log != nil {
 		log.Info("phase", "phase", phase)
 	}
 }
@@ -324,7 +325,7 @@ func exitCode(err error) int {
 
 // follow waits for the node's agent (the task with SLURM_LOCALID 0) and
 // returns its exit status; SIGINT or SIGTERM (scancel: ctx's of
-// launcher.StopOnSignal ends) end the wait at once.
+// signals.StopOnSignal ends) end the wait at once.
 func (s *Step) follow(ctx context.Context, cfg launcher.Config) error {
 	setPhase(ctx, cfg.Logger, fmt.Sprintf("waiting for this node's agent (the task with SLURM_LOCALID 0 of step %s) to start", s))
 	deadline := time.Now().Add(cfg.JoinTimeout)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/launcher/signals"
 )
 
 // calledMunge is a fakeMunge that says when it is first used.
@@ -32,10 +33,10 @@ func (m *calledMunge) Encode(ctx context.Context, payload string, restrict int) 
 func TestSignalEndsTheWaitForTheToken(t *testing.T) {
 	s := &Step{JobID: 23, StepID: 2, Nodes: []string{"127.0.0.1", "127.0.0.2"}, NodeID: 1, TasksOnNode: 1}
 	sigs := make(chan os.Signal, 1)
-	ctx, signals, stop := launcher.StopOnSignal(t.Context(), sigs)
+	ctx, forwarded, stop := signals.StopOnSignal(t.Context(), sigs)
 	defer stop()
 	m := &calledMunge{fakeMunge: fakeMunge{uid: 1000, used: map[string]bool{}}, called: make(chan struct{}, 1)}
-	cfg := launcher.Config{Coordinator: "127.0.0.1:1", JoinTimeout: time.Hour, Signals: signals}
+	cfg := launcher.Config{Coordinator: "127.0.0.1:1", JoinTimeout: time.Hour, Signals: forwarded}
 	done := make(chan error, 1)
 	go func() {
 		done <- s.Run(ctx, cfg, Env{UID: 1000, Munge: m}, func(context.Context, launcher.Config) error { return errors.New("the agent ran") })
@@ -44,7 +45,7 @@ func TestSignalEndsTheWaitForTheToken(t *testing.T) {
 	sent := time.Now()
 	sigs <- syscall.SIGTERM
 	err := <-done
-	var st *launcher.Stopped
+	var st *signals.Stopped
 	if !errors.As(err, &st) || st.ExitCode() != 143 || !strings.HasPrefix(st.Phase, "waiting for the job token from node 0 (127.0.0.1:") {
 		t.Fatalf("Run = %v; want a stop by SIGTERM while waiting for the job token", err)
 	}

@@ -1,0 +1,115 @@
+package explain
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+// The lines a person reads about the job's course: a restart ("gotrain:
+// rank 2 on node3 exited 1 (ImportError: ...): restarting all 8 ranks,
+// attempt 2 of 4, in 0.4 s") and, on a node that joined another's
+// coordinator, the job it joined.
+
+// RestartLine is the line every node prints when the coordinator
+// announces a restart.
+func RestartLine(p *gotrainv1.RestartPlanned) string {
+	when := "now"
+	if w := time.Duration(p.GetWaitMs()) * time.Millisecond; w >= 50*time.Millisecond {
+		when = "in " + strconv.FormatFloat(w.Seconds(), 'f', 1, 64) + " s"
+		when = strings.Replace(when, ".0 s", " s", 1)
+	}
+	ranks := fmt.Sprintf("all %d ranks", p.GetWorldSize())
+	if p.GetWorldSize() == 1 {
+		ranks = "the job's one rank"
+	}
+	return fmt.Sprintf("gotrain: %s: restarting %s, attempt %d of %d, %s",
+		failureSummary(p.GetFailure()), ranks, p.GetAttempt(), p.GetMaxAttempts(), when)
+}
+
+// failureSummary says in a few words which rank failed, where and how:
+// "rank 2 on node3 exited 1 (ImportError: No module named 'foo')".
+func failureSummary(f *gotrainv1.WorkerFailure) string {
+	if f == nil {
+		return "the generation ended"
+	}
+	if f.GetReason() != "" && f.GetSignal() == "" && len(f.GetStderrTail()) == 0 {
+		return fmt.Sprintf("node %s on %s was lost (%s)", f.GetNodeId(), f.GetHostname(), f.GetReason())
+	}
+	who := fmt.Sprintf("rank %d on %s", f.GetRank(), f.GetHostname())
+	var how string
+	switch {
+	case f.GetPid() == 0 && len(f.GetStderrTail()) > 0:
+		how = "could not be started"
+	case f.GetOomKilled():
+		how = "was killed by the kernel's OOM killer"
+	case f.GetSignal() != "":
+		how = "was killed by " + f.GetSignal()
+	default:
+		how = fmt.Sprintf("exited %d", f.GetExitCode())
+	}
+	if l := errorLine(f.GetStderrTail()); l != "" {
+		how += " (" + l + ")"
+	}
+	return who + " " + how
+}
+
+// errorLineRE matches the line that names an error: a Python exception, a
+// Go panic, an "error:" line.
+var errorLineRE = regexp.MustCompile(`^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b|panic:|fatal error:|[Ee]rror\b|fork/exec )`)
+
+// errorLine picks the line of a stderr tail that says what went wrong: the
+// last one that names an error, else the last line; "" for none.
+func errorLine(tail []string) string {
+	l := ""
+	for i := len(tail) - 1; i >= 0; i-- {
+		if s := strings.TrimSpace(tail[i]); errorLineRE.MatchString(s) {
+			l = s
+			break
+		}
+	}
+	if l == "" {
+		l = lastLine(tail) // permanent.go
+	}
+	if r := []rune(l); len(r) > 100 {
+		l = string(r[:99]) + "…"
+	}
+	return l
+}
+
+// JoinedLine is what a node that joined another's coordinator prints when
+// its first generation starts: the run, its size, and this node's ranks.
+func JoinedLine(runID, host string, g *gotrainv1.GenerationStarted) string {
+	var ranks []int
+	for _, r := range g.GetRanks() {
+		ranks = append(ranks, int(r.GetRank()))
+	}
+	return fmt.Sprintf("gotrain: joined run %s: %d ranks on %d nodes; this node (%s) runs %s",
+		runID, g.GetWorldSize(), g.GetGroupWorldSize(), host, rankList(ranks))
+}
+
+// rankList writes ranks as "rank 3" or "ranks 8-15" (or "ranks 1, 4, 7").
+func rankList(ranks []int) string {
+	switch len(ranks) {
+	case 0:
+		return "no ranks"
+	case 1:
+		return fmt.Sprintf("rank %d", ranks[0])
+	}
+	contiguous := true
+	for i := 1; i < len(ranks); i++ {
+		contiguous = contiguous && ranks[i] == ranks[i-1]+1
+	}
+	if contiguous {
+		return fmt.Sprintf("ranks %d-%d", ranks[0], ranks[len(ranks)-1])
+	}
+	s := make([]string, len(ranks))
+	for i, r := range ranks {
+		s[i] = strconv.Itoa(r)
+	}
+	return "ranks " + strings.Join(s, ", ")
+}

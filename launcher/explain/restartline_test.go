@@ -1,0 +1,68 @@
+package explain
+
+import (
+	"testing"
+
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
+)
+
+func TestRestartLineText(t *testing.T) {
+	for _, tc := range []struct {
+		p    *gotrainv1.RestartPlanned
+		want string
+	}{
+		{&gotrainv1.RestartPlanned{WorldSize: 8, Attempt: 2, MaxAttempts: 4, WaitMs: 400, Failure: &gotrainv1.WorkerFailure{
+			Rank: 2, Hostname: "node3", Pid: 77, ExitCode: 1,
+			StderrTail: []string{"Traceback (most recent call last):", `  File "t.py", line 1`, "ImportError: no module named foo"}}},
+			"gotrain: rank 2 on node3 exited 1 (ImportError: no module named foo): restarting all 8 ranks, attempt 2 of 4, in 0.4 s"},
+		{&gotrainv1.RestartPlanned{WorldSize: 1, Attempt: 3, MaxAttempts: 4, WaitMs: 2000, Failure: &gotrainv1.WorkerFailure{
+			Hostname: "a", Pid: 5, ExitCode: -1, Signal: "SIGKILL", OomKilled: true}},
+			"gotrain: rank 0 on a was killed by the kernel's OOM killer: restarting the job's one rank, attempt 3 of 4, in 2 s"},
+		{&gotrainv1.RestartPlanned{WorldSize: 2, Attempt: 2, MaxAttempts: 2, Failure: &gotrainv1.WorkerFailure{
+			Hostname: "a", Pid: 5, ExitCode: -1, Signal: "SIGSEGV", StderrTail: []string{"panic: runtime error: index out of range", "", "goroutine 1 [running]:", "main.main()"}}},
+			"gotrain: rank 0 on a was killed by SIGSEGV (panic: runtime error: index out of range): restarting all 2 ranks, attempt 2 of 2, now"},
+		{&gotrainv1.RestartPlanned{WorldSize: 4, Attempt: 2, MaxAttempts: 4, Failure: &gotrainv1.WorkerFailure{
+			NodeId: "node-2", Hostname: "b", Reason: "out of contact for 30s"}},
+			"gotrain: node node-2 on b was lost (out of contact for 30s): restarting all 4 ranks, attempt 2 of 4, now"},
+	} {
+		if got := RestartLine(tc.p); got != tc.want {
+			t.Errorf("RestartLine\n got %s\nwant %s", got, tc.want)
+		}
+	}
+}
+
+func TestPermanentCause(t *testing.T) {
+	tb := []string{"Traceback (most recent call last):", `  File "/x/train.py", line 1, in <module>`}
+	for _, tc := range []struct {
+		spawnErr string
+		tail     []string
+		want     string
+	}{
+		{"fork/exec ./t: exec format error", nil, "the program cannot be executed: not a program for this machine (exec format error)"},
+		{"fork/exec ./t: permission denied", nil, "the program cannot be executed: not executable (permission denied)"},
+		{"fork/exec ./t: no such file or directory", nil, "the program cannot be executed: not found"},
+		{"fork/exec ./t: resource temporarily unavailable", nil, ""}, // may pass
+		{"", append(tb, "ModuleNotFoundError: No module named 'foo'"), "the Python program failed with ModuleNotFoundError: No module named 'foo'"},
+		{"", append(tb, "    x = (", "        ^", "SyntaxError: '(' was never closed", ""), "the Python program failed with SyntaxError: '(' was never closed"},
+		{"", []string{"ImportError: no module named foo"}, ""}, // no traceback: not Python's
+		{"", append(tb, "RuntimeError: CUDA error: out of memory"), ""},
+		{"", append(tb, "ImportError: x", "RuntimeError: later"), ""}, // the last error decides
+	} {
+		if got := PermanentCause(tc.spawnErr, tc.tail); got != tc.want {
+			t.Errorf("PermanentCause(%q, %q) = %q, want %q", tc.spawnErr, tc.tail, got, tc.want)
+		}
+	}
+}
+
+func TestJoinedLine(t *testing.T) {
+	g := &gotrainv1.GenerationStarted{WorldSize: 16, GroupWorldSize: 2, GroupRank: 1,
+		Ranks: []*gotrainv1.RankAssignment{{Rank: 8}, {Rank: 9}, {Rank: 10}, {Rank: 11}, {Rank: 12}, {Rank: 13}, {Rank: 14}, {Rank: 15}}}
+	if got, want := JoinedLine("gotrain-1234", "node2", g), "gotrain: joined run gotrain-1234: 16 ranks on 2 nodes; this node (node2) runs ranks 8-15"; got != want {
+		t.Errorf("got %s\nwant %s", got, want)
+	}
+	for ranks, want := range map[string][]int{"rank 3": {3}, "ranks 1, 4, 7": {1, 4, 7}, "no ranks": nil} {
+		if got := rankList(want); got != ranks {
+			t.Errorf("rankList(%v) = %q, want %q", want, got, ranks)
+		}
+	}
+}
