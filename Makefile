@@ -65,11 +65,11 @@ test-race:
 	$(GO) test -race -short -count=1 -timeout 15m $(RACE_PKGS)
 
 # e2e-kubernetes builds etcd, kube-apiserver and kube-controller-manager
-# from their Go modules (internal/k8stest/e2e/{etcd,controlplane}: 5-7 min
+# from their Go modules (internal/testing/k8stest/e2e/{etcd,controlplane}: 5-7 min
 # on 2 cores with a cold build cache, seconds warm; 3.2 GB of memory to
-# link) and runs internal/k8stest/e2e, a module of its own (client-go).
+# link) and runs internal/testing/k8stest/e2e, a module of its own (client-go).
 E2E_BIN := $(CURDIR)/build/k8s-e2e
-E2E_DIR := internal/k8stest/e2e
+E2E_DIR := internal/testing/k8stest/e2e
 e2e-kubernetes:
 	$(GO) build -o $(E2E_BIN)/gotrain ./cmd/gotrain
 	$(GO) build -o $(E2E_BIN)/mnist ./examples/mnist
@@ -81,8 +81,8 @@ e2e-kubernetes:
 # Plain `go test` runs the fuzz targets' seeds; this explores further.
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test ./internal/torchrun -run '^$$' -fuzz FuzzMap -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/slurm -run '^$$' -fuzz FuzzGrantDecode -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/gotrain/internal/torchrun -run '^$$' -fuzz FuzzMap -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/gotrain/internal/slurm -run '^$$' -fuzz FuzzGrantDecode -fuzztime $(FUZZTIME)
 
 vet:
 	$(GO) vet ./...
@@ -143,7 +143,7 @@ clean:
 # and one test binary per GPU package (bin/<pkg path with _>.test). Carry bin/
 # there and run `bash bench/gpu_check.sh`: it runs them all, `gotrain bench`
 # and the all-reduce comparison, and writes a report.
-GPU_TEST_PKGS ?= nccl internal/cudadrv worker worker/ncclcomm worker/pairreduce worker/nodereduce
+GPU_TEST_PKGS ?= nccl internal/gpu/cudadrv worker worker/ncclcomm worker/pairreduce worker/nodereduce
 
 .PHONY: gpu
 gpu: cuda-stub
@@ -153,7 +153,7 @@ gpu: cuda-stub
 		$(GO) test -c -o $(BIN)/$$(echo $$p | tr / _).test ./$$p || exit 1; \
 	done
 	$(GO) test -c -o $(BIN)/internal_osthread.test ./internal/osthread
-	$(GO) build -o $(BIN)/testprog ./internal/integration/testprog
+	$(GO) build -o $(BIN)/testprog ./internal/testing/integration/testprog
 	$(GO) build -tags cuda -o $(BIN)/mlp ./examples/mlp
 	$(GO) test -c -tags cuda -o $(BIN)/examples_mlp.test ./examples/mlp
 	$(CUDA_ENV) $(GO) test -c -tags cuda -o $(BIN)/worker_cudago.test ./worker/cudago

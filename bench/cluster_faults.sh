@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fault timings on the virtual cluster (issues 13 and 33): runs
-# internal/clustertest's fault tests N times and summarises each TIMING line
+# internal/testing/clustertest's fault tests N times and summarises each TIMING line
 # they log as min/median/max, with each test's pass count.
 #
 # CHAOS=1 runs the chaos battery instead (issue 33), with GOTRAIN_CHAOS set so
@@ -37,12 +37,12 @@ elif [ "$(id -u)" != 0 ]; then
 	exit 2
 else
 	start=$(date +%s)
-	go test -count="$N" -timeout 180m -run "$TESTS" -v ./internal/clustertest/ >"$RAW" 2>&1
+	go test -count="$N" -timeout 180m -run "$TESTS" -v ./internal/testing/clustertest/ >"$RAW" 2>&1
 	rc=$?
 	secs=$(($(date +%s) - start))
 fi
 
-echo "go test -count=$N -run '$TESTS' -v ./internal/clustertest/ : exit $rc, ${secs} s (raw output: $RAW)"
+echo "go test -count=$N -run '$TESTS' -v ./internal/testing/clustertest/ : exit $rc, ${secs} s (raw output: $RAW)"
 echo
 python3 - "$RAW" <<'EOF'
 import re, statistics, sys

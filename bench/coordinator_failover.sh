@@ -4,7 +4,7 @@
 # timeouts cost while idle. Needs root (network namespaces), iproute2,
 # iptables; run from anywhere in the repository.
 #
-# 1. N runs (default 10) of internal/clustertest's TestReplicatedLeaderKilled
+# 1. N runs (default 10) of internal/testing/clustertest's TestReplicatedLeaderKilled
 #    (3 standalone replicas on hosts 1-3, 2 agents training MNIST on hosts
 #    4-5; the leader replica SIGKILLed once the ranks run), one at a time,
 #    with GOTRAIN_BENCH_FAILOVER=1: each run ends once the failover is
@@ -63,7 +63,7 @@ summary() {
 failover() { # failover TEST WHAT
 	local log="$out/$1.log"
 	echo "# $N runs of $1 (GOTRAIN_BENCH_FAILOVER=1, one at a time)"
-	GOTRAIN_BENCH_FAILOVER=1 go test ./internal/clustertest -run "^$1\$" -count="$N" -parallel 1 -v -timeout 60m >"$log" 2>&1 || true
+	GOTRAIN_BENCH_FAILOVER=1 go test ./internal/testing/clustertest -run "^$1\$" -count="$N" -parallel 1 -v -timeout 60m >"$log" 2>&1 || true
 	echo "# passes: $(grep -c -- "^--- PASS: $1" "$log" || true)/$N"
 	summary "$log" "$2: new leader elected" '\) [0-9.µms]+ after the (kill|cut)'
 	summary "$log" "$2: every agent served by it" 'resumed there [0-9.µms]+ after'

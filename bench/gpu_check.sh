@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 # NVLink multicast can take a shared host's GPUs down: never enable it.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 # Here every GPU test must run: a GPU test that would skip (no driver, too
-# few GPUs, no NCCL) fails instead (internal/gputest).
+# few GPUs, no NCCL) fails instead (internal/testing/gputest).
 export GOTRAIN_REQUIRE_GPU=${GOTRAIN_REQUIRE_GPU:-1} # 0 only on a machine with fewer GPUs than the tests want
 
 # BIN is where `make gpu` put the binaries.
@@ -82,7 +82,7 @@ step() {
 : >"$REPORT_DIR/steps.md"
 # The test binaries of `make gpu` (GPU_TEST_PKGS there), as package paths;
 # each runs in its package's directory, as go test runs it.
-GPU_TEST_PKGS=${GPU_TEST_PKGS:-nccl internal/cudadrv worker/ncclcomm worker/pairreduce worker/cudago}
+GPU_TEST_PKGS=${GPU_TEST_PKGS:-nccl internal/gpu/cudadrv worker/ncclcomm worker/pairreduce worker/cudago}
 # Tests that skip on a GPU machine by design, left out here (CI runs them):
 # the no-driver checks (TestCallsBeforeLoad and TestLaunchBeforeLoad need the
 # driver not loaded yet, TestPrewarmWithoutDriverNewReportsIt no driver at

@@ -11,7 +11,7 @@
 # NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90"), its stripped
 # libnccl.so.2 carried as NCCL_TARBALL (a tar.xz of libnccl.so*).
 #
-#   go build -o bin/gotrain ./cmd/gotrain; go build -o bin/testprog ./internal/integration/testprog
+#   go build -o bin/gotrain ./cmd/gotrain; go build -o bin/testprog ./internal/testing/integration/testprog
 #   NCCL_TARBALL=build/nccl230/nccl.tar.xz bash bench/multirank_gpu.sh   # on the GPU machine
 #
 # Writes RESULTS_DIR/multirank-<date>.md (default bench/results) and the

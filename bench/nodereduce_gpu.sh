@@ -13,7 +13,7 @@
 #   4. whether PyTorch's libtorch_cuda links libnccl dynamically and
 #      whether an LD_PRELOADed NCCL 2.30.7 is the one it uses.
 #
-#   go build -o BIN/gotrain ./cmd/gotrain; go build -o BIN/testprog ./internal/integration/testprog
+#   go build -o BIN/gotrain ./cmd/gotrain; go build -o BIN/testprog ./internal/testing/integration/testprog
 #   go build -o BIN/nodebench ./bench/nodereduce; go test -c -o BIN/nodereduce.test ./worker/nodereduce
 #   BIN=... NCCL_SRC=nccl.tar.xz OUTDIR=... bash bench/nodereduce_gpu.sh
 set -uo pipefail

@@ -14,7 +14,7 @@
 # the slowest rank's; torchrun's anchor prints rank 0's.
 #
 # Build on the development machine, then run from the repository root there:
-#   go build -o bin/gotrain ./cmd/gotrain && go build -o bin/testprog ./internal/integration/testprog
+#   go build -o bin/gotrain ./cmd/gotrain && go build -o bin/testprog ./internal/testing/integration/testprog
 #   BACKEND=nccl GPUS=2 RUNS=3 bash bench/restart.sh
 # Writes RESULTS_DIR/restart-<date>-<backend>.md (default bench/results).
 set -uo pipefail

@@ -3,7 +3,7 @@
 # binaries come prebuilt in build/gpu/restart-bins.tgz, made on the
 # development machine:
 #   go build -trimpath -ldflags='-s -w' -o build/gpu/bins/new/gotrain ./cmd/gotrain
-#   go build -trimpath -ldflags='-s -w' -o build/gpu/bins/new/testprog ./internal/integration/testprog
+#   go build -trimpath -ldflags='-s -w' -o build/gpu/bins/new/testprog ./internal/testing/integration/testprog
 #   (the same from a worktree of the "before" commit into build/gpu/bins/old)
 #   tar -czf build/gpu/restart-bins.tgz -C build/gpu/bins .
 # PART=state: bench/restart_quick.sh with the before and after binaries,

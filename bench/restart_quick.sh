@@ -20,7 +20,7 @@
 #
 # Build on the development machine (cgo on; no CUDA needed to build):
 #   go build -trimpath -ldflags='-s -w' -o bin/restart/gotrain ./cmd/gotrain
-#   go build -trimpath -ldflags='-s -w' -o bin/restart/testprog ./internal/integration/testprog
+#   go build -trimpath -ldflags='-s -w' -o bin/restart/testprog ./internal/testing/integration/testprog
 # then on the GPU machine, from the repository root:
 #   BIN=bin/restart bash bench/restart_quick.sh
 # Writes RESULTS_DIR/restart-quick-<date>-nccl.md (default bench/results) and

@@ -43,7 +43,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 
-go build -o "$work/gotrain" ./cmd/gotrain && go build -o "$work/testprog" ./internal/integration/testprog || exit 1
+go build -o "$work/gotrain" ./cmd/gotrain && go build -o "$work/testprog" ./internal/testing/integration/testprog || exit 1
 mkdir -p "$work/run"
 if [[ $RESULT == /dev/stdout ]]; then exec 3>&1; else exec 3>>"$RESULT"; fi
 echo "bench: RUNS=$RUNS RANKS=$RANKS SLOWRANK=$SLOWRANK SLOWFROM=$SLOWFROM STEPS=$STEPS PERSIST=$PERSIST, $(nproc) CPUs, load $(cat /proc/loadavg)"

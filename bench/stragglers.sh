@@ -229,7 +229,7 @@ else
 		exit 0
 	fi
 	[[ $INJECT == cgroup ]] && echo "bench: cgroup $cgver $cg, CPU_MAX $CPU_MAX (quota period, us)"
-	go build -o "$work/gotrain" ./cmd/gotrain && go build -o "$work/testprog" ./internal/integration/testprog || exit 1
+	go build -o "$work/gotrain" ./cmd/gotrain && go build -o "$work/testprog" ./internal/testing/integration/testprog || exit 1
 	mkdir -p "$work/run"
 	if [[ $INJECT == step ]]; then
 		steps=$((PERIOD * (INJECTIONS + 1) - 1)) # the last period ends with the last step

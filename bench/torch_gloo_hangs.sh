@@ -8,7 +8,7 @@
 #              element and per DDP step (medians).
 #   hangs      INJECTIONS runs of `gotrain launch` (RANKS CPU ranks, no
 #              --hang-timeout: the adaptive timeout) of
-#              internal/integration/testdata/gloo_hang.py, 0.2 s steps with
+#              internal/testing/integration/testdata/gloo_hang.py, 0.2 s steps with
 #              ±50 ms jitter; in run i rank i mod RANKS stops calling
 #              collectives at a random step in [50, 80] (alternately
 #              sleeping and spinning in Python), after the 10 s or so the
@@ -35,7 +35,7 @@ RANKS=${RANKS:-3}
 CLEAN_SECS=${CLEAN_SECS:-60}
 ROUNDS=${ROUNDS:-3}
 RESULT=${RESULT:-bench/results/torch-gloo-hangs-$(date -u +%Y-%m-%d).md}
-prog=internal/integration/testdata/gloo_hang.py
+prog=internal/testing/integration/testdata/gloo_hang.py
 
 if [[ ! -x $BIN/gotrain ]]; then
 	echo "bench: $BIN/gotrain is missing: build it with: go build -o $BIN/gotrain ./cmd/gotrain" >&2

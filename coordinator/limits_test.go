@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/coordinator/kv"
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -187,7 +187,7 @@ func TestKVBounded(t *testing.T) {
 
 // A token holder who fills the job's KV store (a worker, through its
 // agent's relay) made every later rendezvous fail with ResourceExhausted, so
-// a job could not restart (the load test, internal/integration TestLoad).
+// a job could not restart (the load test, internal/testing/integration TestLoad).
 // Communicators' rendezvous keys have a store of their own.
 func TestKVFloodLeavesRoomForRendezvous(t *testing.T) {
 	_, addr := startBounded(t, Config{}, func(s *Server) {

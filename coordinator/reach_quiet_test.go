@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
 // A one-node job's agent that goes away (Ctrl-C: its stream ends) is no

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
 // The waiting line keeps its own clock: it comes every progressEvery while

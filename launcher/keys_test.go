@@ -24,7 +24,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/leaderconn"
 	"github.com/gotrain/gotrain/internal/netport"
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 

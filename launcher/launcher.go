@@ -50,7 +50,7 @@ func (e *ExitError) Error() string { return e.Message }
 // *ExitError when the job failed, and another error when the agent itself
 // could not do its work.
 func Run(ctx context.Context, cfg Config) error {
-	if !signals.HasStop(ctx) { // cmd/gotrain made it before its own waits (internal/slurm)
+	if !signals.HasStop(ctx) { // cmd/gotrain made it before its own waits (cmd/gotrain/internal/slurm)
 		var stop context.CancelFunc
 		ctx, cfg.Signals, stop = signals.StopOnSignal(ctx, cfg.Signals) // signals/stop.go
 		defer stop()

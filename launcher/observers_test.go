@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
-	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
 	"github.com/gotrain/gotrain/launcher/relay"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )

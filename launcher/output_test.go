@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/supervise"
 )

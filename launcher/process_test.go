@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/supervise"
 )

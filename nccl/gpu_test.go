@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/cudadrv"
-	"github.com/gotrain/gotrain/internal/gputest"
+	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/internal/testing/gputest"
 )
 
 // rank is one GPU's thread.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 	"github.com/gotrain/gotrain/worker/flight"
 )
 

@@ -8,9 +8,9 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/cudadrv"
-	"github.com/gotrain/gotrain/internal/gputest"
+	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/memsnap"
+	"github.com/gotrain/gotrain/internal/testing/gputest"
 	"github.com/gotrain/gotrain/worker/checkpoint"
 	"github.com/gotrain/gotrain/worker/comm"
 )

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/benchrun"
-	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/benchrun"
+	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
 	"github.com/gotrain/gotrain/launcher"
 	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/nccl"

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/torchrun"
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/coordinator/replica"
 	"github.com/gotrain/gotrain/internal/gossip"
-	"github.com/gotrain/gotrain/internal/torchrun"
 	"github.com/gotrain/gotrain/launcher"
 )
 

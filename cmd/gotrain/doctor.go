@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/cudadrv"
-	"github.com/gotrain/gotrain/internal/doctor"
-	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/doctor"
+	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/worker/ncclcomm"

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/torchrun"
 	"github.com/gotrain/gotrain/coordinator/host"
-	"github.com/gotrain/gotrain/internal/torchrun"
 	"github.com/gotrain/gotrain/launcher"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/top"
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/top"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"

@@ -7,12 +7,12 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/kubernetes"
 	"github.com/gotrain/gotrain/internal/jobenv"
-	"github.com/gotrain/gotrain/internal/kubernetes"
 	"github.com/gotrain/gotrain/launcher"
 )
 
-// Inside a Kubernetes pod of a training job (internal/kubernetes), gotrain
+// Inside a Kubernetes pod of a training job (cmd/gotrain/internal/kubernetes), gotrain
 // launch takes the node count, node rank, coordinator, run id and workers
 // per node from the pod's variables, as it does from Slurm's; flags win.
 

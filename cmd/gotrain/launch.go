@@ -14,10 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/kubernetes"
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
-	"github.com/gotrain/gotrain/internal/kubernetes"
-	"github.com/gotrain/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/launcher"
 	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/placement"

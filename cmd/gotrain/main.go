@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gotrain/gotrain/internal/kubernetes"
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/kubernetes"
 )
 
 func main() {

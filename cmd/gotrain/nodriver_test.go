@@ -16,8 +16,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/doctor"
-	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/doctor"
+	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
 )
 
 func buildGotrain(t *testing.T) string {

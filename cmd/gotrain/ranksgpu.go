@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/gotrain/gotrain/internal/doctor"
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/doctor"
 	"github.com/gotrain/gotrain/launcher"
 	"github.com/gotrain/gotrain/nccl"
 )

@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/top"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobtls"
-	"github.com/gotrain/gotrain/internal/top"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 

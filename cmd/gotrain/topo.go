@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gotrain/gotrain/internal/gpuinfo"
-	"github.com/gotrain/gotrain/internal/topo"
+	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
+	"github.com/gotrain/gotrain/internal/gpu/topo"
 )
 
 type topoCmd struct{}

@@ -14,11 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/runfile"
-	"github.com/gotrain/gotrain/internal/slurm"
 
-	"github.com/gotrain/gotrain/internal/torchrun"
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/torchrun"
 	"github.com/gotrain/gotrain/launcher"
 	"github.com/gotrain/gotrain/launcher/placement"
 )

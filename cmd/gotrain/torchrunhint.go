@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gotrain/gotrain/internal/torchrun"
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/torchrun"
 	"github.com/gotrain/gotrain/launcher/placement"
 )
 

@@ -3,7 +3,7 @@ package job
 import (
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/deptest"
+	"github.com/gotrain/gotrain/internal/testing/deptest"
 )
 
 // The machine is pure: it takes time as an argument and talks to nothing.

@@ -9,7 +9,7 @@ import (
 	"github.com/gotrain/gotrain/internal/connguard"
 	"github.com/gotrain/gotrain/internal/connguard/connguardtest"
 	"github.com/gotrain/gotrain/internal/jobtls"
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
 // Issue 24, item 4: the Raft port had no connection bound: silent

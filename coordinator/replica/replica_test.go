@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gotrain/gotrain/internal/netport"
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
 // Every goroutine a replica starts (Raft's, its transport's, the

@@ -3,7 +3,7 @@ package rhythm
 import (
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/deptest"
+	"github.com/gotrain/gotrain/internal/testing/deptest"
 )
 
 // The rhythm is pure: samples carry their time; it reads no clock and talks

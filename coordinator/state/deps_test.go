@@ -3,7 +3,7 @@ package state
 import (
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/deptest"
+	"github.com/gotrain/gotrain/internal/testing/deptest"
 )
 
 // The state is pure: time comes with the entries, and it talks to nothing.

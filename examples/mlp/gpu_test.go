@@ -8,8 +8,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/cudadrv"
-	"github.com/gotrain/gotrain/internal/gputest"
+	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/internal/testing/gputest"
 	"github.com/gotrain/gotrain/worker"
 	"github.com/gotrain/gotrain/worker/ncclcomm/nccltest"
 )

@@ -13,7 +13,7 @@ import (
 	"os"
 	"runtime"
 
-	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
 )
 
 // ProcessID tells ranks of one process (tests, or a program driving

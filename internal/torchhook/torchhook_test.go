@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
 // install puts the module into a fresh directory and returns it with the

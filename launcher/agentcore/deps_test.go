@@ -3,7 +3,7 @@ package agentcore
 import (
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/deptest"
+	"github.com/gotrain/gotrain/internal/testing/deptest"
 )
 
 // The agent machine is pure: it takes time as an argument, talks to

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 

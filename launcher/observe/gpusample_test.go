@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gotrain/gotrain/internal/gpuinfo"
-	"github.com/gotrain/gotrain/internal/topo"
+	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
+	"github.com/gotrain/gotrain/internal/gpu/topo"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 

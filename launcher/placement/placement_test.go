@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
 	"golang.org/x/sys/unix"
 )
 

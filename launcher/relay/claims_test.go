@@ -21,7 +21,7 @@ import (
 
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
 // claimsServer serves the relay's Attach on a unix socket, as the agent

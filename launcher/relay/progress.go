@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/gotrain/gotrain/internal/gpuinfo"
+	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
 	"github.com/gotrain/gotrain/launcher/observe"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )

@@ -4,6 +4,6 @@
 // last (SetPhase), and passes later signals on for the agent's loop.
 //
 // It is separate from the agent (package launcher) because the waits it
-// ends start before any agent does (cmd/gotrain's, internal/slurm's token
+// ends start before any agent does (cmd/gotrain's, cmd/gotrain/internal/slurm's token
 // exchange and follower tasks): they need the stop, not the agent.
 package signals

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
-	"github.com/gotrain/gotrain/internal/testkit"
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
 // testModeEnv makes the test binary, re-executed, the reaper process or an

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/gputest"
+	"github.com/gotrain/gotrain/internal/testing/gputest"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker/comm"
 	"github.com/gotrain/gotrain/worker/comm/commtest"

@@ -32,7 +32,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gotrain/gotrain/internal/cudadrv"
+	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/peermem"
 	"github.com/gotrain/gotrain/worker/comm"
 )

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/cudadrv"
-	"github.com/gotrain/gotrain/internal/gputest"
+	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/internal/testing/gputest"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker/comm/commtest"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
