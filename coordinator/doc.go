@@ -8,17 +8,23 @@
 // with PermissionDenied.
 //
 // An agent calls Join, then WatchGenerations with the node id it got. The
-// stream delivers, in order, every event for the node since it joined
-// (started, ended, finished) and ends after finished. The stream is the node's
-// membership: if it ends before the job finished, the node is lost. Barrier
-// calls fail with Aborted when their generation is not running or ends first;
-// the caller should wait for the next generation. Mistakes by the caller come
-// back as InvalidArgument, NotFound (unknown node), AlreadyExists (duplicate
-// agent, second stream, KV conflict) or FailedPrecondition (joining a started
-// job, or with a job-wide setting that contradicts the job's: see
-// checkSettings; settings that differ only in timing come back as
-// JoinResponse.warnings); calls that wait end with Unavailable when the
-// coordinator stops.
+// stream delivers, in order, every event for the node (started, ended,
+// finished) after the last one the agent got (after_seq), and ends after
+// finished. The agent numbers its watch streams and the newest wins: a stream
+// it replaced, or an older one that arrives late (queued in a partition),
+// ends with AlreadyExists ("superseded"), which the agent takes as a blip. A
+// stream that breaks makes the node unreachable, not lost: the node is lost
+// only when no new stream comes within its node timeout (--node-timeout), or
+// at once when a probe finds its agent's process gone (reach.go); a blip
+// shorter than the timeout changes nothing. A lost node's stream ends with
+// Aborted. Barrier calls fail with Aborted when their generation is not
+// running or ends first; the caller should wait for the next generation.
+// Mistakes by the caller come back as InvalidArgument, NotFound (unknown
+// node), AlreadyExists (duplicate agent, superseded watch stream, KV
+// conflict) or FailedPrecondition (joining a started job, or with a job-wide
+// setting that contradicts the job's: see checkSettings; settings that differ
+// only in timing come back as JoinResponse.warnings); calls that wait end
+// with Unavailable when the coordinator stops.
 //
 // # Usage
 //

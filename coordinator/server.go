@@ -354,7 +354,9 @@ func (s *Server) Join(_ context.Context, req *gotrainv1.JoinRequest) (*gotrainv1
 }
 
 // WatchGenerations streams the node's generation events. The stream is the
-// node's membership: when it ends before the job finished, the node is lost.
+// node's contact: when it ends before the job finished, the node is
+// unreachable until its agent opens a new one, and lost only after its node
+// timeout (reach.go); a newer stream of the node supersedes this one.
 func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream grpc.ServerStreamingServer[gotrainv1.GenerationEvent]) error {
 	id := req.GetNodeId()
 	s.mu.Lock()

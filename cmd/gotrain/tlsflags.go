@@ -6,10 +6,11 @@ import (
 	"github.com/gotrain/gotrain/internal/jobtls"
 )
 
-// Every control-plane connection is TLS (issue 16 item 1). A client
-// verifies the coordinator besides its proof of the job token: by the hash
-// of the job CA that the first node (or `gotrain coordinator`) printed, by
-// the site's CA file, or by the proof alone.
+// Every control-plane connection is TLS: in plaintext, anyone on the path
+// read the job token out of the calls' headers. A client verifies the
+// coordinator besides its proof of the job token: by the hash of the job CA
+// that the first node (or `gotrain coordinator`) printed, by the site's CA
+// file, or by the proof alone.
 
 // trustFlags registers how a client verifies the coordinator.
 func trustFlags(fs *flag.FlagSet, t *jobtls.Trust) {

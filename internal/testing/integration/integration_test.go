@@ -170,8 +170,8 @@ func TestBadInvocations(t *testing.T) {
 		want string
 	}{
 		{"no program", []string{"launch", "--nproc-per-node", "2", "--backend", "cpu"}, 2, "Put the program after `--`"},
-		{"missing program", []string{"launch", "--nproc-per-node", "2", "--backend", "cpu", "--", "./no-such-program"}, 2, "no-such-program"},     // a usage error (issue 23)
-		{"bad backend", []string{"launch", "--nproc-per-node", "2", "--backend", "gloo", "--", "true"}, 2, "Use --backend cpu or --backend nccl"}, // a usage error: exit 2 (issue 17)
+		{"missing program", []string{"launch", "--nproc-per-node", "2", "--backend", "cpu", "--", "./no-such-program"}, 2, "no-such-program"},     // the caller's mistake, found before anything starts: a usage error, exit 2
+		{"bad backend", []string{"launch", "--nproc-per-node", "2", "--backend", "gloo", "--", "true"}, 2, "Use --backend cpu or --backend nccl"}, // a usage error: exit 2, not a job's failure
 		{"bad flag", []string{"launch", "--no-such-flag"}, 2, "no-such-flag"},
 		{"unknown command", []string{"lunch"}, 2, "unknown command"},
 	} {
