@@ -31,6 +31,7 @@ import (
 	"github.com/gotrain/gotrain/launcher/pystandby"
 	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/signals"
+	"github.com/gotrain/gotrain/launcher/snaptier"
 	"github.com/gotrain/gotrain/launcher/supervise"
 	"github.com/gotrain/gotrain/launcher/workerenv"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -218,9 +219,9 @@ type agent struct {
 	// nodeCert is the node certificate Join issued (tls.go); nil before.
 	nodeCert *tls.Certificate
 	// snapPeers replicates snapshots to the ring neighbour and fetches a
-	// replaced rank's from peers (snappeer.go); nil: none. snapPeerAddr is
+	// replaced rank's from peers (package snaptier); nil: none. snapPeerAddr is
 	// its address, published in each generation.
-	snapPeers    *snapPeers
+	snapPeers    *snaptier.Peers
 	snapPeerAddr string
 }
 
@@ -490,7 +491,7 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 			}
 		}
 		a.gen, a.lastEnded = g, nil
-		a.snapPeers.generation(g.GetGeneration(), int(g.GetGroupRank()), int(g.GetGroupWorldSize()), a.snapPeerAddr) // snappeer.go
+		a.snapPeers.Generation(g.GetGeneration(), int(g.GetGroupRank()), int(g.GetGroupWorldSize()), a.snapPeerAddr)
 		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
 		// RAS-derived progress spans the job's communicators (observe/raspoll.go).
 		a.hub.RAS().Generation(g.GetGeneration(), int(g.GetWorldSize()))
@@ -550,7 +551,7 @@ func (a *agent) workerEnv(vars []string, gpus []int) []string {
 	if a.hub != nil && a.hub.Torch() != nil {
 		env = append(env, torchhook.EnvDir+"="+a.hub.Torch().Dir()) // observe/torchprogress.go
 	}
-	env = snapshotPythonPath(env, a.pyPath) // snapshots.go
+	env = snaptier.PythonPath(env, a.pyPath)
 	if a.cfg.Role != "" {
 		env = append(env, "ROLE_NAME="+a.cfg.Role) // the last of a name wins
 	}

@@ -2,22 +2,20 @@ package launcher
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gotrain/gotrain/internal/memsnap"
+	"github.com/gotrain/gotrain/launcher/snaptier"
 )
 
-// The in-memory snapshot tier (issue 29): the agent keeps each local rank's
-// newest training-state snapshot in memory that outlives the worker
-// (package memsnap), on a socket beside the workers' gRPC socket. This file
-// is the whole hook into the agent: it starts the store with the agent's
-// other subsystems and lets only the worker the agent started as a rank
-// keep that rank's snapshots.
+// The in-memory snapshot tier (package snaptier): this file is the whole
+// hook into the agent: it starts the store and its peer side with the
+// agent's other subsystems, with the agent's keys, and lets only the worker
+// the agent started as a rank keep that rank's snapshots.
 
 // startSnapshots serves the snapshot socket in dir until ctx ends. The
 // store lives as long as the agent: across the generations its workers
@@ -25,7 +23,7 @@ import (
 func (a *agent) startSnapshots(ctx context.Context, g *errgroup.Group, dir string) {
 	limit := a.cfg.SnapshotMemory
 	if limit == 0 {
-		limit = defaultSnapshotMemory()
+		limit = snaptier.DefaultMemory()
 	}
 	lis, err := memsnap.Listen(filepath.Join(dir, memsnap.SocketName))
 	if err != nil {
@@ -39,9 +37,9 @@ func (a *agent) startSnapshots(ctx context.Context, g *errgroup.Group, dir strin
 	}
 	st := memsnap.NewStore(limit)
 	srv := &memsnap.Server{Store: st, Token: a.cfg.JobToken, Authorize: a.claims.AuthorizeSnapshots, Log: a.log.With("component", "snapshots")}
-	if p := a.startSnapshotPeers(ctx, g, st); p != nil { // snappeer.go
+	if p := a.startSnapshotPeers(ctx, g, st); p != nil {
 		a.snapPeers = p
-		srv.Committed, srv.Fetch = p.replicate, p.fetch
+		srv.Committed, srv.Fetch = p.Replicate, p.Fetch
 	}
 	g.Go(func() error {
 		defer st.Close()
@@ -49,29 +47,34 @@ func (a *agent) startSnapshots(ctx context.Context, g *errgroup.Group, dir strin
 	})
 }
 
-// snapshotPythonPath appends dir (none when "") to env's PYTHONPATH.
-func snapshotPythonPath(env []string, dir string) []string {
-	if dir == "" {
-		return env
+// startSnapshotPeers serves the peer side of st; nil when the agent has no
+// node certificate or job CA (a coordinator without one: tests) or cannot
+// listen: snapshots then stay on this node.
+func (a *agent) startSnapshotPeers(ctx context.Context, g *errgroup.Group, st *memsnap.Store) *snaptier.Peers {
+	a.keysMu.Lock()
+	ca := a.jobCA
+	a.keysMu.Unlock()
+	if a.nodeCert == nil || ca == nil {
+		a.log.Info("no peer replicas of snapshots: the coordinator issued no node certificate")
+		return nil
 	}
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], "PYTHONPATH="); ok {
-			if v != "" {
-				dir = v + string(os.PathListSeparator) + dir
-			}
-			out := slices.Clone(env)
-			out[i] = "PYTHONPATH=" + dir
-			return out
-		}
+	host := a.cfg.NodeAddress
+	if host == "" {
+		host = "127.0.0.1"
 	}
-	return append(env, "PYTHONPATH="+dir)
-}
-
-// defaultSnapshotMemory is --snapshot-memory's default: a quarter of the
-// node's memory.
-func defaultSnapshotMemory() int64 {
-	if n := memsnap.TotalMemory(); n > 0 {
-		return n / 4
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		a.log.Warn("no peer replicas of snapshots: a replaced node's ranks resume from their disk checkpoints", "err", err)
+		return nil
 	}
-	return 16 << 30
+	p := snaptier.NewPeers(ctx, st, a.nodeID, a.coord, ca, *a.nodeCert, a.cfg.JobToken, a.log.With("component", "snapshot-peers"))
+	srv := p.Server(a.cfg.JobToken, ca, *a.nodeCert)
+	a.snapPeerAddr = lis.Addr().String()
+	g.Go(func() error {
+		stop := context.AfterFunc(ctx, srv.Stop)
+		defer stop()
+		defer p.Close()
+		return srv.Serve(lis)
+	})
+	return p
 }

@@ -1,4 +1,4 @@
-package launcher
+package snaptier
 
 import (
 	"context"
@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,7 +20,7 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// Peer replicas of the in-memory snapshot tier (issue 29): the agent
+// Peer replicas of the in-memory snapshot tier: the agent
 // serves SnapshotPeer on --node-addr (mutual TLS with the job's node
 // certificates and the proof of the job token: only this job's agents get
 // in), replicates each snapshot a local worker hands over to its ring
@@ -45,14 +43,14 @@ const (
 	peerReplicaWait = 30 * time.Second
 )
 
-// snapPeers is the agent's side of the peer replicas.
-type snapPeers struct {
+// Peers is the agent's side of the peer replicas.
+type Peers struct {
 	store  *memsnap.Store
 	nodeID string
 	coord  gotrainv1.CoordinatorClient
 	dial   func(addr, node string) (*grpc.ClientConn, error)
 	log    *slog.Logger
-	ctx    context.Context // the agent's subsystems'
+	ctx    context.Context // the agent's subsystems': bounds the background work
 
 	mu        sync.Mutex
 	gen       int64
@@ -65,43 +63,14 @@ type snapPeers struct {
 
 type peerAddr struct{ node, addr string }
 
-// startSnapshotPeers serves the peer side of st; nil when the agent has no
-// node certificate or job CA (a coordinator without one: tests) or cannot
-// listen: snapshots then stay on this node.
-func (a *agent) startSnapshotPeers(ctx context.Context, g *errgroup.Group, st *memsnap.Store) *snapPeers {
-	a.keysMu.Lock()
-	ca := a.jobCA
-	a.keysMu.Unlock()
-	if a.nodeCert == nil || ca == nil {
-		a.log.Info("no peer replicas of snapshots: the coordinator issued no node certificate")
-		return nil
-	}
-	host := a.cfg.NodeAddress
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		a.log.Warn("no peer replicas of snapshots: a replaced node's ranks resume from their disk checkpoints", "err", err)
-		return nil
-	}
-	p := newSnapPeers(st, a.nodeID, a.coord, ca, *a.nodeCert, a.cfg.JobToken, a.log.With("component", "snapshot-peers"))
-	p.ctx = ctx
-	srv := p.server(a.cfg.JobToken, ca, *a.nodeCert)
-	a.snapPeerAddr = lis.Addr().String()
-	g.Go(func() error {
-		stop := context.AfterFunc(ctx, srv.Stop)
-		defer stop()
-		defer p.close()
-		return srv.Serve(lis)
-	})
-	return p
-}
-
-func newSnapPeers(st *memsnap.Store, nodeID string, coord gotrainv1.CoordinatorClient, ca *x509.Certificate, cert tls.Certificate, tok string, log *slog.Logger) *snapPeers {
+// NewPeers is the peer side of st for node nodeID: it dials other agents
+// with cert (a node certificate of the job CA ca) and the proof of the job
+// token tok, and finds them through coord's key-value store. ctx bounds its
+// background work (the agent's subsystems').
+func NewPeers(ctx context.Context, st *memsnap.Store, nodeID string, coord gotrainv1.CoordinatorClient, ca *x509.Certificate, cert tls.Certificate, tok string, log *slog.Logger) *Peers {
 	_, client := jobtls.NodePeerTLS(ca, cert)
-	return &snapPeers{
-		store: st, nodeID: nodeID, coord: coord, log: log,
+	return &Peers{
+		ctx: ctx, store: st, nodeID: nodeID, coord: coord, log: log,
 		dial: func(addr, node string) (*grpc.ClientConn, error) {
 			return grpc.NewClient(addr, append(memsnap.PeerDialOptions(), grpc.WithTransportCredentials(jobtls.PeerCredentials(client(node), tok)))...)
 		},
@@ -109,16 +78,17 @@ func newSnapPeers(st *memsnap.Store, nodeID string, coord gotrainv1.CoordinatorC
 	}
 }
 
-// server is the SnapshotPeer gRPC server: node certificates of the job CA
+// Server is the SnapshotPeer gRPC server: node certificates of the job CA
 // both ways, then the proof of the token.
-func (p *snapPeers) server(tok string, ca *x509.Certificate, cert tls.Certificate) *grpc.Server {
+func (p *Peers) Server(tok string, ca *x509.Certificate, cert tls.Certificate) *grpc.Server {
 	conf, _ := jobtls.NodePeerTLS(ca, cert)
 	srv := grpc.NewServer(append(memsnap.PeerServerOptions(), grpc.Creds(jobtls.ServerCredentials(conf, tok)))...)
 	gotrainv1.RegisterSnapshotPeerServer(srv, &memsnap.PeerServer{Store: p.store, Log: p.log})
 	return srv
 }
 
-func (p *snapPeers) close() {
+// Close ends the connections to other agents.
+func (p *Peers) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
@@ -127,10 +97,10 @@ func (p *snapPeers) close() {
 	p.conns = map[string]*grpc.ClientConn{}
 }
 
-// generation takes a new generation: this node is group rank groupRank of
+// Generation takes a new generation: this node is group rank groupRank of
 // nodes; it publishes addr as its snapshot-peer address in it (in the
 // background: the loop never waits on the coordinator).
-func (p *snapPeers) generation(gen int64, groupRank, nodes int, addr string) {
+func (p *Peers) Generation(gen int64, groupRank, nodes int, addr string) {
 	if p == nil {
 		return
 	}
@@ -149,7 +119,7 @@ func (p *snapPeers) generation(gen int64, groupRank, nodes int, addr string) {
 
 // lookup is the address of group rank gr in the current generation,
 // waiting up to peerLookupWait for it to be published.
-func (p *snapPeers) lookup(ctx context.Context, gr int) (peerAddr, int64, error) {
+func (p *Peers) lookup(ctx context.Context, gr int) (peerAddr, int64, error) {
 	p.mu.Lock()
 	gen, pa, ok := p.gen, p.addrs[gr], false
 	if pa.addr != "" {
@@ -178,7 +148,7 @@ func (p *snapPeers) lookup(ctx context.Context, gr int) (peerAddr, int64, error)
 	return pa, gen, nil
 }
 
-func (p *snapPeers) client(pa peerAddr) (gotrainv1.SnapshotPeerClient, error) {
+func (p *Peers) client(pa peerAddr) (gotrainv1.SnapshotPeerClient, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	key := pa.node + "@" + pa.addr
@@ -193,10 +163,10 @@ func (p *snapPeers) client(pa peerAddr) (gotrainv1.SnapshotPeerClient, error) {
 	return gotrainv1.NewSnapshotPeerClient(c), nil
 }
 
-// replicate sends s, which a local worker just handed over, to the ring
+// Replicate sends s, which a local worker just handed over, to the ring
 // neighbour (memsnap.Server.Committed). A failure is logged (once per
 // cause) and costs only the replica: the own copy stays.
-func (p *snapPeers) replicate(ctx context.Context, s *memsnap.Snapshot) {
+func (p *Peers) Replicate(ctx context.Context, s *memsnap.Snapshot) {
 	p.mu.Lock()
 	gr, nodes := p.groupRank, p.nodes
 	p.mu.Unlock()
@@ -237,11 +207,11 @@ func (p *snapPeers) replicate(ctx context.Context, s *memsnap.Snapshot) {
 	}
 }
 
-// fetch answers a local rank the store holds nothing of
+// Fetch answers a local rank the store holds nothing of
 // (memsnap.Server.Fetch): it asks every other node of the generation,
 // ring neighbour first, which replica of rank it holds, and fetches the
 // newest.
-func (p *snapPeers) fetch(ctx context.Context, rank int) (memsnap.Fetched, bool, error) {
+func (p *Peers) Fetch(ctx context.Context, rank int) (memsnap.Fetched, bool, error) {
 	p.mu.Lock()
 	gr, nodes := p.groupRank, p.nodes
 	p.mu.Unlock()

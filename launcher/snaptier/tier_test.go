@@ -1,11 +1,11 @@
-package launcher
+package snaptier
 
 import (
 	"slices"
 	"testing"
 )
 
-func TestSnapshotPythonPath(t *testing.T) {
+func TestPythonPath(t *testing.T) {
 	for _, c := range []struct {
 		env  []string
 		dir  string
@@ -17,8 +17,8 @@ func TestSnapshotPythonPath(t *testing.T) {
 		{[]string{"PYTHONPATH="}, "/s/python", []string{"PYTHONPATH=/s/python"}},
 	} {
 		in := slices.Clone(c.env)
-		if got := snapshotPythonPath(in, c.dir); !slices.Equal(got, c.want) {
-			t.Errorf("snapshotPythonPath(%q, %q) = %q, want %q", c.env, c.dir, got, c.want)
+		if got := PythonPath(in, c.dir); !slices.Equal(got, c.want) {
+			t.Errorf("PythonPath(%q, %q) = %q, want %q", c.env, c.dir, got, c.want)
 		}
 		if !slices.Equal(in, c.env) {
 			t.Errorf("the caller's env changed: %q", in)
