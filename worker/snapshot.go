@@ -97,10 +97,10 @@ func (w *Worker) Snapshots(ctx context.Context) (*Snapshots, error) {
 // previous snapshot.
 //
 // Device buffers are copied on the calling thread, whose current CUDA
-// context must hold them (as for every other call on them), after the work
-// already enqueued on the context's streams; the shared memory is
-// page-locked once, at the first device copy into it, so the copies run at
-// the link's rate.
+// context must hold them (as for every other call on them); the caller
+// makes sure the step's work on them is done (synchronizes the streams that
+// write them) before Save. The shared memory is page-locked once, at the
+// first device copy into it, so the copies run at the link's rate.
 func (s *Snapshots) Save(step int64, state ...Buffer) bool {
 	return s.save(step, partsOf(state))
 }

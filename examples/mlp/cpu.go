@@ -287,4 +287,15 @@ func (m *cpuModel) Grads() ([]float32, error)  { return append([]float32(nil), m
 func (m *cpuModel) Transport() string          { return "host" }
 func (m *cpuModel) Sync() error                { return nil }
 func (m *cpuModel) SetLR(lr float32)           { m.cfg.Optim.LR = lr }
+
+// State is the parameters and the optimizer's state.
+func (m *cpuModel) State() []worker.Buffer {
+	st := []worker.Buffer{worker.Host(m.params)}
+	for _, p := range [][]float32{m.state1, m.state2} {
+		if p != nil {
+			st = append(st, worker.Host(p))
+		}
+	}
+	return st
+}
 func (m *cpuModel) Close() error               { return m.dp.Close() }

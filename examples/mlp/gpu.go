@@ -615,6 +615,17 @@ func (m *gpuModel) Transport() string          { return m.dp.Transport().String(
 func (m *gpuModel) Sync() error                { return m.stream.Synchronize() }
 func (m *gpuModel) SetLR(lr float32)           { m.cfg.Optim.LR = lr }
 
+// State is the parameters and the optimizer's state, in device memory.
+func (m *gpuModel) State() []worker.Buffer {
+	st := []worker.Buffer{comm.Device(uintptr(m.params), m.nParams, comm.Float32)}
+	for _, p := range []cudadrv.DevicePtr{m.state1, m.state2} {
+		if p != 0 {
+			st = append(st, comm.Device(uintptr(p), m.nParams, comm.Float32))
+		}
+	}
+	return st
+}
+
 func (m *gpuModel) Close() error {
 	if m.stream != 0 {
 		m.stream.Synchronize()

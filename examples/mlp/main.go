@@ -70,6 +70,7 @@ type options struct {
 	data      string
 	ptx       string
 	trace     int  // GPU, synthetic: event timeline of the last trace timed steps
+	snapEvery int  // synthetic: snapshot the state to the agent's memory every snapEvery timed steps (0: never)
 	noReduce  bool // GPU, synthetic: no all-reduce (diagnostic)
 	blasSM    int  // GPU: cuBLAS SM count target during backward (0: cuBLAS's choice)
 
@@ -149,6 +150,7 @@ Flags:
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
 	fs.StringVar(&o.data, "data", "", "mnist: directory of the MNIST IDX .gz files (default: the GoMNIST module's data/)")
 	fs.StringVar(&o.ptx, "ptx", "", "load the CUDA kernels from this PTX file instead of the embedded one")
+	fs.IntVar(&o.snapEvery, "snapshot-every", 0, "synthetic: hand the parameters and optimizer state to the agent's memory (worker.Snapshots) every `n` timed steps, from the device on a GPU, to measure what it costs a step (0: never)")
 	fs.IntVar(&o.trace, "trace", 0, "synthetic, GPU: each rank prints a CUDA event timeline of the last N timed steps (forward, backward per layer, each bucket's all-reduce and update) and a summary (0: off)")
 	fs.BoolVar(&o.noReduce, "no-reduce", false, "synthetic, GPU, diagnostic: never all-reduce the gradients; each rank applies its own, so the ranks diverge (the step without communication)")
 	fs.IntVar(&o.blasSM, "blas-sm-target", 0, "GPU: cuBLAS SM count target for backward's GEMMs, leaving the other SMs to NCCL (cublasSetSmCountTarget, cuBLAS 11.3+; 0: cuBLAS's choice)")
@@ -322,10 +324,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("rank %d: %w", w.Rank, err)
 	}
 	defer m.Close()
+	var snaps *worker.Snapshots
+	if o.snapEvery > 0 {
+		if snaps, err = w.Snapshots(ctx); err != nil {
+			return err
+		}
+		defer snaps.Close()
+	}
 	if o.mode == "mnist" {
 		err = trainMNIST(ctx, c, m, ds, o, stdout)
 	} else {
-		err = synthetic(ctx, c, m, cfg, o, stdout)
+		err = synthetic(ctx, c, m, cfg, o, snaps, stdout)
 	}
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", w.Rank, err)
@@ -334,7 +343,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // synthetic times steps on one fixed random batch, as the PyTorch anchor does.
-func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o options, out io.Writer) error {
+func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o options, snaps *worker.Snapshots, out io.Writer) error {
 	a := cfg.Arch
 	rng := rand.New(rand.NewPCG(o.seed, uint64(c.Rank())))
 	x := make([]float32, o.batch*a.dims[0])
@@ -357,13 +366,31 @@ func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o opt
 	if err != nil {
 		return err
 	}
+	// Both snapshot buffers allocated and page-locked before the timed
+	// steps, as in a job that has run a while.
+	for range 2 {
+		if snaps == nil {
+			break
+		}
+		if err := snapshot(m, snaps, 0); err != nil {
+			return err
+		}
+		if err := snaps.Wait(ctx); err != nil {
+			return err
+		}
+	}
 	if err := c.Barrier(ctx); err != nil {
 		return err
 	}
 	start := time.Now()
-	for range o.steps {
+	for i := range o.steps {
 		if err := m.Step(ctx); err != nil {
 			return err
+		}
+		if snaps != nil && (i+1)%o.snapEvery == 0 {
+			if err := snapshot(m, snaps, int64(i+1)); err != nil {
+				return err
+			}
 		}
 	}
 	if err := m.Sync(); err != nil {
@@ -388,6 +415,14 @@ func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o opt
 			c.Size(), a.numParams(), o.batch, stepMS, float64(o.batch*c.Size()*o.steps)/dt.Seconds(),
 			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.ctaPolicy, o.symmetric, o.wgFirst, o.serialUpd, o.updPrio, o.bucketMB,
 			o.chunkMB, o.chunk0MB, reduce, o.blasSM, o.trace, m.Transport(), o.fusedSum)
+	}
+	if snaps != nil && c.Rank() == 0 {
+		if err := snaps.Wait(ctx); err != nil {
+			return err
+		}
+		st := snaps.Stats()
+		fmt.Fprintf(out, "snapshots every=%d saved=%d skipped=%d failed=%d bytes=%d last_copy_ms=%.3f last_handover_ms=%.3f (2 saved in warm-up)\n",
+			o.snapEvery, st.Saved, st.Skipped, st.Failed, st.Bytes, st.Copy.Seconds()*1e3, st.Handed.Seconds()*1e3)
 	}
 	if tw, ok := m.(traceWriter); ok && o.trace > 0 {
 		return tw.WriteTrace(out, c.Rank())
@@ -516,4 +551,14 @@ func testAccuracy(ctx context.Context, c comm.Comm, m model, ds *mnistdata.Datas
 		return 0, err
 	}
 	return float64(counts[0]) / float64(s.Len()), nil
+}
+
+// snapshot hands the state after step to the agent's memory: the step's
+// work must be done first (a snapshot is one step's state, not a mix).
+func snapshot(m model, snaps *worker.Snapshots, step int64) error {
+	if err := m.Sync(); err != nil {
+		return err
+	}
+	snaps.Save(step, m.State()...)
+	return nil
 }

@@ -169,6 +169,9 @@ type model interface {
 	Transport() string
 	// SetLR sets the learning rate of the next Step.
 	SetLR(lr float32)
+	// State is what a snapshot holds: the parameters and the optimizer's
+	// state, where they live (device memory on a GPU). Valid after Sync.
+	State() []worker.Buffer
 	Close() error
 }
 
