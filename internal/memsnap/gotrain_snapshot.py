@@ -25,7 +25,7 @@ import os
 import socket
 import zlib
 
-__all__ = ["snapshot", "restore", "available", "source"]
+__all__ = ["snapshot", "restore", "available", "source", "dcp_writer", "dcp_reader"]
 
 _conn = None
 _source = None
@@ -153,3 +153,138 @@ def restore(map_location="cpu", with_source=False):
     if with_source:
         return state, step, _source
     return state, step
+
+
+def dcp_writer(step):
+    """A torch.distributed.checkpoint storage writer over this tier:
+
+        dcp.save(state_dict, storage_writer=gotrain_snapshot.dcp_writer(step))
+
+    Each rank hands its whole local (flattened) state to its agent as the
+    state after step, whichever items DCP's planner gave it to write (data
+    parallel ranks hold the same tensors, and a restarted rank can read only
+    its own snapshot). Plain and replicated tensors only: no DTensor or
+    ShardedTensor. Needs a torch with torch.distributed.checkpoint (2.x)."""
+    return _dcp_classes()[0](step)
+
+
+def dcp_reader():
+    """The storage reader of dcp_writer's snapshots:
+
+        r = gotrain_snapshot.dcp_reader()
+        if r.found:
+            dcp.load(state_dict, storage_reader=r)   # then r.step, r.source
+
+    found is False (and load would fail) when the agent holds no snapshot
+    of this rank or outside gotrain."""
+    return _dcp_classes()[1]()
+
+
+_dcp = None
+
+
+def _dcp_classes():
+    global _dcp
+    if _dcp is not None:
+        return _dcp
+    import torch
+    from torch.distributed.checkpoint import StorageReader, StorageWriter
+    from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
+                                                       TensorProperties, TensorStorageMetadata)
+    from torch.distributed.checkpoint.planner import LoadItemType
+    from torch.distributed.checkpoint.storage import WriteResult
+
+    def done(value):
+        fut = torch.futures.Future()
+        fut.set_result(value)
+        return fut
+
+    class Writer(StorageWriter):
+        def __init__(self, step):
+            super().__init__()
+            self.step = int(step)
+
+        def reset(self, checkpoint_id=None):
+            pass
+
+        @classmethod
+        def validate_checkpoint_id(cls, checkpoint_id):
+            return False  # never picked by path: pass it as storage_writer
+
+        def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
+            pass
+
+        def prepare_local_plan(self, plan):
+            return plan
+
+        def prepare_global_plan(self, plans):
+            return plans
+
+        def write_data(self, plan, planner):
+            # The planner's whole flattened state, not only the items it
+            # gave this rank: a restarted rank reads only its own snapshot.
+            flat = getattr(planner, "state_dict", None)
+            if flat is None:
+                flat = {item.index.fqn: planner.resolve_data(item) for item in plan.items}
+            local = {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in flat.items()}
+            if not snapshot(local, self.step):
+                raise RuntimeError("gotrain_snapshot.dcp_writer: not running under a gotrain agent")
+            return done([WriteResult(index=item.index, size_in_bytes=0, storage_data=None) for item in plan.items])
+
+        def finish(self, metadata, results):
+            pass
+
+    class Reader(StorageReader):
+        def __init__(self):
+            super().__init__()
+            got = restore(with_source=True)
+            self.found = got is not None
+            self.flat, self.step, self.source = got if got else ({}, 0, None)
+
+        def reset(self, checkpoint_id=None):
+            pass
+
+        @classmethod
+        def validate_checkpoint_id(cls, checkpoint_id):
+            return False
+
+        def read_metadata(self, *args, **kwargs):
+            if not self.found:
+                raise RuntimeError("gotrain_snapshot.dcp_reader: the agent holds no snapshot of this rank")
+            md = {}
+            for k, v in self.flat.items():
+                if torch.is_tensor(v):
+                    md[k] = TensorStorageMetadata(properties=TensorProperties.create_from_tensor(v), size=v.size(),
+                                                  chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * v.dim()), sizes=v.size())])
+                else:
+                    md[k] = BytesStorageMetadata()
+            return Metadata(state_dict_metadata=md)
+
+        def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
+            pass
+
+        def prepare_local_plan(self, plan):
+            return plan
+
+        def prepare_global_plan(self, plans):
+            return plans
+
+        def read_data(self, plan, planner):
+            for item in plan.items:
+                value = self.flat[item.storage_index.fqn]
+                if item.type == LoadItemType.BYTE_IO:
+                    buf = io.BytesIO()
+                    torch.save(value, buf)
+                    buf.seek(0)
+                    planner.load_bytes(item, buf)
+                    continue
+                src = value
+                for dim, (off, n) in enumerate(zip(item.storage_offsets, item.lengths)):
+                    src = src.narrow(dim, off, n)
+                dst = planner.resolve_tensor(item).detach()
+                dst.copy_(src)
+                planner.commit_tensor(item, dst)
+            return done(None)
+
+    _dcp = (Writer, Reader)
+    return _dcp
