@@ -298,4 +298,5 @@ func (m *cpuModel) State() []worker.Buffer {
 	}
 	return st
 }
+
 func (m *cpuModel) Close() error { return m.dp.Close() }
