@@ -49,6 +49,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Errors of the package.
@@ -253,12 +254,17 @@ func (d Dir) Latest() (step int64, state []byte, err error) {
 	const relists = 100
 	var skipped []error
 	for range relists {
+		// A listing racing a Save can miss both the file renamed into
+		// place and the one pruned after it (readdir is not atomic): when
+		// nothing valid was found and the directory changed meanwhile,
+		// list again.
+		before := d.modTime()
 		steps, err := d.list()
 		if err != nil {
 			return 0, nil, err
 		}
 		skipped = skipped[:0]
-		vanished := false
+		vanished := !d.modTime().Equal(before)
 		for _, s := range slices.Backward(steps) {
 			step, state, err := Load(filepath.Join(d.Path, Name(s)))
 			if err == nil {
@@ -278,6 +284,16 @@ func (d Dir) Latest() (step int64, state []byte, err error) {
 		return 0, nil, fmt.Errorf("%w in %s", ErrNone, d.Path)
 	}
 	return 0, nil, fmt.Errorf("%w in %s: %w", ErrNone, d.Path, errors.Join(skipped...))
+}
+
+// modTime is the directory's modification time (zero if unknown), which
+// every rename into it and removal from it changes.
+func (d Dir) modTime() time.Time {
+	fi, err := os.Stat(d.Path)
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
 }
 
 // Steps returns the steps of the checkpoint files in the directory, oldest
