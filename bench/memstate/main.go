@@ -36,9 +36,10 @@ func main() {
 	reps := flag.Int("reps", 10, "repetitions (the median is printed)")
 	dir := flag.String("dir", os.TempDir(), "directory for the disk checkpoints")
 	peer := flag.Bool("peer", false, "measure the peer tier (replicate to and fetch from another agent over loopback TLS) instead")
+	streams := flag.Int("streams", min(8, max(1, runtime.NumCPU()/2)), "with -peer: connections of the ranged fetch (as a replaced rank's agent opens)")
 	flag.Parse()
 	if *peer {
-		if err := runPeer(*size, *reps); err != nil {
+		if err := runPeer(*size, *reps, *streams); err != nil {
 			fmt.Fprintln(os.Stderr, "memstate:", err)
 			os.Exit(1)
 		}

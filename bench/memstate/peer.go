@@ -25,7 +25,7 @@ import (
 // length and CRC-32C checked: what a replaced rank's agent hands its
 // worker). Both agents are in this process; the bytes cross the kernel's
 // TCP stack and TLS both ways.
-func runPeer(size int64, reps int) error {
+func runPeer(size int64, reps, streams int) error {
 	ctx := context.Background()
 	ca, err := jobtls.NewCA("bench")
 	if err != nil {
@@ -59,12 +59,18 @@ func runPeer(size int64, reps int) error {
 	go srv.Serve(lis)
 	defer srv.Stop()
 	_, client := jobtls.NodePeerTLS(ca.Cert, sendCert.c)
-	cc, err := grpc.NewClient(lis.Addr().String(), append(memsnap.PeerDialOptions(), grpc.WithTransportCredentials(jobtls.PeerCredentials(client("node-2"), snapagent.Token)))...)
-	if err != nil {
-		return err
+	// One connection for replicate and the one-stream fetch, and as many
+	// as a replaced rank's agent opens for a ranged fetch (snaptier).
+	var peers []gotrainv1.SnapshotPeerClient
+	for range max(1, streams) {
+		cc, err := grpc.NewClient(lis.Addr().String(), append(memsnap.PeerDialOptions(), grpc.WithTransportCredentials(jobtls.PeerCredentials(client("node-2"), snapagent.Token)))...)
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		peers = append(peers, gotrainv1.NewSnapshotPeerClient(cc))
 	}
-	defer cc.Close()
-	peer := gotrainv1.NewSnapshotPeerClient(cc)
+	peer := peers[0]
 
 	// The sender's own snapshot, handed over as a worker does.
 	sender := memsnap.NewStore(0)
@@ -98,7 +104,7 @@ func runPeer(size int64, reps int) error {
 	}
 	defer sender.Release(snap)
 
-	var rep, fetch []time.Duration
+	var rep, fetch, ranged []time.Duration
 	for range reps {
 		start := time.Now()
 		if err := memsnap.Replicate(ctx, peer, snap, "node-1"); err != nil {
@@ -112,11 +118,19 @@ func runPeer(size int64, reps int) error {
 		}
 		fetch = append(fetch, time.Since(start))
 		_ = unix.Close(f.Fd)
+		start = time.Now()
+		f, found, err = memsnap.FetchReplicaOver(ctx, peers, 0, snap.Step, snap.Size)
+		if err != nil || !found {
+			return fmt.Errorf("fetch over %d connections: found %v, %w", len(peers), found, err)
+		}
+		ranged = append(ranged, time.Since(start))
+		_ = unix.Close(f.Fd)
 	}
 	gbps := func(d time.Duration) string { return fmt.Sprintf("%.2f GB/s", float64(size)/d.Seconds()/1e9) }
 	fmt.Printf("peer tier, %d bytes, median of %d (loopback TCP, TLS 1.3, both agents in one process):\n", size, reps)
 	fmt.Printf("  peer    replicate: %v = %s (send, receiver's memfd, CRC-32C check, keep)\n", med(rep), gbps(med(rep)))
 	fmt.Printf("  peer    fetch:     %v = %s (receive into a memfd, seal, CRC-32C check)\n", med(fetch), gbps(med(fetch)))
+	fmt.Printf("  peer    fetch over %d connections: %v = %s (a range each, into one memfd; seal, CRC-32C check)\n", len(peers), med(ranged), gbps(med(ranged)))
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -157,12 +158,22 @@ func (p *PeerServer) Fetch(req *gotrainv1.PeerSnapshotRequest, stream gotrainv1.
 		return status.Errorf(codes.NotFound, "memsnap: no replica of rank %d here", req.GetRank())
 	}
 	defer p.Store.Release(s)
-	return sendChunks(s, "", stream.Send)
+	if req.GetLength() == 0 {
+		return sendChunks(s, s.Bytes(), "", stream.Send)
+	}
+	off, n := req.GetOffset(), req.GetLength()
+	switch {
+	case req.GetStep() != s.Step:
+		return status.Errorf(codes.FailedPrecondition, "memsnap: the replica of rank %d here is of step %d, not %d", req.GetRank(), s.Step, req.GetStep())
+	case off < 0 || n < 0 || off > s.Size || n > s.Size-off:
+		return status.Errorf(codes.OutOfRange, "memsnap: bytes [%d, %d) of rank %d's replica of %d bytes", off, off+n, req.GetRank(), s.Size)
+	}
+	return sendChunks(s, s.Bytes()[off:off+n], "", stream.Send)
 }
 
-// sendChunks sends s: its facts with the first chunk.
-func sendChunks(s *Snapshot, nodeID string, send func(*gotrainv1.SnapshotChunk) error) error {
-	data := s.Bytes()
+// sendChunks sends data, s's bytes or a range of them: s's facts with the
+// first chunk.
+func sendChunks(s *Snapshot, data []byte, nodeID string, send func(*gotrainv1.SnapshotChunk) error) error {
 	first := true
 	for first || len(data) > 0 {
 		n := min(len(data), ChunkSize)
@@ -187,7 +198,7 @@ func Replicate(ctx context.Context, c gotrainv1.SnapshotPeerClient, s *Snapshot,
 	if err != nil {
 		return err
 	}
-	if err := sendChunks(s, nodeID, stream.Send); err != nil && !errors.Is(err, io.EOF) {
+	if err := sendChunks(s, s.Bytes(), nodeID, stream.Send); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	// On io.EOF the server ended the stream early: CloseAndRecv has its status.
@@ -243,6 +254,85 @@ func FetchReplica(ctx context.Context, c gotrainv1.SnapshotPeerClient, rank int)
 	}
 	// Sealed and checked like a worker's snapshot; the reader checks again.
 	s, err := openChecked(rank, first.GetStep(), fd, size, first.GetCrc(), first.GetSum(), SourcePeer, true)
+	if err != nil {
+		return Fetched{}, false, err
+	}
+	unmap(s.data)
+	return Fetched{Fd: s.fd, Step: s.Step, Size: s.Size, CRC: s.CRC, Sum: s.Sum}, true, nil
+}
+
+// fetchRangeFrom is the size from which FetchReplicaOver splits a replica
+// into ranges, one per connection: one TLS stream runs at one core's pace
+// (0.7 GB/s on the GPU machine's host, bench/results/memstate-restore-2026-12-04.md).
+const fetchRangeFrom = 64 << 20
+
+// FetchReplicaOver is FetchReplica over several connections to the same
+// peer agent: once that agent said it holds a replica of rank of step and
+// size bytes (Have), each client fetches one range of it into the same
+// memfd at once; the whole is then sealed and checked as FetchReplica's.
+// With one client, or a small replica, it is FetchReplica.
+func FetchReplicaOver(ctx context.Context, cs []gotrainv1.SnapshotPeerClient, rank int, step, size int64) (Fetched, bool, error) {
+	if len(cs) < 2 || size < fetchRangeFrom {
+		return FetchReplica(ctx, cs[0], rank)
+	}
+	fd, err := createMemfd(fmt.Sprintf("gotrain-replica-%d", rank), size)
+	if err != nil {
+		return Fetched{}, false, err
+	}
+	buf, err := mapWritable(fd, size)
+	if err != nil {
+		closeFd(fd)
+		return Fetched{}, false, err
+	}
+	part := (size + int64(len(cs)) - 1) / int64(len(cs))
+	facts := make([]*gotrainv1.SnapshotChunk, len(cs))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, c := range cs {
+		off := int64(i) * part
+		n := min(part, size-off)
+		if n <= 0 {
+			continue
+		}
+		g.Go(func() error {
+			stream, err := c.Fetch(gctx, &gotrainv1.PeerSnapshotRequest{Rank: int32(rank), Step: step, Offset: off, Length: n})
+			if err != nil {
+				return err
+			}
+			first, err := stream.Recv()
+			if err != nil {
+				return err
+			}
+			facts[i] = first
+			got, err := receive(buf[off:off+n], first.GetData(), stream.Recv)
+			if err == nil && got != n {
+				err = fmt.Errorf("%d of bytes [%d, %d) came", got, off, off+n)
+			}
+			return err
+		})
+	}
+	err = g.Wait()
+	unmap(buf)
+	if status.Code(err) == codes.NotFound || status.Code(err) == codes.FailedPrecondition {
+		closeFd(fd)
+		return Fetched{}, false, nil // replaced or dropped since Have: ask again
+	}
+	if err != nil {
+		closeFd(fd)
+		return Fetched{}, false, fmt.Errorf("%w: rank %d's replica of step %d: %v", ErrTorn, rank, step, err)
+	}
+	var crc uint32
+	var sum string
+	for _, f := range facts {
+		if f == nil {
+			continue
+		}
+		if f.GetStep() != step || f.GetSize() != size {
+			closeFd(fd)
+			return Fetched{}, false, fmt.Errorf("%w: rank %d's replica: a range of step %d and %d bytes, want step %d and %d bytes", ErrTorn, rank, f.GetStep(), f.GetSize(), step, size)
+		}
+		crc, sum = f.GetCrc(), f.GetSum()
+	}
+	s, err := openChecked(rank, step, fd, size, crc, sum, SourcePeer, true)
 	if err != nil {
 		return Fetched{}, false, err
 	}

@@ -197,3 +197,46 @@ func TestPeerNeedsTokenAndNodeCertificate(t *testing.T) {
 		}
 	}
 }
+
+// A large replica comes over several connections at once, each a range of
+// it, into one memfd, sealed and checked as a whole: the bytes the sender
+// had. A range of a step the peer no longer holds is answered as "not
+// found" (ask again), never stitched into another step's bytes.
+func TestFetchReplicaOverSeveralConnections(t *testing.T) {
+	ca, err := jobtls.NewCA("run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender, receiver := NewStore(0), NewStore(0)
+	t.Cleanup(sender.Close)
+	t.Cleanup(receiver.Close)
+	addr := peerServer(t, ca, receiver)
+	var cs []gotrainv1.SnapshotPeerClient
+	for range 3 {
+		cs = append(cs, peerClient(t, ca, ca, addr, testToken))
+	}
+	ctx := t.Context()
+	data := make([]byte, fetchRangeFrom+3*ChunkSize+5) // uneven ranges
+	for i := range data {
+		data[i] = byte(i*31 + i>>13)
+	}
+	if err := Replicate(ctx, cs[0], ownSnapshot(t, sender, 3, 12, data), "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	f, found, err := FetchReplicaOver(ctx, cs, 3, 12, int64(len(data)))
+	if err != nil || !found || f.Step != 12 || f.Size != int64(len(data)) {
+		t.Fatalf("FetchReplicaOver = %+v, %v, %v", f, found, err)
+	}
+	got, err := mapReadOnly(f.Fd, f.Size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) || !sealed(f.Fd) {
+		t.Error("the replica fetched in ranges differs from the snapshot sent, or is not sealed")
+	}
+	unmap(got)
+	closeFd(f.Fd)
+	if _, found, err := FetchReplicaOver(ctx, cs, 3, 11, int64(len(data))); found || err != nil {
+		t.Errorf("ranges of a step the peer no longer holds: found %v, %v; want not found", found, err)
+	}
+}

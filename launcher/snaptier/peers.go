@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -218,9 +219,9 @@ func (p *Peers) Fetch(ctx context.Context, rank int) (memsnap.Fetched, bool, err
 	ctx, cancel := context.WithTimeout(ctx, peerReplicaWait)
 	defer cancel()
 	type holder struct {
-		pa   peerAddr
-		c    gotrainv1.SnapshotPeerClient
-		step int64
+		pa         peerAddr
+		c          gotrainv1.SnapshotPeerClient
+		step, size int64
 	}
 	var best *holder
 	var errs []error
@@ -243,7 +244,7 @@ func (p *Peers) Fetch(ctx context.Context, rank int) (memsnap.Fetched, bool, err
 			continue
 		}
 		if info.GetFound() && (best == nil || info.GetStep() > best.step) {
-			best = &holder{pa: pa, c: c, step: info.GetStep()}
+			best = &holder{pa: pa, c: c, step: info.GetStep(), size: info.GetSize()}
 		}
 	}
 	if best == nil {
@@ -253,15 +254,40 @@ func (p *Peers) Fetch(ctx context.Context, rank int) (memsnap.Fetched, bool, err
 		return memsnap.Fetched{}, false, nil
 	}
 	start := time.Now()
-	f, found, err := memsnap.FetchReplica(ctx, best.c, rank)
+	cs, done := p.fetchClients(best.pa, best.c, best.size)
+	defer done()
+	f, found, err := memsnap.FetchReplicaOver(ctx, cs, rank, best.step, best.size)
 	if err != nil {
 		p.log.Warn("the peer replica of a restarted rank could not be fetched; it resumes from its disk checkpoint", "rank", rank, "peer", best.pa.node, "err", err)
 		return memsnap.Fetched{}, false, nil
 	}
 	if found {
 		d := time.Since(start)
-		p.log.Info("restored a rank from a peer's replica", "rank", rank, "step", f.Step, "bytes", f.Size, "peer", best.pa.node,
+		p.log.Info("restored a rank from a peer's replica", "rank", rank, "step", f.Step, "bytes", f.Size, "peer", best.pa.node, "connections", len(cs),
 			"seconds", d.Seconds(), "gb_per_s", float64(f.Size)/d.Seconds()/1e9)
 	}
 	return f, found, nil
+}
+
+// fetchClients are the clients a replica of size bytes from pa is fetched
+// over: c, and for a large one further connections of their own (one TLS
+// stream runs at one core's pace), up to half this node's cores and 8;
+// done closes those.
+func (p *Peers) fetchClients(pa peerAddr, c gotrainv1.SnapshotPeerClient, size int64) ([]gotrainv1.SnapshotPeerClient, func()) {
+	n := min(8, max(1, runtime.NumCPU()/2), max(1, int(size/(64<<20))))
+	cs := []gotrainv1.SnapshotPeerClient{c}
+	var extra []*grpc.ClientConn
+	for len(cs) < n {
+		cc, err := p.dial(pa.addr, pa.node)
+		if err != nil {
+			break
+		}
+		extra = append(extra, cc)
+		cs = append(cs, gotrainv1.NewSnapshotPeerClient(cc))
+	}
+	return cs, func() {
+		for _, cc := range extra {
+			cc.Close()
+		}
+	}
 }

@@ -161,8 +161,15 @@ func (*ReplicateResponse) Descriptor() ([]byte, []int) {
 }
 
 type PeerSnapshotRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rank          int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rank  int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	// A range of the replica (Fetch): length > 0 asks for bytes [offset,
+	// offset + length) of the replica of step (FAILED_PRECONDITION when the
+	// agent holds another step by now), so that a large one comes over
+	// several connections at once; length 0 asks for all of it.
+	Step          int64 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Offset        int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        int64 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -200,6 +207,27 @@ func (*PeerSnapshotRequest) Descriptor() ([]byte, []int) {
 func (x *PeerSnapshotRequest) GetRank() int32 {
 	if x != nil {
 		return x.Rank
+	}
+	return 0
+}
+
+func (x *PeerSnapshotRequest) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *PeerSnapshotRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *PeerSnapshotRequest) GetLength() int64 {
+	if x != nil {
+		return x.Length
 	}
 	return 0
 }
@@ -5366,9 +5394,12 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x03sum\x18\x05 \x01(\tR\x03sum\x12\x17\n" +
 	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04data\x18\a \x01(\fR\x04data\"\x13\n" +
-	"\x11ReplicateResponse\")\n" +
+	"\x11ReplicateResponse\"m\n" +
 	"\x13PeerSnapshotRequest\x12\x12\n" +
-	"\x04rank\x18\x01 \x01(\x05R\x04rank\"i\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\x03R\x06length\"i\n" +
 	"\x10PeerSnapshotInfo\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
