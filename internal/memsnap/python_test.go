@@ -41,37 +41,19 @@ func TestPythonModuleWithTorch(t *testing.T) {
 	if err := exec.Command(py, "-c", "import torch").Run(); err != nil {
 		t.Skipf("no torch for %s: %v", py, err)
 	}
-	st := NewStore(0)
-	defer st.Close()
-	sock := serve(t, &Server{Store: st, Token: testToken})
-	mod := t.TempDir()
-	if err := os.WriteFile(filepath.Join(mod, PythonModuleName), PythonModule, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run := func(mode string) string {
-		cmd := exec.Command(py, "-c", torchScript, mode)
-		cmd.Env = append(os.Environ(), "PYTHONPATH="+mod, "GOTRAIN_AGENT="+filepath.Join(filepath.Dir(sock), "agent.sock"),
-			"GOTRAIN_JOB_TOKEN="+testToken, "GOTRAIN_RANK=0")
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("python %s: %v\n%s%s", mode, err, out, stderr.String())
-		}
-		if mode == "restore" {
-			// Each restore says where its state came from.
-			want := "gotrain_snapshot: rank 0 restored the state of step 7 from this node's agent's memory ("
-			if n := strings.Count(stderr.String(), want); n != 2 {
-				t.Errorf("stderr has %d lines %q, want 2:\n%s", n, want, stderr.String())
-			}
-		}
-		return strings.TrimSpace(string(out))
-	}
-	saved := strings.Fields(run("save"))
+	st, run := pythonWorker(t, py, torchScript)
+	out, _ := run("save")
+	saved := strings.Fields(out)
 	if len(st.List()) != 1 || st.List()[0].Step != 7 {
 		t.Fatalf("the store holds %+v after the save, want rank 0 at step 7", st.List())
 	}
-	restored := strings.Fields(run("restore"))
+	out, stderr := run("restore")
+	// Each restore says where its state came from.
+	want := "gotrain_snapshot: rank 0 restored the state of step 7 from this node's agent's memory ("
+	if n := strings.Count(stderr, want); n != 2 {
+		t.Errorf("stderr has %d lines %q, want 2:\n%s", n, want, stderr)
+	}
+	restored := strings.Fields(out)
 	if len(restored) != 7 || restored[1] != "7" || restored[2] != saved[1] || restored[3] != "True" || restored[4] != "2" || restored[5] != SourceOwn || restored[6] != SourceOwn {
 		t.Fatalf("restored %q, want step 7, the saved weights (sum %s) bit for bit, the optimizer's momentum for 2 tensors, and the agent as the source", restored, saved[1])
 	}
@@ -135,15 +117,35 @@ func lastLine(s string) string {
 // and where it came from.
 func TestPythonDCPWriterAndReader(t *testing.T) {
 	py := dcpPython(t)
+	st, run := pythonWorker(t, py, dcpScript)
+	if got, _ := run("save"); got != "saved" {
+		t.Fatalf("save printed %q", got)
+	}
+	if l := st.List(); len(l) != 1 || l[0].Step != 9 {
+		t.Fatalf("the store holds %+v after dcp.save, want rank 0 at step 9", l)
+	}
+	out, _ := run("restore")
+	if got := strings.Fields(out); len(got) != 6 || got[1] != "9" || got[2] != SourceOwn || got[3] != "True" || got[4] != "True" || got[5] != "3" {
+		t.Fatalf("restored %q, want step 9 from the agent, the weights and momentum bit for bit, epoch 3", got)
+	}
+}
+
+// pythonWorker serves a store on a snapshot socket and returns it with a
+// run(mode) that runs script (python -c) with mode as a worker of rank 0
+// of this agent would be run, gotrain_snapshot on its path; run returns
+// its stdout (trimmed) and stderr, and fails the test if it fails.
+func pythonWorker(t *testing.T, py, script string) (*Store, func(mode string) (string, string)) {
+	t.Helper()
 	st := NewStore(0)
-	defer st.Close()
+	t.Cleanup(st.Close)
 	sock := serve(t, &Server{Store: st, Token: testToken})
 	mod := t.TempDir()
 	if err := os.WriteFile(filepath.Join(mod, PythonModuleName), PythonModule, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := func(mode string) string {
-		cmd := exec.Command(py, "-c", dcpScript, mode)
+	return st, func(mode string) (string, string) {
+		t.Helper()
+		cmd := exec.Command(py, "-c", script, mode)
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+mod, "GOTRAIN_AGENT="+filepath.Join(filepath.Dir(sock), "agent.sock"),
 			"GOTRAIN_JOB_TOKEN="+testToken, "GOTRAIN_RANK=0")
 		var stderr strings.Builder
@@ -152,15 +154,6 @@ func TestPythonDCPWriterAndReader(t *testing.T) {
 		if err != nil {
 			t.Fatalf("python %s: %v\n%s%s", mode, err, out, stderr.String())
 		}
-		return strings.TrimSpace(string(out))
-	}
-	if got := run("save"); got != "saved" {
-		t.Fatalf("save printed %q", got)
-	}
-	if l := st.List(); len(l) != 1 || l[0].Step != 9 {
-		t.Fatalf("the store holds %+v after dcp.save, want rank 0 at step 9", l)
-	}
-	if got := strings.Fields(run("restore")); len(got) != 6 || got[1] != "9" || got[2] != SourceOwn || got[3] != "True" || got[4] != "True" || got[5] != "3" {
-		t.Fatalf("restored %q, want step 9 from the agent, the weights and momentum bit for bit, epoch 3", got)
+		return strings.TrimSpace(string(out)), stderr.String()
 	}
 }
