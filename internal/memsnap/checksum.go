@@ -30,24 +30,41 @@ const minChunk = 8 << 20
 // crcOf is b's CRC with tab (of poly), on up to GOMAXPROCS cores for a
 // large b.
 func crcOf(b []byte, tab *crc32.Table, poly uint32) uint32 {
-	workers := min(runtime.GOMAXPROCS(0), len(b)/minChunk)
-	if len(b) < parallelFrom || workers < 2 {
+	type part struct {
+		crc uint32
+		n   int
+	}
+	var parts []part
+	inChunks(len(b), func(chunks int) { parts = make([]part, chunks) }, func(i, lo, hi int) {
+		parts[i] = part{crc32.Checksum(b[lo:hi], tab), hi - lo}
+	})
+	if parts == nil {
 		return crc32.Checksum(b, tab)
 	}
-	chunk := (len(b) + workers - 1) / workers
-	sums := make([]uint32, workers)
-	var wg sync.WaitGroup
-	for i := range workers {
-		lo, hi := i*chunk, min((i+1)*chunk, len(b))
-		wg.Go(func() { sums[i] = crc32.Checksum(b[lo:hi], tab) })
-	}
-	wg.Wait()
-	crc := sums[0]
-	for i := 1; i < workers; i++ {
-		lo, hi := i*chunk, min((i+1)*chunk, len(b))
-		crc = crcCombine(crc, sums[i], int64(hi-lo), poly)
+	crc := parts[0].crc
+	for _, p := range parts[1:] {
+		crc = crcCombine(crc, p.crc, int64(p.n), poly)
 	}
 	return crc
+}
+
+// inChunks splits n bytes into one chunk per core when n is large enough
+// to be worth it: it calls start with the number of chunks, then do for
+// each chunk [lo, hi) on a goroutine of its own, and waits. For a small n
+// it calls neither (the caller does the work in one pass).
+func inChunks(n int, start func(chunks int), do func(i, lo, hi int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/minChunk)
+	if n < parallelFrom || workers < 2 {
+		return
+	}
+	start(workers)
+	chunk := (n + workers - 1) / workers
+	var wg sync.WaitGroup
+	for i := range workers {
+		lo, hi := i*chunk, min((i+1)*chunk, n)
+		wg.Go(func() { do(i, lo, hi) })
+	}
+	wg.Wait()
 }
 
 // crcCombine is the CRC of A followed by B, given crcA, crcB and B's length
@@ -99,16 +116,10 @@ func xPow8n(n int64, poly uint32) uint32 {
 // multi-gigabyte state at well below the memory's bandwidth.
 func Copy(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	workers := min(runtime.GOMAXPROCS(0), n/minChunk)
-	if n < parallelFrom || workers < 2 {
+	parallel := false
+	inChunks(n, func(int) { parallel = true }, func(_, lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
+	if !parallel {
 		return copy(dst, src)
 	}
-	chunk := (n + workers - 1) / workers
-	var wg sync.WaitGroup
-	for i := range workers {
-		lo, hi := i*chunk, min((i+1)*chunk, n)
-		wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
-	}
-	wg.Wait()
 	return n
 }

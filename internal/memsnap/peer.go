@@ -87,13 +87,8 @@ func (p *PeerServer) Replicate(stream gotrainv1.SnapshotPeer_ReplicateServer) er
 		p.log().Warn("a peer's replica refused: it does not fit in --snapshot-memory", "rank", rank, "step", step, "from", first.GetNodeId(), "err", err)
 		return status.Error(codes.ResourceExhausted, err.Error())
 	}
-	fd, err := createMemfd(fmt.Sprintf("gotrain-replica-%d", rank), size)
+	fd, buf, err := replicaMemory(rank, size)
 	if err != nil {
-		return status.Errorf(codes.Internal, "memsnap: memory for rank %d's replica: %v", rank, err)
-	}
-	buf, err := mapWritable(fd, size)
-	if err != nil {
-		closeFd(fd)
 		return status.Errorf(codes.Internal, "memsnap: memory for rank %d's replica: %v", rank, err)
 	}
 	n, err := receive(buf, first.GetData(), stream.Recv)
@@ -234,13 +229,8 @@ func FetchReplica(ctx context.Context, c gotrainv1.SnapshotPeerClient, rank int)
 	if size < 0 {
 		return Fetched{}, false, fmt.Errorf("%w: rank %d's replica claims %d bytes", ErrTorn, rank, size)
 	}
-	fd, err := createMemfd(fmt.Sprintf("gotrain-replica-%d", rank), size)
+	fd, buf, err := replicaMemory(rank, size)
 	if err != nil {
-		return Fetched{}, false, err
-	}
-	buf, err := mapWritable(fd, size)
-	if err != nil {
-		closeFd(fd)
 		return Fetched{}, false, err
 	}
 	n, err := receive(buf, first.GetData(), stream.Recv)
@@ -252,8 +242,28 @@ func FetchReplica(ctx context.Context, c gotrainv1.SnapshotPeerClient, rank int)
 		closeFd(fd)
 		return Fetched{}, false, fmt.Errorf("%w: rank %d's replica of step %d: %v", ErrTorn, rank, first.GetStep(), err)
 	}
-	// Sealed and checked like a worker's snapshot; the reader checks again.
-	s, err := openChecked(rank, first.GetStep(), fd, size, first.GetCrc(), first.GetSum(), SourcePeer, true)
+	return sealFetched(rank, first.GetStep(), fd, size, first.GetCrc(), first.GetSum())
+}
+
+// replicaMemory is a new memfd of size bytes for rank's replica and its
+// writable mapping, to receive the bytes into (unmapped before the seal).
+func replicaMemory(rank int, size int64) (int, []byte, error) {
+	fd, err := createMemfd(fmt.Sprintf("gotrain-replica-%d", rank), size)
+	if err != nil {
+		return -1, nil, err
+	}
+	buf, err := mapWritable(fd, size)
+	if err != nil {
+		closeFd(fd)
+		return -1, nil, err
+	}
+	return fd, buf, nil
+}
+
+// sealFetched seals and checks fd, a replica received whole, as a worker's
+// snapshot is; Fetched owns fd from then on (closed on an error).
+func sealFetched(rank int, step int64, fd int, size int64, crc uint32, sum string) (Fetched, bool, error) {
+	s, err := openChecked(rank, step, fd, size, crc, sum, SourcePeer, true)
 	if err != nil {
 		return Fetched{}, false, err
 	}
@@ -275,13 +285,8 @@ func FetchReplicaOver(ctx context.Context, cs []gotrainv1.SnapshotPeerClient, ra
 	if len(cs) < 2 || size < fetchRangeFrom {
 		return FetchReplica(ctx, cs[0], rank)
 	}
-	fd, err := createMemfd(fmt.Sprintf("gotrain-replica-%d", rank), size)
+	fd, buf, err := replicaMemory(rank, size)
 	if err != nil {
-		return Fetched{}, false, err
-	}
-	buf, err := mapWritable(fd, size)
-	if err != nil {
-		closeFd(fd)
 		return Fetched{}, false, err
 	}
 	part := (size + int64(len(cs)) - 1) / int64(len(cs))
@@ -332,10 +337,5 @@ func FetchReplicaOver(ctx context.Context, cs []gotrainv1.SnapshotPeerClient, ra
 		}
 		crc, sum = f.GetCrc(), f.GetSum()
 	}
-	s, err := openChecked(rank, step, fd, size, crc, sum, SourcePeer, true)
-	if err != nil {
-		return Fetched{}, false, err
-	}
-	unmap(s.data)
-	return Fetched{Fd: s.fd, Step: s.Step, Size: s.Size, CRC: s.CRC, Sum: s.Sum}, true, nil
+	return sealFetched(rank, step, fd, size, crc, sum)
 }
