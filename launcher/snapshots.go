@@ -3,13 +3,13 @@ package launcher
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gotrain/gotrain/internal/memsnap"
 	"github.com/gotrain/gotrain/launcher/snaptier"
+	"github.com/gotrain/gotrain/python"
 )
 
 // The in-memory snapshot tier (package snaptier): this file is the whole
@@ -30,10 +30,13 @@ func (a *agent) startSnapshots(ctx context.Context, g *errgroup.Group, dir strin
 		a.log.Warn("no in-memory snapshots: restarted ranks resume from their disk checkpoints", "err", err)
 		return
 	}
-	// The Python module, where workers' interpreters find it (last on
-	// PYTHONPATH: the program's own modules come first).
-	if err := os.MkdirAll(a.pyDir, 0o700); err == nil && os.WriteFile(filepath.Join(a.pyDir, memsnap.PythonModuleName), memsnap.PythonModule, 0o600) == nil {
+	// The Python package, where workers' interpreters find it (last on
+	// PYTHONPATH: the program's own modules, and an installed gotrain,
+	// come first).
+	if err := python.WriteTo(a.pyDir); err == nil {
 		a.pyPath = a.pyDir
+	} else {
+		a.log.Warn("gotrain's Python package is not on the workers' path: `import gotrain` fails there unless it is installed", "err", err)
 	}
 	st := memsnap.NewStore(limit)
 	srv := &memsnap.Server{Store: st, Token: a.cfg.JobToken, Authorize: a.claims.AuthorizeSnapshots, Log: a.log.With("component", "snapshots")}

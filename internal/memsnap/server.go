@@ -124,7 +124,19 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) error {
 				rep.Err = "put without a memfd"
 				break
 			}
-			snap, err := s.Store.CommitSum(rank, req.Step, fd, req.Size, req.CRC, req.Sum, SourceOwn, req.Reuse)
+			var check func([]byte) error
+			switch req.Format {
+			case "":
+			case FormatPython:
+				check = func(b []byte) error { return checkPythonSnapshot(b, rank, req.Step) }
+			default:
+				closeFd(fd)
+				rep.Err = fmt.Sprintf("a snapshot in format %q, which this agent does not know (a gotrain_snapshot module newer than the agent?)", req.Format)
+			}
+			if rep.Err != "" {
+				break
+			}
+			snap, err := s.Store.CommitChecked(rank, req.Step, fd, req.Size, req.CRC, req.Sum, SourceOwn, req.Reuse, check)
 			if err != nil {
 				rep.Err = err.Error()
 				break

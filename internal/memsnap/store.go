@@ -24,8 +24,14 @@ var (
 // cores for a large b).
 func Checksum(b []byte) uint32 { return crcOf(b, castagnoli, polyCastagnoli) }
 
-// SumIEEE names CRC-32 (IEEE), the checksum a Python worker computes.
+// SumIEEE names CRC-32 (IEEE), the checksum older Python workers computed.
 const SumIEEE = "crc32"
+
+// SumByAgent in a put asks the agent to compute the CRC-32C (on all its
+// cores) instead of checking one the worker computed: a Python worker
+// hands its snapshot over without reading it again. The snapshot is kept
+// with its CRC-32C, as a Go worker's.
+const SumByAgent = "agent"
 
 // checksumBy is b's checksum named sum ("" or SumIEEE).
 func checksumBy(sum string, b []byte) (uint32, error) {
@@ -91,26 +97,39 @@ func NewStore(limit int64) *Store { return &Store{limit: limit, latest: map[slot
 // snapshot is replaced: when anything does not match, the previous one
 // stays.
 func (st *Store) Commit(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, "", source, true)
+	return st.commit(rank, step, fd, size, crc, "", source, true, nil)
 }
 
 // CommitSum is Commit for a snapshot whose checksum is named sum ("" for
 // CRC-32C, SumIEEE); reuse says whether the worker keeps the memfd.
 func (st *Store) CommitSum(rank int, step int64, fd int, size int64, crc uint32, sum, source string, reuse bool) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, sum, source, !reuse)
+	return st.commit(rank, step, fd, size, crc, sum, source, !reuse, nil)
+}
+
+// CommitChecked is CommitSum with check, which sees the snapshot's bytes
+// (sealed, or checksummed) and refuses it with an error before it replaces
+// the rank's previous one.
+func (st *Store) CommitChecked(rank int, step int64, fd int, size int64, crc uint32, sum, source string, reuse bool, check func([]byte) error) (*Snapshot, error) {
+	return st.commit(rank, step, fd, size, crc, sum, source, !reuse, check)
 }
 
 // CommitReused is Commit for a memfd the worker keeps and writes a later
 // snapshot into once this one is replaced (it alternates two): it is not
 // sealed, so the checksum is checked here and by every reader.
 func (st *Store) CommitReused(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, "", source, false)
+	return st.commit(rank, step, fd, size, crc, "", source, false, nil)
 }
 
-func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, sum, source string, sealIt bool) (*Snapshot, error) {
+func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, sum, source string, sealIt bool, check func([]byte) error) (*Snapshot, error) {
 	s, err := openChecked(rank, step, fd, size, crc, sum, source, sealIt)
 	if err != nil {
 		return nil, err
+	}
+	if check != nil {
+		if err := check(s.data); err != nil {
+			s.close()
+			return nil, err
+		}
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -158,6 +177,9 @@ func openChecked(rank int, step int64, fd int, size int64, crc uint32, sum, sour
 	if err != nil {
 		closeFd(fd)
 		return nil, fmt.Errorf("rank %d, step %d: %w", rank, step, err)
+	}
+	if sum == SumByAgent {
+		sum, crc = "", Checksum(data)
 	}
 	got, err := checksumBy(sum, data)
 	if err != nil {

@@ -45,8 +45,13 @@ type request struct {
 	// reader checks the checksum (double buffering by the worker).
 	Reuse bool `json:"reuse,omitempty"`
 	// Sum names the checksum: "" for CRC-32C, "crc32" for CRC-32 (IEEE),
-	// which Python's standard library has (zlib.crc32).
+	// which Python's standard library has (zlib.crc32), SumByAgent when
+	// the worker leaves it to the agent (CRC out of the training step's
+	// path).
 	Sum string `json:"sum,omitempty"`
+	// Format names the snapshot's layout when the agent can check it
+	// (FormatPython); "" for a Go worker's opaque bytes.
+	Format string `json:"format,omitempty"`
 }
 
 // reply is the agent's answer; a latest that found a snapshot carries its

@@ -139,7 +139,7 @@ func TestTorchNodeLostRankRestoresFromPeer(t *testing.T) {
 	if m := last["1"]; m != nil && !strings.Contains(survivors[1].out.String(), m[0]) {
 		t.Errorf("rank 1 did not resume on the node that was rank 2 (the lost node's ring neighbour):\n%s", dump(js...))
 	}
-	if o := survivors[1].out.String() + survivors[1].err.String(); !strings.Contains(o, "gotrain_snapshot: rank 1 restored the state of step 12 from a peer node's replica") {
+	if o := survivors[1].out.String() + survivors[1].err.String(); !strings.Contains(o, "gotrain.snapshot: rank 1 restored the state of step 12 from a peer node's replica") {
 		t.Errorf("rank 1's restore does not say it found step 12 in a peer node's replica:\n%s", o)
 	}
 	if !strings.Contains(survivors[1].err.String(), "a rank restores from the replica a peer node sent here") {

@@ -53,7 +53,7 @@ func TestKilledRankResumesFromAgentMemory(t *testing.T) {
 	}
 }
 
-// Issue 29 with real PyTorch (gloo): the gotrain_snapshot module the agent
+// Real PyTorch (gloo) with the gotrain package (restore_into) the agent
 // puts on the workers' PYTHONPATH; rank 1 SIGKILLed after step 20 resumes
 // at step 20 from its agent's memory, with weights bit-identical to a run
 // without the fault.
