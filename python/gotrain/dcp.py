@@ -91,7 +91,7 @@ def _classes():
             super().__init__()
             import time
 
-            self._t0 = time.monotonic()
+            self._t0 = time.perf_counter()
             self._m = _snap._latest()
             self.found = self._m is not None
             self.step, self.source, self.flat = 0, None, {}

@@ -51,6 +51,17 @@ _buffers = []  # this process's reusable shared-memory buffers (two, in turn)
 _next_buffer = 0
 
 
+_TRACE = os.environ.get("GOTRAIN_SNAPSHOT_TRACE") == "1"
+
+
+def _trace(what, t0):
+    """With GOTRAIN_SNAPSHOT_TRACE=1, one stderr line per phase: where a
+    snapshot's or restore's time goes."""
+    if _TRACE:
+        sys.stderr.write("gotrain.snapshot: trace rank %d %s %.4f s\n" % (_rank(), what, time.perf_counter() - t0))
+    return time.perf_counter()
+
+
 def _rank():
     return int(os.environ.get("GOTRAIN_RANK", os.environ.get("RANK", "0")))
 
@@ -205,7 +216,9 @@ class _Buffer:
     def register(self):
         if self.registered or not self.size:
             return self.registered
+        t = time.perf_counter()
         self.registered = _host_register(self.bytes_tensor().data_ptr(), self.size, readonly=False)
+        _trace("register %d bytes for snapshots: %s" % (self.size, self.registered), t)
         return self.registered
 
     def close(self):
@@ -319,7 +332,7 @@ def snapshot(state, step, blocking=False):
     prev = _pending
     if prev is not None:
         prev.wait()
-    start = time.monotonic()
+    start = time.perf_counter()
     plain = _plain(state)
     facts = {"rank": _rank(), "step": int(step), "generation": int(os.environ.get("GOTRAIN_GENERATION", "0") or 0),
              "run_id": os.environ.get("GOTRAIN_RUN_ID", "")}
@@ -327,8 +340,10 @@ def snapshot(state, step, blocking=False):
     header = layout.header_bytes()
     room = layout.data_start - _format.PREFIX.size
     header = header + b" " * (room - len(header))
+    t = _trace("encode", start)
     buf = _buffer_for(layout.size)
     whole = buf.bytes_tensor()
+    t = _trace("buffer", t)
     whole[:layout.data_start].copy_(torch.frombuffer(bytearray(layout.prefix(header)), dtype=torch.uint8))
     on_gpu = any(t.is_cuda for t in tensors)
     if on_gpu:
@@ -346,6 +361,7 @@ def snapshot(state, step, blocking=False):
         if on_gpu:
             event = torch.cuda.Event()
             event.record()
+    _trace("copies queued", t)
     p = Pending(int(step), layout.size)
     _pending = p
 
@@ -353,18 +369,20 @@ def snapshot(state, step, blocking=False):
         try:
             if event is not None:
                 event.synchronize()
-            p.copy_seconds = time.monotonic() - start
+            p.copy_seconds = time.perf_counter() - start
+            t = _trace("copied", start)
             rep, out = _call({"op": "put", "rank": _rank(), "step": int(step), "size": layout.size,
                               "sum": "agent", "format": "gtsnap1", "reuse": True}, buf.fd)
             if out >= 0:
                 os.close(out)
+            _trace("handed over", t)
             if rep.get("err"):
                 raise RuntimeError("rank %d on %s: the agent did not keep the snapshot of step %d: %s"
                                    % (_rank(), _host(), step, rep["err"]))
         except BaseException as e:
             p._err = e
         finally:
-            p.seconds = time.monotonic() - start
+            p.seconds = time.perf_counter() - start
             p._done.set()
 
     if blocking or event is None:
@@ -413,7 +431,9 @@ class _Mapped:
 
     def register(self):
         if not self.registered:
+            t = time.perf_counter()
             self.registered = _host_register(self.whole.data_ptr(), self.size, readonly=True)
+            _trace("register %d bytes to restore from: %s" % (self.size, self.registered), t)
         return self.registered
 
     def view(self, i):
@@ -482,7 +502,7 @@ def _build(tree, leaf):
 def _said(m, t0, nbytes):
     global _source
     _source = m.rep.get("source") or "agent"
-    secs = time.monotonic() - t0
+    secs = time.perf_counter() - t0
     sys.stderr.write("gotrain.snapshot: rank %d restored the state of step %d from %s (%d bytes, %.3f s)\n"
                      % (_rank(), m.step, _SOURCE_NAMES.get(_source, _source), nbytes, secs))
     sys.stderr.flush()
@@ -500,7 +520,7 @@ def restore(map_location="cpu", with_source=False):
     ones on map_location, or None when there is none or outside gotrain.
     With with_source, (state, step, source)."""
     torch = _torch()
-    t0 = time.monotonic()
+    t0 = time.perf_counter()
     m = _latest()
     if m is None:
         return None
@@ -544,7 +564,7 @@ def restore_into(target, with_source=False):
     tensor whose shape or dtype differs from the snapshot's is an error that
     names it, raised before anything is copied."""
     torch = _torch()
-    t0 = time.monotonic()
+    t0 = time.perf_counter()
     m = _latest()
     if m is None:
         return None
