@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+
+	"github.com/gotrain/gotrain/python"
 )
 
 type versionCmd struct{}
@@ -12,7 +14,7 @@ func (*versionCmd) name() string     { return "version" }
 func (*versionCmd) synopsis() string { return "print gotrain's version" }
 
 func (c *versionCmd) run(_ context.Context, args []string) error {
-	fs := newFlagSet(c.name(), "Usage: gotrain version\n\nPrints the version gotrain was built from: the module version, the VCS commit\n(and whether the tree was modified), its time, and the Go version.")
+	fs := newFlagSet(c.name(), "Usage: gotrain version\n\nPrints the version gotrain was built from: the module version, the VCS commit\n(and whether the tree was modified), its time, and the Go version; then the\nversion of the Python package gotrain its agents give their workers.")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -20,6 +22,9 @@ func (c *versionCmd) run(_ context.Context, args []string) error {
 		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
 	fmt.Println(versionLine(debug.ReadBuildInfo()))
+	// The Python package the agent puts on its workers' path: an installed
+	// one of another version shadows it.
+	fmt.Printf("python package gotrain %s\n", python.Version)
 	return nil
 }
 
