@@ -89,14 +89,15 @@ func proven(ctx context.Context) error {
 	return nil
 }
 
-// CallerNode is the node id of the verified certificate of ctx's
-// connection, "" when it proved none.
+// CallerNode is the node id of the certificate of ctx's connection, which
+// the peer port's TLS (jobtls.NodePeerTLS) verified against the job CA; ""
+// when the connection proved none.
 func CallerNode(ctx context.Context) string {
 	st, ok := jobtls.ProvenPeer(ctx)
-	if !ok || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+	if !ok {
 		return ""
 	}
-	return jobtls.NodeID(st.VerifiedChains[0][0])
+	return jobtls.PeerNode(st)
 }
 
 // allowed asks Access whether the caller of ctx may make a call (may is

@@ -173,7 +173,8 @@ func (p *Peers) Close() {
 
 // Generation takes a new generation g, with the job's snapshot key; it
 // publishes addr as this node's snapshot-peer address in it (in the
-// background: the loop never waits on the coordinator).
+// background: the loop never waits on the coordinator), nothing when addr
+// is "" (the port does not listen).
 func (p *Peers) Generation(g Generation, addr string) {
 	if p == nil {
 		return
@@ -188,6 +189,9 @@ func (p *Peers) Generation(g Generation, addr string) {
 	close(p.genCh)
 	p.genCh = make(chan struct{})
 	p.mu.Unlock()
+	if addr == "" {
+		return
+	}
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, peerLookupWait)
 		defer cancel()
