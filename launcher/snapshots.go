@@ -69,6 +69,7 @@ func (a *agent) startSnapshotPeers(ctx context.Context, g *errgroup.Group, st *m
 	}
 	p := snaptier.NewPeers(ctx, st, a.nodeID, a.coord, ca, *a.nodeCert, a.cfg.JobToken, a.log.With("component", "snapshot-peers"))
 	a.snapPeerAddr = lis.Addr().String()
+	a.log.Info("snapshot peer port listening", "addr", a.snapPeerAddr)
 	cert := *a.nodeCert
 	g.Go(func() error {
 		defer p.Close()
