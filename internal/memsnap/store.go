@@ -107,23 +107,25 @@ func (st *Store) SetKey(key []byte) {
 // snapshot is replaced: when anything does not match, the previous one
 // stays.
 func (st *Store) Commit(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, "", source, true)
+	return st.commit(rank, step, fd, size, crc, "", source, true, nil)
 }
 
 // CommitSum is Commit for a snapshot whose checksum is named sum ("" for
 // CRC-32C, SumIEEE); reuse says whether the worker keeps the memfd.
 func (st *Store) CommitSum(rank int, step int64, fd int, size int64, crc uint32, sum, source string, reuse bool) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, sum, source, !reuse)
+	return st.commit(rank, step, fd, size, crc, sum, source, !reuse, nil)
 }
 
 // CommitReused is Commit for a memfd the worker keeps and writes a later
 // snapshot into once this one is replaced (it alternates two): it is not
 // sealed, so the checksum is checked here and by every reader.
 func (st *Store) CommitReused(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, "", source, false)
+	return st.commit(rank, step, fd, size, crc, "", source, false, nil)
 }
 
-func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, sum, source string, sealIt bool) (*Snapshot, error) {
+// commit keeps a snapshot; mac is a replica's (checked by the caller), an
+// own snapshot's is computed here.
+func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, sum, source string, sealIt bool, mac []byte) (*Snapshot, error) {
 	s, err := openChecked(rank, step, fd, size, crc, sum, source, sealIt)
 	if err != nil {
 		return nil, err
@@ -140,7 +142,10 @@ func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, su
 		s.close()
 		return nil, err
 	}
-	if !k.peer && len(st.key) > 0 {
+	switch {
+	case k.peer:
+		s.MAC = mac
+	case len(st.key) > 0:
 		s.MAC = MAC(st.key, rank, step, s.Size, s.CRC, s.Sum)
 	}
 	s.refs = 1
@@ -354,14 +359,7 @@ func (st *Store) CommitReplica(rank int, step int64, fd int, size int64, crc uin
 		closeFd(fd)
 		return nil, err
 	}
-	s, err := st.commit(rank, step, fd, size, crc, sum, SourcePeer, true)
-	if err != nil {
-		return nil, err
-	}
-	st.mu.Lock()
-	s.MAC = append([]byte(nil), mac...)
-	st.mu.Unlock()
-	return s, nil
+	return st.commit(rank, step, fd, size, crc, sum, SourcePeer, true, append([]byte(nil), mac...))
 }
 
 // CheckMAC is nil when mac is the MAC of a snapshot's facts by the job's
