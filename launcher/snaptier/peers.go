@@ -289,8 +289,11 @@ func (p *Peers) Replicate(ctx context.Context, s *memsnap.Snapshot) {
 	p.mu.Unlock()
 	if first {
 		msg := "a snapshot was not replicated to the ring neighbour; this node's copy is kept, but a replacement of this node would resume from an older state"
-		if status.Code(err) == codes.ResourceExhausted {
+		switch status.Code(err) {
+		case codes.ResourceExhausted:
 			msg = "the ring neighbour refused a replica: it does not fit in its --snapshot-memory (own and peers' replicas); raise --snapshot-memory there"
+		case codes.PermissionDenied:
+			msg = "the ring neighbour refused a replica: it does not count this node, or this rank, in the generation it runs, or the replica's MAC failed (the error says which); this node's copy is kept. If it persists, the nodes disagree on the generation: check both agents' logs"
 		}
 		p.log.Warn(msg, "rank", s.Rank, "step", s.Step, "bytes", s.Size, "neighbour", next, "err", err)
 	}
