@@ -88,8 +88,19 @@ func failureToProto(f *job.Failure) *gotrainv1.WorkerFailure {
 	}
 }
 
-// startedEvent is node id's GenerationStarted event.
-func startedEvent(id string, a *job.StartGeneration) *gotrainv1.GenerationEvent {
+// startedEvent is node id's GenerationStarted event: with every node of
+// the generation and its ranks, and snapKey (the job's snapshot key, nil
+// without a job CA), which only the generation's nodes get this way
+// (snaptier: who may use the snapshot peer port, and the replicas' MAC).
+func startedEvent(id string, a *job.StartGeneration, snapKey []byte) *gotrainv1.GenerationEvent {
+	var nodes []*gotrainv1.GenerationNode
+	for _, n := range a.Nodes {
+		gn := &gotrainv1.GenerationNode{NodeId: n.NodeID, GroupRank: int32(n.GroupRank)}
+		for _, r := range n.Ranks {
+			gn.Ranks = append(gn.Ranks, int32(r.Rank))
+		}
+		nodes = append(nodes, gn)
+	}
 	for _, n := range a.Nodes {
 		if n.NodeID != id {
 			continue
@@ -102,6 +113,8 @@ func startedEvent(id string, a *job.StartGeneration) *gotrainv1.GenerationEvent 
 			MasterAddr:     a.MasterAddr,
 			MasterPort:     int32(a.MasterPort),
 			RestartCount:   int32(a.RestartCount),
+			Nodes:          nodes,
+			SnapshotKey:    snapKey,
 		}
 		for _, r := range n.Ranks {
 			st.Ranks = append(st.Ranks, &gotrainv1.RankAssignment{Rank: int32(r.Rank), LocalRank: int32(r.LocalRank), Gpu: int32(r.GPU), Survivor: r.Survivor})
@@ -111,12 +124,13 @@ func startedEvent(id string, a *job.StartGeneration) *gotrainv1.GenerationEvent 
 	return &gotrainv1.GenerationEvent{}
 }
 
-// outToProto is one event of node id's outbox, on the wire.
-func outToProto(id string, o state.Out) *gotrainv1.GenerationEvent {
+// outToProto is one event of node id's outbox, on the wire (snapKey:
+// startedEvent).
+func outToProto(id string, o state.Out, snapKey []byte) *gotrainv1.GenerationEvent {
 	var ev *gotrainv1.GenerationEvent
 	switch {
 	case o.Started != nil:
-		ev = startedEvent(id, o.Started)
+		ev = startedEvent(id, o.Started, snapKey)
 	case o.Ended != nil:
 		ev = endedEvent(*o.Ended)
 	case o.Restarting != nil:

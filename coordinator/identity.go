@@ -3,7 +3,7 @@ package coordinator
 import (
 	"context"
 	"crypto/x509"
-	"github.com/gotrain/gotrain/coordinator/state"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gotrain/gotrain/coordinator/state"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -28,8 +29,11 @@ import (
 //     current generation.
 //   - KVPut: only by a node; a communicator's rendezvous keys only by the
 //     node of the rank that publishes them (ncclcomm's id: rank 0;
-//     cpucomm's address of rank R: rank R), in the current generation.
-//     Other keys: any node of the job.
+//     cpucomm's address of rank R: rank R), in the current generation;
+//     the snapshot tier's address keys "gotrain/memsnap/g<gen>/n<group
+//     rank>" only by the node of that group rank in that generation, the
+//     current one (else a node could publish its address for another's
+//     and receive its replicas). Other keys: any node of the job.
 //   - KVGet: only by a node.
 //   - AddReplica: only with the certificate's node id, and only a node
 //     asked to host a replica (replicakeys.go); ReplicaCA likewise
@@ -69,6 +73,9 @@ type identity struct {
 	// ranks is where rank runs in generation gen (owner, ok) and the
 	// current generation, from the replicated state.
 	ranks func(gen int64, rank int) (owner string, ok bool, cur int64)
+	// groups is the node of group rank gr in generation gen (owner, ok)
+	// and the current generation, from the replicated state.
+	groups func(gen int64, gr int) (owner string, ok bool, cur int64)
 }
 
 // unary checks a unary call's identity.
@@ -140,6 +147,9 @@ func (i identity) mayAct(node string, req any) error {
 		if gen, rank, ok := keyOwner(r.GetKey()); ok {
 			return i.ownsRank(node, gen, rank, "key "+strconv.Quote(r.GetKey()))
 		}
+		if strings.HasPrefix(r.GetKey(), memsnapKeyPrefix) {
+			return i.isGroupRank(node, r.GetKey())
+		}
 	}
 	return nil
 }
@@ -159,6 +169,28 @@ func (i identity) ownsRank(node string, gen int64, rank int, what string) error 
 		return nil
 	}
 	return status.Errorf(codes.PermissionDenied, "%s: rank %d of generation %d does not run on node %q (the current generation is %d)", what, rank, gen, node, cur)
+}
+
+// memsnapKeyPrefix starts the snapshot tier's address keys
+// (launcher/snaptier.PeerKey: "gotrain/memsnap/g<gen>/n<group rank>").
+const memsnapKeyPrefix = "gotrain/memsnap/"
+
+// isGroupRank says whether node may put key, a snapshot tier's address
+// key: only the node of its group rank in its generation, the current one.
+func (i identity) isGroupRank(node, key string) error {
+	var gen int64
+	var gr int
+	if n, err := fmt.Sscanf(key, memsnapKeyPrefix+"g%d/n%d", &gen, &gr); err != nil || n != 2 || key != fmt.Sprintf("%sg%d/n%d", memsnapKeyPrefix, gen, gr) {
+		return status.Errorf(codes.PermissionDenied, "key %q: under %q only the snapshot tier's address keys (g<generation>/n<group rank>) may be put", key, memsnapKeyPrefix)
+	}
+	owner, ok, cur := i.groups(gen, gr)
+	switch {
+	case ok && owner == node:
+		return nil
+	case ok:
+		return status.Errorf(codes.PermissionDenied, "key %q: group rank %d of generation %d is node %q, not this connection's node %q: a node publishes only its own snapshot-peer address", key, gr, gen, owner, node)
+	}
+	return status.Errorf(codes.PermissionDenied, "key %q: no node has group rank %d in generation %d (the current generation is %d): a node publishes its snapshot-peer address only in the generation it runs", key, gr, gen, cur)
 }
 
 // keyOwner maps a communicator's rendezvous key to the generation and rank

@@ -1,7 +1,8 @@
 package coordinator
 
 import (
-	"github.com/gotrain/gotrain/coordinator/job"
+	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,8 +11,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
+	"github.com/gotrain/gotrain/launcher/snaptier"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 	"github.com/gotrain/gotrain/worker/cpucomm"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
@@ -162,6 +165,67 @@ func TestTokenWithoutNodeCertificate(t *testing.T) {
 	}
 	_, err = c.Join(ctx, &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{Hostname: "h", Address: "127.0.0.1", Nproc: 1, FreePort: 1}})
 	wantCode(t, "join without a certificate request", err, codes.InvalidArgument)
+}
+
+// Issue N3: any node could put the snapshot tier's address keys, after
+// which the other nodes sent it their replicas. Now only the node of the
+// key's group rank, in the current generation, may; and the generation's
+// start tells each node the generation's nodes and the job's snapshot key
+// (the same for all, not the token's).
+func TestSnapshotPeerKeysOnlyByTheirNode(t *testing.T) {
+	srv, _, _, nodes := startTLSJob(t, 2)
+	a, b := nodes[0], nodes[1]
+	ctx := rpcCtx(t)
+	groupOf := func(id string) int {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		for gr := range 2 {
+			if n, ok := srv.st.Machine().NodeOfGroupRank(0, gr); ok && n == id {
+				return gr
+			}
+		}
+		t.Fatalf("node %s has no group rank in generation 0", id)
+		return -1
+	}
+	grA, grB := groupOf(a.id), groupOf(b.id)
+	for _, c := range []struct{ what, key, want string }{
+		{"b publishes its address as a's group rank", snaptier.PeerKey(0, grA), "not this connection's node"},
+		{"b publishes its address for a later generation", snaptier.PeerKey(1, grB), "only in the generation it runs"},
+		{"b puts another key under the tier's prefix", "gotrain/memsnap/g0/n" + fmt.Sprint(grB) + "/x", "only the snapshot tier's address keys"},
+	} {
+		_, err := b.c.KVPut(ctx, &gotrainv1.KVPutRequest{Key: c.key, Value: []byte(b.id + " 10.0.0.66:1")})
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want PermissionDenied saying %q", c.what, err, c.want)
+		}
+	}
+	if _, err := b.c.KVPut(ctx, &gotrainv1.KVPutRequest{Key: snaptier.PeerKey(0, grB), Value: []byte(b.id + " 127.0.0.1:1")}); err != nil {
+		t.Errorf("b publishes its own snapshot-peer address: %v", err)
+	}
+
+	var keys [][]byte
+	for _, n := range nodes {
+		stream, err := n.c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: n.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := ev.GetStarted()
+		if g == nil || len(g.GetNodes()) != 2 {
+			t.Fatalf("node %s's first event: %v, want a start with both nodes", n.id, ev)
+		}
+		for _, gn := range g.GetNodes() {
+			if want := groupOf(gn.GetNodeId()); int(gn.GetGroupRank()) != want || len(gn.GetRanks()) != 1 {
+				t.Errorf("the start names node %s as group rank %d with ranks %v; want group rank %d with its one rank", gn.GetNodeId(), gn.GetGroupRank(), gn.GetRanks(), want)
+			}
+		}
+		keys = append(keys, g.GetSnapshotKey())
+	}
+	if len(keys[0]) != 32 || !bytes.Equal(keys[0], keys[1]) || bytes.Contains(keys[0], []byte(testToken)) {
+		t.Errorf("snapshot keys %x and %x: want the same 32 bytes for both nodes", keys[0], keys[1])
+	}
 }
 
 func TestKeyOwner(t *testing.T) {

@@ -104,6 +104,11 @@ func (s *Server) serverOptions(lis net.Listener) []grpc.ServerOption {
 			defer s.mu.Unlock()
 			owner, ok := s.st.Machine().NodeOfRank(gen, rank)
 			return owner, ok, s.st.Machine().Generation()
+		}, groups: func(gen int64, gr int) (string, bool, int64) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			owner, ok := s.st.Machine().NodeOfGroupRank(gen, gr)
+			return owner, ok, s.st.Machine().Generation()
 		}}
 		opts = append(opts, grpc.ChainUnaryInterceptor(id.unary), grpc.ChainStreamInterceptor(id.stream))
 	}

@@ -98,6 +98,8 @@ type Server struct {
 	bounds *requestBounds
 	// keys: who may have the replica set's keys (replicakeys.go).
 	keys replicaKeys
+	// snapKey is the job's snapshot key (New), nil without a CA.
+	snapKey []byte
 
 	// Replication (replicated.go): repl is nil when the coordinator is not
 	// replicated; the rest is the replicated state outside the machine and
@@ -173,8 +175,19 @@ func New(cfg Config) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	var snapKey []byte
+	if cfg.CA != nil {
+		// The snapshot tier's MAC key (internal/memsnap/mac.go): derived
+		// from the CA's key, so every replica hands out the same one and no
+		// token holder can compute it; sent only with a generation's start,
+		// to its nodes (convert.go).
+		if snapKey, err = cfg.CA.DeriveKey("memsnap"); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
 	stop, halt := context.WithCancel(context.Background())
 	return &Server{
+		snapKey:  snapKey,
 		cfg:      cfg,
 		log:      logger.With("run_id", cfg.Job.RunID),
 		now:      time.Now,
@@ -438,7 +451,7 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 			return status.Errorf(codes.Aborted, "this node was lost (%s); its workers must stop", lost)
 		}
 		for _, ev := range evs {
-			if err := stream.Send(outToProto(id, ev)); err != nil { // convert.go
+			if err := stream.Send(outToProto(id, ev, s.snapKey)); err != nil { // convert.go
 				// The agent's next stream starts after the last event it got.
 				s.streamEnded(id, o, my, fmt.Sprintf("watch stream broke: %v", err))
 				return err

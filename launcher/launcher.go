@@ -491,7 +491,7 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 			}
 		}
 		a.gen, a.lastEnded = g, nil
-		a.snapPeers.Generation(g.GetGeneration(), int(g.GetGroupRank()), int(g.GetGroupWorldSize()), a.snapPeerAddr)
+		a.snapPeers.Generation(snaptier.GenerationOf(g), a.snapPeerAddr)
 		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
 		// RAS-derived progress spans the job's communicators (observe/raspoll.go).
 		a.hub.RAS().Generation(g.GetGeneration(), int(g.GetWorldSize()))

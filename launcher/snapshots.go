@@ -71,13 +71,12 @@ func (a *agent) startSnapshotPeers(ctx context.Context, g *errgroup.Group, st *m
 		return nil
 	}
 	p := snaptier.NewPeers(ctx, st, a.nodeID, a.coord, ca, *a.nodeCert, a.cfg.JobToken, a.log.With("component", "snapshot-peers"))
-	srv := p.Server(a.cfg.JobToken, ca, *a.nodeCert)
 	a.snapPeerAddr = lis.Addr().String()
+	a.log.Info("snapshot peer port listening", "addr", a.snapPeerAddr)
+	cert := *a.nodeCert
 	g.Go(func() error {
-		stop := context.AfterFunc(ctx, srv.Stop)
-		defer stop()
 		defer p.Close()
-		return srv.Serve(lis)
+		return p.Serve(ctx, lis, a.cfg.JobToken, ca, cert)
 	})
 	return p
 }

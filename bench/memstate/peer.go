@@ -47,7 +47,11 @@ func runPeer(size int64, reps, streams int) error {
 	if err != nil {
 		return err
 	}
+	// Both agents hold the job's snapshot key (the coordinator hands it
+	// with each generation): replicas carry its MAC.
+	key := []byte("memstate's snapshot key, 32 byte")
 	receiver := memsnap.NewStore(0)
+	receiver.SetKey(key)
 	defer receiver.Close()
 	conf, _ := jobtls.NodePeerTLS(ca.Cert, recvCert.c)
 	srv := grpc.NewServer(append(memsnap.PeerServerOptions(), grpc.Creds(jobtls.ServerCredentials(conf, snapagent.Token)))...)
@@ -74,6 +78,7 @@ func runPeer(size int64, reps, streams int) error {
 
 	// The sender's own snapshot, handed over as a worker does.
 	sender := memsnap.NewStore(0)
+	sender.SetKey(key)
 	defer sender.Close()
 	sock := filepath.Join(os.TempDir(), fmt.Sprintf("memstate-peer-%d.sock", os.Getpid()))
 	sl, err := memsnap.Listen(sock)
@@ -107,19 +112,19 @@ func runPeer(size int64, reps, streams int) error {
 	var rep, fetch, ranged []time.Duration
 	for range reps {
 		start := time.Now()
-		if err := memsnap.Replicate(ctx, peer, snap, "node-1"); err != nil {
+		if err := memsnap.Replicate(ctx, peer, snap, "node-1", 1); err != nil {
 			return fmt.Errorf("replicate: %w", err)
 		}
 		rep = append(rep, time.Since(start))
 		start = time.Now()
-		f, found, err := memsnap.FetchReplica(ctx, peer, 0)
+		f, found, err := memsnap.FetchReplica(ctx, peer, 0, 1)
 		if err != nil || !found {
 			return fmt.Errorf("fetch: found %v, %w", found, err)
 		}
 		fetch = append(fetch, time.Since(start))
 		_ = unix.Close(f.Fd)
 		start = time.Now()
-		f, found, err = memsnap.FetchReplicaOver(ctx, peers, 0, snap.Step, snap.Size)
+		f, found, err = memsnap.FetchReplicaOver(ctx, peers, 0, 1, snap.Step, snap.Size)
 		if err != nil || !found {
 			return fmt.Errorf("fetch over %d connections: found %v, %w", len(peers), found, err)
 		}

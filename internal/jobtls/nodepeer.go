@@ -71,3 +71,14 @@ func verifyNodePeer(pool *x509.CertPool, certs []*x509.Certificate, want string)
 func PeerCredentials(conf *tls.Config, tok string) credentials.TransportCredentials {
 	return &proofCreds{TransportCredentials: credentials.NewTLS(conf), tok: tok}
 }
+
+// PeerNode is the node of a connection that NodePeerTLS's server
+// configuration accepted: its VerifyConnection verified the leaf against
+// the job CA (RequireAnyClientCert leaves VerifiedChains empty, so the leaf
+// is read from PeerCertificates). "" when there is none.
+func PeerNode(cs *tls.ConnectionState) string {
+	if cs == nil || len(cs.PeerCertificates) == 0 {
+		return ""
+	}
+	return NodeID(cs.PeerCertificates[0])
+}

@@ -14,6 +14,7 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
@@ -154,4 +155,18 @@ func ReplicaName(cert *x509.Certificate) string {
 		return cert.Subject.CommonName
 	}
 	return ""
+}
+
+// DeriveKey is a secret of purpose derived from the CA's private key
+// (HMAC-SHA256 of its PKCS #8 form): the same on every replica of the set,
+// which all hold the CA, and out of reach of anyone without the CA's key,
+// the job token's holders included.
+func (ca *CA) DeriveKey(purpose string) ([]byte, error) {
+	_, key, err := ca.MarshalCA()
+	if err != nil {
+		return nil, err
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("gotrain derived key\x00" + purpose))
+	return m.Sum(nil), nil
 }

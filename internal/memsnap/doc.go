@@ -28,8 +28,14 @@
 // neighbour's agent over the SnapshotPeer gRPC service, in chunks; the
 // receiver keeps a replica only once all of it came and matches its length
 // and checksum, beside (never in place of) its own snapshots, within the
-// same --snapshot-memory. A rank with no snapshot here is served the
-// newest replica a peer holds (Server.Fetch).
+// same --snapshot-memory, counted as its bytes arrive (Receipt). A rank with
+// no own snapshot here is served the replica this agent holds, else the
+// newest one a peer holds (Server.Fetch); a replica never outranks an own
+// snapshot. Every snapshot that crosses nodes carries a MAC of its facts by
+// the job's snapshot key (mac.go), checked on receipt and after a fetch,
+// and PeerServer asks PeerAccess which node may send or read which rank
+// (launcher/snaptier: the nodes of the current generation, each for its
+// own ranks).
 //
 // Usage (agent side):
 //

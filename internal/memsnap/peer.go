@@ -1,6 +1,7 @@
 package memsnap
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,12 +48,30 @@ func PeerDialOptions() []grpc.DialOption {
 // PeerServer serves a store's replicas to the job's other agents. The
 // gRPC server it is registered on must authenticate them (the launcher:
 // mutual TLS with node certificates and the proof of the job token); each
-// call checks that its connection proved the token.
+// call checks that its connection proved the token, then asks Access
+// whether the caller's node may make it.
 type PeerServer struct {
 	gotrainv1.UnimplementedSnapshotPeerServer
 	Store *Store
-	Log   *slog.Logger
+	// Access decides which node may send or read which rank's replicas
+	// (launcher/snaptier: the nodes of the current generation, each for its
+	// own ranks); nil lets every node the connection proved (benchmarks).
+	Access PeerAccess
+	Log    *slog.Logger
 }
+
+// PeerAccess decides which calls a peer node may make. Its errors wrap
+// ErrPeerRefused when the node may not (PERMISSION_DENIED); any other error
+// is a passing one (UNAVAILABLE: ask again).
+type PeerAccess interface {
+	// MayReplicate: node, in generation gen, sends a replica of rank.
+	MayReplicate(ctx context.Context, node string, gen int64, rank int) error
+	// MayFetch: node, in generation gen, asks for the replica of rank.
+	MayFetch(ctx context.Context, node string, gen int64, rank int) error
+}
+
+// ErrPeerRefused: the peer node may not make this call.
+var ErrPeerRefused = errors.New("memsnap: refused")
 
 var _ gotrainv1.SnapshotPeerServer = (*PeerServer)(nil)
 
@@ -70,6 +89,42 @@ func proven(ctx context.Context) error {
 	return nil
 }
 
+// CallerNode is the node id of the certificate of ctx's connection, which
+// the peer port's TLS (jobtls.NodePeerTLS) verified against the job CA; ""
+// when the connection proved none.
+func CallerNode(ctx context.Context) string {
+	st, ok := jobtls.ProvenPeer(ctx)
+	if !ok {
+		return ""
+	}
+	return jobtls.PeerNode(st)
+}
+
+// allowed asks Access whether the caller of ctx may make a call (may is
+// MayReplicate or MayFetch), as a gRPC status.
+func (p *PeerServer) allowed(ctx context.Context, call string, gen int64, rank int) error {
+	if err := proven(ctx); err != nil {
+		return err
+	}
+	if p.Access == nil {
+		return nil
+	}
+	node := CallerNode(ctx)
+	may := p.Access.MayFetch
+	if call == "Replicate" {
+		may = p.Access.MayReplicate
+	}
+	err := may(ctx, node, gen, rank)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrPeerRefused):
+		p.log().Warn("a peer node's call refused", "call", call, "node", node, "generation", gen, "rank", rank, "err", err)
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
 // Replicate receives one replica and keeps it once it is complete.
 func (p *PeerServer) Replicate(stream gotrainv1.SnapshotPeer_ReplicateServer) error {
 	if err := proven(stream.Context()); err != nil {
@@ -80,30 +135,53 @@ func (p *PeerServer) Replicate(stream gotrainv1.SnapshotPeer_ReplicateServer) er
 		return status.Errorf(codes.InvalidArgument, "memsnap: a replica without its facts: %v", err)
 	}
 	rank, step, size := int(first.GetRank()), first.GetStep(), first.GetSize()
+	if err := p.allowed(stream.Context(), "Replicate", first.GetGeneration(), rank); err != nil {
+		return err
+	}
 	if size < 0 {
 		return status.Errorf(codes.InvalidArgument, "memsnap: rank %d's replica claims %d bytes", rank, size)
 	}
-	if err := p.Store.Fits(rank, size, step); err != nil {
-		p.log().Warn("a peer's replica refused: it does not fit in --snapshot-memory", "rank", rank, "step", step, "from", first.GetNodeId(), "err", err)
+	// Checked before the bytes travel, and again once they came (the key
+	// may be set meanwhile): a replica without a valid MAC is not this
+	// job's agents'.
+	if err := p.Store.CheckMAC(rank, step, size, first.GetCrc(), first.GetSum(), first.GetMac()); err != nil {
+		p.log().Warn("a peer's replica refused: its MAC does not match", "rank", rank, "step", step, "from", CallerNode(stream.Context()), "err", err)
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	rc, err := p.Store.Receive(rank, step, size)
+	if err != nil {
+		p.log().Warn("a peer's replica refused", "rank", rank, "step", step, "from", CallerNode(stream.Context()), "err", err)
+		if errors.Is(err, ErrBusy) {
+			return status.Error(codes.Aborted, err.Error())
+		}
 		return status.Error(codes.ResourceExhausted, err.Error())
 	}
+	defer rc.Done()
 	fd, buf, err := replicaMemory(rank, size)
 	if err != nil {
 		return status.Errorf(codes.Internal, "memsnap: memory for rank %d's replica: %v", rank, err)
 	}
-	n, err := receive(buf, first.GetData(), stream.Recv)
+	n, err := receive(buf, first.GetData(), stream.Recv, rc.Grow)
 	unmap(buf) // the writable mapping goes before the seal
 	if err == nil && n != size {
 		err = fmt.Errorf("%d of its %d bytes came", n, size)
+	}
+	if errors.Is(err, ErrTooLarge) {
+		closeFd(fd)
+		p.log().Warn("a peer's replica cut off: it does not fit in --snapshot-memory", "rank", rank, "step", step, "from", CallerNode(stream.Context()), "err", err)
+		return status.Error(codes.ResourceExhausted, err.Error())
 	}
 	if err != nil {
 		closeFd(fd)
 		return status.Errorf(codes.DataLoss, "memsnap: rank %d's replica of step %d from %s is incomplete (the previous one is kept): %v", rank, step, first.GetNodeId(), err)
 	}
-	if _, err := p.Store.CommitSum(rank, step, fd, size, first.GetCrc(), first.GetSum(), SourcePeer, false); err != nil {
+	if _, err := p.Store.CommitReplica(rank, step, fd, size, first.GetCrc(), first.GetSum(), first.GetMac()); err != nil {
 		code := codes.DataLoss
-		if errors.Is(err, ErrTooLarge) {
+		switch {
+		case errors.Is(err, ErrTooLarge):
 			code = codes.ResourceExhausted
+		case errors.Is(err, ErrMAC):
+			code = codes.PermissionDenied
 		}
 		return status.Error(code, err.Error())
 	}
@@ -111,12 +189,18 @@ func (p *PeerServer) Replicate(stream gotrainv1.SnapshotPeer_ReplicateServer) er
 }
 
 // receive copies the chunks, the first one's data first, into buf and
-// returns how many bytes came; more than buf holds is an error.
-func receive(buf, data []byte, next func() (*gotrainv1.SnapshotChunk, error)) (int64, error) {
+// returns how many bytes came; more than buf holds is an error, and so is
+// grow's (when not nil), which counts each chunk before it is copied.
+func receive(buf, data []byte, next func() (*gotrainv1.SnapshotChunk, error), grow func(int) error) (int64, error) {
 	var n int64
 	for {
 		if int64(len(data)) > int64(len(buf))-n {
 			return n, fmt.Errorf("more than the %d bytes it claims", len(buf))
+		}
+		if grow != nil {
+			if err := grow(len(data)); err != nil {
+				return n, err
+			}
 		}
 		n += int64(copy(buf[n:], data))
 		c, err := next()
@@ -132,7 +216,7 @@ func receive(buf, data []byte, next func() (*gotrainv1.SnapshotChunk, error)) (i
 
 // Have says which replica of a rank the store holds.
 func (p *PeerServer) Have(ctx context.Context, req *gotrainv1.PeerSnapshotRequest) (*gotrainv1.PeerSnapshotInfo, error) {
-	if err := proven(ctx); err != nil {
+	if err := p.allowed(ctx, "Have", req.GetGeneration(), int(req.GetRank())); err != nil {
 		return nil, err
 	}
 	s, ok := p.Store.AcquireReplica(int(req.GetRank()))
@@ -145,7 +229,7 @@ func (p *PeerServer) Have(ctx context.Context, req *gotrainv1.PeerSnapshotReques
 
 // Fetch streams the replica of a rank.
 func (p *PeerServer) Fetch(req *gotrainv1.PeerSnapshotRequest, stream gotrainv1.SnapshotPeer_FetchServer) error {
-	if err := proven(stream.Context()); err != nil {
+	if err := p.allowed(stream.Context(), "Fetch", req.GetGeneration(), int(req.GetRank())); err != nil {
 		return err
 	}
 	s, ok := p.Store.AcquireReplica(int(req.GetRank()))
@@ -154,7 +238,7 @@ func (p *PeerServer) Fetch(req *gotrainv1.PeerSnapshotRequest, stream gotrainv1.
 	}
 	defer p.Store.Release(s)
 	if req.GetLength() == 0 {
-		return sendChunks(s, s.Bytes(), "", stream.Send)
+		return sendChunks(s, s.Bytes(), "", 0, stream.Send)
 	}
 	off, n := req.GetOffset(), req.GetLength()
 	switch {
@@ -163,18 +247,19 @@ func (p *PeerServer) Fetch(req *gotrainv1.PeerSnapshotRequest, stream gotrainv1.
 	case off < 0 || n < 0 || off > s.Size || n > s.Size-off:
 		return status.Errorf(codes.OutOfRange, "memsnap: bytes [%d, %d) of rank %d's replica of %d bytes", off, off+n, req.GetRank(), s.Size)
 	}
-	return sendChunks(s, s.Bytes()[off:off+n], "", stream.Send)
+	return sendChunks(s, s.Bytes()[off:off+n], "", 0, stream.Send)
 }
 
-// sendChunks sends data, s's bytes or a range of them: s's facts with the
-// first chunk.
-func sendChunks(s *Snapshot, data []byte, nodeID string, send func(*gotrainv1.SnapshotChunk) error) error {
+// sendChunks sends data, s's bytes or a range of them: s's facts and MAC
+// with the first chunk.
+func sendChunks(s *Snapshot, data []byte, nodeID string, gen int64, send func(*gotrainv1.SnapshotChunk) error) error {
 	first := true
 	for first || len(data) > 0 {
 		n := min(len(data), ChunkSize)
 		c := &gotrainv1.SnapshotChunk{Data: data[:n]}
 		if first {
 			c.Rank, c.Step, c.Size, c.Crc, c.Sum, c.NodeId = int32(s.Rank), s.Step, s.Size, s.CRC, s.Sum, nodeID
+			c.Mac, c.Generation = s.MAC, gen
 			first = false
 		}
 		if err := send(c); err != nil {
@@ -186,14 +271,14 @@ func sendChunks(s *Snapshot, data []byte, nodeID string, send func(*gotrainv1.Sn
 }
 
 // Replicate sends s, a snapshot of this node's store, to the peer agent
-// behind c as from node nodeID, and returns once the peer kept it or said
-// why not.
-func Replicate(ctx context.Context, c gotrainv1.SnapshotPeerClient, s *Snapshot, nodeID string) error {
+// behind c as from node nodeID in generation gen, and returns once the
+// peer kept it or said why not.
+func Replicate(ctx context.Context, c gotrainv1.SnapshotPeerClient, s *Snapshot, nodeID string, gen int64) error {
 	stream, err := c.Replicate(ctx)
 	if err != nil {
 		return err
 	}
-	if err := sendChunks(s, s.Bytes(), nodeID, stream.Send); err != nil && !errors.Is(err, io.EOF) {
+	if err := sendChunks(s, s.Bytes(), nodeID, gen, stream.Send); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	// On io.EOF the server ended the stream early: CloseAndRecv has its status.
@@ -201,20 +286,23 @@ func Replicate(ctx context.Context, c gotrainv1.SnapshotPeerClient, s *Snapshot,
 	return err
 }
 
-// Fetched is a replica a peer sent: a sealed memfd and its facts, checked.
+// Fetched is a replica a peer sent: a sealed memfd and its facts, its
+// length and checksum checked; its MAC is the peer's word, for the
+// receiver to check (Store.CheckFetched).
 type Fetched struct {
 	Fd   int
 	Step int64
 	Size int64
 	CRC  uint32
 	Sum  string
+	MAC  []byte
 }
 
-// FetchReplica asks the peer agent behind c for its replica of rank and
-// returns it in a sealed memfd, its length and checksum checked; found is
-// false when the peer holds none.
-func FetchReplica(ctx context.Context, c gotrainv1.SnapshotPeerClient, rank int) (f Fetched, found bool, err error) {
-	stream, err := c.Fetch(ctx, &gotrainv1.PeerSnapshotRequest{Rank: int32(rank)})
+// FetchReplica asks the peer agent behind c for its replica of rank, as
+// a node of generation gen, and returns it in a sealed memfd, its length
+// and checksum checked; found is false when the peer holds none.
+func FetchReplica(ctx context.Context, c gotrainv1.SnapshotPeerClient, rank int, gen int64) (f Fetched, found bool, err error) {
+	stream, err := c.Fetch(ctx, &gotrainv1.PeerSnapshotRequest{Rank: int32(rank), Generation: gen})
 	if err != nil {
 		return Fetched{}, false, err
 	}
@@ -233,7 +321,7 @@ func FetchReplica(ctx context.Context, c gotrainv1.SnapshotPeerClient, rank int)
 	if err != nil {
 		return Fetched{}, false, err
 	}
-	n, err := receive(buf, first.GetData(), stream.Recv)
+	n, err := receive(buf, first.GetData(), stream.Recv, nil)
 	unmap(buf)
 	if err == nil && n != size {
 		err = fmt.Errorf("%d of its %d bytes came", n, size)
@@ -242,7 +330,7 @@ func FetchReplica(ctx context.Context, c gotrainv1.SnapshotPeerClient, rank int)
 		closeFd(fd)
 		return Fetched{}, false, fmt.Errorf("%w: rank %d's replica of step %d: %v", ErrTorn, rank, first.GetStep(), err)
 	}
-	return sealFetched(rank, first.GetStep(), fd, size, first.GetCrc(), first.GetSum())
+	return sealFetched(rank, first.GetStep(), fd, size, first.GetCrc(), first.GetSum(), first.GetMac())
 }
 
 // replicaMemory is a new memfd of size bytes for rank's replica and its
@@ -262,13 +350,13 @@ func replicaMemory(rank int, size int64) (int, []byte, error) {
 
 // sealFetched seals and checks fd, a replica received whole, as a worker's
 // snapshot is; Fetched owns fd from then on (closed on an error).
-func sealFetched(rank int, step int64, fd int, size int64, crc uint32, sum string) (Fetched, bool, error) {
+func sealFetched(rank int, step int64, fd int, size int64, crc uint32, sum string, mac []byte) (Fetched, bool, error) {
 	s, err := openChecked(rank, step, fd, size, crc, sum, SourcePeer, true)
 	if err != nil {
 		return Fetched{}, false, err
 	}
 	unmap(s.data)
-	return Fetched{Fd: s.fd, Step: s.Step, Size: s.Size, CRC: s.CRC, Sum: s.Sum}, true, nil
+	return Fetched{Fd: s.fd, Step: s.Step, Size: s.Size, CRC: s.CRC, Sum: s.Sum, MAC: mac}, true, nil
 }
 
 // fetchRangeFrom is the size from which FetchReplicaOver splits a replica
@@ -281,9 +369,9 @@ const fetchRangeFrom = 64 << 20
 // size bytes (Have), each client fetches one range of it into the same
 // memfd at once; the whole is then sealed and checked as FetchReplica's.
 // With one client, or a small replica, it is FetchReplica.
-func FetchReplicaOver(ctx context.Context, cs []gotrainv1.SnapshotPeerClient, rank int, step, size int64) (Fetched, bool, error) {
+func FetchReplicaOver(ctx context.Context, cs []gotrainv1.SnapshotPeerClient, rank int, gen, step, size int64) (Fetched, bool, error) {
 	if len(cs) < 2 || size < fetchRangeFrom {
-		return FetchReplica(ctx, cs[0], rank)
+		return FetchReplica(ctx, cs[0], rank, gen)
 	}
 	fd, buf, err := replicaMemory(rank, size)
 	if err != nil {
@@ -299,7 +387,7 @@ func FetchReplicaOver(ctx context.Context, cs []gotrainv1.SnapshotPeerClient, ra
 			continue
 		}
 		g.Go(func() error {
-			stream, err := c.Fetch(gctx, &gotrainv1.PeerSnapshotRequest{Rank: int32(rank), Step: step, Offset: off, Length: n})
+			stream, err := c.Fetch(gctx, &gotrainv1.PeerSnapshotRequest{Rank: int32(rank), Generation: gen, Step: step, Offset: off, Length: n})
 			if err != nil {
 				return err
 			}
@@ -308,7 +396,7 @@ func FetchReplicaOver(ctx context.Context, cs []gotrainv1.SnapshotPeerClient, ra
 				return err
 			}
 			facts[i] = first
-			got, err := receive(buf[off:off+n], first.GetData(), stream.Recv)
+			got, err := receive(buf[off:off+n], first.GetData(), stream.Recv, nil)
 			if err == nil && got != n {
 				err = fmt.Errorf("%d of bytes [%d, %d) came", got, off, off+n)
 			}
@@ -327,15 +415,19 @@ func FetchReplicaOver(ctx context.Context, cs []gotrainv1.SnapshotPeerClient, ra
 	}
 	var crc uint32
 	var sum string
+	var mac []byte
 	for _, f := range facts {
 		if f == nil {
 			continue
 		}
-		if f.GetStep() != step || f.GetSize() != size {
+		if f.GetStep() != step || f.GetSize() != size || (mac != nil && (f.GetCrc() != crc || f.GetSum() != sum || !bytes.Equal(f.GetMac(), mac))) {
 			closeFd(fd)
-			return Fetched{}, false, fmt.Errorf("%w: rank %d's replica: a range of step %d and %d bytes, want step %d and %d bytes", ErrTorn, rank, f.GetStep(), f.GetSize(), step, size)
+			return Fetched{}, false, fmt.Errorf("%w: rank %d's replica: a range of step %d and %d bytes, want step %d and %d bytes, with the facts of the other ranges", ErrTorn, rank, f.GetStep(), f.GetSize(), step, size)
 		}
-		crc, sum = f.GetCrc(), f.GetSum()
+		crc, sum, mac = f.GetCrc(), f.GetSum(), f.GetMac()
+		if mac == nil {
+			mac = []byte{}
+		}
 	}
-	return sealFetched(rank, step, fd, size, crc, sum)
+	return sealFetched(rank, step, fd, size, crc, sum, mac)
 }

@@ -60,6 +60,18 @@ func peerClient(t *testing.T, ca, of *jobtls.CA, addr, tok string) gotrainv1.Sna
 	return gotrainv1.NewSnapshotPeerClient(cc)
 }
 
+// testKey is the tests' job snapshot key (mac.go).
+var testKey = []byte("the job's snapshot key, 32 bytes")
+
+// keyedStore is a store of limit bytes with testKey, closed when t ends.
+func keyedStore(t *testing.T, limit int64) *Store {
+	t.Helper()
+	st := NewStore(limit)
+	st.SetKey(testKey)
+	t.Cleanup(st.Close)
+	return st
+}
+
 // ownSnapshot commits data as rank's snapshot of step in st and returns it.
 func ownSnapshot(t *testing.T, st *Store, rank int, step int64, data []byte) *Snapshot {
 	t.Helper()
@@ -85,16 +97,14 @@ func TestReplicateAndFetch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sender, receiver := NewStore(0), NewStore(8<<20)
-	t.Cleanup(sender.Close)
-	t.Cleanup(receiver.Close)
+	sender, receiver := keyedStore(t, 0), keyedStore(t, 8<<20)
 	c := peerClient(t, ca, ca, peerServer(t, ca, receiver), testToken)
 	ctx := t.Context()
 
 	data := bytes.Repeat([]byte("gotrain!"), (3*ChunkSize+123)/8)
 	s := ownSnapshot(t, sender, 1, 7, data)
 	ownSnapshot(t, receiver, 1, 99, []byte("the receiver's own rank 1")) // a rank numbered 1 here too: kept apart
-	if err := Replicate(ctx, c, s, "node-1"); err != nil {
+	if err := Replicate(ctx, c, s, "node-1", 1); err != nil {
 		t.Fatalf("replicate: %v", err)
 	}
 	if own, _ := receiver.Acquire(1); own.Step != 99 {
@@ -104,7 +114,7 @@ func TestReplicateAndFetch(t *testing.T) {
 	if err != nil || !info.GetFound() || info.GetStep() != 7 || info.GetSize() != int64(len(data)) {
 		t.Fatalf("Have(1) = %v, %v; want step 7 of %d bytes", info, err, len(data))
 	}
-	f, found, err := FetchReplica(ctx, c, 1)
+	f, found, err := FetchReplica(ctx, c, 1, 1)
 	if err != nil || !found || f.Step != 7 {
 		t.Fatalf("FetchReplica(1) = %+v, %v, %v", f, found, err)
 	}
@@ -117,13 +127,13 @@ func TestReplicateAndFetch(t *testing.T) {
 	}
 	unmap(got)
 	closeFd(f.Fd)
-	if _, found, err := FetchReplica(ctx, c, 5); found || err != nil {
+	if _, found, err := FetchReplica(ctx, c, 5, 1); found || err != nil {
 		t.Errorf("FetchReplica of a rank without a replica: found %v, %v", found, err)
 	}
 
 	// Over the limit (8 MiB, of which 3 MiB are held): refused before the bytes travel.
 	big := ownSnapshot(t, sender, 2, 8, make([]byte, 6<<20))
-	err = Replicate(ctx, c, big, "node-1")
+	err = Replicate(ctx, c, big, "node-1", 1)
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--snapshot-memory") {
 		t.Errorf("a replica over the limit: %v, want ResourceExhausted naming --snapshot-memory", err)
 	}
@@ -136,13 +146,11 @@ func TestPartialReplicaKeepsThePrevious(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	receiver := NewStore(0)
-	t.Cleanup(receiver.Close)
+	receiver := keyedStore(t, 0)
 	c := peerClient(t, ca, ca, peerServer(t, ca, receiver), testToken)
-	sender := NewStore(0)
-	t.Cleanup(sender.Close)
+	sender := keyedStore(t, 0)
 	data := bytes.Repeat([]byte{1}, 2*ChunkSize)
-	if err := Replicate(t.Context(), c, ownSnapshot(t, sender, 0, 10, data), "node-1"); err != nil {
+	if err := Replicate(t.Context(), c, ownSnapshot(t, sender, 0, 10, data), "node-1", 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -152,7 +160,8 @@ func TestPartialReplicaKeepsThePrevious(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(&gotrainv1.SnapshotChunk{Rank: 0, Step: 11, Size: int64(len(data)), Crc: Checksum(data), Data: data[:ChunkSize]}); err != nil {
+	if err := stream.Send(&gotrainv1.SnapshotChunk{Rank: 0, Step: 11, Size: int64(len(data)), Crc: Checksum(data), Data: data[:ChunkSize],
+		Mac: MAC(testKey, 0, 11, int64(len(data)), Checksum(data), "")}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = stream.CloseAndRecv()
@@ -165,7 +174,8 @@ func TestPartialReplicaKeepsThePrevious(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = stream.Send(&gotrainv1.SnapshotChunk{Rank: 0, Step: 12, Size: int64(len(data)), Crc: Checksum(data) + 1, Data: data})
+	_ = stream.Send(&gotrainv1.SnapshotChunk{Rank: 0, Step: 12, Size: int64(len(data)), Crc: Checksum(data) + 1, Data: data,
+		Mac: MAC(testKey, 0, 12, int64(len(data)), Checksum(data)+1, "")})
 	if _, err := stream.CloseAndRecv(); status.Code(err) != codes.DataLoss {
 		t.Errorf("a replica with a wrong checksum: %v, want DataLoss", err)
 	}
@@ -207,9 +217,7 @@ func TestFetchReplicaOverSeveralConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sender, receiver := NewStore(0), NewStore(0)
-	t.Cleanup(sender.Close)
-	t.Cleanup(receiver.Close)
+	sender, receiver := keyedStore(t, 0), keyedStore(t, 0)
 	addr := peerServer(t, ca, receiver)
 	var cs []gotrainv1.SnapshotPeerClient
 	for range 3 {
@@ -220,10 +228,10 @@ func TestFetchReplicaOverSeveralConnections(t *testing.T) {
 	for i := range data {
 		data[i] = byte(i*31 + i>>13)
 	}
-	if err := Replicate(ctx, cs[0], ownSnapshot(t, sender, 3, 12, data), "node-1"); err != nil {
+	if err := Replicate(ctx, cs[0], ownSnapshot(t, sender, 3, 12, data), "node-1", 1); err != nil {
 		t.Fatal(err)
 	}
-	f, found, err := FetchReplicaOver(ctx, cs, 3, 12, int64(len(data)))
+	f, found, err := FetchReplicaOver(ctx, cs, 3, 1, 12, int64(len(data)))
 	if err != nil || !found || f.Step != 12 || f.Size != int64(len(data)) {
 		t.Fatalf("FetchReplicaOver = %+v, %v, %v", f, found, err)
 	}
@@ -236,7 +244,7 @@ func TestFetchReplicaOverSeveralConnections(t *testing.T) {
 	}
 	unmap(got)
 	closeFd(f.Fd)
-	if _, found, err := FetchReplicaOver(ctx, cs, 3, 11, int64(len(data))); found || err != nil {
+	if _, found, err := FetchReplicaOver(ctx, cs, 3, 1, 11, int64(len(data))); found || err != nil {
 		t.Errorf("ranges of a step the peer no longer holds: found %v, %v; want not found", found, err)
 	}
 }

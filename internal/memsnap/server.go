@@ -160,9 +160,11 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) error {
 	}
 }
 
-// latest answers with rank's newest snapshot: the store's own or the
+// latest answers with rank's newest snapshot: the store's own, else the
 // replica it holds for a peer node (the rank moved here: its node was lost
-// and the ranks were numbered again), the newer of the two; else a peer's.
+// and the ranks were numbered again); else a peer's. A replica never
+// outranks an own snapshot, whatever step it claims: a peer node's word
+// must not replace what a worker here wrote.
 func (s *Server) latest(ctx context.Context, rank int) (reply, int) {
 	own, okOwn := s.Store.Acquire(rank)
 	rep, okRep := s.Store.AcquireReplica(rank)
@@ -173,7 +175,7 @@ func (s *Server) latest(ctx context.Context, rank int) (reply, int) {
 		defer s.Store.Release(rep)
 	}
 	snap := own
-	if okRep && (!okOwn || rep.Step > own.Step) {
+	if okRep && !okOwn {
 		snap = rep
 		s.log().Info("a rank restores from the replica a peer node sent here", "rank", rank, "step", rep.Step, "bytes", rep.Size)
 	}

@@ -60,6 +60,10 @@ type Snapshot struct {
 	Source string
 	Sealed bool   // nothing can change it; else the worker reuses the memfd later
 	Sum    string // the checksum's name: "" (CRC-32C) or SumIEEE
+	// MAC is the MAC of its facts by the job's snapshot key (mac.go): the
+	// agent's own when a worker of this node wrote it, the sender's when a
+	// replica; nil while the agent has no key.
+	MAC []byte
 
 	fd   int
 	data []byte
@@ -74,9 +78,11 @@ func (s *Snapshot) Bytes() []byte { return s.data }
 type Store struct {
 	limit int64 // bytes, own and peer snapshots together; 0: no limit
 
-	mu     sync.Mutex
-	latest map[slot]*Snapshot
-	held   int64
+	mu        sync.Mutex
+	latest    map[slot]*Snapshot
+	held      int64
+	key       []byte           // the job's snapshot key (SetKey); nil: none yet
+	receiving map[int]*Receipt // replicas being received, by rank
 }
 
 // slot is where the store keeps a snapshot: a rank's own (written by a
@@ -88,7 +94,17 @@ type slot struct {
 }
 
 // NewStore returns a store that holds at most limit bytes (0: no limit).
-func NewStore(limit int64) *Store { return &Store{limit: limit, latest: map[slot]*Snapshot{}} }
+func NewStore(limit int64) *Store {
+	return &Store{limit: limit, latest: map[slot]*Snapshot{}, receiving: map[int]*Receipt{}}
+}
+
+// SetKey sets the job's snapshot key (mac.go): from now on every snapshot a
+// worker hands over gets its MAC, and replicas must carry a valid one.
+func (st *Store) SetKey(key []byte) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.key = append([]byte(nil), key...)
+}
 
 // Commit makes the memfd fd, which a worker of rank wrote and says holds
 // size bytes with checksum crc for step, the rank's newest snapshot. Commit
@@ -97,30 +113,33 @@ func NewStore(limit int64) *Store { return &Store{limit: limit, latest: map[slot
 // snapshot is replaced: when anything does not match, the previous one
 // stays.
 func (st *Store) Commit(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, "", source, true, nil)
+	return st.commit(rank, step, fd, size, crc, "", source, true, nil, nil)
 }
 
 // CommitSum is Commit for a snapshot whose checksum is named sum ("" for
 // CRC-32C, SumIEEE); reuse says whether the worker keeps the memfd.
 func (st *Store) CommitSum(rank int, step int64, fd int, size int64, crc uint32, sum, source string, reuse bool) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, sum, source, !reuse, nil)
+	return st.commit(rank, step, fd, size, crc, sum, source, !reuse, nil, nil)
 }
 
 // CommitChecked is CommitSum with check, which sees the snapshot's bytes
 // (sealed, or checksummed) and refuses it with an error before it replaces
 // the rank's previous one.
 func (st *Store) CommitChecked(rank int, step int64, fd int, size int64, crc uint32, sum, source string, reuse bool, check func([]byte) error) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, sum, source, !reuse, check)
+	return st.commit(rank, step, fd, size, crc, sum, source, !reuse, check, nil)
 }
 
 // CommitReused is Commit for a memfd the worker keeps and writes a later
 // snapshot into once this one is replaced (it alternates two): it is not
 // sealed, so the checksum is checked here and by every reader.
 func (st *Store) CommitReused(rank int, step int64, fd int, size int64, crc uint32, source string) (*Snapshot, error) {
-	return st.commit(rank, step, fd, size, crc, "", source, false, nil)
+	return st.commit(rank, step, fd, size, crc, "", source, false, nil, nil)
 }
 
-func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, sum, source string, sealIt bool, check func([]byte) error) (*Snapshot, error) {
+// commit keeps a snapshot once check (when set) passes on its bytes; mac
+// is a replica's (checked by the caller), an own snapshot's is computed
+// here.
+func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, sum, source string, sealIt bool, check func([]byte) error, mac []byte) (*Snapshot, error) {
 	s, err := openChecked(rank, step, fd, size, crc, sum, source, sealIt)
 	if err != nil {
 		return nil, err
@@ -142,6 +161,12 @@ func (st *Store) commit(rank int, step int64, fd int, size int64, crc uint32, su
 	if err := st.fitsLocked(k, s.Size, step); err != nil {
 		s.close()
 		return nil, err
+	}
+	switch {
+	case k.peer:
+		s.MAC = mac
+	case len(st.key) > 0:
+		s.MAC = MAC(st.key, rank, step, s.Size, s.CRC, s.Sum)
 	}
 	s.refs = 1
 	st.latest[k] = s
@@ -197,9 +222,10 @@ func openChecked(rank int, step int64, fd int, size int64, crc uint32, sum, sour
 
 // fitsLocked is ErrTooLarge, with the figures, when a snapshot of size
 // bytes in k would take the store over its limit (the one k holds now is
-// replaced, so it does not count).
+// replaced, so it does not count; replicas being received do, but that of
+// k's rank when k is a replica's: it is the one being committed).
 func (st *Store) fitsLocked(k slot, size, step int64) error {
-	held := st.held
+	held := st.held + st.receivingLocked(k)
 	if old := st.latest[k]; old != nil {
 		held -= old.Size
 	}
@@ -347,4 +373,117 @@ func (st *Store) Close() {
 	for _, k := range keys {
 		st.drop(k)
 	}
+}
+
+// CommitReplica is Commit for a replica a peer node sent (sealed): it is
+// kept only when mac is the MAC of its facts by the job's key (mac.go).
+func (st *Store) CommitReplica(rank int, step int64, fd int, size int64, crc uint32, sum string, mac []byte) (*Snapshot, error) {
+	if err := st.CheckMAC(rank, step, size, crc, sum, mac); err != nil {
+		closeFd(fd)
+		return nil, err
+	}
+	return st.commit(rank, step, fd, size, crc, sum, SourcePeer, true, nil, append([]byte(nil), mac...))
+}
+
+// CheckMAC is nil when mac is the MAC of a snapshot's facts by the job's
+// key; ErrMAC when not, or when the agent has no key yet (it cannot tell
+// a replica of this job's agents from a forged one).
+func (st *Store) CheckMAC(rank int, step, size int64, crc uint32, sum string, mac []byte) error {
+	st.mu.Lock()
+	key := st.key
+	st.mu.Unlock()
+	if len(key) == 0 {
+		return fmt.Errorf("%w: rank %d's snapshot of step %d: this agent has no snapshot key yet (it gets it with its first generation)", ErrMAC, rank, step)
+	}
+	return checkMAC(key, rank, step, size, crc, sum, mac)
+}
+
+// CheckFetched checks the MAC of f, a replica of rank fetched from a peer,
+// before it is served to a worker; on an error f's memfd is closed.
+func (st *Store) CheckFetched(rank int, f Fetched) error {
+	err := st.CheckMAC(rank, f.Step, f.Size, f.CRC, f.Sum, f.MAC)
+	if err != nil {
+		closeFd(f.Fd)
+	}
+	return err
+}
+
+// Receipt counts the bytes of a replica being received against the
+// store's limit as they arrive, rather than the size the sender claims:
+// a sender that claims much and sends little holds no memory it did not
+// send, and several streams together cannot take the store over its limit.
+// The bytes of a rank's replica count only beyond those of the replica of
+// that rank the store holds (which it replaces once complete), so that a
+// replica as large as half the limit can still be replaced.
+type Receipt struct {
+	st   *Store
+	rank int
+	step int64
+	got  int64 // guarded by st.mu
+}
+
+// ErrBusy: a replica of the rank is being received already.
+var ErrBusy = errors.New("memsnap: a replica of this rank is being received already")
+
+// Receive starts receiving rank's replica of step, which claims size
+// bytes: ErrTooLarge when that alone does not fit, ErrBusy while another
+// replica of rank is being received. Done ends it.
+func (st *Store) Receive(rank int, step, size int64) (*Receipt, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err := st.fitsLocked(slot{rank, true}, size, step); err != nil {
+		return nil, err
+	}
+	if r := st.receiving[rank]; r != nil {
+		return nil, fmt.Errorf("%w: rank %d's replica of step %d has %d bytes in (a second sender of the same rank is refused)", ErrBusy, rank, r.step, r.got)
+	}
+	r := &Receipt{st: st, rank: rank, step: step}
+	st.receiving[rank] = r
+	return r, nil
+}
+
+// Grow counts n more bytes of the replica: ErrTooLarge, with the figures,
+// when they take the store over its limit (the receipt then stops).
+func (r *Receipt) Grow(n int) error {
+	st := r.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	r.got += int64(n)
+	if st.limit <= 0 {
+		return nil
+	}
+	if used := st.held + st.receivingLocked(slot{-1, false}); used > st.limit {
+		return fmt.Errorf("%w: rank %d's replica of step %d reached %d bytes while the agent holds %d bytes of snapshots and replicas, with the replicas being received, and --snapshot-memory is %d bytes; raise --snapshot-memory there, or snapshot less state",
+			ErrTooLarge, r.rank, r.step, r.got, used, st.limit)
+	}
+	return nil
+}
+
+// Done ends the receipt: its bytes no longer count (committed, they count
+// as the replica's).
+func (r *Receipt) Done() {
+	st := r.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.receiving[r.rank] == r {
+		delete(st.receiving, r.rank)
+	}
+}
+
+// receivingLocked is the bytes of the replicas being received beyond
+// those of the replicas they replace, but for that of except's rank when
+// except is a replica's slot.
+func (st *Store) receivingLocked(except slot) int64 {
+	var n int64
+	for rank, r := range st.receiving {
+		if except.peer && rank == except.rank {
+			continue
+		}
+		extra := r.got
+		if old := st.latest[slot{rank, true}]; old != nil {
+			extra -= old.Size
+		}
+		n += max(0, extra)
+	}
+	return n
 }

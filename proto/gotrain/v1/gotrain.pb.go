@@ -39,8 +39,15 @@ type SnapshotChunk struct {
 	// The checksum's name: "" for CRC-32C, "crc32" for CRC-32 (IEEE).
 	Sum string `protobuf:"bytes,5,opt,name=sum,proto3" json:"sum,omitempty"`
 	// The node whose worker wrote it.
-	NodeId        string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Data          []byte `protobuf:"bytes,7,opt,name=data,proto3" json:"data,omitempty"`
+	NodeId string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Data   []byte `protobuf:"bytes,7,opt,name=data,proto3" json:"data,omitempty"`
+	// HMAC-SHA256, by the job's snapshot key (GenerationStarted.snapshot_key),
+	// of the facts above (internal/memsnap.MAC): a receiver refuses a replica
+	// whose MAC fails, and checks a fetched one again before serving it.
+	Mac []byte `protobuf:"bytes,8,opt,name=mac,proto3" json:"mac,omitempty"`
+	// The sender's generation (Replicate): the receiver checks the sender's
+	// ranks in it once it runs that generation itself.
+	Generation    int64 `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -124,6 +131,20 @@ func (x *SnapshotChunk) GetData() []byte {
 	return nil
 }
 
+func (x *SnapshotChunk) GetMac() []byte {
+	if x != nil {
+		return x.Mac
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type ReplicateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -167,9 +188,12 @@ type PeerSnapshotRequest struct {
 	// offset + length) of the replica of step (FAILED_PRECONDITION when the
 	// agent holds another step by now), so that a large one comes over
 	// several connections at once; length 0 asks for all of it.
-	Step          int64 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
-	Offset        int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        int64 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	Step   int64 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length int64 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	// The caller's generation: it may ask only for the ranks its node runs
+	// in it, which the agent checks once it runs that generation itself.
+	Generation    int64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -228,6 +252,13 @@ func (x *PeerSnapshotRequest) GetOffset() int64 {
 func (x *PeerSnapshotRequest) GetLength() int64 {
 	if x != nil {
 		return x.Length
+	}
+	return 0
+}
+
+func (x *PeerSnapshotRequest) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
 	}
 	return 0
 }
@@ -1742,8 +1773,16 @@ type GenerationStarted struct {
 	MasterAddr     string                 `protobuf:"bytes,6,opt,name=master_addr,json=masterAddr,proto3" json:"master_addr,omitempty"`
 	MasterPort     int32                  `protobuf:"varint,7,opt,name=master_port,json=masterPort,proto3" json:"master_port,omitempty"`
 	RestartCount   int32                  `protobuf:"varint,8,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Every node of the generation and its ranks: the snapshot tier's peer
+	// port admits only these nodes, each for its own ranks.
+	Nodes []*GenerationNode `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The job's snapshot key (with a job CA): the MAC key of the snapshots
+	// that cross nodes. Derived from the job CA's key, which only the
+	// coordinator's replicas hold, and sent only to a node of the generation
+	// over its certificate's watch stream: the job token alone never gives it.
+	SnapshotKey   []byte `protobuf:"bytes,10,opt,name=snapshot_key,json=snapshotKey,proto3" json:"snapshot_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerationStarted) Reset() {
@@ -1832,6 +1871,80 @@ func (x *GenerationStarted) GetRestartCount() int32 {
 	return 0
 }
 
+func (x *GenerationStarted) GetNodes() []*GenerationNode {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *GenerationStarted) GetSnapshotKey() []byte {
+	if x != nil {
+		return x.SnapshotKey
+	}
+	return nil
+}
+
+type GenerationNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	GroupRank     int32                  `protobuf:"varint,2,opt,name=group_rank,json=groupRank,proto3" json:"group_rank,omitempty"`
+	Ranks         []int32                `protobuf:"varint,3,rep,packed,name=ranks,proto3" json:"ranks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GenerationNode) Reset() {
+	*x = GenerationNode{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GenerationNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GenerationNode) ProtoMessage() {}
+
+func (x *GenerationNode) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GenerationNode.ProtoReflect.Descriptor instead.
+func (*GenerationNode) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GenerationNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *GenerationNode) GetGroupRank() int32 {
+	if x != nil {
+		return x.GroupRank
+	}
+	return 0
+}
+
+func (x *GenerationNode) GetRanks() []int32 {
+	if x != nil {
+		return x.Ranks
+	}
+	return nil
+}
+
 type WorkerFailure struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Rank     int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
@@ -1859,7 +1972,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +1984,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[25]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +1997,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{25}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WorkerFailure) GetRank() int32 {
@@ -1986,7 +2099,7 @@ type GenerationEnded struct {
 
 func (x *GenerationEnded) Reset() {
 	*x = GenerationEnded{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2111,7 @@ func (x *GenerationEnded) String() string {
 func (*GenerationEnded) ProtoMessage() {}
 
 func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[26]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2124,7 @@ func (x *GenerationEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEnded.ProtoReflect.Descriptor instead.
 func (*GenerationEnded) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{26}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GenerationEnded) GetGeneration() int64 {
@@ -2062,7 +2175,7 @@ type RestartPlanned struct {
 
 func (x *RestartPlanned) Reset() {
 	*x = RestartPlanned{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2187,7 @@ func (x *RestartPlanned) String() string {
 func (*RestartPlanned) ProtoMessage() {}
 
 func (x *RestartPlanned) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[27]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2200,7 @@ func (x *RestartPlanned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartPlanned.ProtoReflect.Descriptor instead.
 func (*RestartPlanned) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{27}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RestartPlanned) GetGeneration() int64 {
@@ -2144,7 +2257,7 @@ type JobFinished struct {
 
 func (x *JobFinished) Reset() {
 	*x = JobFinished{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2269,7 @@ func (x *JobFinished) String() string {
 func (*JobFinished) ProtoMessage() {}
 
 func (x *JobFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[28]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2282,7 @@ func (x *JobFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFinished.ProtoReflect.Descriptor instead.
 func (*JobFinished) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{28}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *JobFinished) GetSucceeded() bool {
@@ -2220,7 +2333,7 @@ type GenerationEvent struct {
 
 func (x *GenerationEvent) Reset() {
 	*x = GenerationEvent{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2345,7 @@ func (x *GenerationEvent) String() string {
 func (*GenerationEvent) ProtoMessage() {}
 
 func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[29]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2358,7 @@ func (x *GenerationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationEvent.ProtoReflect.Descriptor instead.
 func (*GenerationEvent) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{29}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GenerationEvent) GetEvent() isGenerationEvent_Event {
@@ -2386,7 +2499,7 @@ type EvidenceRequest struct {
 
 func (x *EvidenceRequest) Reset() {
 	*x = EvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2511,7 @@ func (x *EvidenceRequest) String() string {
 func (*EvidenceRequest) ProtoMessage() {}
 
 func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[30]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2524,7 @@ func (x *EvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvidenceRequest.ProtoReflect.Descriptor instead.
 func (*EvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{30}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EvidenceRequest) GetRequestId() int64 {
@@ -2455,7 +2568,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2580,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[31]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2593,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{31}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Evidence) GetRank() int32 {
@@ -2522,7 +2635,7 @@ type ReportEvidenceRequest struct {
 
 func (x *ReportEvidenceRequest) Reset() {
 	*x = ReportEvidenceRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2534,7 +2647,7 @@ func (x *ReportEvidenceRequest) String() string {
 func (*ReportEvidenceRequest) ProtoMessage() {}
 
 func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[32]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2547,7 +2660,7 @@ func (x *ReportEvidenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{32}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReportEvidenceRequest) GetNodeId() string {
@@ -2579,7 +2692,7 @@ type ReportEvidenceResponse struct {
 
 func (x *ReportEvidenceResponse) Reset() {
 	*x = ReportEvidenceResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2704,7 @@ func (x *ReportEvidenceResponse) String() string {
 func (*ReportEvidenceResponse) ProtoMessage() {}
 
 func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[33]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2717,7 @@ func (x *ReportEvidenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvidenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportEvidenceResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{33}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
 }
 
 // Culprit is a rank a verdict blames, and what it was doing.
@@ -2629,7 +2742,7 @@ type Culprit struct {
 
 func (x *Culprit) Reset() {
 	*x = Culprit{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2641,7 +2754,7 @@ func (x *Culprit) String() string {
 func (*Culprit) ProtoMessage() {}
 
 func (x *Culprit) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[34]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2654,7 +2767,7 @@ func (x *Culprit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Culprit.ProtoReflect.Descriptor instead.
 func (*Culprit) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{34}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Culprit) GetRank() int32 {
@@ -2750,7 +2863,7 @@ type HangVerdict struct {
 
 func (x *HangVerdict) Reset() {
 	*x = HangVerdict{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +2875,7 @@ func (x *HangVerdict) String() string {
 func (*HangVerdict) ProtoMessage() {}
 
 func (x *HangVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[35]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,7 +2888,7 @@ func (x *HangVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangVerdict.ProtoReflect.Descriptor instead.
 func (*HangVerdict) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{35}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HangVerdict) GetId() int64 {
@@ -2891,7 +3004,7 @@ type DiagnoseRequest struct {
 
 func (x *DiagnoseRequest) Reset() {
 	*x = DiagnoseRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +3016,7 @@ func (x *DiagnoseRequest) String() string {
 func (*DiagnoseRequest) ProtoMessage() {}
 
 func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[36]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +3029,7 @@ func (x *DiagnoseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseRequest.ProtoReflect.Descriptor instead.
 func (*DiagnoseRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{36}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
 }
 
 type DiagnoseResponse struct {
@@ -2936,7 +3049,7 @@ type DiagnoseResponse struct {
 
 func (x *DiagnoseResponse) Reset() {
 	*x = DiagnoseResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3061,7 @@ func (x *DiagnoseResponse) String() string {
 func (*DiagnoseResponse) ProtoMessage() {}
 
 func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[37]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3074,7 @@ func (x *DiagnoseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnoseResponse.ProtoReflect.Descriptor instead.
 func (*DiagnoseResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{37}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DiagnoseResponse) GetStatus() *JobStatus {
@@ -3009,7 +3122,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3021,7 +3134,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[38]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3034,7 +3147,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{38}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -3059,7 +3172,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3071,7 +3184,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[39]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3084,7 +3197,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{39}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
 }
 
 type KVGetRequest struct {
@@ -3098,7 +3211,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3223,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[40]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3236,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{40}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -3150,7 +3263,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3162,7 +3275,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[41]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3175,7 +3288,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{41}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *KVGetResponse) GetFound() bool {
@@ -3203,7 +3316,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3215,7 +3328,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[42]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3228,7 +3341,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{42}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *BarrierRequest) GetName() string {
@@ -3260,7 +3373,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3385,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[43]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3398,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{43}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
 }
 
 type CommProgress struct {
@@ -3319,7 +3432,7 @@ type CommProgress struct {
 
 func (x *CommProgress) Reset() {
 	*x = CommProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3444,7 @@ func (x *CommProgress) String() string {
 func (*CommProgress) ProtoMessage() {}
 
 func (x *CommProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[44]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3457,7 @@ func (x *CommProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommProgress.ProtoReflect.Descriptor instead.
 func (*CommProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{44}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CommProgress) GetComm() string {
@@ -3458,7 +3571,7 @@ type Collective struct {
 
 func (x *Collective) Reset() {
 	*x = Collective{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3470,7 +3583,7 @@ func (x *Collective) String() string {
 func (*Collective) ProtoMessage() {}
 
 func (x *Collective) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[45]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3483,7 +3596,7 @@ func (x *Collective) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Collective.ProtoReflect.Descriptor instead.
 func (*Collective) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{45}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Collective) GetSeq() int64 {
@@ -3580,7 +3693,7 @@ type RankProgress struct {
 
 func (x *RankProgress) Reset() {
 	*x = RankProgress{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3705,7 @@ func (x *RankProgress) String() string {
 func (*RankProgress) ProtoMessage() {}
 
 func (x *RankProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[46]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3718,7 @@ func (x *RankProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankProgress.ProtoReflect.Descriptor instead.
 func (*RankProgress) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{46}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RankProgress) GetRank() int32 {
@@ -3737,7 +3850,7 @@ type GPUSample struct {
 
 func (x *GPUSample) Reset() {
 	*x = GPUSample{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3749,7 +3862,7 @@ func (x *GPUSample) String() string {
 func (*GPUSample) ProtoMessage() {}
 
 func (x *GPUSample) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[47]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3762,7 +3875,7 @@ func (x *GPUSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPUSample.ProtoReflect.Descriptor instead.
 func (*GPUSample) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{47}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GPUSample) GetIndex() int32 {
@@ -3880,7 +3993,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +4005,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[48]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +4018,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{48}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReportProgressRequest) GetNodeId() string {
@@ -3930,7 +4043,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3942,7 +4055,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3955,7 +4068,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{49}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{50}
 }
 
 type ReportWorkerExitRequest struct {
@@ -3988,7 +4101,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4000,7 +4113,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4013,7 +4126,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{50}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -4115,7 +4228,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4127,7 +4240,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4140,7 +4253,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{51}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{52}
 }
 
 type GetJobStatusRequest struct {
@@ -4151,7 +4264,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4163,7 +4276,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4176,7 +4289,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{52}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{53}
 }
 
 type NodeStatus struct {
@@ -4190,7 +4303,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4202,7 +4315,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4215,7 +4328,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{53}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -4257,7 +4370,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4269,7 +4382,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4282,7 +4395,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{54}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -4360,7 +4473,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4372,7 +4485,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4385,7 +4498,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{55}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -4483,7 +4596,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4495,7 +4608,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4508,7 +4621,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{56}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *LogEntry) GetVersion() uint32 {
@@ -4765,7 +4878,7 @@ type LogConfig struct {
 
 func (x *LogConfig) Reset() {
 	*x = LogConfig{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4777,7 +4890,7 @@ func (x *LogConfig) String() string {
 func (*LogConfig) ProtoMessage() {}
 
 func (x *LogConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4790,7 +4903,7 @@ func (x *LogConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogConfig.ProtoReflect.Descriptor instead.
 func (*LogConfig) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{57}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *LogConfig) GetRunId() string {
@@ -4933,7 +5046,7 @@ type LogJoin struct {
 
 func (x *LogJoin) Reset() {
 	*x = LogJoin{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4945,7 +5058,7 @@ func (x *LogJoin) String() string {
 func (*LogJoin) ProtoMessage() {}
 
 func (x *LogJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4958,7 +5071,7 @@ func (x *LogJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogJoin.ProtoReflect.Descriptor instead.
 func (*LogJoin) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{58}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LogJoin) GetRequest() *JoinRequest {
@@ -4994,7 +5107,7 @@ type LogReplica struct {
 
 func (x *LogReplica) Reset() {
 	*x = LogReplica{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5006,7 +5119,7 @@ func (x *LogReplica) String() string {
 func (*LogReplica) ProtoMessage() {}
 
 func (x *LogReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5019,7 +5132,7 @@ func (x *LogReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogReplica.ProtoReflect.Descriptor instead.
 func (*LogReplica) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{59}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LogReplica) GetAddr() string {
@@ -5044,7 +5157,7 @@ type LogTick struct {
 
 func (x *LogTick) Reset() {
 	*x = LogTick{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5056,7 +5169,7 @@ func (x *LogTick) String() string {
 func (*LogTick) ProtoMessage() {}
 
 func (x *LogTick) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5069,7 +5182,7 @@ func (x *LogTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogTick.ProtoReflect.Descriptor instead.
 func (*LogTick) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{60}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{61}
 }
 
 type LogNode struct {
@@ -5082,7 +5195,7 @@ type LogNode struct {
 
 func (x *LogNode) Reset() {
 	*x = LogNode{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5094,7 +5207,7 @@ func (x *LogNode) String() string {
 func (*LogNode) ProtoMessage() {}
 
 func (x *LogNode) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5107,7 +5220,7 @@ func (x *LogNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogNode.ProtoReflect.Descriptor instead.
 func (*LogNode) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{61}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LogNode) GetNodeId() string {
@@ -5136,7 +5249,7 @@ type LogBarrier struct {
 
 func (x *LogBarrier) Reset() {
 	*x = LogBarrier{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5148,7 +5261,7 @@ func (x *LogBarrier) String() string {
 func (*LogBarrier) ProtoMessage() {}
 
 func (x *LogBarrier) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5161,7 +5274,7 @@ func (x *LogBarrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogBarrier.ProtoReflect.Descriptor instead.
 func (*LogBarrier) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{62}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *LogBarrier) GetName() string {
@@ -5201,7 +5314,7 @@ type LogBarrierCanceled struct {
 
 func (x *LogBarrierCanceled) Reset() {
 	*x = LogBarrierCanceled{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5213,7 +5326,7 @@ func (x *LogBarrierCanceled) String() string {
 func (*LogBarrierCanceled) ProtoMessage() {}
 
 func (x *LogBarrierCanceled) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5226,7 +5339,7 @@ func (x *LogBarrierCanceled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogBarrierCanceled.ProtoReflect.Descriptor instead.
 func (*LogBarrierCanceled) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{63}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LogBarrierCanceled) GetWaiter() uint64 {
@@ -5250,7 +5363,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5262,7 +5375,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5275,7 +5388,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{64}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *StateSnapshot) GetVersion() uint32 {
@@ -5317,7 +5430,7 @@ type StragglerFigures struct {
 
 func (x *StragglerFigures) Reset() {
 	*x = StragglerFigures{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5329,7 +5442,7 @@ func (x *StragglerFigures) String() string {
 func (*StragglerFigures) ProtoMessage() {}
 
 func (x *StragglerFigures) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5342,7 +5455,7 @@ func (x *StragglerFigures) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StragglerFigures.ProtoReflect.Descriptor instead.
 func (*StragglerFigures) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{65}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *StragglerFigures) GetSlower() float64 {
@@ -5385,7 +5498,7 @@ var File_gotrain_v1_gotrain_proto protoreflect.FileDescriptor
 const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"\x18gotrain/v1/gotrain.proto\x12\n" +
-	"gotrain.v1\"\x9c\x01\n" +
+	"gotrain.v1\"\xce\x01\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
@@ -5393,13 +5506,20 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x03crc\x18\x04 \x01(\rR\x03crc\x12\x10\n" +
 	"\x03sum\x18\x05 \x01(\tR\x03sum\x12\x17\n" +
 	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x12\n" +
-	"\x04data\x18\a \x01(\fR\x04data\"\x13\n" +
-	"\x11ReplicateResponse\"m\n" +
+	"\x04data\x18\a \x01(\fR\x04data\x12\x10\n" +
+	"\x03mac\x18\b \x01(\fR\x03mac\x12\x1e\n" +
+	"\n" +
+	"generation\x18\t \x01(\x03R\n" +
+	"generation\"\x13\n" +
+	"\x11ReplicateResponse\"\x8d\x01\n" +
 	"\x13PeerSnapshotRequest\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x04 \x01(\x03R\x06length\"i\n" +
+	"\x06length\x18\x04 \x01(\x03R\x06length\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x05 \x01(\x03R\n" +
+	"generation\"i\n" +
 	"\x10PeerSnapshotInfo\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
@@ -5526,7 +5646,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"local_rank\x18\x02 \x01(\x05R\tlocalRank\x12\x10\n" +
 	"\x03gpu\x18\x03 \x01(\x05R\x03gpu\x12\x1a\n" +
-	"\bsurvivor\x18\x04 \x01(\bR\bsurvivor\"\xb4\x02\n" +
+	"\bsurvivor\x18\x04 \x01(\bR\bsurvivor\"\x89\x03\n" +
 	"\x11GenerationStarted\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
@@ -5541,7 +5661,15 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"masterAddr\x12\x1f\n" +
 	"\vmaster_port\x18\a \x01(\x05R\n" +
 	"masterPort\x12#\n" +
-	"\rrestart_count\x18\b \x01(\x05R\frestartCount\"\xcb\x02\n" +
+	"\rrestart_count\x18\b \x01(\x05R\frestartCount\x120\n" +
+	"\x05nodes\x18\t \x03(\v2\x1a.gotrain.v1.GenerationNodeR\x05nodes\x12!\n" +
+	"\fsnapshot_key\x18\n" +
+	" \x01(\fR\vsnapshotKey\"^\n" +
+	"\x0eGenerationNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"group_rank\x18\x02 \x01(\x05R\tgroupRank\x12\x14\n" +
+	"\x05ranks\x18\x03 \x03(\x05R\x05ranks\"\xcb\x02\n" +
 	"\rWorkerFailure\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x10\n" +
@@ -5907,7 +6035,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*SnapshotChunk)(nil),            // 0: gotrain.v1.SnapshotChunk
 	(*ReplicateResponse)(nil),        // 1: gotrain.v1.ReplicateResponse
@@ -5934,53 +6062,54 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*Replicas)(nil),                 // 22: gotrain.v1.Replicas
 	(*RankAssignment)(nil),           // 23: gotrain.v1.RankAssignment
 	(*GenerationStarted)(nil),        // 24: gotrain.v1.GenerationStarted
-	(*WorkerFailure)(nil),            // 25: gotrain.v1.WorkerFailure
-	(*GenerationEnded)(nil),          // 26: gotrain.v1.GenerationEnded
-	(*RestartPlanned)(nil),           // 27: gotrain.v1.RestartPlanned
-	(*JobFinished)(nil),              // 28: gotrain.v1.JobFinished
-	(*GenerationEvent)(nil),          // 29: gotrain.v1.GenerationEvent
-	(*EvidenceRequest)(nil),          // 30: gotrain.v1.EvidenceRequest
-	(*Evidence)(nil),                 // 31: gotrain.v1.Evidence
-	(*ReportEvidenceRequest)(nil),    // 32: gotrain.v1.ReportEvidenceRequest
-	(*ReportEvidenceResponse)(nil),   // 33: gotrain.v1.ReportEvidenceResponse
-	(*Culprit)(nil),                  // 34: gotrain.v1.Culprit
-	(*HangVerdict)(nil),              // 35: gotrain.v1.HangVerdict
-	(*DiagnoseRequest)(nil),          // 36: gotrain.v1.DiagnoseRequest
-	(*DiagnoseResponse)(nil),         // 37: gotrain.v1.DiagnoseResponse
-	(*KVPutRequest)(nil),             // 38: gotrain.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 39: gotrain.v1.KVPutResponse
-	(*KVGetRequest)(nil),             // 40: gotrain.v1.KVGetRequest
-	(*KVGetResponse)(nil),            // 41: gotrain.v1.KVGetResponse
-	(*BarrierRequest)(nil),           // 42: gotrain.v1.BarrierRequest
-	(*BarrierResponse)(nil),          // 43: gotrain.v1.BarrierResponse
-	(*CommProgress)(nil),             // 44: gotrain.v1.CommProgress
-	(*Collective)(nil),               // 45: gotrain.v1.Collective
-	(*RankProgress)(nil),             // 46: gotrain.v1.RankProgress
-	(*GPUSample)(nil),                // 47: gotrain.v1.GPUSample
-	(*ReportProgressRequest)(nil),    // 48: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 49: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 50: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 51: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 52: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 53: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 54: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 55: gotrain.v1.JobStatus
-	(*LogEntry)(nil),                 // 56: gotrain.v1.LogEntry
-	(*LogConfig)(nil),                // 57: gotrain.v1.LogConfig
-	(*LogJoin)(nil),                  // 58: gotrain.v1.LogJoin
-	(*LogReplica)(nil),               // 59: gotrain.v1.LogReplica
-	(*LogTick)(nil),                  // 60: gotrain.v1.LogTick
-	(*LogNode)(nil),                  // 61: gotrain.v1.LogNode
-	(*LogBarrier)(nil),               // 62: gotrain.v1.LogBarrier
-	(*LogBarrierCanceled)(nil),       // 63: gotrain.v1.LogBarrierCanceled
-	(*StateSnapshot)(nil),            // 64: gotrain.v1.StateSnapshot
-	(*StragglerFigures)(nil),         // 65: gotrain.v1.StragglerFigures
+	(*GenerationNode)(nil),           // 25: gotrain.v1.GenerationNode
+	(*WorkerFailure)(nil),            // 26: gotrain.v1.WorkerFailure
+	(*GenerationEnded)(nil),          // 27: gotrain.v1.GenerationEnded
+	(*RestartPlanned)(nil),           // 28: gotrain.v1.RestartPlanned
+	(*JobFinished)(nil),              // 29: gotrain.v1.JobFinished
+	(*GenerationEvent)(nil),          // 30: gotrain.v1.GenerationEvent
+	(*EvidenceRequest)(nil),          // 31: gotrain.v1.EvidenceRequest
+	(*Evidence)(nil),                 // 32: gotrain.v1.Evidence
+	(*ReportEvidenceRequest)(nil),    // 33: gotrain.v1.ReportEvidenceRequest
+	(*ReportEvidenceResponse)(nil),   // 34: gotrain.v1.ReportEvidenceResponse
+	(*Culprit)(nil),                  // 35: gotrain.v1.Culprit
+	(*HangVerdict)(nil),              // 36: gotrain.v1.HangVerdict
+	(*DiagnoseRequest)(nil),          // 37: gotrain.v1.DiagnoseRequest
+	(*DiagnoseResponse)(nil),         // 38: gotrain.v1.DiagnoseResponse
+	(*KVPutRequest)(nil),             // 39: gotrain.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 40: gotrain.v1.KVPutResponse
+	(*KVGetRequest)(nil),             // 41: gotrain.v1.KVGetRequest
+	(*KVGetResponse)(nil),            // 42: gotrain.v1.KVGetResponse
+	(*BarrierRequest)(nil),           // 43: gotrain.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 44: gotrain.v1.BarrierResponse
+	(*CommProgress)(nil),             // 45: gotrain.v1.CommProgress
+	(*Collective)(nil),               // 46: gotrain.v1.Collective
+	(*RankProgress)(nil),             // 47: gotrain.v1.RankProgress
+	(*GPUSample)(nil),                // 48: gotrain.v1.GPUSample
+	(*ReportProgressRequest)(nil),    // 49: gotrain.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil),   // 50: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 51: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 52: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 53: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 54: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 55: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 56: gotrain.v1.JobStatus
+	(*LogEntry)(nil),                 // 57: gotrain.v1.LogEntry
+	(*LogConfig)(nil),                // 58: gotrain.v1.LogConfig
+	(*LogJoin)(nil),                  // 59: gotrain.v1.LogJoin
+	(*LogReplica)(nil),               // 60: gotrain.v1.LogReplica
+	(*LogTick)(nil),                  // 61: gotrain.v1.LogTick
+	(*LogNode)(nil),                  // 62: gotrain.v1.LogNode
+	(*LogBarrier)(nil),               // 63: gotrain.v1.LogBarrier
+	(*LogBarrierCanceled)(nil),       // 64: gotrain.v1.LogBarrierCanceled
+	(*StateSnapshot)(nil),            // 65: gotrain.v1.StateSnapshot
+	(*StragglerFigures)(nil),         // 66: gotrain.v1.StragglerFigures
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	4,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
-	46, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
+	47, // 1: gotrain.v1.WorkerMessage.progress:type_name -> gotrain.v1.RankProgress
 	5,  // 2: gotrain.v1.WorkerMessage.stacks:type_name -> gotrain.v1.StackDump
-	26, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
+	27, // 3: gotrain.v1.GenerationChange.ended:type_name -> gotrain.v1.GenerationEnded
 	24, // 4: gotrain.v1.GenerationChange.started:type_name -> gotrain.v1.GenerationStarted
 	24, // 5: gotrain.v1.StandbyAssignment.generation:type_name -> gotrain.v1.GenerationStarted
 	7,  // 6: gotrain.v1.AgentMessage.dump_stacks:type_name -> gotrain.v1.DumpStacksRequest
@@ -5990,94 +6119,95 @@ var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	12, // 10: gotrain.v1.JoinRequest.node:type_name -> gotrain.v1.NodeInfo
 	14, // 11: gotrain.v1.JoinRequest.settings:type_name -> gotrain.v1.JobSettings
 	23, // 12: gotrain.v1.GenerationStarted.ranks:type_name -> gotrain.v1.RankAssignment
-	25, // 13: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
-	25, // 14: gotrain.v1.RestartPlanned.failure:type_name -> gotrain.v1.WorkerFailure
-	25, // 15: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
-	24, // 16: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
-	26, // 17: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
-	28, // 18: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
-	30, // 19: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
-	22, // 20: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
-	21, // 21: gotrain.v1.GenerationEvent.host_replica:type_name -> gotrain.v1.HostReplica
-	27, // 22: gotrain.v1.GenerationEvent.restarting:type_name -> gotrain.v1.RestartPlanned
-	35, // 23: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
-	31, // 24: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
-	45, // 25: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
-	45, // 26: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
-	34, // 27: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
-	31, // 28: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	65, // 29: gotrain.v1.HangVerdict.straggler:type_name -> gotrain.v1.StragglerFigures
-	55, // 30: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
-	35, // 31: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
-	45, // 32: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
-	44, // 33: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
-	47, // 34: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
-	46, // 35: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	12, // 36: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	46, // 37: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	53, // 38: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	54, // 39: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	25, // 40: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	35, // 41: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	57, // 42: gotrain.v1.LogEntry.config:type_name -> gotrain.v1.LogConfig
-	58, // 43: gotrain.v1.LogEntry.join:type_name -> gotrain.v1.LogJoin
-	38, // 44: gotrain.v1.LogEntry.kv_put:type_name -> gotrain.v1.KVPutRequest
-	59, // 45: gotrain.v1.LogEntry.replica:type_name -> gotrain.v1.LogReplica
-	60, // 46: gotrain.v1.LogEntry.tick:type_name -> gotrain.v1.LogTick
-	61, // 47: gotrain.v1.LogEntry.node_lost:type_name -> gotrain.v1.LogNode
-	61, // 48: gotrain.v1.LogEntry.node_unreachable:type_name -> gotrain.v1.LogNode
-	61, // 49: gotrain.v1.LogEntry.node_reachable:type_name -> gotrain.v1.LogNode
-	50, // 50: gotrain.v1.LogEntry.worker_exit:type_name -> gotrain.v1.ReportWorkerExitRequest
-	62, // 51: gotrain.v1.LogEntry.barrier:type_name -> gotrain.v1.LogBarrier
-	63, // 52: gotrain.v1.LogEntry.barrier_canceled:type_name -> gotrain.v1.LogBarrierCanceled
-	48, // 53: gotrain.v1.LogEntry.progress:type_name -> gotrain.v1.ReportProgressRequest
-	32, // 54: gotrain.v1.LogEntry.evidence:type_name -> gotrain.v1.ReportEvidenceRequest
-	13, // 55: gotrain.v1.LogJoin.request:type_name -> gotrain.v1.JoinRequest
-	13, // 56: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	16, // 57: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	38, // 58: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	40, // 59: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	42, // 60: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	48, // 61: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	50, // 62: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	52, // 63: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	32, // 64: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	36, // 65: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	17, // 66: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
-	19, // 67: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
-	38, // 68: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	40, // 69: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	42, // 70: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	48, // 71: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	6,  // 72: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	0,  // 73: gotrain.v1.SnapshotPeer.Replicate:input_type -> gotrain.v1.SnapshotChunk
-	2,  // 74: gotrain.v1.SnapshotPeer.Have:input_type -> gotrain.v1.PeerSnapshotRequest
-	2,  // 75: gotrain.v1.SnapshotPeer.Fetch:input_type -> gotrain.v1.PeerSnapshotRequest
-	15, // 76: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	29, // 77: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	39, // 78: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	41, // 79: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	43, // 80: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	49, // 81: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	51, // 82: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	55, // 83: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	33, // 84: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	37, // 85: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	18, // 86: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
-	20, // 87: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
-	39, // 88: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	41, // 89: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	43, // 90: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	49, // 91: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	10, // 92: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	1,  // 93: gotrain.v1.SnapshotPeer.Replicate:output_type -> gotrain.v1.ReplicateResponse
-	3,  // 94: gotrain.v1.SnapshotPeer.Have:output_type -> gotrain.v1.PeerSnapshotInfo
-	0,  // 95: gotrain.v1.SnapshotPeer.Fetch:output_type -> gotrain.v1.SnapshotChunk
-	76, // [76:96] is the sub-list for method output_type
-	56, // [56:76] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	25, // 13: gotrain.v1.GenerationStarted.nodes:type_name -> gotrain.v1.GenerationNode
+	26, // 14: gotrain.v1.GenerationEnded.failure:type_name -> gotrain.v1.WorkerFailure
+	26, // 15: gotrain.v1.RestartPlanned.failure:type_name -> gotrain.v1.WorkerFailure
+	26, // 16: gotrain.v1.JobFinished.failure:type_name -> gotrain.v1.WorkerFailure
+	24, // 17: gotrain.v1.GenerationEvent.started:type_name -> gotrain.v1.GenerationStarted
+	27, // 18: gotrain.v1.GenerationEvent.ended:type_name -> gotrain.v1.GenerationEnded
+	29, // 19: gotrain.v1.GenerationEvent.finished:type_name -> gotrain.v1.JobFinished
+	31, // 20: gotrain.v1.GenerationEvent.evidence:type_name -> gotrain.v1.EvidenceRequest
+	22, // 21: gotrain.v1.GenerationEvent.replicas:type_name -> gotrain.v1.Replicas
+	21, // 22: gotrain.v1.GenerationEvent.host_replica:type_name -> gotrain.v1.HostReplica
+	28, // 23: gotrain.v1.GenerationEvent.restarting:type_name -> gotrain.v1.RestartPlanned
+	36, // 24: gotrain.v1.EvidenceRequest.verdict:type_name -> gotrain.v1.HangVerdict
+	32, // 25: gotrain.v1.ReportEvidenceRequest.evidence:type_name -> gotrain.v1.Evidence
+	46, // 26: gotrain.v1.Culprit.collective:type_name -> gotrain.v1.Collective
+	46, // 27: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
+	35, // 28: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
+	32, // 29: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
+	66, // 30: gotrain.v1.HangVerdict.straggler:type_name -> gotrain.v1.StragglerFigures
+	56, // 31: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	36, // 32: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
+	46, // 33: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
+	45, // 34: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
+	48, // 35: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
+	47, // 36: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
+	12, // 37: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	47, // 38: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	54, // 39: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	55, // 40: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	26, // 41: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	36, // 42: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	58, // 43: gotrain.v1.LogEntry.config:type_name -> gotrain.v1.LogConfig
+	59, // 44: gotrain.v1.LogEntry.join:type_name -> gotrain.v1.LogJoin
+	39, // 45: gotrain.v1.LogEntry.kv_put:type_name -> gotrain.v1.KVPutRequest
+	60, // 46: gotrain.v1.LogEntry.replica:type_name -> gotrain.v1.LogReplica
+	61, // 47: gotrain.v1.LogEntry.tick:type_name -> gotrain.v1.LogTick
+	62, // 48: gotrain.v1.LogEntry.node_lost:type_name -> gotrain.v1.LogNode
+	62, // 49: gotrain.v1.LogEntry.node_unreachable:type_name -> gotrain.v1.LogNode
+	62, // 50: gotrain.v1.LogEntry.node_reachable:type_name -> gotrain.v1.LogNode
+	51, // 51: gotrain.v1.LogEntry.worker_exit:type_name -> gotrain.v1.ReportWorkerExitRequest
+	63, // 52: gotrain.v1.LogEntry.barrier:type_name -> gotrain.v1.LogBarrier
+	64, // 53: gotrain.v1.LogEntry.barrier_canceled:type_name -> gotrain.v1.LogBarrierCanceled
+	49, // 54: gotrain.v1.LogEntry.progress:type_name -> gotrain.v1.ReportProgressRequest
+	33, // 55: gotrain.v1.LogEntry.evidence:type_name -> gotrain.v1.ReportEvidenceRequest
+	13, // 56: gotrain.v1.LogJoin.request:type_name -> gotrain.v1.JoinRequest
+	13, // 57: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	16, // 58: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	39, // 59: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	41, // 60: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	43, // 61: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	49, // 62: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	51, // 63: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	53, // 64: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	33, // 65: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	37, // 66: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	17, // 67: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
+	19, // 68: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
+	39, // 69: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	41, // 70: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	43, // 71: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	49, // 72: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	6,  // 73: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	0,  // 74: gotrain.v1.SnapshotPeer.Replicate:input_type -> gotrain.v1.SnapshotChunk
+	2,  // 75: gotrain.v1.SnapshotPeer.Have:input_type -> gotrain.v1.PeerSnapshotRequest
+	2,  // 76: gotrain.v1.SnapshotPeer.Fetch:input_type -> gotrain.v1.PeerSnapshotRequest
+	15, // 77: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	30, // 78: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	40, // 79: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	42, // 80: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	44, // 81: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	50, // 82: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	52, // 83: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	56, // 84: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	34, // 85: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	38, // 86: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	18, // 87: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	20, // 88: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
+	40, // 89: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	42, // 90: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	44, // 91: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	50, // 92: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	10, // 93: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	1,  // 94: gotrain.v1.SnapshotPeer.Replicate:output_type -> gotrain.v1.ReplicateResponse
+	3,  // 95: gotrain.v1.SnapshotPeer.Have:output_type -> gotrain.v1.PeerSnapshotInfo
+	0,  // 96: gotrain.v1.SnapshotPeer.Fetch:output_type -> gotrain.v1.SnapshotChunk
+	77, // [77:97] is the sub-list for method output_type
+	57, // [57:77] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -6097,7 +6227,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 	}
 	file_gotrain_v1_gotrain_proto_msgTypes[12].OneofWrappers = []any{}
 	file_gotrain_v1_gotrain_proto_msgTypes[14].OneofWrappers = []any{}
-	file_gotrain_v1_gotrain_proto_msgTypes[29].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[30].OneofWrappers = []any{
 		(*GenerationEvent_Started)(nil),
 		(*GenerationEvent_Ended)(nil),
 		(*GenerationEvent_Finished)(nil),
@@ -6106,7 +6236,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*GenerationEvent_HostReplica)(nil),
 		(*GenerationEvent_Restarting)(nil),
 	}
-	file_gotrain_v1_gotrain_proto_msgTypes[56].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[57].OneofWrappers = []any{
 		(*LogEntry_Config)(nil),
 		(*LogEntry_Join)(nil),
 		(*LogEntry_KvPut)(nil),
@@ -6127,7 +6257,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   66,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
