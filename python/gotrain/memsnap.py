@@ -420,6 +420,9 @@ class _Mapped:
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
         self.map = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ) if size else None
         self.layout = _format.decode(self.map if size else b"", want_rank=_rank())
+        run = os.environ.get("GOTRAIN_RUN_ID", "")
+        if run and self.layout.facts["run_id"] not in ("", run):
+            raise FormatError("a snapshot of run %r, not of this run %r" % (self.layout.facts["run_id"], run))
         if self.layout.facts["step"] != int(rep.get("step", -1)):
             raise FormatError("the header says step %d, the agent says %s" % (self.layout.facts["step"], rep.get("step")))
         torch = _torch()
