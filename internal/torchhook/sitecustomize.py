@@ -214,7 +214,21 @@ def _gotrain_sitecustomize():
         collective.__gotrain_inner__ = f
         return collective
 
+    def old_error_handling_name():
+        # The agent sets only TORCH_NCCL_ASYNC_ERROR_HANDLING (the older
+        # name warns on every rank from PyTorch 2.2 on); PyTorch before 2.2
+        # reads only NCCL_ASYNC_ERROR_HANDLING, when its NCCL group is made.
+        import torch
+
+        v = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+        if v is None or "NCCL_ASYNC_ERROR_HANDLING" in os.environ:
+            return
+        major, minor = (int("".join(c for c in x if c.isdigit()) or 0) for x in torch.__version__.split(".")[:2])
+        if (major, minor) < (2, 2):
+            os.environ["NCCL_ASYNC_ERROR_HANDLING"] = v
+
     def patch_dist(dist):
+        counter.guard(old_error_handling_name)
         for name, op in CALLS.items():
             f = getattr(dist, name, None)
             if f is not None and not getattr(f, "__gotrain_counted__", False):

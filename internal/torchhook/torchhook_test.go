@@ -276,3 +276,29 @@ func TestExitWithModelAliveIsClean(t *testing.T) {
 		}
 	}
 }
+
+// The agent sets only TORCH_NCCL_ASYNC_ERROR_HANDLING; a PyTorch before
+// 2.2, which reads only the older name, gets that one from the hook when
+// it imports torch.distributed (a newer one does not, as it would warn).
+func TestOlderTorchGetsTheOlderErrorHandlingName(t *testing.T) {
+	t.Parallel()
+	py := python3(t)
+	pyDir, out := install(t)
+	code := "import os, torch, torch.distributed\n" +
+		"v = tuple(int(x) for x in torch.__version__.split('+')[0].split('.')[:2])\n" +
+		"print(v < (2, 2), os.environ.get('NCCL_ASYNC_ERROR_HANDLING', '-'))\n"
+	cmd := exec.CommandContext(t.Context(), py, "-c", code)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+pyDir, EnvDir+"="+out, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1")
+	got, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, got)
+	}
+	switch f := strings.Fields(string(got)); {
+	case len(f) != 2:
+		t.Fatalf("output %q", got)
+	case f[0] == "True" && f[1] != "1":
+		t.Errorf("PyTorch before 2.2: NCCL_ASYNC_ERROR_HANDLING=%s, want 1", f[1])
+	case f[0] == "False" && f[1] != "-":
+		t.Errorf("PyTorch 2.2 or later: NCCL_ASYNC_ERROR_HANDLING=%s, want unset", f[1])
+	}
+}
