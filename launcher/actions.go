@@ -57,11 +57,11 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 	case agentcore.Print:
 		a.stderr.WriteLine("", []byte(act.Text))
 	case agentcore.MeasureMemory:
-		ev := measureMemory(act.Pids)
+		ev := measureMemory(act.Pids, act.Standbys)
 		if ev.Err != "" {
 			a.log.Warn("cannot read the node's memory; keeping standbys", "err", ev.Err)
 		} else {
-			a.log.Info("memory before standbys", "available", ev.Available, "total", ev.Total, "ranks_rss", ev.RSS)
+			a.log.Info("memory for standbys", "available", ev.Available, "total", ev.Total, "ranks_rss", ev.RSS, "standbys_rss", ev.StandbyRSS)
 		}
 		return []agentcore.Event{ev}
 	}
@@ -286,19 +286,22 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 	a.queueReport(req)
 }
 
-// measureMemory answers the machine's MeasureMemory (asked before the
-// first standbys under --standby auto) from /proc: a rank whose RSS cannot
-// be read (it is exiting) counts 0.
-func measureMemory(pids []int) agentcore.MemoryMeasured {
+// measureMemory answers the machine's MeasureMemory (asked for the first
+// standbys under --standby auto) from /proc: a rank or standby whose RSS
+// cannot be read (it is exiting) counts 0.
+func measureMemory(pids, standbys []int) agentcore.MemoryMeasured {
 	avail, total, err := procstat.MemInfo()
 	if err != nil {
 		return agentcore.MemoryMeasured{Err: err.Error()}
 	}
-	ev := agentcore.MemoryMeasured{Available: avail, Total: total, RSS: make([]uint64, len(pids))}
-	for i, pid := range pids {
-		ev.RSS[i], _ = procstat.RSS(pid)
+	rss := func(pids []int) []uint64 {
+		out := make([]uint64, len(pids))
+		for i, pid := range pids {
+			out[i], _ = procstat.RSS(pid)
+		}
+		return out
 	}
-	return ev
+	return agentcore.MemoryMeasured{Available: avail, Total: total, RSS: rss(pids), StandbyRSS: rss(standbys)}
 }
 
 func generationChange(gc *gotrainv1.GenerationChange) *gotrainv1.AgentMessage {

@@ -373,7 +373,7 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", 10*time.Second, "time workers get between SIGTERM and SIGKILL")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 10*time.Minute, "how long to keep trying to reach the coordinator (long enough for a cluster to come up; a line every 10 s says it still waits)")
 	cfg.Standby = launcher.StandbyAuto
-	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU (or CPU rank) that a restarted rank takes over: on, off, or auto (Python programs: 2 s after the ranks start, on any backend; Go programs: with --backend nccl, once every worker attached with the worker library). A Python standby holds its GPU's CUDA context, "+pyStandbyGPUMemory+" of GPU memory. Each standby holds about one rank's host memory (RSS): auto keeps none when MemAvailable is short of that, on starts them anyway")
+	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU (or CPU rank) that a restarted rank takes over: on, off, or auto (Python programs: with the ranks, on any backend; Go programs: with --backend nccl, once every worker attached with the worker library). A Python standby holds its GPU's CUDA context, "+pyStandbyGPUMemory+" of GPU memory. Each standby holds about one rank's host memory (RSS): auto keeps none when MemAvailable is short of that (Python's are measured 2 s in and dropped then), on starts them anyway")
 	fs.Func("standby-preload", "with a Python program: `modules` (comma-separated, e.g. lightning) its standbys import besides torch and torch.distributed", func(s string) error {
 		for _, m := range strings.Split(s, ",") {
 			if m = strings.TrimSpace(m); m != "" {
