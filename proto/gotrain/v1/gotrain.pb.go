@@ -3871,9 +3871,13 @@ func (x *GPUSample) GetLastXid() uint64 {
 }
 
 type ReportProgressRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Ranks         []*RankProgress        `protobuf:"bytes,2,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Ranks  []*RankProgress        `protobuf:"bytes,2,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	// Restarts of this node's ranks that completed since the last report,
+	// timed phase by phase (launcher/recovery), for the coordinator's
+	// per-phase histograms.
+	Recoveries    []*RecoveryTiming `protobuf:"bytes,3,rep,name=recoveries,proto3" json:"recoveries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3922,6 +3926,146 @@ func (x *ReportProgressRequest) GetRanks() []*RankProgress {
 	return nil
 }
 
+func (x *ReportProgressRequest) GetRecoveries() []*RecoveryTiming {
+	if x != nil {
+		return x.Recoveries
+	}
+	return nil
+}
+
+// RecoveryTiming is where one node's restart went: the phases of its
+// slowest rank, from the failure to its first collective after it.
+type RecoveryTiming struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    int64                  `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Rank          int32                  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	Seconds       float64                `protobuf:"fixed64,3,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	Phases        []*RecoveryPhase       `protobuf:"bytes,4,rep,name=phases,proto3" json:"phases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoveryTiming) Reset() {
+	*x = RecoveryTiming{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoveryTiming) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoveryTiming) ProtoMessage() {}
+
+func (x *RecoveryTiming) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoveryTiming.ProtoReflect.Descriptor instead.
+func (*RecoveryTiming) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *RecoveryTiming) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RecoveryTiming) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *RecoveryTiming) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+func (x *RecoveryTiming) GetPhases() []*RecoveryPhase {
+	if x != nil {
+		return x.Phases
+	}
+	return nil
+}
+
+// RecoveryPhase is one phase: "detected", "stopped", "rendezvous",
+// "started", "imports", "init_process_group", "setup", "restored" or
+// "first step"; detail is "standby" or "cold" for started.
+type RecoveryPhase struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Seconds       float64                `protobuf:"fixed64,2,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoveryPhase) Reset() {
+	*x = RecoveryPhase{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoveryPhase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoveryPhase) ProtoMessage() {}
+
+func (x *RecoveryPhase) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoveryPhase.ProtoReflect.Descriptor instead.
+func (*RecoveryPhase) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *RecoveryPhase) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RecoveryPhase) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+func (x *RecoveryPhase) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 type ReportProgressResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3930,7 +4074,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3942,7 +4086,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[49]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3955,7 +4099,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{49}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{51}
 }
 
 type ReportWorkerExitRequest struct {
@@ -3988,7 +4132,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4000,7 +4144,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4013,7 +4157,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{50}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -4115,7 +4259,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4127,7 +4271,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4140,7 +4284,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{51}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{53}
 }
 
 type GetJobStatusRequest struct {
@@ -4151,7 +4295,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4163,7 +4307,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4176,7 +4320,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{52}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{54}
 }
 
 type NodeStatus struct {
@@ -4190,7 +4334,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4202,7 +4346,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4215,7 +4359,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{53}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -4257,7 +4401,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4269,7 +4413,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4282,7 +4426,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{54}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -4360,7 +4504,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4372,7 +4516,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4385,7 +4529,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{55}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -4483,7 +4627,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4495,7 +4639,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4508,7 +4652,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{56}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *LogEntry) GetVersion() uint32 {
@@ -4765,7 +4909,7 @@ type LogConfig struct {
 
 func (x *LogConfig) Reset() {
 	*x = LogConfig{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4777,7 +4921,7 @@ func (x *LogConfig) String() string {
 func (*LogConfig) ProtoMessage() {}
 
 func (x *LogConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4790,7 +4934,7 @@ func (x *LogConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogConfig.ProtoReflect.Descriptor instead.
 func (*LogConfig) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{57}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LogConfig) GetRunId() string {
@@ -4933,7 +5077,7 @@ type LogJoin struct {
 
 func (x *LogJoin) Reset() {
 	*x = LogJoin{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4945,7 +5089,7 @@ func (x *LogJoin) String() string {
 func (*LogJoin) ProtoMessage() {}
 
 func (x *LogJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4958,7 +5102,7 @@ func (x *LogJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogJoin.ProtoReflect.Descriptor instead.
 func (*LogJoin) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{58}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LogJoin) GetRequest() *JoinRequest {
@@ -4994,7 +5138,7 @@ type LogReplica struct {
 
 func (x *LogReplica) Reset() {
 	*x = LogReplica{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5006,7 +5150,7 @@ func (x *LogReplica) String() string {
 func (*LogReplica) ProtoMessage() {}
 
 func (x *LogReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5019,7 +5163,7 @@ func (x *LogReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogReplica.ProtoReflect.Descriptor instead.
 func (*LogReplica) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{59}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LogReplica) GetAddr() string {
@@ -5044,7 +5188,7 @@ type LogTick struct {
 
 func (x *LogTick) Reset() {
 	*x = LogTick{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5056,7 +5200,7 @@ func (x *LogTick) String() string {
 func (*LogTick) ProtoMessage() {}
 
 func (x *LogTick) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5069,7 +5213,7 @@ func (x *LogTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogTick.ProtoReflect.Descriptor instead.
 func (*LogTick) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{60}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{62}
 }
 
 type LogNode struct {
@@ -5082,7 +5226,7 @@ type LogNode struct {
 
 func (x *LogNode) Reset() {
 	*x = LogNode{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5094,7 +5238,7 @@ func (x *LogNode) String() string {
 func (*LogNode) ProtoMessage() {}
 
 func (x *LogNode) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5107,7 +5251,7 @@ func (x *LogNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogNode.ProtoReflect.Descriptor instead.
 func (*LogNode) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{61}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *LogNode) GetNodeId() string {
@@ -5136,7 +5280,7 @@ type LogBarrier struct {
 
 func (x *LogBarrier) Reset() {
 	*x = LogBarrier{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5148,7 +5292,7 @@ func (x *LogBarrier) String() string {
 func (*LogBarrier) ProtoMessage() {}
 
 func (x *LogBarrier) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5161,7 +5305,7 @@ func (x *LogBarrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogBarrier.ProtoReflect.Descriptor instead.
 func (*LogBarrier) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{62}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LogBarrier) GetName() string {
@@ -5201,7 +5345,7 @@ type LogBarrierCanceled struct {
 
 func (x *LogBarrierCanceled) Reset() {
 	*x = LogBarrierCanceled{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5213,7 +5357,7 @@ func (x *LogBarrierCanceled) String() string {
 func (*LogBarrierCanceled) ProtoMessage() {}
 
 func (x *LogBarrierCanceled) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5226,7 +5370,7 @@ func (x *LogBarrierCanceled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogBarrierCanceled.ProtoReflect.Descriptor instead.
 func (*LogBarrierCanceled) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{63}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *LogBarrierCanceled) GetWaiter() uint64 {
@@ -5250,7 +5394,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5262,7 +5406,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5275,7 +5419,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{64}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *StateSnapshot) GetVersion() uint32 {
@@ -5317,7 +5461,7 @@ type StragglerFigures struct {
 
 func (x *StragglerFigures) Reset() {
 	*x = StragglerFigures{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5329,7 +5473,7 @@ func (x *StragglerFigures) String() string {
 func (*StragglerFigures) ProtoMessage() {}
 
 func (x *StragglerFigures) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5342,7 +5486,7 @@ func (x *StragglerFigures) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StragglerFigures.ProtoReflect.Descriptor instead.
 func (*StragglerFigures) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{65}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *StragglerFigures) GetSlower() float64 {
@@ -5739,10 +5883,24 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x10throttle_reasons\x18\r \x01(\x04R\x0fthrottleReasons\x12\x1d\n" +
 	"\n" +
 	"xid_errors\x18\x0e \x01(\x04R\txidErrors\x12\x19\n" +
-	"\blast_xid\x18\x0f \x01(\x04R\alastXid\"`\n" +
+	"\blast_xid\x18\x0f \x01(\x04R\alastXid\"\x9c\x01\n" +
 	"\x15ReportProgressRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
-	"\x05ranks\x18\x02 \x03(\v2\x18.gotrain.v1.RankProgressR\x05ranks\"\x18\n" +
+	"\x05ranks\x18\x02 \x03(\v2\x18.gotrain.v1.RankProgressR\x05ranks\x12:\n" +
+	"\n" +
+	"recoveries\x18\x03 \x03(\v2\x1a.gotrain.v1.RecoveryTimingR\n" +
+	"recoveries\"\x91\x01\n" +
+	"\x0eRecoveryTiming\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x03R\n" +
+	"generation\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x18\n" +
+	"\aseconds\x18\x03 \x01(\x01R\aseconds\x121\n" +
+	"\x06phases\x18\x04 \x03(\v2\x19.gotrain.v1.RecoveryPhaseR\x06phases\"U\n" +
+	"\rRecoveryPhase\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aseconds\x18\x02 \x01(\x01R\aseconds\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x18\n" +
 	"\x16ReportProgressResponse\"\xf3\x02\n" +
 	"\x17ReportWorkerExitRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
@@ -5907,7 +6065,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*SnapshotChunk)(nil),            // 0: gotrain.v1.SnapshotChunk
 	(*ReplicateResponse)(nil),        // 1: gotrain.v1.ReplicateResponse
@@ -5958,23 +6116,25 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*RankProgress)(nil),             // 46: gotrain.v1.RankProgress
 	(*GPUSample)(nil),                // 47: gotrain.v1.GPUSample
 	(*ReportProgressRequest)(nil),    // 48: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 49: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 50: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 51: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 52: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 53: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 54: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 55: gotrain.v1.JobStatus
-	(*LogEntry)(nil),                 // 56: gotrain.v1.LogEntry
-	(*LogConfig)(nil),                // 57: gotrain.v1.LogConfig
-	(*LogJoin)(nil),                  // 58: gotrain.v1.LogJoin
-	(*LogReplica)(nil),               // 59: gotrain.v1.LogReplica
-	(*LogTick)(nil),                  // 60: gotrain.v1.LogTick
-	(*LogNode)(nil),                  // 61: gotrain.v1.LogNode
-	(*LogBarrier)(nil),               // 62: gotrain.v1.LogBarrier
-	(*LogBarrierCanceled)(nil),       // 63: gotrain.v1.LogBarrierCanceled
-	(*StateSnapshot)(nil),            // 64: gotrain.v1.StateSnapshot
-	(*StragglerFigures)(nil),         // 65: gotrain.v1.StragglerFigures
+	(*RecoveryTiming)(nil),           // 49: gotrain.v1.RecoveryTiming
+	(*RecoveryPhase)(nil),            // 50: gotrain.v1.RecoveryPhase
+	(*ReportProgressResponse)(nil),   // 51: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 52: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 53: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 54: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 55: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 56: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 57: gotrain.v1.JobStatus
+	(*LogEntry)(nil),                 // 58: gotrain.v1.LogEntry
+	(*LogConfig)(nil),                // 59: gotrain.v1.LogConfig
+	(*LogJoin)(nil),                  // 60: gotrain.v1.LogJoin
+	(*LogReplica)(nil),               // 61: gotrain.v1.LogReplica
+	(*LogTick)(nil),                  // 62: gotrain.v1.LogTick
+	(*LogNode)(nil),                  // 63: gotrain.v1.LogNode
+	(*LogBarrier)(nil),               // 64: gotrain.v1.LogBarrier
+	(*LogBarrierCanceled)(nil),       // 65: gotrain.v1.LogBarrierCanceled
+	(*StateSnapshot)(nil),            // 66: gotrain.v1.StateSnapshot
+	(*StragglerFigures)(nil),         // 67: gotrain.v1.StragglerFigures
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	4,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
@@ -6006,78 +6166,80 @@ var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	45, // 26: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
 	34, // 27: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
 	31, // 28: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	65, // 29: gotrain.v1.HangVerdict.straggler:type_name -> gotrain.v1.StragglerFigures
-	55, // 30: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	67, // 29: gotrain.v1.HangVerdict.straggler:type_name -> gotrain.v1.StragglerFigures
+	57, // 30: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
 	35, // 31: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
 	45, // 32: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
 	44, // 33: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
 	47, // 34: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
 	46, // 35: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	12, // 36: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	46, // 37: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	53, // 38: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	54, // 39: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	25, // 40: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	35, // 41: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	57, // 42: gotrain.v1.LogEntry.config:type_name -> gotrain.v1.LogConfig
-	58, // 43: gotrain.v1.LogEntry.join:type_name -> gotrain.v1.LogJoin
-	38, // 44: gotrain.v1.LogEntry.kv_put:type_name -> gotrain.v1.KVPutRequest
-	59, // 45: gotrain.v1.LogEntry.replica:type_name -> gotrain.v1.LogReplica
-	60, // 46: gotrain.v1.LogEntry.tick:type_name -> gotrain.v1.LogTick
-	61, // 47: gotrain.v1.LogEntry.node_lost:type_name -> gotrain.v1.LogNode
-	61, // 48: gotrain.v1.LogEntry.node_unreachable:type_name -> gotrain.v1.LogNode
-	61, // 49: gotrain.v1.LogEntry.node_reachable:type_name -> gotrain.v1.LogNode
-	50, // 50: gotrain.v1.LogEntry.worker_exit:type_name -> gotrain.v1.ReportWorkerExitRequest
-	62, // 51: gotrain.v1.LogEntry.barrier:type_name -> gotrain.v1.LogBarrier
-	63, // 52: gotrain.v1.LogEntry.barrier_canceled:type_name -> gotrain.v1.LogBarrierCanceled
-	48, // 53: gotrain.v1.LogEntry.progress:type_name -> gotrain.v1.ReportProgressRequest
-	32, // 54: gotrain.v1.LogEntry.evidence:type_name -> gotrain.v1.ReportEvidenceRequest
-	13, // 55: gotrain.v1.LogJoin.request:type_name -> gotrain.v1.JoinRequest
-	13, // 56: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	16, // 57: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	38, // 58: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	40, // 59: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	42, // 60: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	48, // 61: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	50, // 62: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	52, // 63: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	32, // 64: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	36, // 65: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	17, // 66: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
-	19, // 67: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
-	38, // 68: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	40, // 69: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	42, // 70: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	48, // 71: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	6,  // 72: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	0,  // 73: gotrain.v1.SnapshotPeer.Replicate:input_type -> gotrain.v1.SnapshotChunk
-	2,  // 74: gotrain.v1.SnapshotPeer.Have:input_type -> gotrain.v1.PeerSnapshotRequest
-	2,  // 75: gotrain.v1.SnapshotPeer.Fetch:input_type -> gotrain.v1.PeerSnapshotRequest
-	15, // 76: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	29, // 77: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	39, // 78: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	41, // 79: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	43, // 80: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	49, // 81: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	51, // 82: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	55, // 83: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	33, // 84: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	37, // 85: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	18, // 86: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
-	20, // 87: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
-	39, // 88: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	41, // 89: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	43, // 90: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	49, // 91: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	10, // 92: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	1,  // 93: gotrain.v1.SnapshotPeer.Replicate:output_type -> gotrain.v1.ReplicateResponse
-	3,  // 94: gotrain.v1.SnapshotPeer.Have:output_type -> gotrain.v1.PeerSnapshotInfo
-	0,  // 95: gotrain.v1.SnapshotPeer.Fetch:output_type -> gotrain.v1.SnapshotChunk
-	76, // [76:96] is the sub-list for method output_type
-	56, // [56:76] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	49, // 36: gotrain.v1.ReportProgressRequest.recoveries:type_name -> gotrain.v1.RecoveryTiming
+	50, // 37: gotrain.v1.RecoveryTiming.phases:type_name -> gotrain.v1.RecoveryPhase
+	12, // 38: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	46, // 39: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	55, // 40: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	56, // 41: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	25, // 42: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	35, // 43: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	59, // 44: gotrain.v1.LogEntry.config:type_name -> gotrain.v1.LogConfig
+	60, // 45: gotrain.v1.LogEntry.join:type_name -> gotrain.v1.LogJoin
+	38, // 46: gotrain.v1.LogEntry.kv_put:type_name -> gotrain.v1.KVPutRequest
+	61, // 47: gotrain.v1.LogEntry.replica:type_name -> gotrain.v1.LogReplica
+	62, // 48: gotrain.v1.LogEntry.tick:type_name -> gotrain.v1.LogTick
+	63, // 49: gotrain.v1.LogEntry.node_lost:type_name -> gotrain.v1.LogNode
+	63, // 50: gotrain.v1.LogEntry.node_unreachable:type_name -> gotrain.v1.LogNode
+	63, // 51: gotrain.v1.LogEntry.node_reachable:type_name -> gotrain.v1.LogNode
+	52, // 52: gotrain.v1.LogEntry.worker_exit:type_name -> gotrain.v1.ReportWorkerExitRequest
+	64, // 53: gotrain.v1.LogEntry.barrier:type_name -> gotrain.v1.LogBarrier
+	65, // 54: gotrain.v1.LogEntry.barrier_canceled:type_name -> gotrain.v1.LogBarrierCanceled
+	48, // 55: gotrain.v1.LogEntry.progress:type_name -> gotrain.v1.ReportProgressRequest
+	32, // 56: gotrain.v1.LogEntry.evidence:type_name -> gotrain.v1.ReportEvidenceRequest
+	13, // 57: gotrain.v1.LogJoin.request:type_name -> gotrain.v1.JoinRequest
+	13, // 58: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	16, // 59: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	38, // 60: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	40, // 61: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	42, // 62: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	48, // 63: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	52, // 64: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	54, // 65: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	32, // 66: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	36, // 67: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	17, // 68: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
+	19, // 69: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
+	38, // 70: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	40, // 71: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	42, // 72: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	48, // 73: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	6,  // 74: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	0,  // 75: gotrain.v1.SnapshotPeer.Replicate:input_type -> gotrain.v1.SnapshotChunk
+	2,  // 76: gotrain.v1.SnapshotPeer.Have:input_type -> gotrain.v1.PeerSnapshotRequest
+	2,  // 77: gotrain.v1.SnapshotPeer.Fetch:input_type -> gotrain.v1.PeerSnapshotRequest
+	15, // 78: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	29, // 79: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	39, // 80: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	41, // 81: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	43, // 82: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	51, // 83: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	53, // 84: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	57, // 85: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	33, // 86: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	37, // 87: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	18, // 88: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	20, // 89: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
+	39, // 90: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	41, // 91: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	43, // 92: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	51, // 93: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	10, // 94: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	1,  // 95: gotrain.v1.SnapshotPeer.Replicate:output_type -> gotrain.v1.ReplicateResponse
+	3,  // 96: gotrain.v1.SnapshotPeer.Have:output_type -> gotrain.v1.PeerSnapshotInfo
+	0,  // 97: gotrain.v1.SnapshotPeer.Fetch:output_type -> gotrain.v1.SnapshotChunk
+	78, // [78:98] is the sub-list for method output_type
+	58, // [58:78] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -6106,7 +6268,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*GenerationEvent_HostReplica)(nil),
 		(*GenerationEvent_Restarting)(nil),
 	}
-	file_gotrain_v1_gotrain_proto_msgTypes[56].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[58].OneofWrappers = []any{
 		(*LogEntry_Config)(nil),
 		(*LogEntry_Join)(nil),
 		(*LogEntry_KvPut)(nil),
@@ -6127,7 +6289,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   66,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
