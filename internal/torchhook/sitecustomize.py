@@ -308,6 +308,8 @@ def _gotrain_sitecustomize():
         # The agent sets only TORCH_NCCL_ASYNC_ERROR_HANDLING (the older
         # name warns on every rank from PyTorch 2.2 on); PyTorch before 2.2
         # reads only NCCL_ASYNC_ERROR_HANDLING, when its NCCL group is made.
+        # Set as init_process_group is called, not at import: a Python
+        # standby imports torch before it has the rank's environment.
         import torch
 
         v = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
@@ -318,7 +320,6 @@ def _gotrain_sitecustomize():
             os.environ["NCCL_ASYNC_ERROR_HANDLING"] = v
 
     def patch_dist(dist):
-        counter.guard(old_error_handling_name)
         for name, op in CALLS.items():
             f = getattr(dist, name, None)
             if f is not None and not getattr(f, "__gotrain_counted__", False):
@@ -336,6 +337,7 @@ def _gotrain_sitecustomize():
 
         @functools.wraps(f)
         def init_process_group(*args, **kwargs):
+            quietly(old_error_handling_name)
             start = time.time_ns()
             result = f(*args, **kwargs)
             quietly(facts.init_done, start, time.time_ns())

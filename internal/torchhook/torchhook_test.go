@@ -280,15 +280,16 @@ func TestExitWithModelAliveIsClean(t *testing.T) {
 
 // The agent sets only TORCH_NCCL_ASYNC_ERROR_HANDLING; a PyTorch before
 // 2.2, which reads only the older name, gets that one from the hook when
-// it imports torch.distributed (a newer one does not, as it would warn).
+// it calls init_process_group (a newer one does not, as it would warn).
 func TestOlderTorchGetsTheOlderErrorHandlingName(t *testing.T) {
 	t.Parallel()
 	py := python3(t)
 	pyDir, out := install(t)
-	code := "import os, torch, torch.distributed\n" +
+	code := "import os, sys, torch, torch.distributed as dist\n" +
+		"dist.init_process_group('gloo', init_method='file://' + sys.argv[1], rank=0, world_size=1)\n" +
 		"v = tuple(int(x) for x in torch.__version__.split('+')[0].split('.')[:2])\n" +
 		"print(v < (2, 2), os.environ.get('NCCL_ASYNC_ERROR_HANDLING', '-'))\n"
-	cmd := exec.CommandContext(t.Context(), py, "-c", code)
+	cmd := exec.CommandContext(t.Context(), py, "-c", code, filepath.Join(t.TempDir(), "init"))
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+pyDir, EnvDir+"="+out, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1")
 	got, err := cmd.CombinedOutput()
 	if err != nil {

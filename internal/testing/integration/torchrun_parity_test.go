@@ -33,7 +33,7 @@ import (
 //   - TORCH_NCCL_ASYNC_ERROR_HANDLING=1: torchrun sets it from PyTorch 2.0
 //     on, gotrain for every version; NCCL_ASYNC_ERROR_HANDLING=1: torchrun
 //     before 2.2 sets it, gotrain's torch hook in the process for such a
-//     torch (when it imports torch.distributed);
+//     torch (when it calls init_process_group);
 //   - TORCHELASTIC_RUN_ID: "none", a UUID or gotrain's run id, each chosen
 //     per run; only that it is set is compared;
 //   - TORCHELASTIC_ERROR_FILE: a path of the launcher's own;
