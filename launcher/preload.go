@@ -60,7 +60,7 @@ func (a *agent) learnImports() {
 			continue
 		}
 		l.told[p.pid()] = true
-		if err := p.py.Preload(l.modules); err != nil {
+		if err := p.py.Preload(l.modules, pystandby.PreloadSeconds, pystandby.PreloadGrowth); err != nil {
 			a.log.Warn("cannot tell the Python standby what to preload", "slot", p.who.Slot, "pid", p.pid(), "err", err)
 		}
 	}

@@ -224,13 +224,23 @@ func (l *Link) Read(log *slog.Logger, post func(agentcore.Event), slot, pid int,
 	}
 }
 
+// Bounds on what a standby preloads: how long it may import, and how
+// much its RSS may grow (a standby holds memory a rank may need).
+const (
+	PreloadSeconds = 60.0
+	PreloadGrowth  = 2 << 30
+)
+
 // Preload tells the standby to import modules (the installed packages the
-// job's first attempt imported) while it waits; it answers with what it
+// job's first attempt imported) while it waits, within seconds and growth
+// bytes of RSS (PreloadSeconds, PreloadGrowth); it answers with what it
 // did import, which Read logs.
-func (l *Link) Preload(modules []string) error {
+func (l *Link) Preload(modules []string, seconds float64, growth int64) error {
 	b, err := json.Marshal(struct {
 		Preload []string `json:"preload"`
-	}{modules})
+		Seconds float64  `json:"seconds"`
+		Growth  int64    `json:"growth"`
+	}{modules, seconds, growth})
 	if err != nil {
 		return err
 	}

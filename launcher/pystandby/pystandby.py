@@ -8,10 +8,11 @@
 # torch.distributed and PRELOAD, initialises CUDA on DEVICE, says
 # {"ready": ...} (or {"error": ...} and waits to be killed) and waits for
 # the rank: {"env": [...], "cwd": ..., "path"|"module": ..., "args": [...]}.
-# Meanwhile the agent may send {"preload": [...]}: the installed packages
-# the job's first attempt imported (the torch hook's list), which it
-# imports too, within PRELOAD_SECONDS and PRELOAD_GROWTH of memory,
-# skipping those that fail, and answers {"preloaded": [...], ...}.
+# Meanwhile the agent may send {"preload": [...], "seconds": S, "growth":
+# BYTES}: the installed packages the job's first attempt imported (the
+# torch hook's list), which it imports too, for at most S seconds and
+# BYTES of RSS growth, skipping those that fail, and answers
+# {"preloaded": [...], ...}.
 # Then it becomes the program as `python SCRIPT ARGS` or `python -m MODULE
 # ARGS` would run it, in this interpreter's own __main__ module.
 #
@@ -97,7 +98,7 @@ def _gotrain_standby():
         job = json.loads(line)
         if "preload" not in job:
             break
-        learned = _preload(job["preload"])
+        learned = _preload(job["preload"], float(job.get("seconds", 60)), int(job.get("growth", 2 << 30)))
         preload = preload + [m for m in learned if m not in preload]
         say(preloaded=learned, tried=len(job["preload"]))
     lines.close()
@@ -178,10 +179,6 @@ def _gotrain_standby():
         sys.exit(1)
 
 
-PRELOAD_SECONDS = 60.0  # for all of one list
-PRELOAD_GROWTH = 2 << 30  # bytes of RSS the preloads may add
-
-
 def _rss():
     import os
 
@@ -189,7 +186,7 @@ def _rss():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _preload(names):
+def _preload(names, seconds, growth):
     # The installed packages the job's first attempt imported: each one
     # not imported yet, in the order it was, until the time or memory
     # bound is reached; one that fails is skipped (it fails the same in
@@ -203,7 +200,7 @@ def _preload(names):
     for name in names:
         if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
             continue
-        if time.monotonic() - t0 > PRELOAD_SECONDS or _rss() - rss0 > PRELOAD_GROWTH:
+        if time.monotonic() - t0 > seconds or _rss() - rss0 > growth:
             break
         if name in sys.modules:
             continue
