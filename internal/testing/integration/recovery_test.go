@@ -117,4 +117,16 @@ func TestRecoveryTimedPhaseByPhase(t *testing.T) {
 	if r.Seconds <= 0 || r.Restore == nil || r.Restore.Bytes != 1<<20 || r.Restore.Step != 3 || len(r.Missing) > 0 {
 		t.Errorf("recovery.json: %s", b)
 	}
+	// root-cause.json, written as the job ends, carries them too.
+	b, err = os.ReadFile(filepath.Join(filepath.Dir(files[0]), "root-cause.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc struct {
+		Succeeded  bool              `json:"succeeded"`
+		Recoveries []json.RawMessage `json:"recoveries"`
+	}
+	if err := json.Unmarshal(b, &rc); err != nil || !rc.Succeeded || len(rc.Recoveries) != 1 {
+		t.Errorf("root-cause.json: %v\n%s", err, b)
+	}
 }
