@@ -79,6 +79,12 @@ step() {
 	tail -n 3 "$REPORT_DIR/$name.log" >&2
 }
 
+# skip NAME WHY: records a step that cannot run on this machine, and why.
+skip() {
+	echo "== $1: skipped: $2" >&2
+	printf '| %s | SKIP (%s) | | |\n' "$1" "$2" >>"$REPORT_DIR/steps.md"
+}
+
 : >"$REPORT_DIR/steps.md"
 # The test binaries of `make gpu` (GPU_TEST_PKGS there), as package paths;
 # each runs in its package's directory, as go test runs it.
@@ -128,9 +134,17 @@ fi
 # PyTorch, unchanged, under gotrain launch: torchrun's set_device(LOCAL_RANK)
 # idiom and a restart (the anchor), and a hang named from NCCL's RAS alone.
 PY=${PY:-/opt/torch/.venv/bin/python}
+# Both need two ranks. On one GPU the restart runs its two ranks on that
+# GPU over gloo (anchors/torch_restart.py: NCCL before 2.30 cannot put two
+# ranks on one GPU); the hang, which NCCL's RAS must name, is skipped.
 if "$PY" -c 'import torch' 2>/dev/null; then
-	step torch-restart bash -c 'rm -f /tmp/gt_crash_ts; "$1" launch --gpus "$2" --max-restarts 1 --grace-period 5s -- "$3" bench/anchors/torch_restart.py' _ "$BIN/gotrain" "$GPUS" "$PY"
-	step torch-hang env BIN="$BIN" PY="$PY" RESULT="$REPORT_DIR/hang-torch.md" bash bench/hang_torch.sh
+	if ((GPUS >= 2)); then
+		step torch-restart bash -c 'rm -f /tmp/gt_crash_ts; "$1" launch --gpus "$2" --max-restarts 1 --grace-period 5s -- "$3" bench/anchors/torch_restart.py' _ "$BIN/gotrain" "$GPUS" "$PY"
+		step torch-hang env BIN="$BIN" PY="$PY" RESULT="$REPORT_DIR/hang-torch.md" bash bench/hang_torch.sh
+	else
+		step torch-restart bash -c 'rm -f /tmp/gt_crash_ts; "$1" launch --nproc-per-node 2 --backend cpu --max-restarts 1 --grace-period 5s -- "$2" bench/anchors/torch_restart.py' _ "$BIN/gotrain" "$PY"
+		skip torch-hang "needs 2 GPUs, this machine has $GPUS: the hang is named from NCCL's RAS, and NCCL before 2.30 cannot run two ranks on one GPU"
+	fi
 fi
 
 {

@@ -181,7 +181,7 @@ func b2f(b bool) float64 {
 // MetricsHandler serves the job's metrics in Prometheus' text format.
 func (s *Server) MetricsHandler() http.Handler {
 	reg := prometheus.NewRegistry()
-	prometheus.WrapRegistererWith(prometheus.Labels{"run_id": s.cfg.Job.RunID}, reg).MustRegister(collector{s})
+	prometheus.WrapRegistererWith(prometheus.Labels{"run_id": s.cfg.Job.RunID}, reg).MustRegister(collector{s}, s.recoveries)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
@@ -211,4 +211,56 @@ func (s *Server) ServeMetrics(ctx context.Context, lis net.Listener) error {
 		return fmt.Errorf("coordinator: metrics on %s: %w", lis.Addr(), err)
 	}
 	return nil
+}
+
+// recoveryBuckets span a restart's phases: a standby's hand-over (ms) to
+// a large model's restore or a cold start's imports (a minute).
+var recoveryBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120}
+
+// maxRecoveriesPerReport bounds what one progress report can add: an agent
+// times one restart per generation.
+const maxRecoveriesPerReport = 8
+
+func newRecoveryHistograms() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gotrain_recovery_phase_seconds",
+		Help:    "How long each phase of a restart took on a node (launcher/recovery): detected, stopped, rendezvous, started (start=standby or cold), imports, init_process_group, setup, restored, first_step, and total.",
+		Buckets: recoveryBuckets,
+	}, []string{"phase", "start"})
+}
+
+// recoveryPhaseLabel is a phase's metric label: the known names, spaces
+// as underscores; anything else an agent sent is not observed.
+func recoveryPhaseLabel(name string) (string, bool) {
+	switch name {
+	case "detected", "stopped", "rendezvous", "started", "imports", "init_process_group", "setup", "restored":
+		return name, true
+	case "first step":
+		return "first_step", true
+	}
+	return "", false
+}
+
+// observeRecoveries adds an agent's timed restarts to the histograms.
+func (s *Server) observeRecoveries(rs []*gotrainv1.RecoveryTiming) {
+	for i, r := range rs {
+		if i == maxRecoveriesPerReport {
+			break
+		}
+		start := ""
+		for _, p := range r.GetPhases() {
+			if p.GetName() == "started" && (p.GetDetail() == "standby" || p.GetDetail() == "cold") {
+				start = p.GetDetail()
+			}
+		}
+		ok := func(v float64) bool { return v >= 0 && v < 1e6 } // NaN fails both
+		for _, p := range r.GetPhases() {
+			if name, known := recoveryPhaseLabel(p.GetName()); known && ok(p.GetSeconds()) {
+				s.recoveries.WithLabelValues(name, start).Observe(p.GetSeconds())
+			}
+		}
+		if ok(r.GetSeconds()) {
+			s.recoveries.WithLabelValues("total", start).Observe(r.GetSeconds())
+		}
+	}
 }

@@ -148,3 +148,69 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("rank 1 got a GPU sample: %v", st.GetRanks()[1].GetProgress())
 	}
 }
+
+// histogram returns the sample count and sum of the histogram of family
+// name whose labels include want.
+func histogram(fams map[string]*dto.MetricFamily, name string, want map[string]string) (count uint64, sum float64, ok bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, 0, false
+	}
+next:
+	for _, m := range f.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if have[k] != v {
+				continue next
+			}
+		}
+		if h := m.GetHistogram(); h != nil {
+			return h.GetSampleCount(), h.GetSampleSum(), true
+		}
+	}
+	return 0, 0, false
+}
+
+// The agents' timed restarts become one histogram per phase, labelled by
+// how the rank started; a phase no agent should send is not observed.
+func TestRecoveryHistograms(t *testing.T) {
+	srv, addr := startServer(t, Config{Job: job.Config{Nodes: 1}}, testHooks{})
+	c := newClient(t, addr)
+	a := join(t, c, "host-a", "10.0.0.1", 1, 29500)
+	stream := a.watch(rpcCtx(t))
+	if ev, err := stream.Recv(); err != nil || ev.GetStarted() == nil {
+		t.Fatalf("first event %v, %v; want started", ev, err)
+	}
+	timing := func(total float64, start string) *gotrainv1.RecoveryTiming {
+		return &gotrainv1.RecoveryTiming{Generation: 1, Seconds: total, Phases: []*gotrainv1.RecoveryPhase{
+			{Name: "detected", Seconds: 0.01}, {Name: "started", Seconds: 0.05, Detail: start},
+			{Name: "first step", Seconds: 0.5}, {Name: "made up", Seconds: 3}}}
+	}
+	for _, r := range []*gotrainv1.RecoveryTiming{timing(1.8, "standby"), timing(4, "cold"), timing(2.2, "standby")} {
+		if _, err := c.ReportProgress(rpcCtx(t), &gotrainv1.ReportProgressRequest{NodeId: a.id, Recoveries: []*gotrainv1.RecoveryTiming{r}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams := scrape(t, srv.MetricsHandler())
+	for _, tc := range []struct {
+		phase, start string
+		count        uint64
+		sum          float64
+	}{
+		{"total", "standby", 2, 4.0},
+		{"total", "cold", 1, 4},
+		{"first_step", "standby", 2, 1.0},
+		{"started", "cold", 1, 0.05},
+	} {
+		n, sum, ok := histogram(fams, "gotrain_recovery_phase_seconds", map[string]string{"phase": tc.phase, "start": tc.start, "run_id": "run-test"})
+		if !ok || n != tc.count || sum < tc.sum-1e-9 || sum > tc.sum+1e-9 {
+			t.Errorf("gotrain_recovery_phase_seconds{phase=%q,start=%q}: count %d sum %v (found %v), want %d and %v", tc.phase, tc.start, n, sum, ok, tc.count, tc.sum)
+		}
+	}
+	if _, _, ok := histogram(fams, "gotrain_recovery_phase_seconds", map[string]string{"phase": "made up"}); ok {
+		t.Error("a phase no agent sends was observed")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -75,6 +76,9 @@ type Server struct {
 	halt context.CancelFunc
 
 	finished chan struct{} // closed on FinishJob
+
+	// recoveries: the agents' timed restarts, phase by phase (metrics.go).
+	recoveries *prometheus.HistogramVec
 
 	mu sync.Mutex
 	// st is the state every replica holds alike (package state): the
@@ -199,6 +203,8 @@ func New(cfg Config) (*Server, error) {
 		waiters:  newWaiters(),
 		bounds:   &requestBounds{log: logger.With("run_id", cfg.Job.RunID)},
 		keys:     replicaKeys{ca: cfg.CA},
+
+		recoveries: newRecoveryHistograms(),
 	}, nil
 }
 
@@ -620,6 +626,9 @@ func (s *Server) Barrier(ctx context.Context, req *gotrainv1.BarrierRequest) (*g
 
 // ReportProgress stores the progress of a node's ranks.
 func (s *Server) ReportProgress(_ context.Context, req *gotrainv1.ReportProgressRequest) (*gotrainv1.ReportProgressResponse, error) {
+	// Observed by the coordinator that is asked (the leader), not through
+	// the log: the histograms are this process's, as a scrape of it says.
+	s.observeRecoveries(req.GetRecoveries())
 	s.mu.Lock()
 	if s.repl != nil && s.rs.leading {
 		s.aq.heartbeat(req.GetNodeId(), s.now()) // agentquorum.go

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -57,11 +58,11 @@ func (a *agent) do(act agentcore.Action) []agentcore.Event {
 	case agentcore.Print:
 		a.stderr.WriteLine("", []byte(act.Text))
 	case agentcore.MeasureMemory:
-		ev := measureMemory(act.Pids)
+		ev := measureMemory(act.Pids, act.Standbys)
 		if ev.Err != "" {
 			a.log.Warn("cannot read the node's memory; keeping standbys", "err", ev.Err)
 		} else {
-			a.log.Info("memory before standbys", "available", ev.Available, "total", ev.Total, "ranks_rss", ev.RSS)
+			a.log.Info("memory for standbys", "available", ev.Available, "total", ev.Total, "ranks_rss", ev.RSS, "standbys_rss", ev.StandbyRSS)
 		}
 		return []agentcore.Event{ev}
 	}
@@ -80,6 +81,7 @@ func (a *agent) spawn(act agentcore.Spawn) []agentcore.Event {
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
 	a.adopt(act.Proc, p, relay.Proc{Rank: v.Rank, Local: v.LocalRank, Gen: v.Generation}, v.GPU, ev)
+	a.recov.rankStarted(time.Now(), v.Generation, v.Rank, p.pid(), false) // recoveries.go
 	return []agentcore.Event{agentcore.Spawned{Proc: act.Proc, Pid: p.pid()}}
 }
 
@@ -128,6 +130,7 @@ func (a *agent) spawnPythonStandby(act agentcore.SpawnStandby) []agentcore.Event
 		return []agentcore.Event{agentcore.SpawnFailed{Proc: act.Proc, Err: err.Error()}}
 	}
 	p.py = link
+	link.OnPreloaded = a.preloaded // preload.go
 	a.log.Info("python standby started", "slot", act.Slot, "gpu", act.GPU, "pid", p.pid())
 	a.adopt(act.Proc, p, relay.Proc{Standby: true, Slot: act.Slot, Local: act.Slot}, act.GPU, observe.Evidence{})
 	stream := a.links.Next()
@@ -249,6 +252,7 @@ func (a *agent) handToStandby(act agentcore.HandToStandby) []agentcore.Event {
 		}
 	}
 	a.log.Info("worker started from standby", "rank", v.Rank, "slot", slot, "pid", p.pid(), "generation", v.Generation)
+	a.recov.rankStarted(time.Now(), v.Generation, v.Rank, p.pid(), true) // recoveries.go
 	return nil
 }
 
@@ -266,6 +270,9 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 		return
 	}
 	e := p.exit()
+	if !act.Stopped && (e.Code != 0 || e.Signal != 0) {
+		a.recov.failure(time.Now()) // recoveries.go
+	}
 	req.Pid, req.ExitCode, req.StderrTail = int32(p.pid()), int32(e.Code), p.stderr.Snapshot()
 	if e.Signal != 0 {
 		req.Signal = unix.SignalName(e.Signal)
@@ -286,19 +293,22 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 	a.queueReport(req)
 }
 
-// measureMemory answers the machine's MeasureMemory (asked before the
-// first standbys under --standby auto) from /proc: a rank whose RSS cannot
-// be read (it is exiting) counts 0.
-func measureMemory(pids []int) agentcore.MemoryMeasured {
+// measureMemory answers the machine's MeasureMemory (asked for the first
+// standbys under --standby auto) from /proc: a rank or standby whose RSS
+// cannot be read (it is exiting) counts 0.
+func measureMemory(pids, standbys []int) agentcore.MemoryMeasured {
 	avail, total, err := procstat.MemInfo()
 	if err != nil {
 		return agentcore.MemoryMeasured{Err: err.Error()}
 	}
-	ev := agentcore.MemoryMeasured{Available: avail, Total: total, RSS: make([]uint64, len(pids))}
-	for i, pid := range pids {
-		ev.RSS[i], _ = procstat.RSS(pid)
+	rss := func(pids []int) []uint64 {
+		out := make([]uint64, len(pids))
+		for i, pid := range pids {
+			out[i], _ = procstat.RSS(pid)
+		}
+		return out
 	}
-	return ev
+	return agentcore.MemoryMeasured{Available: avail, Total: total, RSS: rss(pids), StandbyRSS: rss(standbys)}
 }
 
 func generationChange(gc *gotrainv1.GenerationChange) *gotrainv1.AgentMessage {

@@ -29,6 +29,7 @@ import (
 	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/launcher/pystandby"
+	"github.com/gotrain/gotrain/launcher/recovery"
 	"github.com/gotrain/gotrain/launcher/relay"
 	"github.com/gotrain/gotrain/launcher/signals"
 	"github.com/gotrain/gotrain/launcher/snaptier"
@@ -223,6 +224,10 @@ type agent struct {
 	// its address, published in each generation.
 	snapPeers    *snaptier.Peers
 	snapPeerAddr string
+	// recov times the restarts (recoveries.go); learned is what the
+	// first attempt imported, for Python standbys (preload.go).
+	recov   recoveryWatch
+	learned learnedImports
 }
 
 // tickEvery is how often the loop gives the machine the time (grace
@@ -452,6 +457,8 @@ func (a *agent) loop(ctx context.Context, coordAddr string, events <-chan *gotra
 			ev = agentcore.Signaled{Sig: s}
 		case now := <-tick.C:
 			ev = agentcore.Tick{}
+			a.pollRecovery(now)                                  // recoveries.go
+			a.learnImports()                                     // preload.go
 			if err := a.cutOff(now); err != nil && lost == nil { // contact.go
 				lost, streamErr = err, nil
 				ev = agentcore.CoordinatorLost{Err: err.Error()}
@@ -490,6 +497,10 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 				fmt.Fprintln(a.cfg.Stderr, explain.JoinedLine(a.cfg.RunID, a.host, g)) // explain/restartline.go
 			}
 		}
+		program := pystandby.IsPython(a.cfg.Program) && a.torchDir() != ""
+		if unfinished := a.recov.generationStarted(time.Now(), g.GetGeneration(), program); unfinished != nil && len(unfinished.Ranks) > 0 {
+			a.reportRecovery(recovery.Decide(*unfinished)) // recoveries.go: a restart that did not get as far as its first step
+		}
 		a.gen, a.lastEnded = g, nil
 		a.snapPeers.Generation(snaptier.GenerationOf(g), a.snapPeerAddr)
 		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
@@ -499,6 +510,7 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 	case *gotrainv1.GenerationEvent_Ended:
 		a.log.Info("generation ended", "generation", e.Ended.GetGeneration(), "reason", e.Ended.GetReason())
 		a.lastEnded = e.Ended
+		a.recov.generationEnded(time.Now())
 		var replace []int
 		for _, r := range e.Ended.GetReplace() {
 			replace = append(replace, int(r))
@@ -528,6 +540,9 @@ func (a *agent) feed(ev agentcore.Event) *agentcore.Finish {
 		// Its exit is decided on: the process is the machine's no more,
 		// once the actions (its report) are carried out.
 		defer a.reg.exited(ex.Proc)
+		if p := a.reg.get(ex.Proc); p != nil && !p.who.Standby {
+			a.recov.exited(time.Now())
+		}
 	}
 	f, err := agentcore.Drive(a.m, time.Now, ev, func(_ int, act agentcore.Action) []agentcore.Event {
 		if _, ok := act.(agentcore.Finish); ok {

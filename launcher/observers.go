@@ -70,7 +70,7 @@ func (a *agent) recordRootCause(f *gotrainv1.JobFinished) {
 	if a.cfg.LogDir == "" {
 		return
 	}
-	if err := observe.RecordRootCause(a.cfg.LogDir, a.cfg.RunID, f, exitCodeOf(f), a.gen); err != nil {
+	if err := observe.RecordRootCause(a.cfg.LogDir, a.cfg.RunID, f, exitCodeOf(f), a.gen, a.recov.done); err != nil {
 		a.logTrouble.Warn(err)
 	}
 }

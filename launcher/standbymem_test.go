@@ -23,7 +23,7 @@ func TestStandbyMemoryMeasure(t *testing.T) {
 		t.Skipf("no true to run: %v", err)
 	}
 
-	ev := measureMemory([]int{os.Getpid(), child.Process.Pid, gone.Process.Pid})
+	ev := measureMemory([]int{os.Getpid(), child.Process.Pid, gone.Process.Pid}, nil)
 	if ev.Err != "" {
 		t.Fatalf("measureMemory: %s", ev.Err)
 	}
@@ -84,7 +84,7 @@ func TestStandbyMemoryDecision(t *testing.T) {
 	if !ok || len(measure.Pids) != 1 || measure.Pids[0] != os.Getpid() {
 		t.Fatalf("attached: %v, want measure-memory of this process", acts)
 	}
-	ev := measureMemory(measure.Pids)
+	ev := measureMemory(measure.Pids, measure.Standbys)
 	keep, line := agentcore.KeepStandbys(StandbyAuto, ev.Available, ev.Total, ev.RSS)
 	acts = step(ev)
 	var standbys int

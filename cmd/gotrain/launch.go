@@ -289,7 +289,9 @@ func checkLaunchBackend(cfg *launcher.Config, gpus placement.GPUs, step *slurm.S
 // for a Python program.
 func setUpLaunchOutput(cfg *launcher.Config, opts launchOpts) {
 	level := slog.LevelWarn
-	if opts.verbose {
+	if opts.verbose || opts.logFormat == logJSON {
+		// A log collector wants the records (a timed restart's among them)
+		// without --verbose's logfmt.
 		level = slog.LevelInfo
 	}
 	cfg.Stdin = os.Stdin // one rank alone reads it (torchrun's behaviour)
@@ -373,7 +375,7 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", 10*time.Second, "time workers get between SIGTERM and SIGKILL")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 10*time.Minute, "how long to keep trying to reach the coordinator (long enough for a cluster to come up; a line every 10 s says it still waits)")
 	cfg.Standby = launcher.StandbyAuto
-	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU (or CPU rank) that a restarted rank takes over: on, off, or auto (Python programs: 2 s after the ranks start, on any backend; Go programs: with --backend nccl, once every worker attached with the worker library). A Python standby holds its GPU's CUDA context, "+pyStandbyGPUMemory+" of GPU memory. Each standby holds about one rank's host memory (RSS): auto keeps none when MemAvailable is short of that, on starts them anyway")
+	fs.Var((*standbyFlag)(&cfg.Standby), "standby", "keep a warmed-up spare worker process per GPU (or CPU rank) that a restarted rank takes over: on, off, or auto (Python programs: with the ranks, on any backend; Go programs: with --backend nccl, once every worker attached with the worker library). A Python standby holds its GPU's CUDA context, "+pyStandbyGPUMemory+" of GPU memory. Each standby holds about one rank's host memory (RSS): auto keeps none when MemAvailable is short of that (Python's are measured 2 s in and dropped then), on starts them anyway")
 	fs.Func("standby-preload", "with a Python program: `modules` (comma-separated, e.g. lightning) its standbys import besides torch and torch.distributed", func(s string) error {
 		for _, m := range strings.Split(s, ",") {
 			if m = strings.TrimSpace(m); m != "" {
@@ -387,7 +389,7 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
 	fs.BoolVar(&cfg.RetryPermanent, "retry-permanent", false, "restart after a failure that can only repeat too: the program cannot be executed (not found, exec format error, permission denied), or a Python ImportError, ModuleNotFoundError or SyntaxError before any progress; without it such a failure ends the job at once, and says so")
 	fs.BoolVar(&opts.verbose, "verbose", false, "log the agent's own steps to stderr")
-	fs.Var(logFormatFlag{&opts.logFormat}, "log-format", "how the log lines look: people (one \"gotrain: …\" line each; the default), logfmt (time=… level=… msg=… key=value; the default with --verbose, for tools), json (one object per line, for log collectors)")
+	fs.Var(logFormatFlag{&opts.logFormat}, "log-format", "how the log lines look: people (one \"gotrain: …\" line each; the default), logfmt (time=… level=… msg=… key=value; the default with --verbose, for tools), json (one object per line, for log collectors, with --verbose's records: each restart's phases among them)")
 	fs.StringVar(&opts.signals, "signals-to-handle", slurm.DefaultSignals, "signals the agent passes on to every worker, of SIGUSR1,SIGUSR2,SIGHUP,SIGQUIT (\"none\": none; the others are dropped). SIGINT and SIGTERM always stop the workers. Under Slurm, Slurm itself delivers these signals to every worker")
 	trustFlags(fs, &cfg.Trust) // tlsflags.go
 	serverTLSFlags(fs, &cfg.TLSCert, &cfg.TLSKey)

@@ -13,6 +13,15 @@
 #    DIR/PID.progress, a small memory-mapped record the agent reads each
 #    second (layout in torchhook.go), so a rank that stops calling
 #    collectives is named like a Go worker that does.
+# 3. It times the program's recovery for the agent (launcher/recovery), in
+#    DIR/PID.phases, JSON lines: init_process_group's start and end, the
+#    first collective completed after it and after each phase the program
+#    reports, and those phases: sys.modules["_gotrain_hook"].phase(name,
+#    seconds, **facts), which the snapshot module calls after a restore
+#    (phase("restore", seconds, bytes=N, source="agent", step=S)). Once,
+#    after init_process_group (or 30 s after torch.distributed was
+#    imported), it writes the installed packages the program imported,
+#    which the agent's Python standbys import ahead of the next attempt.
 #
 # Nothing is imported or patched before the program imports torch; a
 # failure in the hook turns the hook off and never reaches the program.
@@ -128,6 +137,7 @@ def _gotrain_sitecustomize():
                 if item is None:
                     return
                 now = time.time_ns()
+                quietly(facts.completed, now)
                 self.done += 1
                 self.completed_ns = now
                 self.wait_ns += now - item[1]
@@ -146,6 +156,86 @@ def _gotrain_sitecustomize():
 
     counter = Counter()
     state = {"pg": None, "gloo": False}
+
+    import json
+
+    MAX_LINES = 256  # of DIR/PID.phases: a program calling phase() in a loop stays bounded
+    MAX_MODULES = 300
+
+    class Facts:
+        """What this process's recovery took, for the agent."""
+
+        def __init__(self):
+            self.lock = threading.Lock()
+            self.pid = os.getpid()
+            self.fd = None
+            self.lines = 0
+            self.armed = False  # the next completed collective is written
+            self.listed = False  # the modules were written
+
+        def write(self, rec):
+            with self.lock:
+                # A forked child (a DataLoader worker) is not the rank.
+                if os.getpid() != self.pid or self.lines >= MAX_LINES:
+                    return
+                if self.fd is None:
+                    path = os.path.join(out, "%d.phases" % self.pid)
+                    self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+                self.lines += 1
+                os.write(self.fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
+
+        def phase(self, name, seconds, **facts):
+            rec = {k: v for k, v in facts.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+            rec.update(phase=str(name)[:40], seconds=float(seconds), end=time.time_ns())
+            self.write(rec)
+            self.armed = True
+
+        def init_done(self, start, end):
+            self.write({"phase": "init_process_group", "start": start, "end": end})
+            self.armed = True
+            self.modules()
+
+        def completed(self, end):
+            if self.armed:
+                self.armed = False
+                self.write({"phase": "collective", "end": end})
+
+        def modules(self):
+            # Installed packages only: the program's own modules may act on
+            # its environment as they are imported, which a standby has not.
+            if self.listed:
+                return
+            self.listed = True
+            names = []
+            for name, mod in list(sys.modules.items()):
+                if "." in name or name.startswith("_") or not name.isidentifier():
+                    continue
+                f = getattr(mod, "__file__", None) or ""
+                if "/site-packages/" in f or "/dist-packages/" in f:
+                    names.append(name)
+                    if len(names) >= MAX_MODULES:
+                        break
+            self.write({"modules": names})
+
+    facts = Facts()
+
+    def quietly(f, *args, **kwargs):
+        # The timings are the agent's business: a failure to record one
+        # never reaches the program, nor turns the collective counts off.
+        try:
+            f(*args, **kwargs)
+        except Exception:
+            pass
+
+    def phase(name, seconds, **kw):
+        """Record that the program's phase name took seconds, ending now."""
+        quietly(facts.phase, name, seconds, **kw)
+
+    import types
+
+    hook = types.ModuleType("_gotrain_hook", "gotrain's torch hook, for the program's phases (internal/torchhook)")
+    hook.phase = phase
+    sys.modules["_gotrain_hook"] = hook
 
     def counted(dist, group):
         """Whether a collective on group is the gloo default group's."""
@@ -214,11 +304,47 @@ def _gotrain_sitecustomize():
         collective.__gotrain_inner__ = f
         return collective
 
+    def old_error_handling_name():
+        # The agent sets only TORCH_NCCL_ASYNC_ERROR_HANDLING (the older
+        # name warns on every rank from PyTorch 2.2 on); PyTorch before 2.2
+        # reads only NCCL_ASYNC_ERROR_HANDLING, when its NCCL group is made.
+        # Set as init_process_group is called, not at import: a Python
+        # standby imports torch before it has the rank's environment.
+        import torch
+
+        v = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+        if v is None or "NCCL_ASYNC_ERROR_HANDLING" in os.environ:
+            return
+        major, minor = (int("".join(c for c in x if c.isdigit()) or 0) for x in torch.__version__.split(".")[:2])
+        if (major, minor) < (2, 2):
+            os.environ["NCCL_ASYNC_ERROR_HANDLING"] = v
+
     def patch_dist(dist):
         for name, op in CALLS.items():
             f = getattr(dist, name, None)
             if f is not None and not getattr(f, "__gotrain_counted__", False):
                 setattr(dist, name, wrap(dist, name, f, op))
+        f = getattr(dist, "init_process_group", None)
+        if f is not None and not getattr(f, "__gotrain_timed__", False):
+            dist.init_process_group = timed_init(f)
+        # The modules, should init_process_group never come.
+        t = threading.Timer(30.0, quietly, (facts.modules,))
+        t.daemon = True
+        t.start()
+
+    def timed_init(f):
+        import functools
+
+        @functools.wraps(f)
+        def init_process_group(*args, **kwargs):
+            quietly(old_error_handling_name)
+            start = time.time_ns()
+            result = f(*args, **kwargs)
+            quietly(facts.init_done, start, time.time_ns())
+            return result
+
+        init_process_group.__gotrain_timed__ = True
+        return init_process_group
 
     def patch_ddp(mod):
         ddp = getattr(mod, "DistributedDataParallel", None)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -275,4 +276,107 @@ func TestExitWithModelAliveIsClean(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The agent sets only TORCH_NCCL_ASYNC_ERROR_HANDLING; a PyTorch before
+// 2.2, which reads only the older name, gets that one from the hook when
+// it calls init_process_group (a newer one does not, as it would warn).
+func TestOlderTorchGetsTheOlderErrorHandlingName(t *testing.T) {
+	t.Parallel()
+	py := python3(t)
+	pyDir, out := install(t)
+	code := "import os, sys, torch, torch.distributed as dist\n" +
+		"dist.init_process_group('gloo', init_method='file://' + sys.argv[1], rank=0, world_size=1)\n" +
+		"v = tuple(int(x) for x in torch.__version__.split('+')[0].split('.')[:2])\n" +
+		"print(v < (2, 2), os.environ.get('NCCL_ASYNC_ERROR_HANDLING', '-'))\n"
+	cmd := exec.CommandContext(t.Context(), py, "-c", code, filepath.Join(t.TempDir(), "init"))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+pyDir, EnvDir+"="+out, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1")
+	got, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, got)
+	}
+	switch f := strings.Fields(string(got)); {
+	case len(f) != 2:
+		t.Fatalf("output %q", got)
+	case f[0] == "True" && f[1] != "1":
+		t.Errorf("PyTorch before 2.2: NCCL_ASYNC_ERROR_HANDLING=%s, want 1", f[1])
+	case f[0] == "False" && f[1] != "-":
+		t.Errorf("PyTorch 2.2 or later: NCCL_ASYNC_ERROR_HANDLING=%s, want unset", f[1])
+	}
+}
+
+// The recovery's timings: init_process_group, the restore the program
+// reports through sys.modules["_gotrain_hook"], the first collective after
+// it, and the installed packages the program imported.
+func TestRecordsPhasesAndModules(t *testing.T) {
+	t.Parallel()
+	py := python3(t)
+	pyDir, out := install(t)
+	before := time.Now()
+	rs := startJob(t, py, pyDir, out, "STEPS=3", "RESTORE_PHASE=1")
+	for i, r := range rs {
+		f := r.line(t, "RESULT")
+		if err := r.cmd.Wait(); err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+		facts, err := ReadFacts(filepath.Join(out, f[2]+PhasesSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName := map[string][]Fact{}
+		for _, p := range facts.Phases {
+			byName[p.Phase] = append(byName[p.Phase], p)
+		}
+		init, restore, coll := byName["init_process_group"], byName["restore"], byName["collective"]
+		if len(init) != 1 || init[0].Start.Before(before) || init[0].End.Before(init[0].Start) {
+			t.Fatalf("rank %d: init_process_group %+v", i, init)
+		}
+		if len(restore) != 1 || restore[0].Seconds != 0.05 || restore[0].Bytes != 1234 || restore[0].Source != "agent" || restore[0].Step != 7 || restore[0].End.Before(init[0].End) {
+			t.Errorf("rank %d: restore %+v", i, restore)
+		}
+		// One after init_process_group (none comes before the restore here:
+		// DDP's construction broadcasts outside the counted calls) and one
+		// after the restore: the first step's.
+		if len(coll) != 1 || len(restore) == 1 && coll[0].End.Before(restore[0].End) {
+			t.Errorf("rank %d: collectives %+v, want the first after the restore", i, coll)
+		}
+		if !slices.Contains(facts.Modules, "torch") || slices.Contains(facts.Modules, "os") || slices.Contains(facts.Modules, "gloo_steps") {
+			t.Errorf("rank %d: modules %v, want torch and no standard or program module", i, facts.Modules)
+		}
+	}
+}
+
+// Lines that are not the hook's records are skipped; names are checked.
+func TestParseFactsChecksWhatTheProgramWrote(t *testing.T) {
+	in := `{"phase":"restore","seconds":0.5,"end":2000000000,"bytes":10,"source":"agent","step":3}
+not json
+{"phase":"../../etc","seconds":1,"end":5}
+{"phase":"init_process_group","start":9,"end":5}
+{"phase":"restore","seconds":-1,"end":5}
+{"phase":"x","seconds":1,"end":5,"source":"a b"}
+{"modules":["torch","os.path","transformers","torch","$x"]}
+{"modules":["late"]}
+{"phase":"collective","end":7`
+	f := ParseFacts([]byte(in))
+	if len(f.Phases) != 2 || f.Phases[0].Phase != "restore" || f.Phases[0].Bytes != 10 || f.Phases[1].Phase != "x" || f.Phases[1].Source != "" {
+		t.Errorf("phases %+v", f.Phases)
+	}
+	if !slices.Equal(f.Modules, []string{"torch", "transformers"}) {
+		t.Errorf("modules %v", f.Modules)
+	}
+}
+
+func FuzzParseFacts(f *testing.F) {
+	f.Add([]byte(`{"phase":"restore","seconds":0.5,"end":2,"bytes":10}` + "\n" + `{"modules":["a"]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fc := ParseFacts(b)
+		if len(fc.Modules) > maxModules {
+			t.Fatal("too many modules")
+		}
+		for _, p := range fc.Phases {
+			if !phaseName.MatchString(p.Phase) || p.End.IsZero() || p.Seconds < 0 {
+				t.Fatalf("invalid %+v", p)
+			}
+		}
+	})
 }

@@ -33,11 +33,11 @@ import (
 //	standby-unfit slot=N pid=N (the reason on the next line)
 //	handover-failed p=N | fail-next-spawn (the error on the next line)
 //	signal sig=NAME | tick [+=DURATION]
-//	memory avail=MiB total=MiB rss=MiB (each pid's) | memory error=TEXT
+//	memory avail=MiB total=MiB rss=MiB (each rank's) [standby-rss=MiB (each standby's)] | memory error=TEXT
 func TestInteraction(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		h := &harness{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-			mem: agentcore.MemoryMeasured{Available: 64 << 30, Total: 128 << 30, RSS: []uint64{230 << 20}}}
+			mem: agentcore.MemoryMeasured{Available: 64 << 30, Total: 128 << 30, RSS: []uint64{230 << 20}, StandbyRSS: []uint64{200 << 20}}}
 		datadriven.RunTest(t, path, h.handle)
 	})
 }
@@ -131,11 +131,12 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 	case "handover-failed":
 		ev = agentcore.HandoverFailed{Proc: proc(t, d)}
 	case "memory":
-		var avail, total, rss uint64
+		var avail, total, rss, standbyRSS uint64
 		d.MaybeScanArgs(t, "avail", &avail)
 		d.MaybeScanArgs(t, "total", &total)
 		d.MaybeScanArgs(t, "rss", &rss)
-		h.mem = agentcore.MemoryMeasured{Available: avail << 20, Total: total << 20, RSS: []uint64{rss << 20}}
+		d.MaybeScanArgs(t, "standby-rss", &standbyRSS)
+		h.mem = agentcore.MemoryMeasured{Available: avail << 20, Total: total << 20, RSS: []uint64{rss << 20}, StandbyRSS: []uint64{standbyRSS << 20}}
 		d.MaybeScanArgs(t, "error", &h.mem.Err)
 		return ""
 	case "fail-next-spawn":
@@ -167,9 +168,12 @@ func (h *harness) step(t *testing.T, d *datadriven.TestData, ev agentcore.Event,
 		switch a := a.(type) {
 		case agentcore.MeasureMemory:
 			ev := h.mem
-			ev.RSS = nil
+			ev.RSS, ev.StandbyRSS = nil, nil
 			for range a.Pids {
 				ev.RSS = append(ev.RSS, h.mem.RSS[0])
+			}
+			for range a.Standbys {
+				ev.StandbyRSS = append(ev.StandbyRSS, h.mem.StandbyRSS[0])
 			}
 			return []agentcore.Event{ev}
 		case agentcore.Spawn:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,12 +37,18 @@ type Machine struct {
 	// refillAt: when the standbys that Python ranks took over are
 	// replaced (zero: none waits); see pyRefillDelay.
 	refillAt time.Time
+	// measureAt: when the node's memory is measured with the first Python
+	// standbys under StandbyAuto running (zero: not due); see pyRefillDelay.
+	measureAt time.Time
 }
 
 // pyRefillDelay is how long after ranks took over Python standbys their
 // replacements start: a new standby's `import torch` takes a CPU core for
 // a second or more, which the restarted ranks need until their first
-// collective (bench/results/torch-restart-standby-2026-12-01-cpu.md).
+// collective (bench/results/torch-restart-standby-2026-12-01-cpu.md). It
+// is also how long the first Python standbys under StandbyAuto run before
+// the node's memory is measured: the ranks have grown to a size worth
+// measuring by then.
 const pyRefillDelay = 2 * time.Second
 
 // proc is one process the machine asked for.
@@ -231,10 +238,12 @@ func (m *Machine) generationStarted(g jobenv.NodeGeneration) []Action {
 		}
 		out = append(out, acts...)
 	}
-	// Python standbys wait a little after ranks took some over, and the
-	// first ones under StandbyAuto as well: the ranks need the CPUs to
-	// import torch, and have grown to a size worth measuring by then.
-	if m.cfg.Python && (handed || m.pool != nil && m.pool.memCheck && !m.pool.measuring) {
+	// Python standbys wait a little after ranks took some over: the
+	// restarted ranks need the CPUs until their first collective. The
+	// first ones start with the job, so that a crash in its first seconds
+	// finds them warm (under StandbyAuto they go again if the memory
+	// measured then turns out short).
+	if m.cfg.Python && handed {
 		m.refillAt = m.now.Add(pyRefillDelay)
 		return out
 	}
@@ -283,13 +292,18 @@ func (m *Machine) newWorker(r jobenv.Assignment) []Action {
 
 // replenishStandbys asks for a standby for every local slot of the current
 // generation that has none; before the first ones under StandbyAuto, for
-// the node's memory.
+// the node's memory (Python standbys start at once and the measure follows
+// pyRefillDelay later: memoryMeasured may still turn them off).
 func (m *Machine) replenishStandbys() []Action {
 	sp := m.pool
 	if sp == nil || sp.off || m.stopping != 0 || m.finishing != nil || sp.waitAttach || m.gen == nil {
 		return nil
 	}
-	if sp.memCheck {
+	if sp.memCheck && sp.python {
+		if m.measureAt.IsZero() && !sp.measuring {
+			m.measureAt = m.now.Add(pyRefillDelay)
+		}
+	} else if sp.memCheck {
 		if sp.measuring {
 			return nil
 		}
@@ -319,8 +333,10 @@ func (m *Machine) rankPids() []int {
 }
 
 // memoryMeasured decides on the first standbys under StandbyAuto: they
-// start when the node has the memory (KeepStandbys); else the pool turns
-// off for the job, with one line.
+// start (or, Python's, stay) when the node has the memory (KeepStandbys);
+// else the pool turns off for the job, with one line, and the standbys
+// that run are killed. What running standbys hold counts as available:
+// the question is whether they fit, and they are in MemAvailable's way.
 func (m *Machine) memoryMeasured(ev MemoryMeasured) []Action {
 	sp := m.pool
 	if sp == nil || !sp.measuring {
@@ -328,9 +344,16 @@ func (m *Machine) memoryMeasured(ev MemoryMeasured) []Action {
 	}
 	sp.measuring, sp.memCheck = false, false
 	if ev.Err == "" {
-		if keep, line := KeepStandbys(m.cfg.Standby, ev.Available, ev.Total, ev.RSS); !keep {
+		var held uint64
+		for _, r := range ev.StandbyRSS {
+			held += r
+		}
+		if keep, line := KeepStandbys(m.cfg.Standby, ev.Available+held, ev.Total, ev.RSS); !keep {
+			if held > 0 {
+				line = strings.Replace(line, "(MemAvailable, ", "(MemAvailable with the "+bytesText(held)+" the standbys held, ", 1)
+			}
 			sp.off, sp.offReason, sp.startLine = true, "the node has too little memory for them (--standby auto)", ""
-			return []Action{Print{Text: line}}
+			return append([]Action{Print{Text: line}}, m.killStandbys(sp.drain(), "")...)
 		}
 	}
 	return m.replenishStandbys()
@@ -612,6 +635,13 @@ func (m *Machine) tick() []Action {
 	if !m.refillAt.IsZero() && !m.now.Before(m.refillAt) {
 		m.refillAt = time.Time{}
 		out = append(out, m.replenishStandbys()...)
+	}
+	if !m.measureAt.IsZero() && !m.now.Before(m.measureAt) {
+		m.measureAt = time.Time{}
+		if sp := m.pool; sp != nil && sp.memCheck && !sp.off && !sp.closed && m.gen != nil && m.stopping == 0 && m.finishing == nil {
+			sp.measuring = true
+			out = append(out, MeasureMemory{Pids: m.rankPids(), Standbys: sp.pids()})
+		}
 	}
 	return out
 }

@@ -226,6 +226,17 @@ func (sp *standbyPool) close() []ProcID {
 	return sp.drain()
 }
 
+// pids returns the pids of the standbys that run, by slot.
+func (sp *standbyPool) pids() []int {
+	var out []int
+	for _, slot := range slices.Sorted(maps.Keys(sp.slots)) {
+		if s := sp.slots[slot]; s.pid != 0 {
+			out = append(out, s.pid)
+		}
+	}
+	return out
+}
+
 // drain empties the pool, returning the standbys that were started (one
 // still starting is killed when it says it started).
 func (sp *standbyPool) drain() []ProcID {
@@ -239,23 +250,31 @@ func (sp *standbyPool) drain() []ProcID {
 	return out
 }
 
-// MeasureMemory: read the node's MemAvailable and MemTotal and the RSS of
-// processes Pids (the ranks running here), and answer MemoryMeasured.
-type MeasureMemory struct{ Pids []int }
+// MeasureMemory: read the node's MemAvailable and MemTotal, the RSS of
+// processes Pids (the ranks running here) and of Standbys (the standbys
+// running already: Python's start with the job), and answer
+// MemoryMeasured.
+type MeasureMemory struct{ Pids, Standbys []int }
 
-// MemoryMeasured answers MeasureMemory, in bytes: RSS has one entry per
-// pid (0 for one that could not be read). Err says why the node's memory
-// could not be read; standbys are then kept, as the check cannot judge.
+// MemoryMeasured answers MeasureMemory, in bytes: RSS and StandbyRSS have
+// one entry per pid (0 for one that could not be read). Err says why the
+// node's memory could not be read; standbys are then kept, as the check
+// cannot judge.
 type MemoryMeasured struct {
 	Available, Total uint64
-	RSS              []uint64
+	RSS, StandbyRSS  []uint64
 	Err              string
 }
 
 func (MeasureMemory) isAction() {}
 func (MemoryMeasured) isEvent() {}
 
-func (a MeasureMemory) String() string { return fmt.Sprintf("measure-memory pids=%v", a.Pids) }
+func (a MeasureMemory) String() string {
+	if len(a.Standbys) > 0 {
+		return fmt.Sprintf("measure-memory pids=%v standbys=%v", a.Pids, a.Standbys)
+	}
+	return fmt.Sprintf("measure-memory pids=%v", a.Pids)
+}
 
 // standbyReserve is what must stay available once the standbys run: 10% of
 // MemTotal, at least 1 GiB. The ranks are measured young and grow (data,

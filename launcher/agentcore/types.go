@@ -25,7 +25,8 @@ const (
 	// program then supports standbys. Programs that do not use package
 	// worker never attach, so never get a spare — except Python programs
 	// (Config.Python), whose standbys are warm interpreters: those start
-	// once the ranks have run 2 s (their memory is measured first), on any backend.
+	// with the ranks, on any backend, and go again when the node's memory,
+	// measured 2 s in, turns out short.
 	StandbyAuto StandbyMode = "auto"
 )
 

@@ -32,7 +32,7 @@ func DescribeFailure(f *gotrainv1.JobFinished) string {
 		cause = fl.GetReason()
 	}
 	if fl.GetPid() == 0 {
-		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s could not be started: %s", fl.GetRank(), fl.GetHostname(), errorLine(fl.GetStderrTail()))
+		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s could not be started: %s", fl.GetRank(), fl.GetHostname(), errorLine(fl.GetStderrTail(), true))
 	} else {
 		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s (pid %d) failed first: %s", fl.GetRank(), fl.GetHostname(), fl.GetPid(), cause)
 	}

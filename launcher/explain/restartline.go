@@ -52,7 +52,11 @@ func failureSummary(f *gotrainv1.WorkerFailure) string {
 	default:
 		how = fmt.Sprintf("exited %d", f.GetExitCode())
 	}
-	if l := errorLine(f.GetStderrTail()); l != "" {
+	// A signal or the OOM killer is the cause itself: the last line a
+	// rank happened to print before it (a library's warning) explains
+	// nothing, so only a line that names an error is quoted then.
+	killed := f.GetSignal() != "" || f.GetOomKilled()
+	if l := errorLine(f.GetStderrTail(), !killed); l != "" {
 		how += " (" + l + ")"
 	}
 	return who + " " + how
@@ -63,8 +67,8 @@ func failureSummary(f *gotrainv1.WorkerFailure) string {
 var errorLineRE = regexp.MustCompile(`^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b|panic:|fatal error:|[Ee]rror\b|fork/exec )`)
 
 // errorLine picks the line of a stderr tail that says what went wrong: the
-// last one that names an error, else the last line; "" for none.
-func errorLine(tail []string) string {
+// last one that names an error, else (orLast) the last line; "" for none.
+func errorLine(tail []string, orLast bool) string {
 	l := ""
 	for i := len(tail) - 1; i >= 0; i-- {
 		if s := strings.TrimSpace(tail[i]); errorLineRE.MatchString(s) {
@@ -72,7 +76,7 @@ func errorLine(tail []string) string {
 			break
 		}
 	}
-	if l == "" {
+	if l == "" && orLast {
 		l = lastLine(tail) // permanent.go
 	}
 	if r := []rune(l); len(r) > 100 {

@@ -21,6 +21,17 @@ func TestRestartLineText(t *testing.T) {
 		{&gotrainv1.RestartPlanned{WorldSize: 2, Attempt: 2, MaxAttempts: 2, Failure: &gotrainv1.WorkerFailure{
 			Hostname: "a", Pid: 5, ExitCode: -1, Signal: "SIGSEGV", StderrTail: []string{"panic: runtime error: index out of range", "", "goroutine 1 [running]:", "main.main()"}}},
 			"gotrain: rank 0 on a was killed by SIGSEGV (panic: runtime error: index out of range): restarting all 2 ranks, attempt 2 of 2, now"},
+		// Killed from outside: the signal is the cause, not a library's
+		// last warning; an exit with the same tail quotes it.
+		{&gotrainv1.RestartPlanned{WorldSize: 1, Attempt: 2, MaxAttempts: 4, Failure: &gotrainv1.WorkerFailure{
+			Hostname: "gpu1", Pid: 5, ExitCode: -1, Signal: "SIGKILL", StderrTail: []string{"step 10", "[transformers] mtime may not be reliable on this filesystem, falling back to repo_etag"}}},
+			"gotrain: rank 0 on gpu1 was killed by SIGKILL: restarting the job's one rank, attempt 2 of 4, now"},
+		{&gotrainv1.RestartPlanned{WorldSize: 1, Attempt: 2, MaxAttempts: 4, Failure: &gotrainv1.WorkerFailure{
+			Hostname: "gpu1", Pid: 5, ExitCode: -1, Signal: "SIGTERM", StderrTail: []string{"RuntimeError: NCCL communicator was aborted", "[transformers] mtime may not be reliable"}}},
+			"gotrain: rank 0 on gpu1 was killed by SIGTERM (RuntimeError: NCCL communicator was aborted): restarting the job's one rank, attempt 2 of 4, now"},
+		{&gotrainv1.RestartPlanned{WorldSize: 1, Attempt: 2, MaxAttempts: 4, Failure: &gotrainv1.WorkerFailure{
+			Hostname: "gpu1", Pid: 5, ExitCode: 3, StderrTail: []string{"step 10", "cannot continue: bad batch"}}},
+			"gotrain: rank 0 on gpu1 exited 3 (cannot continue: bad batch): restarting the job's one rank, attempt 2 of 4, now"},
 		{&gotrainv1.RestartPlanned{WorldSize: 4, Attempt: 2, MaxAttempts: 4, Failure: &gotrainv1.WorkerFailure{
 			NodeId: "node-2", Hostname: "b", Reason: "out of contact for 30s"}},
 			"gotrain: node node-2 on b was lost (out of contact for 30s): restarting all 4 ranks, attempt 2 of 4, now"},

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gotrain/gotrain/launcher/recovery"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -224,6 +225,8 @@ type rootCauseReport struct {
 	Restarts   int        `json:"restart_count"`
 	Message    string     `json:"message"`
 	Failure    *failureJS `json:"failure,omitempty"`
+	// Recoveries are this node's restarts, timed phase by phase.
+	Recoveries []recovery.Timing `json:"recoveries"`
 }
 
 type failureJS struct {
@@ -316,10 +319,13 @@ func WriteEvidence(w io.Writer, fl *gotrainv1.WorkerFailure) {
 // says how this run ended (a run never sees another's: each has its own
 // directory). exitCode is the code the job ends with; gen the last
 // generation, nil if none started.
-func RecordRootCause(dir, runID string, f *gotrainv1.JobFinished, exitCode int, gen *gotrainv1.GenerationStarted) error {
+func RecordRootCause(dir, runID string, f *gotrainv1.JobFinished, exitCode int, gen *gotrainv1.GenerationStarted, recoveries []recovery.Timing) error {
 	r := rootCauseReport{
 		RunID: runID, Time: time.Now().UTC(), Succeeded: f.GetSucceeded(), ExitCode: exitCode,
-		Message: f.GetMessage(), Failure: failureJSON(f.GetFailure()),
+		Message: f.GetMessage(), Failure: failureJSON(f.GetFailure()), Recoveries: recoveries,
+	}
+	if r.Recoveries == nil {
+		r.Recoveries = []recovery.Timing{}
 	}
 	if r.Succeeded {
 		r.ExitCode = 0
@@ -328,6 +334,23 @@ func RecordRootCause(dir, runID string, f *gotrainv1.JobFinished, exitCode int, 
 		r.Generation, r.Restarts = gen.GetGeneration(), int(gen.GetRestartCount())
 	}
 	return writeRootCause(dir, r)
+}
+
+// RecoveryFile is the name of the file in the log dir that lists the
+// node's restarts, timed phase by phase, as they complete.
+const RecoveryFile = "recovery.json"
+
+// RecordRecoveries writes the node's timed restarts so far into dir
+// (atomically: a reader sees one whole list).
+func RecordRecoveries(dir, runID string, rs []recovery.Timing) error {
+	b, err := json.MarshalIndent(struct {
+		RunID      string            `json:"run_id"`
+		Recoveries []recovery.Timing `json:"recoveries"`
+	}{runID, rs}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, RecoveryFile), append(b, '\n'))
 }
 
 // maxErrorFile bounds what is read of a worker's error file.

@@ -134,6 +134,10 @@ func Parse(program string, args []string) (*Program, string) {
 // standby says.
 type Link struct {
 	conn *net.UnixConn
+	// OnPreloaded, when set before Read starts, is called (from Read's
+	// goroutine) with what the standby imported of a Preload list, and
+	// how many names the list had.
+	OnPreloaded func(modules []string, tried int)
 }
 
 // SocketPair makes a standby's socket pair: the agent's end, and the
@@ -183,6 +187,9 @@ type pyMessage struct {
 	Error string  `json:"error"`
 	Torch string  `json:"torch"`
 	WarmS float64 `json:"warm_s"`
+	// Preloaded answers Preload: the modules it imported, of Tried.
+	Preloaded *[]string `json:"preloaded"`
+	Tried     int       `json:"tried"`
 }
 
 // Read turns what the standby of slot (process pid, numbered stream) says
@@ -198,6 +205,11 @@ func (l *Link) Read(log *slog.Logger, post func(agentcore.Event), slot, pid int,
 			return
 		}
 		switch {
+		case m.Preloaded != nil:
+			log.Info("python standby preloaded", "slot", slot, "pid", pid, "modules", len(*m.Preloaded), "of", m.Tried)
+			if l.OnPreloaded != nil {
+				l.OnPreloaded(*m.Preloaded, m.Tried)
+			}
 		case m.Error != "":
 			post(agentcore.StandbyUnfit{Slot: slot, Pid: pid, Reason: m.Error})
 			return
@@ -210,6 +222,50 @@ func (l *Link) Read(log *slog.Logger, post func(agentcore.Event), slot, pid int,
 	if ready {
 		post(agentcore.StandbyDetached{Slot: slot, Pid: pid, Stream: stream})
 	}
+}
+
+// Bounds on what a standby preloads: how long it may import, and how
+// much its RSS may grow (a standby holds memory a rank may need).
+const (
+	PreloadSeconds = 60.0
+	PreloadGrowth  = 2 << 30
+)
+
+// Preload tells the standby to import modules (the installed packages the
+// job's first attempt imported) while it waits, within seconds and growth
+// bytes of RSS (PreloadSeconds, PreloadGrowth); it answers with what it
+// did import, which Read logs.
+func (l *Link) Preload(modules []string, seconds float64, growth int64) error {
+	b, err := json.Marshal(struct {
+		Preload []string `json:"preload"`
+		Seconds float64  `json:"seconds"`
+		Growth  int64    `json:"growth"`
+	}{modules, seconds, growth})
+	if err != nil {
+		return err
+	}
+	_ = l.conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	if _, err := l.conn.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("tell the Python standby what to preload: %w", err)
+	}
+	return nil
+}
+
+// PreloadLine is the line the agent prints when its first standby
+// imported what the job's first attempt did (tried names, of which
+// modules were not imported with torch already): "gotrain: Python
+// standbys preload transformers, datasets (+12 more) from the job's first
+// attempt".
+func PreloadLine(modules []string, tried int) string {
+	if len(modules) == 0 {
+		return fmt.Sprintf("gotrain: Python standbys preload nothing more: the %d installed packages the job's first attempt imported come with torch", tried)
+	}
+	const shown = 4
+	s := strings.Join(modules[:min(len(modules), shown)], ", ")
+	if n := len(modules) - shown; n > 0 {
+		s += fmt.Sprintf(" (+%d more)", n)
+	}
+	return "gotrain: Python standbys preload " + s + " from the job's first attempt"
 }
 
 // pyAssignment is what a Python standby is handed: everything a fresh

@@ -8,6 +8,11 @@
 # torch.distributed and PRELOAD, initialises CUDA on DEVICE, says
 # {"ready": ...} (or {"error": ...} and waits to be killed) and waits for
 # the rank: {"env": [...], "cwd": ..., "path"|"module": ..., "args": [...]}.
+# Meanwhile the agent may send {"preload": [...], "seconds": S, "growth":
+# BYTES}: the installed packages the job's first attempt imported (the
+# torch hook's list), which it imports too, for at most S seconds and
+# BYTES of RSS growth, skipping those that fail, and answers
+# {"preloaded": [...], ...}.
 # Then it becomes the program as `python SCRIPT ARGS` or `python -m MODULE
 # ARGS` would run it, in this interpreter's own __main__ module.
 #
@@ -86,10 +91,16 @@ def _gotrain_standby():
         linger(1)
     del torch, importlib, time
 
-    line = lines.readline()
-    if not line:
-        os._exit(0)  # the agent let us go
-    job = json.loads(line)
+    while True:
+        line = lines.readline()
+        if not line:
+            os._exit(0)  # the agent let us go
+        job = json.loads(line)
+        if "preload" not in job:
+            break
+        learned = _preload(job["preload"], float(job.get("seconds", 60)), int(job.get("growth", 2 << 30)))
+        preload = preload + [m for m in learned if m not in preload]
+        say(preloaded=learned, tried=len(job["preload"]))
     lines.close()
     conn.close()
 
@@ -123,7 +134,7 @@ def _gotrain_standby():
     safe = getattr(sys.flags, "safe_path", False)
     main = sys.modules["__main__"]
     g = main.__dict__
-    for name in ("_gotrain_standby", "_retitle", "_import_time", "_watch_import_env", "_store_waits_for_rank0"):
+    for name in ("_gotrain_standby", "_retitle", "_import_time", "_watch_import_env", "_store_waits_for_rank0", "_preload", "_rss"):
         g.pop(name, None)
     if "module" in job:
         import runpy
@@ -166,6 +177,39 @@ def _gotrain_standby():
             tb = tb.tb_next
         sys.excepthook(type(e), e.with_traceback(tb), tb)
         sys.exit(1)
+
+
+def _rss():
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _preload(names, seconds, growth):
+    # The installed packages the job's first attempt imported: each one
+    # not imported yet, in the order it was, until the time or memory
+    # bound is reached; one that fails is skipped (it fails the same in
+    # the program, or the program never imports it that way).
+    import importlib
+    import sys
+    import time
+
+    done = []
+    t0, rss0 = time.monotonic(), _rss()
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+            continue
+        if time.monotonic() - t0 > seconds or _rss() - rss0 > growth:
+            break
+        if name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+            done.append(name)
+        except BaseException:  # ImportError, or a package that exits at import: never the standby's end
+            sys.modules.pop(name, None)
+    return done
 
 
 def _retitle(argv):

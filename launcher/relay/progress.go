@@ -71,6 +71,23 @@ type Hub struct {
 	// worker said hello (again) and after its stream ended.
 	onAttach func(pid, rank int, gen int64, recoverable bool)
 	onDetach func(pid int)
+	// recoveries are timed restarts the next report carries (AddRecovery).
+	recoveries []*gotrainv1.RecoveryTiming
+}
+
+// maxPendingRecoveries bounds the timed restarts kept while the
+// coordinator does not answer: the oldest go first.
+const maxPendingRecoveries = 8
+
+// AddRecovery queues a timed restart of this node (launcher/recovery) for
+// the next progress report, whose coordinator keeps it in its histograms.
+func (h *Hub) AddRecovery(r *gotrainv1.RecoveryTiming) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recoveries = append(h.recoveries, r)
+	if n := len(h.recoveries); n > maxPendingRecoveries {
+		h.recoveries = slices.Clone(h.recoveries[n-maxPendingRecoveries:])
+	}
 }
 
 // Notify sets what the hub calls (without its lock) after a worker said
@@ -296,7 +313,8 @@ func (r *Server) Attach(stream gotrainv1.Agent_AttachServer) error {
 func (h *Hub) batch() *gotrainv1.ReportProgressRequest {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	req := &gotrainv1.ReportProgressRequest{NodeId: h.nodeID}
+	req := &gotrainv1.ReportProgressRequest{NodeId: h.nodeID, Recoveries: h.recoveries}
+	h.recoveries = nil
 	ranks := make([]int, 0, len(h.ranks))
 	for r := range h.ranks {
 		ranks = append(ranks, r)
@@ -362,6 +380,14 @@ func (h *Hub) Flush(ctx context.Context) {
 		h.lastContact, h.contactErr = time.Now(), nil
 	} else if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		h.contactErr = err
+	}
+	if err != nil && len(req.Recoveries) > 0 {
+		// Sent again with the next report (the coordinator may have
+		// observed them: a histogram counts one twice rather than none).
+		h.recoveries = append(req.Recoveries, h.recoveries...)
+		if n := len(h.recoveries); n > maxPendingRecoveries {
+			h.recoveries = slices.Clone(h.recoveries[n-maxPendingRecoveries:])
+		}
 	}
 	h.mu.Unlock()
 	if err != nil {

@@ -32,12 +32,13 @@ func TorchDebugEnv(base []string, logDir string) []string {
 	}
 	add("TORCH_FR_BUFFER_SIZE", torchTraceEntries)
 	// As torchrun: a failed NCCL collective aborts the communicator and
-	// fails the rank instead of hanging it. PyTorch 2.x reads the TORCH_
-	// name first (the older one, then, without a deprecation warning);
-	// 1.13 only the older one. A user's setting of either name stands.
-	if !set["TORCH_NCCL_ASYNC_ERROR_HANDLING"] && !set["NCCL_ASYNC_ERROR_HANDLING"] {
+	// fails the rank instead of hanging it. Only the current name: from
+	// PyTorch 2.2 on the older NCCL_ASYNC_ERROR_HANDLING puts a deprecation
+	// warning into every rank's output. PyTorch before 2.2 reads only the
+	// older name, which the torch hook (internal/torchhook) sets in the
+	// process from this one. A user's setting of either name stands.
+	if !set["NCCL_ASYNC_ERROR_HANDLING"] {
 		add("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-		add("NCCL_ASYNC_ERROR_HANDLING", "1")
 	}
 	add("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
 	if logDir != "" {

@@ -31,7 +31,9 @@ import (
 //   - a MASTER_PORT either launcher picked: any port, the same for every rank
 //     (a --master_port given is honoured by both);
 //   - TORCH_NCCL_ASYNC_ERROR_HANDLING=1: torchrun sets it from PyTorch 2.0
-//     on, gotrain for every version;
+//     on, gotrain for every version; NCCL_ASYNC_ERROR_HANDLING=1: torchrun
+//     before 2.2 sets it, gotrain's torch hook in the process for such a
+//     torch (when it calls init_process_group);
 //   - TORCHELASTIC_RUN_ID: "none", a UUID or gotrain's run id, each chosen
 //     per run; only that it is set is compared;
 //   - TORCHELASTIC_ERROR_FILE: a path of the launcher's own;
@@ -383,6 +385,8 @@ func parityView(r parityRun, rec map[string]any, port int) map[string]string {
 			continue
 		case k == "TORCH_NCCL_ASYNC_ERROR_HANDLING" && val == "1":
 			continue // torchrun sets it from PyTorch 2.0 on, 1.13 does not; gotrain always
+		case k == "NCCL_ASYNC_ERROR_HANDLING" && val == "1":
+			continue // torchrun before 2.2 sets the older name; gotrain's torch hook sets it in process for such a torch
 		case k == "TORCHELASTIC_RUN_ID" && set && val != "":
 			val = "<run id>"
 		case k == "TORCHELASTIC_ERROR_FILE" && filepath.IsAbs(val):

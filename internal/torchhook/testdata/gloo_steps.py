@@ -3,7 +3,9 @@
 # STOP_RANK set, that rank sleeps instead of the last step's collectives.
 # Prints "RESULT rank pid checksum" (the parameters' exact bits). With
 # NO_DESTROY set it exits right after its steps, as many programs do: with
-# its DDP model alive and its process group not destroyed.
+# its DDP model alive and its process group not destroyed. With
+# RESTORE_PHASE set it reports a restore to the hook, as the snapshot
+# module does.
 import hashlib
 import os
 import sys
@@ -19,6 +21,10 @@ torch.manual_seed(0)
 model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)), bucket_cap_mb=0.002)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 steps, stop = int(os.environ["STEPS"]), int(os.environ.get("STOP_RANK", "-1"))
+if os.environ.get("RESTORE_PHASE"):
+    # As the snapshot module reports a restore (the hook's contract).
+    time.sleep(0.05)
+    sys.modules["_gotrain_hook"].phase("restore", 0.05, bytes=1234, source="agent", step=7)
 print("READY", rank, os.getpid(), flush=True)
 for step in range(steps):
     if rank == stop and step == steps - 1:

@@ -3984,9 +3984,13 @@ func (x *GPUSample) GetLastXid() uint64 {
 }
 
 type ReportProgressRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Ranks         []*RankProgress        `protobuf:"bytes,2,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Ranks  []*RankProgress        `protobuf:"bytes,2,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	// Restarts of this node's ranks that completed since the last report,
+	// timed phase by phase (launcher/recovery), for the coordinator's
+	// per-phase histograms.
+	Recoveries    []*RecoveryTiming `protobuf:"bytes,3,rep,name=recoveries,proto3" json:"recoveries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4035,6 +4039,146 @@ func (x *ReportProgressRequest) GetRanks() []*RankProgress {
 	return nil
 }
 
+func (x *ReportProgressRequest) GetRecoveries() []*RecoveryTiming {
+	if x != nil {
+		return x.Recoveries
+	}
+	return nil
+}
+
+// RecoveryTiming is where one node's restart went: the phases of its
+// slowest rank, from the failure to its first collective after it.
+type RecoveryTiming struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    int64                  `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Rank          int32                  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	Seconds       float64                `protobuf:"fixed64,3,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	Phases        []*RecoveryPhase       `protobuf:"bytes,4,rep,name=phases,proto3" json:"phases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoveryTiming) Reset() {
+	*x = RecoveryTiming{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoveryTiming) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoveryTiming) ProtoMessage() {}
+
+func (x *RecoveryTiming) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoveryTiming.ProtoReflect.Descriptor instead.
+func (*RecoveryTiming) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *RecoveryTiming) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RecoveryTiming) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *RecoveryTiming) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+func (x *RecoveryTiming) GetPhases() []*RecoveryPhase {
+	if x != nil {
+		return x.Phases
+	}
+	return nil
+}
+
+// RecoveryPhase is one phase: "detected", "stopped", "rendezvous",
+// "started", "imports", "init_process_group", "setup", "restored" or
+// "first step"; detail is "standby" or "cold" for started.
+type RecoveryPhase struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Seconds       float64                `protobuf:"fixed64,2,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoveryPhase) Reset() {
+	*x = RecoveryPhase{}
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoveryPhase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoveryPhase) ProtoMessage() {}
+
+func (x *RecoveryPhase) ProtoReflect() protoreflect.Message {
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoveryPhase.ProtoReflect.Descriptor instead.
+func (*RecoveryPhase) Descriptor() ([]byte, []int) {
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RecoveryPhase) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RecoveryPhase) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+func (x *RecoveryPhase) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 type ReportProgressResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -4043,7 +4187,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4199,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[50]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4212,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{50}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{52}
 }
 
 type ReportWorkerExitRequest struct {
@@ -4101,7 +4245,7 @@ type ReportWorkerExitRequest struct {
 
 func (x *ReportWorkerExitRequest) Reset() {
 	*x = ReportWorkerExitRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4257,7 @@ func (x *ReportWorkerExitRequest) String() string {
 func (*ReportWorkerExitRequest) ProtoMessage() {}
 
 func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[51]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4270,7 @@ func (x *ReportWorkerExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{51}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReportWorkerExitRequest) GetNodeId() string {
@@ -4228,7 +4372,7 @@ type ReportWorkerExitResponse struct {
 
 func (x *ReportWorkerExitResponse) Reset() {
 	*x = ReportWorkerExitResponse{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4240,7 +4384,7 @@ func (x *ReportWorkerExitResponse) String() string {
 func (*ReportWorkerExitResponse) ProtoMessage() {}
 
 func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[52]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4253,7 +4397,7 @@ func (x *ReportWorkerExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerExitResponse.ProtoReflect.Descriptor instead.
 func (*ReportWorkerExitResponse) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{52}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{54}
 }
 
 type GetJobStatusRequest struct {
@@ -4264,7 +4408,7 @@ type GetJobStatusRequest struct {
 
 func (x *GetJobStatusRequest) Reset() {
 	*x = GetJobStatusRequest{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4420,7 @@ func (x *GetJobStatusRequest) String() string {
 func (*GetJobStatusRequest) ProtoMessage() {}
 
 func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[53]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4433,7 @@ func (x *GetJobStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetJobStatusRequest) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{53}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{55}
 }
 
 type NodeStatus struct {
@@ -4303,7 +4447,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4315,7 +4459,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[54]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4328,7 +4472,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{54}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -4370,7 +4514,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4382,7 +4526,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[55]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4395,7 +4539,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{55}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RankStatus) GetRank() int32 {
@@ -4473,7 +4617,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4485,7 +4629,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[56]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4498,7 +4642,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{56}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *JobStatus) GetRunId() string {
@@ -4596,7 +4740,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4608,7 +4752,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[57]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4621,7 +4765,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{57}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LogEntry) GetVersion() uint32 {
@@ -4878,7 +5022,7 @@ type LogConfig struct {
 
 func (x *LogConfig) Reset() {
 	*x = LogConfig{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4890,7 +5034,7 @@ func (x *LogConfig) String() string {
 func (*LogConfig) ProtoMessage() {}
 
 func (x *LogConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[58]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4903,7 +5047,7 @@ func (x *LogConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogConfig.ProtoReflect.Descriptor instead.
 func (*LogConfig) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{58}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LogConfig) GetRunId() string {
@@ -5046,7 +5190,7 @@ type LogJoin struct {
 
 func (x *LogJoin) Reset() {
 	*x = LogJoin{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +5202,7 @@ func (x *LogJoin) String() string {
 func (*LogJoin) ProtoMessage() {}
 
 func (x *LogJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[59]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +5215,7 @@ func (x *LogJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogJoin.ProtoReflect.Descriptor instead.
 func (*LogJoin) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{59}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LogJoin) GetRequest() *JoinRequest {
@@ -5107,7 +5251,7 @@ type LogReplica struct {
 
 func (x *LogReplica) Reset() {
 	*x = LogReplica{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5119,7 +5263,7 @@ func (x *LogReplica) String() string {
 func (*LogReplica) ProtoMessage() {}
 
 func (x *LogReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[60]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5132,7 +5276,7 @@ func (x *LogReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogReplica.ProtoReflect.Descriptor instead.
 func (*LogReplica) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{60}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LogReplica) GetAddr() string {
@@ -5157,7 +5301,7 @@ type LogTick struct {
 
 func (x *LogTick) Reset() {
 	*x = LogTick{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5169,7 +5313,7 @@ func (x *LogTick) String() string {
 func (*LogTick) ProtoMessage() {}
 
 func (x *LogTick) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[61]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5182,7 +5326,7 @@ func (x *LogTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogTick.ProtoReflect.Descriptor instead.
 func (*LogTick) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{61}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{63}
 }
 
 type LogNode struct {
@@ -5195,7 +5339,7 @@ type LogNode struct {
 
 func (x *LogNode) Reset() {
 	*x = LogNode{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5207,7 +5351,7 @@ func (x *LogNode) String() string {
 func (*LogNode) ProtoMessage() {}
 
 func (x *LogNode) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[62]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5220,7 +5364,7 @@ func (x *LogNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogNode.ProtoReflect.Descriptor instead.
 func (*LogNode) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{62}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LogNode) GetNodeId() string {
@@ -5249,7 +5393,7 @@ type LogBarrier struct {
 
 func (x *LogBarrier) Reset() {
 	*x = LogBarrier{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5261,7 +5405,7 @@ func (x *LogBarrier) String() string {
 func (*LogBarrier) ProtoMessage() {}
 
 func (x *LogBarrier) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[63]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5274,7 +5418,7 @@ func (x *LogBarrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogBarrier.ProtoReflect.Descriptor instead.
 func (*LogBarrier) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{63}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *LogBarrier) GetName() string {
@@ -5314,7 +5458,7 @@ type LogBarrierCanceled struct {
 
 func (x *LogBarrierCanceled) Reset() {
 	*x = LogBarrierCanceled{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5326,7 +5470,7 @@ func (x *LogBarrierCanceled) String() string {
 func (*LogBarrierCanceled) ProtoMessage() {}
 
 func (x *LogBarrierCanceled) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[64]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5339,7 +5483,7 @@ func (x *LogBarrierCanceled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogBarrierCanceled.ProtoReflect.Descriptor instead.
 func (*LogBarrierCanceled) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{64}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *LogBarrierCanceled) GetWaiter() uint64 {
@@ -5363,7 +5507,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5375,7 +5519,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[65]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5388,7 +5532,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{65}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *StateSnapshot) GetVersion() uint32 {
@@ -5430,7 +5574,7 @@ type StragglerFigures struct {
 
 func (x *StragglerFigures) Reset() {
 	*x = StragglerFigures{}
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[66]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5442,7 +5586,7 @@ func (x *StragglerFigures) String() string {
 func (*StragglerFigures) ProtoMessage() {}
 
 func (x *StragglerFigures) ProtoReflect() protoreflect.Message {
-	mi := &file_gotrain_v1_gotrain_proto_msgTypes[66]
+	mi := &file_gotrain_v1_gotrain_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5455,7 +5599,7 @@ func (x *StragglerFigures) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StragglerFigures.ProtoReflect.Descriptor instead.
 func (*StragglerFigures) Descriptor() ([]byte, []int) {
-	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{66}
+	return file_gotrain_v1_gotrain_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *StragglerFigures) GetSlower() float64 {
@@ -5867,10 +6011,24 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x10throttle_reasons\x18\r \x01(\x04R\x0fthrottleReasons\x12\x1d\n" +
 	"\n" +
 	"xid_errors\x18\x0e \x01(\x04R\txidErrors\x12\x19\n" +
-	"\blast_xid\x18\x0f \x01(\x04R\alastXid\"`\n" +
+	"\blast_xid\x18\x0f \x01(\x04R\alastXid\"\x9c\x01\n" +
 	"\x15ReportProgressRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
-	"\x05ranks\x18\x02 \x03(\v2\x18.gotrain.v1.RankProgressR\x05ranks\"\x18\n" +
+	"\x05ranks\x18\x02 \x03(\v2\x18.gotrain.v1.RankProgressR\x05ranks\x12:\n" +
+	"\n" +
+	"recoveries\x18\x03 \x03(\v2\x1a.gotrain.v1.RecoveryTimingR\n" +
+	"recoveries\"\x91\x01\n" +
+	"\x0eRecoveryTiming\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x03R\n" +
+	"generation\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x18\n" +
+	"\aseconds\x18\x03 \x01(\x01R\aseconds\x121\n" +
+	"\x06phases\x18\x04 \x03(\v2\x19.gotrain.v1.RecoveryPhaseR\x06phases\"U\n" +
+	"\rRecoveryPhase\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aseconds\x18\x02 \x01(\x01R\aseconds\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x18\n" +
 	"\x16ReportProgressResponse\"\xf3\x02\n" +
 	"\x17ReportWorkerExitRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
@@ -6035,7 +6193,7 @@ func file_gotrain_v1_gotrain_proto_rawDescGZIP() []byte {
 	return file_gotrain_v1_gotrain_proto_rawDescData
 }
 
-var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_gotrain_v1_gotrain_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*SnapshotChunk)(nil),            // 0: gotrain.v1.SnapshotChunk
 	(*ReplicateResponse)(nil),        // 1: gotrain.v1.ReplicateResponse
@@ -6087,23 +6245,25 @@ var file_gotrain_v1_gotrain_proto_goTypes = []any{
 	(*RankProgress)(nil),             // 47: gotrain.v1.RankProgress
 	(*GPUSample)(nil),                // 48: gotrain.v1.GPUSample
 	(*ReportProgressRequest)(nil),    // 49: gotrain.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil),   // 50: gotrain.v1.ReportProgressResponse
-	(*ReportWorkerExitRequest)(nil),  // 51: gotrain.v1.ReportWorkerExitRequest
-	(*ReportWorkerExitResponse)(nil), // 52: gotrain.v1.ReportWorkerExitResponse
-	(*GetJobStatusRequest)(nil),      // 53: gotrain.v1.GetJobStatusRequest
-	(*NodeStatus)(nil),               // 54: gotrain.v1.NodeStatus
-	(*RankStatus)(nil),               // 55: gotrain.v1.RankStatus
-	(*JobStatus)(nil),                // 56: gotrain.v1.JobStatus
-	(*LogEntry)(nil),                 // 57: gotrain.v1.LogEntry
-	(*LogConfig)(nil),                // 58: gotrain.v1.LogConfig
-	(*LogJoin)(nil),                  // 59: gotrain.v1.LogJoin
-	(*LogReplica)(nil),               // 60: gotrain.v1.LogReplica
-	(*LogTick)(nil),                  // 61: gotrain.v1.LogTick
-	(*LogNode)(nil),                  // 62: gotrain.v1.LogNode
-	(*LogBarrier)(nil),               // 63: gotrain.v1.LogBarrier
-	(*LogBarrierCanceled)(nil),       // 64: gotrain.v1.LogBarrierCanceled
-	(*StateSnapshot)(nil),            // 65: gotrain.v1.StateSnapshot
-	(*StragglerFigures)(nil),         // 66: gotrain.v1.StragglerFigures
+	(*RecoveryTiming)(nil),           // 50: gotrain.v1.RecoveryTiming
+	(*RecoveryPhase)(nil),            // 51: gotrain.v1.RecoveryPhase
+	(*ReportProgressResponse)(nil),   // 52: gotrain.v1.ReportProgressResponse
+	(*ReportWorkerExitRequest)(nil),  // 53: gotrain.v1.ReportWorkerExitRequest
+	(*ReportWorkerExitResponse)(nil), // 54: gotrain.v1.ReportWorkerExitResponse
+	(*GetJobStatusRequest)(nil),      // 55: gotrain.v1.GetJobStatusRequest
+	(*NodeStatus)(nil),               // 56: gotrain.v1.NodeStatus
+	(*RankStatus)(nil),               // 57: gotrain.v1.RankStatus
+	(*JobStatus)(nil),                // 58: gotrain.v1.JobStatus
+	(*LogEntry)(nil),                 // 59: gotrain.v1.LogEntry
+	(*LogConfig)(nil),                // 60: gotrain.v1.LogConfig
+	(*LogJoin)(nil),                  // 61: gotrain.v1.LogJoin
+	(*LogReplica)(nil),               // 62: gotrain.v1.LogReplica
+	(*LogTick)(nil),                  // 63: gotrain.v1.LogTick
+	(*LogNode)(nil),                  // 64: gotrain.v1.LogNode
+	(*LogBarrier)(nil),               // 65: gotrain.v1.LogBarrier
+	(*LogBarrierCanceled)(nil),       // 66: gotrain.v1.LogBarrierCanceled
+	(*StateSnapshot)(nil),            // 67: gotrain.v1.StateSnapshot
+	(*StragglerFigures)(nil),         // 68: gotrain.v1.StragglerFigures
 }
 var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	4,  // 0: gotrain.v1.WorkerMessage.hello:type_name -> gotrain.v1.WorkerHello
@@ -6136,78 +6296,80 @@ var file_gotrain_v1_gotrain_proto_depIdxs = []int32{
 	46, // 27: gotrain.v1.HangVerdict.collective:type_name -> gotrain.v1.Collective
 	35, // 28: gotrain.v1.HangVerdict.culprits:type_name -> gotrain.v1.Culprit
 	32, // 29: gotrain.v1.HangVerdict.evidence:type_name -> gotrain.v1.Evidence
-	66, // 30: gotrain.v1.HangVerdict.straggler:type_name -> gotrain.v1.StragglerFigures
-	56, // 31: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
+	68, // 30: gotrain.v1.HangVerdict.straggler:type_name -> gotrain.v1.StragglerFigures
+	58, // 31: gotrain.v1.DiagnoseResponse.status:type_name -> gotrain.v1.JobStatus
 	36, // 32: gotrain.v1.DiagnoseResponse.suspected:type_name -> gotrain.v1.HangVerdict
 	46, // 33: gotrain.v1.CommProgress.pending:type_name -> gotrain.v1.Collective
 	45, // 34: gotrain.v1.RankProgress.comms:type_name -> gotrain.v1.CommProgress
 	48, // 35: gotrain.v1.RankProgress.gpu:type_name -> gotrain.v1.GPUSample
 	47, // 36: gotrain.v1.ReportProgressRequest.ranks:type_name -> gotrain.v1.RankProgress
-	12, // 37: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
-	47, // 38: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
-	54, // 39: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
-	55, // 40: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
-	26, // 41: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
-	36, // 42: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
-	58, // 43: gotrain.v1.LogEntry.config:type_name -> gotrain.v1.LogConfig
-	59, // 44: gotrain.v1.LogEntry.join:type_name -> gotrain.v1.LogJoin
-	39, // 45: gotrain.v1.LogEntry.kv_put:type_name -> gotrain.v1.KVPutRequest
-	60, // 46: gotrain.v1.LogEntry.replica:type_name -> gotrain.v1.LogReplica
-	61, // 47: gotrain.v1.LogEntry.tick:type_name -> gotrain.v1.LogTick
-	62, // 48: gotrain.v1.LogEntry.node_lost:type_name -> gotrain.v1.LogNode
-	62, // 49: gotrain.v1.LogEntry.node_unreachable:type_name -> gotrain.v1.LogNode
-	62, // 50: gotrain.v1.LogEntry.node_reachable:type_name -> gotrain.v1.LogNode
-	51, // 51: gotrain.v1.LogEntry.worker_exit:type_name -> gotrain.v1.ReportWorkerExitRequest
-	63, // 52: gotrain.v1.LogEntry.barrier:type_name -> gotrain.v1.LogBarrier
-	64, // 53: gotrain.v1.LogEntry.barrier_canceled:type_name -> gotrain.v1.LogBarrierCanceled
-	49, // 54: gotrain.v1.LogEntry.progress:type_name -> gotrain.v1.ReportProgressRequest
-	33, // 55: gotrain.v1.LogEntry.evidence:type_name -> gotrain.v1.ReportEvidenceRequest
-	13, // 56: gotrain.v1.LogJoin.request:type_name -> gotrain.v1.JoinRequest
-	13, // 57: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
-	16, // 58: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
-	39, // 59: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
-	41, // 60: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
-	43, // 61: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
-	49, // 62: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	51, // 63: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
-	53, // 64: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
-	33, // 65: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
-	37, // 66: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
-	17, // 67: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
-	19, // 68: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
-	39, // 69: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
-	41, // 70: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
-	43, // 71: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
-	49, // 72: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
-	6,  // 73: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
-	0,  // 74: gotrain.v1.SnapshotPeer.Replicate:input_type -> gotrain.v1.SnapshotChunk
-	2,  // 75: gotrain.v1.SnapshotPeer.Have:input_type -> gotrain.v1.PeerSnapshotRequest
-	2,  // 76: gotrain.v1.SnapshotPeer.Fetch:input_type -> gotrain.v1.PeerSnapshotRequest
-	15, // 77: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
-	30, // 78: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
-	40, // 79: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
-	42, // 80: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
-	44, // 81: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
-	50, // 82: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	52, // 83: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
-	56, // 84: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
-	34, // 85: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
-	38, // 86: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
-	18, // 87: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
-	20, // 88: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
-	40, // 89: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
-	42, // 90: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
-	44, // 91: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
-	50, // 92: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
-	10, // 93: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
-	1,  // 94: gotrain.v1.SnapshotPeer.Replicate:output_type -> gotrain.v1.ReplicateResponse
-	3,  // 95: gotrain.v1.SnapshotPeer.Have:output_type -> gotrain.v1.PeerSnapshotInfo
-	0,  // 96: gotrain.v1.SnapshotPeer.Fetch:output_type -> gotrain.v1.SnapshotChunk
-	77, // [77:97] is the sub-list for method output_type
-	57, // [57:77] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	50, // 37: gotrain.v1.ReportProgressRequest.recoveries:type_name -> gotrain.v1.RecoveryTiming
+	51, // 38: gotrain.v1.RecoveryTiming.phases:type_name -> gotrain.v1.RecoveryPhase
+	12, // 39: gotrain.v1.NodeStatus.info:type_name -> gotrain.v1.NodeInfo
+	47, // 40: gotrain.v1.RankStatus.progress:type_name -> gotrain.v1.RankProgress
+	56, // 41: gotrain.v1.JobStatus.nodes:type_name -> gotrain.v1.NodeStatus
+	57, // 42: gotrain.v1.JobStatus.ranks:type_name -> gotrain.v1.RankStatus
+	26, // 43: gotrain.v1.JobStatus.failure:type_name -> gotrain.v1.WorkerFailure
+	36, // 44: gotrain.v1.JobStatus.verdicts:type_name -> gotrain.v1.HangVerdict
+	60, // 45: gotrain.v1.LogEntry.config:type_name -> gotrain.v1.LogConfig
+	61, // 46: gotrain.v1.LogEntry.join:type_name -> gotrain.v1.LogJoin
+	39, // 47: gotrain.v1.LogEntry.kv_put:type_name -> gotrain.v1.KVPutRequest
+	62, // 48: gotrain.v1.LogEntry.replica:type_name -> gotrain.v1.LogReplica
+	63, // 49: gotrain.v1.LogEntry.tick:type_name -> gotrain.v1.LogTick
+	64, // 50: gotrain.v1.LogEntry.node_lost:type_name -> gotrain.v1.LogNode
+	64, // 51: gotrain.v1.LogEntry.node_unreachable:type_name -> gotrain.v1.LogNode
+	64, // 52: gotrain.v1.LogEntry.node_reachable:type_name -> gotrain.v1.LogNode
+	53, // 53: gotrain.v1.LogEntry.worker_exit:type_name -> gotrain.v1.ReportWorkerExitRequest
+	65, // 54: gotrain.v1.LogEntry.barrier:type_name -> gotrain.v1.LogBarrier
+	66, // 55: gotrain.v1.LogEntry.barrier_canceled:type_name -> gotrain.v1.LogBarrierCanceled
+	49, // 56: gotrain.v1.LogEntry.progress:type_name -> gotrain.v1.ReportProgressRequest
+	33, // 57: gotrain.v1.LogEntry.evidence:type_name -> gotrain.v1.ReportEvidenceRequest
+	13, // 58: gotrain.v1.LogJoin.request:type_name -> gotrain.v1.JoinRequest
+	13, // 59: gotrain.v1.Coordinator.Join:input_type -> gotrain.v1.JoinRequest
+	16, // 60: gotrain.v1.Coordinator.WatchGenerations:input_type -> gotrain.v1.WatchGenerationsRequest
+	39, // 61: gotrain.v1.Coordinator.KVPut:input_type -> gotrain.v1.KVPutRequest
+	41, // 62: gotrain.v1.Coordinator.KVGet:input_type -> gotrain.v1.KVGetRequest
+	43, // 63: gotrain.v1.Coordinator.Barrier:input_type -> gotrain.v1.BarrierRequest
+	49, // 64: gotrain.v1.Coordinator.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	53, // 65: gotrain.v1.Coordinator.ReportWorkerExit:input_type -> gotrain.v1.ReportWorkerExitRequest
+	55, // 66: gotrain.v1.Coordinator.GetJobStatus:input_type -> gotrain.v1.GetJobStatusRequest
+	33, // 67: gotrain.v1.Coordinator.ReportEvidence:input_type -> gotrain.v1.ReportEvidenceRequest
+	37, // 68: gotrain.v1.Coordinator.Diagnose:input_type -> gotrain.v1.DiagnoseRequest
+	17, // 69: gotrain.v1.Coordinator.AddReplica:input_type -> gotrain.v1.AddReplicaRequest
+	19, // 70: gotrain.v1.Coordinator.ReplicaCA:input_type -> gotrain.v1.ReplicaCARequest
+	39, // 71: gotrain.v1.Agent.KVPut:input_type -> gotrain.v1.KVPutRequest
+	41, // 72: gotrain.v1.Agent.KVGet:input_type -> gotrain.v1.KVGetRequest
+	43, // 73: gotrain.v1.Agent.Barrier:input_type -> gotrain.v1.BarrierRequest
+	49, // 74: gotrain.v1.Agent.ReportProgress:input_type -> gotrain.v1.ReportProgressRequest
+	6,  // 75: gotrain.v1.Agent.Attach:input_type -> gotrain.v1.WorkerMessage
+	0,  // 76: gotrain.v1.SnapshotPeer.Replicate:input_type -> gotrain.v1.SnapshotChunk
+	2,  // 77: gotrain.v1.SnapshotPeer.Have:input_type -> gotrain.v1.PeerSnapshotRequest
+	2,  // 78: gotrain.v1.SnapshotPeer.Fetch:input_type -> gotrain.v1.PeerSnapshotRequest
+	15, // 79: gotrain.v1.Coordinator.Join:output_type -> gotrain.v1.JoinResponse
+	30, // 80: gotrain.v1.Coordinator.WatchGenerations:output_type -> gotrain.v1.GenerationEvent
+	40, // 81: gotrain.v1.Coordinator.KVPut:output_type -> gotrain.v1.KVPutResponse
+	42, // 82: gotrain.v1.Coordinator.KVGet:output_type -> gotrain.v1.KVGetResponse
+	44, // 83: gotrain.v1.Coordinator.Barrier:output_type -> gotrain.v1.BarrierResponse
+	52, // 84: gotrain.v1.Coordinator.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	54, // 85: gotrain.v1.Coordinator.ReportWorkerExit:output_type -> gotrain.v1.ReportWorkerExitResponse
+	58, // 86: gotrain.v1.Coordinator.GetJobStatus:output_type -> gotrain.v1.JobStatus
+	34, // 87: gotrain.v1.Coordinator.ReportEvidence:output_type -> gotrain.v1.ReportEvidenceResponse
+	38, // 88: gotrain.v1.Coordinator.Diagnose:output_type -> gotrain.v1.DiagnoseResponse
+	18, // 89: gotrain.v1.Coordinator.AddReplica:output_type -> gotrain.v1.AddReplicaResponse
+	20, // 90: gotrain.v1.Coordinator.ReplicaCA:output_type -> gotrain.v1.ReplicaCAResponse
+	40, // 91: gotrain.v1.Agent.KVPut:output_type -> gotrain.v1.KVPutResponse
+	42, // 92: gotrain.v1.Agent.KVGet:output_type -> gotrain.v1.KVGetResponse
+	44, // 93: gotrain.v1.Agent.Barrier:output_type -> gotrain.v1.BarrierResponse
+	52, // 94: gotrain.v1.Agent.ReportProgress:output_type -> gotrain.v1.ReportProgressResponse
+	10, // 95: gotrain.v1.Agent.Attach:output_type -> gotrain.v1.AgentMessage
+	1,  // 96: gotrain.v1.SnapshotPeer.Replicate:output_type -> gotrain.v1.ReplicateResponse
+	3,  // 97: gotrain.v1.SnapshotPeer.Have:output_type -> gotrain.v1.PeerSnapshotInfo
+	0,  // 98: gotrain.v1.SnapshotPeer.Fetch:output_type -> gotrain.v1.SnapshotChunk
+	79, // [79:99] is the sub-list for method output_type
+	59, // [59:79] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_gotrain_v1_gotrain_proto_init() }
@@ -6236,7 +6398,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*GenerationEvent_HostReplica)(nil),
 		(*GenerationEvent_Restarting)(nil),
 	}
-	file_gotrain_v1_gotrain_proto_msgTypes[57].OneofWrappers = []any{
+	file_gotrain_v1_gotrain_proto_msgTypes[59].OneofWrappers = []any{
 		(*LogEntry_Config)(nil),
 		(*LogEntry_Join)(nil),
 		(*LogEntry_KvPut)(nil),
@@ -6257,7 +6419,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gotrain_v1_gotrain_proto_rawDesc), len(file_gotrain_v1_gotrain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   67,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
