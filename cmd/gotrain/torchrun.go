@@ -86,6 +86,9 @@ func (c *torchrunCmd) run(ctx context.Context, args []string) error {
 }
 
 func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if err := keepMemoryPrivate(); err != nil { // nodump.go: before the token and keys are read
+		return err
+	}
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 		fs := torchrunFlags()
 		fs.SetOutput(stdout)
