@@ -234,8 +234,8 @@ var listenChecked = map[string]bool{}
 
 func tryListen(addr string) bool {
 	if host, port, err := net.SplitHostPort(addr); err == nil && net.ParseIP(host).IsLoopback() {
-		dir := runfile.Dir()
-		if runfile.PrivateDir(dir) != nil {
+		dir, err := runfile.MakeDir()
+		if err != nil {
 			return false
 		}
 		f, err := os.OpenFile(filepath.Join(dir, "torchrun-"+port+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
