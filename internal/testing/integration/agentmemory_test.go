@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -80,6 +81,52 @@ func TestWorkerCannotReadAgentMemory(t *testing.T) {
 	}
 	if !strings.Contains(m[4], "permission denied") && !strings.Contains(m[4], "operation not permitted") && !strings.Contains(m[4], "input/output error") {
 		t.Errorf("the worker's read failed, but not for want of permission (EACCES/EPERM/EIO): %s", m[0])
+	}
+}
+
+// The standalone coordinator holds the job CA's key: it is not dumpable
+// either. A process that is not has its /proc entries owned by root, not
+// by its user.
+func TestCoordinatorNotDumpable(t *testing.T) {
+	t.Parallel()
+	gotrain := bin.gotrain
+	uid := os.Getuid()
+	var cred *syscall.Credential
+	if uid == 0 { // root owns a root process's entries anyway: run as nobody
+		const nobody = 65534
+		dir, err := os.MkdirTemp("", "gotrain-nodump-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		gotrain, uid = copyExecutable(t, gotrain, dir), nobody
+		cred = &syscall.Credential{Uid: nobody, Gid: nobody}
+	}
+	cmd := gotrainCmd(t.Context(), t, []string{"XDG_RUNTIME_DIR=", "HOME=" + os.TempDir()}, "coordinator", "--listen", "127.0.0.1:0", "--nnodes", "2")
+	cmd.Path, cmd.Args[0] = gotrain, gotrain
+	cmd.Dir = os.TempDir()
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	var stderr testkit.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	testkit.WaitFor(t, time.Minute, "the coordinator's start line", func() bool { return strings.Contains(stderr.String(), "--coordinator") })
+	for _, name := range []string{"mem", "environ"} {
+		p := fmt.Sprintf("/proc/%d/%s", cmd.Process.Pid, name)
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner := st.Sys().(*syscall.Stat_t).Uid; owner != 0 {
+			t.Errorf("%s belongs to uid %d (the coordinator runs as uid %d): the coordinator is dumpable, its memory open to its user's processes", p, owner, uid)
+		}
 	}
 }
 
