@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -42,14 +43,19 @@ func TestSquatterCannotTakeRankZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := rpcCtx(t)
-	for _, c := range []struct {
-		a    *agent
-		want string
+	cases := []struct {
+		a      *agent
+		want   string
+		stream grpc.ServerStreamingClient[gotrainv1.GenerationEvent]
 	}{
-		{real, "started gen=0 world=2 group=0/2 restarts=0 master=10.0.0.1:2222 ranks=0/0/-1"},
-		{squatter, "started gen=0 world=2 group=1/2 restarts=0 master=10.0.0.1:2222 ranks=1/0/0"},
-	} {
-		ev, err := c.a.watch(ctx).Recv()
+		{a: real, want: "started gen=0 world=2 group=0/2 restarts=0 master=10.0.0.1:2222 ranks=0/0/-1"},
+		{a: squatter, want: "started gen=0 world=2 group=1/2 restarts=0 master=10.0.0.1:2222 ranks=1/0/0"},
+	}
+	for i := range cases { // both attach: the job starts once they have
+		cases[i].stream = cases[i].a.watch(ctx)
+	}
+	for _, c := range cases {
+		ev, err := c.stream.Recv()
 		if err != nil {
 			t.Fatalf("%s: %v", c.a.host, err)
 		}

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -56,6 +57,23 @@ func startTLSJob(t *testing.T, n int) (*Server, string, *jobtls.CA, []tlsNode) {
 		c := jobtls.NodeCertificate(resp.GetNodeCert(), key)
 		creds, _ := trust.Credentials(testToken, &c)
 		nodes = append(nodes, tlsNode{id: resp.GetNodeId(), c: dial(t, addr, withCreds(creds), token.DialOption(testToken))})
+	}
+	// The nodes attach, as agents do (their watch streams open), and the
+	// job starts on them.
+	ctx, detach := context.WithCancel(context.Background())
+	t.Cleanup(detach)
+	var streams []grpc.ServerStreamingClient[gotrainv1.GenerationEvent]
+	for _, nd := range nodes {
+		s, err := nd.c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: nd.id})
+		if err != nil {
+			t.Fatalf("watch %s: %v", nd.id, err)
+		}
+		streams = append(streams, s)
+	}
+	for i, s := range streams {
+		if ev, err := s.Recv(); err != nil || ev.GetStarted() == nil {
+			t.Fatalf("%s's first event: %v, %v; want started", nodes[i].id, ev, err)
+		}
 	}
 	return srv, addr, ca, nodes
 }

@@ -67,7 +67,7 @@ func (s *Server) leadership(leading bool, rc ReplicaConfig) {
 	for _, id := range s.st.Nodes() {
 		// Start from what the log says; the streams open here anew.
 		o := s.streams.of(s.st, id)
-		o.unreachable = s.st.Machine().Unreachable(id)
+		o.unreachable = s.st.Machine().Unreachable(id) || !s.st.Machine().Attached(id)
 		if o.gossipDown {
 			s.reachability(id, o, "gossip: no answer (declared dead by the other nodes)")
 		}

@@ -13,7 +13,9 @@ import (
 )
 
 // Reachability: what the server tells the machine about a node's contact
-// (coordinator/job's membership.go decides what it means). A node is
+// (coordinator/job's membership.go decides what it means). A node that
+// joined is out of contact until its first watch stream opens, which the
+// machine hears as its attach (NodeReachable). A node is
 // reachable while its watch stream is attached and gossip (when the job
 // gossips) does not find it dead; the machine hears NodeUnreachable when it
 // stops being so and NodeReachable when it is again, and loses it only
@@ -38,7 +40,7 @@ const (
 // reachability re-evaluates node id's contact after a change of its stream
 // or gossip state, and tells the machine. s.mu is held.
 func (s *Server) reachability(id string, o *outbox, why string) {
-	ev := o.recheck(id, why, s.gossip != nil, s.st.Machine().Config(), s.log)
+	ev := o.recheck(id, why, s.gossip != nil, s.st.Machine().Attached(id), s.st.Machine().Config(), s.log)
 	if ev == nil {
 		return
 	}
@@ -49,13 +51,19 @@ func (s *Server) reachability(id string, o *outbox, why string) {
 
 // recheck re-evaluates node id's contact and returns what the machine must
 // hear: NodeReachable, NodeUnreachable, or nil for nothing. gossips: the
-// job gossips; jc: the job's configuration (for the log lines).
-func (o *outbox) recheck(id, why string, gossips bool, jc job.Config, log *slog.Logger) job.Event {
+// job gossips; attached: the machine counts the node as attached (else its
+// first stream is its attach); jc: the job's configuration (for the log
+// lines).
+func (o *outbox) recheck(id, why string, gossips, attached bool, jc job.Config, log *slog.Logger) job.Event {
 	reachable := o.attached && !o.gossipDown
 	switch {
 	case reachable && o.unreachable:
 		o.unreachable, o.blamed = false, false
-		log.Info("node reachable again", "node_id", id)
+		if attached {
+			log.Info("node reachable again", "node_id", id)
+		} else {
+			log.Info("node attached", "node_id", id)
+		}
 		return job.NodeReachable{NodeID: id}
 	case !reachable && !o.unreachable:
 		o.unreachable = true

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/gotrain/gotrain/internal/testing/testkit"
+	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
 // A one-node job's agent that goes away (Ctrl-C: its stream ends) is no
@@ -27,9 +30,18 @@ func TestOneNodeStreamEndIsNoWarning(t *testing.T) {
 			agents = append(agents, join(t, newClient(t, addr), "host-"+string(rune('a'+i)), "10.0.0.1", 1, 2222))
 		}
 		ctx, cancel := context.WithCancel(rpcCtx(t))
-		stream := agents[0].watch(ctx)
-		if _, err := stream.Recv(); err != nil { // started
-			t.Fatal(err)
+		var streams []grpc.ServerStreamingClient[gotrainv1.GenerationEvent]
+		for i, a := range agents { // all attach: the job starts once they have
+			if i == 0 {
+				streams = append(streams, a.watch(ctx)) // the one that goes away
+			} else {
+				streams = append(streams, a.watch(rpcCtx(t)))
+			}
+		}
+		for _, s := range streams {
+			if _, err := s.Recv(); err != nil { // started
+				t.Fatal(err)
+			}
 		}
 		cancel()
 		var line string

@@ -441,7 +441,8 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 			s.streamEnded(id, o, my, "")
 			return s.notLeader(stream.Context())
 		}
-		term = s.rs.term // after the end, any replica finishes the stream
+		term = s.rs.term            // after the end, any replica finishes the stream
+		down := s.rs.stepDown(term) // read under s.mu: newTerm replaces it
 		wake := o.wake
 		var evs []state.Out
 		closed, lost := false, o.lost
@@ -478,7 +479,7 @@ func (s *Server) WatchGenerations(req *gotrainv1.WatchGenerationsRequest, stream
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.stop.Done():
 			stopping = true
-		case <-s.rs.stepDown(term):
+		case <-down:
 		}
 	}
 }

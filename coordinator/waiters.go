@@ -53,6 +53,9 @@ func (t streamTable) of(st *state.State, id string) *outbox {
 	o := t[id]
 	if o == nil {
 		o = newOutbox()
+		// A node that has not attached yet is out of contact: its first
+		// stream is its attach, which the machine hears (reach.go).
+		o.unreachable = !st.Machine().Attached(id)
 		t[id] = o
 	}
 	return o

@@ -84,6 +84,9 @@ func coordinatorFlags(cfg *host.Config, logFormat *string) *flag.FlagSet {
 }
 
 func (c *coordinatorCmd) run(ctx context.Context, args []string) error {
+	if err := keepMemoryPrivate(); err != nil { // nodump.go: before the token and keys are read
+		return err
+	}
 	var cfg host.Config
 	var logFormat string
 	fs := coordinatorFlags(&cfg, &logFormat)

@@ -181,6 +181,9 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	if len(args) == 1 && args[0] == reaperArg {
 		return launcher.RunReaper(os.Stdin)
 	}
+	if err := keepMemoryPrivate(); err != nil { // nodump.go: before the token and keys are read
+		return err
+	}
 	var cfg launcher.Config
 	var opts launchOpts
 	fs := launchFlags(&cfg, &opts)

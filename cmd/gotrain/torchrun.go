@@ -86,6 +86,9 @@ func (c *torchrunCmd) run(ctx context.Context, args []string) error {
 }
 
 func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if err := keepMemoryPrivate(); err != nil { // nodump.go: before the token and keys are read
+		return err
+	}
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 		fs := torchrunFlags()
 		fs.SetOutput(stdout)
@@ -231,8 +234,8 @@ var listenChecked = map[string]bool{}
 
 func tryListen(addr string) bool {
 	if host, port, err := net.SplitHostPort(addr); err == nil && net.ParseIP(host).IsLoopback() {
-		dir := runfile.Dir()
-		if runfile.PrivateDir(dir) != nil {
+		dir, err := runfile.MakeDir()
+		if err != nil {
 			return false
 		}
 		f, err := os.OpenFile(filepath.Join(dir, "torchrun-"+port+".lock"), os.O_RDWR|os.O_CREATE, 0o600)

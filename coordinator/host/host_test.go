@@ -76,9 +76,32 @@ func TestStartServeStop(t *testing.T) {
 	coord, closeConn := client(t, c.Addr().String())
 	ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
 	defer cancel()
-	resp, err := coord.Join(ctx, &gotrainv1.JoinRequest{Node: node("host-a"), Csr: csr(t)})
+	key, der, err := jobtls.NewNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := coord.Join(ctx, &gotrainv1.JoinRequest{Node: node("host-a"), Csr: der})
 	if err != nil || resp.GetRunId() != "run-test" || resp.GetMaxRestarts() != DefaultMaxRestarts {
 		t.Fatalf("join: %v, %v", resp, err)
+	}
+	// The node attaches (its watch stream, with its certificate), and the
+	// job starts.
+	cert := jobtls.NodeCertificate(resp.GetNodeCert(), key)
+	creds, err := jobtls.Trust{SkipCheck: true}.Credentials(testToken, &cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(c.Addr().String(), grpc.WithTransportCredentials(creds), token.DialOption(testToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	stream, err := gotrainv1.NewCoordinatorClient(cc).WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: resp.GetNodeId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := stream.Recv(); err != nil || ev.GetStarted() == nil {
+		t.Fatalf("first event %v, %v; want started", ev, err)
 	}
 	st, err := coord.GetJobStatus(ctx, &gotrainv1.GetJobStatusRequest{})
 	if err != nil || st.GetState() != "running" {

@@ -72,8 +72,9 @@ func bigJoin(host string, csr []byte) *gotrainv1.JoinRequest {
 // replicas over gRPC and Raft.
 func TestRefusedRequestsLeaveNothingInTheLog(t *testing.T) {
 	peers, cs := startReplicas(t, 3, 2)
-	a := joinReplicas(t, peers, "host-a")
-	joinReplicas(t, peers, "host-b") // the job starts
+	a, b := joinReplicas(t, peers, "host-a"), joinReplicas(t, peers, "host-b")
+	a.hold(t) // both attach: the job starts
+	b.hold(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*rpcTimeout)
 	defer cancel()
 	first := bytes.Repeat([]byte("v"), 1<<20)
@@ -123,6 +124,7 @@ func TestAcceptedPutsKeepTheLogCompacted(t *testing.T) {
 	const bound = 1 << 20
 	peers, cs := startReplicas(t, 3, 1, func(c *Config) { c.maxRaftLog = bound })
 	a := joinReplicas(t, peers, "host-a")
+	a.hold(t) // attached, as its agent would be
 	ctx, cancel := context.WithTimeout(t.Context(), 4*rpcTimeout)
 	defer cancel()
 	const puts, workers = 1500, 8 // 3 MB of values: 3 times the bound

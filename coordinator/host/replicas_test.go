@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,21 +158,73 @@ func replicaConn(t *testing.T, peers []string, cert *tls.Certificate) *leadercon
 // last event it got) when it breaks, as an agent does.
 func (r *replicaClient) next(t *testing.T, ctx context.Context) *gotrainv1.GenerationEvent {
 	t.Helper()
+	ev, err := r.nextEvent(ctx)
+	if err != nil {
+		t.Fatalf("watch %s: %v", r.id, err)
+	}
+	return ev
+}
+
+// nextEvent is next without the test: the stream stays open after it (the
+// node stays attached) until ctx ends or another stream of it opens.
+func (r *replicaClient) nextEvent(ctx context.Context) (*gotrainv1.GenerationEvent, error) {
 	for {
 		s, err := r.c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: r.id, AfterSeq: r.seq})
 		if err != nil {
-			t.Fatalf("watch %s: %v", r.id, err)
+			return nil, err
 		}
 		ev, err := s.Recv()
 		if err == nil {
 			r.seq = ev.GetSeq()
-			return ev
+			return ev, nil
 		}
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			t.Fatalf("watch %s: %v", r.id, err)
+			return nil, err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// startAll returns each node's first event, their streams opened at once,
+// as agents open theirs: a job starts once all its nodes attached.
+func startAll(t *testing.T, ctx context.Context, rs ...*replicaClient) []*gotrainv1.GenerationEvent {
+	t.Helper()
+	evs, errs := make([]*gotrainv1.GenerationEvent, len(rs)), make([]error, len(rs))
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Go(func() { evs[i], errs[i] = r.nextEvent(ctx) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("watch %s: %v", rs[i].id, err)
+		}
+	}
+	return evs
+}
+
+// hold keeps a watch stream of r open until the test ends, opening it
+// again when it breaks (at a new leader), as an agent does: the node stays
+// attached. The test does not read r's events itself then.
+func (r *replicaClient) hold(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		var seq uint64
+		for ctx.Err() == nil {
+			if s, err := r.c.WatchGenerations(ctx, &gotrainv1.WatchGenerationsRequest{NodeId: r.id, AfterSeq: seq}); err == nil {
+				for ev, err := s.Recv(); err == nil; ev, err = s.Recv() {
+					seq = ev.GetSeq()
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
 }
 
 // Three standalone replicas, two nodes: the leader is stopped while the
@@ -189,7 +242,8 @@ func TestReplicatedLeaderLoss(t *testing.T) {
 	a, b := joinReplicas(t, peers, "host-a"), joinReplicas(t, peers, "host-b")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*rpcTimeout)
 	defer cancel()
-	evA, evB := a.next(t, ctx), b.next(t, ctx)
+	first := startAll(t, ctx, a, b)
+	evA, evB := first[0], first[1]
 	if evA.GetStarted() == nil || evB.GetStarted() == nil || evA.GetStarted().GetRestartCount() != 0 {
 		t.Fatalf("first events: %v / %v", evA, evB)
 	}
@@ -273,6 +327,7 @@ func TestReplicatedNoMajority(t *testing.T) {
 func TestReplicaRestartRejoins(t *testing.T) {
 	peers, cs := startReplicas(t, 3, 2)
 	a := joinReplicas(t, peers, "host-a")
+	a.hold(t) // attached throughout, as its agent would be
 	l := leader(t, cs)
 	var follower *Coordinator
 	for _, c := range cs {
@@ -325,6 +380,8 @@ func TestReplicaRestartRejoins(t *testing.T) {
 func TestLeaderHandsOverWhenAgentsGoUnheard(t *testing.T) {
 	peers, cs := startReplicas(t, 3, 2)
 	a, b := joinReplicas(t, peers, "host-a"), joinReplicas(t, peers, "host-b")
+	a.hold(t) // attached, as their agents would be
+	b.hold(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*rpcTimeout)
 	defer cancel()
 	beat := func() {

@@ -46,7 +46,8 @@ type command struct {
 var commands = map[string]command{
 	// A new machine; before anything else, else the first command makes one
 	// with the defaults.
-	"config": {"run nodes min-nodes node-timeout settle max-restarts backoff rendezvous hang-timeout on-hang", (*env).config},
+	// attach: the nodes count once their agents attach (reachable).
+	"config": {"run nodes min-nodes node-timeout settle max-restarts backoff rendezvous hang-timeout on-hang attach", (*env).config},
 	// coord: the node's agent runs the coordinator; node-rank: its
 	// scheduler's node rank (order.go).
 	"join":        {"id host addr nproc gpus port pid coord node-rank", (*env).join},
@@ -127,6 +128,7 @@ func (e *env) config(t *testing.T, d *datadriven.TestData) string {
 	d.MaybeScanArgs(t, "rendezvous", &cfg.RendezvousTimeout)
 	d.MaybeScanArgs(t, "hang-timeout", &cfg.HangTimeout)
 	d.MaybeScanArgs(t, "on-hang", &cfg.OnHang)
+	cfg.Attach = d.HasArg("attach")
 	m, err := job.New(cfg)
 	if err != nil {
 		return "error: " + err.Error()
@@ -277,6 +279,8 @@ func formatAction(a job.Action) []string {
 		return formatHang(a)
 	case job.FailBarrier:
 		return []string{fmt.Sprintf("FailBarrier name=%s gen=%d waiters=%v reason=%q", a.Name, a.Generation, a.Waiters, a.Reason)}
+	case job.DropNode:
+		return []string{fmt.Sprintf("DropNode node=%s host=%s reason=%q", a.NodeID, a.Hostname, a.Reason)}
 	}
 	return []string{fmt.Sprintf("unknown action %T", a)}
 }

@@ -80,6 +80,12 @@ type Config struct {
 	// same rank or host is only reported (replacing did not help: the cause
 	// is likely its GPU or host); 0: DefaultStragglerCooldown.
 	StragglerCooldown time.Duration
+	// Attach: the caller tells the machine when a node's agent attaches
+	// (its first NodeReachable: its watch stream opened). A node then
+	// counts for the job only once attached, and one that does not attach
+	// within NodeTimeout of its join is dropped (membership.go). False: a
+	// node counts from its join (callers that do not watch streams).
+	Attach bool
 	// RendezvousTimeout is how long the job waits for all its nodes to
 	// join, counted from the first event the machine sees; the first Tick
 	// after it fails the job, naming the nodes that joined. 0 waits forever.
@@ -175,6 +181,10 @@ type node struct {
 	// is reachable (membership.go).
 	unreachableSince time.Time
 	unreachableWhy   string
+	// attached: its agent opened its watch stream (Config.Attach; always
+	// true without); joinedAt: when it joined, for the attach deadline.
+	attached bool
+	joinedAt time.Time
 }
 
 type rank struct {
@@ -276,8 +286,12 @@ func (m *Machine) join(ev NodeJoined) ([]Action, error) {
 	}
 	info := ev.Info
 	info.GPUs = slices.Clone(info.GPUs)
-	m.nodes[ev.NodeID] = &node{id: ev.NodeID, info: info, groupRank: -1, host: ev.Host, nodeRank: max(ev.NodeRank, -1), seq: m.joins}
+	m.nodes[ev.NodeID] = &node{id: ev.NodeID, info: info, groupRank: -1, host: ev.Host, nodeRank: max(ev.NodeRank, -1), seq: m.joins,
+		attached: !m.cfg.Attach, joinedAt: m.now}
 	m.joins++
+	if m.cfg.Attach {
+		return nil, nil // it counts once attached (membership.go)
+	}
 	return m.joined(ev.NodeID), nil // membership.go
 }
 
@@ -286,9 +300,13 @@ func (m *Machine) checkJoin(ev NodeJoined) error {
 	if m.Finished() {
 		return fmt.Errorf("%w: node %q cannot join; start a new job", ErrJobFinished, ev.Info.Hostname)
 	}
-	if m.state != StateWaiting && len(m.nodes) >= m.cfg.Nodes {
+	if m.state != StateWaiting && m.placed() >= m.cfg.Nodes {
 		return fmt.Errorf("%w: node %q cannot join generation %d: the job runs on its maximum of %s already (--nnodes %s)",
 			ErrJobStarted, ev.Info.Hostname, m.gen, plural(m.cfg.Nodes, "node"), m.nnodes())
+	}
+	if pending := len(m.nodes) - m.placed(); pending >= m.cfg.Nodes {
+		return fmt.Errorf("%w: node %q cannot join now: %s joined and have not attached yet (they are dropped %s after joining unless they do); try again then",
+			ErrJobStarted, ev.Info.Hostname, plural(pending, "node"), m.cfg.NodeTimeout)
 	}
 	if err := validateJoin(ev); err != nil {
 		return err
@@ -335,7 +353,7 @@ func validateJoin(ev NodeJoined) error {
 
 // start opens generation gen with the nodes present now.
 func (m *Machine) start(gen int64, restarts int) StartGeneration {
-	order := m.orderedNodes() // order.go
+	order := m.placedNodes() // order.go
 	survivors := m.survivorsOf()
 	m.pendingRestart, m.members.growing, m.members.actAt = false, false, time.Time{}
 	m.straggle.replacing = false
@@ -560,12 +578,12 @@ func (m *Machine) afterEnd() []Action {
 			return nil
 		}
 	}
-	if m.members.growing && len(m.nodes) >= m.cfg.MinNodes {
+	if m.members.growing && m.placed() >= m.cfg.MinNodes {
 		// Not a failure: the job grows by the nodes that joined (unless
 		// losses since left too few: then it is one, below).
 		return []Action{m.start(m.gen+1, m.restarts)}
 	}
-	if m.straggle.replacing && len(m.nodes) >= m.cfg.MinNodes {
+	if m.straggle.replacing && m.placed() >= m.cfg.MinNodes {
 		// Not a failure either: a persistent straggler is being replaced,
 		// and the replacement does not count against MaxRestarts
 		// (straggler_replace.go says why).
@@ -575,13 +593,13 @@ func (m *Machine) afterEnd() []Action {
 	repeated := m.repeats.ended(m.gen, m.failure) // restart.go
 	var why string
 	switch {
-	case len(m.nodes) < m.cfg.MinNodes:
+	case m.placed() < m.cfg.MinNodes:
 		// A finished job takes no joins: the lost nodes cannot come back to it.
 		again := "start the job again, with a lower minimum to go on with fewer nodes"
 		if m.cfg.MinNodes == m.cfg.Nodes {
 			again = "start the job again (under --nnodes MIN:MAX a job goes on without a lost node)"
 		}
-		why = fmt.Sprintf("only %d of the %s it needs remain (--nnodes %s); %s", len(m.nodes), plural(m.cfg.MinNodes, "node"), m.nnodes(), again)
+		why = fmt.Sprintf("only %d of the %s it needs remain (--nnodes %s); %s", m.placed(), plural(m.cfg.MinNodes, "node"), m.nnodes(), again)
 	case m.failure != nil && m.failure.Permanent != "" && !m.repeats.movedIn(m.gen):
 		why = m.failure.Permanent + ", so a restart can only fail the same way (--retry-permanent retries it anyway)"
 	case m.cfg.MaxRestarts == 0:

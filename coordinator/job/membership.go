@@ -28,6 +28,15 @@ import (
 // connection of the data plane survives without error; the agent of a node
 // cut off for longer stops its own workers after the same time.
 //
+// Attaching (Config.Attach): a node counts for the job — for starting it,
+// its size, the nodes a generation runs on — only once its agent attached
+// (its first NodeReachable: its watch stream opened), not at its join.
+// One that has not attached NodeTimeout after joining is dropped, named:
+// whoever holds the job token could join and never watch, and such a
+// node made a fixed-size job start on it and wait for ranks that never ran
+// while the real node was refused. Pending nodes are bounded (Nodes of
+// them at once).
+//
 // Blame: when one node stays reachable while every other node (two or more)
 // becomes unreachable at once, it is that node, not the others, that is cut
 // off: with the coordinator embedded in it, the coordinator only sees its
@@ -101,9 +110,9 @@ func (m *Machine) nnodes() string {
 // joined acts on node id's join.
 func (m *Machine) joined(id string) []Action {
 	switch {
-	case m.state == StateWaiting && len(m.nodes) >= m.cfg.Nodes:
+	case m.state == StateWaiting && m.placed() >= m.cfg.Nodes:
 		return []Action{m.start(0, 0)}
-	case m.state == StateWaiting && len(m.nodes) >= m.cfg.MinNodes,
+	case m.state == StateWaiting && m.placed() >= m.cfg.MinNodes,
 		m.state == StateRunning:
 		// Wait for more joins first.
 		m.members.actAt = m.now.Add(m.cfg.JoinSettle)
@@ -124,14 +133,45 @@ func (m *Machine) unreachable(ev NodeUnreachable) ([]Action, error) {
 	return nil, nil
 }
 
-// reachable records that a node is in contact again.
+// reachable records that a node is in contact again, or, the first time
+// (Config.Attach), that it attached: it counts for the job from now on.
 func (m *Machine) reachable(ev NodeReachable) ([]Action, error) {
 	n := m.nodes[ev.NodeID]
 	if n == nil {
 		return nil, fmt.Errorf("%w %q reachable", ErrUnknownNode, ev.NodeID)
 	}
 	n.unreachableSince, n.unreachableWhy = time.Time{}, ""
-	return nil, nil
+	if n.attached {
+		return nil, nil
+	}
+	if m.state != StateWaiting && m.placed() >= m.cfg.Nodes {
+		// Another node took its place meanwhile.
+		delete(m.nodes, n.id)
+		return []Action{DropNode{NodeID: n.id, Hostname: n.info.Hostname, Reason: fmt.Sprintf(
+			"node %s on %s attached after the job had started on its maximum of %s (--nnodes %s): it has no place; start it again to wait for one",
+			n.id, n.info.Hostname, plural(m.cfg.Nodes, "node"), m.nnodes())}}, nil
+	}
+	n.attached = true
+	return m.joined(n.id), nil
+}
+
+// attachTimeouts drops the nodes that joined NodeTimeout ago or more and
+// never attached (Config.Attach): a process that holds the job token and
+// joins but never watches is no working agent, and it must neither hold
+// a place the job waits on nor keep the real node out. nil when none is.
+func (m *Machine) attachTimeouts() []Action {
+	var out []Action
+	for _, n := range m.orderedNodes() {
+		if n.attached || m.now.Before(n.joinedAt.Add(m.cfg.NodeTimeout)) {
+			continue
+		}
+		delete(m.nodes, n.id)
+		out = append(out, DropNode{NodeID: n.id, Hostname: n.info.Hostname, Reason: fmt.Sprintf(
+			"node %s on %s (%s, agent pid %d) joined %s ago and never opened its watch stream: dropped, the job goes on without it; "+
+				"if it is a node of yours, its agent is stuck or cannot reach the coordinator's port again (start it again), otherwise a process that holds the job token joined: change the token",
+			n.id, n.info.Hostname, n.info.Address, n.info.AgentPID, m.now.Sub(n.joinedAt).Round(100*time.Millisecond))})
+	}
+	return out
 }
 
 // membershipTick loses nodes unreachable for NodeTimeout, and acts on joins
@@ -139,6 +179,9 @@ func (m *Machine) reachable(ev NodeReachable) ([]Action, error) {
 func (m *Machine) membershipTick() []Action {
 	if m.Finished() {
 		return nil
+	}
+	if acts := m.attachTimeouts(); acts != nil {
+		return acts
 	}
 	if acts := m.timeouts(); acts != nil {
 		return acts
@@ -148,11 +191,11 @@ func (m *Machine) membershipTick() []Action {
 	}
 	m.members.actAt = time.Time{}
 	switch {
-	case m.state == StateWaiting && len(m.nodes) >= m.cfg.MinNodes:
+	case m.state == StateWaiting && m.placed() >= m.cfg.MinNodes:
 		return []Action{m.start(0, 0)}
 	case m.state == StateRunning:
 		var joined []string
-		for _, n := range m.orderedNodes() {
+		for _, n := range m.placedNodes() {
 			if n.groupRank < 0 {
 				joined = append(joined, fmt.Sprintf("%s on %s", n.id, n.info.Hostname))
 			}
@@ -161,7 +204,7 @@ func (m *Machine) membershipTick() []Action {
 			return nil
 		}
 		m.members.growing = true
-		desc := fmt.Sprintf("%s joined: the job grows to %s", strings.Join(joined, ", "), plural(len(m.nodes), "node"))
+		desc := fmt.Sprintf("%s joined: the job grows to %s", strings.Join(joined, ", "), plural(m.placed(), "node"))
 		return append(m.end(nil, desc), m.afterEnd()...)
 	}
 	return nil
@@ -170,7 +213,7 @@ func (m *Machine) membershipTick() []Action {
 // timeouts loses the nodes unreachable for NodeTimeout; nil when none is.
 func (m *Machine) timeouts() []Action {
 	var late []*node
-	for _, n := range m.orderedNodes() {
+	for _, n := range m.placedNodes() {
 		if !n.unreachableSince.IsZero() && !m.now.Before(n.unreachableSince.Add(m.cfg.NodeTimeout)) {
 			late = append(late, n)
 		}
@@ -198,11 +241,12 @@ func (m *Machine) timeouts() []Action {
 // cutOff returns the one node still reachable when all the others, two or
 // more, are unreachable: the node that is cut off from them.
 func (m *Machine) cutOff() *node {
-	if len(m.nodes) < 3 {
+	placed := m.placedNodes()
+	if len(placed) < 3 {
 		return nil
 	}
 	var reachable *node
-	for _, n := range m.nodes {
+	for _, n := range placed {
 		if n.unreachableSince.IsZero() {
 			if reachable != nil {
 				return nil
@@ -217,7 +261,7 @@ func (m *Machine) cutOff() *node {
 // other node: restarting on it alone would only repeat that.
 func (m *Machine) failCutOff(cut *node) []Action {
 	var others []string
-	for _, n := range m.orderedNodes() {
+	for _, n := range m.placedNodes() {
 		if n != cut {
 			others = append(others, n.info.Hostname)
 		}
@@ -237,6 +281,14 @@ func (m *Machine) failCutOff(cut *node) []Action {
 	desc := fmt.Sprintf("node %s on %s (%s) was %s", cut.id, cut.info.Hostname, cut.info.Address, reason)
 	acts := m.failBarriers("the job failed: " + desc)
 	return append(acts, FinishJob{ExitCode: 1, Failure: copyFailure(f), Message: "job failed: " + desc})
+}
+
+// Attached says whether node id's agent attached (Config.Attach; every node
+// of the job without it): a new stream of a node that has not is its
+// attach, which the caller reports as NodeReachable.
+func (m *Machine) Attached(id string) bool {
+	n := m.nodes[id]
+	return n != nil && n.attached
 }
 
 // Unreachable says whether node id is out of contact now (NodeUnreachable

@@ -39,6 +39,23 @@ func (m *Machine) orderedNodes() []*node {
 	return out
 }
 
+// placedNodes are the nodes that count for the job (attached: Config.Attach),
+// in orderedNodes' order: those a generation runs on.
+func (m *Machine) placedNodes() []*node {
+	return slices.DeleteFunc(m.orderedNodes(), func(n *node) bool { return !n.attached })
+}
+
+// placed is how many nodes count for the job (placedNodes).
+func (m *Machine) placed() int {
+	k := 0
+	for _, n := range m.nodes {
+		if n.attached {
+			k++
+		}
+	}
+	return k
+}
+
 // compareBool orders false before true.
 func compareBool(a, b bool) int {
 	switch {

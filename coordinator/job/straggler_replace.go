@@ -128,7 +128,7 @@ func (m *Machine) replace(v Verdict, c Culprit) []Action {
 	stood := m.now.Sub(v.Since).Round(time.Second)
 	m.straggle.last = &replacement{rank: c.Rank, host: c.Hostname, at: m.now}
 	m.straggle.replacing = true
-	if n := m.nodes[c.NodeID]; n != nil && !n.host && len(m.nodes) > m.cfg.MinNodes {
+	if n := m.nodes[c.NodeID]; n != nil && !n.host && m.placed() > m.cfg.MinNodes {
 		return m.dropStraggler(n, c, v, stood)
 	}
 	f := &Failure{Rank: c.Rank, NodeID: c.NodeID, Hostname: c.Hostname, Pid: c.Pid, Reason: "straggler: " + v.Summary}
@@ -140,7 +140,7 @@ func (m *Machine) replace(v Verdict, c Culprit) []Action {
 // agent is told why, and the job goes on on the others (a lost node).
 func (m *Machine) dropStraggler(n *node, c Culprit, v Verdict, stood time.Duration) []Action {
 	why := fmt.Sprintf("rank %d on host %s dropped as a persistent straggler (the straggler for %s, --on-straggler replace): %s; the job goes on on its other %s (--nnodes %s)",
-		c.Rank, n.info.Hostname, stood, v.Summary, plural(len(m.nodes)-1, "node"), m.nnodes())
+		c.Rank, n.info.Hostname, stood, v.Summary, plural(m.placed()-1, "node"), m.nnodes())
 	var ranks []int
 	for r := range m.ranks {
 		if m.ranks[r].nodeID == n.id {

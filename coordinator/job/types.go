@@ -222,7 +222,8 @@ type EndGeneration struct {
 }
 
 // DropNode: the machine dropped node NodeID from the job (a persistent
-// straggler's node under --nnodes MIN:MAX, straggler_replace.go). The caller
+// straggler's node under --nnodes MIN:MAX, straggler_replace.go; a node
+// that never attached, or attached with no place left, membership.go). The caller
 // ends the node's stream with Reason, so that its agent stops its workers
 // and exits saying why; the job goes on without it. The machine has
 // forgotten the node already, as after NodeLost.

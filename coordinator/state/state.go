@@ -63,6 +63,7 @@ type logged struct {
 // New returns the state before the log's first entry: a machine of own
 // (this replica's own configuration, which the config entry replaces).
 func New(own job.Config) (*State, error) {
+	own.Attach = true // attaches: see applyConfig
 	m, err := job.New(own)
 	if err != nil {
 		return nil, err
@@ -245,6 +246,11 @@ func (s *State) applyConfig(c Config) error {
 	if s.configured {
 		return nil
 	}
+	// The coordinator reports each node's first watch stream as its
+	// attach (coordinator/reach.go): a node counts for the job from then
+	// on, and one that never attaches is dropped (coordinator/job's
+	// membership.go). Every replica applies the same.
+	c.Job.Attach = true
 	m, err := job.New(c.Job)
 	if err != nil {
 		return refuse(Invalid, "the job's configuration: %v", err)

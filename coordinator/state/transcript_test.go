@@ -107,7 +107,16 @@ func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
 		if (admitted == nil) != !strings.HasPrefix(out, "error") {
 			d.Fatalf(t, "Admit said %v, apply said %s", admitted, out)
 		}
+		// Its agent attaches (its first watch stream) at once, as agents
+		// do, unless the join is pending: then "attach node=ID" does.
+		if rest, ok := strings.CutPrefix(out, "joined "); ok && !d.HasArg("pending") {
+			id := strings.Fields(rest)[0]
+			a := e.apply(t, d, &gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_NodeReachable{NodeReachable: &gotrainv1.LogNode{NodeId: id}}})
+			out += strings.TrimPrefix(strings.TrimPrefix(a, "ok"), "\n")
+		}
 		return out
+	case "attach":
+		pe = &gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_NodeReachable{NodeReachable: &gotrainv1.LogNode{NodeId: arg(d, "node", "")}}}
 	case "replica":
 		pe = &gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Replica{Replica: &gotrainv1.LogReplica{Addr: arg(d, "addr", ""), NodeId: arg(d, "node", "")}}}
 	case "lost":

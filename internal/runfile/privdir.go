@@ -36,12 +36,12 @@ func PrivateDir(dir string) error {
 	}
 	switch {
 	case st.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("%s is a symbolic link, not a directory of yours: remove it (someone may have planted it)", dir)
+		return fmt.Errorf("%w: %s is a symbolic link, not a directory of yours: remove it (someone may have planted it)", errNotOurs, dir)
 	case !st.IsDir():
-		return fmt.Errorf("%s is not a directory: remove it", dir)
+		return fmt.Errorf("%w: %s is not a directory: remove it", errNotOurs, dir)
 	}
 	if uid := ownerOf(st); uid != os.Getuid() {
-		return fmt.Errorf("%s belongs to uid %d, not to you (uid %d): another user may read or plant files there; remove it, or set XDG_RUNTIME_DIR to a directory of yours", dir, uid, os.Getuid())
+		return fmt.Errorf("%w: %s belongs to uid %d, not to you (uid %d): another user may read or plant files there; remove it, or set XDG_RUNTIME_DIR to a directory of yours", errNotOurs, dir, uid, os.Getuid())
 	}
 	if st.Mode().Perm()&0o077 != 0 {
 		if err := os.Chmod(dir, 0o700); err != nil {
@@ -49,6 +49,55 @@ func PrivateDir(dir string) error {
 		}
 	}
 	return nil
+}
+
+// errNotOurs: the path is not a directory of this user's (another user's,
+// a symbolic link, a file): MakeDir goes to a fallback of its own.
+var errNotOurs = errors.New("not a directory of yours")
+
+// MakeDir returns the directory for run files and token files, made
+// private: Dir's, or, when that path is taken by something not ours (in
+// /tmp any user can make /tmp/gotrain-UID first, and the sticky bit keeps
+// us from removing it), a fallback next to it, DIR-XXXXXXXX, made with a
+// random name that no one can take in advance; a fallback made earlier
+// is used again. Dir and Live find the fallback too.
+func MakeDir() (string, error) {
+	primary := primaryDir()
+	err := PrivateDir(primary)
+	if err == nil || !errors.Is(err, errNotOurs) {
+		return primary, err
+	}
+	if own := ownFallbacks(primary); len(own) > 0 {
+		return own[0], nil
+	}
+	dir, merr := os.MkdirTemp(filepath.Dir(primary), filepath.Base(primary)+"-")
+	if merr != nil {
+		return "", fmt.Errorf("%w; and no private directory could be made beside it: %w", err, merr)
+	}
+	return dir, nil
+}
+
+// ownFallbacks lists the fallbacks of primary (primary-*) that are private
+// directories of this user's, oldest name first. Another user's, a link or
+// one that others may enter is not one.
+func ownFallbacks(primary string) []string {
+	paths, _ := filepath.Glob(primary + "-*")
+	var out []string
+	for _, p := range paths {
+		if st, err := os.Lstat(p); err == nil && st.IsDir() && ownerOf(st) == os.Getuid() && st.Mode().Perm()&0o077 == 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// usable reports whether dir is absent or a directory of this user's.
+func usable(dir string) bool {
+	st, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	return err == nil && st.IsDir() && ownerOf(st) == os.Getuid()
 }
 
 func ownerOf(st fs.FileInfo) int {

@@ -50,8 +50,12 @@ func TestRunFileDirChecked(t *testing.T) {
 			t.Errorf("PrivateDir(symlink) = %v", err)
 		}
 		t.Setenv("XDG_RUNTIME_DIR", base)
-		if _, err := Write(Job{RunID: "r", Coordinator: "127.0.0.1:1", Token: "secret"}); err == nil {
-			t.Error("Write put the token behind a planted symlink")
+		f, err := Write(Job{RunID: "r", Coordinator: "127.0.0.1:1", Token: "secret"})
+		if err != nil {
+			t.Fatalf("Write beside a planted symlink: %v", err)
+		}
+		if filepath.Dir(f.Path()) == dir || filepath.Dir(f.Path()) == target {
+			t.Errorf("Write put the token behind a planted symlink: %s", f.Path())
 		}
 	})
 	t.Run("another user's refused", func(t *testing.T) {
@@ -131,5 +135,69 @@ func TestWriteCleansLeftoversOfDeadLaunchers(t *testing.T) {
 	}
 	if _, err := os.Stat(live.Path()); err != nil {
 		t.Errorf("a live launcher's run file was removed: %v", err)
+	}
+}
+
+// Another user who makes the run-file directory first (in /tmp anyone can,
+// and the sticky bit keeps its owner's victim from removing it) no longer
+// stops gotrain: run files and token files go to a private fallback beside
+// it, made under a random name, which Dir and Live find and the next Write
+// uses again; a fallback-looking directory of another user's is not used.
+func TestRunFileDirTakenByAnotherUser(t *testing.T) {
+	base := t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", base)
+	primary := filepath.Join(base, "gotrain")
+	planted := primary + "-00000000"
+	if os.Getuid() == 0 {
+		for _, d := range []string{primary, planted} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(d, 54321, 54321); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else { // without root: a link planted where the directory goes
+		if err := os.Symlink(t.TempDir(), primary); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := PrivateDir(primary); err == nil {
+		t.Fatal("PrivateDir took a directory that is not ours")
+	}
+	tok, err := WriteToken("run", "secret")
+	if err != nil {
+		t.Fatalf("WriteToken with %s taken: %v", primary, err)
+	}
+	f, err := Write(Job{RunID: "run", Coordinator: "127.0.0.1:1", Token: "secret"})
+	if err != nil {
+		t.Fatalf("Write with %s taken: %v", primary, err)
+	}
+	dir := filepath.Dir(f.Path())
+	if dir == primary || dir == planted || filepath.Dir(tok.Path()) != dir || !strings.HasPrefix(dir, primary+"-") {
+		t.Fatalf("run file in %s, token file in %s: want one fallback %s-XXXX of ours", dir, filepath.Dir(tok.Path()), primary)
+	}
+	for _, p := range []string{dir, f.Path(), tok.Path()} {
+		st, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := os.FileMode(0o600)
+		if st.IsDir() {
+			want = 0o700
+		}
+		if st.Mode().Perm() != want || ownerOf(st) != os.Getuid() {
+			t.Errorf("%s: mode %v owner %d, want %v and uid %d", p, st.Mode().Perm(), ownerOf(st), want, os.Getuid())
+		}
+	}
+	if Dir() != dir {
+		t.Errorf("Dir() = %s, want the fallback %s", Dir(), dir)
+	}
+	if j, _, err := Newest(); err != nil || j.Path != f.Path() {
+		t.Errorf("Newest() = %+v, %v: want the job in the fallback", j, err)
+	}
+	g, err := Write(Job{RunID: "again", Coordinator: "127.0.0.1:2", Token: "t"})
+	if err != nil || filepath.Dir(g.Path()) != dir {
+		t.Errorf("a second Write went to %v (%v), want the same fallback %s", g, err, dir)
 	}
 }

@@ -5,7 +5,9 @@
 // ($XDG_RUNTIME_DIR/gotrain, else /tmp/gotrain-UID, mode 0700; the file is
 // mode 0600) and removes it when it exits. The directory must be this
 // user's own (PrivateDir: not a symbolic link, not another user's; one of
-// ours open to others is closed again), run files of other users in it are
+// ours open to others is closed again); when another user (or a link) took
+// its path first, a private fallback beside it is made under a random name
+// and used instead (MakeDir), where Dir and Live find it; run files of other users in it are
 // ignored, and what launchers that were SIGKILLed left there (run files and
 // token files of a pid that is gone) is removed at the next Write (Clean).
 //
@@ -52,12 +54,33 @@ type Job struct {
 	Path string `json:"-"`
 }
 
-// Dir returns the directory run files live in.
+// Dir returns the directory run files live in: $XDG_RUNTIME_DIR/gotrain,
+// else /tmp/gotrain-UID, unless that path is not ours (MakeDir): then the
+// fallback MakeDir made beside it, if any.
 func Dir() string {
+	primary := primaryDir()
+	if !usable(primary) {
+		if own := ownFallbacks(primary); len(own) > 0 {
+			return own[0]
+		}
+	}
+	return primary
+}
+
+// primaryDir is where run files go when the path is ours.
+func primaryDir() string {
 	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
 		return filepath.Join(d, "gotrain")
 	}
 	return filepath.Join(os.TempDir(), fmt.Sprintf("gotrain-%d", os.Getuid()))
+}
+
+// dirs lists where run files may be: the primary directory and the
+// fallbacks of ours beside it (a launcher that started while the primary
+// path was taken by another user wrote into one).
+func dirs() []string {
+	primary := primaryDir()
+	return append([]string{primary}, ownFallbacks(primary)...)
 }
 
 // File is a written run file.
@@ -66,8 +89,8 @@ type File struct{ path string }
 // Write writes j (Pid and Started default to this process and now) into
 // Dir() as RUN_ID-PID.json.
 func Write(j Job) (*File, error) {
-	dir := Dir()
-	if err := PrivateDir(dir); err != nil { // privdir.go
+	dir, err := MakeDir() // privdir.go
+	if err != nil {
 		return nil, fmt.Errorf("run-file dir: %w", err)
 	}
 	Clean(dir) // what launchers that were SIGKILLed left, with their tokens
@@ -106,10 +129,13 @@ func (f *File) Path() string { return f.path }
 // Live returns the jobs whose launcher still runs, newest first. Files of
 // launchers that are gone are removed.
 func Live() ([]Job, error) {
-	dir := Dir()
-	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
-	if err != nil {
-		return nil, err
+	var paths []string
+	for _, dir := range dirs() {
+		p, err := filepath.Glob(filepath.Join(dir, "*.json"))
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, p...)
 	}
 	var jobs []Job
 	for _, p := range paths {

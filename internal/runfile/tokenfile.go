@@ -13,8 +13,8 @@ import (
 // other nodes to copy: the join hint names the file instead of printing the
 // token (issue 16 item 9). Remove it when the job ends.
 func WriteToken(runID, tok string) (*File, error) {
-	dir := Dir()
-	if err := PrivateDir(dir); err != nil { // privdir.go
+	dir, err := MakeDir() // privdir.go
+	if err != nil {
 		return nil, fmt.Errorf("run-file dir: %w", err)
 	}
 	Clean(dir) // what launchers that were SIGKILLed left, with their tokens

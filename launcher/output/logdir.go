@@ -19,13 +19,16 @@ import (
 // link: LOGDIR must be a directory of this user's (or root's, as /tmp is,
 // and then not writable by others without the sticky bit), RUN_ID a
 // directory of this user's that is no link, attempt-N is made by this agent,
-// and files are opened with O_NOFOLLOW. A log directory removed while the
-// job runs, or a full disk, is warned about once; the job runs on.
+// and files are opened with O_NOFOLLOW. What gotrain makes there is its
+// user's alone: directories 0700, files 0600 (a rank's output, stack dumps
+// and hang evidence may hold what the program printed of its data or
+// secrets). A log directory removed while the job runs, or a full disk, is
+// warned about once; the job runs on.
 
 // CheckLogRoot makes LOGDIR and checks that no one else can plant files in
 // it.
 func CheckLogRoot(root string) error {
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if err := os.MkdirAll(root, 0o700); err != nil {
 		return fmt.Errorf("create log dir: %w", err)
 	}
 	st, err := os.Stat(root) // LOGDIR itself may be a link the user made
@@ -57,7 +60,7 @@ func OpenRunLogDir(root, runID string) (string, error) {
 		name = "run"
 	}
 	runDir := filepath.Join(root, name)
-	if err := os.Mkdir(runDir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(runDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("create the run's log dir: %w", err)
 	}
 	st, err := os.Lstat(runDir)
@@ -67,9 +70,14 @@ func OpenRunLogDir(root, runID string) (string, error) {
 	if !st.IsDir() || st.Mode()&fs.ModeSymlink != 0 || ownerUID(st) != os.Getuid() {
 		return "", fmt.Errorf("%s is not a directory of yours (a link or another user's): remove it, or give another --run-id or --log-dir", runDir)
 	}
+	if st.Mode().Perm()&0o077 != 0 { // made open by an older gotrain, or by hand
+		if err := os.Chmod(runDir, 0o700); err != nil {
+			return "", fmt.Errorf("%s is open to other users (mode %#o) and cannot be closed: %w; chmod 700 it", runDir, st.Mode().Perm(), err)
+		}
+	}
 	for n := 1; ; n++ {
 		dir := filepath.Join(runDir, fmt.Sprintf("attempt-%d", n))
-		err := os.Mkdir(dir, 0o755)
+		err := os.Mkdir(dir, 0o700)
 		if err == nil {
 			return dir, nil
 		}
@@ -82,7 +90,7 @@ func OpenRunLogDir(root, runID string) (string, error) {
 // OpenLogFile opens (appending, creating) a file in the run's log dir,
 // never through a symbolic link.
 func OpenLogFile(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
+	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 }
 
 // Trouble says once that the log dir cannot be written (removed, full,

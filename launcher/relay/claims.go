@@ -120,6 +120,20 @@ func (c *Claims) lookup(ctx context.Context, pid int) (Proc, int, bool) {
 	}
 }
 
+// known returns what pid is, as lookup does, without waiting.
+func (c *Claims) known(pid int) (Proc, int, bool) {
+	pgid, _ := unix.Getpgid(pid)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.procs[pid]; ok {
+		return p, pid, true
+	}
+	if p, ok := c.procs[pgid]; ok && pgid > 0 {
+		return p, pgid, true
+	}
+	return Proc{}, 0, false
+}
+
 // AuthorizeSnapshots lets pid keep rank's snapshots if it is the worker
 // the agent started as that rank (or a process in its process group).
 func (c *Claims) AuthorizeSnapshots(ctx context.Context, pid, rank int) error {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gotrain/gotrain/internal/procstat"
@@ -567,7 +568,14 @@ func writeEvidenceFile(dir string, req *gotrainv1.EvidenceRequest, rank int32, e
 		fmt.Fprintf(&b, "\n=== %s (rank %d, pid %d)\n%s\n", e.GetKind(), e.GetRank(), e.GetPid(), e.GetText())
 	}
 	name := filepath.Join(dir, fmt.Sprintf("hang-gen%d-verdict%d-rank%d.txt", req.GetGeneration(), req.GetRequestId(), rank))
-	_ = os.WriteFile(name, []byte(b.String()), 0o644)
+	// Its user's alone (0600), like the rank logs beside it, and never
+	// written through a link planted in the log dir.
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return
+	}
+	_, _ = f.WriteString(b.String())
+	_ = f.Close()
 }
 
 var _ observe.RASSource = (*Hub)(nil)

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"google.golang.org/grpc"
 
@@ -30,6 +31,19 @@ type Server struct {
 	Post     func(agentcore.Event)
 	LoopDone <-chan struct{}
 	Log      *slog.Logger
+
+	budgetOnce sync.Once
+	calls      *budget // the relayed calls in flight (budget.go)
+}
+
+// budget returns the relay's call budget, made on first use.
+func (r *Server) budget() *budget {
+	r.budgetOnce.Do(func() {
+		if r.calls == nil {
+			r.calls = newBudget(perWorkerCalls, relayedCalls)
+		}
+	})
+	return r.calls
 }
 
 var _ gotrainv1.AgentServer = (*Server)(nil)
@@ -43,19 +57,22 @@ func NewGRPCServer(jobToken string, s *Server) *grpc.Server {
 	return srv
 }
 
+// The calls below are forwarded to the coordinator within the relay's
+// budget (budget.go).
+
 func (r *Server) KVPut(ctx context.Context, req *gotrainv1.KVPutRequest) (*gotrainv1.KVPutResponse, error) {
-	return r.Coord.KVPut(ctx, req)
+	return relayed(r, ctx, "KVPut", func() (*gotrainv1.KVPutResponse, error) { return r.Coord.KVPut(ctx, req) })
 }
 
 func (r *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotrainv1.KVGetResponse, error) {
-	return r.Coord.KVGet(ctx, req)
+	return relayed(r, ctx, "KVGet", func() (*gotrainv1.KVGetResponse, error) { return r.Coord.KVGet(ctx, req) })
 }
 
 func (r *Server) Barrier(ctx context.Context, req *gotrainv1.BarrierRequest) (*gotrainv1.BarrierResponse, error) {
-	return r.Coord.Barrier(ctx, req)
+	return relayed(r, ctx, "Barrier", func() (*gotrainv1.BarrierResponse, error) { return r.Coord.Barrier(ctx, req) })
 }
 
 func (r *Server) ReportProgress(ctx context.Context, req *gotrainv1.ReportProgressRequest) (*gotrainv1.ReportProgressResponse, error) {
 	req.NodeId = r.NodeID
-	return r.Coord.ReportProgress(ctx, req)
+	return relayed(r, ctx, "ReportProgress", func() (*gotrainv1.ReportProgressResponse, error) { return r.Coord.ReportProgress(ctx, req) })
 }

@@ -159,6 +159,26 @@ func TestLogDir(t *testing.T) {
 			t.Errorf("rank%d.log lacks the rank's output:\n%s", rank, b)
 		}
 	}
+	// What the job made is its user's alone: directories 0700, files 0600
+	// (a rank's output may hold what it printed of its data).
+	attempt := runLogDir(t, dir)
+	files, _ := filepath.Glob(filepath.Join(attempt, "*"))
+	for _, p := range append([]string{filepath.Dir(attempt), attempt}, files...) {
+		st, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := os.FileMode(0o600)
+		if st.IsDir() {
+			want = 0o700
+		}
+		if st.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", p, st.Mode().Perm(), want)
+		}
+	}
+	if len(files) < 3 {
+		t.Errorf("the attempt's log dir holds %v, want the two rank logs and root-cause.json", files)
+	}
 }
 
 func TestBadInvocations(t *testing.T) {

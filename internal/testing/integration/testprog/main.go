@@ -10,6 +10,8 @@
 //	hang --fault F          a training loop where one rank misbehaves at one step (hang.go)
 //	plain --go FILE         rank 1 exits once FILE exists; no worker library (plain.go)
 //	closeout --code C       close stdout and stderr, run on a while, then exit with C
+//	peekparent              try to read the agent's memory (/proc/PPID/mem) (peek.go)
+//	flood --n N --dir DIR   rank 0 holds N long polls through the agent, rank 1 then crashes (flood.go)
 //
 // Started as a hot standby (gotrain launch --standby), every mode first
 // prints "standby pid=P slot=S unix_ns=T".
@@ -60,6 +62,10 @@ func main() {
 		err = plainMode(args)
 	case "closeout":
 		err = closeoutMode(args)
+	case "peekparent":
+		err = peekParentMode()
+	case "flood":
+		err = floodMode(args)
 	case "env":
 		for _, kv := range os.Environ() {
 			if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "GOTRAIN_") || strings.HasPrefix(name, "TORCHELASTIC_") ||
