@@ -288,3 +288,25 @@ func TestDCPWriterAndReader(t *testing.T) {
 		t.Fatalf("restore printed %q, want %q", got, want)
 	}
 }
+
+// The CPU tier benchmark (bench/torch_snapshot.py) against a real store: a
+// 64 MiB CPU state_dict snapshotted and restored into existing tensors and
+// as new ones, bit for bit. Its figures (the tier against clone() of the
+// same tensors) go to the log; timing is the benchmark's to judge, not a
+// test's, on a shared machine.
+func TestSnapshotTierBenchmarkCPU(t *testing.T) {
+	script, err := os.ReadFile(filepath.Join("..", "bench", "torch_snapshot.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, run := worker(t, torchPython(t), string(script))
+	out, _ := run("--device", "cpu", "--layers", "0", "--mib", "64", "--repeat", "2")
+	if !strings.Contains(out, "identical True") {
+		t.Fatalf("the restores are not identical:\n%s", out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "result ") {
+			t.Log(l)
+		}
+	}
+}

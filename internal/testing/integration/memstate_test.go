@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -81,27 +80,5 @@ func TestTorchRankResumesFromAgentMemory(t *testing.T) {
 	}
 	if got := weights.FindStringSubmatch(faulty.stdout); got == nil || got[1] != want[1] {
 		t.Errorf("weights %v after the fault, want %s as without it:\n%s", got, want[1], faulty.stdout)
-	}
-}
-
-// The CPU tier benchmark (bench/torch_snapshot.py) under a real agent: a
-// 64 MiB CPU state_dict snapshotted and restored into existing tensors and
-// as new ones, bit for bit. Its figures (the tier against clone() of the
-// same tensors) go to the log; timing is the benchmark's to judge, not a
-// test's, on a shared machine.
-func TestTorchSnapshotTierBenchmarkCPU(t *testing.T) {
-	t.Parallel()
-	script, err := filepath.Abs(filepath.Join("..", "..", "..", "bench", "torch_snapshot.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := runTorch(t, 5*time.Minute, "launch", "--nproc-per-node", "1", "--backend", "cpu", "--", "python3", script, "--device", "cpu", "--layers", "0", "--mib", "64", "--repeat", "2")
-	if r.code != 0 || !strings.Contains(r.stdout, "[rank 0] identical True") {
-		t.Fatalf("exit %d, want the restores identical\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-	}
-	for _, l := range strings.Split(r.stdout, "\n") {
-		if strings.Contains(l, " result ") {
-			t.Log(l)
-		}
 	}
 }
