@@ -111,14 +111,19 @@ else:
 // module's parameters keeping their identity, the optimizer's state made
 // anew, the plain values (a NaN, bytes, a tuple, int keys) as they were.
 func TestSnapshotRestoreIntoWithTorch(t *testing.T) {
+	t.Setenv("GOTRAIN_SNAPSHOT_TRACE", "1") // the phases' lines too
 	st, run := worker(t, torchPython(t), roundTrip)
-	if out, _ := run("save"); out != "saved" {
+	out, stderr := run("save")
+	if out != "saved" {
 		t.Fatalf("save printed %q", out)
+	}
+	if !strings.Contains(stderr, "gotrain.snapshot: trace rank 0 handed over") {
+		t.Errorf("no trace of the hand-over with GOTRAIN_SNAPSHOT_TRACE=1:\n%s", stderr)
 	}
 	if l := st.List(); len(l) != 1 || l[0].Step != 7 {
 		t.Fatalf("the store holds %+v after the save, want rank 0 at step 7", l)
 	}
-	out, stderr := run("restore")
+	out, stderr = run("restore")
 	want := "gotrain.snapshot: rank 0 restored the state of step 7 from this node's agent's memory ("
 	if n := strings.Count(stderr, want); n != 2 {
 		t.Errorf("stderr has %d lines %q, want 2:\n%s", n, want, stderr)

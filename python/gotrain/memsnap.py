@@ -350,14 +350,14 @@ def snapshot(state, step, blocking=False):
         buf.register()
     event = None
     with torch.no_grad():
-        for t, e in zip(tensors, layout.tensors):
+        for src, e in zip(tensors, layout.tensors):
             if not e.nbytes:
                 continue
-            dst = whole[e.offset:e.offset + e.nbytes].view(t.dtype).view(t.shape)
-            if t.is_cuda:
-                dst.copy_(t.detach(), non_blocking=buf.registered)
+            dst = whole[e.offset:e.offset + e.nbytes].view(src.dtype).view(src.shape)
+            if src.is_cuda:
+                dst.copy_(src.detach(), non_blocking=buf.registered)
             else:
-                dst.copy_(t.detach())
+                dst.copy_(src.detach())
         if on_gpu:
             event = torch.cuda.Event()
             event.record()
