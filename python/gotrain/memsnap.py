@@ -522,34 +522,8 @@ def restore(map_location="cpu", with_source=False):
     """Return (state, step) of this rank's newest snapshot, the tensors new
     ones on map_location, or None when there is none or outside gotrain.
     With with_source, (state, step, source)."""
-    torch = _torch()
-    t0 = time.perf_counter()
-    m = _latest()
-    if m is None:
-        return None
-    try:
-        device = torch.device(map_location)
-        if device.type == "cuda":
-            m.register()
-
-        def leaf(i):
-            src = m.view(i)
-            if device.type == "cpu":
-                return src.clone()
-            out = torch.empty(src.shape, dtype=src.dtype, device=device)
-            out.copy_(src, non_blocking=m.registered)
-            return out
-
-        state = _build(m.layout.tree, leaf)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        _said(m, t0, m.size)
-        step = m.step
-    finally:
-        m.close()
-    if with_source:
-        return state, step, _source
-    return state, step
+    device = _torch().device(map_location)
+    return _restoring(device.type == "cuda", lambda m: _build(m.layout.tree, lambda i: _new_tensor(m, i, device)), with_source)
 
 
 def restore_into(target, with_source=False):
@@ -567,20 +541,30 @@ def restore_into(target, with_source=False):
     tensor whose shape or dtype differs from the snapshot's is an error that
     names it, raised before anything is copied."""
     torch = _torch()
+
+    def fill(m):
+        plan = []  # (destination tensor, index), every pair checked before any copy
+        _match(target, m.layout.tree, "", plan, m)
+        with torch.no_grad():
+            for dst, i in plan:
+                dst.copy_(m.view(i), non_blocking=m.registered and dst.is_cuda)
+        return _fill(target, m.layout.tree, m)
+
+    return _restoring(_cuda_in(target), fill, with_source)
+
+
+def _restoring(cuda, fill, with_source):
+    """The newest snapshot, mapped (and registered with CUDA when cuda),
+    made into a state by fill(mapped); None when there is none."""
+    torch = _torch()
     t0 = time.perf_counter()
     m = _latest()
     if m is None:
         return None
     try:
-        if _cuda_in(target):
+        if cuda:
             m.register()
-        plan = []  # (destination tensor, index), every pair checked before any copy
-        _match(target, m.layout.tree, "", plan, m)
-        with torch.no_grad():
-            for dst, i in plan:
-                src = m.view(i)
-                dst.copy_(src, non_blocking=m.registered and dst.is_cuda)
-        state = _fill(target, m.layout.tree, m)
+        state = fill(m)
         if m.registered:
             torch.cuda.synchronize()
         _said(m, t0, m.size)
