@@ -329,9 +329,9 @@ def snapshot(state, step, blocking=False):
     if not _connect():
         return False
     torch = _torch()
-    prev = _pending
+    prev, _pending = _pending, None
     if prev is not None:
-        prev.wait()
+        prev.wait()  # raises, once, why the agent did not keep it
     start = time.perf_counter()
     plain = _plain(state)
     facts = {"rank": _rank(), "step": int(step), "generation": int(os.environ.get("GOTRAIN_GENERATION", "0") or 0),
