@@ -36,7 +36,13 @@ func torchPython(t *testing.T) string {
 // (trimmed) and stderr and fails the test if the script fails.
 func worker(t *testing.T, py, script string) (*memsnap.Store, func(args ...string) (string, string)) {
 	t.Helper()
-	st := memsnap.NewStore(0)
+	return workerLimited(t, py, script, 0)
+}
+
+// workerLimited is worker with a store that holds at most limit bytes.
+func workerLimited(t *testing.T, py, script string, limit int64) (*memsnap.Store, func(args ...string) (string, string)) {
+	t.Helper()
+	st := memsnap.NewStore(limit)
 	t.Cleanup(st.Close)
 	sock := filepath.Join(t.TempDir(), memsnap.SocketName)
 	lis, err := memsnap.Listen(sock)
@@ -314,4 +320,33 @@ func TestSnapshotTierBenchmarkCPU(t *testing.T) {
 			t.Log(l)
 		}
 	}
+}
+
+const refused = `
+import torch, gotrain
+big = {"w": torch.zeros(1 << 20)}  # 4 MiB: more than the agent keeps
+small = {"w": torch.ones(16)}
+got = []
+for state, step in ((big, 1), (small, 2), (small, 3)):
+    try:
+        gotrain.snapshot(state, step)
+        got.append("ok")
+    except RuntimeError as e:
+        got.append("refused" if "did not keep the snapshot of step 1" in str(e) and "rank 0 on " in str(e) else repr(e))
+print(" ".join(got), gotrain.restore()[1])
+`
+
+// A snapshot the agent does not keep (over --snapshot-memory) is an error
+// that names the rank and the step, raised once (CPU snapshots hand over
+// before snapshot() returns), and later snapshots are kept.
+func TestRefusedSnapshotRaisesOnce(t *testing.T) {
+	_, run := workerLimited(t, torchPython(t), refused, 1<<20)
+	if got, want := mustRun(run), "refused ok ok 3"; got != want {
+		t.Fatalf("printed %q, want %q", got, want)
+	}
+}
+
+func mustRun(run func(args ...string) (string, string)) string {
+	out, _ := run()
+	return out
 }

@@ -387,6 +387,7 @@ def snapshot(state, step, blocking=False):
 
     if blocking or event is None:
         hand_over()
+        _pending = None  # done: its error, if any, is raised here only
         p.wait()
     else:
         threading.Thread(target=hand_over, name="gotrain-snapshot", daemon=True).start()
