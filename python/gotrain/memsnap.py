@@ -398,7 +398,7 @@ def _wait_at_exit():
     p = _pending
     if p is not None:
         try:
-            p.wait(60)
+            p.wait(10)  # bounded: an exit (Ctrl-C included) never waits long on the agent
         except BaseException as e:
             sys.stderr.write("gotrain.snapshot: %s\n" % e)
 
