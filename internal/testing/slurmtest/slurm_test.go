@@ -416,13 +416,18 @@ echo "srun exit $?"
 srun gotrain launch --nproc-per-node 1 --backend cpu -- sh -c 'echo "slurm=$SLURM_RESTART_COUNT gotrain=$GOTRAIN_RESTART_COUNT torch=$TORCHELASTIC_RESTART_COUNT"'
 if [ -z "$SLURM_RESTART_COUNT" ]; then scontrol requeue "$SLURM_JOB_ID"; sleep 30; fi
 `, "-N2", "--requeue", "--open-mode=append")
+		pushed := false
 		c.waitFor("the job's second run", 60*time.Second, func() bool {
 			if strings.Contains(readFile(t, out), "slurm=1 ") {
 				return true
 			}
-			// A requeued job waits for its begin time: start it now.
-			if b, _ := c.client("squeue", "-h", "-j", job, "-o", "%T %r"); strings.Contains(string(b), "BeginTime") {
-				c.client("scontrol", "update", "jobid="+job, "StartTime=now")
+			// A requeued job waits for its begin time: bring it forward,
+			// once. Not to "now": slurmd refuses a credential made in the
+			// same second it revoked the first run's ("Job credential
+			// revoked"), and the job would end instead of running again.
+			if b, _ := c.client("squeue", "-h", "-j", job, "-o", "%T %r"); !pushed && strings.Contains(string(b), "BeginTime") {
+				_, err := c.client("scontrol", "update", "jobid="+job, "StartTime=now+3")
+				pushed = err == nil
 			}
 			return false
 		})
