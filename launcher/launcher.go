@@ -31,6 +31,7 @@ import (
 	"github.com/gotrain/gotrain/launcher/pystandby"
 	"github.com/gotrain/gotrain/launcher/recovery"
 	"github.com/gotrain/gotrain/launcher/relay"
+	"github.com/gotrain/gotrain/launcher/reportq"
 	"github.com/gotrain/gotrain/launcher/signals"
 	"github.com/gotrain/gotrain/launcher/snaptier"
 	"github.com/gotrain/gotrain/launcher/supervise"
@@ -211,12 +212,12 @@ type agent struct {
 	// until it is reaped, and the goroutine that forwards its exit.
 	waits sync.WaitGroup
 
-	links   *relay.Standbys                         // standbys' open streams (relay/standby.go)
-	reports chan *gotrainv1.ReportWorkerExitRequest // to the reporter (report.go)
-	hangs   chan *gotrainv1.EvidenceRequest         // to the evidence collector (report.go)
-	started chan struct{}                           // closed at the first generation
-	pyDir   string                                  // where gotrain's Python modules go: gotrain_snapshot.py, torchhook's sitecustomize.py
-	pyPath  string                                  // pyDir once a module is in it, last on workers' PYTHONPATH (snapshots.go)
+	links   *relay.Standbys                 // standbys' open streams (relay/standby.go)
+	reports *reportq.Queue                  // to the reporter (report.go)
+	hangs   chan *gotrainv1.EvidenceRequest // to the evidence collector (report.go)
+	started chan struct{}                   // closed at the first generation
+	pyDir   string                          // where gotrain's Python modules go: gotrain_snapshot.py, torchhook's sitecustomize.py
+	pyPath  string                          // pyDir once a module is in it, last on workers' PYTHONPATH (snapshots.go)
 	// nodeCert is the node certificate Join issued (tls.go); nil before.
 	nodeCert *tls.Certificate
 	// snapPeers replicates snapshots to the ring neighbour and fetches a
@@ -310,7 +311,7 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	a.claims = relay.NewClaims()
 	a.inbox, a.loopDone = make(chan agentcore.Event), make(chan struct{})
 	a.links = relay.NewStandbys()
-	a.reports = make(chan *gotrainv1.ReportWorkerExitRequest, 256)
+	a.reports = reportq.New()
 	a.hangs = make(chan *gotrainv1.EvidenceRequest, 8)
 	a.hub = relay.NewHub(a.log, a.coord, a.nodeID)
 	a.reg = &registry{procs: map[agentcore.ProcID]*workerProc{}, claims: a.claims, hub: a.hub, place: a.place,

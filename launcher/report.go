@@ -17,30 +17,32 @@ import (
 const reportTimeoutExit = 10 * time.Second
 
 // queueReport hands an exit or park report to the reporter, so that the
-// loop never waits for the coordinator. Reports go out in order.
+// loop never waits for the coordinator. Reports go out in order, and none is
+// dropped (package reportq says how the queue stays bounded).
 func (a *agent) queueReport(req *gotrainv1.ReportWorkerExitRequest) {
 	req.NodeId = a.nodeID
-	select {
-	case a.reports <- req:
-	default:
-		// The reporter is far behind (the coordinator is not answering):
-		// the coordinator will hear of this node through its stream.
-		a.log.Warn("report queue full; dropping a report", "rank", req.GetRank(), "generation", req.GetGeneration())
-	}
+	a.reports.Put(req)
 }
 
-// sendReports sends the queued reports until ctx ends. Before an exit, the
-// ranks' progress goes out, so that the worker's last progress reaches the
-// coordinator before its exit does.
+// sendReports sends the queued reports until ctx ends. Before exits, the
+// ranks' progress goes out, so that a worker's last progress reaches the
+// coordinator before its exit does; one flush serves all the exits taken
+// together.
 func (a *agent) sendReports(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case req := <-a.reports:
+		case <-a.reports.Ready():
+		}
+		batch := a.reports.TakeAll()
+		for _, req := range batch {
 			if !req.GetParked() {
 				a.hub.Flush(ctx)
+				break
 			}
+		}
+		for _, req := range batch {
 			a.sendReport(ctx, req)
 		}
 	}
