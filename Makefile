@@ -10,6 +10,9 @@
 #   make fuzz    the fuzz targets (torchrun's command line, the Slurm grant), FUZZTIME each
 #   make proto   regenerate proto/ code with the pinned generators
 #   make bench   CPU-backend all-reduce benchmark over loopback
+#   make wheel   dist/gotrain-VERSION-py3-none-manylinux_2_N_ARCH.whl: the binary
+#                and the Python package gotrain, for pip install
+#   make dist    dist/gotrain_VERSION_linux_ARCH.tar.gz and dist/SHA256SUMS
 #   make e2e-kubernetes  gotrain in an Indexed Job on a real kube-apiserver, Job
 #                controller and a test kubelet (builds them: minutes cold; not in CI)
 
@@ -26,7 +29,7 @@ DEMO_ARGS     ?=
 # this a cold build prints ~150 lines of warnings. -O2 -g is cgo's default.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build demo install check fuzz test test-race proto proto-check vet staticcheck bench clean e2e-kubernetes
+.PHONY: all build demo install check fuzz test test-race proto proto-check vet staticcheck bench clean e2e-kubernetes release-bin wheel dist
 
 all: build
 
@@ -138,6 +141,39 @@ proto-check: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./bench/
+
+# Releases. One version for the binary, the wheel and the Python package:
+# the package's __version__. The binary needs cgo (NVML), so an arm64 build
+# needs Debian's cross C compiler (gcc-aarch64-linux-gnu); without it only
+# amd64 is built, and the build says so. The wheel's manylinux tag is the
+# newest glibc the binary links against (2.34 when built on Debian 12).
+VERSION       := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' python/gotrain/__init__.py)
+DIST          ?= $(CURDIR)/dist
+RELEASE       := $(BIN)/release
+ARM64_CC      := $(shell command -v aarch64-linux-gnu-gcc)
+RELEASE_ARCHES := amd64 $(if $(ARM64_CC),arm64)
+
+release-bin:
+	@test -n "$(VERSION)" || { echo "no __version__ in python/gotrain/__init__.py"; exit 1; }
+	@for a in $(RELEASE_ARCHES); do \
+		cc=; if [ $$a = arm64 ]; then cc="CC=$(ARM64_CC)"; fi; \
+		echo "build gotrain $(VERSION) linux/$$a"; \
+		env CGO_ENABLED=1 GOOS=linux GOARCH=$$a $$cc $(GO) build -buildvcs=false \
+			-ldflags "-s -w -X main.release=$(VERSION)" -o $(RELEASE)/linux_$$a/gotrain ./cmd/gotrain || exit 1; \
+	done
+	@$(if $(ARM64_CC),,echo "note: no arm64 build: install gcc-aarch64-linux-gnu (cgo needs a cross C compiler)")
+
+wheel: release-bin
+	@mkdir -p $(DIST)
+	@for a in $(RELEASE_ARCHES); do $(GO) run ./internal/tools/mkwheel -binary $(RELEASE)/linux_$$a/gotrain -out $(DIST) || exit 1; done
+
+dist: release-bin wheel
+	@for a in $(RELEASE_ARCHES); do \
+		tar -C $(RELEASE)/linux_$$a --owner=0 --group=0 --numeric-owner --mtime=2026-01-01 \
+			-czf $(DIST)/gotrain_$(VERSION)_linux_$$a.tar.gz gotrain || exit 1; \
+		echo $(DIST)/gotrain_$(VERSION)_linux_$$a.tar.gz; \
+	done
+	cd $(DIST) && sha256sum gotrain_$(VERSION)_linux_*.tar.gz gotrain-$(VERSION)-*.whl > SHA256SUMS
 
 clean:
 	rm -rf $(BIN)

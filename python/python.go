@@ -52,3 +52,7 @@ func WriteTo(dir string) error {
 		return nil
 	})
 }
+
+// Files is the package as the tree keeps it: gotrain/*.py and
+// gotrain_snapshot.py, for the wheel (internal/wheel).
+func Files() fs.FS { return files }

@@ -8,6 +8,10 @@ import (
 	"github.com/gotrain/gotrain/python"
 )
 
+// release is the version a release build stamps in (make dist, make wheel:
+// -ldflags "-X main.release=0.9.0"); empty in a build from a checkout.
+var release string
+
 type versionCmd struct{}
 
 func (*versionCmd) name() string     { return "version" }
@@ -21,19 +25,29 @@ func (c *versionCmd) run(_ context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	fmt.Println(versionLine(debug.ReadBuildInfo()))
+	bi, ok := debug.ReadBuildInfo()
+	fmt.Println(versionLine(release, bi, ok))
 	// The Python package the agent puts on its workers' path: an installed
 	// one of another version shadows it.
 	fmt.Printf("python package gotrain %s\n", python.Version)
 	return nil
 }
 
-// versionLine is `gotrain version`'s line: the module's version, the VCS
+// versionLine is `gotrain version`'s line. A release build says its
+// release and Go version: "gotrain 0.9.0 (release build) go1.26.8". Else it
+// is the module's version, the VCS
 // revision the binary was built from (", modified" when the tree had
 // uncommitted changes) and the Go version: "gotrain (devel) commit 4162240…
 // (modified) go1.25.1". A binary built without VCS information says "commit
 // unknown".
-func versionLine(bi *debug.BuildInfo, ok bool) string {
+func versionLine(release string, bi *debug.BuildInfo, ok bool) string {
+	if release != "" {
+		goVersion := "go (unknown)"
+		if ok {
+			goVersion = bi.GoVersion
+		}
+		return "gotrain " + release + " (release build) " + goVersion
+	}
 	if !ok {
 		return "gotrain (unknown version: no build information)"
 	}

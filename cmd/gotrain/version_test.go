@@ -10,11 +10,14 @@ import (
 func TestVersionLine(t *testing.T) {
 	bi := &debug.BuildInfo{GoVersion: "go1.25.1", Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
 		{Key: "vcs.revision", Value: "4162240abc"}, {Key: "vcs.modified", Value: "true"}, {Key: "vcs.time", Value: "2026-12-02T03:00:00Z"}}}
-	if got, want := versionLine(bi, true), "gotrain (devel) commit 4162240abc (modified) from 2026-12-02T03:00:00Z go1.25.1"; got != want {
+	if got, want := versionLine("", bi, true), "gotrain (devel) commit 4162240abc (modified) from 2026-12-02T03:00:00Z go1.25.1"; got != want {
 		t.Errorf("got %q\nwant %q", got, want)
 	}
-	if got, want := versionLine(&debug.BuildInfo{GoVersion: "go1.25.1", Main: debug.Module{Version: "v1.2.0"}}, true), "gotrain v1.2.0 commit unknown go1.25.1"; got != want {
+	if got, want := versionLine("", &debug.BuildInfo{GoVersion: "go1.25.1", Main: debug.Module{Version: "v1.2.0"}}, true), "gotrain v1.2.0 commit unknown go1.25.1"; got != want {
 		t.Errorf("got %q\nwant %q", got, want)
+	}
+	if got, want := versionLine("0.9.0", bi, true), "gotrain 0.9.0 (release build) go1.25.1"; got != want {
+		t.Errorf("release build: got %q\nwant %q", got, want)
 	}
 }
 
