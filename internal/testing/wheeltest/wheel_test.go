@@ -1,8 +1,9 @@
 // Package wheeltest builds gotrain's release artefacts as a user gets them
-// (make dist: the wheel, the tarball, SHA256SUMS), installs the wheel
-// offline into a fresh virtual environment that sees Debian's torch, and
-// runs PyTorch jobs through what it installed: the gotrain script, python -m
-// gotrain, and import gotrain under the real torchrun.
+// and runs what they hold: make dist (the wheel, the tarball, SHA256SUMS),
+// the wheel installed offline into a fresh virtual environment that sees
+// Debian's torch and PyTorch jobs run through it (the gotrain script, python
+// -m gotrain, import gotrain under the real torchrun); and the Dockerfile's
+// image, built with buildah, whose binary is copied out and run.
 package wheeltest
 
 import (
