@@ -74,6 +74,8 @@ var foreignFlags = map[string]string{
 	"rdzv_id":          "torchrun (taken by gotrain torchrun's underscore spellings)",
 	"signal":           "scancel/sbatch",
 	"help":             "every command",
+	"from":             "a Dockerfile's COPY",
+	"build-arg":        "docker/buildah build",
 }
 
 // gotrainFlags are the flag sets of every command: launch, coordinator
