@@ -133,6 +133,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return flagError(fs, err, args)
 	}
+	if f := fs.Lookup(helpAll); f != nil && f.Value.String() == "true" {
+		fullUsage[fs]()
+		return flag.ErrHelp
+	}
 	return nil
 }
 

@@ -21,7 +21,10 @@ func TestMain(m *testing.M) {
 // helpFlags returns the flags a command's --help lists.
 func helpFlags(t *testing.T, bin, cmd string) []string {
 	t.Helper()
-	stdout, _, _ := runGotrain(t, bin, cmd, "--help")
+	stdout, _, code := runGotrain(t, bin, cmd, "--help-all")
+	if code != 0 { // a command whose --help is all there is
+		stdout, _, _ = runGotrain(t, bin, cmd, "--help")
+	}
 	var names []string
 	for _, m := range regexp.MustCompile(`(?m)^  --?([a-z][a-z0-9-]*)`).FindAllStringSubmatch(stdout, -1) {
 		names = append(names, m[1])

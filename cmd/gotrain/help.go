@@ -61,6 +61,51 @@ var torchrunGroups = []flagGroup{
 	{groupOutput, []string{"log-dir"}},
 }
 
+// helpAll is the flag that asks for the whole help where --help is short.
+const helpAll = "help-all"
+
+// fullUsage is, for a command whose --help is short, its --help-all.
+var fullUsage = map[*flag.FlagSet]func(){}
+
+// setShortUsage makes fs's --help print shortHead and the flags named in
+// short, then how to see the rest; --help-all prints the whole help, as
+// setGroupedUsage says.
+func setShortUsage(fs *flag.FlagSet, shortHead string, short []string, head string, groups []flagGroup, tail string) {
+	setGroupedUsage(fs, head, groups, tail)
+	fullUsage[fs] = fs.Usage
+	fs.Bool(helpAll, false, "print every flag, by group, and the details")
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintln(w, strings.TrimSpace(shortHead))
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Flags:")
+		shown := map[string]bool{}
+		for _, name := range short {
+			printFlag(w, fs.Lookup(name))
+			shown[name] = true
+		}
+		var titles []string
+		more := 0
+		for _, g := range groupFlags(fs, groups) {
+			n := 0
+			for _, name := range g.names {
+				if !shown[name] {
+					n++
+				}
+			}
+			if n > 0 {
+				titles = append(titles, strings.ToLower(g.title))
+			}
+			more += n
+		}
+		fmt.Fprintln(w)
+		for _, l := range wrap(fmt.Sprintf("%d more flags (%s) and the details:", more, strings.Join(titles, "; ")), 76) {
+			fmt.Fprintln(w, l)
+		}
+		fmt.Fprintf(w, "  %s --help-all\n", fs.Name())
+	}
+}
+
 // setGroupedUsage makes fs's --help print head, then its flags by groups
 // (a flag no group names comes last, under groupOther), then tail.
 func setGroupedUsage(fs *flag.FlagSet, head string, groups []flagGroup, tail string) {
@@ -101,7 +146,7 @@ func groupFlags(fs *flag.FlagSet, groups []flagGroup) []flagGroup {
 	}
 	var rest []string
 	fs.VisitAll(func(f *flag.Flag) {
-		if !named[f.Name] {
+		if !named[f.Name] && f.Name != helpAll {
 			rest = append(rest, f.Name)
 		}
 	})

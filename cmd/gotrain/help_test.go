@@ -20,9 +20,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/help/*.txt from the 
 // testdata/help/COMMAND.txt (go test -run TestHelpGolden -rewrite).
 func TestHelpGolden(t *testing.T) {
 	bin := buildBinary(t)
-	for _, c := range []string{"launch", "coordinator", "torchrun"} {
+	for _, c := range []string{"launch", "launch --help-all", "coordinator", "torchrun"} {
 		t.Run(c, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), bin, c, "--help")
+			args := strings.Fields(c)
+			if len(args) == 1 {
+				args = append(args, "--help")
+			}
+			cmd := exec.CommandContext(t.Context(), bin, args...)
 			cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
 				return strings.HasPrefix(kv, "GOTRAIN_") || strings.HasPrefix(kv, "SLURM_") || strings.HasPrefix(kv, "PET_")
 			})
@@ -30,7 +34,7 @@ func TestHelpGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", "help", c+".txt")
+			path := filepath.Join("testdata", "help", strings.ReplaceAll(strings.TrimSuffix(c, " --help"), " --", "-")+".txt")
 			if *rewrite {
 				if err := os.WriteFile(path, out, 0o644); err != nil {
 					t.Fatal(err)
@@ -76,7 +80,7 @@ func TestHelpGroupsCoverFlags(t *testing.T) {
 			}
 		}
 		tc.fs.VisitAll(func(f *flag.Flag) {
-			if !seen[f.Name] {
+			if !seen[f.Name] && f.Name != helpAll {
 				t.Errorf("%s: --%s is in no group", tc.fs.Name(), f.Name)
 			}
 		})
@@ -84,6 +88,30 @@ func TestHelpGroupsCoverFlags(t *testing.T) {
 			t.Errorf("%s: first group %q, want %q", tc.fs.Name(), got, groupEssentials)
 		}
 	}
+}
+
+// gotrain launch --help is short enough to read at once: its essentials,
+// with examples, in at most 60 lines; --help-all has the rest.
+func TestLaunchHelpIsShort(t *testing.T) {
+	bin := buildBinary(t)
+	short, _, code := runGotrain(t, bin, "launch", "--help")
+	all, _, codeAll := runGotrain(t, bin, "launch", "--help-all")
+	if code != 0 || codeAll != 0 {
+		t.Fatalf("exit %d and %d, want 0", code, codeAll)
+	}
+	if n := strings.Count(short, "\n"); n > 60 {
+		t.Errorf("gotrain launch --help is %d lines, want at most 60", n)
+	}
+	for _, want := range []string{"Examples:", "--nproc-per-node", "gotrain launch --help-all"} {
+		if !strings.Contains(short, want) {
+			t.Errorf("gotrain launch --help lacks %q", want)
+		}
+	}
+	launchFlags(new(launcher.Config), new(launchOpts)).VisitAll(func(f *flag.Flag) {
+		if f.Name != helpAll && !strings.Contains(all, "  --"+f.Name+"\n") && !strings.Contains(all, "  --"+f.Name+" ") {
+			t.Errorf("gotrain launch --help-all does not list --%s", f.Name)
+		}
+	})
 }
 
 // --help never shows the job token from the environment as a default.

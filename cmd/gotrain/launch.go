@@ -59,7 +59,26 @@ core, on the CPU backend), as torchrun's does. Durations need a unit: 500ms,
 30s, 10m, 1h. Flags may be spelled with underscores too (--nproc_per_node).
 `
 
-// launchDetails follows the flags in gotrain launch --help.
+// launchShortUsage heads gotrain launch --help, which shows launchShort's
+// flags; --help-all shows launchUsage, every flag and launchDetails.
+const launchShortUsage = `
+Usage: gotrain launch [flags] -- PROGRAM [ARGS...]
+
+Starts one worker per GPU (or CPU rank) on this node, with torchrun's
+variables, and supervises them: output prefixed "[rank N]", a failed
+worker restarts every worker, Ctrl-C stops them all, none outlives gotrain.
+
+Examples:
+  gotrain launch --nproc-per-node 2 --backend cpu -- train.py --epochs 3
+  gotrain launch --gpus 8 -- ./train --epochs 3
+  srun gotrain launch -- ./train          # in an sbatch script: nothing else to pass
+  # two nodes: the first starts the coordinator and prints the second's command
+  gotrain launch --nnodes 2 --gpus 8 -- ./train
+`
+
+var launchShort = []string{"nproc-per-node", "gpus", "backend", "nnodes", "max-restarts", "standby", "log-dir"}
+
+// launchDetails follows the flags in gotrain launch --help-all.
 const launchDetails = `
 Details:
 
@@ -339,7 +358,7 @@ type launchOpts struct {
 // coordinator has too (host.RegisterJobFlags), and the agent's own.
 func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs := newFlagSet("launch", launchUsage)
-	setGroupedUsage(fs, launchUsage, launchGroups, launchDetails) // help.go
+	setShortUsage(fs, launchShortUsage, launchShort, launchUsage, launchGroups, launchDetails) // help.go
 	host.RegisterJobFlags(fs, &cfg.JobSettings, os.Getenv(jobenv.JobToken))
 	registerJobTokenFile(fs) // jobtoken.go
 	fs.Var(&nprocFlag{n: &cfg.NprocPerNode, word: &opts.nprocWord}, "nproc-per-node", "`N|auto|gpu|cpu`: the workers on this node: N, auto (one per GPU, or per CPU core without GPUs), gpu (one per GPU: an error without them) or cpu (one per CPU core, on the CPU backend), as torchrun's (default: one per GPU)")

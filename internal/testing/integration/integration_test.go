@@ -217,13 +217,13 @@ func TestNoGPUsNeedsExplicitCount(t *testing.T) {
 
 func TestLaunchHelpDocumentsEveryFlag(t *testing.T) {
 	t.Parallel()
-	r := launch(t, 30*time.Second, "launch", "--help")
+	r := launch(t, 30*time.Second, "launch", "--help-all")
 	if r.code != 0 {
 		t.Fatalf("exit %d", r.code)
 	}
 	for _, flag := range []string{"-nproc-per-node", "-gpus", "-backend", "-log-dir", "-nnodes", "-coordinator", "-max-restarts", "-grace-period", "-job-token"} {
 		if !strings.Contains(r.stderr+r.stdout, flag) {
-			t.Errorf("--help does not document %s", flag)
+			t.Errorf("--help-all does not document %s", flag)
 		}
 	}
 }
