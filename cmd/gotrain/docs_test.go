@@ -25,7 +25,8 @@ import (
 // say the same.
 
 // docFiles are the documents a user reads.
-var docFiles = []string{"../../README.md", "../../docs/ARCHITECTURE.md", "../../docs/SECURITY.md", "../../examples/kubernetes/README.md"}
+var docFiles = []string{"../../README.md", "../../docs/pytorch.md", "../../docs/clusters.md", "../../docs/commands.md",
+	"../../docs/gpus.md", "../../docs/development.md", "../../docs/ARCHITECTURE.md", "../../docs/SECURITY.md", "../../examples/kubernetes/README.md"}
 
 // readDocs returns each document's text by path (a missing one is skipped:
 // examples' READMEs come and go).

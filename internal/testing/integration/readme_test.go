@@ -10,26 +10,26 @@ import (
 	"time"
 )
 
-// README's "Several nodes" commands, run as written where one machine can
+// docs/clusters.md's "Several nodes" commands, run as written where one machine can
 // run them: two agents (or a standalone coordinator and two agents) on
 // loopback. What a person must change on one machine is changed, and only
 // that (readmeLoopback); everything else — the flags, the line the first
 // node prints, the token file it names, the hash — is README's. TestMNISTDemo
 // runs README's demo command.
 
-// readmeBlocks returns the code blocks of README.md's section titled
-// title (up to the next ### heading), each as its lines.
+// readmeBlocks returns the code blocks of docs/clusters.md's section
+// titled title (up to the next ## heading), each as its lines.
 func readmeBlocks(t *testing.T, title string) [][]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "clusters.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sec, ok := strings.Cut(string(b), "\n### "+title+"\n")
+	_, sec, ok := strings.Cut(string(b), "\n## "+title+"\n")
 	if !ok {
-		t.Fatalf("README.md has no section %q", title)
+		t.Fatalf("docs/clusters.md has no section %q", title)
 	}
-	sec, _, _ = strings.Cut(sec, "\n### ")
+	sec, _, _ = strings.Cut(sec, "\n## ")
 	var blocks [][]string
 	var cur []string
 	in := false

@@ -38,7 +38,7 @@ import (
 //     per run; only that it is set is compared;
 //   - TORCHELASTIC_ERROR_FILE: a path of the launcher's own;
 //   - what gotrain adds for itself: GOTRAIN_* (its worker protocol), its
-//     agent's module dir last on PYTHONPATH (README, "the agent puts the
+//     agent's module dir last on PYTHONPATH (docs/pytorch.md, "the agent puts the
 //     module on the workers' PYTHONPATH"), NCCL_NVLS_ENABLE=0 and the flight
 //     recorder's TORCH_FR_BUFFER_SIZE and TORCH_NCCL_DUMP_ON_TIMEOUT (which
 //     gotrain diagnose reads);
@@ -145,7 +145,7 @@ func TestTorchrunParity(t *testing.T) {
 	path := needTorch(t)
 	py := filepath.Join(torchPy.dir, "python3")
 	// PyTorch's torchrun: the one beside that python3, else its module
-	// (gotrain picks the same interpreter either way: README, "The
+	// (gotrain picks the same interpreter either way: docs/pytorch.md, "The
 	// interpreter").
 	torchrun := []string{py, "-m", "torch.distributed.run"}
 	if p := filepath.Join(filepath.Dir(py), "torchrun"); isFile(p) {

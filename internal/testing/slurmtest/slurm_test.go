@@ -319,7 +319,7 @@ func (c *cluster) agentPid(i int) int {
 
 var final = regexp.MustCompile(`(?m)^\[rank 0\] final test_accuracy=[0-9.]+ ranks_agree=true$`)
 
-// readmeScript is README.md's sbatch example, with the paths of this test.
+// readmeScript is docs/clusters.md's sbatch example, with the paths of this test.
 func readmeScript(nodes int) string {
 	return fmt.Sprintf(`#!/bin/bash
 #SBATCH --nodes=%d --ntasks-per-node=1
