@@ -147,7 +147,8 @@ func (c *Coordinator) startReplica(srv *coordinator.Server) error {
 		ID: id, RaftBind: raftBind, RaftAdvertise: raftAdv,
 		Peers: peers, Alone: len(peers) == 0 && !c.cfg.JoinReplica,
 		ServerTLS: srvTLS, ClientTLS: cliTLS, FSM: srv.FSM(), Logger: c.cfg.Logger.With("component", "replica"),
-		MaxLogBytes: c.cfg.maxRaftLog,
+		MaxLogBytes:      c.cfg.maxRaftLog,
+		HeartbeatTimeout: replica.TimeoutFor(c.cfg.NodeTimeout), ElectionTimeout: replica.TimeoutFor(c.cfg.NodeTimeout),
 	})
 	if err != nil {
 		return err

@@ -44,16 +44,31 @@ import (
 // after a randomised 1–2 heartbeat timeouts without the leader: 700 ms
 // gave 1.3–2.4 s from a lost leader to agents served by a new one on a
 // loaded 2-core machine (bench/results/coordinator-failover-2026-12-01.md);
-// 500 ms aims at the job's target of about 2 s. The leader's lease (how
-// long it leads without hearing a majority) is 500 ms: 250 ms made leaders
-// on a loaded 2-core host step down for nothing.
+// 500 ms is the floor. The leader's lease (how long it leads without
+// hearing a majority) equals the heartbeat timeout: 250 ms made leaders on a
+// loaded 2-core host step down for nothing.
+//
+// A job's replicas take theirs from its node timeout (TimeoutFor, 1 s at
+// the default 10 s): on a host whose cores the training saturates
+// (data-loader workers, a build beside), 500 ms gave a leader change for
+// nothing within two minutes.
 const (
 	DefaultHeartbeatTimeout = 500 * time.Millisecond
 	DefaultElectionTimeout  = 500 * time.Millisecond
-	defaultLeaderLease      = 500 * time.Millisecond
+	maxRaftTimeout          = 2 * time.Second
 	applyTimeout            = 10 * time.Second
 	dialTimeout             = 2 * time.Second
 )
+
+// TimeoutFor is the heartbeat and election timeout for the replicas of a
+// job whose nodes are lost after nodeTimeout: a tenth of it, at least the
+// default and at most 2 s. A replica set then rides out a stall of its
+// host's scheduler ten times shorter than what would lose a node, and a
+// leader's death is seen in 1–2 timeouts (1–2 s at the default 10 s node
+// timeout), well inside the node timeout the agents wait through.
+func TimeoutFor(nodeTimeout time.Duration) time.Duration {
+	return min(max(nodeTimeout/10, DefaultHeartbeatTimeout), maxRaftTimeout)
+}
 
 // ErrNotLeader: this replica is not the leader. Leader says who is ("" when
 // no leader is known: an election is under way, or no majority is left).
@@ -160,7 +175,10 @@ func Start(cfg Config) (*Node, error) {
 	rc.LocalID = raft.ServerID(cfg.ID)
 	rc.HeartbeatTimeout = orDefault(cfg.HeartbeatTimeout, DefaultHeartbeatTimeout)
 	rc.ElectionTimeout = orDefault(cfg.ElectionTimeout, DefaultElectionTimeout)
-	rc.LeaderLeaseTimeout = min(defaultLeaderLease, rc.HeartbeatTimeout)
+	// The lease (how long a leader leads without hearing a majority) grows
+	// with the heartbeat: a leader on a stalled host keeps its lead
+	// through what its followers would wait through.
+	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
 	rc.Logger = hl
 	// The log is bounded and compacted by snapshots (logsize.go); the
 	// snapshot store keeps the latest one only.

@@ -228,3 +228,17 @@ func TestLogBoundedBySnapshots(t *testing.T) {
 		t.Logf("replica %s: %+v", n.ID(), st)
 	}
 }
+
+func TestTimeoutFor(t *testing.T) {
+	for _, tc := range []struct{ node, want time.Duration }{
+		{10 * time.Second, time.Second},
+		{2 * time.Second, DefaultHeartbeatTimeout},
+		{0, DefaultHeartbeatTimeout},
+		{15 * time.Second, 1500 * time.Millisecond},
+		{time.Minute, 2 * time.Second},
+	} {
+		if got := TimeoutFor(tc.node); got != tc.want {
+			t.Errorf("TimeoutFor(%v) = %v, want %v", tc.node, got, tc.want)
+		}
+	}
+}
