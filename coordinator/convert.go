@@ -24,6 +24,8 @@ func nodeInfoToProto(info job.NodeInfo) *gotrainv1.NodeInfo {
 		FreePort: int32(info.FreePort),
 
 		RanksPerGpu: int32(info.RanksPerGPU),
+
+		PreflightFailure: info.PreflightFailure,
 	}
 	for _, g := range info.GPUs {
 		p.Gpus = append(p.Gpus, &gotrainv1.GPU{

@@ -289,6 +289,9 @@ func (m *Machine) join(ev NodeJoined) ([]Action, error) {
 	m.nodes[ev.NodeID] = &node{id: ev.NodeID, info: info, groupRank: -1, host: ev.Host, nodeRank: max(ev.NodeRank, -1), seq: m.joins,
 		attached: !m.cfg.Attach, joinedAt: m.now}
 	m.joins++
+	if info.PreflightFailure != "" {
+		return m.failPreflight(m.nodes[ev.NodeID]), nil // preflight.go
+	}
 	if m.cfg.Attach {
 		return nil, nil // it counts once attached (membership.go)
 	}
