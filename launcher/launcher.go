@@ -21,6 +21,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobenv/genwire"
 	"github.com/gotrain/gotrain/internal/jobtls"
+	"github.com/gotrain/gotrain/internal/nodehealth"
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
@@ -163,6 +164,9 @@ type agent struct {
 	// joinHint is the command line the other nodes run, printed once this
 	// node joined its embedded coordinator; "" for one node or without one.
 	joinHint string
+	// preflightFailure is why this node failed its preflight checks, sent
+	// with its Join; "" when it passed or ran none.
+	preflightFailure string
 	// tokenMade: this agent made the job token (none was given).
 	tokenMade bool
 	// hostKey: the embedded coordinator's secret this agent joins with, to
@@ -262,6 +266,13 @@ func (a *agent) run(ctx context.Context) error {
 		}
 		defer stopCoord()
 		coordAddr, trust = addr, jobtls.Trust{CAHash: pin} // this node trusts its own coordinator by its pin
+	}
+
+	// The node proves itself before it joins (preflight.go): a node an
+	// elastic job can do without stays out; one it cannot, joins saying
+	// why, and the job fails before any step.
+	if a.preflightFailure, err = a.preflight(ctx); err != nil {
+		return err
 	}
 
 	conn, err := a.joinConnected(ctx, coordAddr, trust) // tls.go
@@ -380,6 +391,9 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	switch f.Why {
 	case agentcore.FinishedJob:
 		a.recordRootCause(a.finished)
+		if fl := a.finished.GetFailure(); fl != nil && fl.GetHostname() == a.host && len(fl.GetXidErrors()) > 0 {
+			a.recordVerdict(nodehealth.XID, strings.Join(fl.GetXidErrors(), "; "))
+		}
 		return a.finish(a.finished)
 	case agentcore.FinishedSignal:
 		if st := signals.StoppedBy(ctx); st != nil {
@@ -394,8 +408,10 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 			return a.restartedExit(lost)
 		}
 		if why, ok := droppedStraggler(lost); ok {
+			a.recordVerdict(nodehealth.Straggler, why)
 			return &ExitError{Code: 1, Message: fmt.Sprintf("gotrain: this node (%s) left the job: %s; its workers were stopped", a.host, why)}
 		}
+		a.recordVerdict(nodehealth.Lost, "lost the coordinator: "+lost.Error())
 		return fmt.Errorf("lost the coordinator at %s: %w; this node's workers on %s were stopped", coordAddr, lost, a.host)
 	}
 	return ctx.Err()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/gotrain/gotrain/coordinator/job"
 )
 
 // Level is how much a node proves itself: the --preflight flag.
@@ -191,4 +193,21 @@ func Line(v Verdict, s Scheduler) string {
 		b.WriteString("; the job does not start: run it without this node, or with --nnodes MIN:MAX to start without it")
 	}
 	return b.String()
+}
+
+// ExitStatus is what gotrain launch exits with when a node failed its
+// preflight checks: on that node, and on every node of a job that cannot
+// start without it.
+const ExitStatus = job.ExitPreflight
+
+// NCCLBusBWFloor is the least bus bandwidth (GB/s) an intra-node NCCL
+// all-reduce of a few hundred MiB should reach: far below what a healthy
+// node does (NVLink: 300–480 GB/s on H100/H200; PCIe Gen4/5 x16: 10–40),
+// so that it fails a node whose links are broken or fell back to a slower
+// path (NVLink down, P2P off through the CPU), not one a little slow.
+func NCCLBusBWFloor(nvlink bool) float64 {
+	if nvlink {
+		return 100
+	}
+	return 5
 }
