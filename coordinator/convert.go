@@ -260,7 +260,7 @@ func grpcError(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, job.ErrDuplicateNode):
 		code = codes.AlreadyExists
-	case errors.Is(err, job.ErrJobStarted), errors.Is(err, job.ErrJobFinished):
+	case errors.Is(err, job.ErrJobStarted), errors.Is(err, job.ErrJobFinished), errors.Is(err, job.ErrPreflightFailed):
 		code = codes.FailedPrecondition
 	}
 	return status.Error(code, err.Error())

@@ -22,6 +22,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobenv/genwire"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/nodehealth"
+	"github.com/gotrain/gotrain/internal/preflight"
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
@@ -277,9 +278,16 @@ func (a *agent) run(ctx context.Context) error {
 
 	conn, err := a.joinConnected(ctx, coordAddr, trust) // tls.go
 	if err != nil {
-		return err
+		return a.preflightRefused(err) // preflight.go
 	}
 	defer conn.Close()
+	if a.preflightFailure != "" && a.cfg.Coordinator != "" {
+		// The coordinator took the join with the failure: the job is over
+		// (job.failPreflight), and the nodes that watch it heard so. This
+		// node need not watch to learn it; the one that runs the
+		// coordinator goes on, to serve the result to the others.
+		return &ExitError{Code: preflight.ExitStatus, Message: fmt.Sprintf("gotrain: this node (%s) failed preflight, and the job does not start without it; every node exits %d", a.host, preflight.ExitStatus)}
+	}
 	a.log = a.log.With("node", a.nodeID)
 	defer a.startGossip(coordAddr)() // gossip.go
 	if a.joinHint != "" {

@@ -2,10 +2,14 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/status"
+
+	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/internal/nodehealth"
 	"github.com/gotrain/gotrain/internal/preflight"
 	"github.com/gotrain/gotrain/launcher/pystandby"
@@ -38,6 +42,24 @@ var preflightProgressEvery = 5 * time.Second
 // is not the one that runs its coordinator.
 func (a *agent) elastic() bool {
 	return a.cfg.MinNodes > 0 && a.cfg.MinNodes < a.cfg.Nodes && a.cfg.Coordinator != ""
+}
+
+// undecided: this node joins another's coordinator without knowing the
+// job's --nnodes; the coordinator decides whether the job goes on without
+// it (job.ErrPreflightFailed) or fails.
+func (a *agent) undecided() bool {
+	return a.cfg.Coordinator != "" && !a.elastic() && a.cfg.Nodes <= 1
+}
+
+// preflightRefused turns the coordinator's refusal of a failed node into
+// the preflight exit status; other errors are returned as they are.
+func (a *agent) preflightRefused(err error) error {
+	var jr *joinRefused
+	if a.preflightFailure != "" && errors.As(err, &jr) && strings.Contains(jr.Error(), job.ErrPreflightFailed.Error()) {
+		msg := strings.TrimPrefix(status.Convert(jr.err).Message(), "job: ")
+		return &ExitError{Code: preflight.ExitStatus, Message: fmt.Sprintf("gotrain: %s (exit status %d)", msg, preflight.ExitStatus)}
+	}
+	return err
 }
 
 // preflight proves this node before it joins. It returns the failure to
@@ -87,7 +109,7 @@ func (a *agent) preflight(ctx context.Context) (string, error) {
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: preflight (%s) passed on %s in %.1f s: %s\n", p.Level, a.host, took.Seconds(), summary(res))
 		return "", nil
 	}
-	sched := preflight.Scheduler{Slurm: p.Slurm, Elastic: a.elastic()}
+	sched := preflight.Scheduler{Slurm: p.Slurm, Elastic: a.elastic(), Undecided: a.undecided()}
 	var lines []string
 	for _, v := range res.Failed() {
 		line := preflight.Line(v, sched)

@@ -166,7 +166,9 @@ func number(x float64) string {
 type Scheduler struct {
 	Slurm bool
 	// Elastic: --nnodes MIN:MAX, so the job starts without the node.
-	Elastic bool
+	// Undecided: this node does not know the job's --nnodes (it joins
+	// another node's coordinator without it), so the coordinator decides.
+	Elastic, Undecided bool
 }
 
 // Line is the one line a person reads about a failed verdict: the node, the
@@ -187,10 +189,15 @@ func Line(v Verdict, s Scheduler) string {
 	switch {
 	case s.Elastic:
 		b.WriteString("; the job starts without this node (--nnodes MIN:MAX)")
+	case s.Undecided:
+		b.WriteString("; the job starts without this node under --nnodes MIN:MAX, and fails before any step otherwise")
 	case s.Slurm:
 		fmt.Fprintf(&b, "; the job does not start: submit it again with --exclude=%s", v.Node)
 	default:
 		b.WriteString("; the job does not start: run it without this node, or with --nnodes MIN:MAX to start without it")
+	}
+	if s.Undecided && s.Slurm {
+		fmt.Fprintf(&b, " (srun/sbatch --exclude=%s leaves it out)", v.Node)
 	}
 	return b.String()
 }

@@ -64,6 +64,7 @@ func TestLine(t *testing.T) {
 		{Scheduler{Slurm: true}, []string{"node gpu07 failed cpu-allreduce-bandwidth on loopback", "measured 12.3 MB/s, expected at least 50 MB/s", "fix: ", "--exclude=gpu07"}},
 		{Scheduler{Elastic: true}, []string{"node gpu07", "starts without this node"}},
 		{Scheduler{}, []string{"node gpu07", "does not start", "--nnodes MIN:MAX"}},
+		{Scheduler{Undecided: true, Slurm: true}, []string{"under --nnodes MIN:MAX", "fails before any step otherwise", "--exclude=gpu07"}},
 	} {
 		line := Line(v, tc.s)
 		for _, w := range tc.want {
