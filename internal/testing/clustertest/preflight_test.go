@@ -3,9 +3,11 @@ package clustertest
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,7 +115,7 @@ func preflightJob(t *testing.T, c *vcluster.Cluster, nnodes string, slow map[int
 		if slowed {
 			args = q.wrap(args)
 		}
-		env := []string{"XDG_STATE_HOME=" + filepath.Join(t.TempDir(), h.Name)}
+		env := []string{"XDG_STATE_HOME=" + stateDir(t, h)}
 		agents = append(agents, h.StartEnv(env, args...))
 		if slowed {
 			q.move(t, agents[i].Pid())
@@ -202,7 +204,33 @@ func TestPreflightSlowNodeElastic(t *testing.T) {
 	if strings.Contains(agents[1].Stdout(), "step rank=") {
 		t.Errorf("node2 ran a rank:\n%s", agents[1].Stdout())
 	}
+	// node2's machine keeps the verdict, and doctor --history shows it.
+	cmd := exec.Command(bin.gotrain, "doctor", "--history")
+	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+stateDir(t, c.Hosts[1]))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "preflight  cpu-allreduce-bandwidth") {
+		t.Errorf("gotrain doctor --history on node2's state: %v\n%s", err, out)
+	}
 }
+
+// stateDir is host h's state directory (its health record) in test t.
+func stateDir(t *testing.T, h *vcluster.Host) string {
+	t.Helper()
+	stateDirs.Lock()
+	defer stateDirs.Unlock()
+	key := t.Name() + "/" + h.Name
+	if d, ok := stateDirs.m[key]; ok {
+		return d
+	}
+	d := filepath.Join(t.TempDir(), h.Name+"-state")
+	stateDirs.m[key] = d
+	return d
+}
+
+var stateDirs = struct {
+	sync.Mutex
+	m map[string]string
+}{m: map[string]string{}}
 
 func isDone(p *vcluster.Proc) bool {
 	select {
