@@ -44,7 +44,7 @@ func setUpPreflight(cfg *launcher.Config, given string, slurm bool) error {
 	if level == preflight.Off {
 		return nil
 	}
-	p := &launcher.Preflight{Level: level, Slurm: slurm, Policy: nodehealth.DefaultPolicy, Run: preflightRunner(level, cfg.Backend)}
+	p := &launcher.Preflight{Level: level, Slurm: slurm, Policy: nodehealth.DefaultPolicy, Run: preflightRunner(level, cfg.Backend, cfg.NprocPerNode)}
 	if path := nodehealth.DefaultPath(os.Getenv); path != "" {
 		p.Ledger = nodehealth.Open(path)
 	}
@@ -56,7 +56,7 @@ func setUpPreflight(cfg *launcher.Config, given string, slurm bool) error {
 // backend's all-reduce gate on CPU jobs; doctor's GPU checks, the
 // framework check (Python programs) and, at full, doctor's smoke test with
 // its NCCL all-reduce, side by side, on GPU jobs.
-func preflightRunner(level preflight.Level, backend string) func(ctx context.Context, python string, env []string) ([]preflight.Figure, error) {
+func preflightRunner(level preflight.Level, backend string, nproc int) func(ctx context.Context, python string, env []string) ([]preflight.Figure, error) {
 	return func(ctx context.Context, python string, env []string) ([]preflight.Figure, error) {
 		if backend == "cpu" {
 			gate := preflight.QuickCPU
@@ -93,7 +93,9 @@ func preflightRunner(level preflight.Level, backend string) func(ctx context.Con
 		if fwErr != nil {
 			return append(figs, preflight.Figure{Check: preflight.CheckFramework, Failed: true, Detail: fwErr.Error()}), nil
 		}
-		return append(figs, preflight.FrameworkFigures(fw, len(rep.GPUs), rep.CUDADriver)...), nil
+		// torch must see as many GPUs as the node's workers use (the
+		// user may hide the rest with CUDA_VISIBLE_DEVICES).
+		return append(figs, preflight.FrameworkFigures(fw, min(len(rep.GPUs), nproc), rep.CUDADriver)...), nil
 	}
 }
 

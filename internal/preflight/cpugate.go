@@ -2,6 +2,8 @@ package preflight
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -56,12 +58,19 @@ func CPUGate(ctx context.Context, cfg CPUGateConfig) ([]Figure, error) {
 	outOfTime := func() bool { return ctx.Err() != nil && parent.Err() == nil }
 	start := time.Now()
 	store := newLocalStore()
+	// A secret of this gate's alone: another local process that connects to
+	// a rank's listener cannot take a rank's place.
+	secret := make([]byte, 16)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	token := hex.EncodeToString(secret)
 	comms := make([]*cpucomm.Comm, cfg.Ranks)
 	errs := make([]error, cfg.Ranks)
 	var wg sync.WaitGroup
 	for r := range cfg.Ranks {
 		wg.Go(func() {
-			comms[r], errs[r] = cpucomm.New(ctx, cpucomm.Config{Name: "preflight", Rank: r, Size: cfg.Ranks, Host: cfg.Host, Store: store})
+			comms[r], errs[r] = cpucomm.New(ctx, cpucomm.Config{Name: "preflight", Rank: r, Size: cfg.Ranks, Host: cfg.Host, Store: store, Token: token})
 		})
 	}
 	wg.Wait()
