@@ -6,7 +6,9 @@
 // returns a Verdict per figure, naming the node, the check, the measured
 // against the expected figure and the fix; Line turns a failed verdict into
 // the one line a person reads, with the scheduler's way to leave the node
-// out. The runners measure: CPUGate runs the CPU backend's all-reduce
+// out. Thresholds sit far from what healthy nodes measure: preflight
+// catches a node that would hold every step back, not one a little slower
+// than its peers (stragglers are found while the job runs). The runners measure: CPUGate runs the CPU backend's all-reduce
 // (package worker/cpucomm) between ranks of this node over TCP and times
 // its bus bandwidth and latency; Framework runs a fixed script of ours in
 // the Python interpreter workers will use and reads torch's view of CUDA.
@@ -15,7 +17,8 @@
 //
 // # Usage
 //
-//	figs := preflight.CPUGate(ctx, preflight.QuickCPU)
+//	figs, err := preflight.CPUGate(ctx, preflight.QuickCPU)
+//	if err != nil { ... } // the gate could not run: it proves nothing
 //	res := preflight.Judge("node2", figs)
 //	if !res.Passed {
 //		for _, v := range res.Failed() {
