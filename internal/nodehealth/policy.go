@@ -35,6 +35,12 @@ const (
 	XID       Kind = "xid"       // its GPU reported an XID error during a job
 )
 
+// counts says whether a record of kind k counts against the machine. A
+// node that lost its coordinator cannot tell its own fault (a cable) from
+// the coordinator's (its node died): that is kept for the history, never
+// held against the machine.
+func (k Kind) counts() bool { return k != Lost }
+
 func (k Kind) valid() bool {
 	switch k {
 	case Preflight, Lost, Straggler, XID:
@@ -54,7 +60,8 @@ type Record struct {
 }
 
 // Policy is when a machine is kept out: Failures records within Window
-// keep it out of elastic jobs for CoolOff after the last of them.
+// (of the kinds that count: not Lost) keep it out of elastic jobs for
+// CoolOff after the last of them.
 type Policy struct {
 	Failures int
 	Window   time.Duration
@@ -80,7 +87,7 @@ type Decision struct {
 func Decide(recs []Record, host string, now time.Time, p Policy) Decision {
 	var mine []Record
 	for _, r := range recs {
-		if r.Host == host && !r.Time.After(now) {
+		if r.Host == host && r.Kind.counts() && !r.Time.After(now) {
 			mine = append(mine, r)
 		}
 	}

@@ -26,6 +26,8 @@ func TestDecide(t *testing.T) {
 		{"another host's failures", []Record{rec("b", 20*time.Minute), rec("b", 10*time.Minute), rec("a", time.Minute)}, true, time.Time{}},
 		{"out of order in the file", []Record{rec("a", 10*time.Minute), rec("a", 30*time.Minute)}, false, t0.Add(20 * time.Minute)},
 		{"a record from the future is ignored", []Record{rec("a", 10*time.Minute), rec("a", -time.Hour)}, true, time.Time{}},
+		{"losing the coordinator does not count", []Record{{Time: t0.Add(-20 * time.Minute), Host: "a", Kind: Lost}, {Time: t0.Add(-10 * time.Minute), Host: "a", Kind: Lost}, rec("a", time.Minute)}, true, time.Time{}},
+		{"a straggler and an XID count", []Record{{Time: t0.Add(-20 * time.Minute), Host: "a", Kind: Straggler}, {Time: t0.Add(-10 * time.Minute), Host: "a", Kind: XID}}, false, t0.Add(20 * time.Minute)},
 		{"the latest pair counts", []Record{rec("a", 55*time.Minute), rec("a", 50*time.Minute), rec("a", 2*time.Minute)}, false, t0.Add(28 * time.Minute)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
