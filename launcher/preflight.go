@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/status"
 
@@ -116,8 +117,11 @@ func (a *agent) preflight(ctx context.Context) (string, error) {
 		fmt.Fprintln(a.cfg.Stderr, line)
 		lines = append(lines, strings.TrimPrefix(line, "gotrain: preflight: "))
 		if p.Ledger != nil {
-			rec := nodehealth.Record{Time: now(), Host: a.host, Kind: nodehealth.Preflight, Check: string(v.Check),
-				Detail: strings.TrimSpace(v.Subject + " " + v.Measured + " (expected " + v.Expected + ")"), RunID: a.cfg.RunID}
+			detail := strings.TrimSpace(v.Subject + " " + v.Measured)
+			if v.Expected != "" {
+				detail += " (expected " + v.Expected + ")"
+			}
+			rec := nodehealth.Record{Time: now(), Host: a.host, Kind: nodehealth.Preflight, Check: string(v.Check), Detail: detail, RunID: a.cfg.RunID}
 			if err := p.Ledger.Append(rec); err != nil {
 				fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: the verdict is not kept in this machine's health record: %v\n", err)
 			}
@@ -126,7 +130,24 @@ func (a *agent) preflight(ctx context.Context) (string, error) {
 	if a.elastic() {
 		return "", &ExitError{Code: preflight.ExitStatus, Message: fmt.Sprintf("gotrain: this node (%s) failed preflight and stays out of the job (--nnodes %s); exit status %d", a.host, a.nnodes(), preflight.ExitStatus)}
 	}
-	return strings.Join(lines, " | "), nil
+	return cutText(strings.Join(lines, " | "), maxPreflightFailure), nil
+}
+
+// maxPreflightFailure bounds the failure a Join carries: the coordinator
+// refuses more (coordinator/state's maxPreflightText).
+const maxPreflightFailure = 8000
+
+// cutText cuts s to at most n bytes at a rune boundary, saying so.
+func cutText(s string, n int) string {
+	const more = " …(cut)"
+	if len(s) <= n {
+		return s
+	}
+	i := n - len(more)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + more
 }
 
 // summary is the passed checks' figures, for the one line that says the
