@@ -24,6 +24,8 @@ func nodeInfoToProto(info job.NodeInfo) *gotrainv1.NodeInfo {
 		FreePort: int32(info.FreePort),
 
 		RanksPerGpu: int32(info.RanksPerGPU),
+
+		PreflightFailure: info.PreflightFailure,
 	}
 	for _, g := range info.GPUs {
 		p.Gpus = append(p.Gpus, &gotrainv1.GPU{
@@ -258,7 +260,7 @@ func grpcError(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, job.ErrDuplicateNode):
 		code = codes.AlreadyExists
-	case errors.Is(err, job.ErrJobStarted), errors.Is(err, job.ErrJobFinished):
+	case errors.Is(err, job.ErrJobStarted), errors.Is(err, job.ErrJobFinished), errors.Is(err, job.ErrPreflightFailed):
 		code = codes.FailedPrecondition
 	}
 	return status.Error(code, err.Error())

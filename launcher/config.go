@@ -126,6 +126,10 @@ type Config struct {
 	// and torch.distributed (launcher/pystandby).
 	StandbyPreload []string
 
+	// Preflight proves this node before it joins (preflight.go); nil:
+	// none (--preflight off).
+	Preflight *Preflight
+
 	// Signals delivers the signals the agent received (SIGINT, SIGTERM stop
 	// the job; SIGUSR1, SIGUSR2 and SIGHUP are passed on to workers).
 	Signals <-chan os.Signal

@@ -42,7 +42,7 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 	req := &gotrainv1.JoinRequest{Node: &gotrainv1.NodeInfo{
 		Hostname: a.host, Address: a.cfg.NodeAddress, Nproc: int32(a.cfg.NprocPerNode),
 		AgentPid: int32(os.Getpid()), FreePort: int32(port), Gpus: a.place.JoinGPUs(),
-		RanksPerGpu: int32(a.cfg.RanksPerGPU),
+		RanksPerGpu: int32(a.cfg.RanksPerGPU), PreflightFailure: a.preflightFailure,
 	}, Settings: a.cfg.JobSettings.Given(a.cfg.JobFlagsGiven), Csr: csr, HostKey: a.hostKey}
 	if r := a.cfg.NodeRank; r != nil {
 		req.Node.NodeRank = proto.Int32(int32(*r)) // the scheduler's node order (coordinator/job's order.go)

@@ -21,6 +21,8 @@ import (
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobenv/genwire"
 	"github.com/gotrain/gotrain/internal/jobtls"
+	"github.com/gotrain/gotrain/internal/nodehealth"
+	"github.com/gotrain/gotrain/internal/preflight"
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
@@ -164,6 +166,9 @@ type agent struct {
 	// joinHint is the command line the other nodes run, printed once this
 	// node joined its embedded coordinator; "" for one node or without one.
 	joinHint string
+	// preflightFailure is why this node failed its preflight checks, sent
+	// with its Join; "" when it passed or ran none.
+	preflightFailure string
 	// tokenMade: this agent made the job token (none was given).
 	tokenMade bool
 	// hostKey: the embedded coordinator's secret this agent joins with, to
@@ -265,11 +270,25 @@ func (a *agent) run(ctx context.Context) error {
 		coordAddr, trust = addr, jobtls.Trust{CAHash: pin} // this node trusts its own coordinator by its pin
 	}
 
-	conn, err := a.joinConnected(ctx, coordAddr, trust) // tls.go
-	if err != nil {
+	// The node proves itself before it joins (preflight.go): a node an
+	// elastic job can do without stays out; one it cannot, joins saying
+	// why, and the job fails before any step.
+	if a.preflightFailure, err = a.preflight(ctx); err != nil {
 		return err
 	}
+
+	conn, err := a.joinConnected(ctx, coordAddr, trust) // tls.go
+	if err != nil {
+		return a.preflightRefused(err) // preflight.go
+	}
 	defer conn.Close()
+	if a.preflightFailure != "" && a.cfg.Coordinator != "" {
+		// The coordinator took the join with the failure: the job is over
+		// (job.failPreflight), and the nodes that watch it heard so. This
+		// node need not watch to learn it; the one that runs the
+		// coordinator goes on, to serve the result to the others.
+		return &ExitError{Code: preflight.ExitStatus, Message: fmt.Sprintf("gotrain: this node (%s) failed preflight, and the job does not start without it; every node exits %d", a.host, preflight.ExitStatus)}
+	}
 	a.log = a.log.With("node", a.nodeID)
 	defer a.startGossip(coordAddr)() // gossip.go
 	if a.joinHint != "" {
@@ -381,6 +400,9 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	switch f.Why {
 	case agentcore.FinishedJob:
 		a.recordRootCause(a.finished)
+		if fl := a.finished.GetFailure(); fl != nil && fl.GetHostname() == a.host && len(fl.GetXidErrors()) > 0 {
+			a.recordVerdict(nodehealth.XID, strings.Join(fl.GetXidErrors(), "; "))
+		}
 		return a.finish(a.finished)
 	case agentcore.FinishedSignal:
 		if st := signals.StoppedBy(ctx); st != nil {
@@ -395,8 +417,10 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 			return a.restartedExit(lost)
 		}
 		if why, ok := droppedStraggler(lost); ok {
+			a.recordVerdict(nodehealth.Straggler, why)
 			return &ExitError{Code: 1, Message: fmt.Sprintf("gotrain: this node (%s) left the job: %s; its workers were stopped", a.host, why)}
 		}
+		a.recordVerdict(nodehealth.Lost, "lost the coordinator: "+lost.Error())
 		return fmt.Errorf("lost the coordinator at %s: %w; this node's workers on %s were stopped", coordAddr, lost, a.host)
 	}
 	return ctx.Err()

@@ -14,6 +14,7 @@ import (
 	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/nodehealth"
 	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
 )
@@ -26,7 +27,8 @@ func (*doctorCmd) synopsis() string {
 }
 
 const doctorUsage = `
-Usage: gotrain doctor [--json]
+Usage: gotrain doctor [--json] [--no-smoke]
+       gotrain doctor --history [--json]
 
 Checks this node: the NVIDIA driver and the GPUs it shows (name, UUID, bus
 id, memory), other processes holding GPU memory, NCCL and its version, ECC
@@ -34,6 +36,18 @@ and XID errors, throttling, temperature and power against their limits, the
 NVLink/PCIe topology, a smoke test (a kernel on every GPU, an all-reduce
 across all of them with its bandwidth) and that a worker started for GPU i
 really runs on GPU i. Each problem comes with a fix.
+
+--history prints this machine's health record instead: every verdict
+against it (a failed preflight check, the node lost from a job, dropped as
+a straggler, an XID in a failed job), kept in
+$XDG_STATE_HOME/gotrain/node-health.jsonl (else
+~/.local/state/gotrain/), and whether it is kept out of elastic jobs now
+(after 2 failures within 24 h, for 6 h).
+
+Examples:
+  gotrain doctor
+  gotrain doctor --json | jq .checks
+  gotrain doctor --history
 
 Exits 0 when every check passes (warnings allowed), 1 when one fails (a
 machine without an NVIDIA driver fails the driver check: --json still
@@ -61,11 +75,15 @@ func (c *doctorCmd) run(ctx context.Context, args []string) error {
 	fs := newFlagSet(c.name(), doctorUsage)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	noSmoke := fs.Bool("no-smoke", false, "skip the smoke test and the worker probe (no CUDA work)")
+	history := fs.Bool("history", false, "print this machine's health record (failed preflight checks, nodes lost, stragglers, XIDs) instead of checking it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return &usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *history {
+		return doctorHistory(*asJSON)
 	}
 	var rep *doctor.Report
 	if n, err := gpuinfo.Open(); err != nil {
@@ -142,4 +160,37 @@ func doctorProbe() error {
 	}
 	fmt.Println(bus)
 	return nil
+}
+
+// doctorHistory prints this machine's node-health record.
+func doctorHistory(asJSON bool) error {
+	path := nodehealth.DefaultPath(os.Getenv)
+	if path == "" {
+		return &usageError{msg: "no state directory: neither XDG_STATE_HOME nor HOME is an absolute path", hint: "Set XDG_STATE_HOME (or HOME) to where gotrain keeps this machine's health record."}
+	}
+	recs, skipped, err := nodehealth.Open(path).Read()
+	if err != nil {
+		return err
+	}
+	host := hostnameOr("localhost")
+	now := time.Now()
+	if asJSON {
+		d := nodehealth.Decide(recs, host, now, nodehealth.DefaultPolicy)
+		if recs == nil {
+			recs = []nodehealth.Record{}
+		}
+		out := struct {
+			Path     string              `json:"path"`
+			Host     string              `json:"host"`
+			Records  []nodehealth.Record `json:"records"`
+			Skipped  int                 `json:"skipped_lines"`
+			Admitted bool                `json:"admitted"`
+			Until    *time.Time          `json:"kept_out_until,omitempty"`
+		}{Path: path, Host: host, Records: recs, Skipped: skipped, Admitted: d.Admit}
+		if !d.Admit {
+			out.Until = &d.Until
+		}
+		return printIndentedJSON(out)
+	}
+	return nodehealth.WriteHistory(os.Stdout, path, host, recs, skipped, now, nodehealth.DefaultPolicy)
 }

@@ -38,7 +38,7 @@ var launchGroups = []flagGroup{
 	{groupWorkers, []string{"grace-period", "standby", "standby-preload", "standby-timeout", "ranks-per-gpu", "signals-to-handle", "role", "store-port"}},
 	{groupCluster, []string{"coordinator", "coordinator-listen", "node-addr", "node-rank", "run-id", "join-timeout", "rendezvous-timeout", "node-timeout", "join-settle", "coordinator-replicas", "gossip-port", "no-gossip"}},
 	{groupSecurity, []string{"ca-hash", "tls-ca", "insecure-skip-ca-check", "job-token-file", "job-token", "tls-cert", "tls-key"}},
-	{groupDiagnosis, []string{"hang-timeout", "on-hang", "on-straggler", "straggler-persist", "metrics-addr"}},
+	{groupDiagnosis, []string{"preflight", "hang-timeout", "on-hang", "on-straggler", "straggler-persist", "metrics-addr"}},
 	{groupSnapshots, []string{"snapshot-memory"}},
 	{groupOutput, []string{"log-dir", "output", "redirects", "console-ranks", "verbose", "log-format"}},
 }

@@ -48,6 +48,7 @@ Examples:
   gotrain launch --gpus 8 -- ./train --epochs 3
   gotrain launch --nproc-per-node 4 --backend cpu -- ./bin/mnist
   gotrain launch --gpus 8 --standby=off -- ./train   # no spare processes (GPU memory is tight)
+  gotrain launch --nnodes 2:4 --nproc-per-node 2 --backend cpu --preflight quick -- ./train  # a slow node is left out
   # two nodes: the first starts the coordinator and prints the second's command
   gotrain launch --nnodes 2 --gpus 8 -- ./train
   export GOTRAIN_JOB_TOKEN=$(cat TOKEN_FILE)   # the file the first node named
@@ -182,6 +183,17 @@ A PROGRAM ending in .py runs with python3 from PATH (gotrain says so once).
 torchrun's own flags (--standalone, --master_port, -m, ...) are answered
 with the same command line for gotrain torchrun, which takes it whole.
 
+Preflight (--preflight): before it joins, a node proves itself — quick by
+default on a multi-node GPU job, in a few seconds. A node that fails prints
+one line per failed check ("gotrain: preflight: node gpu07 failed
+pcie-link: measured ..., expected ...; fix: ..."; under Slurm with the
+--exclude=HOST to submit again with) and is written into this machine's
+health record ($XDG_STATE_HOME/gotrain/node-health.jsonl, gotrain doctor
+--history). Under --nnodes MIN:MAX it stays out and the job starts without
+it; a machine that failed twice within 24 h stays out of such jobs for 6 h.
+Otherwise (a fixed --nnodes, or the node that runs the coordinator) the job
+fails before any step and every node exits with status 4.
+
 Every connection to the coordinator is TLS. The node that starts it makes a
 job CA (in memory) and prints its hash; a joining node verifies the
 coordinator by --ca-hash before it sends the job token, and gets a
@@ -245,6 +257,9 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 
 	if err := checkLaunchBackend(&cfg, gpus, step); err != nil {
+		return err
+	}
+	if err := setUpPreflight(&cfg, opts.preflight, step != nil); err != nil { // preflight.go
 		return err
 	}
 
@@ -352,6 +367,7 @@ type launchOpts struct {
 	logFormat string // --log-format; "" follows --verbose (logformat.go)
 	nprocWord string // --nproc-per-node auto, gpu or cpu (nproc.go)
 	signals   string // --signals-to-handle
+	preflight string // --preflight; "": by the job (preflight.go)
 }
 
 // launchFlags are gotrain launch's flags: the job-wide ones, which gotrain
@@ -410,6 +426,7 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs.Var(bytesFlag{&cfg.SnapshotMemory}, "snapshot-memory", "the most `bytes` (e.g. 64GiB) of training-state snapshots this agent keeps in memory, its workers' and the replicas its ring neighbour node sends (worker.Snapshots, the gotrain_snapshot Python module); a snapshot or replica that does not fit is refused with an error naming the rank; 0: a quarter of the node's memory")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "with --nnodes > 1: this agent's gossip (memberlist, UDP+TCP) port; 0: any free port. The node that starts the coordinator also gossips at the coordinator's port + 1")
 	fs.BoolVar(&cfg.RetryPermanent, "retry-permanent", false, "restart after a failure that can only repeat too: the program cannot be executed (not found, exec format error, permission denied), or a Python ImportError, ModuleNotFoundError or SyntaxError before any progress; without it such a failure ends the job at once, and says so")
+	fs.StringVar(&opts.preflight, "preflight", "", "`LEVEL` of the checks this node passes before it joins the job (and before it replaces a lost node): quick, full or off. GPU jobs: doctor's driver, ECC/XID, throttling and PCIe link checks and, for Python programs, torch against the driver and GPUs (full adds doctor's smoke test and an NCCL all-reduce judged against the topology); CPU jobs (--backend cpu): the CPU backend's all-reduce between two local ranks, judged against a bandwidth and latency gate. A node that fails is named with the check, measured against expected and the fix; under --nnodes MIN:MAX the job starts without it, otherwise every node exits 4 before any step. Default: quick for multi-node GPU jobs, off otherwise")
 	fs.BoolVar(&opts.verbose, "verbose", false, "log the agent's own steps to stderr")
 	fs.Var(logFormatFlag{&opts.logFormat}, "log-format", "how the log lines look: people (one \"gotrain: …\" line each; the default), logfmt (time=… level=… msg=… key=value; the default with --verbose, for tools), json (one object per line, for log collectors, with --verbose's records: each restart's phases among them)")
 	fs.StringVar(&opts.signals, "signals-to-handle", slurm.DefaultSignals, "signals the agent passes on to every worker, of SIGUSR1,SIGUSR2,SIGHUP,SIGQUIT (\"none\": none; the others are dropped). SIGINT and SIGTERM always stop the workers. Under Slurm, Slurm itself delivers these signals to every worker")

@@ -50,7 +50,8 @@ var commands = map[string]command{
 	"config": {"run nodes min-nodes node-timeout settle max-restarts backoff rendezvous hang-timeout on-hang attach", (*env).config},
 	// coord: the node's agent runs the coordinator; node-rank: its
 	// scheduler's node rank (order.go).
-	"join":        {"id host addr nproc gpus port pid coord node-rank", (*env).join},
+	// preflight: the node failed its preflight checks, saying this.
+	"join":        {"id host addr nproc gpus port pid coord node-rank preflight", (*env).join},
 	"lost":        {"id reason", (*env).lost},
 	"unreachable": {"id reason", (*env).unreachable},
 	"reachable":   {"id", (*env).reachable},
@@ -147,6 +148,7 @@ func (e *env) join(t *testing.T, d *datadriven.TestData) string {
 	d.MaybeScanArgs(t, "nproc", &in.Nproc)
 	d.MaybeScanArgs(t, "port", &in.FreePort)
 	d.MaybeScanArgs(t, "pid", &in.AgentPID)
+	d.MaybeScanArgs(t, "preflight", &in.PreflightFailure)
 	var gpus int
 	d.MaybeScanArgs(t, "gpus", &gpus)
 	for i := range gpus {

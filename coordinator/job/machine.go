@@ -25,6 +25,9 @@ var (
 	ErrJobStarted = errors.New("job: job already started")
 	// ErrJobFinished: a node tried to join a finished job.
 	ErrJobFinished = errors.New("job: job is finished")
+	// ErrPreflightFailed: a node that failed its preflight checks tried
+	// to join a job that goes on without it (preflight.go).
+	ErrPreflightFailed = errors.New("job: node failed its preflight checks")
 )
 
 // Config configures a Machine.
@@ -289,6 +292,9 @@ func (m *Machine) join(ev NodeJoined) ([]Action, error) {
 	m.nodes[ev.NodeID] = &node{id: ev.NodeID, info: info, groupRank: -1, host: ev.Host, nodeRank: max(ev.NodeRank, -1), seq: m.joins,
 		attached: !m.cfg.Attach, joinedAt: m.now}
 	m.joins++
+	if info.PreflightFailure != "" {
+		return m.failPreflight(m.nodes[ev.NodeID]), nil // preflight.go
+	}
 	if m.cfg.Attach {
 		return nil, nil // it counts once attached (membership.go)
 	}
@@ -309,6 +315,9 @@ func (m *Machine) checkJoin(ev NodeJoined) error {
 			ErrJobStarted, ev.Info.Hostname, plural(pending, "node"), m.cfg.NodeTimeout)
 	}
 	if err := validateJoin(ev); err != nil {
+		return err
+	}
+	if err := m.checkPreflight(ev); err != nil { // preflight.go
 		return err
 	}
 	if n := m.nodes[ev.NodeID]; n != nil {

@@ -18,6 +18,9 @@ type NodeInfo struct {
 	// RanksPerGPU is how many workers may share one GPU (NCCL 2.30's
 	// multi-rank-per-GPU); 0 or 1: one per GPU.
 	RanksPerGPU int
+	// PreflightFailure: the node failed its preflight checks, as its
+	// agent's lines say; "" when it passed or ran none.
+	PreflightFailure string
 }
 
 // GPU is one GPU of a node.

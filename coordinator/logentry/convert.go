@@ -77,6 +77,8 @@ func NodeInfo(p *gotrainv1.NodeInfo) job.NodeInfo {
 		AgentPID:    int(p.GetAgentPid()),
 		FreePort:    int(p.GetFreePort()),
 		RanksPerGPU: int(p.GetRanksPerGpu()),
+
+		PreflightFailure: p.GetPreflightFailure(),
 	}
 	for _, g := range p.GetGpus() {
 		info.GPUs = append(info.GPUs, job.GPU{

@@ -20,6 +20,10 @@ import (
 // strings.
 const maxNodeText = 1024
 
+// maxPreflightText bounds the lines a node's failed preflight sends: a
+// few checks' verdicts.
+const maxPreflightText = 8 << 10
+
 // admission is the decision on a Join: the same node again (Retry, its
 // id), or a new node (Event), with the settings' warnings.
 type admission struct {
@@ -74,6 +78,9 @@ func (s *State) checkBounds(n job.NodeInfo) error {
 	}
 	if long {
 		return refuse(Invalid, "join: a hostname, address or GPU field is longer than %d bytes", maxNodeText)
+	}
+	if len(n.PreflightFailure) > maxPreflightText || !utf8.ValidString(n.PreflightFailure) {
+		return refuse(Invalid, "join: the preflight failure is longer than %d bytes or not UTF-8", maxPreflightText)
 	}
 	ranks := 0
 	for id, np := range s.nproc {

@@ -186,6 +186,7 @@ func NewFakeNVLinked(n, links, cpus int, name string) *Fake {
 			MemoryUsed: 0, MemoryReserved: 600 << 20, MemoryTotal: mem, GPUUtil: 0, MemUtil: 0,
 			PowerW: 75, PowerLimitW: 700, TempC: 30, SlowdownTempC: 87, SMClockMHz: 1980,
 			Throttle: ThrottleGPUIdle, ECCEnabled: true,
+			PCIeGen: 5, PCIeMaxGen: 5, PCIeWidth: 16, PCIeMaxWidth: 16,
 		})
 	}
 	for i := range n {

@@ -114,6 +114,12 @@ type Sample struct {
 	ECCEnabled     bool   `json:"ecc_enabled"`
 	ECCCorrected   uint64 `json:"ecc_corrected"`
 	ECCUncorrected uint64 `json:"ecc_uncorrected"`
+	// PCIe link now and at most (0: NVML could not tell). An idle GPU
+	// lowers its generation to save power; its width stays.
+	PCIeGen      int `json:"pcie_gen,omitempty"`
+	PCIeMaxGen   int `json:"pcie_max_gen,omitempty"`
+	PCIeWidth    int `json:"pcie_width,omitempty"`
+	PCIeMaxWidth int `json:"pcie_max_width,omitempty"`
 }
 
 // NVLink is one NVLink of a GPU.

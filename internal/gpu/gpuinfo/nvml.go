@@ -205,6 +205,18 @@ func (n *real) Sample(i int) (Sample, error) {
 	} else if t, r := d.GetCurrentClocksThrottleReasons(); r == nvml.SUCCESS {
 		s.Throttle = Throttle(t)
 	}
+	if g, r := d.GetCurrPcieLinkGeneration(); r == nvml.SUCCESS {
+		s.PCIeGen = g
+	}
+	if g, r := d.GetMaxPcieLinkGeneration(); r == nvml.SUCCESS {
+		s.PCIeMaxGen = g
+	}
+	if w, r := d.GetCurrPcieLinkWidth(); r == nvml.SUCCESS {
+		s.PCIeWidth = w
+	}
+	if w, r := d.GetMaxPcieLinkWidth(); r == nvml.SUCCESS {
+		s.PCIeMaxWidth = w
+	}
 	if cur, _, r := d.GetEccMode(); r == nvml.SUCCESS && cur == nvml.FEATURE_ENABLED {
 		s.ECCEnabled = true
 		if c, r := d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC); r == nvml.SUCCESS {

@@ -924,9 +924,14 @@ type NodeInfo struct {
 	// node_rank is this node's place as its scheduler numbers the nodes
 	// (Slurm's SLURM_NODEID); absent: none. Nodes with one come, in its
 	// order, after the coordinator's own node and before those without.
-	NodeRank      *int32 `protobuf:"varint,60,opt,name=node_rank,json=nodeRank,proto3,oneof" json:"node_rank,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NodeRank *int32 `protobuf:"varint,60,opt,name=node_rank,json=nodeRank,proto3,oneof" json:"node_rank,omitempty"`
+	// preflight_failure says why the node failed its preflight checks (the
+	// lines naming each check, measured against expected); empty: it passed
+	// or ran none. A job of a fixed size fails at such a join, before any
+	// step, with the preflight exit status.
+	PreflightFailure string `protobuf:"bytes,8,opt,name=preflight_failure,json=preflightFailure,proto3" json:"preflight_failure,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *NodeInfo) Reset() {
@@ -1013,6 +1018,13 @@ func (x *NodeInfo) GetNodeRank() int32 {
 		return *x.NodeRank
 	}
 	return 0
+}
+
+func (x *NodeInfo) GetPreflightFailure() string {
+	if x != nil {
+		return x.PreflightFailure
+	}
+	return ""
 }
 
 type JoinRequest struct {
@@ -5715,7 +5727,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"pci_bus_id\x18\x03 \x01(\tR\bpciBusId\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1b\n" +
-	"\tnuma_node\x18\x05 \x01(\x05R\bnumaNode\"\x89\x02\n" +
+	"\tnuma_node\x18\x05 \x01(\x05R\bnumaNode\"\xb6\x02\n" +
 	"\bNodeInfo\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -5724,7 +5736,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\tagent_pid\x18\x05 \x01(\x05R\bagentPid\x12\x1b\n" +
 	"\tfree_port\x18\x06 \x01(\x05R\bfreePort\x12\"\n" +
 	"\rranks_per_gpu\x18\a \x01(\x05R\vranksPerGpu\x12 \n" +
-	"\tnode_rank\x18< \x01(\x05H\x00R\bnodeRank\x88\x01\x01B\f\n" +
+	"\tnode_rank\x18< \x01(\x05H\x00R\bnodeRank\x88\x01\x01\x12+\n" +
+	"\x11preflight_failure\x18\b \x01(\tR\x10preflightFailureB\f\n" +
 	"\n" +
 	"_node_rank\"\x99\x01\n" +
 	"\vJoinRequest\x12(\n" +

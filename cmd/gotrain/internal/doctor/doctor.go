@@ -244,6 +244,7 @@ func Run(ctx context.Context, cfg Config) *Report {
 	checkProcesses(rep, cfg.SelfPID)
 	ncclOK := checkNCCL(rep, cfg)
 	checkHealth(rep, cfg)
+	checkPCIe(rep)
 
 	if t, err := topo.Discover(n); err != nil {
 		rep.add(Check{Name: "topology", Status: Warn, Detail: err.Error(), Fix: "run nvidia-smi topo -m to see what NVML reports"})
@@ -411,6 +412,40 @@ func checkHealth(rep *Report, cfg Config) {
 			Fix: "the GPU is at its power limit; if nothing else runs on it, something does (see processes)"})
 	} else {
 		rep.add(Check{Name: "power", Status: OK, Detail: powerSummary(rep)})
+	}
+}
+
+// checkPCIe compares each GPU's PCIe link with its maximum: a link
+// trained at fewer lanes (a loose riser, a bad slot) halves or worse every
+// host↔device copy, on every step. A lower generation alone is only a
+// warning: an idle GPU lowers it to save power.
+func checkPCIe(rep *Report) {
+	var narrow, slow []string
+	known := 0
+	for _, g := range rep.GPUs {
+		s, id := g.Sample, fmt.Sprintf("GPU%d", g.Index)
+		if s.PCIeWidth == 0 || s.PCIeMaxWidth == 0 {
+			continue
+		}
+		known++
+		if s.PCIeWidth < s.PCIeMaxWidth {
+			narrow = append(narrow, fmt.Sprintf("%s: x%d of x%d", id, s.PCIeWidth, s.PCIeMaxWidth))
+		}
+		if s.PCIeGen > 0 && s.PCIeGen < s.PCIeMaxGen {
+			slow = append(slow, fmt.Sprintf("%s: gen %d of %d", id, s.PCIeGen, s.PCIeMaxGen))
+		}
+	}
+	switch {
+	case known == 0:
+		rep.add(Check{Name: "pcie", Status: Skip, Detail: "NVML does not report the PCIe link here"})
+	case len(narrow) > 0:
+		rep.add(Check{Name: "pcie", Status: Fail, Detail: "link narrower than the device's maximum: " + strings.Join(narrow, "; "),
+			Fix: "reseat the GPU or its riser, or move it to a full-width slot; nvidia-smi -q -d PCIE shows the link"})
+	case len(slow) > 0:
+		rep.add(Check{Name: "pcie", Status: Warn, Detail: "link below its maximum generation: " + strings.Join(slow, "; "),
+			Fix: "normal for an idle GPU (it lowers the generation to save power); under load, check the slot's BIOS setting and the riser"})
+	default:
+		rep.add(Check{Name: "pcie", Status: OK, Detail: fmt.Sprintf("every link at its maximum width (%d GPUs)", known)})
 	}
 }
 

@@ -142,6 +142,16 @@ func TestProblems(t *testing.T) {
 			check:  "ecc", status: Fail, detail: "GPU1: 3 uncorrected", fix: "reset",
 		},
 		{
+			name:   "PCIe link at half width",
+			change: func(f *gpuinfo.Fake, _ *Config) { f.Samples[1].PCIeWidth = 8 },
+			check:  "pcie", status: Fail, detail: "GPU1: x8 of x16", fix: "reseat",
+		},
+		{
+			name:   "PCIe link at a lower generation (idle)",
+			change: func(f *gpuinfo.Fake, _ *Config) { f.Samples[0].PCIeGen = 1 },
+			check:  "pcie", status: Warn, detail: "GPU0: gen 1 of 5", fix: "idle", healthy: true,
+		},
+		{
 			name:   "corrected ECC",
 			change: func(f *gpuinfo.Fake, _ *Config) { f.Samples[1].ECCCorrected = 7 },
 			check:  "ecc", status: Warn, detail: "GPU1: 7 corrected", healthy: true,

@@ -1,0 +1,98 @@
+package preflight
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestFrameworkRealPython runs the check in this machine's python3, whose
+// torch (if any) is a CPU build: the check must say the ranks would train on
+// the CPU, or that torch is missing.
+func TestFrameworkRealPython(t *testing.T) {
+	py, err := exec.LookPath("/usr/bin/python3") // Debian's, with a CPU torch where installed
+	if err != nil {
+		py, err = exec.LookPath("python3")
+	}
+	if err != nil {
+		t.Skip("no python3 here")
+	}
+	r, err := RunFramework(t.Context(), FrameworkConfig{Python: py, Env: os.Environ()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", r)
+	res := Judge("here", FrameworkFigures(r, 1, "12.4"))
+	if res.Passed {
+		t.Fatalf("a machine without a GPU passed the framework check: %+v", res.Verdicts)
+	}
+	v := res.Failed()[0]
+	if !strings.Contains(v.Measured, "without CUDA") && !strings.Contains(v.Measured, "cannot import torch") && !strings.Contains(v.Measured, "is_available") {
+		t.Errorf("verdict %+v: want torch without CUDA, missing, or CUDA unavailable", v)
+	}
+}
+
+func TestFrameworkFigures(t *testing.T) {
+	good := FrameworkReport{Python: "3.11", Torch: "2.4.0", CUDABuild: "12.1", Available: true, Count: 2, Matmul: []string{"", ""}}
+	for _, tc := range []struct {
+		name   string
+		edit   func(*FrameworkReport)
+		gpus   int
+		driver string
+		ok     bool
+		want   string
+	}{
+		{"healthy", func(*FrameworkReport) {}, 2, "12.4", true, "matmul ok"},
+		{"no torch", func(r *FrameworkReport) { r.ImportError = "ModuleNotFoundError: No module named 'torch'" }, 2, "12.4", false, "cannot import torch"},
+		{"CPU wheel", func(r *FrameworkReport) { r.CUDABuild, r.Torch = "", "2.4.0+cpu" }, 2, "12.4", false, "built without CUDA"},
+		{"torch newer than the driver", func(r *FrameworkReport) { r.CUDABuild = "12.6" }, 2, "12.4", false, "newer than the driver's CUDA 12.4"},
+		{"driver CUDA 12.10 is newer than 12.6", func(r *FrameworkReport) { r.CUDABuild = "12.6" }, 2, "12.10", true, "matmul ok"},
+		{"driver unknown", func(r *FrameworkReport) {}, 2, "", true, "matmul ok"},
+		{"not available", func(r *FrameworkReport) { r.Available, r.Count, r.Matmul = false, 0, nil }, 2, "12.4", false, "is_available() is False"},
+		{"a GPU hidden", func(r *FrameworkReport) { r.Count, r.Matmul = 1, []string{""} }, 2, "12.4", false, "1 GPUs"},
+		{"a matmul fails", func(r *FrameworkReport) { r.Matmul[1] = "RuntimeError: CUDA error: an illegal memory access" }, 2, "12.4", false, "illegal memory access"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := good
+			r.Matmul = append([]string(nil), good.Matmul...)
+			tc.edit(&r)
+			res := Judge("n", FrameworkFigures(r, tc.gpus, tc.driver))
+			if res.Passed != tc.ok {
+				t.Fatalf("passed %v, want %v: %+v", res.Passed, tc.ok, res.Verdicts)
+			}
+			found := false
+			for _, v := range res.Verdicts {
+				found = found || strings.Contains(v.Measured, tc.want)
+				if !v.OK && v.Fix == "" {
+					t.Errorf("%+v: a failure without a fix", v)
+				}
+			}
+			if !found {
+				t.Errorf("%+v: no verdict says %q", res.Verdicts, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseFramework(t *testing.T) {
+	for _, bad := range []string{"", "not json", `{"count": -1}`, `{"count": 1, "matmul": ["", ""]}`, `{"count": 100000}`} {
+		if _, err := ParseFramework([]byte(bad)); err == nil {
+			t.Errorf("ParseFramework(%q): want an error", bad)
+		}
+	}
+	r, err := ParseFramework([]byte("a line a sitecustomize printed\n{\"torch\": \"2.4.0\", \"count\": 1, \"matmul\": [\"\"]}\n"))
+	if err != nil || r.Torch != "2.4.0" || r.Count != 1 {
+		t.Errorf("got %+v, %v", r, err)
+	}
+}
+
+func FuzzParseFramework(f *testing.F) {
+	f.Add([]byte(`{"torch": "2.4.0", "count": 1, "matmul": [""]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := ParseFramework(b)
+		if err == nil && (r.Count < 0 || len(r.Matmul) > r.Count) {
+			t.Errorf("accepted %+v", r)
+		}
+	})
+}
