@@ -85,6 +85,7 @@ func failureToProto(f *job.Failure) *gotrainv1.WorkerFailure {
 		XidErrors:  f.XIDErrors,
 		Notes:      f.Notes,
 		Permanent:  f.Permanent,
+		Repeated:   f.Repeated,
 	}
 }
 

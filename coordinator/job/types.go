@@ -74,6 +74,10 @@ type WorkerExited struct {
 	// be executed, a Python import error); "" when it may not. Such a
 	// failure ends the job unless its generation made progress.
 	Permanent string
+	// Repeated: Permanent names a failure an earlier generation already
+	// ended with at the same point (the same CUDA out-of-memory at the same
+	// step), so it ends the job even when this generation made progress.
+	Repeated bool
 	// Stopped: the agent ended the process (SIGTERM after the generation
 	// ended, SIGKILL after the grace period). A stopped exit never becomes
 	// the root cause; an exit by a signal nobody at gotrain sent may
@@ -282,8 +286,10 @@ type Failure struct {
 	XIDErrors []string
 	// Notes is other evidence the agent found.
 	Notes []string
-	// Permanent says why the failure can only repeat ([WorkerExited]).
+	// Permanent says why the failure can only repeat, Repeated that it
+	// did already ([WorkerExited]).
 	Permanent string
+	Repeated  bool
 }
 
 // State of the job.

@@ -107,6 +107,7 @@ func WorkerExit(req *gotrainv1.ReportWorkerExitRequest) job.Event {
 		XIDErrors:  req.GetXidErrors(),
 		Notes:      req.GetNotes(),
 		Permanent:  req.GetPermanent(),
+		Repeated:   req.GetRepeated(),
 		Stopped:    req.GetStopped(),
 	}
 }

@@ -1965,7 +1965,10 @@ type WorkerFailure struct {
 	// Other evidence found on the node (kernel log lines, cgroup counters).
 	Notes []string `protobuf:"bytes,11,rep,name=notes,proto3" json:"notes,omitempty"`
 	// Why the failure can only repeat (ReportWorkerExitRequest.permanent).
-	Permanent     string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	Permanent string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	// permanent ends the job even after progress
+	// (ReportWorkerExitRequest.repeated).
+	Repeated      bool `protobuf:"varint,141,opt,name=repeated,proto3" json:"repeated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2082,6 +2085,13 @@ func (x *WorkerFailure) GetPermanent() string {
 		return x.Permanent
 	}
 	return ""
+}
+
+func (x *WorkerFailure) GetRepeated() bool {
+	if x != nil {
+		return x.Repeated
+	}
+	return false
 }
 
 type GenerationEnded struct {
@@ -4238,7 +4248,11 @@ type ReportWorkerExitRequest struct {
 	// Why this failure can only repeat (the program cannot be executed, a
 	// Python import error), when the agent was not asked to retry such
 	// failures; the job then ends unless its generation made progress.
-	Permanent     string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	Permanent string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	// permanent names a failure an earlier generation already ended with at
+	// the same point (the same CUDA out-of-memory at the same step): it was
+	// seen twice, so the job ends even when this generation made progress.
+	Repeated      bool `protobuf:"varint,141,opt,name=repeated,proto3" json:"repeated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4362,6 +4376,13 @@ func (x *ReportWorkerExitRequest) GetPermanent() string {
 		return x.Permanent
 	}
 	return ""
+}
+
+func (x *ReportWorkerExitRequest) GetRepeated() bool {
+	if x != nil {
+		return x.Repeated
+	}
+	return false
 }
 
 type ReportWorkerExitResponse struct {
@@ -5813,7 +5834,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
 	"group_rank\x18\x02 \x01(\x05R\tgroupRank\x12\x14\n" +
-	"\x05ranks\x18\x03 \x03(\x05R\x05ranks\"\xcb\x02\n" +
+	"\x05ranks\x18\x03 \x03(\x05R\x05ranks\"\xe8\x02\n" +
 	"\rWorkerFailure\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x10\n" +
@@ -5830,7 +5851,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"xid_errors\x18\n" +
 	" \x03(\tR\txidErrors\x12\x14\n" +
 	"\x05notes\x18\v \x03(\tR\x05notes\x12\x1d\n" +
-	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\"\x98\x01\n" +
+	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\x12\x1b\n" +
+	"\brepeated\x18\x8d\x01 \x01(\bR\brepeated\"\x98\x01\n" +
 	"\x0fGenerationEnded\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
@@ -6029,7 +6051,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aseconds\x18\x02 \x01(\x01R\aseconds\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x18\n" +
-	"\x16ReportProgressResponse\"\xf3\x02\n" +
+	"\x16ReportProgressResponse\"\x90\x03\n" +
 	"\x17ReportWorkerExitRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\n" +
@@ -6049,7 +6071,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	" \x03(\tR\x05notes\x12\x16\n" +
 	"\x06parked\x18\v \x01(\bR\x06parked\x12\x18\n" +
 	"\astopped\x18\f \x01(\bR\astopped\x12\x1d\n" +
-	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\"\x1a\n" +
+	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\x12\x1b\n" +
+	"\brepeated\x18\x8d\x01 \x01(\bR\brepeated\"\x1a\n" +
 	"\x18ReportWorkerExitResponse\"\x15\n" +
 	"\x13GetJobStatusRequest\"n\n" +
 	"\n" +
