@@ -155,6 +155,10 @@ type rankSlot struct {
 	progress *gotrainv1.RankProgress // the worker's latest report; nil if none
 	worker   *attachedWorker         // nil when not attached
 	attached bool                    // the worker said hello at least once
+	// hookStep is the last step the PyTorch hook's record reported
+	// (hookSteps: it reported any), kept after the process is gone.
+	hookStep  int64
+	hookSteps bool
 }
 
 // attachedWorker is a worker's open Attach stream.
@@ -343,6 +347,24 @@ func (h *Hub) batch() *gotrainv1.ReportProgressRequest {
 		req.Ranks = append(req.Ranks, p)
 	}
 	return req
+}
+
+// LastStep returns the last step rank of generation gen reported (through
+// the worker library or the PyTorch hook), even once its process is gone;
+// false when it reported none.
+func (h *Hub) LastStep(gen int64, rank int) (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.ranks[rank]
+	switch {
+	case s == nil || gen != h.gen:
+		return 0, false
+	case s.progress != nil:
+		return s.progress.GetStep(), true
+	case s.hookSteps:
+		return s.hookStep, true
+	}
+	return 0, false
 }
 
 // unattachedLocked returns the worker pids of the ranks that run and do
