@@ -41,8 +41,8 @@ func RepeatedOOM(seen []OOMSeen, oom OOMSeen) string {
 		if s.Step >= 0 && oom.Step >= 0 {
 			at = fmt.Sprintf("at step %d", oom.Step)
 		}
-		return fmt.Sprintf("rank %d ran out of GPU memory %s in generation %d, and rank %d again at the same point in generation %d (a batch that does not fit)",
-			s.Rank, at, s.Generation, oom.Rank, oom.Generation)
+		return fmt.Sprintf("rank %d ran out of GPU memory in generation %d and rank %d in generation %d, both %s (a batch that does not fit)",
+			s.Rank, s.Generation, oom.Rank, oom.Generation, at)
 	}
 	return ""
 }
