@@ -23,6 +23,14 @@
 #    imported), it writes the installed packages the program imported,
 #    which the agent's Python standbys import ahead of the next attempt.
 #
+# 4. It arms faulthandler on a real-time signal (SIGRTMIN+6: SIGUSR1 and
+#    SIGUSR2 are taken by Slurm's --signal, Lightning's requeue and
+#    submitit): every thread's Python stack goes to DIR/PID.stacks, whose
+#    first line names the signal, when the agent sends it for a hang or
+#    straggler verdict. faulthandler writes from its C signal handler, so a
+#    rank stuck in C with the GIL held still answers. Not armed when the
+#    signal already has a handler.
+#
 # Nothing is imported or patched before the program imports torch; a
 # failure in the hook turns the hook off and never reaches the program.
 # Standard library only.
@@ -58,6 +66,25 @@ def _gotrain_sitecustomize():
     import struct
     import threading
     import time
+
+    def arm_stacks():
+        import faulthandler
+        import signal
+
+        sig = signal.SIGRTMIN + 6
+        if signal.getsignal(sig) not in (signal.SIG_DFL, None):
+            return
+        path = os.path.join(out, "%d.stacks" % os.getpid())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        f = os.fdopen(fd, "w", buffering=1)
+        f.write("gotrain python stacks: signal %d\n" % int(sig))
+        f.flush()
+        faulthandler.register(sig, file=f, all_threads=True, chain=False)  # it keeps f open
+
+    try:
+        arm_stacks()
+    except Exception:
+        pass
 
     # The record: little-endian, 256 bytes (torchhook.go's layout).
     MAGIC = b"GTHOOK1\n"

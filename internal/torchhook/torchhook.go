@@ -155,14 +155,17 @@ func Decode(b []byte) (Progress, error) {
 }
 
 // Records lists the records in dir by the pid that writes each.
-func Records(dir string) (map[int]string, error) {
+func Records(dir string) (map[int]string, error) { return listBySuffix(dir, ".progress") }
+
+// listBySuffix lists the files PID+suffix in dir by pid.
+func listBySuffix(dir, suffix string) (map[int]string, error) {
 	es, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	out := map[int]string{}
 	for _, e := range es {
-		s, ok := strings.CutSuffix(e.Name(), ".progress")
+		s, ok := strings.CutSuffix(e.Name(), suffix)
 		if !ok {
 			continue
 		}

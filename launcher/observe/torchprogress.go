@@ -51,7 +51,11 @@ func (tp *TorchProgress) Dir() string { return tp.dir }
 // Read returns the records of the ranks in pids (rank -> worker pid) by
 // rank, and removes the records of processes that are gone.
 func (tp *TorchProgress) Read(pids map[int]int) map[int]torchhook.Progress {
-	if tp == nil || len(pids) == 0 {
+	if tp == nil {
+		return nil
+	}
+	tp.removeGoneStacks()
+	if len(pids) == 0 {
 		return nil
 	}
 	recs, err := torchhook.Records(tp.dir)
@@ -83,6 +87,16 @@ func (tp *TorchProgress) Read(pids map[int]int) map[int]torchhook.Progress {
 		}
 	}
 	return out
+}
+
+// removeGoneStacks removes the stacks files of processes that are gone.
+func (tp *TorchProgress) removeGoneStacks() {
+	files, _ := torchhook.StacksFiles(tp.dir)
+	for pid, path := range files {
+		if !alive(pid) {
+			_ = os.Remove(path)
+		}
+	}
 }
 
 // rankOf finds the rank whose worker is pid or an ancestor of pid.

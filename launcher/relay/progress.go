@@ -481,8 +481,12 @@ func (h *Hub) Collect(ctx context.Context, req *gotrainv1.EvidenceRequest, logDi
 			} else {
 				add("error", fmt.Sprintf("goroutine stacks: %v", err))
 			}
-		} else if dump, err := pySpy(ctx, pid); err == nil {
+		} else if st, err := h.Torch().PythonStacks(ctx, pid); err == nil { // observe/pystacks.go
+			add("python", st)
+		} else if dump, perr := pySpy(ctx, pid); perr == nil {
 			add("py-spy", dump)
+		} else if !errors.Is(err, observe.ErrNoStacksHook) {
+			add("error", fmt.Sprintf("Python stacks: %v", err))
 		}
 		add("proc", procEvidence(pid))
 		if gpu >= 0 {
