@@ -31,7 +31,7 @@ the last collective entered and completed and the one it waits in.
 Without --coordinator it finds the job that ` + "`gotrain launch`" + ` runs on this
 machine: the newest, if several run (it says so, and lists the others), or
 the one --run-id names (launch's --run-id, or the id it made, which
-`+"`gotrain top`"+` shows first). Stalls shorter than --hang-timeout are
+` + "`gotrain top`" + ` shows first). Stalls shorter than --hang-timeout are
 shown as suspected, classified as the detector would.
 
 Exits 0 when no hang is declared (suspected stalls included), 3 when the

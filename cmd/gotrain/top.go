@@ -40,7 +40,7 @@ since progress, then the lowest step rate.
 Without --coordinator it finds the job that ` + "`gotrain launch`" + ` runs on this
 machine: the newest, if several run (it says so, and lists the others), or
 the one --run-id names (launch's --run-id, or the id it made, which
-`+"`gotrain top`"+` shows first).
+` + "`gotrain top`" + ` shows first).
 
 Examples:
   gotrain top
