@@ -53,6 +53,7 @@ func progressToProto(p *job.Progress) *gotrainv1.RankProgress {
 	}
 	out.ProcessState, out.Attached = p.ProcState, p.Attached
 	out.CommsSource, out.CommsNote = p.CommsSource, p.CommsNote
+	out.StepSource = p.StepSource
 	telemetryToProto(out, p) // telemetry.go
 	for _, c := range p.Comms {
 		out.Comms = append(out.Comms, &gotrainv1.CommProgress{

@@ -33,7 +33,8 @@ Usage: gotrain top [flags]
 Shows every rank of a running job, refreshed every second: its host and GPU,
 the GPU's utilisation, memory, power and temperature (sampled by the agents
 through NVML; "-" without a driver), throttling and XID errors, the rank's
-step and step rate (from worker.ReportStep), how long since it last made
+step and step rate (from worker.ReportStep, or the optimizer steps of a PyTorch
+program, counted by gotrain's hook), how long since it last made
 progress, and its last collective. The slowest rank comes first: the longest
 since progress, then the lowest step rate.
 

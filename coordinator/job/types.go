@@ -148,6 +148,9 @@ type Progress struct {
 	// when the worker reported them. CommsNote says why an unattached rank has no
 	// Comms (NCCL RAS unreachable); "" otherwise.
 	CommsSource, CommsNote string
+	// StepSource is "torch-hook" when Step is the optimizer steps the
+	// PyTorch hook counted for a rank that does not attach; "" otherwise.
+	StepSource string
 }
 
 // CommProgress is the progress of one communicator of a rank.

@@ -115,8 +115,21 @@ func alive(pid int) bool {
 	return err == nil || !errors.Is(err, syscall.ESRCH)
 }
 
-// Annotate puts rank's record p into its report.
+// StepSourceTorchHook marks a step counted by the PyTorch hook (optimizer
+// steps).
+const StepSourceTorchHook = "torch-hook"
+
+// Annotate puts rank's record p into its report: its optimizer steps, and
+// its collectives when it called any (a rank on NCCL, or before its first
+// collective, has steps only; AnnotateComms says whether it has them).
 func (tp *TorchProgress) Annotate(p torchhook.Progress, rp *gotrainv1.RankProgress) {
+	rp.UnixNanos = tp.now().UnixNano()
+	if p.Steps > 0 {
+		rp.Step, rp.StepSource = p.Steps, StepSourceTorchHook
+	}
+	if !HasComms(p) {
+		return
+	}
 	c := &gotrainv1.CommProgress{Comm: torchhook.Comm, EnteredSeq: p.Entered, CompletedSeq: p.Completed,
 		WaitNanos: int64(p.Wait), RecentFirst: p.RecentFirst}
 	if !p.CompletedAt.IsZero() {
@@ -133,5 +146,8 @@ func (tp *TorchProgress) Annotate(p torchhook.Progress, rp *gotrainv1.RankProgre
 	}
 	rp.Comms = []*gotrainv1.CommProgress{c}
 	rp.CommsSource = CommsSourceTorchHook
-	rp.UnixNanos = tp.now().UnixNano()
 }
+
+// HasComms says whether record p counted collectives (of a gloo default
+// group).
+func HasComms(p torchhook.Progress) bool { return p.Entered > 0 }

@@ -335,10 +335,18 @@ func (h *Hub) batch() *gotrainv1.ReportProgressRequest {
 			p = &gotrainv1.RankProgress{Rank: int32(r), Generation: h.gen, Pid: int32(s.pid)}
 		}
 		p.Attached = s.progress != nil
-		if rec, ok := hooked[r]; ok && !p.Attached {
-			h.torch.Annotate(rec, p)
-		} else if !p.Attached {
-			h.ras.Annotate(h.gen, r, p) // observe/raspoll.go
+		if !p.Attached {
+			rec, ok := hooked[r]
+			if ok {
+				h.torch.Annotate(rec, p)
+			}
+			if !ok || !observe.HasComms(rec) {
+				h.ras.Annotate(h.gen, r, p) // observe/raspoll.go
+			}
+			if p.GetStepSource() != "" {
+				s.hookStep, s.hookSteps = p.GetStep(), true
+				h.tel.Observe(r, p) // the step rate, as for an attached rank's reports
+			}
 		}
 		h.tel.Annotate(r, p, s.gpu)
 		if !s.exited {

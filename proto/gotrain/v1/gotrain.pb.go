@@ -3696,7 +3696,12 @@ type RankProgress struct {
 	CommsSource string `protobuf:"bytes,13,opt,name=comms_source,json=commsSource,proto3" json:"comms_source,omitempty"`
 	// Set by the agent when it has no collective-level view of a rank that
 	// does not attach, saying why (NCCL RAS unreachable); "" otherwise.
-	CommsNote     string `protobuf:"bytes,14,opt,name=comms_note,json=commsNote,proto3" json:"comms_note,omitempty"`
+	CommsNote string `protobuf:"bytes,14,opt,name=comms_note,json=commsNote,proto3" json:"comms_note,omitempty"`
+	// Set by the agent for a rank that does not attach: "torch-hook" when
+	// step is the optimizer steps gotrain's PyTorch hook counted (then
+	// steps_per_second and progress_unix_nanos are set as for an attached
+	// rank); "" otherwise.
+	StepSource    string `protobuf:"bytes,15,opt,name=step_source,json=stepSource,proto3" json:"step_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3825,6 +3830,13 @@ func (x *RankProgress) GetCommsSource() string {
 func (x *RankProgress) GetCommsNote() string {
 	if x != nil {
 		return x.CommsNote
+	}
+	return ""
+}
+
+func (x *RankProgress) GetStepSource() string {
+	if x != nil {
+		return x.StepSource
 	}
 	return ""
 }
@@ -5992,7 +6004,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x04root\x18\x05 \x01(\x05R\x04root\x12\x1b\n" +
 	"\treduce_op\x18\x06 \x01(\tR\breduceOp\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12.\n" +
-	"\x13enqueued_unix_nanos\x18\b \x01(\x03R\x11enqueuedUnixNanos\"\xeb\x03\n" +
+	"\x13enqueued_unix_nanos\x18\b \x01(\x03R\x11enqueuedUnixNanos\"\x8c\x04\n" +
 	"\fRankProgress\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1e\n" +
 	"\n" +
@@ -6012,7 +6024,9 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x13progress_unix_nanos\x18\f \x01(\x03R\x11progressUnixNanos\x12!\n" +
 	"\fcomms_source\x18\r \x01(\tR\vcommsSource\x12\x1d\n" +
 	"\n" +
-	"comms_note\x18\x0e \x01(\tR\tcommsNote\"\x94\x04\n" +
+	"comms_note\x18\x0e \x01(\tR\tcommsNote\x12\x1f\n" +
+	"\vstep_source\x18\x0f \x01(\tR\n" +
+	"stepSource\"\x94\x04\n" +
 	"\tGPUSample\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +

@@ -56,7 +56,11 @@ type Rank struct {
 	// ProcessState is the process's /proc state letter, "" when unknown.
 	ProcessState string `json:"process_state"`
 	// Attached: the program reports its progress (the worker library).
-	Attached         bool    `json:"attached"`
+	Attached bool `json:"attached"`
+	// StepSource is "torch-hook" when Step counts the optimizer steps of a
+	// PyTorch rank (gotrain's hook), "" otherwise; the step columns are
+	// known when Attached or StepSource is set.
+	StepSource       string  `json:"step_source"`
 	Step             int64   `json:"step"`
 	StepsPerSecond   float64 `json:"steps_per_second"`
 	SamplesPerSecond float64 `json:"samples_per_second"`
@@ -143,10 +147,10 @@ func buildRank(r *gotrainv1.RankStatus, now time.Time) Rank {
 	p := r.GetProgress()
 	out := Rank{
 		Rank: int(r.GetRank()), Host: r.GetHostname(), GPU: int(r.GetGpu()), State: r.GetState(),
-		PID: int(p.GetPid()), ProcessState: p.GetProcessState(), Attached: p.GetAttached(),
+		PID: int(p.GetPid()), ProcessState: p.GetProcessState(), Attached: p.GetAttached(), StepSource: p.GetStepSource(),
 		Step: p.GetStep(), StepsPerSecond: p.GetStepsPerSecond(), SamplesPerSecond: p.GetSamplesPerSecond(),
 	}
-	if n := p.GetProgressUnixNanos(); n != 0 && p.GetAttached() {
+	if n := p.GetProgressUnixNanos(); n != 0 && (p.GetAttached() || p.GetStepSource() != "") {
 		d := max(0, now.Sub(time.Unix(0, n)).Seconds())
 		out.SinceProgressSeconds = &d
 	}
@@ -267,7 +271,7 @@ func (s Snapshot) WriteTable(w io.Writer) error {
 			throttle = throttleWords(g)
 		}
 		step, rate, since := "-", "-", "-"
-		if r.Attached {
+		if r.Attached || r.StepSource != "" {
 			step = fmt.Sprint(r.Step)
 			rate = fmt.Sprintf("%.2f", r.StepsPerSecond)
 		}
