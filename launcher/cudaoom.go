@@ -23,7 +23,12 @@ func (a *agent) examineCUDAOOM(req *gotrainv1.ReportWorkerExitRequest, p *worker
 		defer nv.Close()
 	}
 	req.Notes = append(req.Notes, observe.GPUMemoryNote(nv, err, p.gpu, a.whose))
-	step, known := a.hub.LastStep(req.GetGeneration(), int(req.GetRank())) // relay/progress.go
+	// The step it ended in: the hook's record, read now (the last progress
+	// report may be a second old), else the last one reported.
+	step, known := a.hub.Torch().StepsOf(int(req.GetPid())) // observe/torchprogress.go
+	if !known {
+		step, known = a.hub.LastStep(req.GetGeneration(), int(req.GetRank())) // relay/progress.go
+	}
 	if !known {
 		step = -1
 	}

@@ -2,6 +2,7 @@ package observe
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -69,7 +70,11 @@ func (tp *TorchProgress) Read(pids map[int]int) map[int]torchhook.Progress {
 	out := map[int]torchhook.Progress{}
 	for pid, path := range recs {
 		if !alive(pid) {
-			_ = os.Remove(path)
+			// A rank's own process whose exit the agent has not taken yet:
+			// its report reads the record (StepsOf).
+			if _, rank := byPid[pid]; !rank {
+				_ = os.Remove(path)
+			}
 			continue
 		}
 		r, ok := tp.rankOf(pid, byPid)
@@ -87,6 +92,20 @@ func (tp *TorchProgress) Read(pids map[int]int) map[int]torchhook.Progress {
 		}
 	}
 	return out
+}
+
+// StepsOf returns the optimizer steps the record of process pid holds (it
+// may have exited: its record stays until its rank's exit was taken);
+// false when it has none.
+func (tp *TorchProgress) StepsOf(pid int) (int64, bool) {
+	if tp == nil {
+		return 0, false
+	}
+	p, err := torchhook.Read(filepath.Join(tp.dir, fmt.Sprintf("%d.progress", pid)))
+	if err != nil || p.Steps <= 0 {
+		return 0, false
+	}
+	return p.Steps, true
 }
 
 // removeGoneStacks removes the stacks files of processes that are gone.

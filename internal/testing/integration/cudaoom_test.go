@@ -81,3 +81,54 @@ func TestCUDAOOMNamedAndNotRetriedTwice(t *testing.T) {
 		t.Errorf("--retry-permanent: exit %d\nstderr:\n%s", r.code, r.stderr)
 	}
 }
+
+// oomTorchScript takes optimizer steps, then at step 5 raises torch's own
+// OutOfMemoryError, from another function in each attempt: the step, which
+// gotrain's hook counts, is what makes the two the same.
+const oomTorchScript = `import os, time
+import torch
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 4)
+
+def allocate_in_even_attempts():
+    raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.10 GiB total capacity)")
+
+def allocate_in_odd_attempts():
+    raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.10 GiB total capacity)")
+
+for step in range(1, 1000):
+    if step == 6:
+        if int(os.environ["TORCHELASTIC_RESTART_COUNT"]) % 2:
+            allocate_in_odd_attempts()
+        allocate_in_even_attempts()
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    time.sleep(0.3)
+`
+
+// The same out-of-memory at the same optimizer step (gotrain's hook counts
+// them) ends the job the second time, though each attempt made progress and
+// raised it from another place.
+func TestCUDAOOMAtTheSameStepAfterProgress(t *testing.T) {
+	t.Parallel()
+	path := needTorch(t)
+	script := filepath.Join(t.TempDir(), "train.py")
+	if err := os.WriteFile(script, []byte(oomTorchScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := startLaunchEnv(t, []string{"XDG_RUNTIME_DIR=" + t.TempDir(), path}, "launch", "--nproc-per-node", "1", "--backend", "cpu",
+		"--max-restarts", "5", "--restart-backoff", "100ms", "--standby=off", "--", script)
+	first := r.waitFor(t, regexp.MustCompile(`^gotrain: rank 0 on \S+ ran out of GPU memory \(torch\.cuda\.OutOfMemoryError: CUDA out of memory\..*\): restarting the job's one rank, attempt 2 of 6`), 4*time.Minute)
+	l := r.waitFor(t, regexp.MustCompile(`not restarting: |attempt 3 of 6`), 4*time.Minute)
+	want := regexp.MustCompile(`not restarting: rank 0 ran out of GPU memory in generation 0 and rank 0 in generation 1, both at step 5 \(a batch that does not fit\), so a restart can only fail the same way`)
+	if !want.MatchString(l.text) {
+		t.Errorf("after %q, the job does not end saying it ran out of memory at step 5 twice: %s", first.text, l.text)
+	}
+	<-r.done
+	if code := r.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+}
