@@ -151,6 +151,10 @@ type Progress struct {
 	// StepSource is "torch-hook" when Step is the optimizer steps the
 	// PyTorch hook counted for a rank that does not attach; "" otherwise.
 	StepSource string
+	// CPUPercent is the CPU the rank's process used lately, in percent of
+	// one CPU, when CPUKnown (set by the agent).
+	CPUPercent float64
+	CPUKnown   bool
 }
 
 // CommProgress is the progress of one communicator of a rank.

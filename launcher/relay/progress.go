@@ -159,6 +159,8 @@ type rankSlot struct {
 	// (hookSteps: it reported any), kept after the process is gone.
 	hookStep  int64
 	hookSteps bool
+	// cpu is the process's CPU time at the last report, for its CPU use.
+	cpu cpuSample
 }
 
 // attachedWorker is a worker's open Attach stream.
@@ -351,6 +353,9 @@ func (h *Hub) batch() *gotrainv1.ReportProgressRequest {
 		h.tel.Annotate(r, p, s.gpu)
 		if !s.exited {
 			p.ProcessState = procState(s.pid)
+			if pct, ok := s.cpu.next(s.pid, cpuTicks(s.pid), time.Now()); ok {
+				p.CpuPercent = &pct
+			}
 		}
 		req.Ranks = append(req.Ranks, p)
 	}

@@ -3701,7 +3701,11 @@ type RankProgress struct {
 	// step is the optimizer steps gotrain's PyTorch hook counted (then
 	// steps_per_second and progress_unix_nanos are set as for an attached
 	// rank); "" otherwise.
-	StepSource    string `protobuf:"bytes,15,opt,name=step_source,json=stepSource,proto3" json:"step_source,omitempty"`
+	StepSource string `protobuf:"bytes,15,opt,name=step_source,json=stepSource,proto3" json:"step_source,omitempty"`
+	// Set by the agent: the CPU time the rank's process used over the last
+	// report interval, in percent of one CPU (above 100 with several busy
+	// threads); absent when unknown.
+	CpuPercent    *float64 `protobuf:"fixed64,16,opt,name=cpu_percent,json=cpuPercent,proto3,oneof" json:"cpu_percent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3839,6 +3843,13 @@ func (x *RankProgress) GetStepSource() string {
 		return x.StepSource
 	}
 	return ""
+}
+
+func (x *RankProgress) GetCpuPercent() float64 {
+	if x != nil && x.CpuPercent != nil {
+		return *x.CpuPercent
+	}
+	return 0
 }
 
 // GPUSample is one GPU's state as the agent sampled it through NVML, about
@@ -6004,7 +6015,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x04root\x18\x05 \x01(\x05R\x04root\x12\x1b\n" +
 	"\treduce_op\x18\x06 \x01(\tR\breduceOp\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12.\n" +
-	"\x13enqueued_unix_nanos\x18\b \x01(\x03R\x11enqueuedUnixNanos\"\x8c\x04\n" +
+	"\x13enqueued_unix_nanos\x18\b \x01(\x03R\x11enqueuedUnixNanos\"\xc2\x04\n" +
 	"\fRankProgress\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1e\n" +
 	"\n" +
@@ -6026,7 +6037,10 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\n" +
 	"comms_note\x18\x0e \x01(\tR\tcommsNote\x12\x1f\n" +
 	"\vstep_source\x18\x0f \x01(\tR\n" +
-	"stepSource\"\x94\x04\n" +
+	"stepSource\x12$\n" +
+	"\vcpu_percent\x18\x10 \x01(\x01H\x00R\n" +
+	"cpuPercent\x88\x01\x01B\x0e\n" +
+	"\f_cpu_percent\"\x94\x04\n" +
 	"\tGPUSample\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -6435,6 +6449,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*GenerationEvent_HostReplica)(nil),
 		(*GenerationEvent_Restarting)(nil),
 	}
+	file_gotrain_v1_gotrain_proto_msgTypes[47].OneofWrappers = []any{}
 	file_gotrain_v1_gotrain_proto_msgTypes[59].OneofWrappers = []any{
 		(*LogEntry_Config)(nil),
 		(*LogEntry_Join)(nil),
