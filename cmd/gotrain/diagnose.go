@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/symptoms"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -134,6 +135,9 @@ func printDiagnosis(w io.Writer, d *gotrainv1.DiagnoseResponse, stackLines int) 
 	}
 	if len(st.GetVerdicts()) == 0 && len(d.GetSuspected()) == 0 {
 		fmt.Fprintln(w, "no hang: no communicator is stalled with work pending")
+	}
+	for _, f := range symptoms.Find(symptoms.FromStatus(st)) { // a rank on the CPU, an input-bound job
+		fmt.Fprintf(w, "note: %s\n", f.Text)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -32,11 +32,14 @@ Usage: gotrain top [flags]
 
 Shows every rank of a running job, refreshed every second: its host and GPU,
 the GPU's utilisation, memory, power and temperature (sampled by the agents
-through NVML; "-" without a driver), throttling and XID errors, the rank's
+through NVML; "-" without a driver), throttling and XID errors, the CPU the
+rank's process uses, the rank's
 step and step rate (from worker.ReportStep, or the optimizer steps of a PyTorch
 program, counted by gotrain's hook), how long since it last made
 progress, and its last collective. The slowest rank comes first: the longest
-since progress, then the lowest step rate.
+since progress, then the lowest step rate. Notes above the table name a rank
+whose GPU idles while its peers' are busy (it may compute on the CPU) and a
+job whose GPUs idle while its ranks keep a CPU busy (input-bound).
 
 Without --coordinator it finds the job that ` + "`gotrain launch`" + ` runs on this
 machine: the newest, if several run (it says so, and lists the others), or

@@ -39,6 +39,7 @@ type topJSON struct {
 		PID                  int      `json:"pid"`
 		Attached             bool     `json:"attached"`
 		StepSource           string   `json:"step_source"`
+		CPUPercent           *float64 `json:"cpu_percent"`
 		Step                 int64    `json:"step"`
 		StepsPerSecond       float64  `json:"steps_per_second"`
 		SinceProgressSeconds *float64 `json:"since_progress_seconds"`
@@ -239,7 +240,7 @@ next:
 
 // A PyTorch program's optimizer steps, counted by gotrain's hook, are its
 // STEP, STEP/S and SINCE PROGRESS in `gotrain top`, beside the collectives
-// the hook counts on gloo.
+// the hook counts on gloo and the CPU its process uses.
 func TestTopShowsPyTorchSteps(t *testing.T) {
 	t.Parallel()
 	path := needTorch(t)
@@ -259,7 +260,7 @@ func TestTopShowsPyTorchSteps(t *testing.T) {
 			return false
 		}
 		for _, rk := range snap.Ranks {
-			if rk.Attached || rk.StepSource != "torch-hook" || rk.Step < 3 || rk.StepsPerSecond <= 0 || rk.SinceProgressSeconds == nil ||
+			if rk.Attached || rk.StepSource != "torch-hook" || rk.Step < 3 || rk.StepsPerSecond <= 0 || rk.SinceProgressSeconds == nil || rk.CPUPercent == nil ||
 				rk.LastCollective == nil || rk.LastCollective.Comm != "torch-default-pg" {
 				return false
 			}
