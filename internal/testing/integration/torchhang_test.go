@@ -94,6 +94,10 @@ func TestTorchGlooStragglerNamed(t *testing.T) {
 	if slower, _ := strconv.Atoi(m[2]); slower < 30 {
 		t.Errorf("%d %% slower; want a clear straggler: %s", slower, l.text)
 	}
+	// The straggler's Python stack is its verdict's evidence too.
+	if stack := waitPythonStack(t, r, slowRank); !regexp.MustCompile(`(?m)^\s*File ".*gloo_hang\.py", line \d+ in <module>$`).MatchString(stack) {
+		t.Errorf("rank %d's Python stack does not show the training loop:\n%s", slowRank, stack)
+	}
 }
 
 // waitPythonStack waits for the evidence of the job's hang verdict to hold
