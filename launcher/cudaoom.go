@@ -25,9 +25,12 @@ func (a *agent) examineCUDAOOM(req *gotrainv1.ReportWorkerExitRequest, p *worker
 	req.Notes = append(req.Notes, observe.GPUMemoryNote(nv, err, p.gpu, a.whose))
 	// The step it ended in: the hook's record, read now (the last progress
 	// report may be a second old), else the last one reported.
-	step, known := a.hub.Torch().StepsOf(int(req.GetPid())) // observe/torchprogress.go
-	if !known {
-		step, known = a.hub.LastStep(req.GetGeneration(), int(req.GetRank())) // relay/progress.go
+	step, known := int64(-1), false
+	if a.hub != nil {
+		step, known = a.hub.Torch().StepsOf(int(req.GetPid())) // observe/torchprogress.go
+		if !known {
+			step, known = a.hub.LastStep(req.GetGeneration(), int(req.GetRank())) // relay/progress.go
+		}
 	}
 	if !known {
 		step = -1
