@@ -55,6 +55,7 @@ func progressToProto(p *job.Progress) *gotrainv1.RankProgress {
 	}
 	out.ProcessState, out.Attached = p.ProcState, p.Attached
 	out.CommsSource, out.CommsNote = p.CommsSource, p.CommsNote
+	out.StepSource = p.StepSource
 	telemetryToProto(out, p) // telemetry.go
 	for _, c := range p.Comms {
 		out.Comms = append(out.Comms, &gotrainv1.CommProgress{
@@ -87,6 +88,7 @@ func failureToProto(f *job.Failure) *gotrainv1.WorkerFailure {
 		XidErrors:  f.XIDErrors,
 		Notes:      f.Notes,
 		Permanent:  f.Permanent,
+		Repeated:   f.Repeated,
 	}
 }
 

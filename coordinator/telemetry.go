@@ -12,6 +12,10 @@ import (
 func telemetryToProto(out *gotrainv1.RankProgress, p *job.Progress) {
 	out.StepsPerSecond = p.StepsPerSecond
 	out.ProgressUnixNanos = unixNanos(p.Advanced)
+	if p.CPUKnown {
+		cpu := p.CPUPercent
+		out.CpuPercent = &cpu
+	}
 	g := p.GPU
 	if g.Time.IsZero() {
 		return

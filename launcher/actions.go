@@ -289,6 +289,9 @@ func (a *agent) reportExit(act agentcore.ReportExit) {
 		if !a.cfg.RetryPermanent && e.Signal == 0 {
 			req.Permanent = explain.PermanentCause("", req.StderrTail) // explain/permanent.go
 		}
+		if e.Signal == 0 {
+			a.examineCUDAOOM(req, p) // cudaoom.go
+		}
 	}
 	a.queueReport(req)
 }

@@ -234,6 +234,9 @@ type agent struct {
 	// first attempt imported, for Python standbys (preload.go).
 	recov   recoveryWatch
 	learned learnedImports
+	// ooms are the CUDA out-of-memory errors this node's ranks ended with,
+	// newest last (cudaoom.go); only the loop's goroutine uses them.
+	ooms []explain.OOMSeen
 }
 
 // tickEvery is how often the loop gives the machine the time (grace

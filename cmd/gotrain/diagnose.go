@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/symptoms"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -29,7 +30,9 @@ it with a table of every rank: its process, its step, and per communicator
 the last collective entered and completed and the one it waits in.
 
 Without --coordinator it finds the job that ` + "`gotrain launch`" + ` runs on this
-machine (the newest, if several run). Stalls shorter than --hang-timeout are
+machine: the newest, if several run (it says so, and lists the others), or
+the one --run-id names (launch's --run-id, or the id it made, which
+` + "`gotrain top`" + ` shows first). Stalls shorter than --hang-timeout are
 shown as suspected, classified as the detector would.
 
 Exits 0 when no hang is declared (suspected stalls included), 3 when the
@@ -41,6 +44,7 @@ Examples:
   gotrain diagnose
   gotrain diagnose --coordinator 10.0.0.1:29400 --ca-hash sha256:HEX   # GOTRAIN_JOB_TOKEN set
   gotrain diagnose --json | jq .status.verdicts
+  gotrain diagnose --run-id gotrain-3f2a9c0b1d2e   # one of several jobs here
 `
 
 // exitHang is diagnose's exit status when it reports a hang verdict.
@@ -60,6 +64,7 @@ const diagnoseTimeout = 5 * time.Second
 func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 	fs := newFlagSet(c.name(), diagnoseUsage)
 	addr := fs.String("coordinator", "", "the job's coordinator HOST:PORT (default: the job launched on this machine)")
+	runID := fs.String("run-id", "", "the job launched on this machine with this run id (default: the newest)")
 	var trust jobtls.Trust
 	trustFlags(fs, &trust) // tlsflags.go
 	tok := fs.String("job-token", os.Getenv(jobenv.JobToken), "the job token (default $"+jobenv.JobToken+", or the local job's)")
@@ -80,7 +85,7 @@ func (c *diagnoseCmd) run(ctx context.Context, args []string) error {
 	if err := checkTrust(trust); err != nil {
 		return err
 	}
-	coordAddr, jobToken, trust, err := findJob(c.name(), *addr, *tok, trust)
+	coordAddr, jobToken, trust, err := findJob(c.name(), *addr, *runID, *tok, trust)
 	if err != nil {
 		return err
 	}
@@ -130,6 +135,9 @@ func printDiagnosis(w io.Writer, d *gotrainv1.DiagnoseResponse, stackLines int) 
 	}
 	if len(st.GetVerdicts()) == 0 && len(d.GetSuspected()) == 0 {
 		fmt.Fprintln(w, "no hang: no communicator is stalled with work pending")
+	}
+	for _, f := range symptoms.Find(symptoms.FromStatus(st)) { // a rank on the CPU, an input-bound job
+		fmt.Fprintf(w, "note: %s\n", f.Text)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -32,3 +32,21 @@ func TestPrintDiagnosisQuotesVerdictCollective(t *testing.T) {
 		t.Errorf("printDiagnosis:\n%s\nwant a line %q", b.String(), want)
 	}
 }
+
+// A job whose GPUs idle while its ranks keep a CPU busy between steps is
+// called input-bound, with the fixes.
+func TestPrintDiagnosisNamesInputBound(t *testing.T) {
+	cpu := 99.0
+	rank := func(r int32) *gotrainv1.RankStatus {
+		return &gotrainv1.RankStatus{Rank: r, Hostname: "a", Gpu: r, State: "running", Progress: &gotrainv1.RankProgress{
+			StepsPerSecond: 1.5, CpuPercent: &cpu, Gpu: &gotrainv1.GPUSample{UnixNanos: 1, UtilPercent: 9}}}
+	}
+	d := &gotrainv1.DiagnoseResponse{NowUnixNanos: time.Unix(1000, 0).UnixNano(),
+		Status: &gotrainv1.JobStatus{RunId: "r", State: "running", WorldSize: 2, Ranks: []*gotrainv1.RankStatus{rank(0), rank(1)}}}
+	var b strings.Builder
+	printDiagnosis(&b, d, 0)
+	if !strings.Contains(b.String(), "note: the job looks input-bound: its GPUs are mostly idle (median 9 % busy) while its ranks keep a CPU busy (median 99 %) at 1.50 steps/s") ||
+		!strings.Contains(b.String(), "num_workers, pin_memory=True") {
+		t.Errorf("printDiagnosis:\n%s", b.String())
+	}
+}

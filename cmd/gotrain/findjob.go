@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -16,14 +17,22 @@ import (
 )
 
 // findJob returns the coordinator address, token and how to verify the
-// coordinator: the flags', or the newest job launched on this machine (its
-// run file, which says how its launcher verified the coordinator).
-func findJob(cmd, addr, tok string, trust jobtls.Trust) (string, string, jobtls.Trust, error) {
+// coordinator: the flags', or the job launched on this machine with run id
+// runID, the newest when runID is "" (its run file, which says how its
+// launcher verified the coordinator).
+func findJob(cmd, addr, runID, tok string, trust jobtls.Trust) (string, string, jobtls.Trust, error) {
+	if addr != "" && runID != "" {
+		return "", "", trust, &usageError{msg: "--run-id and --coordinator together",
+			hint: "--run-id picks among the jobs launched on this machine; --coordinator names a job's coordinator itself. Pass one of them."}
+	}
 	if addr == "" {
-		j, others, err := runfile.Newest()
+		j, others, err := runfile.Find(runID)
 		if err != nil {
-			if errors.Is(err, runfile.ErrNoJob) {
+			switch {
+			case errors.Is(err, runfile.ErrNoJob):
 				return "", "", trust, &usageError{msg: err.Error(), hint: "For a job launched elsewhere pass --coordinator HOST:PORT and --ca-hash, with the job token in " + jobenv.JobToken + " (never in argv)."}
+			case errors.Is(err, runfile.ErrNoSuchRun):
+				return "", "", trust, &usageError{msg: err.Error(), hint: "Pass one of the running jobs' run ids (each launcher prints its own), or leave --run-id out for the newest."}
 			}
 			return "", "", trust, err
 		}
@@ -34,8 +43,9 @@ func findJob(cmd, addr, tok string, trust jobtls.Trust) (string, string, jobtls.
 		if tok == "" || os.Getenv(jobenv.JobToken) == tok {
 			tok = j.Token
 		}
-		if others > 0 {
-			fmt.Fprintf(os.Stderr, "gotrain %s: %d other job(s) run on this machine; showing the newest, %s (pass --coordinator for another)\n", cmd, others, j.RunID)
+		if len(others) > 0 && runID == "" {
+			fmt.Fprintf(os.Stderr, "gotrain %s: %d jobs run on this machine; showing the newest, %s (started %s); pass --run-id to pick another: %s\n",
+				cmd, len(others)+1, j.RunID, j.Started.Local().Format(time.DateTime), runfile.RunIDs(others))
 		}
 	}
 	if tok == "" {

@@ -32,17 +32,24 @@ Usage: gotrain top [flags]
 
 Shows every rank of a running job, refreshed every second: its host and GPU,
 the GPU's utilisation, memory, power and temperature (sampled by the agents
-through NVML; "-" without a driver), throttling and XID errors, the rank's
-step and step rate (from worker.ReportStep), how long since it last made
+through NVML; "-" without a driver), throttling and XID errors, the CPU the
+rank's process uses, the rank's
+step and step rate (from worker.ReportStep, or the optimizer steps of a PyTorch
+program, counted by gotrain's hook), how long since it last made
 progress, and its last collective. The slowest rank comes first: the longest
-since progress, then the lowest step rate.
+since progress, then the lowest step rate. Notes above the table name a rank
+whose GPU idles while its peers' are busy (it may compute on the CPU) and a
+job whose GPUs idle while its ranks keep a CPU busy (input-bound).
 
 Without --coordinator it finds the job that ` + "`gotrain launch`" + ` runs on this
-machine (the newest, if several run).
+machine: the newest, if several run (it says so, and lists the others), or
+the one --run-id names (launch's --run-id, or the id it made, which
+` + "`gotrain top`" + ` shows first).
 
 Examples:
   gotrain top
   gotrain top --once --json | jq '.ranks[0]'
+  gotrain top --run-id gotrain-3f2a9c0b1d2e   # one of several jobs here
   gotrain top --coordinator 10.0.0.1:29400 --ca-hash sha256:HEX   # GOTRAIN_JOB_TOKEN set
 `
 
@@ -55,6 +62,7 @@ const clearScreen = "\x1b[H\x1b[2J"
 func (c *topCmd) run(ctx context.Context, args []string) error {
 	fs := newFlagSet(c.name(), topUsage)
 	addr := fs.String("coordinator", "", "the job's coordinator HOST:PORT (default: the job launched on this machine)")
+	runID := fs.String("run-id", "", "the job launched on this machine with this run id (default: the newest)")
 	var trust jobtls.Trust
 	trustFlags(fs, &trust) // tlsflags.go
 	tok := fs.String("job-token", os.Getenv(jobenv.JobToken), "the job token (default $"+jobenv.JobToken+", or the local job's)")
@@ -76,7 +84,7 @@ func (c *topCmd) run(ctx context.Context, args []string) error {
 	if err := checkTrust(trust); err != nil {
 		return err
 	}
-	a, t, trust, err := findJob("top", *addr, *tok, trust)
+	a, t, trust, err := findJob("top", *addr, *runID, *tok, trust)
 	if err != nil {
 		return err
 	}

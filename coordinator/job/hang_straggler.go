@@ -49,6 +49,9 @@ func (m *Machine) stragglerCheck(name string, w *commWatch, vs []rankView) []Act
 		Summary: fmt.Sprintf("%s is the straggler: %s", whereRank(c), stragglerWords(fig)),
 	}
 	v.Details = []string{fmt.Sprintf("%s: %s in comm %q", who(c), c.Doing, name)}
+	if cause := m.stragglerCause(c.Rank); cause != "" { // straggler_cause.go
+		v.Details = append(v.Details, cause)
+	}
 	return []Action{m.record(v, false)}
 }
 

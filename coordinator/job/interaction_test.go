@@ -55,7 +55,7 @@ var commands = map[string]command{
 	"lost":        {"id reason", (*env).lost},
 	"unreachable": {"id reason", (*env).unreachable},
 	"reachable":   {"id", (*env).reachable},
-	"exit":        {"id gen rank code signal pid tail permanent stopped", (*env).exit},
+	"exit":        {"id gen rank code signal pid tail permanent repeated stopped", (*env).exit},
 	"park":        {"id gen rank pid", (*env).park},
 	"barrier":     {"name gen rank waiter", (*env).barrier},
 	"cancel":      {"waiter", (*env).cancel},
@@ -190,6 +190,7 @@ func (e *env) exit(t *testing.T, d *datadriven.TestData) string {
 	d.MaybeScanArgs(t, "signal", &ev.Signal)
 	d.MaybeScanArgs(t, "tail", &ev.StderrTail)
 	d.MaybeScanArgs(t, "permanent", &ev.Permanent)
+	ev.Repeated = d.HasArg("repeated")
 	ev.Stopped = d.HasArg("stopped")
 	return e.step(ev)
 }
@@ -295,6 +296,9 @@ func formatFailure(f *job.Failure) []string {
 		f.Rank, f.NodeID, f.Hostname, f.Pid, f.ExitCode, f.Signal, f.Reason, f.StderrTail)
 	if f.Permanent != "" {
 		s += fmt.Sprintf(" permanent=%q", f.Permanent)
+	}
+	if f.Repeated {
+		s += " repeated"
 	}
 	out := []string{s}
 	for _, n := range f.Notes {

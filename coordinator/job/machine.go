@@ -526,6 +526,7 @@ func (m *Machine) exited(ev WorkerExited) ([]Action, error) {
 		XIDErrors:  slices.Clone(ev.XIDErrors),
 		Notes:      slices.Clone(ev.Notes),
 		Permanent:  ev.Permanent,
+		Repeated:   ev.Repeated,
 	}
 	return append(m.end(f, describeExit(f)), m.afterEnd()...), nil
 }
@@ -609,7 +610,7 @@ func (m *Machine) afterEnd() []Action {
 			again = "start the job again (under --nnodes MIN:MAX a job goes on without a lost node)"
 		}
 		why = fmt.Sprintf("only %d of the %s it needs remain (--nnodes %s); %s", m.placed(), plural(m.cfg.MinNodes, "node"), m.nnodes(), again)
-	case m.failure != nil && m.failure.Permanent != "" && !m.repeats.movedIn(m.gen):
+	case m.failure != nil && m.failure.Permanent != "" && (!m.repeats.movedIn(m.gen) || m.failure.Repeated):
 		why = m.failure.Permanent + ", so a restart can only fail the same way (--retry-permanent retries it anyway)"
 	case m.cfg.MaxRestarts == 0:
 		why = "restarts are off (max restarts 0)"

@@ -77,6 +77,10 @@ type WorkerExited struct {
 	// be executed, a Python import error); "" when it may not. Such a
 	// failure ends the job unless its generation made progress.
 	Permanent string
+	// Repeated: Permanent names a failure an earlier generation already
+	// ended with at the same point (the same CUDA out-of-memory at the same
+	// step), so it ends the job even when this generation made progress.
+	Repeated bool
 	// Stopped: the agent ended the process (SIGTERM after the generation
 	// ended, SIGKILL after the grace period). A stopped exit never becomes
 	// the root cause; an exit by a signal nobody at gotrain sent may
@@ -147,6 +151,13 @@ type Progress struct {
 	// when the worker reported them. CommsNote says why an unattached rank has no
 	// Comms (NCCL RAS unreachable); "" otherwise.
 	CommsSource, CommsNote string
+	// StepSource is "torch-hook" when Step is the optimizer steps the
+	// PyTorch hook counted for a rank that does not attach; "" otherwise.
+	StepSource string
+	// CPUPercent is the CPU the rank's process used lately, in percent of
+	// one CPU, when CPUKnown (set by the agent).
+	CPUPercent float64
+	CPUKnown   bool
 }
 
 // CommProgress is the progress of one communicator of a rank.
@@ -285,8 +296,10 @@ type Failure struct {
 	XIDErrors []string
 	// Notes is other evidence the agent found.
 	Notes []string
-	// Permanent says why the failure can only repeat ([WorkerExited]).
+	// Permanent says why the failure can only repeat, Repeated that it
+	// did already ([WorkerExited]).
 	Permanent string
+	Repeated  bool
 }
 
 // State of the job.

@@ -109,6 +109,7 @@ func WorkerExit(req *gotrainv1.ReportWorkerExitRequest) job.Event {
 		XIDErrors:  req.GetXidErrors(),
 		Notes:      req.GetNotes(),
 		Permanent:  req.GetPermanent(),
+		Repeated:   req.GetRepeated(),
 		Stopped:    req.GetStopped(),
 	}
 }
@@ -156,6 +157,10 @@ func Progress(p *gotrainv1.RankProgress) job.Progress {
 	}
 	out.ProcState, out.Attached = p.GetProcessState(), p.GetAttached()
 	out.CommsSource, out.CommsNote = p.GetCommsSource(), p.GetCommsNote()
+	out.StepSource = p.GetStepSource()
+	if p.CpuPercent != nil {
+		out.CPUPercent, out.CPUKnown = p.GetCpuPercent(), true
+	}
 	out.StepsPerSecond = p.GetStepsPerSecond()
 	out.Advanced = fromUnixNanos(p.GetProgressUnixNanos())
 	if g := p.GetGpu(); g != nil && g.GetUnixNanos() != 0 {

@@ -170,6 +170,45 @@ func Newest() (Job, int, error) {
 	return jobs[0], len(jobs) - 1, nil
 }
 
+// ErrNoSuchRun means no live job on this machine has the run id asked for.
+var ErrNoSuchRun = errors.New("runfile: no running gotrain job with that run id on this machine")
+
+// Find returns the live job with run id runID, or the newest when runID is
+// "", and the other live jobs, newest first.
+func Find(runID string) (Job, []Job, error) {
+	jobs, err := Live()
+	if err != nil {
+		return Job{}, nil, err
+	}
+	return Pick(jobs, runID)
+}
+
+// Pick chooses among jobs (newest first, as Live returns them) the one with
+// run id runID, or the newest when runID is "", and returns the others.
+func Pick(jobs []Job, runID string) (Job, []Job, error) {
+	if len(jobs) == 0 {
+		return Job{}, nil, fmt.Errorf("%w (looked in %s)", ErrNoJob, Dir())
+	}
+	at := 0
+	if runID != "" {
+		at = slices.IndexFunc(jobs, func(j Job) bool { return j.RunID == runID })
+		if at < 0 {
+			return Job{}, jobs, fmt.Errorf("%w: %s (running: %s)", ErrNoSuchRun, runID, RunIDs(jobs))
+		}
+	}
+	others := slices.Concat(jobs[:at], jobs[at+1:])
+	return jobs[at], others, nil
+}
+
+// RunIDs lists the jobs' run ids, comma-separated.
+func RunIDs(jobs []Job) string {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.RunID
+	}
+	return strings.Join(ids, ", ")
+}
+
 func alive(pid int) bool {
 	if pid <= 0 {
 		return false

@@ -3,6 +3,7 @@ package runfile
 import (
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,4 +44,28 @@ func TestWriteLiveRemove(t *testing.T) {
 		t.Fatalf("after removing the newest: %+v", j)
 	}
 	_ = old.Remove()
+}
+
+func TestPick(t *testing.T) {
+	jobs := []Job{{RunID: "new"}, {RunID: "mid"}, {RunID: "old"}}
+	for _, tc := range []struct {
+		runID, want, others string
+		err                 error
+	}{
+		{"", "new", "mid, old", nil},
+		{"mid", "mid", "new, old", nil},
+		{"old", "old", "new, mid", nil},
+		{"gone", "", "new, mid, old", ErrNoSuchRun},
+	} {
+		j, others, err := Pick(jobs, tc.runID)
+		if j.RunID != tc.want || RunIDs(others) != tc.others || !errors.Is(err, tc.err) {
+			t.Errorf("Pick(%q) = %q, others %q, %v; want %q, %q, %v", tc.runID, j.RunID, RunIDs(others), err, tc.want, tc.others, tc.err)
+		}
+	}
+	if err := func() error { _, _, err := Pick(jobs, "gone"); return err }(); err == nil || !strings.Contains(err.Error(), "running: new, mid, old") {
+		t.Errorf("an unknown run id's error does not list the running ones: %v", err)
+	}
+	if _, _, err := Pick(nil, ""); !errors.Is(err, ErrNoJob) {
+		t.Errorf("Pick(none): %v", err)
+	}
 }

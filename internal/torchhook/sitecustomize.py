@@ -23,6 +23,14 @@
 #    imported), it writes the installed packages the program imported,
 #    which the agent's Python standbys import ahead of the next attempt.
 #
+# 4. It arms faulthandler on a real-time signal (SIGRTMIN+6: SIGUSR1 and
+#    SIGUSR2 are taken by Slurm's --signal, Lightning's requeue and
+#    submitit): every thread's Python stack goes to DIR/PID.stacks, whose
+#    first line names the signal, when the agent sends it for a hang or
+#    straggler verdict. faulthandler writes from its C signal handler, so a
+#    rank stuck in C with the GIL held still answers. Not armed when the
+#    signal already has a handler.
+#
 # Nothing is imported or patched before the program imports torch; a
 # failure in the hook turns the hook off and never reaches the program.
 # Standard library only.
@@ -59,11 +67,31 @@ def _gotrain_sitecustomize():
     import threading
     import time
 
+    def arm_stacks():
+        import faulthandler
+        import signal
+
+        sig = signal.SIGRTMIN + 6
+        if signal.getsignal(sig) not in (signal.SIG_DFL, None):
+            return
+        path = os.path.join(out, "%d.stacks" % os.getpid())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        f = os.fdopen(fd, "w", buffering=1)
+        f.write("gotrain python stacks: signal %d\n" % int(sig))
+        f.flush()
+        faulthandler.register(sig, file=f, all_threads=True, chain=False)  # it keeps f open
+
+    try:
+        arm_stacks()
+    except Exception:
+        pass
+
     # The record: little-endian, 256 bytes (torchhook.go's layout).
     MAGIC = b"GTHOOK1\n"
     RING = 16
     # magic version entered completed completed_ns wait_ns pending_ns pending_op last_op ring[16]
     RECORD = struct.Struct("<8sQqqqqqII%dq" % RING)
+    STEPS = struct.Struct("<qq")  # at 192: steps step_ns
     VERSION = struct.Struct("<Q")
     SIZE = 256
     OPS = ("allreduce", "broadcast", "allgather", "reducescatter", "barrier", "alltoall", "reduce", "gather", "scatter")
@@ -92,6 +120,8 @@ def _gotrain_sitecustomize():
             self.completed_ns = 0
             self.wait_ns = 0
             self.ring = [0] * RING
+            self.steps = 0
+            self.step_ns = 0
             self.version = 0
             self.last_op = 0
             self.tls = threading.local()  # depth: a collective inside a counted one is not counted again
@@ -118,6 +148,7 @@ def _gotrain_sitecustomize():
             self.version += 1
             VERSION.pack_into(m, 8, self.version)
             RECORD.pack_into(m, 0, MAGIC, self.version, self.entered, completed, self.completed_ns, self.wait_ns, pending_ns, pending_op, self.last_op, *self.ring)
+            STEPS.pack_into(m, 192, self.steps, self.step_ns)
             self.version += 1
             VERSION.pack_into(m, 8, self.version)
 
@@ -142,6 +173,12 @@ def _gotrain_sitecustomize():
                 self.completed_ns = now
                 self.wait_ns += now - item[1]
                 self.ring[seq % RING] = now - item[1]
+                self.publish()
+
+        def stepped(self):
+            with self.lock:
+                self.steps += 1
+                self.step_ns = time.time_ns()
                 self.publish()
 
         def guard(self, f, *args):
@@ -409,7 +446,50 @@ def _gotrain_sitecustomize():
         for t in ts:
             t.register_hook(reached)
 
-    patches = {"torch.distributed": patch_dist, "torch.nn.parallel.distributed": patch_ddp}
+    def patch_optim(mod):
+        # Each optimizer step is the rank's step, for the agent's step rate.
+        # torch 2 calls global post-step hooks; older torch gets each
+        # optimizer class's step wrapped as its first instance is made. A
+        # step inside a counted one (a subclass calling its base's) is not
+        # counted again.
+        register = getattr(mod, "register_optimizer_step_post_hook", None)
+        if register is not None:
+            register(lambda opt, args, kwargs: counter.guard(counter.stepped))
+            return
+        opt = getattr(mod, "Optimizer", None)
+        if opt is None:
+            return
+        init = opt.__init__
+
+        def __init__(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            counter.guard(wrap_step, type(self))
+
+        opt.__init__ = __init__
+
+    def wrap_step(cls):
+        import functools
+
+        f = cls.step
+        if getattr(f, "__gotrain_step__", False):
+            return
+
+        @functools.wraps(f)
+        def step(*args, **kwargs):
+            if getattr(counter.tls, "stepping", False):
+                return f(*args, **kwargs)
+            counter.tls.stepping = True
+            try:
+                result = f(*args, **kwargs)
+            finally:
+                counter.tls.stepping = False
+            counter.guard(counter.stepped)
+            return result
+
+        step.__gotrain_step__ = True
+        cls.step = step
+
+    patches = {"torch.distributed": patch_dist, "torch.nn.parallel.distributed": patch_ddp, "torch.optim.optimizer": patch_optim}
 
     class Loader:
         def __init__(self, inner, fix):

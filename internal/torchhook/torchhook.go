@@ -66,10 +66,13 @@ func Install(pyDir, outDir string) error {
 //	56  pendingOp     uint32, 1 + index in ops (0: none)
 //	60  lastOp        uint32
 //	64  ring          16 × int64: the wait of collective s at (s mod 16)
+//	192 steps         int64, optimizer steps taken (0: none, or none seen)
+//	200 stepNs        int64, unix ns of the latest step
 const (
 	recordSize = 256
 	ringLen    = 16
 	ringOff    = 64
+	stepsOff   = 192
 )
 
 var magic = []byte("GTHOOK1\n")
@@ -92,6 +95,10 @@ type Progress struct {
 	// latest completed collectives took (up to 16).
 	RecentFirst int64
 	RecentWaits []time.Duration
+	// Steps is how many optimizer steps the process took (torch.optim),
+	// StepAt when the latest ended; 0 and zero when none.
+	Steps  int64
+	StepAt time.Time
 }
 
 // ErrBusy is returned when the writer kept changing the record while it
@@ -135,7 +142,10 @@ func Decode(b []byte) (Progress, error) {
 		return Progress{}, errors.New("not a gotrain collective record")
 	}
 	i64 := func(off int) int64 { return int64(binary.LittleEndian.Uint64(b[off:])) }
-	p := Progress{Entered: i64(16), Completed: i64(24), Wait: time.Duration(i64(40))}
+	p := Progress{Entered: i64(16), Completed: i64(24), Wait: time.Duration(i64(40)), Steps: max(0, i64(stepsOff))}
+	if ns := i64(stepsOff + 8); ns > 0 && p.Steps > 0 {
+		p.StepAt = time.Unix(0, ns)
+	}
 	if ns := i64(32); ns > 0 {
 		p.CompletedAt = time.Unix(0, ns)
 	}
@@ -155,14 +165,17 @@ func Decode(b []byte) (Progress, error) {
 }
 
 // Records lists the records in dir by the pid that writes each.
-func Records(dir string) (map[int]string, error) {
+func Records(dir string) (map[int]string, error) { return listBySuffix(dir, ".progress") }
+
+// listBySuffix lists the files PID+suffix in dir by pid.
+func listBySuffix(dir, suffix string) (map[int]string, error) {
 	es, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	out := map[int]string{}
 	for _, e := range es {
-		s, ok := strings.CutSuffix(e.Name(), ".progress")
+		s, ok := strings.CutSuffix(e.Name(), suffix)
 		if !ok {
 			continue
 		}

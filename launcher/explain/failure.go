@@ -31,15 +31,21 @@ func DescribeFailure(f *gotrainv1.JobFinished) string {
 	if fl.GetReason() != "" {
 		cause = fl.GetReason()
 	}
-	if fl.GetPid() == 0 {
+	switch {
+	case cudaOOM(fl): // restartline.go
+		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s (pid %d) ran out of GPU memory (%s)", fl.GetRank(), fl.GetHostname(), fl.GetPid(), cause)
+	case fl.GetPid() == 0:
 		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s could not be started: %s", fl.GetRank(), fl.GetHostname(), errorLine(fl.GetStderrTail(), true))
-	} else {
+	default:
 		fmt.Fprintf(&b, "gotrain: job failed: rank %d on %s (pid %d) failed first: %s", fl.GetRank(), fl.GetHostname(), fl.GetPid(), cause)
 	}
 	if m := f.GetMessage(); m != "" {
 		fmt.Fprintf(&b, "\n  %s", m)
 	}
 	observe.WriteEvidence(&b, fl)
+	if cudaOOM(fl) {
+		fmt.Fprintf(&b, "\n  %s", observe.OOMFixes)
+	}
 	if tl := fl.GetStderrTail(); len(tl) > 0 {
 		fmt.Fprintf(&b, "\n  last %d line(s) of rank %d's stderr:", len(tl), fl.GetRank())
 		for _, l := range tl {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gotrain/gotrain/launcher/observe"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -49,6 +50,8 @@ func failureSummary(f *gotrainv1.WorkerFailure) string {
 		how = "was killed by the kernel's OOM killer"
 	case f.GetSignal() != "":
 		how = "was killed by " + f.GetSignal()
+	case cudaOOM(f):
+		how = "ran out of GPU memory"
 	default:
 		how = fmt.Sprintf("exited %d", f.GetExitCode())
 	}
@@ -56,7 +59,11 @@ func failureSummary(f *gotrainv1.WorkerFailure) string {
 	// rank happened to print before it (a library's warning) explains
 	// nothing, so only a line that names an error is quoted then.
 	killed := f.GetSignal() != "" || f.GetOomKilled()
-	if l := errorLine(f.GetStderrTail(), !killed); l != "" {
+	l := errorLine(f.GetStderrTail(), !killed)
+	if o, ok := observe.FindCUDAOOM(f.GetStderrTail()); ok && !killed {
+		l = shorten(o.Line)
+	}
+	if l != "" {
 		how += " (" + l + ")"
 	}
 	return who + " " + how
@@ -79,10 +86,25 @@ func errorLine(tail []string, orLast bool) string {
 	if l == "" && orLast {
 		l = lastLine(tail) // permanent.go
 	}
+	return shorten(l)
+}
+
+// shorten cuts a quoted line to 100 characters.
+func shorten(l string) string {
 	if r := []rune(l); len(r) > 100 {
 		l = string(r[:99]) + "…"
 	}
 	return l
+}
+
+// cudaOOM says whether f is a rank that exited (no signal) after a CUDA
+// out-of-memory error.
+func cudaOOM(f *gotrainv1.WorkerFailure) bool {
+	if f.GetSignal() != "" || f.GetOomKilled() || f.GetPid() == 0 {
+		return false
+	}
+	_, ok := observe.FindCUDAOOM(f.GetStderrTail())
+	return ok
 }
 
 // JoinedLine is what a node that joined another's coordinator prints when

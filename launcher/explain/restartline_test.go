@@ -1,6 +1,7 @@
 package explain
 
 import (
+	"strings"
 	"testing"
 
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -32,6 +33,12 @@ func TestRestartLineText(t *testing.T) {
 		{&gotrainv1.RestartPlanned{WorldSize: 1, Attempt: 2, MaxAttempts: 4, Failure: &gotrainv1.WorkerFailure{
 			Hostname: "gpu1", Pid: 5, ExitCode: 3, StderrTail: []string{"step 10", "cannot continue: bad batch"}}},
 			"gotrain: rank 0 on gpu1 exited 3 (cannot continue: bad batch): restarting the job's one rank, attempt 2 of 4, now"},
+		// A CUDA out-of-memory is named as such, quoting torch's line, not
+		// the last line of its advice.
+		{&gotrainv1.RestartPlanned{WorldSize: 8, Attempt: 2, MaxAttempts: 4, Failure: &gotrainv1.WorkerFailure{
+			Rank: 5, Hostname: "gpu1", Pid: 5, ExitCode: 1, StderrTail: []string{"Traceback (most recent call last):", `  File "t.py", line 9, in step`,
+				"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "CUDA kernel errors might be asynchronously reported"}}},
+			"gotrain: rank 5 on gpu1 ran out of GPU memory (torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.): restarting all 8 ranks, attempt 2 of 4, now"},
 		{&gotrainv1.RestartPlanned{WorldSize: 4, Attempt: 2, MaxAttempts: 4, Failure: &gotrainv1.WorkerFailure{
 			NodeId: "node-2", Hostname: "b", Reason: "out of contact for 30s"}},
 			"gotrain: node node-2 on b was lost (out of contact for 30s): restarting all 4 ranks, attempt 2 of 4, now"},
@@ -75,5 +82,27 @@ func TestJoinedLine(t *testing.T) {
 		if got := rankList(want); got != ranks {
 			t.Errorf("rankList(%v) = %q, want %q", want, got, ranks)
 		}
+	}
+}
+
+func TestDescribeCUDAOOM(t *testing.T) {
+	f := &gotrainv1.JobFinished{Message: "job failed in generation 1: ...", Failure: &gotrainv1.WorkerFailure{
+		Rank: 5, Hostname: "gpu1", Pid: 77, ExitCode: 1, Notes: []string{"GPU 5 just after the exit: 1.0 GiB of 80.0 GiB in use"},
+		StderrTail: []string{"RuntimeError: CUDA error: out of memory"}}}
+	got := DescribeFailure(f)
+	for _, want := range []string{
+		"gotrain: job failed: rank 5 on gpu1 (pid 77) ran out of GPU memory (exit status 1)\n",
+		"\n  evidence: GPU 5 just after the exit: 1.0 GiB of 80.0 GiB in use\n",
+		"\n  to fit: a smaller batch per GPU, mixed precision",
+		"--standby off frees it",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("DescribeFailure lacks %q:\n%s", want, got)
+		}
+	}
+	// Killed by a signal: the signal is the cause.
+	f.Failure.Signal, f.Failure.ExitCode = "SIGKILL", -1
+	if got := DescribeFailure(f); strings.Contains(got, "GPU memory") {
+		t.Errorf("a rank killed by SIGKILL is said to have run out of GPU memory:\n%s", got)
 	}
 }

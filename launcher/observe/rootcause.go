@@ -230,14 +230,19 @@ type rootCauseReport struct {
 }
 
 type failureJS struct {
-	Rank       int      `json:"rank"`
-	Hostname   string   `json:"hostname"`
-	NodeID     string   `json:"node_id,omitempty"`
-	Pid        int      `json:"pid"`
-	ExitCode   int      `json:"exit_code"`
-	Signal     string   `json:"signal,omitempty"`
-	Reason     string   `json:"reason,omitempty"`
-	OOMKilled  bool     `json:"oom_killed"`
+	Rank      int    `json:"rank"`
+	Hostname  string `json:"hostname"`
+	NodeID    string `json:"node_id,omitempty"`
+	Pid       int    `json:"pid"`
+	ExitCode  int    `json:"exit_code"`
+	Signal    string `json:"signal,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	OOMKilled bool   `json:"oom_killed"`
+	// Cause names a cause found in the rank's output ("rank 0 on node3
+	// ran out of GPU memory"), Fixes what usually helps; both empty when
+	// none was found.
+	Cause      string   `json:"cause,omitempty"`
+	Fixes      string   `json:"fixes,omitempty"`
 	XIDErrors  []string `json:"xid_errors"`
 	Notes      []string `json:"notes"`
 	StderrTail []string `json:"stderr_tail"`
@@ -253,12 +258,17 @@ func failureJSON(fl *gotrainv1.WorkerFailure) *failureJS {
 		}
 		return s
 	}
-	return &failureJS{
+	js := &failureJS{
 		Rank: int(fl.GetRank()), Hostname: fl.GetHostname(), NodeID: fl.GetNodeId(), Pid: int(fl.GetPid()),
 		ExitCode: int(fl.GetExitCode()), Signal: fl.GetSignal(), Reason: fl.GetReason(),
 		OOMKilled: fl.GetOomKilled(), XIDErrors: nonNil(fl.GetXidErrors()), Notes: nonNil(fl.GetNotes()),
 		StderrTail: nonNil(fl.GetStderrTail()),
 	}
+	if _, ok := FindCUDAOOM(fl.GetStderrTail()); ok && fl.GetSignal() == "" && !fl.GetOomKilled() && fl.GetPid() != 0 {
+		js.Cause = fmt.Sprintf("rank %d on %s ran out of GPU memory", fl.GetRank(), fl.GetHostname())
+		js.Fixes = OOMFixes
+	}
+	return js
 }
 
 // writeRootCause writes the report into dir atomically: a reader sees the old

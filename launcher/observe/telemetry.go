@@ -82,7 +82,7 @@ func (t *Telemetry) Annotate(rank int, p *gotrainv1.RankProgress, gpu int) {
 	}
 	p.Gpu = t.GPUs.sample(gpu)
 	a := t.ranks[rank]
-	if !p.GetAttached() || a == nil || a.gen != p.GetGeneration() {
+	if (!p.GetAttached() && p.GetStepSource() == "") || a == nil || a.gen != p.GetGeneration() {
 		// A program that does not report its progress: unknown.
 		return
 	}

@@ -2,6 +2,7 @@ package observe
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -51,7 +52,11 @@ func (tp *TorchProgress) Dir() string { return tp.dir }
 // Read returns the records of the ranks in pids (rank -> worker pid) by
 // rank, and removes the records of processes that are gone.
 func (tp *TorchProgress) Read(pids map[int]int) map[int]torchhook.Progress {
-	if tp == nil || len(pids) == 0 {
+	if tp == nil {
+		return nil
+	}
+	tp.removeGoneStacks()
+	if len(pids) == 0 {
 		return nil
 	}
 	recs, err := torchhook.Records(tp.dir)
@@ -65,7 +70,11 @@ func (tp *TorchProgress) Read(pids map[int]int) map[int]torchhook.Progress {
 	out := map[int]torchhook.Progress{}
 	for pid, path := range recs {
 		if !alive(pid) {
-			_ = os.Remove(path)
+			// A rank's own process whose exit the agent has not taken yet:
+			// its report reads the record (StepsOf).
+			if _, rank := byPid[pid]; !rank {
+				_ = os.Remove(path)
+			}
 			continue
 		}
 		r, ok := tp.rankOf(pid, byPid)
@@ -85,6 +94,30 @@ func (tp *TorchProgress) Read(pids map[int]int) map[int]torchhook.Progress {
 	return out
 }
 
+// StepsOf returns the optimizer steps the record of process pid holds (it
+// may have exited: its record stays until its rank's exit was taken);
+// false when it has none.
+func (tp *TorchProgress) StepsOf(pid int) (int64, bool) {
+	if tp == nil {
+		return 0, false
+	}
+	p, err := torchhook.Read(filepath.Join(tp.dir, fmt.Sprintf("%d.progress", pid)))
+	if err != nil || p.Steps <= 0 {
+		return 0, false
+	}
+	return p.Steps, true
+}
+
+// removeGoneStacks removes the stacks files of processes that are gone.
+func (tp *TorchProgress) removeGoneStacks() {
+	files, _ := torchhook.StacksFiles(tp.dir)
+	for pid, path := range files {
+		if !alive(pid) {
+			_ = os.Remove(path)
+		}
+	}
+}
+
 // rankOf finds the rank whose worker is pid or an ancestor of pid.
 func (tp *TorchProgress) rankOf(pid int, byPid map[int]int) (int, bool) {
 	for hops := 0; pid > 1 && hops < 8; pid, hops = tp.parents(pid), hops+1 {
@@ -101,8 +134,21 @@ func alive(pid int) bool {
 	return err == nil || !errors.Is(err, syscall.ESRCH)
 }
 
-// Annotate puts rank's record p into its report.
+// StepSourceTorchHook marks a step counted by the PyTorch hook (optimizer
+// steps).
+const StepSourceTorchHook = "torch-hook"
+
+// Annotate puts rank's record p into its report: its optimizer steps, and
+// its collectives when it called any (a rank on NCCL, or before its first
+// collective, has steps only; AnnotateComms says whether it has them).
 func (tp *TorchProgress) Annotate(p torchhook.Progress, rp *gotrainv1.RankProgress) {
+	rp.UnixNanos = tp.now().UnixNano()
+	if p.Steps > 0 {
+		rp.Step, rp.StepSource = p.Steps, StepSourceTorchHook
+	}
+	if !HasComms(p) {
+		return
+	}
 	c := &gotrainv1.CommProgress{Comm: torchhook.Comm, EnteredSeq: p.Entered, CompletedSeq: p.Completed,
 		WaitNanos: int64(p.Wait), RecentFirst: p.RecentFirst}
 	if !p.CompletedAt.IsZero() {
@@ -119,5 +165,8 @@ func (tp *TorchProgress) Annotate(p torchhook.Progress, rp *gotrainv1.RankProgre
 	}
 	rp.Comms = []*gotrainv1.CommProgress{c}
 	rp.CommsSource = CommsSourceTorchHook
-	rp.UnixNanos = tp.now().UnixNano()
 }
+
+// HasComms says whether record p counted collectives (of a gloo default
+// group).
+func HasComms(p torchhook.Progress) bool { return p.Entered > 0 }

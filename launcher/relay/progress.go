@@ -155,6 +155,12 @@ type rankSlot struct {
 	progress *gotrainv1.RankProgress // the worker's latest report; nil if none
 	worker   *attachedWorker         // nil when not attached
 	attached bool                    // the worker said hello at least once
+	// hookStep is the last step the PyTorch hook's record reported
+	// (hookSteps: it reported any), kept after the process is gone.
+	hookStep  int64
+	hookSteps bool
+	// cpu is the process's CPU time at the last report, for its CPU use.
+	cpu cpuSample
 }
 
 // attachedWorker is a worker's open Attach stream.
@@ -331,18 +337,47 @@ func (h *Hub) batch() *gotrainv1.ReportProgressRequest {
 			p = &gotrainv1.RankProgress{Rank: int32(r), Generation: h.gen, Pid: int32(s.pid)}
 		}
 		p.Attached = s.progress != nil
-		if rec, ok := hooked[r]; ok && !p.Attached {
-			h.torch.Annotate(rec, p)
-		} else if !p.Attached {
-			h.ras.Annotate(h.gen, r, p) // observe/raspoll.go
+		if !p.Attached {
+			rec, ok := hooked[r]
+			if ok {
+				h.torch.Annotate(rec, p)
+			}
+			if !ok || !observe.HasComms(rec) {
+				h.ras.Annotate(h.gen, r, p) // observe/raspoll.go
+			}
+			if p.GetStepSource() != "" {
+				s.hookStep, s.hookSteps = p.GetStep(), true
+				h.tel.Observe(r, p) // the step rate, as for an attached rank's reports
+			}
 		}
 		h.tel.Annotate(r, p, s.gpu)
 		if !s.exited {
 			p.ProcessState = procState(s.pid)
+			if pct, ok := s.cpu.next(s.pid, cpuTicks(s.pid), time.Now()); ok {
+				p.CpuPercent = &pct
+			}
 		}
 		req.Ranks = append(req.Ranks, p)
 	}
 	return req
+}
+
+// LastStep returns the last step rank of generation gen reported (through
+// the worker library or the PyTorch hook), even once its process is gone;
+// false when it reported none.
+func (h *Hub) LastStep(gen int64, rank int) (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.ranks[rank]
+	switch {
+	case s == nil || gen != h.gen:
+		return 0, false
+	case s.progress != nil:
+		return s.progress.GetStep(), true
+	case s.hookSteps:
+		return s.hookStep, true
+	}
+	return 0, false
 }
 
 // unattachedLocked returns the worker pids of the ranks that run and do
@@ -459,8 +494,12 @@ func (h *Hub) Collect(ctx context.Context, req *gotrainv1.EvidenceRequest, logDi
 			} else {
 				add("error", fmt.Sprintf("goroutine stacks: %v", err))
 			}
-		} else if dump, err := pySpy(ctx, pid); err == nil {
+		} else if st, err := h.Torch().PythonStacks(ctx, pid); err == nil { // observe/pystacks.go
+			add("python", st)
+		} else if dump, perr := pySpy(ctx, pid); perr == nil {
 			add("py-spy", dump)
+		} else if !errors.Is(err, observe.ErrNoStacksHook) {
+			add("error", fmt.Sprintf("Python stacks: %v", err))
 		}
 		add("proc", procEvidence(pid))
 		if gpu >= 0 {

@@ -38,6 +38,8 @@ type topJSON struct {
 		State                string   `json:"state"`
 		PID                  int      `json:"pid"`
 		Attached             bool     `json:"attached"`
+		StepSource           string   `json:"step_source"`
+		CPUPercent           *float64 `json:"cpu_percent"`
 		Step                 int64    `json:"step"`
 		StepsPerSecond       float64  `json:"steps_per_second"`
 		SinceProgressSeconds *float64 `json:"since_progress_seconds"`
@@ -234,4 +236,54 @@ next:
 	}
 	t.Errorf("/metrics has no %s%v:\n%v", name, want, f)
 	return -1
+}
+
+// A PyTorch program's optimizer steps, counted by gotrain's hook, are its
+// STEP, STEP/S and SINCE PROGRESS in `gotrain top`, beside the collectives
+// the hook counts on gloo and the CPU its process uses.
+func TestTopShowsPyTorchSteps(t *testing.T) {
+	t.Parallel()
+	path := needTorch(t)
+	const ranks = 2
+	runtimeDir := t.TempDir()
+	r := startLaunchEnv(t, []string{"XDG_RUNTIME_DIR=" + runtimeDir, path}, "launch", "--nproc-per-node", strconv.Itoa(ranks), "--backend", "cpu",
+		"--max-restarts", "0", "--grace-period", "1s", "--",
+		testdata(t, "gloo_hang.py"), "--fault", "none", "--step-time", "0.05")
+	testkit.WaitFor(t, 60*time.Second, "the run file", func() bool {
+		files, _ := filepath.Glob(filepath.Join(runtimeDir, "gotrain", "*.json"))
+		return len(files) > 0
+	})
+	var snap topJSON
+	var out string
+	ok := func() bool {
+		if snap.State != "running" || len(snap.Ranks) != ranks {
+			return false
+		}
+		for _, rk := range snap.Ranks {
+			if rk.Attached || rk.StepSource != "torch-hook" || rk.Step < 3 || rk.StepsPerSecond <= 0 || rk.SinceProgressSeconds == nil || rk.CPUPercent == nil ||
+				rk.LastCollective == nil || rk.LastCollective.Comm != "torch-default-pg" {
+				return false
+			}
+		}
+		return true
+	}
+	func() {
+		defer func() {
+			if !ok() {
+				t.Logf("gotrain top's last output:\n%s", out)
+			}
+		}()
+		testkit.WaitFor(t, 3*time.Minute, "the PyTorch ranks' steps in gotrain top", func() bool { // two interpreters importing torch on a loaded machine
+			out = gotrainTop(t, r, "--once", "--json")
+			snap = topJSON{}
+			if err := json.Unmarshal([]byte(out), &snap); err != nil {
+				t.Fatalf("gotrain top --once --json does not parse: %v\n%s", err, out)
+			}
+			return ok()
+		})
+	}()
+	table := gotrainTop(t, r, "--once")
+	if !regexp.MustCompile(`(?m)^0 .* \d+ +\d+\.\d\d +\d`).MatchString(table) {
+		t.Errorf("gotrain top --once shows no step, rate and time since progress for rank 0:\n%s", table)
+	}
 }

@@ -61,6 +61,12 @@ func TestTorchGlooRankThatStopsCallingCollectivesIsNamed(t *testing.T) {
 			if !strings.Contains(strings.Join(v[0].GetDetails(), "\n"), "seen through gotrain's PyTorch hook") {
 				t.Errorf("the verdict does not say where its collectives come from: %v", v[0].GetDetails())
 			}
+			// The culprit's Python stack, from the hook's faulthandler, names
+			// the function it is stuck in.
+			stack := waitPythonStack(t, r, 1)
+			if !regexp.MustCompile(`(?m)^\s*File ".*gloo_hang\.py", line \d+ in stop_calling_collectives$`).MatchString(stack) {
+				t.Errorf("rank 1's Python stack does not name stop_calling_collectives:\n%s", stack)
+			}
 		})
 	}
 }
@@ -87,5 +93,32 @@ func TestTorchGlooStragglerNamed(t *testing.T) {
 	}
 	if slower, _ := strconv.Atoi(m[2]); slower < 30 {
 		t.Errorf("%d %% slower; want a clear straggler: %s", slower, l.text)
+	}
+	// The straggler's Python stack is its verdict's evidence too.
+	if stack := waitPythonStack(t, r, slowRank); !regexp.MustCompile(`(?m)^\s*File ".*gloo_hang\.py", line \d+ in <module>$`).MatchString(stack) {
+		t.Errorf("rank %d's Python stack does not show the training loop:\n%s", slowRank, stack)
+	}
+}
+
+// waitPythonStack waits for the evidence of the job's hang verdict to hold
+// rank's Python stack (the agent collects it once the verdict is out) and
+// returns it.
+func waitPythonStack(t *testing.T, r *running, rank int32) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var kinds []string
+		for _, v := range diagnose(t, r).GetStatus().GetVerdicts() {
+			for _, e := range v.GetEvidence() {
+				if e.GetRank() == rank && e.GetKind() == "python" {
+					return e.GetText()
+				}
+				kinds = append(kinds, fmt.Sprintf("rank %d %s: %s", e.GetRank(), e.GetKind(), e.GetText()))
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no Python stack of rank %d in the verdict's evidence within a minute; evidence:\n%s", rank, strings.Join(kinds, "\n"))
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }

@@ -1977,7 +1977,10 @@ type WorkerFailure struct {
 	// Other evidence found on the node (kernel log lines, cgroup counters).
 	Notes []string `protobuf:"bytes,11,rep,name=notes,proto3" json:"notes,omitempty"`
 	// Why the failure can only repeat (ReportWorkerExitRequest.permanent).
-	Permanent     string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	Permanent string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	// permanent ends the job even after progress
+	// (ReportWorkerExitRequest.repeated).
+	Repeated      bool `protobuf:"varint,141,opt,name=repeated,proto3" json:"repeated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2094,6 +2097,13 @@ func (x *WorkerFailure) GetPermanent() string {
 		return x.Permanent
 	}
 	return ""
+}
+
+func (x *WorkerFailure) GetRepeated() bool {
+	if x != nil {
+		return x.Repeated
+	}
+	return false
 }
 
 type GenerationEnded struct {
@@ -3698,7 +3708,16 @@ type RankProgress struct {
 	CommsSource string `protobuf:"bytes,13,opt,name=comms_source,json=commsSource,proto3" json:"comms_source,omitempty"`
 	// Set by the agent when it has no collective-level view of a rank that
 	// does not attach, saying why (NCCL RAS unreachable); "" otherwise.
-	CommsNote     string `protobuf:"bytes,14,opt,name=comms_note,json=commsNote,proto3" json:"comms_note,omitempty"`
+	CommsNote string `protobuf:"bytes,14,opt,name=comms_note,json=commsNote,proto3" json:"comms_note,omitempty"`
+	// Set by the agent for a rank that does not attach: "torch-hook" when
+	// step is the optimizer steps gotrain's PyTorch hook counted (then
+	// steps_per_second and progress_unix_nanos are set as for an attached
+	// rank); "" otherwise.
+	StepSource string `protobuf:"bytes,15,opt,name=step_source,json=stepSource,proto3" json:"step_source,omitempty"`
+	// Set by the agent: the CPU time the rank's process used over the last
+	// report interval, in percent of one CPU (above 100 with several busy
+	// threads); absent when unknown.
+	CpuPercent    *float64 `protobuf:"fixed64,16,opt,name=cpu_percent,json=cpuPercent,proto3,oneof" json:"cpu_percent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3829,6 +3848,20 @@ func (x *RankProgress) GetCommsNote() string {
 		return x.CommsNote
 	}
 	return ""
+}
+
+func (x *RankProgress) GetStepSource() string {
+	if x != nil {
+		return x.StepSource
+	}
+	return ""
+}
+
+func (x *RankProgress) GetCpuPercent() float64 {
+	if x != nil && x.CpuPercent != nil {
+		return *x.CpuPercent
+	}
+	return 0
 }
 
 // GPUSample is one GPU's state as the agent sampled it through NVML, about
@@ -4250,7 +4283,11 @@ type ReportWorkerExitRequest struct {
 	// Why this failure can only repeat (the program cannot be executed, a
 	// Python import error), when the agent was not asked to retry such
 	// failures; the job then ends unless its generation made progress.
-	Permanent     string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	Permanent string `protobuf:"bytes,140,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	// permanent names a failure an earlier generation already ended with at
+	// the same point (the same CUDA out-of-memory at the same step): it was
+	// seen twice, so the job ends even when this generation made progress.
+	Repeated      bool `protobuf:"varint,141,opt,name=repeated,proto3" json:"repeated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4374,6 +4411,13 @@ func (x *ReportWorkerExitRequest) GetPermanent() string {
 		return x.Permanent
 	}
 	return ""
+}
+
+func (x *ReportWorkerExitRequest) GetRepeated() bool {
+	if x != nil {
+		return x.Repeated
+	}
+	return false
 }
 
 type ReportWorkerExitResponse struct {
@@ -5826,7 +5870,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
 	"group_rank\x18\x02 \x01(\x05R\tgroupRank\x12\x14\n" +
-	"\x05ranks\x18\x03 \x03(\x05R\x05ranks\"\xcb\x02\n" +
+	"\x05ranks\x18\x03 \x03(\x05R\x05ranks\"\xe8\x02\n" +
 	"\rWorkerFailure\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x10\n" +
@@ -5843,7 +5887,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"xid_errors\x18\n" +
 	" \x03(\tR\txidErrors\x12\x14\n" +
 	"\x05notes\x18\v \x03(\tR\x05notes\x12\x1d\n" +
-	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\"\x98\x01\n" +
+	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\x12\x1b\n" +
+	"\brepeated\x18\x8d\x01 \x01(\bR\brepeated\"\x98\x01\n" +
 	"\x0fGenerationEnded\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03R\n" +
@@ -5983,7 +6028,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x04root\x18\x05 \x01(\x05R\x04root\x12\x1b\n" +
 	"\treduce_op\x18\x06 \x01(\tR\breduceOp\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12.\n" +
-	"\x13enqueued_unix_nanos\x18\b \x01(\x03R\x11enqueuedUnixNanos\"\xeb\x03\n" +
+	"\x13enqueued_unix_nanos\x18\b \x01(\x03R\x11enqueuedUnixNanos\"\xc2\x04\n" +
 	"\fRankProgress\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x1e\n" +
 	"\n" +
@@ -6003,7 +6048,12 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x13progress_unix_nanos\x18\f \x01(\x03R\x11progressUnixNanos\x12!\n" +
 	"\fcomms_source\x18\r \x01(\tR\vcommsSource\x12\x1d\n" +
 	"\n" +
-	"comms_note\x18\x0e \x01(\tR\tcommsNote\"\x94\x04\n" +
+	"comms_note\x18\x0e \x01(\tR\tcommsNote\x12\x1f\n" +
+	"\vstep_source\x18\x0f \x01(\tR\n" +
+	"stepSource\x12$\n" +
+	"\vcpu_percent\x18\x10 \x01(\x01H\x00R\n" +
+	"cpuPercent\x88\x01\x01B\x0e\n" +
+	"\f_cpu_percent\"\x94\x04\n" +
 	"\tGPUSample\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -6042,7 +6092,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aseconds\x18\x02 \x01(\x01R\aseconds\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x18\n" +
-	"\x16ReportProgressResponse\"\xf3\x02\n" +
+	"\x16ReportProgressResponse\"\x90\x03\n" +
 	"\x17ReportWorkerExitRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\n" +
@@ -6062,7 +6112,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	" \x03(\tR\x05notes\x12\x16\n" +
 	"\x06parked\x18\v \x01(\bR\x06parked\x12\x18\n" +
 	"\astopped\x18\f \x01(\bR\astopped\x12\x1d\n" +
-	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\"\x1a\n" +
+	"\tpermanent\x18\x8c\x01 \x01(\tR\tpermanent\x12\x1b\n" +
+	"\brepeated\x18\x8d\x01 \x01(\bR\brepeated\"\x1a\n" +
 	"\x18ReportWorkerExitResponse\"\x15\n" +
 	"\x13GetJobStatusRequest\"n\n" +
 	"\n" +
@@ -6411,6 +6462,7 @@ func file_gotrain_v1_gotrain_proto_init() {
 		(*GenerationEvent_HostReplica)(nil),
 		(*GenerationEvent_Restarting)(nil),
 	}
+	file_gotrain_v1_gotrain_proto_msgTypes[47].OneofWrappers = []any{}
 	file_gotrain_v1_gotrain_proto_msgTypes[59].OneofWrappers = []any{
 		(*LogEntry_Config)(nil),
 		(*LogEntry_Join)(nil),

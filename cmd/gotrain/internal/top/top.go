@@ -27,6 +27,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gotrain/gotrain/cmd/gotrain/internal/symptoms"
 	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -42,6 +43,18 @@ type Snapshot struct {
 	// Time is when the snapshot was taken (RFC 3339, UTC).
 	Time  string `json:"time"`
 	Ranks []Rank `json:"ranks"`
+	// Findings are the symptoms the ranks' figures show (package
+	// symptoms): a rank that seems to compute on the CPU, an input-bound
+	// job.
+	Findings []Finding `json:"findings"`
+}
+
+// Finding is one symptom: its kind ("cpu-fallback", "input-bound"), the
+// rank it is about (-1: the job) and what to do, for people.
+type Finding struct {
+	Kind string `json:"kind"`
+	Rank int    `json:"rank"`
+	Text string `json:"text"`
 }
 
 // Rank is one rank's row.
@@ -56,10 +69,17 @@ type Rank struct {
 	// ProcessState is the process's /proc state letter, "" when unknown.
 	ProcessState string `json:"process_state"`
 	// Attached: the program reports its progress (the worker library).
-	Attached         bool    `json:"attached"`
+	Attached bool `json:"attached"`
+	// StepSource is "torch-hook" when Step counts the optimizer steps of a
+	// PyTorch rank (gotrain's hook), "" otherwise; the step columns are
+	// known when Attached or StepSource is set.
+	StepSource       string  `json:"step_source"`
 	Step             int64   `json:"step"`
 	StepsPerSecond   float64 `json:"steps_per_second"`
 	SamplesPerSecond float64 `json:"samples_per_second"`
+	// CPUPercent is the rank's process's CPU use lately, in percent of one
+	// CPU; null when unknown.
+	CPUPercent *float64 `json:"cpu_percent"`
 	// SinceProgressSeconds is how long ago the rank last advanced; null
 	// when unknown.
 	SinceProgressSeconds *float64 `json:"since_progress_seconds"`
@@ -127,7 +147,10 @@ func Build(st *gotrainv1.JobStatus, now time.Time) Snapshot {
 	s := Snapshot{
 		RunID: st.GetRunId(), State: st.GetState(), Generation: st.GetGeneration(),
 		WorldSize: int(st.GetWorldSize()), RestartCount: int(st.GetRestartCount()),
-		Time: now.UTC().Format(time.RFC3339Nano), Ranks: []Rank{},
+		Time: now.UTC().Format(time.RFC3339Nano), Ranks: []Rank{}, Findings: []Finding{},
+	}
+	for _, f := range symptoms.Find(symptoms.FromStatus(st)) {
+		s.Findings = append(s.Findings, Finding{Kind: f.Kind, Rank: f.Rank, Text: f.Text})
 	}
 	strag := stragglers(st.GetVerdicts())
 	for _, r := range st.GetRanks() {
@@ -143,10 +166,10 @@ func buildRank(r *gotrainv1.RankStatus, now time.Time) Rank {
 	p := r.GetProgress()
 	out := Rank{
 		Rank: int(r.GetRank()), Host: r.GetHostname(), GPU: int(r.GetGpu()), State: r.GetState(),
-		PID: int(p.GetPid()), ProcessState: p.GetProcessState(), Attached: p.GetAttached(),
-		Step: p.GetStep(), StepsPerSecond: p.GetStepsPerSecond(), SamplesPerSecond: p.GetSamplesPerSecond(),
+		PID: int(p.GetPid()), ProcessState: p.GetProcessState(), Attached: p.GetAttached(), StepSource: p.GetStepSource(),
+		Step: p.GetStep(), CPUPercent: cpuPercent(p), StepsPerSecond: p.GetStepsPerSecond(), SamplesPerSecond: p.GetSamplesPerSecond(),
 	}
-	if n := p.GetProgressUnixNanos(); n != 0 && p.GetAttached() {
+	if n := p.GetProgressUnixNanos(); n != 0 && (p.GetAttached() || p.GetStepSource() != "") {
 		d := max(0, now.Sub(time.Unix(0, n)).Seconds())
 		out.SinceProgressSeconds = &d
 	}
@@ -244,11 +267,25 @@ func slowestFirst(a, b Rank) int {
 	)
 }
 
-// WriteTable writes the snapshot for people: a header line, then a table.
+// cpuPercent is p's CPU use, nil when unknown.
+func cpuPercent(p *gotrainv1.RankProgress) *float64 {
+	if p == nil || p.CpuPercent == nil {
+		return nil
+	}
+	v := p.GetCpuPercent()
+	return &v
+}
+
+// WriteTable writes the snapshot for people: a header line, the findings,
+// then a table.
 func (s Snapshot) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "job %s: %s, generation %d, %d ranks, %d restarts   %s\n\n", s.RunID, s.State, s.Generation, s.WorldSize, s.RestartCount, s.Time)
+	fmt.Fprintf(w, "job %s: %s, generation %d, %d ranks, %d restarts   %s\n", s.RunID, s.State, s.Generation, s.WorldSize, s.RestartCount, s.Time)
+	for _, f := range s.Findings {
+		fmt.Fprintf(w, "note: %s\n", f.Text)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RANK\tHOST\tGPU\tUTIL\tMEMORY\tPOWER\tTEMP\tSM MHz\tTHROTTLE\tSTEP\tSTEP/S\tSINCE PROGRESS\tSTRAGGLER\tLAST COLLECTIVE\tSTATE")
+	fmt.Fprintln(tw, "RANK\tHOST\tGPU\tUTIL\tMEMORY\tPOWER\tTEMP\tSM MHz\tTHROTTLE\tCPU\tSTEP\tSTEP/S\tSINCE PROGRESS\tSTRAGGLER\tLAST COLLECTIVE\tSTATE")
 	for _, r := range s.Ranks {
 		gpu, util, mem, power, temp, clock, throttle := "-", "-", "-", "-", "-", "-", "-"
 		if r.GPU >= 0 {
@@ -266,8 +303,11 @@ func (s Snapshot) WriteTable(w io.Writer) error {
 			}
 			throttle = throttleWords(g)
 		}
-		step, rate, since := "-", "-", "-"
-		if r.Attached {
+		step, rate, since, cpu := "-", "-", "-", "-"
+		if r.CPUPercent != nil {
+			cpu = fmt.Sprintf("%.0f%%", *r.CPUPercent)
+		}
+		if r.Attached || r.StepSource != "" {
 			step = fmt.Sprint(r.Step)
 			rate = fmt.Sprintf("%.2f", r.StepsPerSecond)
 		}
@@ -278,8 +318,8 @@ func (s Snapshot) WriteTable(w io.Writer) error {
 		if r.ProcessState != "" {
 			state += " (" + r.ProcessState + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Rank, r.Host, gpu, util, mem, power, temp, clock, throttle,
-			step, rate, since, stragglerWords(r.Straggler), describe(r.LastCollective), state)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Rank, r.Host, gpu, util, mem, power, temp, clock, throttle,
+			cpu, step, rate, since, stragglerWords(r.Straggler), describe(r.LastCollective), state)
 	}
 	return tw.Flush()
 }

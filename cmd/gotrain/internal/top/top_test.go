@@ -20,19 +20,24 @@ func ago(d time.Duration) int64 { return now.Add(-d).UnixNano() }
 
 // status is a job of four ranks: rank 1 is stuck in a collective on a hot
 // GPU, rank 2 is slower than rank 0 (a straggler verdict names it), rank 3 runs a program that does not
-// report its progress.
+// report its progress, rank 4 is a PyTorch program whose optimizer steps
+// gotrain's hook counts, on an idle GPU while its process keeps a CPU busy
+// (it computes on the CPU).
 func status() *gotrainv1.JobStatus {
 	gpu := func(i int32, temp int32, throttle uint64) *gotrainv1.GPUSample {
 		return &gotrainv1.GPUSample{Index: i, Uuid: "GPU-" + string(rune('a'+i)), Name: "NVIDIA H200", UnixNanos: ago(400 * time.Millisecond),
 			UtilPercent: 95, MemoryUsedBytes: 70 << 30, MemoryTotalBytes: 140 << 30, PowerWatts: 610, PowerLimitWatts: 700,
 			TemperatureC: temp, SlowdownTemperatureC: 87, SmClockMhz: 1980, ThrottleReasons: throttle}
 	}
+	idle := gpu(0, 40, 0)
+	idle.UtilPercent, idle.MemoryUsedBytes = 0, 500<<20
+	busyCPU, someCPU := 100.0, 45.0
 	done := func(seq int64) []*gotrainv1.CommProgress {
 		return []*gotrainv1.CommProgress{{Comm: "dp", EnteredSeq: seq, CompletedSeq: seq, LastOp: "allreduce", LastDtype: "float32", LastCount: 1024, CompletedUnixNanos: ago(time.Second)}}
 	}
-	return &gotrainv1.JobStatus{RunId: "run-1", State: "running", Generation: 2, WorldSize: 4, RestartCount: 1, Ranks: []*gotrainv1.RankStatus{
+	return &gotrainv1.JobStatus{RunId: "run-1", State: "running", Generation: 2, WorldSize: 5, RestartCount: 1, Ranks: []*gotrainv1.RankStatus{
 		{Rank: 0, Hostname: "a", Gpu: 0, State: "running", Progress: &gotrainv1.RankProgress{
-			Pid: 100, ProcessState: "R", Attached: true, Step: 120, StepsPerSecond: 5, SamplesPerSecond: 640,
+			Pid: 100, ProcessState: "R", Attached: true, Step: 120, StepsPerSecond: 5, SamplesPerSecond: 640, CpuPercent: &someCPU,
 			ProgressUnixNanos: ago(300 * time.Millisecond), Comms: done(120), Gpu: gpu(0, 70, 0)}},
 		{Rank: 1, Hostname: "a", Gpu: 1, State: "running", Progress: &gotrainv1.RankProgress{
 			Pid: 101, ProcessState: "S", Attached: true, Step: 39, ProgressUnixNanos: ago(12 * time.Second),
@@ -43,6 +48,9 @@ func status() *gotrainv1.JobStatus {
 			Pid: 200, ProcessState: "R", Attached: true, Step: 118, StepsPerSecond: 2,
 			ProgressUnixNanos: ago(800 * time.Millisecond), Comms: done(118), Gpu: gpu(0, 60, 0x4)}},
 		{Rank: 3, Hostname: "b", Gpu: -1, State: "running", Progress: &gotrainv1.RankProgress{Pid: 201, ProcessState: "R"}},
+		{Rank: 4, Hostname: "c", Gpu: 0, State: "running", Progress: &gotrainv1.RankProgress{
+			Pid: 300, ProcessState: "R", StepSource: "torch-hook", Step: 57, StepsPerSecond: 3, ProgressUnixNanos: ago(500 * time.Millisecond),
+			CpuPercent: &busyCPU, Gpu: idle}},
 	}, Verdicts: []*gotrainv1.HangVerdict{{Kind: "straggler", Comm: "dp", Culprits: []*gotrainv1.Culprit{{Rank: 2}},
 		Straggler: &gotrainv1.StragglerFigures{Slower: 1.5, LastShare: 0.9, Common: 10}}}}
 }
@@ -53,7 +61,7 @@ func TestOrderSlowestFirst(t *testing.T) {
 	for _, r := range snap.Ranks {
 		got = append(got, r.Rank)
 	}
-	want := []int{1, 2, 0, 3}
+	want := []int{1, 2, 4, 0, 3}
 	if len(got) != len(want) {
 		t.Fatalf("ranks %v, want %v", got, want)
 	}
@@ -69,7 +77,10 @@ func TestOrderSlowestFirst(t *testing.T) {
 	if g := r1.GPUSample; g == nil || !g.ThrottledThermally || g.ThrottledPower {
 		t.Errorf("rank 1's GPU = %+v, want thermally throttled", g)
 	}
-	if r := snap.Ranks[3]; r.SinceProgressSeconds != nil || r.GPUSample != nil || r.LastCollective != nil {
+	if r := snap.Ranks[2]; r.Rank != 4 || r.SinceProgressSeconds == nil || r.StepsPerSecond != 3 || r.Step != 57 {
+		t.Errorf("rank 4 (steps from the PyTorch hook) = %+v", r)
+	}
+	if r := snap.Ranks[4]; r.SinceProgressSeconds != nil || r.GPUSample != nil || r.LastCollective != nil {
 		t.Errorf("rank 3 does not report, yet has %+v", r)
 	}
 }

@@ -25,6 +25,16 @@ ap.add_argument("--slow-from", type=int, default=0)
 ap.add_argument("--slow-step-time", type=float, default=0.0)
 a = ap.parse_args()
 
+
+def stop_calling_collectives(fault):
+    """The fault, in a function of its own: its name is in the rank's
+    Python stack."""
+    end = time.time() + 3600
+    while time.time() < end:
+        if fault == "stop":
+            time.sleep(1)
+
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
@@ -35,10 +45,7 @@ y = x.sum(dim=1, keepdim=True)
 for step in range(a.steps):
     if a.fault != "none" and rank == a.fault_rank and step == a.fault_step:
         print(f"FAULT {a.fault} rank {rank} seq {step + 1} unix_ms {int(time.time() * 1000)}", flush=True)
-        end = time.time() + 3600
-        while time.time() < end:
-            if a.fault == "stop":
-                time.sleep(1)
+        stop_calling_collectives(a.fault)
     pause = a.step_time
     if rank == a.slow_rank and step >= a.slow_from:
         if step == a.slow_from:
