@@ -202,3 +202,14 @@ func TestEditDistanceAndNearest(t *testing.T) {
 		}
 	}
 }
+
+// Every command's --help shows examples.
+func TestHelpHasExamples(t *testing.T) {
+	bin := buildBinary(t)
+	for _, c := range commands() {
+		out, _, code := runGotrain(t, bin, c.name(), "--help")
+		if code != 0 || !strings.Contains(out, "\nExamples:\n") {
+			t.Errorf("gotrain %s --help (exit %d) has no Examples: section", c.name(), code)
+		}
+	}
+}

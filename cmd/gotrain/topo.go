@@ -27,6 +27,10 @@ then each GPU's CPU and NUMA affinity. gotrain launch orders local ranks
 along NVLink and pins each worker to its GPU's CPUs from the same facts.
 
 On a machine without NVIDIA GPUs it says so and exits 0.
+
+Examples:
+  gotrain topo                        # the matrix, as nvidia-smi topo -m
+  gotrain topo --json | jq '.gpus'    # for scripts
 `
 
 func (c *topoCmd) run(_ context.Context, args []string) error {

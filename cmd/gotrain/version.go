@@ -18,7 +18,7 @@ func (*versionCmd) name() string     { return "version" }
 func (*versionCmd) synopsis() string { return "print gotrain's version" }
 
 func (c *versionCmd) run(_ context.Context, args []string) error {
-	fs := newFlagSet(c.name(), "Usage: gotrain version\n\nPrints the version gotrain was built from: the module version, the VCS commit\n(and whether the tree was modified), its time, and the Go version; then the\nversion of the Python package gotrain its agents give their workers.")
+	fs := newFlagSet(c.name(), "Usage: gotrain version\n\nPrints the version gotrain was built from: the module version, the VCS commit\n(and whether the tree was modified), its time, and the Go version; then the\nversion of the Python package gotrain its agents give their workers.\n\nExamples:\n  gotrain version\n  python -m gotrain version   # the one a pip-installed wheel put on PATH")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
