@@ -4,7 +4,9 @@
 # pytorch/examples' ddp-tutorial-series multinode.py (fetched on the
 # development machine into build/ddp-tutorial-series, never committed:
 #   git -C EXAMPLES show HEAD:distributed/ddp-tutorial-series/multinode.py > build/ddp-tutorial-series/multinode.py
-#   (and datautils.py)), and a transformers Trainer (bench/hf_trainer.py).
+#   (and datautils.py)), a transformers Trainer (bench/hf_trainer.py) and a
+# Lightning Trainer (bench/lightning_trainer.py), each resuming from its own
+# checkpoints.
 #
 #   go build -o bin/gotrain ./cmd/gotrain   # on the development machine
 #   bash bench/real_restart_gpu.sh          # on the GPU machine
@@ -13,9 +15,9 @@ cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 PY=${PY:-/opt/torch/.venv/bin/python}
 RUNS=${RUNS:-3}
-PROGS=${PROGS:-"ddp hf"}
+PROGS=${PROGS:-"ddp hf lightning"}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-"$PY" -c 'import torch, transformers; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "transformers", transformers.__version__)'
+"$PY" -c 'import torch, transformers, lightning; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "transformers", transformers.__version__, "lightning", lightning.__version__)'
 work=$(mktemp -d)
 for prog in $PROGS; do
 	case $prog in
@@ -30,6 +32,12 @@ for prog in $PROGS; do
 		echo "== transformers Trainer (tiny GPT-2), its own checkpoints"
 		"$PY" bench/real_restart.py --runs "$RUNS" --python "$PY" --cwd "$work" --clean hf-out --timeout 180 \
 			--ready 'train step 45$' --resumed 'resuming from checkpoint' --step 'train step [0-9]+$' -- hf_trainer.py --save-steps 20
+		;;
+	lightning)
+		cp bench/lightning_trainer.py "$work/"
+		echo "== Lightning Trainer (an MLP), its own checkpoints"
+		"$PY" bench/real_restart.py --runs "$RUNS" --python "$PY" --cwd "$work" --clean lightning-out --timeout 180 \
+			--ready 'train step 45$' --resumed 'resuming from last.ckpt' --step 'train step [0-9]+$' -- lightning_trainer.py --save-steps 20
 		;;
 	esac
 done
