@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Fault timings on the virtual cluster (issues 13 and 33): runs
+# Fault timings on the virtual cluster: runs
 # internal/testing/clustertest's fault tests N times and summarises each TIMING line
 # they log as min/median/max, with each test's pass count.
 #
-# CHAOS=1 runs the chaos battery instead (issue 33), with GOTRAIN_CHAOS set so
+# CHAOS=1 runs the chaos battery instead, with GOTRAIN_CHAOS set so
 # that every case runs: blips of 8 s and 9 s (under the 10 s node timeout;
 # both ways and link down; a replica host and a plain node), a 20 s partition
 # (over it), the leader cut off from the agents only, two replica hosts lost

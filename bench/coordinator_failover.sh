@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/coordinator_failover.sh [N]: how long a replicated coordinator's
-# failover takes on the virtual cluster (issue 14 item 6), and what its Raft
+# failover takes on the virtual cluster, and what its Raft
 # timeouts cost while idle. Needs root (network namespaces), iproute2,
 # iptables; run from anywhere in the repository.
 #

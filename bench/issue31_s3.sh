@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 31, session 3, on the one-GPU machine: one script for each call
+# On the one-GPU machine: one script for each call
 # (PHASES picks the parts, in order). Binaries come as $GPU_DIR/bin.tar.xz
 # (gotrain, testprog, shrinkgrow built on the Go machine), NCCL either as its
 # source ($GPU_DIR/nccl-src.tar.xz: git archive v2.30.7-1 src makefiles

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rendezvous of real agents on this machine (issue 13, item 6): NODES
+# Rendezvous of real agents on this machine: NODES
 # `gotrain launch --nproc-per-node 1 --backend cpu` agents on loopback, the
 # first embedding the coordinator, each running one worker that records when
 # it started and sleeps 5 s. For each run it prints the time from the last

@@ -7,10 +7,10 @@
 #   (the same from a worktree of the "before" commit into build/gpu/bins/old)
 #   tar -czf build/gpu/restart-bins.tgz -C build/gpu/bins .
 # PART=state: bench/restart_quick.sh with the before and after binaries,
-#   alternated (ROUNDS times each), one rank on the GPU (issue 25 part 7).
+#   alternated (ROUNDS times each), one rank on the GPU.
 # PART=torch-cpu / PART=torch-nccl: bench/torch_restart.sh, gotrain RUNS
 #   times and torchrun TORCH_RUNS times, CPU gloo (NPROC 2) or NCCL
-#   (NPROC 1) (issue 26 part 4).
+#   (NPROC 1).
 # Results go to OUT (the device's $OUT).
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What an in-memory snapshot (worker.Snapshots, issue 29) costs a GPU
+# What an in-memory snapshot costs a GPU
 # training step: examples/mlp's synthetic step on one GPU under gotrain
 # launch, its parameters and momentum handed to the agent's memory from the
 # device every N steps (N=0: never), interleaved rounds, one line per run.

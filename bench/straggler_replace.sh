@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Straggler mitigation (issue 28 part 3, --on-straggler replace) on CPU
+# Straggler mitigation on CPU
 # ranks: throughput before a rank turns slow, while it is slow, and after
 # gotrain replaced it. Each run is one `gotrain launch` of testprog's
 # training loop (RANKS ranks, 200ms compute + up to 50ms jitter per step,

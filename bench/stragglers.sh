@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Straggler detection latency, precision and recall (issue 28) on CPU ranks:
+# Straggler detection latency, precision and recall on CPU ranks:
 # one `gotrain launch` of testprog's training loop (200ms compute + up to 50ms
 # jitter per step, one all-reduce per step) in which, over and over, one rank
 # in turn (1, 2, 0, 1, ...) is made slow for a while (an injection). INJECT

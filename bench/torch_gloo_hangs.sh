@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Hangs and stragglers of unchanged PyTorch programs on gloo (issue 28 part
-# 4), seen through gotrain's PyTorch hook (internal/torchhook), and what the
+# Hangs and stragglers of unchanged PyTorch programs on gloo, seen through gotrain's PyTorch hook (internal/torchhook), and what the
 # hook costs. Three parts, one markdown report (RESULT):
 #
 #   overhead   bench/torch_hook_overhead.py as 2 gloo ranks, without and with

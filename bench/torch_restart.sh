@@ -73,7 +73,7 @@ for i in $(seq "$most"); do
 			standby=auto
 			[[ $mode == gotrain-nostandby ]] && standby=off
 			# gotrain-nostorewait: standbys whose ranks do not wait for rank
-			# 0's TCPStore (torch's 1 s retry, as before issue 26).
+			# 0's TCPStore.
 			export GOTRAIN_STANDBY_STORE_WAIT=on
 			[[ $mode == gotrain-nostorewait ]] && export GOTRAIN_STANDBY_STORE_WAIT=off
 			pre=()

@@ -25,7 +25,7 @@ func joinAsHost(t *testing.T, c gotrainv1.CoordinatorClient, host, addr string, 
 	return &agent{t: t, c: c, host: host, id: resp.GetNodeId()}, nil
 }
 
-// Rank 0 squatting (issue 24): a token holder that joins first, named to
+// Rank 0 squatting: a token holder that joins first, named to
 // sort first, used to become group rank 0 and MASTER_ADDR. The node whose
 // agent runs the coordinator (it proves so with the host key) is group
 // rank 0 whoever joined before it, and a wrong host key is refused.

@@ -29,7 +29,7 @@ func (s *Server) Diagnose(context.Context, *gotrainv1.DiagnoseRequest) (*gotrain
 	now := s.now()
 	st := s.st.Machine().Status()
 	sus := s.st.Machine().Suspected(now)
-	timeout, adaptive := s.st.Machine().HangTimeout() // straggler (issue 28): the adaptive timeout in force
+	timeout, adaptive := s.st.Machine().HangTimeout() // straggler: the adaptive timeout in force
 	s.mu.Unlock()
 	resp := &gotrainv1.DiagnoseResponse{Status: statusToProto(st), NowUnixNanos: now.UnixNano(), HangTimeoutMs: timeout.Milliseconds(),
 		HangTimeoutAdaptive: adaptive}
@@ -69,7 +69,7 @@ func verdictToProto(v job.Verdict) *gotrainv1.HangVerdict {
 		Collective:            collectiveToProto(v.Collective),
 		LastProgressUnixNanos: unixNanos(v.Since), DetectedUnixNanos: unixNanos(v.Detected),
 		Summary: v.Summary, Details: v.Details,
-		// straggler (issue 28): the timeout used and a straggler's figures.
+		// straggler: the timeout used and a straggler's figures.
 		TimeoutMs: v.Timeout.Milliseconds(), TimeoutAdaptive: v.Adaptive,
 	}
 	if f := v.Straggler; f != nil {

@@ -17,7 +17,7 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// Node identity (issue 16 item 2). With a job CA (Config.CA), Join issues
+// Node identity. With a job CA (Config.CA), Join issues
 // each node a client certificate naming its node id, and the node presents
 // it on every later call. A node may then act only for itself, as
 // Kubernetes' NodeRestriction lets a kubelet act only for its own node:

@@ -92,7 +92,7 @@ func rankOn(t *testing.T, srv *Server, node string) int32 {
 	return -1
 }
 
-// Issue 16 item 4: any token holder could act as any node — report
+// Any token holder could act as any node — report
 // another node's rank as exited (ending or failing the job), forge its
 // progress, watch its stream (taking its events away from it), arrive at a
 // barrier for its ranks, publish a communicator's id in its place. With

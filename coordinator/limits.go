@@ -23,8 +23,7 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// Bounds on what one caller can make the coordinator hold (issue 16, item 3
-// and 5). A request over them gets a clear error, never the coordinator's
+// Bounds on what one caller can make the coordinator hold. A request over them gets a clear error, never the coordinator's
 // memory or lock.
 const (
 	// MaxNprocPerNode bounds the workers one node runs.

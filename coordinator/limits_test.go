@@ -79,7 +79,7 @@ func heapAfterGC() uint64 {
 	return m.HeapAlloc
 }
 
-// Issue 16, item 3: one Join with nproc 2^31-1 (or a typo in
+// One Join with nproc 2^31-1 (or a typo in
 // --nproc-per-node) ran the coordinator out of memory. Joins over
 // MaxNprocPerNode are refused with a clear error, at once.
 func TestJoinNprocBounded(t *testing.T) {
@@ -102,7 +102,7 @@ func TestJoinNprocBounded(t *testing.T) {
 	}
 }
 
-// Issue 16, item 3: a Join storm while the job waits for its nodes added
+// A Join storm while the job waits for its nodes added
 // ranks without bound. The job's ranks are bounded by MaxRanksPerJob.
 func TestJoinRanksPerJobBounded(t *testing.T) {
 	const nodes = MaxRanksPerJob / MaxNprocPerNode
@@ -117,7 +117,7 @@ func TestJoinRanksPerJobBounded(t *testing.T) {
 	wantCode(t, "a join past the ranks per job", err, codes.ResourceExhausted)
 }
 
-// Issue 16, item 5: a KVGet of a missing key left ~191 B behind for good.
+// A KVGet of a missing key left ~191 B behind for good.
 func TestKVGetMissingKeyLeavesNothing(t *testing.T) {
 	_, addr := startBounded(t, Config{}, nil)
 	c := newClient(t, addr)
@@ -157,7 +157,7 @@ func TestKVGetMissingKeyLeavesNothing(t *testing.T) {
 	}
 }
 
-// Issue 16, item 5: 2000 values of 256 KiB were all kept. Keys, values and
+// 2000 values of 256 KiB were all kept. Keys, values and
 // the job's keys and bytes are bounded, with errors that say so.
 func TestKVBounded(t *testing.T) {
 	srv, addr := startBounded(t, Config{}, func(s *Server) {
@@ -218,7 +218,7 @@ func TestKVFloodLeavesRoomForRendezvous(t *testing.T) {
 	}
 }
 
-// Issue 16, item 5: 10 000 streams on one connection were accepted. Calls on
+// 10 000 streams on one connection were accepted. Calls on
 // one connection beyond the limit wait for a stream (the client queues them).
 func TestStreamsPerConnectionBounded(t *testing.T) {
 	const limit = 8
@@ -247,7 +247,7 @@ func TestStreamsPerConnectionBounded(t *testing.T) {
 	wg.Wait()
 }
 
-// Issue 16, item 1: idle TCP connections to the coordinator's port stayed
+// Idle TCP connections to the coordinator's port stayed
 // open for good and used up file descriptors. A connection that does not
 // complete its handshake is closed within handshakeTimeout, one without a
 // call in flight within its idle limit.
@@ -282,7 +282,7 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	}
 }
 
-// Issue 16, item 5: evidence text was appended without bound. One report
+// Evidence text was appended without bound. One report
 // holds at most maxEvidencePerReport entries, each text is cut to
 // maxEvidenceText, and the job keeps at most maxEvidenceBytes.
 func TestEvidenceBounded(t *testing.T) {

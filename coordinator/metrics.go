@@ -33,7 +33,7 @@ var (
 	descNodes      = prometheus.NewDesc("gotrain_job_nodes", "Nodes (agents) in the job.", nil, nil)
 	descState      = prometheus.NewDesc("gotrain_job_state", "1 for the job's state, 0 for the others.", []string{"state"}, nil)
 	descVerdicts   = prometheus.NewDesc("gotrain_job_hang_verdicts", "Hang verdicts in force for the current generation.", nil, nil)
-	// straggler (issue 28): the hang timeout in force and the straggler's slowdown.
+	// straggler: the hang timeout in force and the straggler's slowdown.
 	descHangTimeout = prometheus.NewDesc("gotrain_job_hang_timeout_seconds", "The hang timeout in force: the given --hang-timeout, or the adaptive one (adaptive=\"true\", the longest over the communicators).", []string{"adaptive"}, nil)
 	descStraggler   = prometheus.NewDesc("gotrain_rank_straggler_slower_ratio", "How much more compute per collective the rank spends than the other ranks' median when a straggler verdict names it (1 = 100 % slower), else 0.", rankLabels, nil)
 

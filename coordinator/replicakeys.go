@@ -17,7 +17,7 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// The replica set's keys (issue 24). The job CA's key is random and held
+// The replica set's keys. The job CA's key is random and held
 // only by the replicas: it signs node certificates, replica certificates
 // (Raft's mutual TLS admits only those) and the followers' leader hints.
 // A new replica gets it from the set over an authenticated channel

@@ -12,7 +12,7 @@ import (
 	"github.com/gotrain/gotrain/worker/checkpoint"
 )
 
-// In-memory snapshots (issue 29): after a step, a rank hands its training
+// In-memory snapshots: after a step, a rank hands its training
 // state to its agent, which keeps the newest complete one in memory that
 // outlives this process. A restarted rank restores from it (then from a
 // peer's copy, then from the disk checkpoint) and loses no step.

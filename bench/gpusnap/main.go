@@ -1,4 +1,4 @@
-// Command gpusnap measures the in-memory snapshot tier (issue 29) with
+// Command gpusnap measures the in-memory snapshot tier with
 // the state on the GPU: a snapshot is a device-to-host copy into the
 // memfd buffer the agent is handed (internal/memsnap), a restore a
 // host-to-device copy out of the agent's mapping. Side by side in one run,

@@ -1,4 +1,4 @@
-// Command memstate measures the in-memory snapshot tier (issue 29) side by
+// Command memstate measures the in-memory snapshot tier side by
 // side with the disk checkpoint, for one state size at a time: the part of
 // a snapshot on the training step's path (the copy into pre-faulted shared
 // memory), the background hand-over (checksum, SCM_RIGHTS, the agent's seal

@@ -1,5 +1,4 @@
-// Command rendezvous measures a coordinator's rendezvous at scale (issue 13,
-// item 6): N simulated agents in this process, each with its own gRPC
+// Command rendezvous measures a coordinator's rendezvous at scale: N simulated agents in this process, each with its own gRPC
 // connection, talk real gRPC to a real coordinator in a child process (so
 // that its CPU time and memory are its own). Each agent calls Join with a
 // node of 8 GPUs and nproc 8, as launcher/join.go builds it, then

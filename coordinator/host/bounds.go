@@ -6,8 +6,7 @@ import (
 	"github.com/gotrain/gotrain/internal/connguard"
 )
 
-// Connection bounds of the coordinator's ports (issue 16, item 1; issue 24,
-// item 4): idle connections used up the hosting agent's file descriptors,
+// Connection bounds of the coordinator's ports: idle connections used up the hosting agent's file descriptors,
 // and an outsider holding the old single bound full kept every node out.
 // Each port is a connguard.Listener: unauthenticated connections have a
 // budget of their own, with a handshake deadline, and evict each other by

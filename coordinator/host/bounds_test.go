@@ -31,7 +31,7 @@ func dialFrom(t *testing.T, src, addr string) net.Conn {
 	return c
 }
 
-// Issue 16, item 1 and issue 24, item 4: idle connections to the
+// Idle connections to the
 // coordinator's port used up the agent's descriptors, and (once bounded)
 // held the bound full. A source keeps at most MaxPendingConnsPerIP silent
 // connections (a new one evicts its oldest); a client from another
@@ -65,7 +65,7 @@ func TestIdleConnectionFloodIsBounded(t *testing.T) {
 	t.Logf("every silent connection closed within %v", time.Since(start))
 }
 
-// Issue 24, item 4: a half-open HTTP/2 stream (TLS and HTTP/2 done, a
+// A half-open HTTP/2 stream (TLS and HTTP/2 done, a
 // call's headers sent without the token, its request never) held its
 // connection for good. A connection that made no call with the job's
 // credentials is closed within AuthTimeout; one that did is not.
@@ -126,7 +126,7 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// Issue 24, item 4: /metrics had no connection bound. A source keeps at
+// /metrics had no connection bound. A source keeps at
 // most MaxMetricsConnsPerIP connections; a scrape from another address is
 // answered during the flood.
 func TestMetricsFloodIsBounded(t *testing.T) {

@@ -251,7 +251,7 @@ func TestDefaults(t *testing.T) {
 
 var runIDPattern = regexp.MustCompile(`^gotrain-[0-9a-f]{8}$`)
 
-// Issue 16 item 9: the run id (shown in logs, TORCHELASTIC_RUN_ID and the
+// The run id (shown in logs, TORCHELASTIC_RUN_ID and the
 // unauthenticated /metrics) gave away the token's first 8 characters:
 // --job-token right gave run id gotrain-right. Now it is random.
 func TestRunIDNotDerivedFromToken(t *testing.T) {

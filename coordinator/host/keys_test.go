@@ -17,7 +17,7 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// Issue 24: a token holder derived the job CA from the token, minted
+// A token holder derived the job CA from the token, minted
 // replica and node certificates, won Raft leadership from outside and
 // forged every rank's exit. The CA is random now: the best a token holder
 // can do is a CA of its own, whose replica certificate Raft's transport
@@ -131,7 +131,7 @@ func nodeAt(t *testing.T, addr, hostname, address string) (id string, resp *gotr
 	return resp.GetNodeId(), resp, dial(&cert)
 }
 
-// Issue 24: three AddReplica calls from a token holder added fake voters
+// Three AddReplica calls from a token holder added fake voters
 // and killed the job. Only the node the coordinator asked to host a
 // replica, calling with its own node certificate, for its own replica on
 // its own host, gets the CA or is added; every other call is refused

@@ -64,7 +64,7 @@ func bigJoin(host string, csr []byte) *gotrainv1.JoinRequest {
 	return &gotrainv1.JoinRequest{Node: n, Csr: csr}
 }
 
-// Refused requests leave nothing in the replicated log (issue 24): 40
+// Refused requests leave nothing in the replicated log: 40
 // Joins of 3 MiB into a job that started, 40 conflicting 1 MiB KV puts and
 // 40 repeats of a put used to stay in every replica's log and snapshot
 // history (+300 MiB a replica for the Joins alone); now the leader refuses

@@ -111,7 +111,7 @@ func (s JobSettings) WithDefaults() JobSettings {
 }
 
 // NewRunID is a job's run id when none is given: "gotrain-" and 8 random
-// hex digits. It tells nothing of the job token (issue 16 item 9: the run id
+// hex digits. It tells nothing of the job token (the run id
 // is shown in logs, TORCHELASTIC_RUN_ID and the unauthenticated /metrics).
 func NewRunID() string {
 	var b [4]byte

@@ -104,7 +104,7 @@ func joinThrough(t *testing.T, r *relay, creds credentials.TransportCredentials)
 	return err
 }
 
-// Issue 16 item 2: the control plane was plaintext, and a relay on the
+// The control plane was plaintext, and a relay on the
 // path read the job token out of the HTTP/2 headers. The control (a
 // coordinator served without TLS, as every one was) shows the relay can
 // read it; the coordinator host.Start runs is TLS, and a joiner that pins

@@ -1,4 +1,4 @@
-// Straggler mitigation (Config.OnStraggler replace, issue 28): a straggler
+// Straggler mitigation: a straggler
 // verdict (hang_straggler.go) that has stood for StragglerPersist replaces
 // its rank.
 //

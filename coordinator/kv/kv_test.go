@@ -104,7 +104,7 @@ func TestWaitTimeout(t *testing.T) {
 	})
 }
 
-// Issue 16, item 5: a lookup of a missing key used to leave its ready channel
+// A lookup of a missing key used to leave its ready channel
 // in the store for good (~191 B each). Watch's release removes it; a Put
 // after the reader gave up finds no one to wake and still works.
 func TestMissingKeyLookupLeavesNothing(t *testing.T) {
@@ -140,7 +140,7 @@ func TestMissingKeyLookupLeavesNothing(t *testing.T) {
 	}
 }
 
-// Issue 16, item 5: 2000 values of 256 KiB were all kept (670 MB). Keys,
+// 2000 values of 256 KiB were all kept (670 MB). Keys,
 // values and the store's keys and bytes are bounded.
 func TestLimits(t *testing.T) {
 	s := NewWithLimits(Limits{MaxKeyBytes: 8, MaxValueBytes: 16, MaxKeys: 3, MaxBytes: 3*EntryOverhead + 40})

@@ -143,7 +143,7 @@ func Progress(p *gotrainv1.RankProgress) job.Progress {
 			Error:         c.GetError(),
 			ErrorSeq:      c.GetErrorSeq(),
 			Wait:          time.Duration(c.GetWaitNanos()),
-			// straggler (issue 28): per-collective waits for the arrival order.
+			// straggler: per-collective waits for the arrival order.
 			RecentFirst: c.GetRecentFirst(),
 		}
 		for _, w := range c.GetRecentWaitNanos() {

@@ -9,7 +9,7 @@ import (
 	"github.com/gotrain/gotrain/internal/connguard"
 )
 
-// Connection bounds of the Raft port (issue 24, item 4: without them a
+// Connection bounds of the Raft port (without them a
 // flood of silent connections, each held by Raft's reader for good, took
 // 20 000 descriptors in seconds). A connection counts as authenticated once
 // its mutual TLS handshake verified a replica's certificate; until then it

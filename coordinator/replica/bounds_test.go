@@ -12,7 +12,7 @@ import (
 	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
-// Issue 24, item 4: the Raft port had no connection bound: silent
+// The Raft port had no connection bound: silent
 // connections, each held by Raft's reader for good, took 20 000
 // descriptors in seconds. Now a source keeps at most
 // MaxRaftPendingPerSource connections that have not completed their mutual

@@ -1,7 +1,6 @@
 // Package connguard bounds the connections a listening port holds, so that
 // neither a flood of connections nor a few held open for good can exhaust a
-// process's file descriptors or keep the job's own peers out (issue 24,
-// item 4).
+// process's file descriptors or keep the job's own peers out.
 //
 // A connection is accepted as unauthenticated. Unauthenticated connections
 // have a budget of their own (in all and per source) and a handshake

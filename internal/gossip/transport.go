@@ -13,7 +13,7 @@ import (
 	"github.com/gotrain/gotrain/internal/connguard"
 )
 
-// Connection bounds of a gossip port's TCP side (issue 24, item 4: without
+// Connection bounds of a gossip port's TCP side (without
 // them a flood took 20 000 descriptors in seconds). Memberlist opens a TCP
 // connection for a push/pull sync or a fallback probe and closes it after
 // one exchange; it authenticates none (the key decrypts the first message,

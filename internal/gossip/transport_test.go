@@ -11,7 +11,7 @@ import (
 	"github.com/gotrain/gotrain/internal/connguard/connguardtest"
 )
 
-// Issue 24, item 4: the gossip port had no connection bound: silent TCP
+// The gossip port had no connection bound: silent TCP
 // connections took 20 000 descriptors in seconds. Now a source keeps at
 // most MaxStreamsPerSource of them, and a member joins through the port
 // during the flood (its push/pull comes from another source).

@@ -10,7 +10,7 @@ import (
 )
 
 // NodePeerTLS are the TLS configurations of traffic between the job's
-// agents (the in-memory snapshot tier's replicas, issue 29): mutual TLS 1.3
+// agents (the in-memory snapshot tier's replicas): mutual TLS 1.3
 // in which each side presents its node certificate (from Join) and accepts
 // only a node certificate that ca, the job CA, issued. Agents cannot issue
 // server certificates, so a node certificate (client authentication only)

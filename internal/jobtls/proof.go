@@ -1,6 +1,6 @@
 package jobtls
 
-// The proof of the job token (issue 24): every TLS connection to the
+// The proof of the job token: every TLS connection to the
 // coordinator proves, both ways, that each side holds the job token, and
 // the token itself never travels. Right after the TLS handshake, on the
 // TLS connection, before any gRPC byte:

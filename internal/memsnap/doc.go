@@ -1,7 +1,7 @@
 // Package memsnap is the in-memory snapshot tier of a job: each rank's newest
 // complete training state, kept by its node's agent in memory that outlives
 // the worker process, so that a restarted rank resumes from its last step
-// instead of its last disk checkpoint (issue 29).
+// instead of its last disk checkpoint.
 //
 // The state never travels through gRPC or through the agent's heap: the
 // worker writes it into a memfd it created (an anonymous shared-memory file),

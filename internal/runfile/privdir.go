@@ -12,7 +12,7 @@ import (
 )
 
 // The run-file directory holds job tokens, so no one else may read it or
-// put files into it (issue 16 item 10): in /tmp another user could make
+// put files into it: in /tmp another user could make
 // /tmp/gotrain-UID first, read the tokens written there, or plant a run file
 // that sends gotrain diagnose, with its token, to a coordinator of theirs.
 

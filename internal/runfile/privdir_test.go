@@ -20,7 +20,7 @@ func deadPid(t *testing.T) int {
 	return c.Process.Pid
 }
 
-// Issue 16 item 10: the run-file directory's owner was not checked, and a
+// The run-file directory's owner was not checked, and a
 // SIGKILLed gotrain left its run file (with the token) behind for good.
 func TestRunFileDirChecked(t *testing.T) {
 	t.Run("open to others is closed", func(t *testing.T) {

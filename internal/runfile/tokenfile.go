@@ -11,7 +11,7 @@ import (
 // WriteToken writes a job token that the node starting the coordinator
 // made into Dir() as RUN_ID.token, mode 0600, for the person starting the
 // other nodes to copy: the join hint names the file instead of printing the
-// token (issue 16 item 9). Remove it when the job ends.
+// token. Remove it when the job ends.
 func WriteToken(runID, tok string) (*File, error) {
 	dir, err := MakeDir() // privdir.go
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package torchhook gives the agent a collective-level view of PyTorch
 // programs on gloo, which have neither the worker library's flight
-// recorder nor NCCL's RAS service (issue 28 part 4): without it, a rank
+// recorder nor NCCL's RAS service: without it, a rank
 // that stops calling collectives in a CPU job is judged only by its
 // process state.
 //

@@ -110,7 +110,7 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// Issue 16, item 6: with Keep 1 and a corrupt file whose name claims a newer
+// With Keep 1 and a corrupt file whose name claims a newer
 // step, Save used to delete the checkpoint it had just written. Only verified
 // checkpoints count against Keep, and Save never deletes what it wrote.
 func TestSaveKeepsItsCheckpointBesideCorruptNewerFiles(t *testing.T) {
@@ -157,7 +157,7 @@ func TestSaveOlderStepKeepsBoth(t *testing.T) {
 	}
 }
 
-// Issue 16, item 10: a FIFO named like a checkpoint blocked Latest (and Save's
+// A FIFO named like a checkpoint blocked Latest (and Save's
 // pruning) forever. Non-regular files are skipped.
 func TestFIFONamedLikeACheckpointIsSkipped(t *testing.T) {
 	d := Dir{Path: t.TempDir(), Keep: 1}
@@ -198,7 +198,7 @@ func TestFIFONamedLikeACheckpointIsSkipped(t *testing.T) {
 	}
 }
 
-// Issue 16, item 10: a large garbage file named like a checkpoint was read
+// A large garbage file named like a checkpoint was read
 // whole (io.ReadAll: twice its size in allocations) before its header was
 // checked. The header and size are checked first.
 func TestGarbageFileIsRejectedBeforeAllocating(t *testing.T) {
@@ -247,7 +247,7 @@ func TestGarbageFileIsRejectedBeforeAllocating(t *testing.T) {
 	}
 }
 
-// Issue 16, item 10: a reader racing the pruner saw "no valid checkpoint" in
+// A reader racing the pruner saw "no valid checkpoint" in
 // about 1% of calls (it listed step n, the pruner removed n after writing
 // n+1, the open failed). Run with -race.
 func TestLatestRacingPrunerAlwaysFindsACheckpoint(t *testing.T) {

@@ -34,7 +34,7 @@ func startRank0(t *testing.T, store *commtest.MemStore, tok string) (string, <-c
 	return string(addr), done, func() *Comm { return c0 }
 }
 
-// Issue 16, item 7: a connection without the job token took rank 1's place
+// A connection without the job token took rank 1's place
 // (and could inject values). It is refused, and the real rank 1 gets in.
 func TestStrangerWithoutTokenIsRefused(t *testing.T) {
 	store := commtest.NewMemStore()
@@ -83,7 +83,7 @@ func TestDialerRefusesAcceptorWithoutToken(t *testing.T) {
 	_ = done0
 }
 
-// Issue 16, item 7: two idle connections to a rank's port delayed New by
+// Two idle connections to a rank's port delayed New by
 // 20 s (each held the accept loop for the 10 s handshake timeout). They no
 // longer delay it, and each is closed within the handshake deadline.
 func TestIdleConnectionsDoNotDelayNew(t *testing.T) {
@@ -122,7 +122,7 @@ func TestIdleConnectionsDoNotDelayNew(t *testing.T) {
 	}
 }
 
-// Issue 24, item 4: 64 silent connections to a rank's port (the bound on
+// 64 silent connections to a rank's port (the bound on
 // handshakes in progress) made it close every rank's connection until they
 // timed out, so New failed. Now strangers flooding from another address
 // evict their own connections: at most acceptLimits' bound of theirs stay

@@ -1,6 +1,6 @@
 package clustertest
 
-// The chaos battery of issue 33: blips just under the node timeout, a
+// The chaos battery: blips just under the node timeout, a
 // leader cut off from the agents only, two replica hosts lost together.
 // CI runs a few cases; with $GOTRAIN_CHAOS set (bench/cluster_faults.sh)
 // every case runs.

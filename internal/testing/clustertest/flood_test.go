@@ -1,6 +1,6 @@
 package clustertest
 
-// Issue 24, item 4: an outsider with many source addresses floods every
+// An outsider with many source addresses floods every
 // port of the coordinator while a job joins, restarts once and finishes.
 
 import (

@@ -16,7 +16,7 @@ var rankFound = regexp.MustCompile(`(?m)^\[rank (\d+)\] found the state of step 
 // mnistResumed is rank 0's resumed line: the global step the job goes on at.
 var mnistResumed = regexp.MustCompile(`(?m)^\[rank 0\] resumed at epoch \d+ step \d+ of \d+ \(global step (\d+)\) from (.*)$`)
 
-// TestNodeLostRankRestoresFromPeer (issue 29): 3 nodes under --nnodes
+// TestNodeLostRankRestoresFromPeer: 3 nodes under --nnodes
 // 2:3, MNIST with in-memory snapshots, no disk checkpoint. Rank 1 waits at
 // step 30 once its snapshot is in its agent's memory and replicated to its
 // ring neighbour (node3, which runs rank 2); then node2 is SIGKILLed, agent
@@ -63,7 +63,7 @@ func TestNodeLostRankRestoresFromPeer(t *testing.T) {
 	}
 }
 
-// TestNodeAndPeerLostRankRestoresFromDisk (issue 29): 4 nodes under
+// TestNodeAndPeerLostRankRestoresFromDisk: 4 nodes under
 // --nnodes 2:4, snapshots and a disk checkpoint every 10 steps. Rank 1
 // waits at step 30 (its snapshot replicated to node3); then node2 and
 // node3, the node that holds its replica, are SIGKILLed. The job goes on
@@ -115,7 +115,7 @@ func TestNodeAndPeerLostRankRestoresFromDisk(t *testing.T) {
 	}
 }
 
-// TestReplacementNodeRankFetchesFromPeer (issue 29): 3 nodes under
+// TestReplacementNodeRankFetchesFromPeer: 3 nodes under
 // --nnodes 2:3, MNIST with in-memory snapshots, no disk checkpoint. node2
 // is SIGKILLed, agent and worker; the job goes on on node1 and node3,
 // whose agents replicate each other's snapshots. Then node2's agent is

@@ -1,6 +1,6 @@
 package clustertest
 
-// The replicated coordinator (issue 14) on the virtual cluster: three
+// The replicated coordinator on the virtual cluster: three
 // standalone replicas and two agents, the leader SIGKILLed or cut off, two
 // replicas lost; and an embedded replica set whose first node dies.
 

@@ -1,6 +1,6 @@
 package integration
 
-// The command line as a new user meets it (issue 17): diagnose's exit status
+// The command line as a new user meets it: diagnose's exit status
 // on a hang, the CPU benchmark's defaults, the MNIST demo's steps in
 // gotrain top, restarts that back off, and a spawn out of file descriptors.
 

@@ -11,7 +11,7 @@ import (
 	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
-// Issue 16 item 10: a SIGKILLed gotrain left its socket directory and its
+// A SIGKILLed gotrain left its socket directory and its
 // run file (with the job token) behind for good. The next gotrain to start
 // removes them.
 func TestLeftoversOfSIGKILLedLaunchCleanedAtNextStart(t *testing.T) {

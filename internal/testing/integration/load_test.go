@@ -31,7 +31,7 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// The load test of issue 16 item 7: while a 4-rank job (two agents × 2 CPU
+// While a 4-rank job (two agents × 2 CPU
 // ranks training MNIST with checkpoints) trains and restarts once, the
 // coordinator (embedded in the first agent) is hit by
 //

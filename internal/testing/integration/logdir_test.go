@@ -20,7 +20,7 @@ func runLogDir(t *testing.T, root string) string {
 	return m[0]
 }
 
-// Issue 16 item 8: a second run appended to the first run's rankN.log, and
+// A second run appended to the first run's rankN.log, and
 // a later success left an earlier failure's root-cause.json in place. Each
 // run now has its own directory, which gotrain names on stderr, and a
 // planted link in the log dir is never followed.

@@ -46,7 +46,7 @@ func stdouts(js []*job) string {
 	return b.String()
 }
 
-// Issue 29 with real PyTorch (gloo) and the gotrain_snapshot module, across
+// With real PyTorch (gloo) and the gotrain_snapshot module, across
 // a lost node: three nodes of one rank each; rank 1 waits at step 12 once
 // its snapshot is handed over (so replicated to its ring neighbour); then
 // its node is SIGKILLed, agent and worker. The job goes on on the two

@@ -12,7 +12,7 @@ var (
 	resumedLine = regexp.MustCompile(`(?m)^\[rank 0\] resumed at epoch \d+ step \d+ of \d+ \(global step (\d+)\) from (.*)$`)
 )
 
-// Issue 29: a rank SIGKILLed after step k's snapshot is in its agent's
+// A rank SIGKILLed after step k's snapshot is in its agent's
 // memory; the job restarts (every rank is a new process) and resumes at
 // step k out of the agents' memory (no --checkpoint-dir: there is no disk
 // tier to fall back on), with weights bit-identical to a run without the

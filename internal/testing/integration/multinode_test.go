@@ -48,7 +48,7 @@ func joinArgs(t *testing.T, j *job) []string {
 		t.Fatalf("the join line names the token file %s: %v", m[3], err)
 	}
 	if strings.Contains(j.err.String(), strings.TrimSpace(string(tok))) {
-		t.Errorf("the job token appears in the output (issue 16 item 9):\n%s", j.err.String())
+		t.Errorf("the job token appears in the output:\n%s", j.err.String())
 	}
 	return []string{"--coordinator", m[1], "--job-token", strings.TrimSpace(string(tok)), "--ca-hash", m[2]}
 }

@@ -13,7 +13,7 @@ import (
 
 var caHashIn = regexp.MustCompile(`--ca-hash (sha256:[0-9a-f]{64})`)
 
-// Issue 33 part 4, with real processes: a standalone `gotrain coordinator`
+// With real processes: a standalone `gotrain coordinator`
 // SIGKILLed and started again has a new random CA (and none of the job's
 // state). Its agent says so plainly — "restarted with a new identity",
 // both hashes, "restart the job" — and exits non-zero at once: not a CA

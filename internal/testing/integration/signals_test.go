@@ -18,7 +18,7 @@ import (
 	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
-// Issue 23 item 2: in every phase — waiting for the coordinator, for the
+// In every phase — waiting for the coordinator, for the
 // other nodes, for a restart, for workers within their grace period, for a
 // coordinator that stopped answering, for the node's agent under Slurm —
 // SIGINT and SIGTERM stop gotrain at once, with 128+signal and a last line

@@ -18,7 +18,7 @@ import (
 // The agent's log line naming its snapshot peer port (launcher/snapshots.go).
 var peerPortLine = regexp.MustCompile(`msg="snapshot peer port listening" .*addr=(127\.0\.0\.1:\d+)`)
 
-// Issue 43 N1: the snapshot peer port, open in every multi-node job, had no
+// The snapshot peer port, open in every multi-node job, had no
 // connection bound and no handshake deadline: a flood of silent
 // connections took all of the agent's descriptors, and the next worker
 // crash failed (open /dev/null: too many open files; the job exited 127).

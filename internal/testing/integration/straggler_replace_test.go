@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Issue 28 part 3 end to end: with --on-straggler replace, a rank that is a
+// With --on-straggler replace, a rank that is a
 // straggler in its first incarnation only (testprog --slow-generation 0)
 // is replaced once its verdict has stood for --straggler-persist, and the
 // job's step rate recovers; with the default (report) nothing is replaced.

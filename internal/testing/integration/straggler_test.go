@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Issue 28 end to end, on three CPU ranks of testprog's training loop:
+// On three CPU ranks of testprog's training loop:
 // without --hang-timeout a hang is named after the job's own rhythm (seconds,
 // not the 2-minute fallback), and a rank that turns slow is named the
 // straggler in the log, `gotrain diagnose`, `gotrain top` and /metrics.

@@ -19,7 +19,7 @@ import (
 	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
-// Issue 16 item 9: the job token was in argv (any local user reads it with
+// The job token was in argv (any local user reads it with
 // ps). Given in a --job-token-file, it is in no process's argv while the
 // job runs (gotrain, its orphan reaper, the workers, their children), nor
 // in gotrain's output or /metrics, and the run id tells nothing of it.

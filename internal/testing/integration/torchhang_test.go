@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Issue 28 part 4: an unchanged PyTorch DDP program on gloo whose rank 1
+// An unchanged PyTorch DDP program on gloo whose rank 1
 // stops calling collectives (it sleeps, or spins in Python) is named like
 // a Go worker: "never entered allreduce #N", with the waiting ranks, in
 // the launcher's output and in `gotrain diagnose`; with --hang-timeout and
@@ -71,7 +71,7 @@ func TestTorchGlooRankThatStopsCallingCollectivesIsNamed(t *testing.T) {
 	}
 }
 
-// Issue 28 part 2 for PyTorch: a gloo rank that turns slow is named the
+// A gloo rank that turns slow is named the
 // straggler from the hook's completion times and waits.
 func TestTorchGlooStragglerNamed(t *testing.T) {
 	t.Parallel()

@@ -2873,7 +2873,7 @@ type HangVerdict struct {
 	// Ranks that entered the collective and wait in it.
 	Waiting  []int32     `protobuf:"varint,11,rep,packed,name=waiting,proto3" json:"waiting,omitempty"`
 	Evidence []*Evidence `protobuf:"bytes,12,rep,name=evidence,proto3" json:"evidence,omitempty"`
-	// straggler (issue 28): the hang timeout the verdict was made under, and
+	// straggler: the hang timeout the verdict was made under, and
 	// whether it was the adaptive one (no --hang-timeout); 0 for a straggler.
 	TimeoutMs       int64 `protobuf:"varint,260,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	TimeoutAdaptive bool  `protobuf:"varint,261,opt,name=timeout_adaptive,json=timeoutAdaptive,proto3" json:"timeout_adaptive,omitempty"`
@@ -3062,7 +3062,7 @@ type DiagnoseResponse struct {
 	Suspected     []*HangVerdict `protobuf:"bytes,2,rep,name=suspected,proto3" json:"suspected,omitempty"`
 	NowUnixNanos  int64          `protobuf:"varint,3,opt,name=now_unix_nanos,json=nowUnixNanos,proto3" json:"now_unix_nanos,omitempty"`
 	HangTimeoutMs int64          `protobuf:"varint,4,opt,name=hang_timeout_ms,json=hangTimeoutMs,proto3" json:"hang_timeout_ms,omitempty"`
-	// straggler (issue 28): hang_timeout_ms is the adaptive timeout (the
+	// straggler: hang_timeout_ms is the adaptive timeout (the
 	// longest over the communicators) when no --hang-timeout was given.
 	HangTimeoutAdaptive bool `protobuf:"varint,260,opt,name=hang_timeout_adaptive,json=hangTimeoutAdaptive,proto3" json:"hang_timeout_adaptive,omitempty"`
 	unknownFields       protoimpl.UnknownFields
@@ -3443,7 +3443,7 @@ type CommProgress struct {
 	// Total time completed collectives spent between entry and completion;
 	// with completed_seq it gives the mean time a rank waits in a collective.
 	WaitNanos int64 `protobuf:"varint,11,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
-	// straggler (issue 28): how long each of the latest completed collectives
+	// straggler: how long each of the latest completed collectives
 	// recent_first, recent_first+1, ... took (the straggler check's arrival
 	// order: the rank that waits least arrived last).
 	RecentFirst     int64   `protobuf:"varint,260,opt,name=recent_first,json=recentFirst,proto3" json:"recent_first,omitempty"`

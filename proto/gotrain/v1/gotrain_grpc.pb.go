@@ -872,7 +872,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // SnapshotPeer is served by each agent to the other agents of its job, on
-// --node-addr: the in-memory snapshot tier's replicas (issue 29). An agent
+// --node-addr: the in-memory snapshot tier's replicas. An agent
 // replicates its ranks' newest snapshots to its ring neighbour (the node of
 // group rank +1 mod the nodes), and a restarted rank's agent fetches a
 // replica it lacks from the others. Mutual TLS with the job's node
@@ -945,7 +945,7 @@ type SnapshotPeer_FetchClient = grpc.ServerStreamingClient[SnapshotChunk]
 // for forward compatibility.
 //
 // SnapshotPeer is served by each agent to the other agents of its job, on
-// --node-addr: the in-memory snapshot tier's replicas (issue 29). An agent
+// --node-addr: the in-memory snapshot tier's replicas. An agent
 // replicates its ranks' newest snapshots to its ring neighbour (the node of
 // group rank +1 mod the nodes), and a restarted rank's agent fetches a
 // replica it lacks from the others. Mutual TLS with the job's node

@@ -1,4 +1,4 @@
-# In-memory snapshots (issue 29) across a lost node, with real PyTorch
+# In-memory snapshots across a lost node, with real PyTorch
 # (gloo): restore() at start, snapshot() after every step. The reduction
 # does not depend on the world size: the batch is SHARDS fixed shards, each
 # rank takes the gradients of shards s with s % world == rank, all_gather
