@@ -21,6 +21,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/jobenv/genwire"
 	"github.com/gotrain/gotrain/internal/jobtls"
+	"github.com/gotrain/gotrain/internal/pyinterp"
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
@@ -98,20 +99,28 @@ func run(ctx context.Context, cfg Config) error {
 
 // resolveProgram finds the program the way a shell would, so that a typo is
 // reported before any coordinator or worker starts. A Python script
-// (SCRIPT.py) runs with python3, saying so once on stderr.
+// (SCRIPT.py) runs with the interpreter gotrain torchrun would choose
+// (internal/pyinterp), saying which and why once on stderr.
 func resolveProgram(p string, args []string, stderr io.Writer) (string, []string, error) {
+	return resolveProgramIn(pyinterp.System("-- python3 "+p), p, args, stderr)
+}
+
+func resolveProgramIn(env pyinterp.Env, p string, args []string, stderr io.Writer) (string, []string, error) {
 	if strings.HasSuffix(p, ".py") {
 		if st, err := os.Stat(p); err != nil {
 			return "", nil, fmt.Errorf("program %s: %w", p, err)
 		} else if st.IsDir() {
 			return "", nil, fmt.Errorf("program %s is a directory", p)
 		}
-		py, err := resolveCommand("python3")
-		if err != nil {
+		torch := pyinterp.ImportsTorch(p)
+		py, err := pyinterp.Choose(env, torch)
+		if err != nil && torch {
+			return "", nil, fmt.Errorf("%s imports torch, but %w", p, err)
+		} else if err != nil {
 			return "", nil, fmt.Errorf("%s is a Python script, but %w", p, err)
 		}
-		fmt.Fprintf(stderr, "gotrain: running %s with %s\n", p, py)
-		return py, append([]string{p}, args...), nil
+		fmt.Fprintf(stderr, "gotrain: running %s with %s (%s)\n", p, py.Path, py.Why)
+		return py.Path, append([]string{p}, args...), nil
 	}
 	prog, err := resolveCommand(p)
 	return prog, args, err

@@ -18,6 +18,7 @@ import (
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/pyinterp"
 	"github.com/gotrain/gotrain/launcher"
 	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/placement"
@@ -159,7 +160,11 @@ container's entrypoint (PID 1), gotrain reaps orphans and passes signals
 on. Flags win; GOTRAIN_KUBERNETES=off ignores Kubernetes. README: "Under
 Kubernetes".
 
-A PROGRAM ending in .py runs with python3 from PATH (gotrain says so once).
+A PROGRAM ending in .py runs with the interpreter gotrain torchrun would
+choose, and gotrain says which and why once: $PYTHON_EXEC; else, when the
+script imports torch, the interpreter of PyTorch's torchrun on PATH or PATH's
+python3, whichever has torch (none is an error saying what to set); else
+PATH's python3. -- python3 SCRIPT.py runs that python3 as given.
 torchrun's own flags (--standalone, --master_port, -m, ...) are answered
 with the same command line for gotrain torchrun, which takes it whole.
 
@@ -218,6 +223,9 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 	cfg.Program, cfg.Args = fs.Arg(0), fs.Args()[1:]
 	if err := launcher.CheckProgram(cfg.Program); err != nil {
+		if pe := (*pyinterp.Error)(nil); errors.As(err, &pe) { // no interpreter for a .py script
+			return &usageError{msg: strings.TrimSuffix(err.Error(), "\n"+pe.Hint), hint: pe.Hint}
+		}
 		return &usageError{msg: err.Error(), hint: "Put the program after `--`: a path (./train), a command on PATH, or a .py script."}
 	}
 	step, err := placeLaunch(&cfg, pod, opts.verbose)
