@@ -182,7 +182,7 @@ const reaperArg = "_reaper"
 // GPU (bench/results/torch-restart-standby-2026-12-01-h200.md).
 const pyStandbyGPUMemory = "about 520 MiB on an H200 with torch 2.11"
 
-func (c *launchCmd) run(ctx context.Context, args []string) error {
+func (c *launchCmd) run(ctx context.Context, args []string) (retErr error) {
 	if len(args) == 1 && args[0] == reaperArg {
 		return launcher.RunReaper(os.Stdin)
 	}
@@ -194,6 +194,13 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	fs := launchFlags(&cfg, &opts)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if opts.logFormat == logJSON { // every line from here on one JSON object (logjson.go)
+		end, err := jsonConsole(hostnameOr("?"))
+		if err != nil {
+			return err
+		}
+		defer func() { retErr = end(retErr) }()
 	}
 	handle, err := slurm.ParseSignals(opts.signals)
 	if err != nil {
