@@ -363,3 +363,32 @@ func TestMultiNodeWrongToken(t *testing.T) {
 	}
 	waitNoLeftovers(t, 10*time.Second)
 }
+
+// A mistyped (well-formed) --ca-hash at first contact says the hash does
+// not match the coordinator's certificate, names both, and how to get the
+// right one: not that the coordinator restarted with a new identity, which
+// it did not (this node never reached it before).
+func TestMultiNodeWrongCAHash(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t, "--nnodes", "2", "--coordinator-listen", "127.0.0.1:0", "--rendezvous-timeout", "3s", "--", bin.testprog, "env")
+	join := joinArgs(t, a)
+	wrong := "sha256:" + strings.Repeat("ab", 32)
+	b := startAgent(t, "--coordinator", join[1], "--job-token", join[3], "--ca-hash", wrong, "--", bin.testprog, "env")
+	if code := b.wait(t, 30*time.Second); code != 1 {
+		t.Errorf("the node with the wrong --ca-hash exited %d, want 1", code)
+	}
+	out := b.err.String()
+	for _, w := range []string{"--ca-hash " + wrong + " does not match the coordinator's certificate, whose CA hash is " + join[5], "copy --ca-hash from the first node's line", "leave --ca-hash out"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("the node with the wrong --ca-hash does not say %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "new identity") || strings.Contains(out, "restart the job") {
+		t.Errorf("a mistyped --ca-hash reads as a restarted coordinator:\n%s", out)
+	}
+	a.wait(t, 30*time.Second)
+	if t.Failed() {
+		t.Log(dump(a, b))
+	}
+	waitNoLeftovers(t, 10*time.Second)
+}
