@@ -173,8 +173,8 @@ func resumedAt(p *vcluster.Proc, agents int, since time.Time, d time.Duration) t
 
 var nodeIDAttr = regexp.MustCompile(` node_id=(\S+)`)
 
-// switched is the agent's last "the coordinator's leader is now at" line.
-var switched = regexp.MustCompile(`gotrain: the coordinator's leader is now at (\S+) \(was (\S*): (.*)\)`)
+// switched is the agent's line for one leader change (launcher/failover.go).
+var switched = regexp.MustCompile(`gotrain: the coordinator's leader moved to (\S+) in [0-9.]+ s \(was (\S*)\)`)
 
 // followed says whether the agent said it follows the leader at addr.
 func followed(p *vcluster.Proc, addr string) bool {

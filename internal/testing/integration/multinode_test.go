@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -391,4 +392,36 @@ func TestMultiNodeWrongCAHash(t *testing.T) {
 		t.Log(dump(a, b))
 	}
 	waitNoLeftovers(t, 10*time.Second)
+}
+
+// A coordinator that cannot be reached: the periodic waiting line says why
+// (its name does not resolve, connection refused), one line per period.
+func TestJoinWaitingSaysWhy(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close()
+	for _, tc := range []struct{ addr, want string }{
+		{refused, "waiting for the coordinator at " + refused + ": connection refused"},
+		{"gotrain-no-such-host.invalid:29400", "waiting for the coordinator at gotrain-no-such-host.invalid:29400: its name does not resolve (DNS: no such host)"},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			a := startAgent(t, "--nnodes", "2", "--coordinator", tc.addr, "--job-token", "0123456789abcdef0123456789abcdef",
+				"--ca-hash", "sha256:"+strings.Repeat("ab", 32), "--join-timeout", "5m", "--", "true")
+			waitOutput(t, a, "a waiting line with its reason", func() bool { return strings.Contains(a.err.String(), tc.want) })
+			if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			a.wait(t, time.Minute)
+			out := a.err.String()
+			if waits := strings.Count(out, "gotrain: waiting for the coordinator at"); waits > 1+int(time.Since(start)/(10*time.Second)) {
+				t.Errorf("%d waiting lines, want one per 10 s:\n%s", waits, out)
+			}
+		})
+	}
 }
