@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/netport"
 	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
@@ -423,5 +424,38 @@ func TestJoinWaitingSaysWhy(t *testing.T) {
 				t.Errorf("%d waiting lines, want one per 10 s:\n%s", waits, out)
 			}
 		})
+	}
+}
+
+// Every node on one host, each given --coordinator-listen 127.0.0.1:P (as
+// people do): the first node says once, plainly, that the coordinator is
+// not replicated and why; no node is asked to host a replica on the first
+// one's own port ("address already in use"); the job runs.
+func TestOneHostNotReplicated(t *testing.T) {
+	t.Parallel()
+	port, err := netport.Unclaimed("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	a := startAgent(t, "--nnodes", "3", "--coordinator-listen", listen, "--", "true")
+	join := joinArgs(t, a)
+	b := startAgent(t, append(join, "--nnodes", "3", "--coordinator-listen", listen, "--", "true")...)
+	c := startAgent(t, append(join, "--nnodes", "3", "--coordinator-listen", listen, "--", "true")...)
+	for _, j := range []*job{a, b, c} {
+		if code := j.wait(t, 2*time.Minute); code != 0 {
+			t.Errorf("a node exited %d, want 0", code)
+		}
+	}
+	if n := strings.Count(a.err.String(), "the coordinator is not replicated (the job's 3 nodes would have 3): it listens on "+listen+", a loopback address"); n != 1 {
+		t.Errorf("the first node says %d times that the coordinator is not replicated, want once", n)
+	}
+	for _, j := range []*job{a, b, c} {
+		if s := j.err.String(); strings.Contains(s, "host a replica") || strings.Contains(s, "address already in use") {
+			t.Errorf("a node was asked to host a replica on one host:\n%s", s)
+		}
+	}
+	if t.Failed() {
+		t.Log(dump(a, b, c))
 	}
 }
