@@ -510,6 +510,9 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 		if unfinished := a.recov.generationStarted(time.Now(), g.GetGeneration(), program); unfinished != nil && len(unfinished.Ranks) > 0 {
 			a.reportRecovery(recovery.Decide(*unfinished)) // recoveries.go: a restart that did not get as far as its first step
 		}
+		if line := explain.SizeLine(a.gen, g); line != "" { // explain/restartline.go: an elastic job shrank or grew
+			fmt.Fprintln(a.cfg.Stderr, line)
+		}
 		a.gen, a.lastEnded = g, nil
 		a.snapPeers.Generation(snaptier.GenerationOf(g), a.snapPeerAddr)
 		a.log.Info("generation started", "generation", g.GetGeneration(), "world_size", g.GetWorldSize(), "ranks", len(g.GetRanks()))
