@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gotrain/gotrain/internal/jsonlines"
@@ -21,6 +22,9 @@ import (
 // thread a writer through each, os.Stdout and os.Stderr become pipes whose
 // lines internal/jsonlines wraps on their way to the real streams.
 
+// jsonConsoleOn says that os.Stdout and os.Stderr are wrapped already.
+var jsonConsoleOn atomic.Bool
+
 // reportedError is a command's failure already written on stderr (as a JSON
 // object); cli.go prints nothing more and exits with its code.
 type reportedError struct{ code int }
@@ -32,6 +36,9 @@ func (e reportedError) ExitCode() int { return e.code }
 // the command's error, if any, as the last object, drains the pipes, puts
 // the streams back, and returns the error for cli.go.
 func jsonConsole(host string) (end func(error) error, err error) {
+	if !jsonConsoleOn.CompareAndSwap(false, true) { // gotrain torchrun's, which runs launch within
+		return func(err error) error { return err }, nil
+	}
 	type stream struct {
 		real *os.File
 		pipe *os.File
@@ -81,6 +88,7 @@ func jsonConsole(host string) (end func(error) error, err error) {
 				cmdErr = reportedError{code}
 			}
 			os.Stdout, os.Stderr = out.real, errs.real
+			jsonConsoleOn.Store(false)
 			for _, st := range streams {
 				st.pipe.Close()
 				// A child that inherited the pipe may hold it open: its

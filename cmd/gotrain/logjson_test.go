@@ -88,3 +88,43 @@ func TestLogFormatJSONUsageError(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q: want exit 2 and one JSON object with msg, hint and exit_code 2", code, stdout, stderr)
 	}
 }
+
+// gotrain torchrun with GOTRAIN_LOG_FORMAT=json: its own lines (the
+// interpreter it chose) are JSON objects too, and so is its one rank's raw
+// output.
+func TestTorchrunLogFormatJSON(t *testing.T) {
+	bin := buildBinary(t)
+	const realPy = "/usr/bin/python3"
+	if _, err := os.Stat(realPy); err != nil {
+		t.Skip("no " + realPy)
+	}
+	dir := t.TempDir()
+	script := dir + "/hi.py"
+	if err := os.WriteFile(script, []byte("print('hi')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "torchrun", "--nproc_per_node=1", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOTRAIN_SLURM=off", "PYTHON_EXEC="+realPy, "GOTRAIN_LOG_FORMAT=json", "GOTRAIN_STANDBY=off")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, o.String(), e.String())
+	}
+	var msgs []string
+	for _, s := range []string{o.String(), e.String()} {
+		for line := range strings.Lines(s) {
+			var r struct{ Msg string }
+			if err := json.Unmarshal([]byte(line), &r); err != nil || r.Msg == "" {
+				t.Errorf("line %q is no JSON object with a msg: %v", line, err)
+			}
+			msgs = append(msgs, r.Msg)
+		}
+	}
+	all := strings.Join(msgs, "\n")
+	if !strings.Contains(all, "running Python "+realPy+" ($PYTHON_EXEC)") || !strings.Contains(all, "\nhi\n") && !strings.HasPrefix(all, "hi\n") {
+		t.Errorf("messages %q: want the interpreter line and the rank's hi", msgs)
+	}
+}

@@ -82,7 +82,14 @@ Examples:
   GOTRAIN_JOB_TOKEN=… gotrain torchrun --nnodes 2 --rdzv_backend c10d --rdzv_endpoint node0:29400 train.py
 `
 
-func (c *torchrunCmd) run(ctx context.Context, args []string) error {
+func (c *torchrunCmd) run(ctx context.Context, args []string) (retErr error) {
+	if os.Getenv(torchrun.SettingEnv("log-format")) == logJSON { // its own lines too, before launch's (logjson.go)
+		end, err := jsonConsole(hostnameOr("?"))
+		if err != nil {
+			return err
+		}
+		defer func() { retErr = end(retErr) }()
+	}
 	return runTorchrun(ctx, args, os.Stdout, os.Stderr)
 }
 
