@@ -355,12 +355,16 @@ func loseLeader(t *testing.T, what, after string, fault func(*vcluster.Host)) (r
 	return r, old, nl, at
 }
 
-// followNewLeader checks that every agent said it follows nl.
+// followNewLeader checks that every agent said it follows nl, in one line
+// for the one failover (no lines flipping between replicas, no Raft terms).
 func (r *replicatedJob) followNewLeader(t *testing.T, nl *vcluster.Proc) {
 	t.Helper()
 	for _, p := range r.agents {
 		if !followed(p, nl.Host.IP+":"+replicaPort) {
 			t.Errorf("%s's agent never said it follows the new leader at %s:%s:\n%s", p.Host.Name, nl.Host.IP, replicaPort, tail(p.Stderr(), 10))
+		}
+		if n := len(switched.FindAllString(p.Stderr(), -1)); n != 1 {
+			t.Errorf("%s's agent printed %d leader lines for one failover, want 1:\n%s", p.Host.Name, n, tail(p.Stderr(), 20))
 		}
 	}
 }
