@@ -52,7 +52,8 @@ func (f *failoverNote) answered(leader string, at time.Time) (line string, ended
 	return fmt.Sprintf("gotrain: the coordinator's leader moved to %s in %.1f s (was %s)", leader, at.Sub(f.start).Seconds(), f.from), true
 }
 
-// giveUp ends a change whose end was not seen (the connection closed).
+// giveUp ends a change whose end was not seen (the connection closed, or
+// failoverWatch passed).
 func (f *failoverNote) giveUp() {
 	f.mu.Lock()
 	f.pending = false
@@ -88,7 +89,7 @@ func (a *agent) leaderMoved(lc *leaderconn.Conn, from, to, why string) {
 				return
 			}
 		}
-		if time.Now().After(deadline) {
+		if lc.Closed() || time.Now().After(deadline) {
 			a.failover.giveUp()
 			return
 		}

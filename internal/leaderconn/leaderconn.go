@@ -311,6 +311,13 @@ func (c *Conn) Close() error {
 	return errors.Join(errs...)
 }
 
+// Closed says whether Close was called.
+func (c *Conn) Closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // Heard is what a replica's last answer (or silence) says about it.
 type Heard int
 
