@@ -13,27 +13,38 @@ import (
 // runs the connection tries the replicas in turn, several times a second,
 // each try a switch; the line waits until the new target answers a call,
 // so that it neither flips between replicas nor names one that is not the
-// leader. Why each switch happened (a hint, a timeout, the Raft term) is
-// for --verbose.
+// leader. How many switches it took and the last one's reason go to the
+// log once per change (--verbose).
 
 // failoverNote folds the switches of one leader change into one line.
 type failoverNote struct {
-	mu      sync.Mutex
-	pending bool
-	from    string    // the leader before the change
-	start   time.Time // the change's first switch
+	mu       sync.Mutex
+	pending  bool
+	from     string    // the leader before the change
+	start    time.Time // the change's first switch
+	switches int       // the connection's switches in this change
+	why      string    // the last switch's reason
 }
 
 // switched notes a switch away from from at now; it says whether a change
 // begins with it (the caller then watches for its end).
-func (f *failoverNote) switched(from string, now time.Time) bool {
+func (f *failoverNote) switched(from, why string, now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.switches++
+	f.why = why
 	if f.pending {
 		return false
 	}
-	f.pending, f.from, f.start = true, from, now
+	f.pending, f.from, f.start, f.switches = true, from, now, 1
 	return true
+}
+
+// summary is the change's switches and last reason, for the log.
+func (f *failoverNote) summary() (switches int, why string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.switches, f.why
 }
 
 // answered ends the change when leader answered a call after it began: the
@@ -69,9 +80,8 @@ const (
 
 // leaderMoved is lc's note of a switch from one replica to another.
 func (a *agent) leaderMoved(lc *leaderconn.Conn, from, to, why string) {
-	a.log.Info("coordinator connection switched replica", "from", from, "to", to, "why", why)
 	now := time.Now()
-	if lc == nil || !a.failover.switched(from, now) {
+	if !a.failover.switched(from, why, now) || lc == nil {
 		return
 	}
 	deadline := now.Add(failoverWatch)
@@ -86,6 +96,8 @@ func (a *agent) leaderMoved(lc *leaderconn.Conn, from, to, why string) {
 				if line != "" {
 					fmt.Fprintln(a.cfg.Stderr, line)
 				}
+				n, why := a.failover.summary()
+				a.log.Info("coordinator leader change", "from", from, "to", leader, "switches", n, "last_switch", why)
 				return
 			}
 		}
