@@ -363,8 +363,10 @@ func (r *replicatedJob) followNewLeader(t *testing.T, nl *vcluster.Proc) {
 		if !followed(p, nl.Host.IP+":"+replicaPort) {
 			t.Errorf("%s's agent never said it follows the new leader at %s:%s:\n%s", p.Host.Name, nl.Host.IP, replicaPort, tail(p.Stderr(), 10))
 		}
-		if n := len(switched.FindAllString(p.Stderr(), -1)); n != 1 {
-			t.Errorf("%s's agent printed %d leader lines for one failover, want 1:\n%s", p.Host.Name, n, tail(p.Stderr(), 20))
+		if l := switched.FindAllString(p.Stderr(), -1); len(l) != 1 {
+			t.Errorf("%s's agent printed %d leader lines for one failover, want 1:\n%s", p.Host.Name, len(l), tail(p.Stderr(), 20))
+		} else {
+			t.Logf("TIMING %s: %s", p.Host.Name, l[0])
 		}
 	}
 }
