@@ -3,6 +3,8 @@ package state
 import (
 	"slices"
 	"strings"
+
+	"github.com/gotrain/gotrain/coordinator/job"
 )
 
 // The replica set: standalone, fixed by --peers (the config entry);
@@ -137,4 +139,29 @@ func (s *State) askReplica(id, address string) bool {
 	s.asked = append(s.asked, id)
 	s.askedHosts = append(s.askedHosts, address)
 	return true
+}
+
+// sayOneHostReplicas says, as the job's first generation starts, that the
+// replica set cannot reach its size because the job's nodes (and
+// replicas) run on fewer hosts than that: replicas are only asked of nodes
+// on hosts without one, since replicas on one host would fail together. A
+// loopback replica is said by the agent that runs it (launcher).
+func (s *State) sayOneHostReplicas(nodes []job.NodeAssignment) {
+	if s.cfg.Want <= 1 || s.loopbackPeer() {
+		return
+	}
+	hosts := map[string]bool{}
+	for _, p := range s.peers {
+		if h, ok := splitHost(p); ok {
+			hosts[h] = true
+		}
+	}
+	for _, n := range nodes {
+		hosts[s.m.NodeAddress(n.NodeID)] = true
+	}
+	if len(hosts) >= s.cfg.Want {
+		return
+	}
+	s.log(LevelWarn, "the coordinator has fewer replicas than asked: the job runs on fewer hosts than replicas, and replicas on one host would fail together (run the nodes on more hosts, or set --coordinator-replicas)",
+		"replicas_asked", s.cfg.Want, "hosts", len(hosts))
 }
