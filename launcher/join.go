@@ -257,6 +257,11 @@ func probeReach(ctx context.Context, addrs []string) string {
 			return ""
 		}
 		w := unreachableWhy(err.Error())
+		var dns *net.DNSError
+		if errors.As(err, &dns) && !dns.IsNotFound {
+			// The resolver itself failed (no DNS server answers): still the name.
+			w = "its name does not resolve (DNS: " + dns.Err + "); check the host in --coordinator and this node's resolver"
+		}
 		if len(addrs) > 1 {
 			w = addr + ": " + w
 		}

@@ -31,7 +31,7 @@ func TestProbeReachSaysWhy(t *testing.T) {
 		t.Errorf("a listening coordinator: %q, want nothing", got)
 	}
 	for _, tc := range []struct{ addr, want string }{
-		{"gotrain-no-such-host.invalid:29400", "does not resolve (DNS: no such host)"},
+		{"gotrain-no-such-host.invalid:29400", "its name does not resolve (DNS"},
 		{refused, "connection refused"},
 		{full, "no answer (timeout)"},
 	} {
