@@ -126,9 +126,10 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 }
 
 // sayWaiting says every progressEvery that this node still waits for its
-// coordinator, and why (the last try's failure, from why), until the returned stop is called (it returns once the
-// sayer has). Its own clock, not the tries': one try can outlast
-// progressEvery (a replica set's connection looks for a leader for 15 s).
+// coordinator, and why (from why), until the returned stop is called (it
+// returns once the sayer has). Its own clock, not the tries': one try can
+// outlast progressEvery (a replica set's connection looks for a leader for
+// 15 s).
 func (a *agent) sayWaiting(ctx context.Context, coordAddr string, why func() string) (stop func()) {
 	start := time.Now()
 	done, over := make(chan struct{}), make(chan struct{})
@@ -275,8 +276,10 @@ func probeReach(ctx context.Context, addrs []string) string {
 // act on apart (the name, nothing listening, no answer), else the message.
 func unreachableWhy(msg string) string {
 	switch {
-	case strings.Contains(msg, "no such host") || strings.Contains(msg, "server misbehaving") || strings.Contains(msg, "produced zero addresses"):
+	case strings.Contains(msg, "no such host") || strings.Contains(msg, "produced zero addresses"):
 		return "its name does not resolve (DNS: no such host); check the host in --coordinator"
+	case strings.Contains(msg, "server misbehaving"):
+		return "its name does not resolve (DNS: the server failed); check the host in --coordinator and this node's resolver"
 	case strings.Contains(msg, "connection refused"):
 		return "connection refused (nothing listens at that port yet: is the first node or `gotrain coordinator` running? check the port in --coordinator)"
 	case strings.Contains(msg, "no route to host") || strings.Contains(msg, "network is unreachable"):
