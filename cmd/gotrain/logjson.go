@@ -83,8 +83,10 @@ func jsonConsole(host string) (end func(error) error, err error) {
 					code = exitUsage
 					rec.Msg, rec.Hint = ue.msg, ue.hint
 				}
-				// After the pipes drain, so that it is the last line.
-				defer func() { _ = errs.w.WriteRecord(rec) }()
+				if rec.Msg != "" { // "": the command's output said it
+					// After the pipes drain, so that it is the last line.
+					defer func() { _ = errs.w.WriteRecord(rec) }()
+				}
 				cmdErr = reportedError{code}
 			}
 			os.Stdout, os.Stderr = out.real, errs.real
