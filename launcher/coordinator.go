@@ -3,8 +3,10 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"net"
 
 	"github.com/gotrain/gotrain/coordinator/host"
+	"github.com/gotrain/gotrain/coordinator/state"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/runfile"
 )
@@ -25,6 +27,9 @@ func (a *agent) startCoordinator(ctx context.Context) (addr, pin string, stop fu
 		addr = id
 	}
 	a.hostKey = c.HostKey() // join.go: this node is the job's first
+	if line := notReplicatedLine(a.cfg.JobSettings.Replicas(), a.cfg.JobFlagsGiven[host.FlagReplicas], addr); line != "" {
+		fmt.Fprintln(a.cfg.Stderr, line)
+	}
 	if a.metricsAddr = c.MetricsAddr(); a.metricsAddr != "" {
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: metrics at http://%s/metrics\n", a.metricsAddr)
 	}
@@ -68,4 +73,21 @@ func (a *agent) coordinatorConfig() host.Config {
 	cfg.TLSCert, cfg.TLSKey, cfg.CA = a.cfg.TLSCert, a.cfg.TLSKey, a.cfg.CA
 	cfg.Replicas = a.cfg.JobSettings.Replicas() // replicated (Raft) when > 1: coordinator/host's replicas.go
 	return cfg
+}
+
+// notReplicatedLine says, once, that a coordinator that would be replicated
+// is not because it listens on loopback ("" otherwise): only this host
+// reaches it, so every node runs here, and replicas beside it would fail
+// with it (coordinator/state does not ask for them).
+func notReplicatedLine(want int, given bool, addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if want <= 1 || err != nil || !state.IsLoopback(h) {
+		return ""
+	}
+	asked := fmt.Sprintf("the job's %d nodes would have %d", want, want)
+	if given {
+		asked = fmt.Sprintf("--%s %d asks for %d", host.FlagReplicas, want, want)
+	}
+	return fmt.Sprintf("gotrain: the coordinator is not replicated (%s): it listens on %s, a loopback address that only this host reaches, so every node runs on this host and replicas here would fail with it; "+
+		"for a replicated coordinator run the nodes on separate hosts, with --coordinator-listen on an address they reach", asked, addr)
 }

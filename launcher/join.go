@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -52,10 +55,26 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 	backoff := 50 * time.Millisecond
 	a.nodeTimeout = a.cfg.NodeTimeout                            // until Join says the job's
 	a.setPhase(ctx, "waiting for the coordinator at "+coordAddr) // launcher.go
-	defer a.sayWaiting(ctx, coordAddr)()
+	var why atomic.Pointer[string]                               // the last try's failure, for the waiting line
+	defer a.sayWaiting(ctx, coordAddr, func() string {
+		// A try can take longer than progressEvery (a replica set's
+		// connection looks for a leader for 15 s): a TCP probe says at
+		// once what blocks the way; past TCP, the last try's failure does.
+		if r := probeReach(ctx, splitAddrs(coordAddr)); r != "" {
+			return r
+		}
+		if w := why.Load(); w != nil {
+			return *w
+		}
+		return ""
+	})()
 	for {
 		var p peer.Peer // the connection's proof and the CA it presented (keys.go)
 		resp, err := a.coord.Join(ctx, req, grpc.Peer(&p))
+		if err != nil {
+			w := unreachableWhy(status.Convert(err).Message())
+			why.Store(&w)
+		}
 		if err == nil {
 			a.nodeID = resp.GetNodeId()
 			if ms := resp.GetNodeTimeoutMs(); ms > 0 {
@@ -81,6 +100,9 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 			return nil, nil, fmt.Errorf("join the coordinator at %s: wrong job token: set %s (or --job-token-file) to the token of the first node or `gotrain coordinator` (the job token is in the 0600 file its start line names): %w",
 				coordAddr, jobenv.JobToken, err)
 		}
+		if containsNewIdentity(err) { // keys.go: at first contact, the pin given is not this coordinator's
+			return nil, nil, wrongCAHash(coordAddr, err)
+		}
 		if notVerified(err) { // tls.go: nothing it could use was sent, and trying again cannot help
 			return nil, nil, fmt.Errorf("join the coordinator at %s: it is not the coordinator this node was told to trust, so nothing of the job token was sent: %s", coordAddr, verifyFailure(err))
 		}
@@ -104,10 +126,11 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 }
 
 // sayWaiting says every progressEvery that this node still waits for its
-// coordinator, until the returned stop is called (it returns once the
-// sayer has). Its own clock, not the tries': one try can outlast
-// progressEvery (a replica set's connection looks for a leader for 15 s).
-func (a *agent) sayWaiting(ctx context.Context, coordAddr string) (stop func()) {
+// coordinator, and why (from why), until the returned stop is called (it
+// returns once the sayer has). Its own clock, not the tries': one try can
+// outlast progressEvery (a replica set's connection looks for a leader for
+// 15 s).
+func (a *agent) sayWaiting(ctx context.Context, coordAddr string, why func() string) (stop func()) {
 	start := time.Now()
 	done, over := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -121,8 +144,12 @@ func (a *agent) sayWaiting(ctx context.Context, coordAddr string) (stop func()) 
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				fmt.Fprintf(a.cfg.Stderr, "gotrain: waiting for the coordinator at %s (%s so far, giving up after --join-timeout %s)\n",
-					coordAddr, time.Since(start).Round(time.Second), a.cfg.JoinTimeout)
+				reason := ""
+				if w := why(); w != "" {
+					reason = ": " + w
+				}
+				fmt.Fprintf(a.cfg.Stderr, "gotrain: waiting for the coordinator at %s%s (%s so far, giving up after --join-timeout %s)\n",
+					coordAddr, reason, time.Since(start).Round(time.Second), a.cfg.JoinTimeout)
 			}
 		}
 	}()
@@ -195,3 +222,70 @@ func (e *joinRefused) Error() string {
 }
 
 func (e *joinRefused) Unwrap() error { return e.err }
+
+// identityHashes finds the two hashes in jobtls's IdentityError, which gRPC
+// hands on as text: the CA the coordinator presented, and the pin.
+var identityHashes = regexp.MustCompile(`CA hash (sha256:[0-9a-f]+), was (sha256:[0-9a-f]+)`)
+
+// wrongCAHash is a first contact with a coordinator that proves the job
+// token but presents another CA than --ca-hash: the hash given is not this
+// coordinator's (mistyped, or copied from an earlier start of the first
+// node). The coordinator did not restart under this node: it never knew it.
+func wrongCAHash(coordAddr string, err error) error {
+	m := identityHashes.FindStringSubmatch(verifyFailure(err))
+	if m == nil {
+		return fmt.Errorf("join the coordinator at %s: --ca-hash does not match the coordinator's certificate (%s): copy --ca-hash from the first node's line \"start the other node(s) with: …\", or leave it out: the job token alone proves the coordinator", coordAddr, verifyFailure(err))
+	}
+	return fmt.Errorf("join the coordinator at %s: --ca-hash %s does not match the coordinator's certificate, whose CA hash is %s (it proves the job token, so it is this job's coordinator: the hash given is mistyped, or from an earlier start of the first node); "+
+		"copy --ca-hash from the first node's line \"start the other node(s) with: …\" or its run file, or leave --ca-hash out: the job token alone proves the coordinator", coordAddr, m[2], m[1])
+}
+
+// probeTimeout bounds one TCP probe of a coordinator address.
+const probeTimeout = 3 * time.Second
+
+// probeReach opens (and closes) a TCP connection to each address and says
+// why those that cannot be reached cannot ("" when all can).
+func probeReach(ctx context.Context, addrs []string) string {
+	var whys []string
+	for _, addr := range addrs {
+		d := net.Dialer{Timeout: probeTimeout}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		if ctx.Err() != nil {
+			return ""
+		}
+		w := unreachableWhy(err.Error())
+		var dns *net.DNSError
+		if errors.As(err, &dns) && !dns.IsNotFound {
+			// The resolver itself failed (no DNS server answers): still the name.
+			w = "its name does not resolve (DNS: " + dns.Err + "); check the host in --coordinator and this node's resolver"
+		}
+		if len(addrs) > 1 {
+			w = addr + ": " + w
+		}
+		whys = append(whys, w)
+	}
+	return strings.Join(whys, "; ")
+}
+
+// unreachableWhy says in a person's words why a try to reach the coordinator
+// failed, from the gRPC message of its error: the three causes a user can
+// act on apart (the name, nothing listening, no answer), else the message.
+func unreachableWhy(msg string) string {
+	switch {
+	case strings.Contains(msg, "no such host") || strings.Contains(msg, "produced zero addresses"):
+		return "its name does not resolve (DNS: no such host); check the host in --coordinator"
+	case strings.Contains(msg, "server misbehaving"):
+		return "its name does not resolve (DNS: the server failed); check the host in --coordinator and this node's resolver"
+	case strings.Contains(msg, "connection refused"):
+		return "connection refused (nothing listens at that port yet: is the first node or `gotrain coordinator` running? check the port in --coordinator)"
+	case strings.Contains(msg, "no route to host") || strings.Contains(msg, "network is unreachable"):
+		return "no route to that address (check the address in --coordinator and this node's network)"
+	case strings.Contains(msg, "i/o timeout") || strings.Contains(msg, "deadline exceeded") || strings.Contains(msg, "timed out") || strings.Contains(msg, "leaderconn: "):
+		return "no answer (timeout): the address may be wrong, its host down, or a firewall dropping the packets"
+	}
+	return msg
+}

@@ -17,7 +17,7 @@ func TestSayWaitingOnItsOwnClock(t *testing.T) {
 	progressEvery = 20 * time.Millisecond
 	var out testkit.Buffer
 	a := &agent{cfg: Config{Stderr: &out, JoinTimeout: time.Minute}}
-	stop := a.sayWaiting(context.Background(), "10.0.0.1:29400")
+	stop := a.sayWaiting(context.Background(), "10.0.0.1:29400", func() string { return "" })
 	testkit.WaitFor(t, time.Minute, "two waiting lines", func() bool { return strings.Count(out.String(), "\n") >= 2 })
 	stop()
 	said := out.String()

@@ -23,6 +23,7 @@ import (
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/nodehealth"
 	"github.com/gotrain/gotrain/internal/preflight"
+	"github.com/gotrain/gotrain/internal/pyinterp"
 	"github.com/gotrain/gotrain/internal/runfile"
 	"github.com/gotrain/gotrain/internal/torchhook"
 	"github.com/gotrain/gotrain/launcher/agentcore"
@@ -101,20 +102,28 @@ func run(ctx context.Context, cfg Config) error {
 
 // resolveProgram finds the program the way a shell would, so that a typo is
 // reported before any coordinator or worker starts. A Python script
-// (SCRIPT.py) runs with python3, saying so once on stderr.
+// (SCRIPT.py) runs with the interpreter gotrain torchrun would choose
+// (internal/pyinterp), saying which and why once on stderr.
 func resolveProgram(p string, args []string, stderr io.Writer) (string, []string, error) {
+	return resolveProgramIn(pyinterp.System("-- python3 "+p), p, args, stderr)
+}
+
+func resolveProgramIn(env pyinterp.Env, p string, args []string, stderr io.Writer) (string, []string, error) {
 	if strings.HasSuffix(p, ".py") {
 		if st, err := os.Stat(p); err != nil {
 			return "", nil, fmt.Errorf("program %s: %w", p, err)
 		} else if st.IsDir() {
 			return "", nil, fmt.Errorf("program %s is a directory", p)
 		}
-		py, err := resolveCommand("python3")
-		if err != nil {
+		torch := pyinterp.ImportsTorch(p)
+		py, err := pyinterp.Choose(env, torch)
+		if err != nil && torch {
+			return "", nil, fmt.Errorf("%s imports torch, but %w", p, err)
+		} else if err != nil {
 			return "", nil, fmt.Errorf("%s is a Python script, but %w", p, err)
 		}
-		fmt.Fprintf(stderr, "gotrain: running %s with %s\n", p, py)
-		return py, append([]string{p}, args...), nil
+		fmt.Fprintf(stderr, "gotrain: running %s with %s (%s)\n", p, py.Path, py.Why)
+		return py.Path, append([]string{p}, args...), nil
 	}
 	prog, err := resolveCommand(p)
 	return prog, args, err
@@ -528,6 +537,9 @@ func (a *agent) fromCoordinator(ev *gotrainv1.GenerationEvent) agentcore.Event {
 		program := pystandby.IsPython(a.cfg.Program) && a.torchDir() != ""
 		if unfinished := a.recov.generationStarted(time.Now(), g.GetGeneration(), program); unfinished != nil && len(unfinished.Ranks) > 0 {
 			a.reportRecovery(recovery.Decide(*unfinished)) // recoveries.go: a restart that did not get as far as its first step
+		}
+		if line := explain.SizeLine(a.gen, g); line != "" { // explain/restartline.go: an elastic job shrank or grew
+			fmt.Fprintln(a.cfg.Stderr, line)
 		}
 		a.gen, a.lastEnded = g, nil
 		a.snapPeers.Generation(snaptier.GenerationOf(g), a.snapPeerAddr)

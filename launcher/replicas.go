@@ -33,7 +33,7 @@ type replicaView struct {
 	replicaMu   sync.Mutex       // guards replicas, stopReplica and hosting
 	stopReplica func()           // stops the replica this node hosts; nil when none
 	hosting     bool             // a replica is started (or being started) here
-	movedSeq    atomic.Uint64    // counts leader changes (leaderMoved)
+	failover    failoverNote     // the leader change in progress (failover.go)
 	replicaWG   sync.WaitGroup   // replaceReplica's starts
 }
 
@@ -69,21 +69,6 @@ func (a *agent) replicaSet() []string {
 	defer a.replicaMu.Unlock()
 	return slices.Clone(a.replicas)
 }
-
-// leaderMoved is the connection's note of a leader change, for people:
-// printed once the target has stayed put for movedSettle (during an
-// election the connection tries the replicas in turn, many times a second).
-func (a *agent) leaderMoved(from, to, why string) {
-	seq := a.movedSeq.Add(1)
-	time.AfterFunc(movedSettle, func() {
-		if a.movedSeq.Load() == seq {
-			fmt.Fprintf(a.cfg.Stderr, "gotrain: the coordinator's leader is now at %s (was %s: %s)\n", to, from, why)
-		}
-	})
-}
-
-// movedSettle is how long a leader change must last to be printed.
-const movedSettle = 300 * time.Millisecond
 
 // hostReplica starts the replica of the coordinator that Join asked this
 // node to host and has the leader add it. A replica that cannot start or

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -113,10 +114,24 @@ func (a *agent) joinConnected(ctx context.Context, addrs string, trust jobtls.Tr
 // dialCoordinator connects to the coordinator's replicas at addrs (a
 // single coordinator is a set of one).
 func (a *agent) dialCoordinator(addrs []string, trust jobtls.Trust, cert *tls.Certificate) (*leaderconn.Conn, error) {
-	return leaderconn.New(addrs, func(addr string) (*grpc.ClientConn, error) {
+	var self atomic.Pointer[leaderconn.Conn]                                             // for the switch note, which reads where calls now go
+	onSwitch := func(from, to, why string) { a.leaderMoved(self.Load(), from, to, why) } // failover.go
+	if cert == nil {
+		// Join's connection looks for the leader it joins at: no change
+		// of leader, nothing to say.
+		onSwitch = func(string, string, string) {}
+	} else {
+		a.failover.follow(a.joinedAt)
+	}
+	lc, err := leaderconn.New(addrs, func(addr string) (*grpc.ClientConn, error) {
 		return dial(addr, trust, a.cfg.JobToken, cert)
-	}, leaderconn.WithOnSwitch(a.leaderMoved), leaderconn.WithHintCheck(a.checkHint), // keys.go
+	}, leaderconn.WithOnSwitch(onSwitch),
+		leaderconn.WithHintCheck(a.checkHint), // keys.go
 		// The heartbeat (one a second) finds a leader cut off by a
 		// partition: it moves the calls in flight there to the new one.
 		leaderconn.WithProbe(gotrainv1.Coordinator_ReportProgress_FullMethodName, time.Second))
+	if err == nil {
+		self.Store(lc)
+	}
+	return lc, err
 }

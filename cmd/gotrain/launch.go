@@ -18,6 +18,7 @@ import (
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/pyinterp"
 	"github.com/gotrain/gotrain/launcher"
 	"github.com/gotrain/gotrain/launcher/output"
 	"github.com/gotrain/gotrain/launcher/placement"
@@ -179,7 +180,11 @@ container's entrypoint (PID 1), gotrain reaps orphans and passes signals
 on. Flags win; GOTRAIN_KUBERNETES=off ignores Kubernetes. README: "Under
 Kubernetes".
 
-A PROGRAM ending in .py runs with python3 from PATH (gotrain says so once).
+A PROGRAM ending in .py runs with the interpreter gotrain torchrun would
+choose, and gotrain says which and why once: $PYTHON_EXEC; else, when the
+script imports torch, the interpreter of PyTorch's torchrun on PATH or PATH's
+python3, whichever has torch (none is an error saying what to set); else
+PATH's python3. -- python3 SCRIPT.py runs that python3 as given.
 torchrun's own flags (--standalone, --master_port, -m, ...) are answered
 with the same command line for gotrain torchrun, which takes it whole.
 
@@ -208,7 +213,7 @@ const reaperArg = "_reaper"
 // GPU (bench/results/torch-restart-standby-2026-12-01-h200.md).
 const pyStandbyGPUMemory = "about 520 MiB on an H200 with torch 2.11"
 
-func (c *launchCmd) run(ctx context.Context, args []string) error {
+func (c *launchCmd) run(ctx context.Context, args []string) (retErr error) {
 	if len(args) == 1 && args[0] == reaperArg {
 		return launcher.RunReaper(os.Stdin)
 	}
@@ -220,6 +225,13 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	fs := launchFlags(&cfg, &opts)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if opts.logFormat == logJSON { // every line from here on one JSON object (logjson.go)
+		end, err := jsonConsole(hostnameOr("?"))
+		if err != nil {
+			return err
+		}
+		defer func() { retErr = end(retErr) }()
 	}
 	handle, err := slurm.ParseSignals(opts.signals)
 	if err != nil {
@@ -249,6 +261,9 @@ func (c *launchCmd) run(ctx context.Context, args []string) error {
 	}
 	cfg.Program, cfg.Args = fs.Arg(0), fs.Args()[1:]
 	if err := launcher.CheckProgram(cfg.Program); err != nil {
+		if pe := (*pyinterp.Error)(nil); errors.As(err, &pe) { // no interpreter for a .py script
+			return &usageError{msg: strings.TrimSuffix(err.Error(), "\n"+pe.Hint), hint: pe.Hint}
+		}
 		return &usageError{msg: err.Error(), hint: "Put the program after `--`: a path (./train), a command on PATH, or a .py script."}
 	}
 	step, err := placeLaunch(&cfg, pod, opts.verbose)
@@ -428,7 +443,7 @@ func launchFlags(cfg *launcher.Config, opts *launchOpts) *flag.FlagSet {
 	fs.BoolVar(&cfg.RetryPermanent, "retry-permanent", false, "restart after a failure that can only repeat too: the program cannot be executed (not found, exec format error, permission denied), or a Python ImportError, ModuleNotFoundError or SyntaxError before any progress, or a CUDA out-of-memory at the same step (else the same place) as an earlier attempt's; without it such a failure ends the job at once, and says so")
 	fs.StringVar(&opts.preflight, "preflight", "", "`LEVEL` of the checks this node passes before it joins the job (and before it replaces a lost node): quick, full or off. GPU jobs: doctor's driver, ECC/XID, throttling and PCIe link checks and, for Python programs, torch against the driver and GPUs (full adds doctor's smoke test and an NCCL all-reduce judged against the topology); CPU jobs (--backend cpu): the CPU backend's all-reduce between two local ranks, judged against a bandwidth and latency gate. A node that fails is named with the check, measured against expected and the fix; under --nnodes MIN:MAX the job starts without it, otherwise every node exits 4 before any step. Default: quick for multi-node GPU jobs, off otherwise")
 	fs.BoolVar(&opts.verbose, "verbose", false, "log the agent's own steps to stderr")
-	fs.Var(logFormatFlag{&opts.logFormat}, "log-format", "how the log lines look: people (one \"gotrain: …\" line each; the default), logfmt (time=… level=… msg=… key=value; the default with --verbose, for tools), json (one object per line, for log collectors, with --verbose's records: each restart's phases among them)")
+	fs.Var(logFormatFlag{&opts.logFormat}, "log-format", "how the log lines look: people (one \"gotrain: …\" line each; the default), logfmt (time=… level=… msg=… key=value; the default with --verbose, for tools), json (every line on stdout and stderr one object, for log collectors: --verbose's records, each restart's phases among them, gotrain's messages, the workers' lines with their rank, the failure with its exit_code)")
 	fs.StringVar(&opts.signals, "signals-to-handle", slurm.DefaultSignals, "signals the agent passes on to every worker, of SIGUSR1,SIGUSR2,SIGHUP,SIGQUIT (\"none\": none; the others are dropped). SIGINT and SIGTERM always stop the workers. Under Slurm, Slurm itself delivers these signals to every worker")
 	trustFlags(fs, &cfg.Trust) // tlsflags.go
 	serverTLSFlags(fs, &cfg.TLSCert, &cfg.TLSKey)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/slurm"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/pyinterp"
 	"github.com/gotrain/gotrain/internal/runfile"
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/torchrun"
@@ -81,7 +82,14 @@ Examples:
   GOTRAIN_JOB_TOKEN=… gotrain torchrun --nnodes 2 --rdzv_backend c10d --rdzv_endpoint node0:29400 train.py
 `
 
-func (c *torchrunCmd) run(ctx context.Context, args []string) error {
+func (c *torchrunCmd) run(ctx context.Context, args []string) (retErr error) {
+	if os.Getenv(torchrun.SettingEnv("log-format")) == logJSON { // its own lines too, before launch's (logjson.go)
+		end, err := jsonConsole(hostnameOr("?"))
+		if err != nil {
+			return err
+		}
+		defer func() { retErr = end(retErr) }()
+	}
 	return runTorchrun(ctx, args, os.Stdout, os.Stderr)
 }
 
@@ -100,13 +108,16 @@ func runTorchrun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		IsLocal: hostIsLocal, CanListen: canListen, HasSecret: hasJobSecret(), LaunchFlags: launchFlagKinds()}
 	r, err := torchrun.Map(args, m)
 	if err == nil && r.Python {
-		// Map again with the interpreter torchrun would run (torchrunpy.go).
-		var py pythonChoice
-		if py, err = choosePython(os.Getenv, os.Args[0], pythonHasTorch); err != nil {
-			return err
+		// Map again with the interpreter torchrun would run.
+		// The rule is launch's too (internal/pyinterp): torchrun's script needs torch.
+		py, perr := pyinterp.Choose(pyinterp.System("gotrain torchrun --no-python python3 …"), true)
+		if pe := (*pyinterp.Error)(nil); errors.As(perr, &pe) {
+			return &usageError{msg: pe.Msg, hint: pe.Hint}
+		} else if perr != nil {
+			return perr
 		}
-		fmt.Fprintf(stderr, "gotrain torchrun: running Python %s (%s)\n", py.path, py.why)
-		m.Python = py.path
+		fmt.Fprintf(stderr, "gotrain torchrun: running Python %s (%s)\n", py.Path, py.Why)
+		m.Python = py.Path
 		r, err = torchrun.Map(args, m)
 	}
 	if errors.Is(err, torchrun.ErrNoSecret) {

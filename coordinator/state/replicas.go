@@ -3,6 +3,8 @@ package state
 import (
 	"slices"
 	"strings"
+
+	"github.com/gotrain/gotrain/coordinator/job"
 )
 
 // The replica set: standalone, fixed by --peers (the config entry);
@@ -89,6 +91,23 @@ func (s *State) peerOnHost(address string) bool {
 	return false
 }
 
+// loopbackPeer says whether a replica listens on a loopback address
+// (--coordinator-listen 127.0.0.1:P): then the job runs on one host.
+func (s *State) loopbackPeer() bool {
+	for _, p := range s.peers {
+		if h, ok := splitHost(p); ok && IsLoopback(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// IsLoopback says whether host (a name or an address, no port) is this
+// host's loopback: localhost, 127.0.0.0/8 or ::1.
+func IsLoopback(host string) bool {
+	return host == "localhost" || host == "::1" || strings.HasPrefix(host, "127.")
+}
+
 // splitHost is the host of HOST:PORT or [HOST]:PORT.
 func splitHost(addr string) (string, bool) {
 	i := strings.LastIndexByte(addr, ':')
@@ -108,13 +127,41 @@ func splitHost(addr string) (string, bool) {
 // runs).
 func (s *State) askReplica(id, address string) bool {
 	want := s.cfg.Want
-	if want > 1 && len(s.hostOf) == 0 && len(s.peers) == 1 && s.peerOnHost(address) {
+	if want > 1 && len(s.hostOf) == 0 && len(s.peers) == 1 && (s.peerOnHost(address) || s.loopbackPeer()) {
 		s.hostOf[s.peers[0]] = id // the first node: its agent joins its own coordinator first
 	}
-	if len(s.asked)+1 >= want || slices.Contains(s.askedHosts, address) || s.peerOnHost(address) {
+	// A replica on loopback is reached from its own host alone, so every
+	// node that joined runs there: a replica beside it would fail with it
+	// (and its agent would try the first replica's own address).
+	if len(s.asked)+1 >= want || slices.Contains(s.askedHosts, address) || s.peerOnHost(address) || s.loopbackPeer() {
 		return false
 	}
 	s.asked = append(s.asked, id)
 	s.askedHosts = append(s.askedHosts, address)
 	return true
+}
+
+// sayOneHostReplicas says, as the job's first generation starts, that the
+// replica set cannot reach its size because the job's nodes (and
+// replicas) run on fewer hosts than that: replicas are only asked of nodes
+// on hosts without one, since replicas on one host would fail together. A
+// loopback replica is said by the agent that runs it (launcher).
+func (s *State) sayOneHostReplicas(nodes []job.NodeAssignment) {
+	if s.cfg.Want <= 1 || s.loopbackPeer() {
+		return
+	}
+	hosts := map[string]bool{}
+	for _, p := range s.peers {
+		if h, ok := splitHost(p); ok {
+			hosts[h] = true
+		}
+	}
+	for _, n := range nodes {
+		hosts[s.m.NodeAddress(n.NodeID)] = true
+	}
+	if len(hosts) >= s.cfg.Want {
+		return
+	}
+	s.log(LevelWarn, "the coordinator has fewer replicas than asked: the job runs on fewer hosts than replicas, and replicas on one host would fail together (run the nodes on more hosts, or set --coordinator-replicas)",
+		"replicas_asked", s.cfg.Want, "hosts", len(hosts))
 }

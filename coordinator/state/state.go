@@ -312,6 +312,9 @@ func (s *State) actions(acts []job.Action) {
 			for _, n := range a.Nodes {
 				s.push(n.NodeID, Out{Started: &a})
 			}
+			if a.Generation == 0 {
+				s.sayOneHostReplicas(a.Nodes) // replicas.go
+			}
 		case job.EndGeneration:
 			// Info: the agents print the line a person reads (RestartPlanned, or the report)
 			s.log(LevelInfo, "generation ended", "generation", a.Generation, "reason", a.Reason)

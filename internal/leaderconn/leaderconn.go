@@ -311,6 +311,13 @@ func (c *Conn) Close() error {
 	return errors.Join(errs...)
 }
 
+// Closed says whether Close was called.
+func (c *Conn) Closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // Heard is what a replica's last answer (or silence) says about it.
 type Heard int
 
@@ -355,6 +362,9 @@ type ReplicaState struct {
 	At     time.Time // when; zero for NotTried
 	Leader string    // the leader it named (NamesLeader)
 	Err    error     // what the call returned; nil for Answers and NotTried
+	// OK is when a call there last succeeded (zero: never): proof that it
+	// leads, which an answer with another error (a deadline) is not.
+	OK time.Time
 }
 
 // record notes the outcome of a call at addr: err what the replica (or the
@@ -373,6 +383,10 @@ func (c *Conn) record(addr string, err error, trailer string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	st.OK = c.heard[addr].OK
+	if err == nil {
+		st.OK = st.At
+	}
 	c.heard[addr] = st
 }
 

@@ -25,7 +25,12 @@ func RestartLine(p *gotrainv1.RestartPlanned) string {
 		when = strings.Replace(when, ".0 s", " s", 1)
 	}
 	ranks := fmt.Sprintf("all %d ranks", p.GetWorldSize())
-	if p.GetWorldSize() == 1 {
+	switch f := p.GetFailure(); {
+	case nodeLost(f):
+		// The next generation is smaller (elastic) or waits for a node in
+		// its place: SizeLine says which once it starts.
+		ranks = "the job"
+	case p.GetWorldSize() == 1:
 		ranks = "the job's one rank"
 	}
 	return fmt.Sprintf("gotrain: %s: restarting %s, attempt %d of %d, %s",
@@ -38,7 +43,7 @@ func failureSummary(f *gotrainv1.WorkerFailure) string {
 	if f == nil {
 		return "the generation ended"
 	}
-	if f.GetReason() != "" && f.GetSignal() == "" && len(f.GetStderrTail()) == 0 {
+	if nodeLost(f) {
 		return fmt.Sprintf("node %s on %s was lost (%s)", f.GetNodeId(), f.GetHostname(), f.GetReason())
 	}
 	who := fmt.Sprintf("rank %d on %s", f.GetRank(), f.GetHostname())
@@ -67,6 +72,52 @@ func failureSummary(f *gotrainv1.WorkerFailure) string {
 		how += " (" + l + ")"
 	}
 	return who + " " + how
+}
+
+// nodeLost says whether the failure is a node the job lost (not a rank's).
+func nodeLost(f *gotrainv1.WorkerFailure) bool {
+	return f != nil && f.GetReason() != "" && f.GetSignal() == "" && len(f.GetStderrTail()) == 0
+}
+
+// SizeLine is what every node prints when a generation starts with another
+// number of nodes than the one before (an elastic job): "gotrain: going on
+// with 3 nodes (3 ranks)" after a loss, "gotrain: node-4 joined: the job
+// grows to 4 nodes (4 ranks)" after a join; "" when the size is the same or
+// there was no generation before.
+func SizeLine(prev, next *gotrainv1.GenerationStarted) string {
+	if prev == nil || next == nil || prev.GetGroupWorldSize() == next.GetGroupWorldSize() {
+		return ""
+	}
+	size := fmt.Sprintf("%d %s (%d %s)", next.GetGroupWorldSize(), plural(int(next.GetGroupWorldSize()), "node"), next.GetWorldSize(), plural(int(next.GetWorldSize()), "rank"))
+	if next.GetGroupWorldSize() < prev.GetGroupWorldSize() {
+		return "gotrain: going on with " + size
+	}
+	had := map[string]bool{}
+	for _, n := range prev.GetNodes() {
+		had[n.GetNodeId()] = true
+	}
+	var joined []string
+	for _, n := range next.GetNodes() {
+		if !had[n.GetNodeId()] {
+			joined = append(joined, n.GetNodeId())
+		}
+	}
+	who := "nodes joined"
+	switch len(joined) {
+	case 0:
+	case 1:
+		who = joined[0] + " joined"
+	default:
+		who = strings.Join(joined, ", ") + " joined"
+	}
+	return "gotrain: " + who + ": the job grows to " + size
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // errorLineRE matches the line that names an error: a Python exception, a

@@ -41,7 +41,7 @@ func TestRestartLineText(t *testing.T) {
 			"gotrain: rank 5 on gpu1 ran out of GPU memory (torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.): restarting all 8 ranks, attempt 2 of 4, now"},
 		{&gotrainv1.RestartPlanned{WorldSize: 4, Attempt: 2, MaxAttempts: 4, Failure: &gotrainv1.WorkerFailure{
 			NodeId: "node-2", Hostname: "b", Reason: "out of contact for 30s"}},
-			"gotrain: node node-2 on b was lost (out of contact for 30s): restarting all 4 ranks, attempt 2 of 4, now"},
+			"gotrain: node node-2 on b was lost (out of contact for 30s): restarting the job, attempt 2 of 4, now"},
 	} {
 		if got := RestartLine(tc.p); got != tc.want {
 			t.Errorf("RestartLine\n got %s\nwant %s", got, tc.want)
@@ -104,5 +104,30 @@ func TestDescribeCUDAOOM(t *testing.T) {
 	f.Failure.Signal, f.Failure.ExitCode = "SIGKILL", -1
 	if got := DescribeFailure(f); strings.Contains(got, "GPU memory") {
 		t.Errorf("a rank killed by SIGKILL is said to have run out of GPU memory:\n%s", got)
+	}
+}
+
+func TestSizeLine(t *testing.T) {
+	gen := func(ranksPerNode int32, nodes ...string) *gotrainv1.GenerationStarted {
+		g := &gotrainv1.GenerationStarted{GroupWorldSize: int32(len(nodes)), WorldSize: ranksPerNode * int32(len(nodes))}
+		for i, n := range nodes {
+			g.Nodes = append(g.Nodes, &gotrainv1.GenerationNode{NodeId: n, GroupRank: int32(i)})
+		}
+		return g
+	}
+	for _, tc := range []struct {
+		prev, next *gotrainv1.GenerationStarted
+		want       string
+	}{
+		{gen(1, "node-1", "node-2", "node-3", "node-4"), gen(1, "node-1", "node-2", "node-4"), "gotrain: going on with 3 nodes (3 ranks)"},
+		{gen(1, "node-1", "node-2", "node-4"), gen(1, "node-1", "node-2", "node-4", "node-5"), "gotrain: node-5 joined: the job grows to 4 nodes (4 ranks)"},
+		{gen(2, "node-1"), gen(2, "node-1", "node-2", "node-3"), "gotrain: node-2, node-3 joined: the job grows to 3 nodes (6 ranks)"},
+		{gen(8, "node-1", "node-2"), gen(8, "node-2"), "gotrain: going on with 1 node (8 ranks)"},
+		{gen(1, "node-1", "node-2"), gen(1, "node-1", "node-3"), ""}, // a node in another's place: the restart line said it
+		{nil, gen(1, "node-1"), ""},
+	} {
+		if got := SizeLine(tc.prev, tc.next); got != tc.want {
+			t.Errorf("SizeLine\n got %q\nwant %q", got, tc.want)
+		}
 	}
 }

@@ -173,8 +173,8 @@ func resumedAt(p *vcluster.Proc, agents int, since time.Time, d time.Duration) t
 
 var nodeIDAttr = regexp.MustCompile(` node_id=(\S+)`)
 
-// switched is the agent's last "the coordinator's leader is now at" line.
-var switched = regexp.MustCompile(`gotrain: the coordinator's leader is now at (\S+) \(was (\S*): (.*)\)`)
+// switched is the agent's line for one leader change (launcher/failover.go).
+var switched = regexp.MustCompile(`gotrain: the coordinator's leader moved to (\S+) in [0-9.]+ s \(was (\S*)\)`)
 
 // followed says whether the agent said it follows the leader at addr.
 func followed(p *vcluster.Proc, addr string) bool {
@@ -355,12 +355,18 @@ func loseLeader(t *testing.T, what, after string, fault func(*vcluster.Host)) (r
 	return r, old, nl, at
 }
 
-// followNewLeader checks that every agent said it follows nl.
+// followNewLeader checks that every agent said it follows nl, in one line
+// for the one failover (no lines flipping between replicas, no Raft terms).
 func (r *replicatedJob) followNewLeader(t *testing.T, nl *vcluster.Proc) {
 	t.Helper()
 	for _, p := range r.agents {
 		if !followed(p, nl.Host.IP+":"+replicaPort) {
 			t.Errorf("%s's agent never said it follows the new leader at %s:%s:\n%s", p.Host.Name, nl.Host.IP, replicaPort, tail(p.Stderr(), 10))
+		}
+		if l := switched.FindAllString(p.Stderr(), -1); len(l) != 1 {
+			t.Errorf("%s's agent printed %d leader lines for one failover, want 1:\n%s", p.Host.Name, len(l), tail(p.Stderr(), 20))
+		} else {
+			t.Logf("TIMING %s: %s", p.Host.Name, l[0])
 		}
 	}
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/netport"
 	"github.com/gotrain/gotrain/internal/testing/testkit"
 )
 
@@ -362,4 +364,98 @@ func TestMultiNodeWrongToken(t *testing.T) {
 		t.Log(dump(a, b))
 	}
 	waitNoLeftovers(t, 10*time.Second)
+}
+
+// A mistyped (well-formed) --ca-hash at first contact says the hash does
+// not match the coordinator's certificate, names both, and how to get the
+// right one: not that the coordinator restarted with a new identity, which
+// it did not (this node never reached it before).
+func TestMultiNodeWrongCAHash(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t, "--nnodes", "2", "--coordinator-listen", "127.0.0.1:0", "--rendezvous-timeout", "3s", "--", bin.testprog, "env")
+	join := joinArgs(t, a)
+	wrong := "sha256:" + strings.Repeat("ab", 32)
+	b := startAgent(t, "--coordinator", join[1], "--job-token", join[3], "--ca-hash", wrong, "--", bin.testprog, "env")
+	if code := b.wait(t, 30*time.Second); code != 1 {
+		t.Errorf("the node with the wrong --ca-hash exited %d, want 1", code)
+	}
+	out := b.err.String()
+	for _, w := range []string{"--ca-hash " + wrong + " does not match the coordinator's certificate, whose CA hash is " + join[5], "copy --ca-hash from the first node's line", "leave --ca-hash out"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("the node with the wrong --ca-hash does not say %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "new identity") || strings.Contains(out, "restart the job") {
+		t.Errorf("a mistyped --ca-hash reads as a restarted coordinator:\n%s", out)
+	}
+	a.wait(t, 30*time.Second)
+	if t.Failed() {
+		t.Log(dump(a, b))
+	}
+	waitNoLeftovers(t, 10*time.Second)
+}
+
+// A coordinator that cannot be reached: the periodic waiting line says why
+// (its name does not resolve, connection refused), one line per period.
+func TestJoinWaitingSaysWhy(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close()
+	for _, tc := range []struct{ addr, want string }{
+		{refused, "waiting for the coordinator at " + refused + ": connection refused"},
+		{"gotrain-no-such-host.invalid:29400", "waiting for the coordinator at gotrain-no-such-host.invalid:29400: its name does not resolve (DNS"},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			a := startAgent(t, "--nnodes", "2", "--coordinator", tc.addr, "--job-token", "0123456789abcdef0123456789abcdef",
+				"--ca-hash", "sha256:"+strings.Repeat("ab", 32), "--join-timeout", "5m", "--", "true")
+			waitOutput(t, a, "a waiting line with its reason", func() bool { return strings.Contains(a.err.String(), tc.want) })
+			if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			a.wait(t, time.Minute)
+			out := a.err.String()
+			if waits := strings.Count(out, "gotrain: waiting for the coordinator at"); waits > 1+int(time.Since(start)/(10*time.Second)) {
+				t.Errorf("%d waiting lines, want one per 10 s:\n%s", waits, out)
+			}
+		})
+	}
+}
+
+// Every node on one host, each given --coordinator-listen 127.0.0.1:P (as
+// people do): the first node says once, plainly, that the coordinator is
+// not replicated and why; no node is asked to host a replica on the first
+// one's own port ("address already in use"); the job runs.
+func TestOneHostNotReplicated(t *testing.T) {
+	t.Parallel()
+	port, err := netport.Unclaimed("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	a := startAgent(t, "--nnodes", "3", "--coordinator-listen", listen, "--", "true")
+	join := joinArgs(t, a)
+	b := startAgent(t, append(join, "--nnodes", "3", "--coordinator-listen", listen, "--", "true")...)
+	c := startAgent(t, append(join, "--nnodes", "3", "--coordinator-listen", listen, "--", "true")...)
+	for _, j := range []*job{a, b, c} {
+		if code := j.wait(t, 2*time.Minute); code != 0 {
+			t.Errorf("a node exited %d, want 0", code)
+		}
+	}
+	if n := strings.Count(a.err.String(), "the coordinator is not replicated (the job's 3 nodes would have 3): it listens on "+listen+", a loopback address"); n != 1 {
+		t.Errorf("the first node says %d times that the coordinator is not replicated, want once", n)
+	}
+	for _, j := range []*job{a, b, c} {
+		if s := j.err.String(); strings.Contains(s, "host a replica") || strings.Contains(s, "address already in use") {
+			t.Errorf("a node was asked to host a replica on one host:\n%s", s)
+		}
+	}
+	if t.Failed() {
+		t.Log(dump(a, b, c))
+	}
 }

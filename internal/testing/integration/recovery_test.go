@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -27,7 +28,7 @@ func TestRecoveryTimedPhaseByPhase(t *testing.T) {
 	pids := regexp.MustCompile(`(?m)^\[rank 1\] run rank=1 restart=0 pid=(\d+)`)
 	var victim int
 	j.waitStderr(t, "both ranks stepping, the standbys ready and preloaded", func(string) bool {
-		out, errs := j.out.String(), j.err.String()
+		out, errs := peopleLines(t, j.out.String()), peopleLines(t, j.err.String())
 		m := pids.FindStringSubmatch(out)
 		if m == nil || !strings.Contains(out, "stepped rank=0 restart=0") || !strings.Contains(out, "stepped rank=1 restart=0") ||
 			strings.Count(errs, `"msg":"python standby preloaded"`) < 2 {
@@ -36,7 +37,7 @@ func TestRecoveryTimedPhaseByPhase(t *testing.T) {
 		victim, _ = strconv.Atoi(m[1])
 		return true
 	})
-	if !regexp.MustCompile(`(?m)^gotrain: Python standbys preload yaml from the job's first attempt$`).MatchString(j.err.String()) {
+	if !regexp.MustCompile(`(?m)^gotrain: Python standbys preload yaml from the job's first attempt$`).MatchString(peopleLines(t, j.err.String())) {
 		t.Errorf("no line saying what the standbys preload\nstderr:\n%s", j.err.String())
 	}
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
@@ -45,7 +46,8 @@ func TestRecoveryTimedPhaseByPhase(t *testing.T) {
 	if code := j.wait(t, 5*time.Minute); code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.out.String(), j.err.String())
 	}
-	out, errs := j.out.String(), j.err.String()
+	// Every line is JSON (--log-format json); read back as people would see them.
+	out, errs := peopleLines(t, j.out.String()), peopleLines(t, j.err.String())
 	for _, r := range []string{"0", "1"} {
 		if !strings.Contains(out, "run rank="+r+" restart=1 pid=") || !strings.Contains(out, "] run rank="+r+" restart=1 pid=") {
 			t.Errorf("rank %s did not run again\nstdout:\n%s", r, out)
@@ -129,4 +131,36 @@ func TestRecoveryTimedPhaseByPhase(t *testing.T) {
 	if err := json.Unmarshal(b, &rc); err != nil || !rc.Succeeded || len(rc.Recoveries) != 1 {
 		t.Errorf("root-cause.json: %v\n%s", err, b)
 	}
+}
+
+// peopleLines reads --log-format json output back into the lines the people
+// format prints: a worker's line "[rank N] …", gotrain's "gotrain: …"; a log
+// record stays JSON. A line that is no JSON object fails the test.
+func peopleLines(t *testing.T, s string) string {
+	t.Helper()
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		if !strings.HasSuffix(line, "\n") {
+			continue // still being written
+		}
+		var r struct {
+			Level, Msg, Source string
+			Rank               *int
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Errorf("--log-format json: a line that is no JSON object: %q (%v)", line, err)
+			continue
+		}
+		switch {
+		case r.Source == "worker" && r.Rank != nil:
+			fmt.Fprintf(&b, "[rank %d] %s\n", *r.Rank, r.Msg)
+		case r.Source == "gotrain" && r.Level == "WARN":
+			fmt.Fprintf(&b, "gotrain: warning: %s\n", r.Msg)
+		case r.Source == "gotrain":
+			fmt.Fprintf(&b, "gotrain: %s\n", r.Msg)
+		default:
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
