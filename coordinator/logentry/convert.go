@@ -16,7 +16,8 @@ func ConfigToProto(c state.Config) *gotrainv1.LogConfig {
 		RestartBackoffNs: int64(j.RestartBackoff), HangTimeoutNs: int64(j.HangTimeout), OnHang: j.OnHang,
 		RendezvousTimeoutNs: int64(j.RendezvousTimeout),
 		OnStraggler:         j.OnStraggler, StragglerPersistNs: int64(j.StragglerPersist), StragglerCooldownNs: int64(j.StragglerCooldown),
-		Peers: c.Peers, Want: int32(c.Want), NprocPerNode: int32(c.NprocPerNode), RanksPerJob: int32(c.RanksPerJob)}
+		Attach: j.Attach,
+		Peers:  c.Peers, Want: int32(c.Want), NprocPerNode: int32(c.NprocPerNode), RanksPerJob: int32(c.RanksPerJob)}
 }
 
 // ConfigFromProto is a config entry's configuration.
@@ -27,7 +28,8 @@ func ConfigFromProto(p *gotrainv1.LogConfig) state.Config {
 			JoinSettle: d(p.GetJoinSettleNs()), MaxRestarts: int(p.GetMaxRestarts()), RestartCountBase: int(p.GetRestartCountBase()),
 			RestartBackoff: d(p.GetRestartBackoffNs()), HangTimeout: d(p.GetHangTimeoutNs()), OnHang: p.GetOnHang(),
 			RendezvousTimeout: d(p.GetRendezvousTimeoutNs()),
-			OnStraggler:       p.GetOnStraggler(), StragglerPersist: d(p.GetStragglerPersistNs()), StragglerCooldown: d(p.GetStragglerCooldownNs())},
+			OnStraggler:       p.GetOnStraggler(), StragglerPersist: d(p.GetStragglerPersistNs()), StragglerCooldown: d(p.GetStragglerCooldownNs()),
+			Attach: p.GetAttach()},
 		Peers: p.GetPeers(), Want: int(p.GetWant()), NprocPerNode: int(p.GetNprocPerNode()), RanksPerJob: int(p.GetRanksPerJob()),
 	}
 }

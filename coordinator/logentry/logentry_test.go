@@ -61,7 +61,7 @@ func TestDecodeEveryType(t *testing.T) {
 		}
 	}
 	cfg := state.Config{Job: job.Config{RunID: "r", Nodes: 3, MinNodes: 2, NodeTimeout: 7 * time.Second, MaxRestarts: 2, HangTimeout: time.Minute, OnHang: "restart",
-		OnStraggler: "replace", StragglerPersist: 5 * time.Second, StragglerCooldown: time.Minute},
+		OnStraggler: "replace", StragglerPersist: 5 * time.Second, StragglerCooldown: time.Minute, Attach: true},
 		Peers: []string{"a:1", "b:1"}, Want: 3, NprocPerNode: 8, RanksPerJob: 16}
 	e, err := logentry.Decode(encode(t, &gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Config{Config: logentry.ConfigToProto(cfg)}}))
 	if err != nil || e.Config == nil || !reflect.DeepEqual(*e.Config, cfg) {

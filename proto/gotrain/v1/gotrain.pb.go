@@ -5072,8 +5072,11 @@ type LogConfig struct {
 	OnStraggler         string `protobuf:"bytes,17,opt,name=on_straggler,json=onStraggler,proto3" json:"on_straggler,omitempty"`
 	StragglerPersistNs  int64  `protobuf:"varint,18,opt,name=straggler_persist_ns,json=stragglerPersistNs,proto3" json:"straggler_persist_ns,omitempty"`
 	StragglerCooldownNs int64  `protobuf:"varint,19,opt,name=straggler_cooldown_ns,json=stragglerCooldownNs,proto3" json:"straggler_cooldown_ns,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// attach: a node counts only once its agent's watch stream opened
+	// (coordinator/job's Config.Attach), as on the replica that logged it.
+	Attach        bool `protobuf:"varint,20,opt,name=attach,proto3" json:"attach,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LogConfig) Reset() {
@@ -5230,6 +5233,13 @@ func (x *LogConfig) GetStragglerCooldownNs() int64 {
 		return x.StragglerCooldownNs
 	}
 	return 0
+}
+
+func (x *LogConfig) GetAttach() bool {
+	if x != nil {
+		return x.Attach
+	}
+	return false
 }
 
 // LogJoin is a node's Join: its request without CSR and host key, whether
@@ -6165,7 +6175,7 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x10barrier_canceled\x18\x14 \x01(\v2\x1e.gotrain.v1.LogBarrierCanceledH\x00R\x0fbarrierCanceled\x12?\n" +
 	"\bprogress\x18\x15 \x01(\v2!.gotrain.v1.ReportProgressRequestH\x00R\bprogress\x12?\n" +
 	"\bevidence\x18\x16 \x01(\v2!.gotrain.v1.ReportEvidenceRequestH\x00R\bevidenceB\a\n" +
-	"\x05entry\"\x9a\x05\n" +
+	"\x05entry\"\xb2\x05\n" +
 	"\tLogConfig\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05nodes\x18\x02 \x01(\x05R\x05nodes\x12\x1b\n" +
@@ -6185,7 +6195,8 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\rranks_per_job\x18\x10 \x01(\x05R\vranksPerJob\x12!\n" +
 	"\fon_straggler\x18\x11 \x01(\tR\vonStraggler\x120\n" +
 	"\x14straggler_persist_ns\x18\x12 \x01(\x03R\x12stragglerPersistNs\x122\n" +
-	"\x15straggler_cooldown_ns\x18\x13 \x01(\x03R\x13stragglerCooldownNsJ\x04\b\v\x10\f\"o\n" +
+	"\x15straggler_cooldown_ns\x18\x13 \x01(\x03R\x13stragglerCooldownNs\x12\x16\n" +
+	"\x06attach\x18\x14 \x01(\bR\x06attachJ\x04\b\v\x10\f\"o\n" +
 	"\aLogJoin\x121\n" +
 	"\arequest\x18\x01 \x01(\v2\x17.gotrain.v1.JoinRequestR\arequest\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\bR\x04host\x12\x1d\n" +
