@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The run id is never derived from the token (issue 16 item 9): a joining
+// The run id is never derived from the token: a joining
 // agent has none until Join gives it the coordinator's.
 func TestRunIDNotFromToken(t *testing.T) {
 	c := Config{Coordinator: "127.0.0.1:29400", NodeAddress: "127.0.0.1"}

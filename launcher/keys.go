@@ -16,7 +16,7 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// The agent's side of the job's keys (issue 24). Every connection to the
+// The agent's side of the job's keys. Every connection to the
 // coordinator proves the job token both ways (jobtls); a joiner without a
 // pin (--ca-hash) pins, after Join, the CA the coordinator presented, so
 // that every later connection (to any replica, after any blip) must

@@ -52,7 +52,7 @@ func startCoordinatorCA(t *testing.T, listen string, ca *jobtls.CA) *host.Coordi
 	return c
 }
 
-// Issue 24: a joiner given no --ca-hash (Slurm's, torchrun lines,
+// A joiner given no --ca-hash (Slurm's, torchrun lines,
 // Kubernetes pods) verifies the coordinator by its proof of the token,
 // and the job runs.
 func TestJoinByProofOfTokenWithoutCAHash(t *testing.T) {
@@ -144,7 +144,7 @@ func (m *mitm) saw(tok string) bool {
 	return bytes.Contains(b, []byte(tok)) || bytes.Contains(b, hpack.AppendHuffmanString(nil, tok))
 }
 
-// Issue 24: someone in the middle without the token, relaying the proofs
+// Someone in the middle without the token, relaying the proofs
 // between two TLS sessions of its own, gets neither side to accept: each
 // proof is bound to its session. It sees no token, the real coordinator
 // admits no node, and the joiner is refused at once.
@@ -166,7 +166,7 @@ func TestMITMLearnsNoTokenAndIsRefused(t *testing.T) {
 	t.Logf("refused: %v", err)
 }
 
-// Issue 33 part 4: a standalone coordinator restarted after a crash has
+// A standalone coordinator restarted after a crash has
 // a new random CA. The agent says so plainly and stops at once: not a CA
 // mismatch (an attack), not "the coordinator has lost this node", not
 // after the node timeout.
@@ -263,7 +263,7 @@ func (h *hintServer) GetJobStatus(ctx context.Context, _ *gotrainv1.GetJobStatus
 	return &gotrainv1.JobStatus{State: "the attacker's"}, nil
 }
 
-// Issue 24: a token holder answering as a follower sent every agent to
+// A token holder answering as a follower sent every agent to
 // its own coordinator with a gotrain-leader hint. The agent believes a
 // hint only when the replica set's CA signed it (leader and term): a
 // forged, unsigned or stale one is ignored, and the call goes on to the

@@ -14,7 +14,7 @@ import (
 	"github.com/gotrain/gotrain/launcher/output"
 )
 
-// Issue 16 item 8: --log-dir followed planted symbolic links (root appended
+// --log-dir followed planted symbolic links (root appended
 // into a file another user chose). Nothing in the log dir is opened through
 // a link now.
 func TestLogFilesNeverFollowLinks(t *testing.T) {

@@ -79,7 +79,7 @@ func joinerConfig(coord string, trust jobtls.Trust) Config {
 		NodeAddress: "127.0.0.1", JoinTimeout: 20 * time.Second, Stdout: io.Discard, Stderr: io.Discard}
 }
 
-// Issue 16 item 2, issue 24: a fake coordinator received an agent's token
+// A fake coordinator once received an agent's token
 // (and then steered it). Every connection now proves the token both ways
 // over its own TLS session, and the token itself never travels: a fake
 // that holds no token gets no call, no token and nothing it can replay,

@@ -19,7 +19,7 @@ import (
 	"github.com/gotrain/gotrain/launcher"
 )
 
-// The docs test (issue 32 part 1): what README.md and docs/*.md say about
+// The docs test: what README.md and docs/*.md say about
 // gotrain's flags and limits, checked against the code where a machine can
 // check it. A flag renamed or a default changed fails here until the docs
 // say the same.

@@ -74,7 +74,7 @@ func pemFiles(t *testing.T, dir, name string) (certFile, keyFile string) {
 	return certFile, keyFile
 }
 
-// Issue 23 item 3: every malformed --ca-hash, --coordinator, --tls-* file,
+// Every malformed --ca-hash, --coordinator, --tls-* file,
 // token file and port is a usage error (exit 2, the message and what to
 // do), at once, for every command that would otherwise wait on it.
 func TestBadInputRefusedBeforeWaiting(t *testing.T) {
@@ -198,7 +198,7 @@ func TestCoordinatorOfAnotherCARefused(t *testing.T) {
 	}
 }
 
-// Issue 23 item 6 on this machine, which has no GPU: --gpus N is an error
+// On this machine, which has no GPU: --gpus N is an error
 // that says what was found and how to run on CPUs; --nproc-per-node N
 // without --backend runs on CPUs, saying so; --backend cpu is quiet.
 func TestNoGPUMachine(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// Collective-level progress of PyTorch ranks on gloo (issue 28 part 4).
+// Collective-level progress of PyTorch ranks on gloo.
 //
 // The agent puts package torchhook's sitecustomize on its workers'
 // PYTHONPATH with a records directory beside its socket; a PyTorch rank

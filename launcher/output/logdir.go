@@ -11,7 +11,7 @@ import (
 	"syscall"
 )
 
-// The log directory (--log-dir), issue 16 item 8. Each run writes into a
+// The log directory (--log-dir). Each run writes into a
 // directory of its own, LOGDIR/RUN_ID/attempt-N (N: 1, or the first number
 // free when a run id is used again with --run-id), so that a run never
 // appends to another's rankN.log and a root-cause.json always is its own

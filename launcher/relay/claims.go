@@ -17,8 +17,8 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// Attach claims (issue 16 item 10; item 2's "the agent checks workers'
-// Attach claims against what it started"). A worker's hello says which
+// Attach claims: the agent checks workers' attach claims against what it
+// started. A worker's hello says which
 // rank, pid and generation it is, a standby's which slot. The job token
 // alone let any process that holds it (every worker does) say anything: take
 // another rank's place in progress reports and stack dumps, or another

@@ -45,7 +45,7 @@ func claimsServer(t *testing.T, c *Claims, h *Hub) gotrainv1.AgentClient {
 	return gotrainv1.NewAgentClient(cc)
 }
 
-// Issue 16 item 10: Attach trusted the rank, pid and standby slot a hello
+// Attach trusted the rank, pid and standby slot a hello
 // claims, so any process holding the token could take another rank's or
 // process's place (its stack dumps, its park and resume messages) or a
 // standby's slot. Now a hello must come from the pid it names, and that pid

@@ -15,7 +15,7 @@ import (
 // PID-RANDOM (mode 0700, checked), named after the agent's pid so that the
 // next agent can tell a leftover: an agent that was SIGKILLed cannot remove
 // its directory, and the next one to start removes those of this user whose
-// agent is gone (issue 16 item 10).
+// agent is gone.
 
 const socketDirPrefix = "gotrain-agent-"
 

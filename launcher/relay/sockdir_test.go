@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// Issue 16 item 10: a SIGKILLed agent left its socket directory behind for
+// A SIGKILLed agent left its socket directory behind for
 // good. The next agent removes this user's socket directories whose agent
 // is gone, and nothing else.
 func TestSocketDirsOfGoneAgentsRemoved(t *testing.T) {

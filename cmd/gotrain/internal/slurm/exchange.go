@@ -37,7 +37,7 @@ import (
 // exchangeTimeout bounds one exchange on either side.
 const exchangeTimeout = 10 * time.Second
 
-// Connection bounds of the exchange port (issue 24, item 4): 16 silent
+// Connection bounds of the exchange port: 16 silent
 // connections used to keep every joiner out (the 17th was closed at once).
 // Now a connection that has not shown a valid credential has
 // exchangeTimeout, and a budget where a flood evicts its own connections

@@ -219,7 +219,7 @@ func TestExchange(t *testing.T) {
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// Issue 24, item 4: 16 silent connections to the exchange port kept every
+// 16 silent connections to the exchange port kept every
 // joiner out until they timed out. Now a source keeps at most
 // maxExchangePendingPerSource of them, and a joiner from another address
 // gets the token at once.
