@@ -26,7 +26,7 @@ import (
 
 // docFiles are the documents a user reads.
 var docFiles = []string{"../../README.md", "../../docs/pytorch.md", "../../docs/clusters.md", "../../docs/commands.md",
-	"../../docs/gpus.md", "../../docs/development.md", "../../docs/troubleshooting.md", "../../docs/ARCHITECTURE.md", "../../docs/SECURITY.md", "../../examples/kubernetes/README.md"}
+	"../../docs/gpus.md", "../../docs/development.md", "../../docs/troubleshooting.md", "../../docs/fault-tolerance.md", "../../docs/diagnosis.md", "../../docs/ARCHITECTURE.md", "../../docs/SECURITY.md", "../../examples/kubernetes/README.md"}
 
 // readDocs returns each document's text by path (a missing one is skipped:
 // examples' READMEs come and go).
