@@ -299,6 +299,14 @@ func (m *Machine) Unreachable(id string) bool {
 	return n != nil && !n.unreachableSince.IsZero()
 }
 
+// NodeHostname is node id's hostname as it joined ("" for an unknown node).
+func (m *Machine) NodeHostname(id string) string {
+	if n := m.nodes[id]; n != nil {
+		return n.info.Hostname
+	}
+	return ""
+}
+
 // NodeAddress is node id's address as it joined ("" for an unknown node).
 func (m *Machine) NodeAddress(id string) string {
 	if n := m.nodes[id]; n != nil {

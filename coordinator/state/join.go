@@ -121,7 +121,7 @@ func (s *State) applyJoin(now time.Time, j Join) (Joined, error) {
 	s.log(LevelInfo, "node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
 	s.actions(acts)
 	s.deadline()
-	return Joined{ID: id, Warnings: a.Warnings, HostReplica: s.askReplica(id, info.Address)}, nil
+	return Joined{ID: id, Warnings: a.Warnings, HostReplica: s.askReplica(id, info.Address, info.Hostname)}, nil
 }
 
 // JoinKey identifies the agent process behind a Join: its host, address,

@@ -102,6 +102,19 @@ func (s *State) loopbackPeer() bool {
 	return false
 }
 
+// besideLoopbackPeer says whether a node of hostname runs on the host of a
+// replica that listens on loopback: one reached from its own host alone, so
+// a replica beside it would fail with it (and its agent would try the first
+// replica's own address). Hostnames tell the host apart where addresses
+// cannot: every node of that host may join from a loopback address.
+func (s *State) besideLoopbackPeer(hostname string) bool {
+	if !s.loopbackPeer() {
+		return false
+	}
+	first, ok := s.hostOf[s.peers[0]]
+	return !ok || s.m.NodeHostname(first) == hostname
+}
+
 // IsLoopback says whether host (a name or an address, no port) is this
 // host's loopback: localhost, 127.0.0.0/8 or ::1.
 func IsLoopback(host string) bool {
@@ -125,15 +138,12 @@ func splitHost(addr string) (string, bool) {
 // replica (embedded: the first nodes to join on a host without one, until
 // Want; the first node's own agent joins first, where the first replica
 // runs).
-func (s *State) askReplica(id, address string) bool {
+func (s *State) askReplica(id, address, hostname string) bool {
 	want := s.cfg.Want
 	if want > 1 && len(s.hostOf) == 0 && len(s.peers) == 1 && (s.peerOnHost(address) || s.loopbackPeer()) {
 		s.hostOf[s.peers[0]] = id // the first node: its agent joins its own coordinator first
 	}
-	// A replica on loopback is reached from its own host alone, so every
-	// node that joined runs there: a replica beside it would fail with it
-	// (and its agent would try the first replica's own address).
-	if len(s.asked)+1 >= want || slices.Contains(s.askedHosts, address) || s.peerOnHost(address) || s.loopbackPeer() {
+	if len(s.asked)+1 >= want || slices.Contains(s.askedHosts, address) || s.peerOnHost(address) || s.besideLoopbackPeer(hostname) {
 		return false
 	}
 	s.asked = append(s.asked, id)
