@@ -132,10 +132,23 @@ func (a *agent) joinOnce(ctx context.Context, coordAddr string, csr []byte) ([]b
 // 15 s).
 func (a *agent) sayWaiting(ctx context.Context, coordAddr string, why func() string) (stop func()) {
 	start := time.Now()
+	return sayEvery(ctx, progressEvery, func() {
+		reason := ""
+		if w := why(); w != "" {
+			reason = ": " + w
+		}
+		fmt.Fprintf(a.cfg.Stderr, "gotrain: waiting for the coordinator at %s%s (%s so far, giving up after --join-timeout %s)\n",
+			coordAddr, reason, time.Since(start).Round(time.Second), a.cfg.JoinTimeout)
+	})
+}
+
+// sayEvery calls say every period until ctx ends or the returned stop is
+// called; stop returns once say will not be called again.
+func sayEvery(ctx context.Context, period time.Duration, say func()) (stop func()) {
 	done, over := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(over)
-		t := time.NewTicker(progressEvery)
+		t := time.NewTicker(period)
 		defer t.Stop()
 		for {
 			select {
@@ -144,12 +157,7 @@ func (a *agent) sayWaiting(ctx context.Context, coordAddr string, why func() str
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				reason := ""
-				if w := why(); w != "" {
-					reason = ": " + w
-				}
-				fmt.Fprintf(a.cfg.Stderr, "gotrain: waiting for the coordinator at %s%s (%s so far, giving up after --join-timeout %s)\n",
-					coordAddr, reason, time.Since(start).Round(time.Second), a.cfg.JoinTimeout)
+				say()
 			}
 		}
 	}()

@@ -168,23 +168,9 @@ func summary(res preflight.Result) string {
 // sayPreflight says every preflightProgressEvery that the preflight still
 // runs, until stop is called.
 func (a *agent) sayPreflight(ctx context.Context, level preflight.Level, start time.Time) (stop func()) {
-	done, over := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(over)
-		t := time.NewTicker(preflightProgressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				fmt.Fprintf(a.cfg.Stderr, "gotrain: preflight (%s) on %s: still checking (%s so far)\n", level, a.host, time.Since(start).Round(time.Second))
-			}
-		}
-	}()
-	return func() { close(done); <-over }
+	return sayEvery(ctx, preflightProgressEvery, func() {
+		fmt.Fprintf(a.cfg.Stderr, "gotrain: preflight (%s) on %s: still checking (%s so far)\n", level, a.host, time.Since(start).Round(time.Second))
+	})
 }
 
 // recordVerdict keeps what ended this node's part of a job in the
