@@ -101,15 +101,16 @@ func (r Result) Failed() []Verdict {
 // defaultFix is what to do about a failed check when its runner knew no
 // better.
 var defaultFix = map[Check]string{
-	CheckDriver:    "check that nvidia-smi works on this node; reinstall or reload the NVIDIA driver",
-	CheckHealth:    "run `gotrain doctor` on this node; drain it for the GPU's repair (ECC/XID) or cooling (throttling)",
-	CheckPCIe:      "reseat the GPU or its riser, check the slot's BIOS setting; `nvidia-smi -q -d PCIE` shows the link",
-	CheckFramework: "install a torch built for this driver's CUDA (torch.version.cuda at most the driver's CUDA version) and check CUDA_VISIBLE_DEVICES",
-	CheckH2D:       "check the GPU's PCIe link and the NUMA placement; `gotrain doctor` shows both",
-	CheckNCCL:      "check NVLink/PCIe with `nvidia-smi topo -m` and `gotrain doctor`; NCCL_DEBUG=INFO names the transport used",
-	CheckCPUBusBW:  "the node is slower than the job needs (a CPU quota, a busy or throttled CPU, a slow network): check `top` and the cgroup's cpu.max on this node",
-	CheckCPULat:    "the node answers slowly (a CPU quota, an overloaded CPU, a network delay): check `top`, the cgroup's cpu.max and `tc qdisc` on this node",
-	CheckGang:      "a node or link of the job is slow: run the job with --preflight full and compare the nodes' figures",
+	CheckDriver:      "check that nvidia-smi works on this node; reinstall or reload the NVIDIA driver",
+	CheckHealth:      "run `gotrain doctor` on this node; drain it for the GPU's repair (ECC/XID) or cooling (throttling)",
+	CheckPCIe:        "reseat the GPU or its riser, check the slot's BIOS setting; `nvidia-smi -q -d PCIE` shows the link",
+	CheckFramework:   "install a torch built for this driver's CUDA (torch.version.cuda at most the driver's CUDA version) and check CUDA_VISIBLE_DEVICES",
+	CheckH2D:         "check the GPU's PCIe link and the NUMA placement; `gotrain doctor` shows both",
+	CheckNCCL:        "check NVLink/PCIe with `nvidia-smi topo -m` and `gotrain doctor`; NCCL_DEBUG=INFO names the transport used",
+	CheckCPUBusBW:    "the node is slower than the job needs (a CPU quota, a busy or throttled CPU, a slow network): check `top` and the cgroup's cpu.max on this node",
+	CheckCPULat:      "the node answers slowly (a CPU quota, an overloaded CPU, a network delay): check `top`, the cgroup's cpu.max and `tc qdisc` on this node",
+	CheckGang:        "a node or link of the job is slow: run the job with --preflight full and compare the nodes' figures",
+	CheckGangLatency: "a node or link of the job answers slowly: `tc qdisc` and `ping` between the nodes; --verbose logs each node's figures with the leader",
 }
 
 // Judge turns a node's figures into verdicts. A numeric figure passes when
