@@ -178,6 +178,9 @@ type agent struct {
 	// preflightFailure is why this node failed its preflight checks, sent
 	// with its Join; "" when it passed or ran none.
 	preflightFailure string
+	// gangExit: the preflight gang check kept this node's ranks from
+	// starting (gang.go).
+	gangExit *ExitError
 	// tokenMade: this agent made the job token (none was given).
 	tokenMade bool
 	// hostKey: the embedded coordinator's secret this agent joins with, to
@@ -409,6 +412,9 @@ func (a *agent) runWorkers(ctx context.Context, coordAddr string) error {
 	stopSubsystems()
 	_ = g.Wait()
 
+	if a.gangExit != nil {
+		return a.gangExit // gang.go: no rank started
+	}
 	switch f.Why {
 	case agentcore.FinishedJob:
 		a.recordRootCause(a.finished)
@@ -484,6 +490,18 @@ func (a *agent) loop(ctx context.Context, coordAddr string, events <-chan *gotra
 		var ev agentcore.Event
 		select {
 		case gev := <-events:
+			if g := gev.GetStarted(); g != nil && a.gen == nil && a.gangExit == nil {
+				// Before the first generation's ranks start (gang.go).
+				if err := a.gangCheck(ctx, g); err != nil {
+					var ee *ExitError
+					if !errors.As(err, &ee) {
+						ee = &ExitError{Code: 1, Message: fmt.Sprintf("gotrain: stopped during the preflight gang check: %v", err)}
+					}
+					a.gangExit = ee
+					ev = agentcore.JobFinished{ExitCode: ee.Code}
+					break
+				}
+			}
 			ev = a.fromCoordinator(gev)
 		case ev = <-a.inbox:
 		case sig := <-a.cfg.Signals:

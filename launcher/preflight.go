@@ -176,11 +176,16 @@ func (a *agent) sayPreflight(ctx context.Context, level preflight.Level, start t
 // recordVerdict keeps what ended this node's part of a job in the
 // machine's health record: lost from the job, dropped as a straggler.
 func (a *agent) recordVerdict(kind nodehealth.Kind, detail string) {
+	a.appendVerdict(kind, "", detail)
+}
+
+// appendVerdict keeps a verdict of check against this machine.
+func (a *agent) appendVerdict(kind nodehealth.Kind, check, detail string) {
 	p := a.cfg.Preflight
 	if p == nil || p.Ledger == nil {
 		return
 	}
-	rec := nodehealth.Record{Time: time.Now(), Host: a.host, Kind: kind, Detail: detail, RunID: a.cfg.RunID}
+	rec := nodehealth.Record{Time: time.Now(), Host: a.host, Kind: kind, Check: check, Detail: detail, RunID: a.cfg.RunID}
 	if err := p.Ledger.Append(rec); err != nil {
 		a.log.Warn("node-health record", "err", err)
 	}

@@ -83,6 +83,10 @@ type GangVerdict struct {
 	// job cannot go on without a node, and does not start.
 	Out    []Verdict `json:"out,omitempty"`
 	OutIDs []string  `json:"out_ids,omitempty"`
+	// Elastic: the leader knows the job runs under --nnodes MIN:MAX, so
+	// that it goes on without the nodes out; for a node that does not
+	// know the job's --nnodes. Not JudgeGang's: the leader sets it.
+	Elastic bool `json:"elastic,omitempty"`
 }
 
 // IsOut says whether node id failed the gang check.

@@ -30,6 +30,13 @@ type GangNode struct {
 	Addr string
 	// Token proves every connection of the gang (the job token).
 	Token string
+	// Elastic: the leader's word that the job runs under --nnodes
+	// MIN:MAX (GangVerdict.Elastic).
+	Elastic bool
+	// Serves: this node runs the coordinator, which the others read the
+	// verdict from; it returns once they have (or after a bound), not
+	// before, since it may stop the coordinator next.
+	Serves bool
 }
 
 // maxGangNodes bounds the members a gang check takes.
@@ -155,10 +162,12 @@ func Gang(ctx context.Context, cfg GangConfig, me GangNode, store comm.Store) (G
 		}
 		f.Gang = gangFigs
 		v := JudgeGang(f)
+		v.Elastic = me.Elastic
 		b, _ := json.Marshal(v)
 		if err := store.Put(ctx, keys.verdict(), b); err != nil {
 			return v, fmt.Errorf("preflight: publish the gang's verdict: %w", err)
 		}
+		gangHeard(ctx, store, keys, me, roster)
 		return v, nil
 	}
 	b, err := store.Get(ctx, keys.verdict())
@@ -169,7 +178,26 @@ func Gang(ctx context.Context, cfg GangConfig, me GangNode, store comm.Store) (G
 		}
 		return leaderMissing(me, host(0), cfg), nil
 	}
+	_ = store.Put(ctx, keys.heard(me.Index), []byte(me.Nodes[me.Index]))
+	gangHeard(ctx, store, keys, me, roster)
 	return v, nil
+}
+
+// gangHeard waits, on the node that serves the rendezvous, until every
+// other member of roster has read the verdict, for at most verdictSlack.
+func gangHeard(ctx context.Context, store comm.Store, keys gangKeys, me GangNode, roster []int) {
+	if !me.Serves {
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, verdictSlack)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, j := range roster {
+		if j != me.Index && j != 0 {
+			wg.Go(func() { _, _ = store.Get(hctx, keys.heard(j)) })
+		}
+	}
+	wg.Wait()
 }
 
 // gangJoin waits until deadline for each node's join and returns the
@@ -328,3 +356,5 @@ func (p prefixStore) Put(ctx context.Context, key string, value []byte) error {
 func (p prefixStore) Get(ctx context.Context, key string) ([]byte, error) {
 	return p.s.Get(ctx, p.prefix+key)
 }
+
+func (k gangKeys) heard(i int) string { return k.prefix() + "heard/" + strconv.Itoa(i) }
