@@ -310,8 +310,12 @@ func gangMeasure(ctx context.Context, c *cpucomm.Comm, rank int, cfg GangConfig,
 			t0 = time.Now()
 		}
 		if err := c.AllReduce(ctx, comm.Host(buf), comm.Host(buf), comm.Sum); err != nil {
-			done := max(i, 0) + 1
-			return figs(ringBusBW(bytes, c.Size(), done, time.Since(t0)), median, true, false)
+			if i < 0 {
+				return figs(0, median, true, false) // not even the warm-up round
+			}
+			// The rounds that finished, plus the one that did not,
+			// bound the bandwidth from above.
+			return figs(ringBusBW(bytes, c.Size(), i+1, time.Since(t0)), median, true, false)
 		}
 	}
 	return figs(ringBusBW(bytes, c.Size(), rounds, time.Since(t0)), median, false, false)
