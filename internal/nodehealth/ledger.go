@@ -100,7 +100,7 @@ func parse(r io.Reader) ([]Record, int, error) {
 			continue
 		}
 		var rec Record
-		if json.Unmarshal(line, &rec) != nil || !rec.ok() {
+		if json.Unmarshal(line, &rec) != nil || !ok(rec) {
 			skipped++
 			continue
 		}
@@ -121,8 +121,8 @@ func parse(r io.Reader) ([]Record, int, error) {
 
 // ok says whether a parsed record is one: a known kind, a time, bounded
 // printable text.
-func (r Record) ok() bool {
-	if !r.Kind.valid() || r.Time.IsZero() || r.Host == "" {
+func ok(r Record) bool {
+	if !r.Kind.Valid() || r.Time.IsZero() || r.Host == "" {
 		return false
 	}
 	for _, s := range []string{r.Host, r.Check, r.Detail, r.RunID} {
@@ -136,8 +136,8 @@ func (r Record) ok() bool {
 // Append adds rec, keeping the file within MaxRecords: when it is full, the
 // file is rewritten without the oldest records (atomically: a rename).
 func (l *Ledger) Append(rec Record) error {
-	rec = rec.clean()
-	if !rec.ok() {
+	rec = clean(rec)
+	if !ok(rec) {
 		return fmt.Errorf("nodehealth: record %+v is not valid", rec)
 	}
 	if err := runfile.PrivateDir(filepath.Dir(l.path)); err != nil {
@@ -183,7 +183,7 @@ func (l *Ledger) Append(rec Record) error {
 }
 
 // clean cuts a record's text to the bounds and makes it one line.
-func (r Record) clean() Record {
+func clean(r Record) Record {
 	cut := func(s string) string {
 		s = strings.ToValidUTF8(strings.NewReplacer("\n", " ", "\r", " ", "\x1b", "").Replace(s), "")
 		if len(s) > maxText {

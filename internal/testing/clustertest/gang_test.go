@@ -70,3 +70,33 @@ func TestPreflightGangHealthy(t *testing.T) {
 		}
 	}
 }
+
+// TestPreflightGangSlowLinkElastic: under --nnodes 2:3 the node the gang
+// check names stays out (exit 4), and the other two run the job as a world
+// of 2.
+func TestPreflightGangSlowLinkElastic(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3)
+	slowLink(t, c.Hosts[2], "1mbit")
+	agents := preflightJob(t, c, "2:3", nil)
+	code, err := agents[2].Wait(3 * time.Minute)
+	if err != nil || code != 4 {
+		t.Fatalf("node3's agent: exit %d, %v; want 4\n%s", code, err, c.Dump())
+	}
+	if stderr := agents[2].Stderr(); !strings.Contains(stderr, "failed the preflight gang check and stays out of the job") {
+		t.Errorf("node3 does not say it stays out:\n%s", stderr)
+	}
+	for _, i := range []int{0, 1} {
+		p := agents[i]
+		code, err := p.Wait(3 * time.Minute)
+		if err != nil || code != 0 {
+			t.Fatalf("%s's agent: exit %d, %v; want 0\n%s", p.Host.Name, code, err, c.Dump())
+		}
+		if !strings.Contains(p.Stdout(), "world=2") || !strings.Contains(p.Stderr(), "the job goes on without node3") {
+			t.Errorf("%s: its rank did not run in a world of 2, or it did not say the job goes on without node3:\n%s\n%s", p.Host.Name, p.Stdout(), p.Stderr())
+		}
+	}
+	if strings.Contains(agents[2].Stdout(), "step rank=") {
+		t.Errorf("node3 ran a rank:\n%s", agents[2].Stdout())
+	}
+}

@@ -1,4 +1,4 @@
-package nodehealth
+package policy
 
 import (
 	"testing"
