@@ -97,8 +97,9 @@ func cpuQuota(t *testing.T, pct int) quota {
 // preflightJob starts gotrain launch --preflight quick on every host of c,
 // one CPU rank each, --nnodes nnodes; the hosts in slow run under wrap (a
 // CPU quota). Each host has a state directory of its own (its health
-// record). The program prints its rank and the world size.
-func preflightJob(t *testing.T, c *vcluster.Cluster, nnodes string, slow map[int]quota) []*vcluster.Proc {
+// record). The program prints its rank and the world size. extra are more
+// flags for every host (a flag given again overrides).
+func preflightJob(t *testing.T, c *vcluster.Cluster, nnodes string, slow map[int]quota, extra ...string) []*vcluster.Proc {
 	t.Helper()
 	var agents []*vcluster.Proc
 	var caHash string
@@ -110,6 +111,7 @@ func preflightJob(t *testing.T, c *vcluster.Cluster, nnodes string, slow map[int
 		} else {
 			args = append(args, "--coordinator", c.Hosts[0].IP, "--ca-hash", caHash, "--node-rank", fmt.Sprint(i))
 		}
+		args = append(args, extra...)
 		args = append(args, "--", "sh", "-c", `echo "step rank=$RANK world=$WORLD_SIZE"`)
 		q, slowed := slow[i]
 		if slowed {
