@@ -52,11 +52,19 @@ func (a *agent) undecided() bool {
 	return a.cfg.Coordinator != "" && !a.elastic() && a.cfg.Nodes <= 1
 }
 
-// preflightRefused turns the coordinator's refusal of a failed node into
-// the preflight exit status; other errors are returned as they are.
+// preflightRefused turns the coordinator's refusal of a failed node, or of
+// a machine in its cool-off, into the preflight exit status; other errors
+// are returned as they are.
 func (a *agent) preflightRefused(err error) error {
 	var jr *joinRefused
-	if a.preflightFailure != "" && errors.As(err, &jr) && strings.Contains(jr.Error(), job.ErrPreflightFailed.Error()) {
+	if !errors.As(err, &jr) {
+		return err
+	}
+	failed := a.preflightFailure != "" && strings.Contains(jr.Error(), job.ErrPreflightFailed.Error())
+	// The coordinator's ledger keeps this machine out of an elastic job
+	// for a while (coordinator/state/health.go): a node's verdict too.
+	cooling := strings.Contains(jr.Error(), job.ErrCoolingOff.Error())
+	if failed || cooling {
 		msg := strings.TrimPrefix(status.Convert(jr.err).Message(), "job: ")
 		return &ExitError{Code: preflight.ExitStatus, Message: fmt.Sprintf("gotrain: %s (exit status %d)", msg, preflight.ExitStatus)}
 	}

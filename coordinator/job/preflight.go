@@ -1,6 +1,9 @@
 package job
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // ExitPreflight is what every launcher of a job exits with when a node
 // failed its preflight checks and the job could not start without it.
@@ -30,3 +33,7 @@ func (m *Machine) failPreflight(n *node) []Action {
 			n.info.Hostname, n.info.Address, m.nnodes(), n.info.PreflightFailure),
 	})
 }
+
+// ErrCoolingOff: a machine that failed twice within the node-health
+// policy's window tried to join an elastic job during its cool-off.
+var ErrCoolingOff = errors.New("job: machine is cooling off")

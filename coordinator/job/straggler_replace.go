@@ -147,7 +147,7 @@ func (m *Machine) dropStraggler(n *node, c Culprit, v Verdict, stood time.Durati
 			ranks = append(ranks, r)
 		}
 	}
-	acts := []Action{DropNode{NodeID: n.id, Hostname: n.info.Hostname, Reason: why}}
+	acts := []Action{DropNode{NodeID: n.id, Hostname: n.info.Hostname, Reason: why, Straggler: true}}
 	lost, err := m.lost(NodeLost{NodeID: n.id, Reason: "straggler: " + why})
 	if err != nil {
 		return nil // cannot happen: n is a node of the job

@@ -245,6 +245,9 @@ type DropNode struct {
 	NodeID   string
 	Hostname string
 	Reason   string
+	// Straggler: dropped as a persistent straggler (a verdict against
+	// the machine), not for never attaching.
+	Straggler bool
 }
 
 // FinishJob: the job is over. No action follows it.

@@ -11,5 +11,6 @@ func TestStateIsPure(t *testing.T) {
 	deptest.Check(t, "the coordinator's replicated state", []string{
 		"cmp", "crypto/sha256", "encoding/json", "errors", "fmt", "maps", "slices", "strconv", "strings", "time", "unicode/utf8",
 		"github.com/gotrain/gotrain/coordinator/job", "github.com/gotrain/gotrain/coordinator/kv",
+		"github.com/gotrain/gotrain/internal/nodehealth/policy",
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/internal/nodehealth/policy"
 )
 
 // Admission: whether a Join is taken is one decision (admit), made before
@@ -35,11 +36,11 @@ type admission struct {
 // Admit says whether j would be taken now (a retried Join is); it changes
 // nothing. The server asks before proposing j.
 func (s *State) Admit(j Join) error {
-	_, err := s.admit(j)
+	_, err := s.admit(s.now, j)
 	return err
 }
 
-func (s *State) admit(j Join) (admission, error) {
+func (s *State) admit(now time.Time, j Join) (admission, error) {
 	if id, ok := s.joinKeys[JoinKey(j)]; ok && s.m.HasNode(id) {
 		// The same agent's Join again: its answer was lost (a leader
 		// change after the commit, a connection that broke). It is the
@@ -48,6 +49,9 @@ func (s *State) admit(j Join) (admission, error) {
 		return admission{Retry: id, Warnings: warnings}, nil
 	}
 	if err := s.checkBounds(j.Node); err != nil {
+		return admission{}, err
+	}
+	if err := s.coolingOff(now, j); err != nil { // health.go
 		return admission{}, err
 	}
 	warnings, err := CheckSettings(s.m.Config(), j.Settings)
@@ -96,7 +100,7 @@ func (s *State) checkBounds(n job.NodeInfo) error {
 
 // applyJoin joins the node of j.
 func (s *State) applyJoin(now time.Time, j Join) (Joined, error) {
-	a, err := s.admit(j)
+	a, err := s.admit(now, j)
 	if err != nil {
 		s.log(LevelWarn, "join rejected", "hostname", Truncate(j.Node.Hostname, 64), "err", err)
 		return Joined{}, err
@@ -118,6 +122,11 @@ func (s *State) applyJoin(now time.Time, j Join) (Joined, error) {
 	s.out[id] = &Outbox{} // before the actions: the start may include this node
 	s.joinKeys[JoinKey(j)] = id
 	s.nproc[id] = info.Nproc
+	s.hostnames[id] = info.Hostname
+	if info.PreflightFailure != "" {
+		// Taken: the job cannot start without it, and fails (job.failPreflight).
+		s.record(now, info.Hostname, policy.Preflight, "", info.PreflightFailure) // health.go
+	}
 	s.log(LevelInfo, "node joined", "node_id", id, "hostname", info.Hostname, "address", info.Address, "nproc", info.Nproc, "gpus", len(info.GPUs))
 	s.actions(acts)
 	s.deadline()

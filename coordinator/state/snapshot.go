@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/internal/nodehealth/policy"
 )
 
 // Compact drops, from the entries kept for a snapshot, the progress
@@ -56,6 +57,7 @@ type digest struct {
 	AskedHosts []string
 	HostOf     map[string]string
 	Beating    map[string]bool
+	Health     map[string][]policy.Record `json:",omitempty"`
 }
 
 // Digest is the SHA-256 of the state: replicas that applied the same log
@@ -69,7 +71,7 @@ func (s *State) DigestJSON() []byte { return s.digestJSON() }
 func (s *State) digestJSON() []byte {
 	d := digest{Configured: s.configured, Config: s.cfg, Status: s.m.Status(), NodeSeq: s.nodeSeq, JoinKeys: s.joinKeys, Nproc: s.nproc,
 		Outboxes: s.out, KV: s.kv.Entries(), Comm: s.comm.Entries(), Result: s.result, Plan: s.plan, Peers: s.peers, Asked: s.asked,
-		AskedHosts: s.askedHosts, HostOf: s.hostOf, Beating: s.beating}
+		AskedHosts: s.askedHosts, HostOf: s.hostOf, Beating: s.beating, Health: s.health}
 	if t, ok := s.m.Deadline(); ok {
 		d.Deadline = t.UTC().Format("2006-01-02T15:04:05.999999999")
 	}

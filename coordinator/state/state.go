@@ -10,6 +10,7 @@ import (
 
 	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/coordinator/kv"
+	"github.com/gotrain/gotrain/internal/nodehealth/policy"
 )
 
 // State is a coordinator's replicated state. It is not safe for
@@ -40,6 +41,12 @@ type State struct {
 		moved bool
 	}
 	effects []Effect // of the entry being applied
+	// health: the verdicts against machines, by hostname (health.go);
+	// hostnames: each node present's, for them; now: the time of the
+	// entry applied last, which admission decides at.
+	health    map[string][]policy.Record
+	hostnames map[string]string
+	now       time.Time
 }
 
 // restartPlan is what a restart's announcement needs: the generation that
@@ -69,7 +76,7 @@ func New(own job.Config) (*State, error) {
 		return nil, err
 	}
 	return &State{m: m, out: map[string]*Outbox{}, kv: kv.New(), comm: kv.New(), joinKeys: map[string]string{}, nproc: map[string]int{},
-		hostOf: map[string]string{}, beating: map[string]bool{}}, nil
+		hostOf: map[string]string{}, beating: map[string]bool{}, hostnames: map[string]string{}}, nil
 }
 
 // Machine is the job machine, to read (Status, Config, HasNode, ...): only
@@ -132,6 +139,9 @@ func (s *State) Store(key string) *kv.Store {
 func (s *State) Apply(e Entry) (Result, []Effect) {
 	s.effects = nil
 	s.applied++
+	if !e.Time.IsZero() {
+		s.now = e.Time
+	}
 	gen, over := s.m.Generation(), s.m.Finished()
 	if over {
 		gen = -1
@@ -225,7 +235,11 @@ func (s *State) apply(e Entry) Result {
 		j, err := s.applyJoin(e.Time, *e.Join)
 		return Result{Join: j, Err: err}
 	case e.KV != nil:
-		return Result{Err: s.Store(e.KV.Key).Put(e.KV.Key, e.KV.Value)}
+		err := s.Store(e.KV.Key).Put(e.KV.Key, e.KV.Value)
+		if err == nil {
+			s.recordGang(e.Time, e.KV.Key, e.KV.Value) // health.go
+		}
+		return Result{Err: err}
 	case e.Replica != nil:
 		s.addPeer(e.Replica.Addr, e.Replica.Node)
 		return Result{}
@@ -282,7 +296,7 @@ func (s *State) pushAll(ev Out) {
 // applyEvent feeds ev, at now, to the machine and follows up its actions.
 func (s *State) applyEvent(now time.Time, ev job.Event) error {
 	if lost, ok := ev.(job.NodeLost); ok {
-		s.dropNode(lost.NodeID, lost.Reason)
+		s.dropNode(now, lost.NodeID, lost.Reason, policy.Lost)
 	}
 	acts, err := s.m.Step(now, ev)
 	if err != nil {
@@ -324,7 +338,11 @@ func (s *State) actions(acts []job.Action) {
 			// A persistent straggler's node (--on-straggler replace): its
 			// agent reads why in the end of its stream, stops its workers
 			// and exits; the job goes on without it.
-			s.dropNode(a.NodeID, a.Reason)
+			kind := policy.Lost
+			if a.Straggler {
+				kind = policy.Straggler
+			}
+			s.dropNode(s.now, a.NodeID, a.Reason, kind)
 		case job.FinishJob:
 			s.result = &a
 			if a.Succeeded {
@@ -414,12 +432,13 @@ func (s *State) announceWait(now time.Time) {
 	}
 }
 
-// dropNode ends the stream of a node about to be lost.
-func (s *State) dropNode(id, reason string) {
+// dropNode ends the stream of a node about to be lost (kind: dropped as a
+// straggler).
+func (s *State) dropNode(now time.Time, id, reason string, kind policy.Kind) {
 	if s.out[id] == nil || s.m.Finished() {
 		return
 	}
-	s.forget(id, reason)
+	s.forget(now, id, reason, kind)
 }
 
 // dropLost ends the streams of nodes the machine no longer has (lost after
@@ -430,12 +449,14 @@ func (s *State) dropLost() {
 	}
 	for _, id := range s.Nodes() {
 		if !s.m.HasNode(id) {
-			s.forget(id, fmt.Sprintf("out of contact for longer than the node timeout (%s)", s.m.Config().NodeTimeout))
+			s.forget(s.now, id, fmt.Sprintf("out of contact for longer than the node timeout (%s)", s.m.Config().NodeTimeout), policy.Lost)
 		}
 	}
 }
 
-func (s *State) forget(id, reason string) {
+func (s *State) forget(now time.Time, id, reason string, kind policy.Kind) {
+	s.record(now, s.hostnames[id], kind, "", reason) // health.go
+	delete(s.hostnames, id)
 	delete(s.out, id)
 	delete(s.nproc, id)
 	s.emit(Drop{Node: id, Reason: reason})

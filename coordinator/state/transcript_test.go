@@ -1,6 +1,7 @@
 package state_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/gotrain/gotrain/coordinator/job"
 	"github.com/gotrain/gotrain/coordinator/logentry"
 	"github.com/gotrain/gotrain/coordinator/state"
+	"github.com/gotrain/gotrain/internal/preflight"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -31,6 +33,8 @@ import (
 //	progress node=N
 //	exit node=N gen=G rank=R code=C
 //	kv key=K value=V
+//	gang gen=G out=ID[,ID] [check=C]  (the gang check's verdict, as its leader puts it)
+//	health host=H  (the node-health records of machine H on a, then b)
 //	tick [d=DURATION]
 //	outbox node=N [after=K] [on=a|b]
 //	snapshot
@@ -128,6 +132,28 @@ func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
 			Generation: int64(num(t, d, "gen", 0)), Rank: int32(num(t, d, "rank", 0)), ExitCode: int32(num(t, d, "code", 0))}}}
 	case "kv":
 		pe = &gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_KvPut{KvPut: &gotrainv1.KVPutRequest{Key: arg(d, "key", ""), Value: []byte(arg(d, "value", ""))}}}
+	case "gang":
+		var v preflight.GangVerdict
+		for _, id := range strings.Split(arg(d, "out", ""), ",") {
+			v.OutIDs = append(v.OutIDs, id)
+			v.Out = append(v.Out, preflight.Verdict{Node: "as-the-leader-says", Check: preflight.Check(arg(d, "check", string(preflight.CheckGang))),
+				Measured: "< 0.19 MB/s (2 nodes, 256 KiB)", Expected: "at least 10 MB/s"})
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		key := fmt.Sprintf("preflight/gang/%d/verdict", num(t, d, "gen", 0))
+		pe = &gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_KvPut{KvPut: &gotrainv1.KVPutRequest{Key: key, Value: b}}}
+	case "health":
+		var b strings.Builder
+		for _, st := range []*state.State{e.a, e.b} {
+			for _, r := range st.HealthRecords(arg(d, "host", "")) {
+				fmt.Fprintf(&b, "%s %s %s %q: %s\n", r.Time.Sub(t0), r.Host, r.Kind, r.Check, r.Detail)
+			}
+			b.WriteString("--\n")
+		}
+		return b.String()
 	case "tick":
 		dur, err := time.ParseDuration(arg(d, "d", "1s"))
 		if err != nil {
