@@ -14,17 +14,39 @@ import (
 	"github.com/gotrain/gotrain/worker/comm"
 )
 
-// The gang check (internal/preflight/gangrun.go) runs when the job's first
-// generation starts, before its ranks do: every node passed its own checks
-// by then (a node that did not stayed out, or failed the job at its join).
+// The gang check (internal/preflight/gangrun.go) runs when a generation
+// with a node new to it starts — the job's first, or one an elastic job
+// grew in (a replacement) — before its ranks do: every node passed its own
+// checks by then (a node that did not stayed out, or failed the job at its
+// join).
 
-// gangCheck runs the gang check for generation g when it is due: the job's
-// first generation, of at least two nodes, with preflight on. It returns an
-// *ExitError when this node must not start its ranks: it failed and stays
-// out, or the job cannot start.
+// gangDue says whether the gang check runs before generation g's ranks
+// start: g has a node this node did not start a generation with before
+// (every node of g, new or not, finds the same: the new node's own first
+// generation). It remembers g's nodes.
+func (a *agent) gangDue(g *gotrainv1.GenerationStarted) bool {
+	if a.gangExit != nil {
+		return false
+	}
+	var ids []string
+	for _, n := range g.GetNodes() {
+		ids = append(ids, n.GetNodeId())
+	}
+	first := a.gangSeen == nil
+	due := first
+	for _, id := range ids {
+		due = due || !slices.Contains(a.gangSeen, id)
+	}
+	a.gangSeen = ids
+	return due
+}
+
+// gangCheck runs the gang check for generation g, of at least two nodes,
+// with preflight on. It returns an *ExitError when this node must not
+// start its ranks: it failed and stays out, or the job cannot start.
 func (a *agent) gangCheck(ctx context.Context, g *gotrainv1.GenerationStarted) error {
 	p := a.cfg.Preflight
-	if p == nil || g.GetGeneration() != 0 || len(g.GetNodes()) < 2 {
+	if p == nil || len(g.GetNodes()) < 2 {
 		return nil
 	}
 	nodes := slices.Clone(g.GetNodes())

@@ -181,6 +181,8 @@ type agent struct {
 	// gangExit: the preflight gang check kept this node's ranks from
 	// starting (gang.go).
 	gangExit *ExitError
+	// gangSeen: the nodes of the last generation this node started in.
+	gangSeen []string
 	// tokenMade: this agent made the job token (none was given).
 	tokenMade bool
 	// hostKey: the embedded coordinator's secret this agent joins with, to
@@ -490,8 +492,8 @@ func (a *agent) loop(ctx context.Context, coordAddr string, events <-chan *gotra
 		var ev agentcore.Event
 		select {
 		case gev := <-events:
-			if g := gev.GetStarted(); g != nil && a.gen == nil && a.gangExit == nil {
-				// Before the first generation's ranks start (gang.go).
+			if g := gev.GetStarted(); g != nil && a.gangDue(g) {
+				// Before the ranks of a generation with new nodes start (gang.go).
 				if err := a.gangCheck(ctx, g); err != nil {
 					var ee *ExitError
 					if !errors.As(err, &ee) {

@@ -4,9 +4,11 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testing/testkit"
 	"github.com/gotrain/gotrain/internal/testing/vcluster"
 )
 
@@ -99,5 +101,60 @@ func TestPreflightGangSlowLinkElastic(t *testing.T) {
 	}
 	if strings.Contains(agents[2].Stdout(), "step rank=") {
 		t.Errorf("node3 ran a rank:\n%s", agents[2].Stdout())
+	}
+}
+
+// TestPreflightGangLedgerCoolOff: the coordinator keeps the gang check's
+// verdicts against a machine. Under --nnodes 2:3, node3 (a degraded link)
+// is named by the gang check when the job starts, and again when it joins
+// the running job back (the generation it grows is checked too); the third
+// time it tries, the coordinator refuses it in one line naming the
+// machine, the two verdicts and when it may come back, and its agent
+// exits 4. The others run on throughout.
+func TestPreflightGangLedgerCoolOff(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3)
+	slowLink(t, c.Hosts[2], "1mbit")
+	program := `echo "step rank=$RANK world=$WORLD_SIZE"; exec sleep 600`
+	agents := preflightJobRunning(t, c, "2:3", nil, program, "--max-restarts", "5")
+	m := caHashFlag.FindStringSubmatch(agents[0].Stderr())
+	if m == nil {
+		t.Fatalf("no --ca-hash in node1's join line:\n%s", agents[0].Stderr())
+	}
+	again := func() *vcluster.Proc {
+		h := c.Hosts[2]
+		return h.StartEnv([]string{"XDG_STATE_HOME=" + stateDir(t, h)}, bin.gotrain, "launch", "--nproc-per-node", "1", "--backend", "cpu",
+			"--node-addr", h.IP, "--preflight", "quick", "--max-restarts", "5", "--coordinator", c.Hosts[0].IP, "--ca-hash", m[1],
+			"--", "sh", "-c", program)
+	}
+	node3 := agents[2]
+	for try := 1; try <= 2; try++ {
+		code, err := node3.Wait(3 * time.Minute)
+		if err != nil || code != 4 || !strings.Contains(node3.Stderr(), "failed the preflight gang check and stays out of the job") {
+			t.Fatalf("node3's agent, try %d: exit %d, %v; want 4 after the gang check named it\n%s", try, code, err, c.Dump())
+		}
+		// It is out of the job before it tries again: the others run a
+		// world of 2 (the line is the last rank's start).
+		testkit.WaitFor(t, 3*time.Minute, "the job to run on node1 and node2 alone", func() bool {
+			return strings.Count(agents[0].Stdout(), "world=2") >= try && strings.Count(agents[1].Stdout(), "world=2") >= try
+		})
+		node3 = again()
+	}
+	code, err := node3.Wait(3 * time.Minute)
+	stderr := node3.Stderr()
+	refused := regexp.MustCompile(`gotrain: machine is cooling off: machine node3 failed 2 times within 24h0m0s in this job \(preflight gang-allreduce(-latency)? at [0-9TZ:-]+; preflight gang-allreduce(-latency)? at [0-9TZ:-]+\); it may join again from [0-9TZ:-]+ \(--nnodes MIN:MAX goes on without it\) \(exit status 4\)`)
+	if err != nil || code != 4 || !refused.MatchString(stderr) {
+		t.Fatalf("node3's third try: exit %d, %v; want 4 with the coordinator's line on its two verdicts\n%s\n%s", code, err, stderr, c.Dump())
+	}
+	for _, p := range agents[:2] {
+		if isDone(p) {
+			t.Fatalf("%s's agent exited while node3 came and went\n%s", p.Host.Name, c.Dump())
+		}
+		_ = p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range agents[:2] {
+		if _, err := p.Wait(2 * time.Minute); err != nil {
+			t.Errorf("%s's agent did not stop: %v", p.Host.Name, err)
+		}
 	}
 }

@@ -101,6 +101,13 @@ func cpuQuota(t *testing.T, pct int) quota {
 // flags for every host (a flag given again overrides).
 func preflightJob(t *testing.T, c *vcluster.Cluster, nnodes string, slow map[int]quota, extra ...string) []*vcluster.Proc {
 	t.Helper()
+	return preflightJobRunning(t, c, nnodes, slow, `echo "step rank=$RANK world=$WORLD_SIZE"`, extra...)
+}
+
+// preflightJobRunning is preflightJob with program as the ranks' shell
+// command.
+func preflightJobRunning(t *testing.T, c *vcluster.Cluster, nnodes string, slow map[int]quota, program string, extra ...string) []*vcluster.Proc {
+	t.Helper()
 	var agents []*vcluster.Proc
 	var caHash string
 	for i, h := range c.Hosts {
@@ -112,7 +119,7 @@ func preflightJob(t *testing.T, c *vcluster.Cluster, nnodes string, slow map[int
 			args = append(args, "--coordinator", c.Hosts[0].IP, "--ca-hash", caHash, "--node-rank", fmt.Sprint(i))
 		}
 		args = append(args, extra...)
-		args = append(args, "--", "sh", "-c", `echo "step rank=$RANK world=$WORLD_SIZE"`)
+		args = append(args, "--", "sh", "-c", program)
 		q, slowed := slow[i]
 		if slowed {
 			args = q.wrap(args)
