@@ -150,6 +150,9 @@ func (i identity) mayAct(node string, req any) error {
 		if strings.HasPrefix(r.GetKey(), memsnapKeyPrefix) {
 			return i.isGroupRank(node, r.GetKey())
 		}
+		if strings.HasPrefix(r.GetKey(), gangKeyPrefix) {
+			return i.gangKey(node, r.GetKey())
+		}
 	}
 	return nil
 }
@@ -214,4 +217,71 @@ func checkCSR(req *gotrainv1.JoinRequest) error {
 		return status.Errorf(codes.InvalidArgument, "join: certificate request: %v", err)
 	}
 	return nil
+}
+
+// gangKeyPrefix starts the preflight gang check's keys
+// (internal/preflight/gangrun.go): "preflight/gang/GEN/...".
+const gangKeyPrefix = "preflight/gang/"
+
+// gangKey says whether node may put key, a gang check's: a node's own
+// join and receipt (here/I, heard/I: group rank I), the leader's roster and
+// verdict (group rank 0, which the coordinator's record trusts), and the
+// pair communicators' addresses (gangpairJ: rank 0 the leader's, rank 1
+// node J's). The job-wide communicator's addresses are by place in the
+// roster, which the connections' token proof guards.
+func (i identity) gangKey(node, key string) error {
+	gen, gr, err := gangKeyOwner(key)
+	if err != nil {
+		return status.Errorf(codes.PermissionDenied, "key %q: %v", key, err)
+	}
+	if gr < 0 {
+		return nil
+	}
+	owner, ok, cur := i.groups(gen, gr)
+	switch {
+	case ok && owner == node:
+		return nil
+	case ok:
+		return status.Errorf(codes.PermissionDenied, "key %q: group rank %d of generation %d is node %q, not this connection's node %q: a node puts only its own part of the gang check", key, gr, gen, owner, node)
+	}
+	return status.Errorf(codes.PermissionDenied, "key %q: no node has group rank %d in generation %d (the current generation is %d)", key, gr, gen, cur)
+}
+
+// gangKeyOwner is the generation and group rank that may put a gang
+// check's key (-1: any node of the job), or why no node may.
+func gangKeyOwner(key string) (gen int64, gr int, err error) {
+	parts := strings.Split(strings.TrimPrefix(key, gangKeyPrefix), "/")
+	bad := fmt.Errorf("under %q only the gang check's keys may be put", gangKeyPrefix)
+	num := func(s string) (int, bool) {
+		n, err := strconv.Atoi(s)
+		return n, err == nil && n >= 0 && strconv.Itoa(n) == s
+	}
+	g, ok := num(parts[0])
+	if !ok || len(parts) < 2 {
+		return 0, 0, bad
+	}
+	gen = int64(g)
+	switch rest := parts[1:]; {
+	case len(rest) == 1 && (rest[0] == "roster" || rest[0] == "verdict"):
+		return gen, 0, nil
+	case len(rest) == 2 && (rest[0] == "here" || rest[0] == "heard"):
+		if n, ok := num(rest[1]); ok {
+			return gen, n, nil
+		}
+	case len(rest) == 5 && rest[0] == "cpucomm" && rest[2] == parts[0] && rest[3] == "addr":
+		r, ok := num(rest[4])
+		if !ok {
+			return 0, 0, bad
+		}
+		if rest[1] == "gang" {
+			return gen, -1, nil
+		}
+		if j, ok := num(strings.TrimPrefix(rest[1], "gangpair")); ok && strings.HasPrefix(rest[1], "gangpair") && r <= 1 {
+			if r == 0 {
+				return gen, 0, nil
+			}
+			return gen, j, nil
+		}
+	}
+	return 0, 0, bad
 }
