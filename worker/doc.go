@@ -17,8 +17,7 @@
 //	if err != nil { ... }
 //	defer c.Close()
 //	err = c.AllReduce(ctx, worker.Host(grads), worker.Host(grads), worker.Avg)
-package worker
-
+//
 // # Data parallel
 //
 // DataParallel averages gradients over the ranks while backward runs, as
@@ -75,3 +74,4 @@ package worker
 // On the NCCL backend, NewComm's options tune the communication stream:
 // WithHighPriorityStream (its kernels take SMs ahead of compute kernels) and
 // WithNCCLCTAs (bounds on the CTAs of each NCCL kernel).
+package worker
