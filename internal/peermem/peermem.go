@@ -7,6 +7,7 @@
 package peermem
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -71,6 +72,12 @@ type UnavailableError struct {
 	Rank      int    // the rank that reports it
 	Reason    string // why, e.g. "rank 3 is on another node"
 }
+
+// ErrUnavailable is what every UnavailableError unwraps to.
+var ErrUnavailable = errors.New("the copy-engine reduction is not available")
+
+// Unwrap makes errors.Is(err, ErrUnavailable) true.
+func (e *UnavailableError) Unwrap() error { return ErrUnavailable }
 
 func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("%s: rank %d: the copy-engine reduction is not available: %s", e.Transport, e.Rank, e.Reason)
