@@ -111,7 +111,6 @@ func TestDataParallelConfigErrors(t *testing.T) {
 		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{Transport: Transport(7)}},
 		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{Transport: TransportCopyEngine, BF16: true, AfterReduce: after}},
 		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{FusedSum: true}}, // no AfterReduce to add
-		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{CopyEngineLanes: -1}},
 		{[]int{3}, Host(make([]float32, 4)), DataParallelConfig{}},
 		{[]int{0, 4}, Host(make([]float32, 4)), DataParallelConfig{}},
 		{[]int{4}, Host(make([]float64, 4)), DataParallelConfig{}},

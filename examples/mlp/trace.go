@@ -154,7 +154,7 @@ func (t *stepTracer) record(p tracePoint, l, k int) {
 }
 
 // markBucket records on stream s, in afterReduce (DataParallel's update
-// stream, or the communication stream with --serial-update), that bucket b's
+// stream, or the communication stream with GOTRAIN_DP_TUNING=serial-update), that bucket b's
 // all-reduce is done (before its update is enqueued) or that its update is
 // (updated). With DeferUpdate, "reduced" also waits for backward's release
 // of the bucket.
