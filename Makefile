@@ -235,7 +235,7 @@ clean:
 # and one test binary per GPU package (bin/<pkg path with _>.test). Carry bin/
 # there and run `bash bench/gpu_check.sh`: it runs them all, `gotrain bench`
 # and the all-reduce comparison, and writes a report.
-GPU_TEST_PKGS ?= nccl internal/gpu/cudadrv worker worker/ncclcomm worker/pairreduce worker/nodereduce
+GPU_TEST_PKGS ?= nccl gpu/cudadrv worker worker/ncclcomm worker/pairreduce worker/nodereduce
 
 .PHONY: gpu
 gpu: cuda-stub

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
 	"github.com/gotrain/gotrain/worker/nodereduce"

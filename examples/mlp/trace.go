@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/worker"
 )
 

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/worker/comm"
 )
 

@@ -14,7 +14,7 @@ import (
 	"os"
 	"runtime"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 )
 
 // ProcessID tells ranks of one process (tests, or a program driving

@@ -31,7 +31,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/peermem"
 	"github.com/gotrain/gotrain/worker/comm"
 )
