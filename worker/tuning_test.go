@@ -5,33 +5,40 @@ import (
 	"testing"
 )
 
+// Each knob parses, alone or with others, and String gives back a value
+// that parses to the same knobs.
 func TestParseTuning(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want tuning
-		err  string
-	}{
-		{"", tuning{}, ""},
-		{"serial-update", tuning{serialUpdate: true}, ""},
-		{" high-priority-update , copy-engine-lanes=3 ", tuning{highPriorityUpdate: true, lanes: 3}, ""},
-		{"serial-update,,", tuning{serialUpdate: true}, ""},
-		{"copy-engine-lanes=0", tuning{}, "want a whole number, 1 or more"},
-		{"copy-engine-lanes=x", tuning{}, "want a whole number, 1 or more"},
-		{"copy-engine-lanes", tuning{}, "unknown knob"},
-		{"serial", tuning{}, "unknown knob \"serial\": want a comma-separated list of serial-update, high-priority-update, copy-engine-lanes=N"},
-	} {
-		got, err := parseTuning(tc.in)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), TuningEnv) {
-				t.Errorf("parseTuning(%q) = %v, want an error naming %s with %q", tc.in, err, TuningEnv, tc.err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("parseTuning(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+	good := map[string]tuning{
+		"":                    {},
+		"serial-update":       {serialUpdate: true},
+		"serial-update,,":     {serialUpdate: true},
+		"copy-engine-lanes=3": {lanes: 3},
+		" high-priority-update , copy-engine-lanes=2 ": {highPriorityUpdate: true, lanes: 2},
+	}
+	for in, want := range good {
+		got, err := parseTuning(in)
+		if err != nil || got != want {
+			t.Errorf("parseTuning(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 		if again, err := parseTuning(got.String()); err != nil || again != got {
-			t.Errorf("parseTuning(%q.String() = %q) = %+v, %v", tc.in, got.String(), again, err)
+			t.Errorf("parseTuning(%q) after String %q = %+v, %v", in, got.String(), again, err)
+		}
+	}
+}
+
+// A knob it does not know, or a lane count that is not one, is an error
+// that names the variable and says what it takes.
+func TestParseTuningRefuses(t *testing.T) {
+	bad := map[string]string{
+		"copy-engine-lanes=0": "want a whole number, 1 or more",
+		"copy-engine-lanes=x": "want a whole number, 1 or more",
+		"copy-engine-lanes":   "unknown knob",
+		"serial":              `unknown knob "serial": want a comma-separated list of serial-update, high-priority-update, copy-engine-lanes=N`,
+	}
+	for in, why := range bad {
+		_, err := parseTuning(in)
+		if err == nil || !strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), TuningEnv) {
+			t.Errorf("parseTuning(%q) = %v, want an error naming %s with %q", in, err, TuningEnv, why)
 		}
 	}
 }

@@ -2,52 +2,38 @@ package peermem
 
 import (
 	"slices"
-	"sync"
 	"testing"
 
-	"github.com/gotrain/gotrain/worker/comm/commtest"
 	"github.com/gotrain/gotrain/worker/cpucomm"
+	"github.com/gotrain/gotrain/worker/cpucomm/cpucommtest"
 )
 
 // Exchange hands every rank every rank's record in rank order; Agree is
 // true only when no rank has a reason, and every rank hears the same.
 func TestExchangeAndAgree(t *testing.T) {
-	const size = 3
-	store := commtest.NewMemStore()
+	comms := cpucommtest.Ranks(t, cpucomm.Config{Name: "peermem"}, 3)
 	type result struct {
 		recs       [][]int32
 		all, allOK bool
-		err        error
 	}
-	res := make([]result, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			c, err := cpucomm.New(t.Context(), cpucomm.Config{Name: "peermem", Rank: r, Size: size, Host: "127.0.0.1", Store: store})
-			if err != nil {
-				res[r].err = err
-				return
-			}
-			defer c.Close()
-			if res[r].recs, err = Exchange(t.Context(), c, []int32{int32(r), int32(10 * r)}); err != nil {
-				res[r].err = err
-				return
-			}
-			if res[r].allOK, err = Agree(t.Context(), c, ""); err != nil {
-				res[r].err = err
-				return
-			}
-			reason := ""
-			if r == 1 {
-				reason = "rank 1 cannot map"
-			}
-			res[r].all, res[r].err = Agree(t.Context(), c, reason)
-		})
-	}
-	wg.Wait()
+	res := make([]result, len(comms))
+	errs := cpucommtest.Each(comms, func(r int, c *cpucomm.Comm) (err error) {
+		if res[r].recs, err = Exchange(t.Context(), c, []int32{int32(r), int32(10 * r)}); err != nil {
+			return err
+		}
+		if res[r].allOK, err = Agree(t.Context(), c, ""); err != nil {
+			return err
+		}
+		reason := ""
+		if r == 1 {
+			reason = "rank 1 cannot map"
+		}
+		res[r].all, err = Agree(t.Context(), c, reason)
+		return err
+	})
 	for r, got := range res {
-		if got.err != nil {
-			t.Fatalf("rank %d: %v", r, got.err)
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
 		}
 		for j, rec := range got.recs {
 			if !slices.Equal(rec, []int32{int32(j), int32(10 * j)}) {
