@@ -2,8 +2,12 @@
 // worker/nodereduce) share about ranks that map each other's device
 // memory: which boot of which machine and which process a rank runs in
 // (ranks of one node can share memory through CUDA IPC, ranks of one
-// process share pointers), and raising a set of stream flags from a
-// thread of its own, for an abort.
+// process share pointers); a rank's own side (Local: the inbox and flags
+// allocation, exported for IPC, and the sum kernel); the exchange of the
+// ranks' records and their agreement that every rank could map the others
+// (Exchange, Agree); whether one rank can address another's GPU
+// (PeerDevice, EnablePeer); and raising a set of stream flags from a
+// thread of its own, for an abort (WriteFlags, Local.Release).
 package peermem
 
 import (
