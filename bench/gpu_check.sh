@@ -88,7 +88,7 @@ skip() {
 : >"$REPORT_DIR/steps.md"
 # The test binaries of `make gpu` (GPU_TEST_PKGS there), as package paths;
 # each runs in its package's directory, as go test runs it.
-GPU_TEST_PKGS=${GPU_TEST_PKGS:-nccl internal/gpu/cudadrv worker/ncclcomm worker/pairreduce worker/cudago}
+GPU_TEST_PKGS=${GPU_TEST_PKGS:-nccl gpu/cudadrv worker/ncclcomm worker/pairreduce worker/cudago}
 # Tests that skip on a GPU machine by design, left out here (CI runs them):
 # the no-driver checks (TestCallsBeforeLoad and TestLaunchBeforeLoad need the
 # driver not loaded yet, TestPrewarmWithoutDriverNewReportsIt no driver at

@@ -3,7 +3,7 @@
 # --out, resuming from the newest one when there is one. For
 # bench/real_restart.py: prints "resuming from checkpoint-N" and, from a
 # callback, "train step N" after each optimizer step.
-import argparse, glob, os, sys
+import argparse, glob, os
 
 import torch
 from torch.utils.data import Dataset

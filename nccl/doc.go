@@ -51,5 +51,5 @@
 //	}
 //	defer c.Destroy()
 //	err = c.AllReduce(sendPtr, recvPtr, n, nccl.Float32, nccl.Sum, stream)
-//	// then synchronize stream (package internal/gpu/cudadrv, or the user's CUDA code)
+//	// then synchronize stream (package gpu/cudadrv, or the user's CUDA code)
 package nccl

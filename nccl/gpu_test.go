@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/testing/gputest"
 )
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"sync"
 
 	"github.com/gotrain/gotrain/worker/flight"
@@ -45,8 +46,8 @@ type DataParallelConfig struct {
 	// On the host it runs on DataParallel's goroutine; on a GPU it runs on
 	// the communicator's thread and must only enqueue work on stream (a
 	// stream of DataParallel's that waits for the bucket's reduction; the
-	// communication stream with SerialUpdate), which the compute stream
-	// waits for at Finish.
+	// communication stream with TuningEnv's serial-update), which the
+	// compute stream waits for at Finish.
 	AfterReduce func(b Bucket, stream uintptr) error
 	// DeferUpdate holds a bucket's AfterReduce until backward has also
 	// Released every parameter of the bucket (Finish releases the rest):
@@ -56,16 +57,6 @@ type DataParallelConfig struct {
 	// earlier. On a GPU, a bucket released after its launch has its
 	// AfterReduce wait for one more event, recorded on Stream at the release.
 	DeferUpdate bool
-	// SerialUpdate runs AfterReduce on the communication stream, behind its
-	// bucket's reduction and ahead of the next one's, instead of on a stream
-	// of its own that overlaps the next reductions (GPU only; for A/B
-	// measurements of that overlap).
-	SerialUpdate bool
-	// HighPriorityUpdate gives that stream of its own the device's greatest
-	// priority instead of the normal one (GPU only). On 2 × H200 it made the
-	// MLP's step ~50 µs slower: the urgent updates take SMs from the weight
-	// GEMMs they overlap (bench/results/mlp-quick-*.txt).
-	HighPriorityUpdate bool
 	// Transport is how device buffers travel between ranks: TransportAuto
 	// (the zero value) uses the copy engines for two ranks on one node that
 	// can map each other's memory and NCCL otherwise; see Transport.
@@ -77,11 +68,7 @@ type DataParallelConfig struct {
 	// gradient buffer then never holds the average. Needs AfterReduce;
 	// without the copy-engine transport it changes nothing.
 	FusedSum bool
-	// CopyEngineLanes is how many streams (and so copy engines) each
-	// bucket's copy is split over with TransportCopyEngine; 0 means
-	// pairreduce.DefaultLanes.
-	CopyEngineLanes int
-	Logger          *slog.Logger // may be nil (then discard)
+	Logger   *slog.Logger // may be nil (then discard)
 }
 
 // Transport chooses how DataParallel moves device gradients.
@@ -153,8 +140,6 @@ func (cfg *DataParallelConfig) validate(deviceGrads bool) error {
 		return fmt.Errorf("worker: DataParallel: unknown %v", cfg.Transport)
 	case cfg.FusedSum && cfg.AfterReduce == nil:
 		return errors.New("worker: DataParallel: FusedSum needs an AfterReduce that adds Bucket.Peer")
-	case cfg.CopyEngineLanes < 0:
-		return fmt.Errorf("worker: DataParallel: %d copy-engine lanes, want 0 (the default) or more", cfg.CopyEngineLanes)
 	case cfg.Transport == TransportCopyEngine && !deviceGrads:
 		return errors.New("worker: DataParallel: the copy-engine transport moves gradients in device memory; these are in host memory (use the default transport)")
 	case cfg.Transport == TransportCopyEngine && cfg.BF16:
@@ -202,6 +187,8 @@ type DataParallel struct {
 	unreleased []int
 	updated    []bool
 
+	tune tuning // TuningEnv's knobs
+
 	eng engine
 }
 
@@ -235,6 +222,10 @@ func NewDataParallel(ctx context.Context, c Comm, sizes []int, grads Buffer, cfg
 	if err := cfg.validate(grads.OnDevice()); err != nil {
 		return nil, err
 	}
+	tune, err := parseTuning(os.Getenv(TuningEnv))
+	if err != nil {
+		return nil, err
+	}
 	if grads.DType() != Float32 {
 		return nil, fmt.Errorf("worker: DataParallel: gradients are %s, want float32", grads.DType())
 	}
@@ -252,8 +243,11 @@ func NewDataParallel(ctx context.Context, c Comm, sizes []int, grads Buffer, cfg
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if tune != (tuning{}) {
+		log.Warn("DataParallel runs with benchmark knobs", "rank", c.Rank(), "env", TuningEnv, "knobs", tune.String())
+	}
 	dp := &DataParallel{
-		c: c, cfg: cfg, log: log, grads: grads, sizes: append([]int(nil), sizes...),
+		c: c, cfg: cfg, tune: tune, log: log, grads: grads, sizes: append([]int(nil), sizes...),
 		offset: make([]int, len(sizes)), bucket: make([]int, len(sizes)), ready: make([]bool, len(sizes)),
 		released: make([]bool, len(sizes)),
 	}
@@ -276,7 +270,6 @@ func NewDataParallel(ctx context.Context, c Comm, sizes []int, grads Buffer, cfg
 	dp.unreleased, dp.updated = make([]int, len(dp.bkts)), make([]bool, len(dp.bkts))
 	dp.resetMicro()
 
-	var err error
 	if grads.OnDevice() {
 		dp.eng, err = newDeviceEngine(ctx, dp)
 	} else {

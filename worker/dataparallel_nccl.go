@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
 	"github.com/gotrain/gotrain/worker/nodereduce"
@@ -27,7 +27,7 @@ import (
 // the update's length, and the last buckets' updates and reductions, which
 // nothing else overlaps, would queue behind each other at the end of the
 // step (measured on 2 × H200: ~60 µs of the ~260 µs after backward).
-// DataParallelConfig.SerialUpdate keeps the old order; HighPriorityUpdate
+// The serial-update knob (TuningEnv) keeps the old order; high-priority-update
 // gives the stream the device's greatest priority (see newUpdateStream).
 type deviceEngine struct {
 	dp      *DataParallel
@@ -84,7 +84,7 @@ func newDeviceEngine(ctx context.Context, dp *DataParallel) (*deviceEngine, erro
 		e.relEv = make([]cudadrv.Event, len(dp.bkts))
 	}
 	// The copy engines' reducedEv events are recorded on the sum stream.
-	separate := e.ce != nil || (dp.cfg.AfterReduce != nil && !dp.cfg.SerialUpdate)
+	separate := e.ce != nil || (dp.cfg.AfterReduce != nil && !dp.tune.serialUpdate)
 	if separate {
 		e.reducedEv = make([]cudadrv.Event, len(dp.bkts))
 	}
@@ -112,7 +112,7 @@ func newDeviceEngine(ctx context.Context, dp *DataParallel) (*deviceEngine, erro
 func (e *deviceEngine) createResources(separate bool) error {
 	if separate {
 		var err error
-		if e.upd, err = newUpdateStream(e.dp.cfg.HighPriorityUpdate); err != nil {
+		if e.upd, err = newUpdateStream(e.dp.tune.highPriorityUpdate); err != nil {
 			return fmt.Errorf("create the update stream: %w", err)
 		}
 		if e.updDoneEv, err = cudadrv.NewEvent(cudadrv.EventDisableTiming); err != nil {
@@ -235,7 +235,7 @@ func newUpdateStream(urgent bool) (cudadrv.Stream, error) {
 // update enqueues bucket b's AfterReduce after its reduction (enqueued
 // before) and after the work enqueued on the compute stream so far (the last
 // reads of the bucket's parameters): on the update stream, or behind the
-// reduction on the communication stream with SerialUpdate.
+// reduction on the communication stream with the serial-update knob.
 func (e *deviceEngine) update(ctx context.Context, b int) error {
 	return e.nc.Do(func() error {
 		s := e.commStream()

@@ -46,7 +46,7 @@ func (e *deviceEngine) openPair(ctx context.Context) error {
 	if dp.c.Size() == 2 {
 		var p *pairreduce.Pair
 		p, err = pairreduce.Open(ctx, e.nc, e.nc.Do,
-			pairreduce.Config{Elements: dp.grads.Len(), Buckets: len(dp.bkts), Lanes: dp.cfg.CopyEngineLanes})
+			pairreduce.Config{Elements: dp.grads.Len(), Buckets: len(dp.bkts), Lanes: dp.tune.lanes})
 		if err == nil {
 			e.pair, e.ce = p, p
 		}

@@ -11,33 +11,17 @@ import (
 	"testing"
 
 	"github.com/gotrain/gotrain/worker/comm"
-	"github.com/gotrain/gotrain/worker/comm/commtest"
 	"github.com/gotrain/gotrain/worker/cpucomm"
+	"github.com/gotrain/gotrain/worker/cpucomm/cpucommtest"
 )
 
 // cpuRanks starts size ranks of the CPU backend in this process.
 func cpuRanks(t *testing.T, size int) []Comm {
 	t.Helper()
-	store := commtest.NewMemStore()
-	comms := make([]Comm, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			comms[r], errs[r] = cpucomm.New(t.Context(), cpucomm.Config{Name: "dp", Generation: 1, Rank: r, Size: size, Host: "127.0.0.1", Store: store})
-		})
+	var comms []Comm
+	for _, c := range cpucommtest.Ranks(t, cpucomm.Config{Name: "dp", Generation: 1}, size) {
+		comms = append(comms, c)
 	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	})
 	return comms
 }
 
@@ -111,7 +95,6 @@ func TestDataParallelConfigErrors(t *testing.T) {
 		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{Transport: Transport(7)}},
 		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{Transport: TransportCopyEngine, BF16: true, AfterReduce: after}},
 		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{FusedSum: true}}, // no AfterReduce to add
-		{[]int{4}, Host(make([]float32, 4)), DataParallelConfig{CopyEngineLanes: -1}},
 		{[]int{3}, Host(make([]float32, 4)), DataParallelConfig{}},
 		{[]int{0, 4}, Host(make([]float32, 4)), DataParallelConfig{}},
 		{[]int{4}, Host(make([]float64, 4)), DataParallelConfig{}},

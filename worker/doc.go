@@ -17,8 +17,7 @@
 //	if err != nil { ... }
 //	defer c.Close()
 //	err = c.AllReduce(ctx, worker.Host(grads), worker.Host(grads), worker.Avg)
-package worker
-
+//
 // # Data parallel
 //
 // DataParallel averages gradients over the ranks while backward runs, as
@@ -75,3 +74,19 @@ package worker
 // On the NCCL backend, NewComm's options tune the communication stream:
 // WithHighPriorityStream (its kernels take SMs ahead of compute kernels) and
 // WithNCCLCTAs (bounds on the CTAs of each NCCL kernel).
+//
+// # Errors
+//
+// Errors a program can match: ErrNotLaunched (not started by gotrain),
+// ErrGenerationEnded (a rank failed and the job restarts it: return, or use
+// Run), ErrNoState (nothing to restore), and CopyEngineUnavailableError
+// (ErrCopyEngineUnavailable) when TransportCopyEngine cannot be had:
+//
+//	dp, err := worker.NewDataParallel(ctx, c, sizes, grads, cfg)
+//	var un *worker.CopyEngineUnavailableError
+//	if errors.As(err, &un) {
+//		log.Printf("rank %d: no copy-engine transport (%s): falling back to NCCL", un.Rank, un.Reason)
+//		cfg.Transport = worker.TransportNCCL
+//		dp, err = worker.NewDataParallel(ctx, c, sizes, grads, cfg)
+//	}
+package worker

@@ -3,7 +3,7 @@ package worker
 import (
 	"fmt"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/memsnap"
 )
 

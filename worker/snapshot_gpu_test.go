@@ -8,7 +8,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/memsnap"
 	"github.com/gotrain/gotrain/internal/testing/gputest"
 	"github.com/gotrain/gotrain/worker/checkpoint"

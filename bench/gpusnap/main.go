@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/bench/internal/snapagent"
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/memsnap"
 )
 

@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker"
 	"github.com/gotrain/gotrain/worker/comm"

@@ -51,7 +51,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/nccl"
 )
 

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/benchrun"
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/launcher"
 	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/nccl"

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/doctor"
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
 	"github.com/gotrain/gotrain/internal/jobenv"
 	"github.com/gotrain/gotrain/internal/nodehealth"

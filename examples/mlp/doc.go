@@ -5,7 +5,7 @@
 // # GPU path (build tag cuda)
 //
 // The GPU model runs on the device's primary context from one locked OS
-// thread: cuBLAS (internal/gpu/cublas, dlopened; float32 GEMMs without TF32, or
+// thread: cuBLAS (gpu/cublas, dlopened; float32 GEMMs without TF32, or
 // bfloat16 inputs with float32 accumulation for --precision bf16) and the
 // example's own kernels (kernels/mlp.cu: bias + ReLU, ReLU backward, softmax
 // cross-entropy, bias gradient, SGD / momentum / Adam, bfloat16 conversion),

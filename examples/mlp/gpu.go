@@ -9,8 +9,8 @@ import (
 	"math"
 	"runtime"
 
-	"github.com/gotrain/gotrain/internal/gpu/cublas"
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cublas"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/worker"
 	"github.com/gotrain/gotrain/worker/comm"
 	"github.com/gotrain/gotrain/worker/ncclcomm"

@@ -8,8 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
-	"github.com/gotrain/gotrain/internal/testing/gputest"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/worker"
 	"github.com/gotrain/gotrain/worker/ncclcomm/nccltest"
 )
@@ -18,15 +17,26 @@ import (
 // binary on the GPU machine (make gpu). MLP_PTX names a PTX file to load
 // instead of the embedded one.
 
+// skipGPU skips a test that lacks GPU hardware or software, or fails it
+// where GOTRAIN_REQUIRE_GPU=1 (the GPU machine: bench/gpu_check.sh), where
+// a GPU test that did not run is a missing result.
+func skipGPU(t *testing.T, why any) {
+	t.Helper()
+	if os.Getenv("GOTRAIN_REQUIRE_GPU") == "1" {
+		t.Fatalf("GOTRAIN_REQUIRE_GPU=1, so this GPU test must run, but it would skip: %v", why)
+	}
+	t.Skip(why)
+}
+
 func gpuCount(t *testing.T) int {
 	t.Helper()
 	drv, err := cudadrv.Load()
 	if err != nil {
-		gputest.Skip(t, err)
+		skipGPU(t, err)
 	}
 	n, err := drv.DeviceCount()
 	if err != nil || n == 0 {
-		gputest.Skip(t, "no GPU")
+		skipGPU(t, "no GPU")
 	}
 	return n
 }
@@ -114,7 +124,7 @@ func TestGPUStepMatchesCPU(t *testing.T) {
 func TestGPURanksIdentical(t *testing.T) {
 	n := gpuCount(t)
 	if n < 2 {
-		gputest.Skip(t, "needs 2 GPUs")
+		skipGPU(t, "needs 2 GPUs")
 	}
 	for _, tc := range []struct {
 		name string

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 )
 
 // mlpPTX is kernels/mlp.cu compiled by `make ptx` (nvcc -ptx -arch=sm_90).

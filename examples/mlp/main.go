@@ -53,18 +53,15 @@ type options struct {
 	bucketMB  float64
 	chunkMB   float64
 	chunk0MB  float64 // the first layer's weight only
-	updPrio   string  // GPU: priority of DataParallel's update stream
 	accum     int
 	reduceBF  bool
 	commPrio  string // "normal" or "high"
 	minCTAs   int
 	maxCTAs   int
 	wgFirst   bool
-	serialUpd bool   // GPU: optimizer behind the reductions on the comm stream (A/B)
 	ctaPolicy string // NCCL CTA policy: default, efficiency or zero
 	symmetric bool   // GPU: gradients in an NCCL symmetric window
 	transport string // GPU: auto, nccl or copy-engine
-	ceLanes   int    // GPU: copy-engine lanes
 	fusedSum  bool   // GPU: the optimizer adds the peer's gradients
 	seed      uint64
 	data      string
@@ -134,18 +131,15 @@ Flags:
 	fs.Float64Var(&o.bucketMB, "bucket-mb", 25, "gradient bucket size in MiB")
 	fs.Float64Var(&o.chunkMB, "chunk-mb", 0, "split each weight's gradient into DataParallel parameters of about this many MiB, so that its all-reduce starts while the rest of it is computed (0: no split)")
 	fs.Float64Var(&o.chunk0MB, "chunk-first-mb", 0, "split only the first layer's weight gradient (the last one backward computes, whose all-reduce nothing overlaps) into DataParallel parameters of about this many MiB; with a --bucket-mb as small, each piece's all-reduce starts while the next is computed (0: as --chunk-mb)")
-	fs.StringVar(&o.updPrio, "update-priority", "normal", "GPU: priority of the stream of the per-bucket optimizer steps: normal, or high (they run as soon as their all-reduce is done, taking SMs from the GEMMs: DataParallelConfig.HighPriorityUpdate)")
 	fs.IntVar(&o.accum, "accum", 1, "gradient accumulation: micro-steps per all-reduce")
 	fs.BoolVar(&o.reduceBF, "reduce-bf16", false, "all-reduce the gradients in bfloat16")
 	fs.StringVar(&o.commPrio, "comm-priority", "normal", "priority of the NCCL communication stream: normal, or high (its collectives and optimizer steps take SMs ahead of the GEMMs)")
 	fs.IntVar(&o.minCTAs, "nccl-min-ctas", 0, "NCCL: at least this many CTAs per collective (ncclConfig_t minCTAs; 0: NCCL's choice)")
 	fs.IntVar(&o.maxCTAs, "nccl-max-ctas", 0, "NCCL: at most this many CTAs per collective, leaving SMs to the GEMMs beside it (ncclConfig_t maxCTAs; 0: NCCL's choice)")
 	fs.BoolVar(&o.wgFirst, "weight-grad-first", true, "backward computes each weight's gradient before the input gradient, so that its all-reduce starts a GEMM earlier (the optimizer waits for the input gradient: DataParallelConfig.DeferUpdate)")
-	fs.BoolVar(&o.serialUpd, "serial-update", false, "GPU: run each bucket's optimizer step on the communication stream, behind its all-reduce and ahead of the next (DataParallelConfig.SerialUpdate; default: a stream of its own that overlaps the next all-reduces)")
 	fs.StringVar(&o.ctaPolicy, "nccl-cta-policy", "default", "NCCL CTA policy (ncclConfig_t CTAPolicy, NCCL 2.27+): default, efficiency (fewest CTAs with decent bandwidth, for overlap with compute) or zero")
 	fs.StringVar(&o.transport, "transport", "auto", "GPU: how the gradients travel: auto (copy-engine for two ranks of one node, else nccl), nccl (NCCL's all-reduce), or copy-engine (each GPU copies its gradients into the other's memory with a copy engine and adds them: DataParallelConfig.Transport)")
 	fs.BoolVar(&o.fusedSum, "fused-sum", true, "GPU, copy-engine transport: the optimizer adds the peer's gradients as it reads them instead of a separate sum kernel (DataParallelConfig.FusedSum)")
-	fs.IntVar(&o.ceLanes, "ce-lanes", 0, "GPU, copy-engine transport: streams (copy engines) each bucket's copy is split over (0: the default, 1)")
 	fs.BoolVar(&o.symmetric, "nccl-symmetric", false, "GPU: allocate the gradients with ncclMemAlloc and register them as a symmetric window (NCCL 2.27+), so NCCL may reduce them with its symmetric-memory kernels; needs NCCL_CUMEM_ENABLE=1 in the environment")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and the data")
 	fs.StringVar(&o.data, "data", "", "mnist: directory of the MNIST IDX .gz files (default: the GoMNIST module's data/)")
@@ -190,11 +184,9 @@ func (o options) validate() error {
 		{o.device != "" && o.device != "gpu" && o.device != "cpu", fmt.Errorf("--device %q: want gpu or cpu", o.device)},
 		{o.commPrio != "normal" && o.commPrio != "high", fmt.Errorf("--comm-priority %q: want normal or high", o.commPrio)},
 		{o.minCTAs < 0 || o.maxCTAs < 0 || (o.minCTAs > 0 && o.maxCTAs > 0 && o.minCTAs > o.maxCTAs), fmt.Errorf("--nccl-min-ctas %d, --nccl-max-ctas %d: want 0 (NCCL's choice) or more, min ≤ max", o.minCTAs, o.maxCTAs)},
-		{o.updPrio != "normal" && o.updPrio != "high", fmt.Errorf("--update-priority %q: want normal or high", o.updPrio)},
 		{o.chunk0MB < 0, errors.New("--chunk-first-mb must not be negative")},
 		{!validCTAPolicy(o.ctaPolicy), fmt.Errorf("--nccl-cta-policy %q: want default, efficiency or zero", o.ctaPolicy)},
 		{o.layers < 1 || o.hidden < 1 || o.batch < 1 || o.accum < 1 || o.bucketMB <= 0 || o.chunkMB < 0, errors.New("--layers, --hidden, --batch, --accum and --bucket-mb must be positive, --chunk-mb not negative")},
-		{o.ceLanes < 0, fmt.Errorf("--ce-lanes %d: want 0 (the default) or more", o.ceLanes)},
 		{o.trace < 0 || o.blasSM < 0, fmt.Errorf("--trace %d, --blas-sm-target %d: want 0 (off) or more", o.trace, o.blasSM)},
 		{o.trace > o.steps, fmt.Errorf("--trace %d: at most --steps (%d)", o.trace, o.steps)},
 		{(o.trace > 0 || o.noReduce) && o.mode != "synthetic", errors.New("--trace and --no-reduce are for --mode synthetic")},
@@ -299,8 +291,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Optim: optim{Kind: o.optimizer, LR: float32(o.lr), Momentum: float32(o.momentum), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
 		DP: worker.DataParallelConfig{
 			BucketBytes: int(o.bucketMB * (1 << 20)), AccumulationSteps: o.accum, BF16: o.reduceBF, Logger: log,
-			DeferUpdate: o.wgFirst, SerialUpdate: o.serialUpd, HighPriorityUpdate: o.updPrio == "high",
-			Transport: o.dpTransport, CopyEngineLanes: o.ceLanes, FusedSum: o.fusedSum,
+			DeferUpdate: o.wgFirst, Transport: o.dpTransport, FusedSum: o.fusedSum,
 		},
 		Device:   ncclcomm.DeviceFor(w.GPU, os.Getenv),
 		NoReduce: o.noReduce, BlasSMTarget: o.blasSM, Symmetric: o.symmetric,
@@ -424,9 +415,9 @@ func synthetic(ctx context.Context, c comm.Comm, m model, cfg modelConfig, o opt
 	}
 	if c.Rank() == 0 {
 		stepMS := dt.Seconds() / float64(o.steps) * 1e3
-		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%s comm_priority=%s nccl_ctas=%d..%d cta_policy=%s symmetric=%t weight_grad_first=%t serial_update=%t update_priority=%s bucket_mb=%g chunk_mb=%g chunk_first_mb=%g reduce=%s blas_sm_target=%d trace=%d transport=%s fused_sum=%t\n",
+		fmt.Fprintf(out, "gotrain world=%d params=%d batch/gpu=%d step_ms=%.3f samples_per_s=%.0f device=%s precision=%s reduce_bf16=%t arch=%s loss=%.4f->%.4f ranks_agree=%s comm_priority=%s nccl_ctas=%d..%d cta_policy=%s symmetric=%t weight_grad_first=%t dp_tuning=%q bucket_mb=%g chunk_mb=%g chunk_first_mb=%g reduce=%s blas_sm_target=%d trace=%d transport=%s fused_sum=%t\n",
 			c.Size(), a.numParams(), o.batch, stepMS, float64(o.batch*c.Size()*o.steps)/dt.Seconds(),
-			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.ctaPolicy, o.symmetric, o.wgFirst, o.serialUpd, o.updPrio, o.bucketMB,
+			o.device, o.precision, o.reduceBF, a, first, last, agree, o.commPrio, o.minCTAs, o.maxCTAs, o.ctaPolicy, o.symmetric, o.wgFirst, os.Getenv(worker.TuningEnv), o.bucketMB,
 			o.chunkMB, o.chunk0MB, reduce, o.blasSM, o.trace, m.Transport(), o.fusedSum)
 	}
 	if snaps != nil && c.Rank() == 0 {

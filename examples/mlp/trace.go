@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/worker"
 )
 
@@ -154,7 +154,7 @@ func (t *stepTracer) record(p tracePoint, l, k int) {
 }
 
 // markBucket records on stream s, in afterReduce (DataParallel's update
-// stream, or the communication stream with --serial-update), that bucket b's
+// stream, or the communication stream with GOTRAIN_DP_TUNING=serial-update), that bucket b's
 // all-reduce is done (before its update is enqueued) or that its update is
 // (updated). With DeferUpdate, "reduced" also waits for backward's release
 // of the bucket.

@@ -2,18 +2,23 @@
 // worker/nodereduce) share about ranks that map each other's device
 // memory: which boot of which machine and which process a rank runs in
 // (ranks of one node can share memory through CUDA IPC, ranks of one
-// process share pointers), and raising a set of stream flags from a
-// thread of its own, for an abort.
+// process share pointers); a rank's own side (Local: the inbox and flags
+// allocation, exported for IPC, and the sum kernel); the exchange of the
+// ranks' records and their agreement that every rank could map the others
+// (Exchange, Agree); whether one rank can address another's GPU
+// (PeerDevice, EnablePeer); and raising a set of stream flags from a
+// thread of its own, for an abort (WriteFlags, Local.Release).
 package peermem
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"runtime"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 )
 
 // ProcessID tells ranks of one process (tests, or a program driving
@@ -71,6 +76,12 @@ type UnavailableError struct {
 	Rank      int    // the rank that reports it
 	Reason    string // why, e.g. "rank 3 is on another node"
 }
+
+// ErrUnavailable is what every UnavailableError unwraps to.
+var ErrUnavailable = errors.New("the copy-engine reduction is not available")
+
+// Unwrap makes errors.Is(err, ErrUnavailable) true.
+func (e *UnavailableError) Unwrap() error { return ErrUnavailable }
 
 func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("%s: rank %d: the copy-engine reduction is not available: %s", e.Transport, e.Rank, e.Reason)

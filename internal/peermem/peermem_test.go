@@ -24,3 +24,15 @@ func TestUnavailableError(t *testing.T) {
 		t.Errorf("Error() = %q, want %q", err.Error(), want)
 	}
 }
+
+// Records travel as int32 words: Words and Bytes are inverses, little-endian.
+func TestWordsBytes(t *testing.T) {
+	b := []byte{1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x78, 0x56, 0x34, 0x12}
+	w := Words(b)
+	if len(w) != 3 || w[0] != 1 || w[1] != -1 || w[2] != 0x12345678 {
+		t.Fatalf("Words = %v", w)
+	}
+	if got := Bytes(w); string(got) != string(b) {
+		t.Fatalf("Bytes(Words(b)) = %v, want %v", got, b)
+	}
+}

@@ -245,15 +245,13 @@ def _store_waits_for_rank0():
     # torch.distributed.rendezvous._create_c10d_store.
     try:
         import functools
+        import importlib
         import socket
-        import sys
         import time
-
-        import torch.distributed.rendezvous
 
         # Not `import … as`: torch.distributed's rendezvous is also the
         # name of a function there, which that would give.
-        rdzv = sys.modules["torch.distributed.rendezvous"]
+        rdzv = importlib.import_module("torch.distributed.rendezvous")
     except Exception:
         return
     real = getattr(rdzv, "_create_c10d_store", None)

@@ -14,5 +14,7 @@ is imported on first use, not here.
 
 __version__ = "0.9.0"
 
-from .memsnap import available, restore, restore_into, snapshot, source, wait  # noqa: E402,F401
-from . import dcp  # noqa: E402,F401
+from .memsnap import available, restore, restore_into, snapshot, source, wait  # noqa: E402
+from . import dcp  # noqa: E402
+
+__all__ = ["available", "restore", "restore_into", "snapshot", "source", "wait", "dcp"]

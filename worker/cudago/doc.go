@@ -6,7 +6,7 @@
 // gorgonia.org/cu links libcuda and exits the process in its init() when no
 // driver is found: a program that imports cudago runs only where a CUDA
 // driver is. The gotrain binary never imports it (a test checks); gotrain's
-// own GPU work uses internal/gpu/cudadrv, which loads the driver at run time.
+// own GPU work uses gpu/cudadrv, which loads the driver at run time.
 //
 // # Building
 //

@@ -3,7 +3,7 @@ package ncclcomm
 import (
 	"fmt"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/nccl"
 )
 

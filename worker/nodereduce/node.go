@@ -41,10 +41,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/peermem"
 	"github.com/gotrain/gotrain/worker/comm"
 )
@@ -112,22 +111,13 @@ type Node struct {
 	rank, size int
 	buckets    []Span
 	l          layout
-	cuctx      cudadrv.Context
 	grads      cudadrv.DevicePtr
 
-	alloc    cudadrv.DevicePtr // inbox, then the flags
-	flagsOff int               // bytes from the allocation's start to the flags
-	peers    []peer            // by rank; this rank's entry is its own memory
-	retained []cudadrv.Device  // peers' devices whose primary context we retained
-
-	mod cudadrv.Module
-	sum cudadrv.Function
-	sms int
+	own      peermem.Local    // inbox, then the flags
+	peers    []peer           // by rank; this rank's entry is its own memory
+	retained []cudadrv.Device // peers' devices whose primary context we retained
 
 	step atomic.Uint32 // the step being reduced, from 1
-
-	relMu            sync.Mutex // orders Release against Close
-	released, closed bool
 }
 
 // peer is another rank's memory as this rank addresses it.
@@ -149,7 +139,7 @@ const (
 )
 
 func (n *Node) flag(base cudadrv.DevicePtr, kind, b, j int) cudadrv.DevicePtr {
-	return base + cudadrv.DevicePtr(n.flagsOff+4*((kind*len(n.buckets)+b)*n.size+j))
+	return base + cudadrv.DevicePtr(n.own.FlagsOff+4*((kind*len(n.buckets)+b)*n.size+j))
 }
 
 // record is what a rank tells the others: how to map its inbox and its
@@ -168,6 +158,10 @@ const (
 	recordBytes = 64 + 64 + 8*5 + busIDBytes + 8
 )
 
+func (r record) place() peermem.Place {
+	return peermem.Place{Node: r.node, Process: r.process, BusID: r.busID}
+}
+
 func (r record) encode() []int32 {
 	b := make([]byte, 0, recordBytes)
 	b = append(b, r.inbox[:]...)
@@ -183,18 +177,11 @@ func (r record) encode() []int32 {
 		e = 1
 	}
 	b = binary.LittleEndian.AppendUint64(b, e)
-	out := make([]int32, recordBytes/4)
-	for i := range out {
-		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
+	return peermem.Words(b)
 }
 
 func decode(w []int32) record {
-	b := make([]byte, 0, recordBytes)
-	for _, v := range w {
-		b = binary.LittleEndian.AppendUint32(b, uint32(v))
-	}
+	b := peermem.Bytes(w)
 	var r record
 	copy(r.inbox[:], b[:64])
 	copy(r.grads[:], b[64:128])
@@ -228,7 +215,6 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 	}
 	n := &Node{rank: c.Rank(), size: size, buckets: cfg.Buckets, l: newLayout(size, cfg.Buckets), grads: cudadrv.DevicePtr(cfg.Grads)}
 	n.step.Store(1)
-	n.flagsOff = (4*n.l.inboxLen + 255) &^ 255
 	flags := flagKinds * len(cfg.Buckets) * size
 	var mine record
 	var dev cudadrv.Device
@@ -240,38 +226,21 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 		n.free(do)
 		return nil, fmt.Errorf("nodereduce: rank %d: %w", n.rank, err)
 	}
-	mine.inboxPtr, mine.node, mine.process = uint64(n.alloc), peermem.NodeID(), peermem.ProcessID
+	mine.inboxPtr, mine.node, mine.process = uint64(n.own.Alloc), peermem.NodeID(), peermem.ProcessID
 	if err := n.connect(ctx, c, do, dev, mine, cfg.SharedGPUOnly); err != nil {
 		return nil, err
 	}
 	return n, nil
 }
 
-// setup, on the device's thread, allocates the inbox and the flags (and
-// zeroes the flags), fills in this rank's record but for inboxPtr, node and
-// process, and loads the sum kernel. It returns the current device.
+// setup, on the device's thread, sets up this rank's inbox, flags and
+// kernel, and fills in this rank's record but for inboxPtr, node and
+// process. It returns the current device.
 func (n *Node) setup(flags int, mine *record) (dev cudadrv.Device, err error) {
-	if n.cuctx, err = cudadrv.CurrentContext(); err != nil {
+	if dev, err = n.own.SetUp(4*n.l.inboxLen, flags, nodePTX, "node_sum", "node"); err != nil {
 		return dev, err
 	}
-	if dev, err = cudadrv.CurrentDevice(); err != nil {
-		return dev, err
-	}
-	if mine.busID, err = dev.PCIBusID(); err != nil {
-		return dev, err
-	}
-	if n.sms, err = dev.Attribute(cudadrv.AttrMultiprocessorCount); err != nil {
-		return dev, err
-	}
-	if n.alloc, err = cudadrv.MemAlloc(n.flagsOff + 4*flags); err != nil {
-		return dev, fmt.Errorf("allocate the %d MB inbox: %w", n.flagsOff>>20, err)
-	}
-	if err = cudadrv.MemsetD32(n.alloc+cudadrv.DevicePtr(n.flagsOff), 0, flags); err != nil {
-		return dev, err
-	}
-	if mine.inbox, err = cudadrv.IPCGetMemHandle(n.alloc); err != nil {
-		return dev, err
-	}
+	mine.inbox, mine.busID = n.own.Handle, n.own.BusID
 	// The gradients may sit inside a larger allocation: share that
 	// and say where in it they start.
 	if base, _, err := cudadrv.MemGetAddressRange(n.grads); err != nil {
@@ -281,43 +250,35 @@ func (n *Node) setup(flags int, mine *record) (dev cudadrv.Device, err error) {
 	} else {
 		mine.gradsBase, mine.gradsOff = uint64(base), uint64(n.grads-base)
 	}
-	if n.mod, err = cudadrv.LoadModule(nodePTX); err != nil {
-		return dev, fmt.Errorf("load the node kernel: %w", err)
-	}
-	n.sum, err = n.mod.Function("node_sum")
-	return dev, err
+	return dev, nil
 }
 
 // connect exchanges the ranks' records, maps the others' inboxes and
 // gradients (with sharedGPUOnly, only where two ranks share a GPU) and has
 // every rank agree that each could; on failure it frees this rank's side.
 func (n *Node) connect(ctx context.Context, c comm.Comm, do func(func() error) error, dev cudadrv.Device, mine record, sharedGPUOnly bool) error {
-	size := n.size
-	all := make([]int32, size*recordBytes/4)
-	if err := c.AllGather(ctx, comm.Host(mine.encode()), comm.Host(all)); err != nil {
+	words, err := peermem.Exchange(ctx, c, mine.encode())
+	if err != nil {
 		n.free(do)
-		return fmt.Errorf("nodereduce: rank %d: exchange memory handles: %w", n.rank, err)
+		return fmt.Errorf("nodereduce: rank %d: %w", n.rank, err)
 	}
-	recs := make([]record, size)
+	recs := make([]record, n.size)
 	for j := range recs {
-		recs[j] = decode(all[j*recordBytes/4 : (j+1)*recordBytes/4])
+		recs[j] = decode(words[j])
 	}
-	n.peers = make([]peer, size)
+	n.peers = make([]peer, n.size)
 	reason := ""
 	if sharedGPUOnly && !sharesGPU(recs) {
 		reason = "every rank has a GPU of its own (the copy engines are taken only where ranks share one)"
 	} else if err := do(func() error { reason = n.mapPeers(dev, recs); return nil }); err != nil {
 		reason = err.Error()
 	}
-	ok := []int32{1}
-	if reason != "" {
-		ok[0] = 0
-	}
-	if err := c.AllReduce(ctx, comm.Host(ok), comm.Host(ok), comm.Min); err != nil {
+	ok, err := peermem.Agree(ctx, c, reason)
+	if err != nil {
 		n.free(do)
-		return fmt.Errorf("nodereduce: rank %d: agree on the transport: %w", n.rank, err)
+		return fmt.Errorf("nodereduce: rank %d: %w", n.rank, err)
 	}
-	if ok[0] == 0 {
+	if !ok {
 		n.free(do)
 		if reason == "" {
 			reason = "another rank cannot map this rank's memory"
@@ -349,37 +310,27 @@ func sharesGPU(recs []record) bool {
 // cannot.
 func (n *Node) mapPeers(dev cudadrv.Device, recs []record) string {
 	mine := recs[n.rank]
-	n.peers[n.rank] = peer{alloc: n.alloc, grads: n.grads}
+	n.peers[n.rank] = peer{alloc: n.own.Alloc, grads: n.grads}
 	enabled := map[cudadrv.Device]bool{dev: true}
 	for j, r := range recs {
 		if j == n.rank {
 			continue
 		}
-		if r.node != mine.node {
-			return fmt.Sprintf("rank %d is on another node", j)
-		}
-		if r.gradsErr {
+		if r.node == mine.node && r.gradsErr {
 			return fmt.Sprintf("rank %d's gradients are not memory that CUDA IPC can share (cuMemAlloc)", j)
 		}
-		peerDev, err := cudadrv.DeviceByPCIBusID(r.busID)
-		if err != nil {
-			return fmt.Sprintf("rank %d's GPU %s is not visible to this process (CUDA_VISIBLE_DEVICES): %v", j, r.busID, err)
-		}
-		if peerDev != dev {
-			can, err := dev.CanAccessPeer(peerDev)
-			if err != nil || !can {
-				return fmt.Sprintf("GPU %s cannot access GPU %s of rank %d peer to peer (%v)", mine.busID, r.busID, j, err)
-			}
+		peerDev, reason := peermem.PeerDevice(dev, mine.place(), r.place(), j)
+		if reason != "" {
+			return reason
 		}
 		if r.process == mine.process {
 			if !enabled[peerDev] {
-				pctx, err := peerDev.RetainPrimaryContext()
-				if err != nil {
-					return err.Error()
+				retained, reason := peermem.EnablePeer(peerDev, r.busID)
+				if retained {
+					n.retained = append(n.retained, peerDev)
 				}
-				n.retained = append(n.retained, peerDev)
-				if err := cudadrv.EnablePeerAccess(pctx); err != nil {
-					return fmt.Sprintf("enable peer access to GPU %s: %v", r.busID, err)
+				if reason != "" {
+					return reason
 				}
 				enabled[peerDev] = true
 			}
@@ -423,7 +374,7 @@ func (n *Node) Send(b int, stream uintptr) error {
 	step := n.step.Load()
 	bk := n.buckets[b]
 	return n.others(func(k int) error {
-		if err := s.WaitValue32(n.flag(n.alloc, consumedFlag, b, k), step-1); err != nil {
+		if err := s.WaitValue32(n.flag(n.own.Alloc, consumedFlag, b, k), step-1); err != nil {
 			return err
 		}
 		from, cnt := n.l.part(b, bk, k)
@@ -447,15 +398,15 @@ func (n *Node) Reduce(b int, scale float32, stream uintptr) error {
 	s := cudadrv.Stream(stream)
 	step := n.step.Load()
 	bk := n.buckets[b]
-	if err := n.others(func(j int) error { return s.WaitValue32(n.flag(n.alloc, arrivedFlag, b, j), step) }); err != nil {
+	if err := n.others(func(j int) error { return s.WaitValue32(n.flag(n.own.Alloc, arrivedFlag, b, j), step) }); err != nil {
 		return err
 	}
 	from, cnt := n.l.part(b, bk, n.rank)
 	if cnt > 0 {
 		const block = 256
-		grid := min((cnt+block-1)/block, 4*n.sms)
-		err := n.sum.Launch(cudadrv.Dim3{X: uint32(max(grid, 1))}, cudadrv.Dim3{X: block}, 0, s,
-			at(n.grads, from), at(n.alloc, n.l.slot(b, 0)), int64(n.l.chunk[b]), int32(n.size), int32(n.rank), int64(cnt), scale)
+		grid := min((cnt+block-1)/block, 4*n.own.SMs)
+		err := n.own.Kernel.Launch(cudadrv.Dim3{X: uint32(max(grid, 1))}, cudadrv.Dim3{X: block}, 0, s,
+			at(n.grads, from), at(n.own.Alloc, n.l.slot(b, 0)), int64(n.l.chunk[b]), int32(n.size), int32(n.rank), int64(cnt), scale)
 		if err != nil {
 			return err
 		}
@@ -477,7 +428,7 @@ func (n *Node) Reduce(b int, scale float32, stream uintptr) error {
 	if err != nil {
 		return err
 	}
-	return n.others(func(j int) error { return s.WaitValue32(n.flag(n.alloc, gatheredFlag, b, j), step) })
+	return n.others(func(j int) error { return s.WaitValue32(n.flag(n.own.Alloc, gatheredFlag, b, j), step) })
 }
 
 // Next ends a step: later Sends and Reduces belong to the next one.
@@ -489,32 +440,24 @@ func (n *Node) Next() { n.step.Add(1) }
 // runs on a thread of its own (the device's thread may be the one waiting)
 // and can be called from any goroutine.
 func (n *Node) Release() {
-	n.relMu.Lock()
-	defer n.relMu.Unlock()
-	if n.released || n.closed {
-		return
-	}
-	n.released = true
-	var flags []cudadrv.DevicePtr
-	for kind := range flagKinds {
-		for b := range n.buckets {
-			for j := range n.size {
-				flags = append(flags, n.flag(n.alloc, kind, b, j))
+	n.own.Release(func() []cudadrv.DevicePtr {
+		var flags []cudadrv.DevicePtr
+		for kind := range flagKinds {
+			for b := range n.buckets {
+				for j := range n.size {
+					flags = append(flags, n.flag(n.own.Alloc, kind, b, j))
+				}
 			}
 		}
-	}
-	// Done before Release returns, so that Close never frees the flags
-	// under a pending write.
-	peermem.WriteFlags(n.cuctx, flags, n.step.Load()+1<<30)
+		return flags
+	}, n.step.Load()+1<<30)
 }
 
 // Close unmaps the other ranks' memory and frees this rank's. Call it
 // through do once no rank will write into another's memory again (every
 // rank's streams done).
 func (n *Node) Close() error {
-	n.relMu.Lock()
-	n.closed = true // a Release in progress has finished its writes
-	n.relMu.Unlock()
+	n.own.Closing()
 	var errs []error
 	for j := range n.peers {
 		p := &n.peers[j]
@@ -530,13 +473,7 @@ func (n *Node) Close() error {
 		errs = append(errs, d.ReleasePrimaryContext())
 	}
 	n.retained = nil
-	if n.mod != 0 {
-		errs = append(errs, n.mod.Unload())
-	}
-	if n.alloc != 0 {
-		errs = append(errs, n.alloc.Free())
-	}
-	n.mod, n.alloc = 0, 0
+	errs = append(errs, n.own.Close())
 	return errors.Join(errs...)
 }
 

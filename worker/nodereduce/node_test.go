@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/gotrain/gotrain/internal/peermem"
-	"github.com/gotrain/gotrain/worker/comm/commtest"
 	"github.com/gotrain/gotrain/worker/cpucomm"
+	"github.com/gotrain/gotrain/worker/cpucomm/cpucommtest"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -63,7 +63,7 @@ func TestLayoutCoversBuckets(t *testing.T) {
 
 // Every (kind, bucket, rank) flag has a word of its own.
 func TestFlagsDistinct(t *testing.T) {
-	n := &Node{size: 5, buckets: make([]Span, 3), flagsOff: 1024}
+	n := &Node{size: 5, buckets: make([]Span, 3), own: peermem.Local{FlagsOff: 1024}}
 	seen := map[uint64]bool{}
 	for kind := range flagKinds {
 		for b := range n.buckets {
@@ -81,14 +81,9 @@ func TestFlagsDistinct(t *testing.T) {
 // One rank, or no buckets, is refused before any CUDA call: a job of any
 // size can ask for the transport and fall back.
 func TestOpenRefusesWithoutCUDA(t *testing.T) {
-	store := commtest.NewMemStore()
-	c, err := cpucomm.New(t.Context(), cpucomm.Config{Name: "node", Rank: 0, Size: 1, Host: "127.0.0.1", Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := cpucommtest.Ranks(t, cpucomm.Config{Name: "node"}, 1)[0]
 	do := func(f func() error) error { return f() }
-	_, err = Open(context.Background(), c, do, Config{Grads: 1 << 20, Buckets: []Span{{0, 1024}}})
+	_, err := Open(context.Background(), c, do, Config{Grads: 1 << 20, Buckets: []Span{{0, 1024}}})
 	var un *peermem.UnavailableError
 	if !errors.As(err, &un) || un.Rank != 0 {
 		t.Fatalf("one rank: %v, want an UnavailableError of rank 0", err)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
 	"github.com/gotrain/gotrain/worker/ncclcomm/nccltest"
 )

@@ -29,10 +29,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 
-	"github.com/gotrain/gotrain/internal/gpu/cudadrv"
+	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/peermem"
 	"github.com/gotrain/gotrain/worker/comm"
 )
@@ -47,17 +46,11 @@ var pairPTX string
 // do function Open was given) and enqueue without waiting.
 type Pair struct {
 	rank, buckets int
-	cuctx         cudadrv.Context
 
-	alloc    cudadrv.DevicePtr // inbox, then the flags: arrived[buckets], consumed[buckets]
-	flagsOff int               // bytes from the allocation's start to the flags
+	own      peermem.Local     // inbox, then the flags: arrived[buckets], consumed[buckets]
 	peer     cudadrv.DevicePtr // the peer's allocation, mapped here
 	mapped   bool              // peer came from IPCOpenMemHandle (else a pointer of this process)
 	retained *cudadrv.Device   // the peer's device, whose primary context we retained
-
-	mod cudadrv.Module
-	sum cudadrv.Function
-	sms int
 
 	// With more than one lane each copy is split over the lanes' streams,
 	// which the driver may give to several copy engines. On 2 × H200 one
@@ -68,10 +61,6 @@ type Pair struct {
 	joinEv []cudadrv.Event
 
 	step atomic.Uint32 // the step being reduced, from 1
-
-	// relMu orders Release (from an abort, any goroutine) against Close.
-	relMu            sync.Mutex
-	released, closed bool
 }
 
 // record is what a rank tells its peer: how to map its allocation and where
@@ -89,6 +78,10 @@ const (
 	busIDBytes  = 24
 )
 
+func (r record) place() peermem.Place {
+	return peermem.Place{Node: r.node, Process: r.process, BusID: r.busID}
+}
+
 func (r record) encode() []int32 {
 	b := make([]byte, 0, recordBytes)
 	b = append(b, r.handle[:]...)
@@ -98,18 +91,11 @@ func (r record) encode() []int32 {
 	var bus [busIDBytes]byte
 	copy(bus[:], r.busID)
 	b = append(b, bus[:]...)
-	out := make([]int32, recordBytes/4)
-	for i := range out {
-		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
+	return peermem.Words(b)
 }
 
 func decode(w []int32) record {
-	b := make([]byte, 0, recordBytes)
-	for _, v := range w {
-		b = binary.LittleEndian.AppendUint32(b, uint32(v))
-	}
+	b := peermem.Bytes(w)
 	var r record
 	copy(r.handle[:], b[:64])
 	r.ptr = binary.LittleEndian.Uint64(b[64:])
@@ -150,56 +136,31 @@ func Open(ctx context.Context, c comm.Comm, do func(func() error) error, cfg Con
 	}
 	p := &Pair{rank: c.Rank(), buckets: buckets}
 	p.step.Store(1)
-	p.flagsOff = (4*elements + 255) &^ 255
 	var mine record
 	var dev cudadrv.Device
 	err := do(func() (err error) {
-		dev, err = p.setup(cfg.Lanes, &mine)
+		dev, err = p.setup(elements, cfg.Lanes, &mine)
 		return err
 	})
 	if err != nil {
 		p.free(do)
 		return nil, fmt.Errorf("pairreduce: rank %d: %w", p.rank, err)
 	}
-	mine.ptr, mine.node, mine.process = uint64(p.alloc), peermem.NodeID(), peermem.ProcessID
+	mine.ptr, mine.node, mine.process = uint64(p.own.Alloc), peermem.NodeID(), peermem.ProcessID
 	if err := p.connect(ctx, c, do, dev, mine); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// setup, on the device's thread, allocates the inbox and the flags (and
-// zeroes the flags), fills in this rank's record but for ptr, node and
-// process, loads the sum kernel and creates the lanes. It returns the
-// current device.
-func (p *Pair) setup(lanes int, mine *record) (dev cudadrv.Device, err error) {
-	if p.cuctx, err = cudadrv.CurrentContext(); err != nil {
+// setup, on the device's thread, sets up this rank's inbox, flags and
+// kernel, fills in this rank's record but for ptr, node and process, and
+// creates the lanes. It returns the current device.
+func (p *Pair) setup(elements, lanes int, mine *record) (dev cudadrv.Device, err error) {
+	if dev, err = p.own.SetUp(4*elements, 2*p.buckets, pairPTX, "pair_sum", "pair"); err != nil {
 		return dev, err
 	}
-	if dev, err = cudadrv.CurrentDevice(); err != nil {
-		return dev, err
-	}
-	if mine.busID, err = dev.PCIBusID(); err != nil {
-		return dev, err
-	}
-	if p.sms, err = dev.Attribute(cudadrv.AttrMultiprocessorCount); err != nil {
-		return dev, err
-	}
-	if p.alloc, err = cudadrv.MemAlloc(p.flagsOff + 8*p.buckets); err != nil {
-		return dev, fmt.Errorf("allocate the %d MB inbox: %w", p.flagsOff>>20, err)
-	}
-	if err = cudadrv.MemsetD32(p.alloc+cudadrv.DevicePtr(p.flagsOff), 0, 2*p.buckets); err != nil {
-		return dev, err
-	}
-	if mine.handle, err = cudadrv.IPCGetMemHandle(p.alloc); err != nil {
-		return dev, err
-	}
-	if p.mod, err = cudadrv.LoadModule(pairPTX); err != nil {
-		return dev, fmt.Errorf("load the pair kernel: %w", err)
-	}
-	if p.sum, err = p.mod.Function("pair_sum"); err != nil {
-		return dev, err
-	}
+	mine.handle, mine.busID = p.own.Handle, p.own.BusID
 	if lanes == 1 {
 		return dev, nil
 	}
@@ -230,26 +191,23 @@ func (p *Pair) createLanes(lanes int) error {
 // connect exchanges the ranks' records, maps the peer's inbox and has both
 // ranks agree that each could; on failure it frees this rank's side.
 func (p *Pair) connect(ctx context.Context, c comm.Comm, do func(func() error) error, dev cudadrv.Device, mine record) error {
-	all := make([]int32, 2*recordBytes/4)
-	if err := c.AllGather(ctx, comm.Host(mine.encode()), comm.Host(all)); err != nil {
+	recs, err := peermem.Exchange(ctx, c, mine.encode())
+	if err != nil {
 		p.free(do)
-		return fmt.Errorf("pairreduce: rank %d: exchange memory handles: %w", p.rank, err)
+		return fmt.Errorf("pairreduce: rank %d: %w", p.rank, err)
 	}
 	peerRank := 1 - p.rank
-	peer := decode(all[peerRank*recordBytes/4 : (peerRank+1)*recordBytes/4])
+	peer := decode(recs[peerRank])
 	reason := ""
 	if err := do(func() error { reason = p.mapPeer(dev, peer, mine, peerRank); return nil }); err != nil {
 		reason = err.Error()
 	}
-	ok := []int32{1}
-	if reason != "" {
-		ok[0] = 0
-	}
-	if err := c.AllReduce(ctx, comm.Host(ok), comm.Host(ok), comm.Min); err != nil {
+	ok, err := peermem.Agree(ctx, c, reason)
+	if err != nil {
 		p.free(do)
-		return fmt.Errorf("pairreduce: rank %d: agree on the transport: %w", p.rank, err)
+		return fmt.Errorf("pairreduce: rank %d: %w", p.rank, err)
 	}
-	if ok[0] == 0 {
+	if !ok {
 		p.free(do)
 		if reason == "" {
 			reason = fmt.Sprintf("rank %d cannot map this rank's memory", peerRank)
@@ -261,28 +219,18 @@ func (p *Pair) connect(ctx context.Context, c comm.Comm, do func(func() error) e
 
 // mapPeer maps the peer's allocation, or says why it cannot.
 func (p *Pair) mapPeer(dev cudadrv.Device, peer, mine record, peerRank int) string {
-	if peer.node != mine.node {
-		return fmt.Sprintf("rank %d is on another node", peerRank)
-	}
-	peerDev, err := cudadrv.DeviceByPCIBusID(peer.busID)
-	if err != nil {
-		return fmt.Sprintf("rank %d's GPU %s is not visible to this process (CUDA_VISIBLE_DEVICES): %v", peerRank, peer.busID, err)
-	}
-	if peerDev != dev {
-		can, err := dev.CanAccessPeer(peerDev)
-		if err != nil || !can {
-			return fmt.Sprintf("GPU %s cannot access GPU %s of rank %d peer to peer (%v)", mine.busID, peer.busID, peerRank, err)
-		}
+	peerDev, reason := peermem.PeerDevice(dev, mine.place(), peer.place(), peerRank)
+	if reason != "" {
+		return reason
 	}
 	if peer.process == mine.process {
 		if peerDev != dev {
-			pctx, err := peerDev.RetainPrimaryContext()
-			if err != nil {
-				return err.Error()
+			retained, reason := peermem.EnablePeer(peerDev, peer.busID)
+			if retained {
+				p.retained = &peerDev
 			}
-			p.retained = &peerDev
-			if err := cudadrv.EnablePeerAccess(pctx); err != nil {
-				return fmt.Sprintf("enable peer access to GPU %s: %v", peer.busID, err)
+			if reason != "" {
+				return reason
 			}
 		}
 		p.peer = cudadrv.DevicePtr(peer.ptr)
@@ -300,11 +248,11 @@ func (p *Pair) mapPeer(dev cudadrv.Device, peer, mine record, peerRank int) stri
 // peer when its copy of bucket b is in this rank's inbox, consumed[b] when
 // the peer has added this rank's copy from its inbox.
 func (p *Pair) arrived(base cudadrv.DevicePtr, b int) cudadrv.DevicePtr {
-	return base + cudadrv.DevicePtr(p.flagsOff+4*b)
+	return base + cudadrv.DevicePtr(p.own.FlagsOff+4*b)
 }
 
 func (p *Pair) consumed(base cudadrv.DevicePtr, b int) cudadrv.DevicePtr {
-	return base + cudadrv.DevicePtr(p.flagsOff+4*(p.buckets+b))
+	return base + cudadrv.DevicePtr(p.own.FlagsOff+4*(p.buckets+b))
 }
 
 // Send enqueues on stream s (a CUstream) the copy of elements [off, off+n)
@@ -318,7 +266,7 @@ func (p *Pair) Send(b, off, n int, grads, stream uintptr) error {
 
 func (p *Pair) send(b, off, n int, grads cudadrv.DevicePtr, s cudadrv.Stream) error {
 	step := p.step.Load()
-	if err := s.WaitValue32(p.consumed(p.alloc, b), step-1); err != nil {
+	if err := s.WaitValue32(p.consumed(p.own.Alloc, b), step-1); err != nil {
 		return err
 	}
 	if err := p.copyOut(off, n, grads, s); err != nil {
@@ -374,10 +322,10 @@ func (p *Pair) sumInto(b, off, n int, grads cudadrv.DevicePtr, scale float32, s 
 		return err
 	}
 	const block = 256
-	grid := min((n/4+block-1)/block, 4*p.sms)
+	grid := min((n/4+block-1)/block, 4*p.own.SMs)
 	at := cudadrv.DevicePtr(4 * off)
-	err := p.sum.Launch(cudadrv.Dim3{X: uint32(max(grid, 1))}, cudadrv.Dim3{X: block}, 0, s,
-		grads+at, p.alloc+at, int64(n), scale)
+	err := p.own.Kernel.Launch(cudadrv.Dim3{X: uint32(max(grid, 1))}, cudadrv.Dim3{X: block}, 0, s,
+		grads+at, p.own.Alloc+at, int64(n), scale)
 	if err != nil {
 		return err
 	}
@@ -393,7 +341,7 @@ func (p *Pair) Arrived(b int, stream uintptr) error {
 }
 
 func (p *Pair) waitArrived(b int, s cudadrv.Stream) error {
-	return s.WaitValue32(p.arrived(p.alloc, b), p.step.Load())
+	return s.WaitValue32(p.arrived(p.own.Alloc, b), p.step.Load())
 }
 
 // Consumed tells the peer, once the work enqueued on stream s (a CUstream)
@@ -409,7 +357,7 @@ func (p *Pair) signalConsumed(b int, s cudadrv.Stream) error {
 
 // Inbox returns where the peer's copy of element off of the gradient
 // buffer arrives, in this GPU's memory (a CUdeviceptr).
-func (p *Pair) Inbox(off int) uintptr { return uintptr(p.alloc + cudadrv.DevicePtr(4*off)) }
+func (p *Pair) Inbox(off int) uintptr { return uintptr(p.own.Alloc + cudadrv.DevicePtr(4*off)) }
 
 // Next ends a step: later Sends and Sums belong to the next one.
 func (p *Pair) Next() { p.step.Add(1) }
@@ -420,28 +368,20 @@ func (p *Pair) Next() { p.step.Add(1) }
 // a thread of its own (the device's thread may be the one waiting) and can
 // be called from any goroutine.
 func (p *Pair) Release() {
-	p.relMu.Lock()
-	defer p.relMu.Unlock()
-	if p.released || p.closed {
-		return
-	}
-	p.released = true
-	var flags []cudadrv.DevicePtr
-	for b := range p.buckets {
-		flags = append(flags, p.arrived(p.alloc, b), p.consumed(p.alloc, b))
-	}
-	// Done before Release returns, so that Close never frees the flags
-	// under a pending write.
-	peermem.WriteFlags(p.cuctx, flags, p.step.Load()+1<<30)
+	p.own.Release(func() []cudadrv.DevicePtr {
+		var flags []cudadrv.DevicePtr
+		for b := range p.buckets {
+			flags = append(flags, p.arrived(p.own.Alloc, b), p.consumed(p.own.Alloc, b))
+		}
+		return flags
+	}, p.step.Load()+1<<30)
 }
 
 // Close unmaps the peer's memory and frees this rank's. Call it through
 // do once neither rank will write into the other's memory again (both
 // ranks' streams done).
 func (p *Pair) Close() error {
-	p.relMu.Lock()
-	p.closed = true // a Release in progress has finished its writes
-	p.relMu.Unlock()
+	p.own.Closing()
 	var errs []error
 	for i, ls := range p.lanes {
 		errs = append(errs, ls.Synchronize(), ls.Destroy(), p.joinEv[i].Destroy())
@@ -456,13 +396,8 @@ func (p *Pair) Close() error {
 	if p.retained != nil {
 		errs = append(errs, p.retained.ReleasePrimaryContext())
 	}
-	if p.mod != 0 {
-		errs = append(errs, p.mod.Unload())
-	}
-	if p.alloc != 0 {
-		errs = append(errs, p.alloc.Free())
-	}
-	p.mapped, p.retained, p.mod, p.alloc = false, nil, 0, 0
+	errs = append(errs, p.own.Close())
+	p.mapped, p.retained = false, nil
 	return errors.Join(errs...)
 }
 

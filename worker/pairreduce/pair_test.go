@@ -3,12 +3,11 @@ package pairreduce
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/gotrain/gotrain/internal/peermem"
-	"github.com/gotrain/gotrain/worker/comm/commtest"
 	"github.com/gotrain/gotrain/worker/cpucomm"
+	"github.com/gotrain/gotrain/worker/cpucomm/cpucommtest"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -29,22 +28,11 @@ func TestRecordRoundTrip(t *testing.T) {
 // Three ranks cannot pair: every rank gets an UnavailableError before any
 // CUDA call, so a job of any size can ask for the transport and fall back.
 func TestOpenNeedsTwoRanks(t *testing.T) {
-	const size = 3
-	store := commtest.NewMemStore()
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			c, err := cpucomm.New(t.Context(), cpucomm.Config{Name: "pair", Rank: r, Size: size, Host: "127.0.0.1", Store: store})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer c.Close()
-			_, errs[r] = Open(context.Background(), c, func(f func() error) error { return f() }, Config{Elements: 1024, Buckets: 1})
-		})
-	}
-	wg.Wait()
+	comms := cpucommtest.Ranks(t, cpucomm.Config{Name: "pair"}, 3)
+	errs := cpucommtest.Each(comms, func(r int, c *cpucomm.Comm) error {
+		_, err := Open(context.Background(), c, func(f func() error) error { return f() }, Config{Elements: 1024, Buckets: 1})
+		return err
+	})
 	for r, err := range errs {
 		var un *peermem.UnavailableError
 		if !errors.As(err, &un) || un.Rank != r {

@@ -2,6 +2,7 @@
 # imports an installed package besides torch (yaml), trains until it is
 # killed on its first run, and on a restart reports a restore to the torch
 # hook as the snapshot module does, takes STEPS steps and exits 0.
+import importlib
 import os
 import sys
 import time
@@ -10,8 +11,9 @@ YAML_WARM = "yaml" in sys.modules  # imported before this line: a standby preloa
 
 import torch
 import torch.distributed as dist
-import yaml  # noqa: F401
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+importlib.import_module("yaml")  # what a standby preloads: its import is the point
 
 rank, restart = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 print(f"run rank={rank} restart={restart} pid={os.getpid()} yaml_warm={YAML_WARM}", flush=True)

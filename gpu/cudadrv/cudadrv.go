@@ -1,11 +1,15 @@
 // Package cudadrv is the small part of the CUDA driver API that gotrain
-// itself needs (device facts, primary contexts, memory, streams, events) for
-// its own GPU work: the NCCL tests, `gotrain bench`, `gotrain doctor`.
+// needs (device facts, primary contexts, memory, streams, events, modules
+// and kernel launches, CUDA IPC) for its own GPU work: the NCCL tests,
+// `gotrain bench`, `gotrain doctor`, the copy-engine transports. It is
+// public so that a Go GPU training program (examples/mlp) can use the same
+// driver binding as package worker and nccl, whose streams and device
+// pointers are plain uintptrs of it.
 //
 // Like package nccl it dlopens libcuda.so.1 at run time, with gotrain's own
 // declarations and no cuda.h, so binaries build without CUDA and start
 // without a GPU; Load then returns one plain line saying the driver is
-// missing. Users' training code uses its own CUDA bindings.
+// missing.
 //
 // CUDA contexts are current per OS thread: lock the goroutine to its thread
 // (runtime.LockOSThread) before Context.SetCurrent and keep it locked while it

@@ -1,5 +1,6 @@
-// Package cublas is the part of cuBLAS that gotrain's GPU examples use:
-// handles bound to a stream, the math mode, the SM count target, Sgemm and GemmEx (bfloat16
+// Package cublas is the part of cuBLAS that gotrain's GPU example uses,
+// public for Go GPU programs beside package cudadrv: handles bound to a
+// stream, the math mode, the SM count target, Sgemm and GemmEx (bfloat16
 // inputs, float32 accumulation). Like packages nccl and cudadrv it dlopens
 // the library at run time with gotrain's own declarations, so it builds
 // without CUDA; Load returns one line saying what is missing.
