@@ -49,24 +49,11 @@ func (a *agent) gangCheck(ctx context.Context, g *gotrainv1.GenerationStarted) e
 	if p == nil || len(g.GetNodes()) < 2 {
 		return nil
 	}
-	nodes := slices.Clone(g.GetNodes())
-	slices.SortFunc(nodes, func(x, y *gotrainv1.GenerationNode) int { return int(x.GetGroupRank() - y.GetGroupRank()) })
-	me := preflight.GangNode{Generation: g.GetGeneration(), Index: -1, Addr: a.cfg.NodeAddress, Token: a.cfg.JobToken, Elastic: a.jobElastic(), Serves: a.cfg.Coordinator == ""}
-	for i, n := range nodes {
-		if int(n.GetGroupRank()) != i {
-			// A place in the check is a group rank (the coordinator
-			// lets only its node put that place's keys).
-			fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: no preflight gang check: the generation's group ranks are not 0..%d\n", len(nodes)-1)
-			return nil
-		}
-		me.Nodes = append(me.Nodes, n.GetNodeId())
-		if n.GetNodeId() == a.nodeID {
-			me.Index = i
-		}
+	me, ok := a.gangPlace(g)
+	if !ok {
+		return nil
 	}
-	if me.Index < 0 {
-		return nil // not this node's generation
-	}
+	nodes := me.Nodes
 	me.Hosts = a.gangHosts(ctx, me.Nodes)
 	cfg := preflight.QuickGang
 	if p.Level == preflight.Full {
@@ -87,6 +74,14 @@ func (a *agent) gangCheck(ctx context.Context, g *gotrainv1.GenerationStarted) e
 		fmt.Fprintf(a.cfg.Stderr, "gotrain: preflight (%s): the gang check of %d nodes passed in %.1f s: %s\n", p.Level, len(nodes), took.Seconds(), v.Summary())
 		return nil
 	}
+	return a.gangOutcome(v, me)
+}
+
+// gangOutcome says the failed gang check's verdict v and decides this
+// node's part: it stays out, the job goes on without the nodes named, or
+// the job does not start.
+func (a *agent) gangOutcome(v preflight.GangVerdict, me preflight.GangNode) error {
+	p := a.cfg.Preflight
 	elastic := a.jobElastic()
 	if a.cfg.Nodes <= 1 {
 		elastic = v.Elastic // this node does not know the job's --nnodes: the leader's word
@@ -126,6 +121,27 @@ func (a *agent) gangCheck(ctx context.Context, g *gotrainv1.GenerationStarted) e
 		return &ExitError{Code: preflight.ExitStatus, Message: fmt.Sprintf("gotrain: the preflight gang check failed with no one node to blame (the network between the nodes is slow); the job does not start; exit status %d", preflight.ExitStatus)}
 	}
 	return &ExitError{Code: preflight.ExitStatus, Message: fmt.Sprintf("gotrain: the preflight gang check failed on %s, and the job does not start without it (--nnodes %s); every node exits %d", strings.Join(names, ", "), a.nnodes(), preflight.ExitStatus)}
+}
+
+// gangPlace is this node's place in generation g's gang check, its nodes
+// in group rank order; false when this node has no place in it.
+func (a *agent) gangPlace(g *gotrainv1.GenerationStarted) (preflight.GangNode, bool) {
+	nodes := slices.Clone(g.GetNodes())
+	slices.SortFunc(nodes, func(x, y *gotrainv1.GenerationNode) int { return int(x.GetGroupRank() - y.GetGroupRank()) })
+	me := preflight.GangNode{Generation: g.GetGeneration(), Index: -1, Addr: a.cfg.NodeAddress, Token: a.cfg.JobToken, Elastic: a.jobElastic(), Serves: a.cfg.Coordinator == ""}
+	for i, n := range nodes {
+		if int(n.GetGroupRank()) != i {
+			// A place in the check is a group rank (the coordinator
+			// lets only its node put that place's keys).
+			fmt.Fprintf(a.cfg.Stderr, "gotrain: warning: no preflight gang check: the generation's group ranks are not 0..%d\n", len(nodes)-1)
+			return me, false
+		}
+		me.Nodes = append(me.Nodes, n.GetNodeId())
+		if n.GetNodeId() == a.nodeID {
+			me.Index = i
+		}
+	}
+	return me, me.Index >= 0 // not this node's generation otherwise
 }
 
 // jobElastic: the job runs under --nnodes MIN:MAX, as this node knows it.

@@ -66,93 +66,24 @@ func Gang(ctx context.Context, cfg GangConfig, me GangNode, store comm.Store) (G
 		return GangVerdict{}, fmt.Errorf("preflight: join the gang: %w", err)
 	}
 
-	// The roster: who joined in time. The leader decides it; every member
-	// reads it, so that all run the same all-reduce.
-	var roster []int
-	if me.Index == 0 {
-		roster = gangJoin(ctx, store, keys, me.Nodes, start.Add(cfg.JoinWait))
-		b, _ := json.Marshal(roster)
-		if err := store.Put(ctx, keys.roster(), b); err != nil {
-			return GangVerdict{}, fmt.Errorf("preflight: publish the gang's roster: %w", err)
-		}
-	} else {
-		rctx, rcancel := context.WithDeadline(ctx, start.Add(cfg.JoinWait+verdictSlack))
-		b, err := store.Get(rctx, keys.roster())
-		rcancel()
-		if ctx.Err() != nil && rctx.Err() == nil {
-			return GangVerdict{}, ctx.Err()
-		}
-		if err != nil || json.Unmarshal(b, &roster) != nil || !validRoster(roster, n) {
-			return leaderMissing(me, host(0), cfg), nil
-		}
+	roster, err := gangRoster(ctx, cfg, me, store, keys, start)
+	if err != nil {
+		return GangVerdict{}, err
+	}
+	if roster == nil {
+		return leaderMissing(me, host(0), cfg), nil
 	}
 	pos := slices.Index(roster, me.Index)
-
-	// The gang's all-reduce, then each node's with the leader; half the
-	// budget each.
 	var gangFigs []Figure
+	pairs, skipped := map[int][]Figure{}, map[int]bool{}
 	if pos >= 0 && len(roster) >= 2 {
-		sctx, scancel := context.WithDeadline(ctx, start.Add(cfg.JoinWait+cfg.Budget/2))
-		detail := fmt.Sprintf("%d nodes", len(roster))
-		if c, err := cpucomm.New(sctx, cpucomm.Config{Name: "gang", Generation: me.Generation, Rank: pos, Size: len(roster),
-			Host: me.Addr, Store: prefixStore{keys.prefix(), store}, Token: me.Token}); err == nil {
-			gangFigs = gangMeasure(sctx, c, pos, cfg, cfg.Bytes, detail)
-			c.Close()
-		} else if pos == 0 {
-			// Some node never connected: the gang ran out of time.
-			gangFigs = gangBounds(cfg, cfg.Bytes, detail)
-		}
-		scancel()
+		// The gang's all-reduce, then each node's with the leader; half
+		// the budget each.
+		gangFigs = gangAllReduce(ctx, cfg, me, store, keys, roster, pos, start.Add(cfg.JoinWait+cfg.Budget/2))
+		pairs, skipped = gangPairs(ctx, cfg, me, store, keys, roster, start.Add(cfg.JoinWait+cfg.Budget))
 	}
-	// Each node's all-reduce with the leader, connected at once and
-	// measured one after the other: pairs measured together would share
-	// the leader's link, and each would look slow. A pair the budget left
-	// no time for is skipped, not blamed.
-	pairs := make(map[int][]Figure)
-	skipped := make(map[int]bool)
-	if pos >= 0 && len(roster) >= 2 {
-		pctx, pcancel := context.WithDeadline(ctx, start.Add(cfg.JoinWait+cfg.Budget))
-		pairCfg := func(j, rank int) cpucomm.Config {
-			return cpucomm.Config{Name: "gangpair" + strconv.Itoa(j), Generation: me.Generation, Rank: rank, Size: 2,
-				Host: me.Addr, Store: prefixStore{keys.prefix(), store}, Token: me.Token}
-		}
-		if me.Index == 0 {
-			comms := make(map[int]*cpucomm.Comm)
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			for _, j := range roster[1:] {
-				wg.Go(func() {
-					if c, err := cpucomm.New(pctx, pairCfg(j, 0)); err == nil {
-						mu.Lock()
-						comms[j] = c
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
-			for _, j := range roster[1:] {
-				c := comms[j]
-				switch {
-				case c == nil:
-					// It never connected: no figures, which blames it.
-				case pctx.Err() != nil:
-					skipped[j] = true
-				default:
-					pairs[j] = gangMeasure(pctx, c, 0, cfg, cfg.PairBytes, "2 nodes")
-				}
-			}
-			for _, c := range comms {
-				c.Close()
-			}
-		} else if c, err := cpucomm.New(pctx, pairCfg(me.Index, 1)); err == nil {
-			gangMeasure(pctx, c, 1, cfg, cfg.PairBytes, "2 nodes")
-			c.Close()
-		}
-		pcancel()
-	}
-
 	if me.Index == 0 {
-		f := GangFigures{JoinWait: cfg.JoinWait}
+		f := GangFigures{JoinWait: cfg.JoinWait, Gang: gangFigs}
 		for i := range n {
 			m := GangMember{NodeID: me.Nodes[i], Host: host(i), Joined: slices.Contains(roster, i), Pair: pairs[i], Skipped: skipped[i]}
 			for k := range m.Pair {
@@ -160,7 +91,6 @@ func Gang(ctx context.Context, cfg GangConfig, me GangNode, store comm.Store) (G
 			}
 			f.Members = append(f.Members, m)
 		}
-		f.Gang = gangFigs
 		v := JudgeGang(f)
 		v.Elastic = me.Elastic
 		b, _ := json.Marshal(v)
@@ -181,6 +111,103 @@ func Gang(ctx context.Context, cfg GangConfig, me GangNode, store comm.Store) (G
 	_ = store.Put(ctx, keys.heard(me.Index), []byte(me.Nodes[me.Index]))
 	gangHeard(ctx, store, keys, me, roster)
 	return v, nil
+}
+
+// gangRoster is who joined in time. The leader decides it; every member
+// reads it, so that all run the same all-reduce. A member that cannot read
+// a valid roster gets nil (the leader is missing).
+func gangRoster(ctx context.Context, cfg GangConfig, me GangNode, store comm.Store, keys gangKeys, start time.Time) ([]int, error) {
+	if me.Index == 0 {
+		roster := gangJoin(ctx, store, keys, me.Nodes, start.Add(cfg.JoinWait))
+		b, _ := json.Marshal(roster)
+		if err := store.Put(ctx, keys.roster(), b); err != nil {
+			return nil, fmt.Errorf("preflight: publish the gang's roster: %w", err)
+		}
+		return roster, nil
+	}
+	rctx, rcancel := context.WithDeadline(ctx, start.Add(cfg.JoinWait+verdictSlack))
+	b, err := store.Get(rctx, keys.roster())
+	rcancel()
+	if ctx.Err() != nil && rctx.Err() == nil {
+		return nil, ctx.Err()
+	}
+	var roster []int
+	if err != nil || json.Unmarshal(b, &roster) != nil || !validRoster(roster, len(me.Nodes)) {
+		return nil, nil
+	}
+	return roster, nil
+}
+
+// gangAllReduce is the all-reduce of every node of roster, measured by the
+// node at place pos; the leader reports bounds when some node never
+// connected before deadline.
+func gangAllReduce(ctx context.Context, cfg GangConfig, me GangNode, store comm.Store, keys gangKeys, roster []int, pos int, deadline time.Time) []Figure {
+	sctx, scancel := context.WithDeadline(ctx, deadline)
+	defer scancel()
+	detail := fmt.Sprintf("%d nodes", len(roster))
+	c, err := cpucomm.New(sctx, cpucomm.Config{Name: "gang", Generation: me.Generation, Rank: pos, Size: len(roster),
+		Host: me.Addr, Store: prefixStore{keys.prefix(), store}, Token: me.Token})
+	if err != nil {
+		if pos == 0 {
+			// Some node never connected: the gang ran out of time.
+			return gangBounds(cfg, cfg.Bytes, detail)
+		}
+		return nil
+	}
+	defer c.Close()
+	return gangMeasure(sctx, c, pos, cfg, cfg.Bytes, detail)
+}
+
+// gangPairs is each node's all-reduce with the leader, connected at once
+// and measured one after the other: pairs measured together would share
+// the leader's link, and each would look slow. A pair the budget left no
+// time for is skipped, not blamed; one that never connected has no
+// figures, which blames it. Only the leader's figures are returned.
+func gangPairs(ctx context.Context, cfg GangConfig, me GangNode, store comm.Store, keys gangKeys, roster []int, deadline time.Time) (map[int][]Figure, map[int]bool) {
+	pairs := make(map[int][]Figure)
+	skipped := make(map[int]bool)
+	pctx, pcancel := context.WithDeadline(ctx, deadline)
+	defer pcancel()
+	pairCfg := func(j, rank int) cpucomm.Config {
+		return cpucomm.Config{Name: "gangpair" + strconv.Itoa(j), Generation: me.Generation, Rank: rank, Size: 2,
+			Host: me.Addr, Store: prefixStore{keys.prefix(), store}, Token: me.Token}
+	}
+	if me.Index != 0 {
+		if c, err := cpucomm.New(pctx, pairCfg(me.Index, 1)); err == nil {
+			gangMeasure(pctx, c, 1, cfg, cfg.PairBytes, "2 nodes")
+			c.Close()
+		}
+		return pairs, skipped
+	}
+	comms := make(map[int]*cpucomm.Comm)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, j := range roster[1:] {
+		wg.Go(func() {
+			if c, err := cpucomm.New(pctx, pairCfg(j, 0)); err == nil {
+				mu.Lock()
+				comms[j] = c
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	for _, j := range roster[1:] {
+		c := comms[j]
+		switch {
+		case c == nil:
+		case pctx.Err() != nil:
+			skipped[j] = true
+		default:
+			pairs[j] = gangMeasure(pctx, c, 0, cfg, cfg.PairBytes, "2 nodes")
+		}
+	}
+	return pairs, skipped
 }
 
 // gangHeard waits, on the node that serves the rendezvous, until every
