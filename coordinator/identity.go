@@ -186,14 +186,21 @@ func (i identity) isGroupRank(node, key string) error {
 	if n, err := fmt.Sscanf(key, memsnapKeyPrefix+"g%d/n%d", &gen, &gr); err != nil || n != 2 || key != fmt.Sprintf("%sg%d/n%d", memsnapKeyPrefix, gen, gr) {
 		return status.Errorf(codes.PermissionDenied, "key %q: under %q only the snapshot tier's address keys (g<generation>/n<group rank>) may be put", key, memsnapKeyPrefix)
 	}
+	return i.ownsGroupRank(node, key, gen, gr, "a node publishes only its own snapshot-peer address", ": a node publishes its snapshot-peer address only in the generation it runs")
+}
+
+// ownsGroupRank says whether node is group rank gr of generation gen, so
+// may put key; the refusal ends with why (not the owner) or where (no
+// such group rank).
+func (i identity) ownsGroupRank(node, key string, gen int64, gr int, why, where string) error {
 	owner, ok, cur := i.groups(gen, gr)
 	switch {
 	case ok && owner == node:
 		return nil
 	case ok:
-		return status.Errorf(codes.PermissionDenied, "key %q: group rank %d of generation %d is node %q, not this connection's node %q: a node publishes only its own snapshot-peer address", key, gr, gen, owner, node)
+		return status.Errorf(codes.PermissionDenied, "key %q: group rank %d of generation %d is node %q, not this connection's node %q: %s", key, gr, gen, owner, node, why)
 	}
-	return status.Errorf(codes.PermissionDenied, "key %q: no node has group rank %d in generation %d (the current generation is %d): a node publishes its snapshot-peer address only in the generation it runs", key, gr, gen, cur)
+	return status.Errorf(codes.PermissionDenied, "key %q: no node has group rank %d in generation %d (the current generation is %d)%s", key, gr, gen, cur, where)
 }
 
 // keyOwner maps a communicator's rendezvous key to the generation and rank
@@ -237,14 +244,7 @@ func (i identity) gangKey(node, key string) error {
 	if gr < 0 {
 		return nil
 	}
-	owner, ok, cur := i.groups(gen, gr)
-	switch {
-	case ok && owner == node:
-		return nil
-	case ok:
-		return status.Errorf(codes.PermissionDenied, "key %q: group rank %d of generation %d is node %q, not this connection's node %q: a node puts only its own part of the gang check", key, gr, gen, owner, node)
-	}
-	return status.Errorf(codes.PermissionDenied, "key %q: no node has group rank %d in generation %d (the current generation is %d)", key, gr, gen, cur)
+	return i.ownsGroupRank(node, key, gen, gr, "a node puts only its own part of the gang check", "")
 }
 
 // gangKeyOwner is the generation and group rank that may put a gang
