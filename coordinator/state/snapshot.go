@@ -3,39 +3,123 @@ package state
 import (
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/coordinator/kv"
 )
 
-// Compact drops, from the entries kept for a snapshot, the progress
-// reports and ticks superseded by later ones of the same node (a restored
-// replica's hang detector starts from the latest progress; nothing else
-// depends on them), and returns the rest, in the log's order, as the log
-// holds them.
-func (s *State) Compact() [][]byte {
-	seen := map[string]bool{}
-	tick := false
-	keep := make([]logged, 0, len(s.history))
-	for i := len(s.history) - 1; i >= 0; i-- {
-		l := s.history[i]
-		switch {
-		case l.progress != "" && seen[l.progress], l.tick && tick:
-			continue
-		case l.progress != "":
-			seen[l.progress] = true
-		case l.tick:
-			tick = true
+// ErrBadImage is wrapped by FromImage's error for an image no state could
+// hold.
+var ErrBadImage = errors.New("state: bad image")
+
+// Image is the state's tables as plain data: what a replica's snapshot
+// holds. It is the state now, not the entries that made it, so its size
+// follows the job's nodes, ranks and keys, not its age.
+//
+// To add a table: give State its field, give Image one of the same name,
+// copy it in Image and FromImage (check there whatever later code relies
+// on), and add it to digest when replicas must hold it alike.
+type Image struct {
+	Configured bool
+	Config     Config
+	Machine    job.Image
+	NodeSeq    int
+	JoinKeys   map[string]string
+	Nproc      map[string]int
+	Outboxes   map[string]*Outbox
+	KV, Comm   map[string][]byte
+	Result     *job.FinishJob
+	Plan       restartPlan
+	Peers      []string
+	Asked      []string
+	AskedHosts []string
+	HostOf     map[string]string
+	Beating    map[string]bool
+	Applied    uint64
+}
+
+// Image returns the state's tables. The image shares nothing with s.
+func (s *State) Image() Image {
+	im := Image{Configured: s.configured, Config: s.cfg, Machine: s.m.Image(), NodeSeq: s.nodeSeq, JoinKeys: maps.Clone(s.joinKeys),
+		Nproc: maps.Clone(s.nproc), Outboxes: map[string]*Outbox{}, KV: s.kv.Entries(), Comm: s.comm.Entries(), Plan: s.plan,
+		Peers: slices.Clone(s.peers), Asked: slices.Clone(s.asked), AskedHosts: slices.Clone(s.askedHosts), HostOf: maps.Clone(s.hostOf),
+		Beating: maps.Clone(s.beating), Applied: s.applied}
+	im.Config.Peers = slices.Clone(s.cfg.Peers)
+	for id, o := range s.out {
+		im.Outboxes[id] = &Outbox{Events: slices.Clone(o.Events), Closed: o.Closed}
+	}
+	if s.result != nil {
+		r := *s.result
+		im.Result = &r
+	}
+	if s.plan.Ended != nil {
+		e := *s.plan.Ended
+		im.Plan.Ended = &e
+	}
+	return im
+}
+
+// FromImage returns the state im holds. An image comes from another
+// process (a replica's snapshot): what later entries rely on is checked
+// (outboxes numbered 1, 2, ...; the stores' bounds; the machine's own
+// checks), and a breach is an error wrapping ErrBadImage.
+func FromImage(im Image) (*State, error) {
+	bad := func(format string, args ...any) (*State, error) {
+		return nil, fmt.Errorf("%w: %s", ErrBadImage, fmt.Sprintf(format, args...))
+	}
+	m, err := job.FromImage(im.Machine)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadImage, err)
+	}
+	s := &State{cfg: im.Config, configured: im.Configured, m: m, nodeSeq: im.NodeSeq, joinKeys: orEmpty(im.JoinKeys), nproc: orEmpty(im.Nproc),
+		out: map[string]*Outbox{}, kv: kv.New(), comm: kv.New(), plan: im.Plan, peers: slices.Clone(im.Peers), asked: slices.Clone(im.Asked),
+		askedHosts: slices.Clone(im.AskedHosts), hostOf: orEmpty(im.HostOf), beating: orEmpty(im.Beating), applied: im.Applied}
+	if im.NodeSeq < 0 {
+		return bad("node sequence %d", im.NodeSeq)
+	}
+	s.cfg.Peers = slices.Clone(im.Config.Peers)
+	for id, o := range im.Outboxes {
+		if o == nil {
+			return bad("node %s: no outbox", id)
 		}
-		keep = append(keep, l)
+		for i, ev := range o.Events {
+			if ev.Seq != uint64(i+1) {
+				return bad("node %s: event %d numbered %d", id, i+1, ev.Seq)
+			}
+		}
+		s.out[id] = &Outbox{Events: slices.Clone(o.Events), Closed: o.Closed}
 	}
-	slices.Reverse(keep)
-	s.history = keep
-	out := make([][]byte, len(keep))
-	for i, l := range keep {
-		out[i] = l.raw
+	for _, st := range []struct {
+		name string
+		to   *kv.Store
+		from map[string][]byte
+	}{{"key-value", s.kv, im.KV}, {"rendezvous", s.comm, im.Comm}} {
+		for _, k := range slices.Sorted(maps.Keys(st.from)) {
+			if err := st.to.Put(k, st.from[k]); err != nil {
+				return bad("the %s store: %v", st.name, err)
+			}
+		}
 	}
-	return out
+	if im.Result != nil {
+		r := *im.Result
+		s.result = &r
+	}
+	if im.Plan.Ended != nil {
+		e := *im.Plan.Ended
+		s.plan.Ended = &e
+	}
+	return s, nil
+}
+
+func orEmpty[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil {
+		return map[K]V{}
+	}
+	return maps.Clone(m)
 }
 
 // digest is what Digest hashes: everything replicas must hold alike.

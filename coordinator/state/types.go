@@ -18,9 +18,6 @@ type Entry struct {
 	KV      *KV
 	Replica *Replica
 	Event   job.Event
-	// Raw is the entry as the log holds it (package logentry), kept for
-	// snapshots; Apply does not read it.
-	Raw []byte
 }
 
 // Config is the job's configuration as the first leader has it: the first
