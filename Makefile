@@ -95,6 +95,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./cmd/gotrain/internal/torchrun -run '^$$' -fuzz FuzzMap -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gotrain/internal/slurm -run '^$$' -fuzz FuzzGrantDecode -fuzztime $(FUZZTIME)
+	$(GO) test ./coordinator/logentry -run '^$$' -fuzz FuzzRestore -fuzztime $(FUZZTIME) -fuzzminimizetime 50x
 
 vet:
 	$(GO) vet ./...

@@ -153,7 +153,7 @@ func Restore(b []byte, own job.Config) (*state.State, error) {
 	}
 	st, err := state.FromImage(im)
 	if err != nil {
-		return fail("%v", err)
+		return nil, fmt.Errorf("restore the coordinator's state: %w: %w", ErrBadSnapshot, err)
 	}
 	if im.Applied != snap.GetApplied() {
 		return fail("the tables applied %d entries, the snapshot says %d", im.Applied, snap.GetApplied())
