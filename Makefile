@@ -8,7 +8,7 @@
 #                cyclomatic complexity MAX_CYCLO (make cyclo), the generated code's
 #                freshness and the in-process packages' tests under -race
 #   make test-race  the in-process packages' tests under the race detector
-#   make fuzz    the fuzz targets (torchrun's command line, the Slurm grant), FUZZTIME each
+#   make fuzz    the fuzz targets (torchrun's command line, the Slurm grant, a state snapshot), FUZZTIME each
 #   make proto   regenerate proto/ code with the pinned generators
 #   make bench   CPU-backend all-reduce benchmark over loopback
 #   make wheel   dist/gotrain-VERSION-py3-none-manylinux_2_N_ARCH.whl: the binary
