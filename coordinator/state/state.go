@@ -132,7 +132,11 @@ func (s *State) apply(e Entry) Result {
 		j, err := s.applyJoin(e.Time, *e.Join)
 		return Result{Join: j, Err: err}
 	case e.KV != nil:
-		return Result{Err: s.Store(e.KV.Key).Put(e.KV.Key, e.KV.Value)}
+		if err := s.Store(e.KV.Key).Put(e.KV.Key, e.KV.Value); err != nil {
+			return Result{Err: err}
+		}
+		s.emit(KeyPut{Key: e.KV.Key})
+		return Result{}
 	case e.Replica != nil:
 		s.addPeer(e.Replica.Addr, e.Replica.Node)
 		return Result{}
@@ -212,6 +216,7 @@ func (s *State) actions(acts []job.Action) {
 	for _, a := range acts {
 		switch a := a.(type) {
 		case job.StartGeneration:
+			s.pruneRendezvous(a.Generation)
 			s.announceRestart(a.RestartCount, 0) // one that starts at once
 			s.plan.Restarts = a.RestartCount
 			s.log(LevelInfo, "generation started", "generation", a.Generation, "world_size", a.WorldSize,
@@ -257,6 +262,19 @@ func (s *State) actions(acts []job.Action) {
 		default:
 			s.log(LevelError, "unknown action from the job machine", "action", fmt.Sprintf("%T", a))
 		}
+	}
+}
+
+// pruneRendezvous drops the communicators' rendezvous keys of the
+// generations before gen: no rank of an ended generation reads them, and
+// kept they would fill the rendezvous store as the job restarts.
+func (s *State) pruneRendezvous(gen int64) {
+	n := s.comm.Prune(func(key string) bool {
+		g, _, ok := CommKey(key)
+		return ok && g < gen
+	})
+	if n > 0 {
+		s.log(LevelDebug, "rendezvous keys of ended generations dropped", "keys", n, "generation", gen)
 	}
 }
 

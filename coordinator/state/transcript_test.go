@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -34,6 +35,7 @@ import (
 //	kv key=K value=V
 //	tick [d=DURATION]
 //	outbox node=N [after=K] [on=a|b]
+//	keys [on=a|b]
 //	snapshot
 var t0 = time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
 
@@ -153,6 +155,20 @@ func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
 			b.WriteString("closed\n")
 		}
 		return b.String()
+	case "keys":
+		st := e.a
+		if arg(d, "on", "a") == "b" {
+			st = e.b
+		}
+		var b strings.Builder
+		for _, store := range []string{"k", "ncclcomm/x/0/id"} {
+			keys := slices.Sorted(maps.Keys(st.Store(store).Entries()))
+			if len(keys) == 0 {
+				keys = []string{"(none)"}
+			}
+			fmt.Fprintf(&b, "%s\n", strings.Join(keys, " "))
+		}
+		return b.String()
 	case "snapshot":
 		snap, err := logentry.Snapshot(e.a)
 		if err != nil {
@@ -242,6 +258,8 @@ func (e *env) show(r state.Result, effects []state.Effect) string {
 			fmt.Fprintf(&b, "finish succeeded=%v exit=%d\n", ef.Result.Succeeded, ef.Result.ExitCode)
 		case state.Heard:
 			fmt.Fprintf(&b, "heard %s\n", ef.Node)
+		case state.KeyPut:
+			fmt.Fprintf(&b, "key put %s\n", ef.Key)
 		case state.Log:
 			fmt.Fprintf(&b, "log %s %q", []string{"debug", "info", "warn", "error"}[ef.Level], ef.Msg)
 			for i := 0; i+1 < len(ef.Args); i += 2 {

@@ -121,7 +121,8 @@ type Outbox struct {
 }
 
 // Effect is what the server does after an entry: one of [Wake], [Drop],
-// [Answer], [ArmDeadline], [RemoveVoters], [Finish], [Heard], [Log].
+// [Answer], [ArmDeadline], [RemoveVoters], [Finish], [Heard], [KeyPut],
+// [Log].
 type Effect interface{ isEffect() }
 
 // Wake: node Node's outbox has new events (or closed).
@@ -150,6 +151,9 @@ type Finish struct{ Result job.FinishJob }
 // Heard: node Node reported (its agent is alive, whatever gossip says).
 type Heard struct{ Node string }
 
+// KeyPut: key Key of a store has a value now; its waiting readers wake.
+type KeyPut struct{ Key string }
+
 // Level is a Log's severity.
 type Level int
 
@@ -169,6 +173,7 @@ type Log struct {
 }
 
 func (Wake) isEffect()         {}
+func (KeyPut) isEffect()       {}
 func (Drop) isEffect()         {}
 func (Answer) isEffect()       {}
 func (ArmDeadline) isEffect()  {}
