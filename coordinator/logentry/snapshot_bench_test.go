@@ -1,6 +1,7 @@
 package logentry_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -113,6 +114,13 @@ func BenchmarkSnapshot(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(len(snap)), "snapshot-bytes")
+			// What the nodes' outboxes (every event since the job began,
+			// for a watch stream to resume from) take of it.
+			out, err := json.Marshal(st.Image().Outboxes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(len(out)), "outbox-bytes")
 		})
 	}
 }
