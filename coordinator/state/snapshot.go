@@ -30,10 +30,19 @@ type Image struct {
 	NodeSeq    int
 	JoinKeys   map[string]string
 	Nproc      map[string]int
-	Outboxes   map[string]*Outbox
-	KV, Comm   map[string][]byte
-	Result     *job.FinishJob
-	Plan       restartPlan
+	// Events are the outboxes' events, each once: an event every node gets
+	// (a generation's start or end) is one value the outboxes share, here
+	// as in the state, so the image grows with the nodes, not their square.
+	// Outboxes list each node's events by their index in Events.
+	Events   []Out
+	Outboxes map[string]OutboxImage
+	KV, Comm map[string][]byte
+	Result   *job.FinishJob
+	Plan     restartPlan
+	// PlanEnded is the index in Events of the end the plan holds (the
+	// outboxes' event itself, which announcing the restart completes in
+	// place); -1: Plan.Ended, if any, is in no outbox.
+	PlanEnded  int
 	Peers      []string
 	Asked      []string
 	AskedHosts []string
@@ -42,31 +51,75 @@ type Image struct {
 	Applied    uint64
 }
 
+// OutboxImage is one node's outbox: its events by index in Image.Events.
+type OutboxImage struct {
+	Events []int
+	Closed bool
+}
+
+// shared is what makes an outbox event one value for every node that got
+// it: its payload's pointer; nil for an event of one node alone.
+func shared(o Out) any {
+	switch {
+	case o.Started != nil:
+		return o.Started
+	case o.Ended != nil:
+		return o.Ended
+	case o.Restarting != nil:
+		return o.Restarting
+	case o.Finished != nil:
+		return o.Finished
+	case o.Evidence != nil:
+		return o.Evidence
+	}
+	return nil
+}
+
 // Image returns the state's tables. The image shares nothing with s.
 func (s *State) Image() Image {
 	im := Image{Configured: s.configured, Config: s.cfg, Machine: s.m.Image(), NodeSeq: s.nodeSeq, JoinKeys: maps.Clone(s.joinKeys),
-		Nproc: maps.Clone(s.nproc), Outboxes: map[string]*Outbox{}, KV: s.kv.Entries(), Comm: s.comm.Entries(), Plan: s.plan,
-		Peers: slices.Clone(s.peers), Asked: slices.Clone(s.asked), AskedHosts: slices.Clone(s.askedHosts), HostOf: maps.Clone(s.hostOf),
-		Beating: maps.Clone(s.beating), Applied: s.applied}
+		Nproc: maps.Clone(s.nproc), Outboxes: map[string]OutboxImage{}, KV: s.kv.Entries(), Comm: s.comm.Entries(), Plan: s.plan,
+		PlanEnded: -1, Peers: slices.Clone(s.peers), Asked: slices.Clone(s.asked), AskedHosts: slices.Clone(s.askedHosts),
+		HostOf: maps.Clone(s.hostOf), Beating: maps.Clone(s.beating), Applied: s.applied}
 	im.Config.Peers = slices.Clone(s.cfg.Peers)
-	for id, o := range s.out {
-		im.Outboxes[id] = &Outbox{Events: slices.Clone(o.Events), Closed: o.Closed}
+	index := map[any]int{}
+	for _, id := range s.Nodes() {
+		o := s.out[id]
+		ob := OutboxImage{Events: make([]int, len(o.Events)), Closed: o.Closed}
+		for i, ev := range o.Events {
+			key := shared(ev)
+			n, ok := index[key]
+			if !ok || key == nil {
+				n = len(im.Events)
+				ev.Seq = 0 // each outbox numbers it
+				im.Events = append(im.Events, copyOut(ev))
+				if key != nil {
+					index[key] = n
+				}
+			}
+			ob.Events[i] = n
+		}
+		im.Outboxes[id] = ob
 	}
 	if s.result != nil {
 		r := *s.result
 		im.Result = &r
 	}
 	if s.plan.Ended != nil {
-		e := *s.plan.Ended
-		im.Plan.Ended = &e
+		if n, ok := index[s.plan.Ended]; ok {
+			im.Plan.Ended, im.PlanEnded = nil, n
+		} else {
+			e := *s.plan.Ended
+			im.Plan.Ended = &e
+		}
 	}
 	return im
 }
 
 // FromImage returns the state im holds. An image comes from another
 // process (a replica's snapshot): what later entries rely on is checked
-// (outboxes numbered 1, 2, ...; the stores' bounds; the machine's own
-// checks), and a breach is an error wrapping ErrBadImage.
+// (every event an outbox names exists; the stores' bounds; the machine's
+// own checks), and a breach is an error wrapping ErrBadImage.
 func FromImage(im Image) (*State, error) {
 	bad := func(format string, args ...any) (*State, error) {
 		return nil, fmt.Errorf("%w: %s", ErrBadImage, fmt.Sprintf(format, args...))
@@ -82,16 +135,26 @@ func FromImage(im Image) (*State, error) {
 		return bad("node sequence %d", im.NodeSeq)
 	}
 	s.cfg.Peers = slices.Clone(im.Config.Peers)
+	events := make([]Out, len(im.Events)) // one value each, which the outboxes share
+	for i, ev := range im.Events {
+		if ev.Seq != 0 || shared(ev) == nil && ev.Replicas == nil && !ev.HostReplica {
+			return bad("event %d: numbered %d, or empty", i, ev.Seq)
+		}
+		events[i] = copyOut(ev)
+	}
 	for id, o := range im.Outboxes {
-		if o == nil {
-			return bad("node %s: no outbox", id)
+		box := &Outbox{Closed: o.Closed}
+		if len(o.Events) > 0 { // a new outbox's are nil, as Digest sees
+			box.Events = make([]Out, len(o.Events))
 		}
-		for i, ev := range o.Events {
-			if ev.Seq != uint64(i+1) {
-				return bad("node %s: event %d numbered %d", id, i+1, ev.Seq)
+		for i, n := range o.Events {
+			if n < 0 || n >= len(events) {
+				return bad("node %s: event %d is #%d of %d", id, i+1, n, len(events))
 			}
+			box.Events[i] = events[n]
+			box.Events[i].Seq = uint64(i + 1)
 		}
-		s.out[id] = &Outbox{Events: slices.Clone(o.Events), Closed: o.Closed}
+		s.out[id] = box
 	}
 	for _, st := range []struct {
 		name string
@@ -108,11 +171,44 @@ func FromImage(im Image) (*State, error) {
 		r := *im.Result
 		s.result = &r
 	}
-	if im.Plan.Ended != nil {
+	switch {
+	case im.PlanEnded >= 0 && (im.PlanEnded >= len(events) || events[im.PlanEnded].Ended == nil || im.Plan.Ended != nil):
+		return bad("the restart plan's end: event %d of %d, not an end (or a second one)", im.PlanEnded, len(events))
+	case im.PlanEnded >= 0:
+		s.plan.Ended = events[im.PlanEnded].Ended
+	case im.Plan.Ended != nil:
 		e := *im.Plan.Ended
 		s.plan.Ended = &e
 	}
 	return s, nil
+}
+
+// copyOut is o with payloads of its own (a Restart, EvidenceRequest or
+// end may be completed in place later; the others are never changed).
+func copyOut(o Out) Out {
+	c := o
+	c.Replicas = slices.Clone(o.Replicas)
+	if o.Started != nil {
+		v := *o.Started
+		c.Started = &v
+	}
+	if o.Ended != nil {
+		v := *o.Ended
+		c.Ended = &v
+	}
+	if o.Restarting != nil {
+		v := *o.Restarting
+		c.Restarting = &v
+	}
+	if o.Finished != nil {
+		v := *o.Finished
+		c.Finished = &v
+	}
+	if o.Evidence != nil {
+		v := *o.Evidence
+		c.Evidence = &v
+	}
+	return c
 }
 
 func orEmpty[K comparable, V any](m map[K]V) map[K]V {
