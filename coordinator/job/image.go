@@ -157,6 +157,12 @@ func (m *Machine) Image() Image {
 	h := m.hang
 	im.Hang = HangImage{Gen: h.gen, Comms: map[string]CommWatchImage{}, Paces: map[string]rhythm.PaceImage{}, Verdicts: slices.Clone(h.verdicts),
 		NextID: h.nextID, PostMortem: h.postMortem}
+	if h.comms == nil {
+		im.Hang.Comms = nil // the detector resets a nil table: keep it nil
+	}
+	if h.paces == nil {
+		im.Hang.Paces = nil
+	}
 	for name, w := range h.comms {
 		im.Hang.Comms[name] = CommWatchImage{Min: w.min, MinSet: w.minSet, ProgressAt: w.progressAt, Fired: w.fired, Judge: w.judge.Image()}
 	}
@@ -244,7 +250,7 @@ func FromImage(im Image) (*Machine, error) {
 		}
 		h.comms[name] = &commWatch{min: w.Min, minSet: w.MinSet, progressAt: w.ProgressAt, fired: w.Fired, judge: j}
 	}
-	if im.Hang.Paces != nil || h.comms != nil { // pace() adds to it
+	if im.Hang.Paces != nil || h.comms != nil { // pace() adds to it once comms is set
 		h.paces = map[string]*rhythm.Pace{}
 	}
 	for name, pi := range im.Hang.Paces {

@@ -13,11 +13,11 @@ import (
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
-// An aged job for the snapshot benchmark: two nodes of one rank each,
-// restarts generations that each fail (rank 0 exits 1, rank 1 stops) after
-// progress reports in all (alternating nodes; each moves its rank's step
+// An aged job for the snapshot benchmark: nodes of one rank each, restarts
+// generations that each fail (rank 0 exits 1, the others stop) after
+// progress reports in all (the nodes in turn; each moves its rank's step
 // and completed collective).
-type agedJob struct{ restarts, progress int }
+type agedJob struct{ nodes, restarts, progress int }
 
 var (
 	agedMu     sync.Mutex
@@ -55,11 +55,11 @@ func aged(b *testing.B, j agedJob) *state.State {
 		apply(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Tick{Tick: &gotrainv1.LogTick{}}})
 	}
 	apply(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Config{Config: logentry.ConfigToProto(state.Config{
-		Job: job.Config{RunID: "aged", Nodes: 2, MaxRestarts: j.restarts + 1, JoinSettle: time.Millisecond, RestartBackoff: time.Second,
-			NodeTimeout: time.Hour, HangTimeout: time.Hour}, NprocPerNode: 8, RanksPerJob: 16})}})
-	for i := 1; i <= 2; i++ {
+		Job: job.Config{RunID: "aged", Nodes: j.nodes, MaxRestarts: j.restarts + 1, JoinSettle: time.Millisecond, RestartBackoff: time.Second,
+			NodeTimeout: time.Hour, HangTimeout: time.Hour}, NprocPerNode: 8, RanksPerJob: 8 * j.nodes})}})
+	for i := 1; i <= j.nodes; i++ {
 		apply(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Join{Join: &gotrainv1.LogJoin{Request: &gotrainv1.JoinRequest{
-			Node: &gotrainv1.NodeInfo{Hostname: fmt.Sprintf("h%d", i), Address: fmt.Sprintf("10.0.0.%d", i), Nproc: 1, AgentPid: 100, FreePort: 29500}},
+			Node: &gotrainv1.NodeInfo{Hostname: fmt.Sprintf("h%d", i), Address: fmt.Sprintf("10.0.%d.%d", i/256, i%256), Nproc: 1, AgentPid: 100, FreePort: 29500}},
 			CsrSha256: []byte{byte(i)}}}})
 		apply(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_NodeReachable{NodeReachable: &gotrainv1.LogNode{NodeId: fmt.Sprintf("node-%d", i)}}})
 	}
@@ -72,7 +72,7 @@ func aged(b *testing.B, j agedJob) *state.State {
 		}
 		for p := range perGen {
 			now = now.Add(100 * time.Millisecond)
-			rank := p % 2
+			rank := p % j.nodes
 			step++
 			apply(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_Progress{Progress: &gotrainv1.ReportProgressRequest{NodeId: fmt.Sprintf("node-%d", rank+1),
 				Ranks: []*gotrainv1.RankProgress{{Rank: int32(rank), Generation: gen, Step: step, UnixNanos: now.UnixNano(), Pid: 100,
@@ -81,7 +81,7 @@ func aged(b *testing.B, j agedJob) *state.State {
 		if gen == int64(j.restarts) {
 			break
 		}
-		for rank := range 2 {
+		for rank := range j.nodes {
 			apply(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_WorkerExit{WorkerExit: &gotrainv1.ReportWorkerExitRequest{
 				NodeId: fmt.Sprintf("node-%d", rank+1), Generation: gen, Rank: int32(rank), ExitCode: 1, Pid: 100}}})
 		}
@@ -97,8 +97,8 @@ func aged(b *testing.B, j agedJob) *state.State {
 //
 //	go test -run '^$' -bench Snapshot -benchtime 3x ./coordinator/logentry/
 func BenchmarkSnapshot(b *testing.B) {
-	for _, j := range []agedJob{{restarts: 0, progress: 1000}, {restarts: 0, progress: 1_000_000}, {restarts: 100, progress: 10_000}, {restarts: 10_000, progress: 1_000_000}} {
-		b.Run(fmt.Sprintf("restarts=%d/progress=%d", j.restarts, j.progress), func(b *testing.B) {
+	for _, j := range []agedJob{{2, 0, 1000}, {2, 0, 1_000_000}, {2, 100, 10_000}, {2, 10_000, 1_000_000}, {64, 100, 100_000}} {
+		b.Run(fmt.Sprintf("nodes=%d/restarts=%d/progress=%d", j.nodes, j.restarts, j.progress), func(b *testing.B) {
 			st := aged(b, j)
 			snap, err := logentry.Snapshot(st)
 			if err != nil {
@@ -125,11 +125,17 @@ func BenchmarkSnapshot(b *testing.B) {
 			b.ReportMetric(float64(len(snap)), "snapshot-bytes")
 			// What the nodes' outboxes (every event since the job began,
 			// for a watch stream to resume from) take of it.
-			out, err := json.Marshal(st.Image().Outboxes)
+			im := st.Image()
+			boxes, err := json.Marshal([]any{im.Events, im.Outboxes})
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(float64(len(out)), "outbox-bytes")
+			b.ReportMetric(float64(len(boxes)), "outbox-bytes")
+			machine, err := json.Marshal(im.Machine)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(len(machine)), "machine-bytes")
 		})
 	}
 }

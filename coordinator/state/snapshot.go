@@ -218,28 +218,9 @@ func orEmpty[K comparable, V any](m map[K]V) map[K]V {
 	return maps.Clone(m)
 }
 
-// digest is what Digest hashes: everything replicas must hold alike.
-type digest struct {
-	Configured bool
-	Config     Config
-	Status     job.Status
-	Deadline   string
-	NodeSeq    int
-	JoinKeys   map[string]string
-	Nproc      map[string]int
-	Outboxes   map[string]*Outbox
-	KV, Comm   map[string][]byte
-	Result     *job.FinishJob
-	Plan       restartPlan
-	Peers      []string
-	Asked      []string
-	AskedHosts []string
-	HostOf     map[string]string
-	Beating    map[string]bool
-}
-
 // Digest is the SHA-256 of the state: replicas that applied the same log
-// hold equal digests. (Times count as instants; JSON writes maps sorted.)
+// hold equal digests. It hashes the image (every table, the job machine's
+// inner state included, each outbox event once; JSON writes maps sorted).
 func (s *State) Digest() [32]byte { return sha256.Sum256(s.digestJSON()) }
 
 // DigestJSON is what Digest hashes (tests that find two states differ
@@ -247,15 +228,9 @@ func (s *State) Digest() [32]byte { return sha256.Sum256(s.digestJSON()) }
 func (s *State) DigestJSON() []byte { return s.digestJSON() }
 
 func (s *State) digestJSON() []byte {
-	d := digest{Configured: s.configured, Config: s.cfg, Status: s.m.Status(), NodeSeq: s.nodeSeq, JoinKeys: s.joinKeys, Nproc: s.nproc,
-		Outboxes: s.out, KV: s.kv.Entries(), Comm: s.comm.Entries(), Result: s.result, Plan: s.plan, Peers: s.peers, Asked: s.asked,
-		AskedHosts: s.askedHosts, HostOf: s.hostOf, Beating: s.beating}
-	if t, ok := s.m.Deadline(); ok {
-		d.Deadline = t.UTC().Format("2006-01-02T15:04:05.999999999")
-	}
-	b, err := json.Marshal(d)
+	b, err := json.Marshal(s.Image())
 	if err != nil {
-		b = []byte(err.Error()) // a NaN rate: still alike on every replica
+		b = []byte(err.Error()) // alike on every replica
 	}
 	return b
 }
