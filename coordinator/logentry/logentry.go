@@ -105,7 +105,7 @@ const SnapshotVersion = 2
 // MaxSnapshotBytes bounds the snapshot Restore reads: the state's bounds
 // (the stores' 256 MiB each, the outboxes, the machine) fit well within
 // it; more is not a snapshot of ours.
-const MaxSnapshotBytes = 2 << 30
+const MaxSnapshotBytes int64 = 2 << 30
 
 // ErrBadSnapshot is wrapped by Restore's error for a snapshot it cannot
 // read or whose state differs from its digest.
@@ -132,7 +132,7 @@ func Restore(b []byte, own job.Config) (*state.State, error) {
 	fail := func(format string, args ...any) (*state.State, error) {
 		return nil, fmt.Errorf("restore the coordinator's state: %w: %s", ErrBadSnapshot, fmt.Sprintf(format, args...))
 	}
-	if len(b) > MaxSnapshotBytes {
+	if int64(len(b)) > MaxSnapshotBytes {
 		return fail("%d bytes, at most %d", len(b), MaxSnapshotBytes)
 	}
 	var snap gotrainv1.StateSnapshot
