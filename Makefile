@@ -12,7 +12,7 @@
 #                the in-process packages' tests under -race
 #   make pytest  the Python package's tests (python/tests) with Debian's torch
 #   make test-race  the in-process packages' tests under the race detector
-#   make fuzz    the fuzz targets (torchrun's command line, the Slurm grant), FUZZTIME each
+#   make fuzz    the fuzz targets (torchrun's command line, the Slurm grant, a state snapshot), FUZZTIME each
 #   make proto   regenerate proto/ code with the pinned generators
 #   make bench   CPU-backend all-reduce benchmark over loopback
 #   make wheel   dist/gotrain-VERSION-py3-none-manylinux_2_N_ARCH.whl: the binary
@@ -119,6 +119,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./cmd/gotrain/internal/torchrun -run '^$$' -fuzz FuzzMap -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gotrain/internal/slurm -run '^$$' -fuzz FuzzGrantDecode -fuzztime $(FUZZTIME)
+	$(GO) test ./coordinator/logentry -run '^$$' -fuzz FuzzRestore -fuzztime $(FUZZTIME) -fuzzminimizetime 50x
 
 vet:
 	$(GO) vet ./...

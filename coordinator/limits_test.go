@@ -241,7 +241,7 @@ func TestStreamsPerConnectionBounded(t *testing.T) {
 	if n := waiting.Load(); n != limit {
 		t.Errorf("%d calls wait on one connection, want %d (the limit)", n, limit)
 	}
-	if err := storeOf(srv, "later").Put("later", []byte("now")); err != nil {
+	if _, err := srv.commit(&gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_KvPut{KvPut: &gotrainv1.KVPutRequest{Key: "later", Value: []byte("now")}}}); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()

@@ -201,6 +201,8 @@ func (s *Server) carry(effects []state.Effect) {
 			default:
 				close(s.finished)
 			}
+		case state.KeyPut:
+			s.kvWaits.Put(ef.Key)
 		case state.Heard:
 			if o := s.streams[ef.Node]; o != nil && o.reports() { // reach.go
 				s.log.Info("gossip found the node dead, but it reports: reachable", "node_id", ef.Node)
@@ -312,6 +314,7 @@ func (f *serverFSM) Restore(b []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.st = st
+	s.kvWaits.PutAll(func(key string) bool { _, ok := st.Store(key).Get(key); return ok })
 	for id, o := range s.streams {
 		if st.Outbox(id) == nil {
 			o.lost = "this coordinator replica's state was replaced by a snapshot without the node"

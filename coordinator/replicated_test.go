@@ -1,9 +1,8 @@
 package coordinator
 
 import (
+	"context"
 	"fmt"
-	"github.com/gotrain/gotrain/coordinator/logentry"
-	"github.com/gotrain/gotrain/coordinator/state"
 	"reflect"
 	"slices"
 	"testing"
@@ -12,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/coordinator/logentry"
+	"github.com/gotrain/gotrain/coordinator/state"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
 
@@ -49,8 +50,7 @@ func replicaEntry(addr, node string) *gotrainv1.LogEntry {
 }
 
 // A replica restored from a snapshot holds what the one that took it held:
-// the same machine (nodes, generation, ranks), KV values and outboxes;
-// progress reports superseded by later ones are left out of the snapshot.
+// the same machine (nodes, generation, ranks), KV values and outboxes.
 func TestSnapshotRestore(t *testing.T) {
 	cfg := Config{Job: job.Config{RunID: "run", Nodes: 2}, Token: "t"}
 	a, err := New(cfg)
@@ -80,8 +80,8 @@ func TestSnapshotRestore(t *testing.T) {
 	if err := proto.Unmarshal(snap, &held); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(held.GetEntries()); n != 7 || held.GetApplied() != 15 { // config, 2 joins, kv, 1 progress, 1 tick, replica
-		t.Errorf("snapshot keeps %d entries of %d applied, want 7 of 15", n, held.GetApplied())
+	if held.GetVersion() != logentry.SnapshotVersion || held.GetApplied() != 15 || len(held.GetTables()) == 0 {
+		t.Errorf("snapshot version %d of %d entries applied, %d bytes of tables; want version %d of 15", held.GetVersion(), held.GetApplied(), len(held.GetTables()), logentry.SnapshotVersion)
 	}
 	b, err := New(Config{Job: job.Config{RunID: "other", Nodes: 2}, Token: "t"})
 	if err != nil {
@@ -146,5 +146,47 @@ func TestLostReplicaReplaced(t *testing.T) {
 				t.Errorf("%s, which hosts a replica, was asked to host another", id)
 			}
 		}
+	}
+}
+
+// A KVGet waiting on a replica whose state a snapshot replaces returns the
+// snapshot's value at once: it used to wait on the replaced store, which
+// no put would ever wake.
+func TestKVWaitAcrossRestore(t *testing.T) {
+	a, err := New(Config{Job: job.Config{RunID: "run", Nodes: 2}, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa := a.FSM()
+	apply := applier(t, a)
+	apply(t0, configEntry(state.Config{Job: a.st.Machine().Config(), Peers: []string{"10.0.0.1:29400"}}))
+	apply(t0, &gotrainv1.LogEntry{Entry: &gotrainv1.LogEntry_KvPut{KvPut: &gotrainv1.KVPutRequest{Key: "k", Value: []byte("v")}}})
+	snap, err := fa.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Job: job.Config{RunID: "run", Nodes: 2}, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan string, 1)
+	b.hooks.kvWaiting = func(key string) { waiting <- key }
+	fb := b.FSM()
+	ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+	defer cancel()
+	got := make(chan *gotrainv1.KVGetResponse, 1)
+	go func() {
+		r, err := b.KVGet(ctx, &gotrainv1.KVGetRequest{Key: "k", WaitMs: 10 * 60_000})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	<-waiting
+	if err := fb.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; !r.GetFound() || string(r.GetValue()) != "v" {
+		t.Errorf("KVGet across the restore = %v, want v", r)
 	}
 }

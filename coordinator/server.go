@@ -6,8 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/gotrain/gotrain/coordinator/logentry"
-	"github.com/gotrain/gotrain/coordinator/state"
 	"log/slog"
 	"net"
 	"sync"
@@ -19,7 +17,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/coordinator/kvwait"
+	"github.com/gotrain/gotrain/coordinator/logentry"
 	"github.com/gotrain/gotrain/coordinator/replica"
+	"github.com/gotrain/gotrain/coordinator/state"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
 )
@@ -85,8 +86,9 @@ type Server struct {
 	// machine, the nodes' outboxes, the stores, the replica set.
 	st      *state.State
 	serving bool
-	streams streamTable // per node present: its watch stream's transport
-	waiters waiters     // the Barrier calls waiting here (waiters.go)
+	streams streamTable   // per node present: its watch stream's transport
+	waiters waiters       // the Barrier calls waiting here (waiters.go)
+	kvWaits *kvwait.Waits // the KVGet calls waiting here for a key
 	// deadline is the machine deadline a timer is armed for (restart.go).
 	deadline      time.Time
 	deadlineArmed bool
@@ -201,6 +203,7 @@ func New(cfg Config) (*Server, error) {
 		st:       st,
 		streams:  streamTable{},
 		waiters:  newWaiters(),
+		kvWaits:  kvwait.New(),
 		bounds:   &requestBounds{log: logger.With("run_id", cfg.Job.RunID)},
 		keys:     replicaKeys{ca: cfg.CA},
 
@@ -516,9 +519,10 @@ func (s *Server) KVPut(_ context.Context, req *gotrainv1.KVPutRequest) (*gotrain
 	}
 	// Neither a refused put nor a repeated one reaches the log.
 	s.mu.Lock()
-	st := s.st.Store(req.GetKey()) // state.State.Store: a communicator's rendezvous key has a store of its own
+	// state.State.Store: a communicator's rendezvous key has a store of its own
+	held, err := s.st.Store(req.GetKey()).Check(req.GetKey(), req.GetValue())
 	s.mu.Unlock()
-	if held, err := st.Check(req.GetKey(), req.GetValue()); err != nil {
+	if err != nil {
 		return nil, kvError(err) // limits.go
 	} else if held {
 		return &gotrainv1.KVPutResponse{}, nil
@@ -536,28 +540,37 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 	if key == "" {
 		return nil, status.Error(codes.InvalidArgument, "kv get: key is empty")
 	}
-	s.mu.Lock()
-	st := s.st.Store(key)
-	s.mu.Unlock()
-	if err := st.CheckKey(key); err != nil {
-		return nil, kvError(err)
-	}
-	found := func() *gotrainv1.KVGetResponse {
+	// The store is the state's (a snapshot may replace it): read it under
+	// s.mu each time. A reader that waits is watched before s.mu is let
+	// go, and a put wakes it under s.mu (carry: state.KeyPut), so no put
+	// falls in between.
+	found := func() (*gotrainv1.KVGetResponse, error) {
+		st := s.st.Store(key)
+		if err := st.CheckKey(key); err != nil {
+			return nil, kvError(err)
+		}
 		v, ok := st.Get(key)
-		return &gotrainv1.KVGetResponse{Found: ok, Value: v}
+		return &gotrainv1.KVGetResponse{Found: ok, Value: v}, nil
 	}
-	if req.GetWaitMs() <= 0 {
-		return found(), nil
+	foundLocked := func() (*gotrainv1.KVGetResponse, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return found()
 	}
+	s.mu.Lock()
+	r, err := found()
+	if err != nil || r.GetFound() || req.GetWaitMs() <= 0 {
+		s.mu.Unlock()
+		return r, err
+	}
+	ready, release := s.kvWaits.Watch(key)
+	stepDown := s.rs.stepDown(s.rs.term)
+	s.mu.Unlock()
+	defer release()
 	wait := maxKVWait
 	if ms := req.GetWaitMs(); ms < maxKVWait.Milliseconds() {
 		wait = time.Duration(ms) * time.Millisecond
 	}
-	ready, release := st.Watch(key)
-	defer release()
-	s.mu.Lock()
-	stepDown := s.rs.stepDown(s.rs.term)
-	s.mu.Unlock()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	if h := s.hooks.kvWaiting; h != nil {
@@ -565,9 +578,9 @@ func (s *Server) KVGet(ctx context.Context, req *gotrainv1.KVGetRequest) (*gotra
 	}
 	select {
 	case <-ready:
-		return found(), nil
+		return foundLocked()
 	case <-timer.C:
-		return found(), nil
+		return foundLocked()
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case <-s.stop.Done():

@@ -1,7 +1,9 @@
 package job_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -89,7 +91,32 @@ func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
 		}
 		e.m = m
 	}
-	return c.run(e, t, d)
+	out := c.run(e, t, d)
+	e.m = restored(t, e.m)
+	return out
+}
+
+// restored is m through its image as a replica's snapshot holds it (JSON):
+// every transcript goes on after every command with the restored machine,
+// so that a field the image lacks changes what a transcript prints.
+func restored(t *testing.T, m *job.Machine) *job.Machine {
+	t.Helper()
+	b, err := json.Marshal(m.Image())
+	if err != nil {
+		t.Fatalf("the machine's image: %v", err)
+	}
+	var im job.Image
+	if err := json.Unmarshal(b, &im); err != nil {
+		t.Fatalf("the machine's image: %v", err)
+	}
+	r, err := job.FromImage(im)
+	if err != nil {
+		t.Fatalf("restore the machine's image: %v", err)
+	}
+	if !reflect.DeepEqual(r.Image(), m.Image()) {
+		t.Fatalf("the restored machine differs:\n%+v\n%+v", r.Image(), m.Image())
+	}
+	return r
 }
 
 // step steps the machine at the env's clock and prints its actions, or "ok"

@@ -1,20 +1,18 @@
 // Package kv is the coordinator's key-value store for rendezvous data such as
-// NCCL unique ids: every key is written once, and readers can wait for a key
-// that is not there yet (long poll).
+// NCCL unique ids: every key is written once. The store is data, part of
+// the coordinator's replicated state; readers that wait for a key that is
+// not there yet wait in the server (package kvwait), not here.
 //
 // The store is bounded (Limits): the size of a key and of a value, and the
-// keys and bytes of the whole store (one store per job). A reader waiting for
-// a missing key holds an entry only while it waits: Watch's release removes
-// it, so lookups of keys that never come leave nothing behind.
+// keys and bytes of the whole store (one store per job).
 package kv
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sync"
 )
 
 // Errors of the package.
@@ -41,7 +39,7 @@ type Limits struct {
 }
 
 // EntryOverhead is what each key costs beyond its key and value bytes (map
-// entry, slice header, channel), counted against Limits.MaxBytes.
+// entry, slice header), counted against Limits.MaxBytes.
 const EntryOverhead = 128
 
 // DefaultLimits are a job's: ample for rendezvous (an address or an NCCL id
@@ -52,22 +50,13 @@ func DefaultLimits() Limits {
 	return Limits{MaxKeyBytes: 1 << 10, MaxValueBytes: 1 << 20, MaxKeys: 1 << 20, MaxBytes: 256 << 20}
 }
 
-// Store is a write-once key-value store. It is safe for concurrent use; the
-// zero value is not, use New.
+// Store is a write-once key-value store. It is not safe for concurrent
+// use (the coordinator's state is guarded by its server); the zero value
+// is not ready, use New.
 type Store struct {
-	lim Limits
-
-	mu      sync.Mutex
-	vals    map[string][]byte
-	bytes   int64
-	waiting map[string]*waiting // keys without a value that someone waits for
-}
-
-// waiting is a missing key's readers: ch is closed by Put; n counts the
-// Watch calls not yet released.
-type waiting struct {
-	ch chan struct{}
-	n  int
+	lim   Limits
+	vals  map[string][]byte
+	bytes int64
 }
 
 // New returns an empty store with DefaultLimits.
@@ -75,7 +64,7 @@ func New() *Store { return NewWithLimits(DefaultLimits()) }
 
 // NewWithLimits returns an empty store bounded by lim.
 func NewWithLimits(lim Limits) *Store {
-	return &Store{lim: lim, vals: map[string][]byte{}, waiting: map[string]*waiting{}}
+	return &Store{lim: lim, vals: map[string][]byte{}}
 }
 
 // CheckKey says whether key is within the store's limits (ErrTooLarge if
@@ -91,8 +80,6 @@ func (s *Store) CheckKey(key string) error {
 // value returns ErrConflict. A key or value over the limits returns
 // ErrTooLarge, a store at its limits ErrFull.
 func (s *Store) Put(key string, value []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if held, err := s.check(key, value); held || err != nil {
 		return err
 	}
@@ -103,10 +90,6 @@ func (s *Store) Put(key string, value []byte) error {
 	}
 	s.vals[key] = v
 	s.bytes += cost
-	if w, ok := s.waiting[key]; ok {
-		close(w.ch)
-		delete(s.waiting, key)
-	}
 	return nil
 }
 
@@ -115,12 +98,9 @@ func (s *Store) Put(key string, value []byte) error {
 // A replicated coordinator's leader asks before it puts a value into the
 // log, so that neither refused nor repeated puts reach it.
 func (s *Store) Check(key string, value []byte) (held bool, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	return s.check(key, value)
 }
 
-// check is Check with s.mu held.
 func (s *Store) check(key string, value []byte) (held bool, err error) {
 	if err := s.CheckKey(key); err != nil {
 		return false, err
@@ -141,64 +121,24 @@ func (s *Store) check(key string, value []byte) (held bool, err error) {
 	return false, nil
 }
 
-// Reset empties the store (a coordinator replica restoring a snapshot);
-// readers waiting for keys go on waiting.
-func (s *Store) Reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.vals, s.bytes = map[string][]byte{}, 0
+// Prune drops the keys for which drop says so and returns how many it
+// dropped: their bytes count no longer.
+func (s *Store) Prune(drop func(key string) bool) int {
+	n := 0
+	for _, k := range slices.Sorted(maps.Keys(s.vals)) {
+		if drop(k) {
+			s.bytes -= int64(len(k) + len(s.vals[k]) + EntryOverhead)
+			delete(s.vals, k)
+			n++
+		}
+	}
+	return n
 }
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Get returns the value of key, if it has one. The caller owns the result.
 func (s *Store) Get(key string) ([]byte, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	v, ok := s.vals[key]
 	return slices.Clone(v), ok
-}
-
-// Watch returns a channel that is closed once key has a value (closed
-// already if it has one), and release, which the caller calls once it no
-// longer waits: the store forgets a missing key when its last reader
-// released it.
-func (s *Store) Watch(key string) (ready <-chan struct{}, release func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.vals[key]; ok {
-		return closedChan, func() {}
-	}
-	w := s.waiting[key]
-	if w == nil {
-		w = &waiting{ch: make(chan struct{})}
-		s.waiting[key] = w
-	}
-	w.n++
-	var once sync.Once
-	return w.ch, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if w.n--; w.n == 0 && s.waiting[key] == w {
-				delete(s.waiting, key)
-			}
-		})
-	}
-}
-
-// Wait returns the value of key once it has one, or ctx's error if ctx ends
-// first.
-func (s *Store) Wait(ctx context.Context, key string) ([]byte, error) {
-	ready, release := s.Watch(key)
-	defer release()
-	select {
-	case <-ready:
-		v, _ := s.Get(key)
-		return v, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("kv: wait for key %q: %w", key, context.Cause(ctx))
-	}
 }
 
 // Stats is what a store holds.
@@ -207,21 +147,15 @@ type Stats struct {
 	// Limits.MaxBytes.
 	Keys  int
 	Bytes int64
-	// Waiting is the missing keys that readers wait for.
-	Waiting int
 }
 
 // Stats returns what the store holds.
 func (s *Store) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return Stats{Keys: len(s.vals), Bytes: s.bytes, Waiting: len(s.waiting)}
+	return Stats{Keys: len(s.vals), Bytes: s.bytes}
 }
 
 // Entries returns a copy of every key's value (a replica's state digest).
 func (s *Store) Entries() map[string][]byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := make(map[string][]byte, len(s.vals))
 	for k, v := range s.vals {
 		out[k] = slices.Clone(v)

@@ -1,12 +1,10 @@
 package kv
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
-	"testing/synctest"
-	"time"
 )
 
 func TestPutGet(t *testing.T) {
@@ -48,95 +46,28 @@ func TestEmptyValue(t *testing.T) {
 	}
 }
 
-func TestWaitBeforePut(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := New()
-		done := make(chan []byte)
-		go func() {
-			v, err := s.Wait(t.Context(), "k")
-			if err != nil {
-				t.Error(err)
-			}
-			done <- v
-		}()
-		synctest.Wait() // the waiter is blocked
-		select {
-		case v := <-done:
-			t.Fatalf("Wait returned %q before Put", v)
-		default:
-		}
-		if err := s.Put("k", []byte("v")); err != nil {
+// Prune drops the keys it is told to and gives their bytes back.
+func TestPrune(t *testing.T) {
+	s := NewWithLimits(Limits{MaxKeyBytes: 8, MaxValueBytes: 8, MaxKeys: 2, MaxBytes: 1 << 10})
+	for _, k := range []string{"old/1", "new/1"} {
+		if err := s.Put(k, []byte("v")); err != nil {
 			t.Fatal(err)
 		}
-		if v := <-done; string(v) != "v" {
-			t.Errorf("Wait = %q, want v", v)
-		}
-	})
-}
-
-func TestWaitAfterPut(t *testing.T) {
-	s := New()
-	if err := s.Put("k", []byte("v")); err != nil {
-		t.Fatal(err)
 	}
-	v, err := s.Wait(t.Context(), "k")
-	if err != nil || string(v) != "v" {
-		t.Errorf("Wait = %q, %v; want v, nil", v, err)
+	if err := s.Put("new/2", nil); !errors.Is(err, ErrFull) {
+		t.Fatalf("a third key: %v, want ErrFull", err)
 	}
-}
-
-func TestWaitTimeout(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := New()
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		_, err := s.Wait(ctx, "never")
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Wait = %v, want DeadlineExceeded", err)
-		}
-		// A later put still wakes later waiters.
-		if err := s.Put("never", []byte("now")); err != nil {
-			t.Fatal(err)
-		}
-		if v, err := s.Wait(t.Context(), "never"); err != nil || string(v) != "now" {
-			t.Errorf("Wait after put = %q, %v", v, err)
-		}
-	})
-}
-
-// A lookup of a missing key used to leave its ready channel
-// in the store for good (~191 B each). Watch's release removes it; a Put
-// after the reader gave up finds no one to wake and still works.
-func TestMissingKeyLookupLeavesNothing(t *testing.T) {
-	s := New()
-	for i := range 1000 {
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		if _, err := s.Wait(ctx, fmt.Sprintf("missing-%d", i)); !errors.Is(err, context.Canceled) {
-			t.Fatalf("Wait = %v", err)
-		}
+	if n := s.Prune(func(k string) bool { return strings.HasPrefix(k, "old/") }); n != 1 {
+		t.Errorf("Prune dropped %d keys, want 1", n)
 	}
-	if st := s.Stats(); st != (Stats{}) {
-		t.Errorf("after 1000 lookups of missing keys the store holds %+v, want nothing", st)
+	if _, ok := s.Get("old/1"); ok {
+		t.Error("a pruned key is still there")
 	}
-	// Two readers of one key: the first release keeps the entry for the second.
-	r1, rel1 := s.Watch("k")
-	r2, rel2 := s.Watch("k")
-	rel1()
-	rel1() // release is idempotent
-	if err := s.Put("k", []byte("v")); err != nil {
-		t.Fatal(err)
+	if err := s.Put("new/2", nil); err != nil {
+		t.Errorf("a key in the room Prune made: %v", err)
 	}
-	for _, r := range []<-chan struct{}{r1, r2} {
-		select {
-		case <-r:
-		default:
-			t.Error("Put did not wake a reader")
-		}
-	}
-	rel2()
-	if st := s.Stats(); st.Waiting != 0 || st.Keys != 1 {
-		t.Errorf("Stats = %+v, want 1 key, none waiting", st)
+	if st := s.Stats(); st.Keys != 2 || st.Bytes != int64(len("new/1")+1+len("new/2")+2*EntryOverhead) {
+		t.Errorf("Stats = %+v after Prune", st)
 	}
 }
 

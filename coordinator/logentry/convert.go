@@ -1,6 +1,7 @@
 package logentry
 
 import (
+	"math"
 	"time"
 
 	"github.com/gotrain/gotrain/coordinator/job"
@@ -129,7 +130,7 @@ func Progress(p *gotrainv1.RankProgress) job.Progress {
 		Rank:             int(p.GetRank()),
 		Generation:       p.GetGeneration(),
 		Step:             p.GetStep(),
-		SamplesPerSecond: p.GetSamplesPerSecond(),
+		SamplesPerSecond: finite(p.GetSamplesPerSecond()),
 		Pid:              int(p.GetPid()),
 		Time:             fromUnixNanos(p.GetUnixNanos()),
 	}
@@ -161,20 +162,29 @@ func Progress(p *gotrainv1.RankProgress) job.Progress {
 	out.CommsSource, out.CommsNote = p.GetCommsSource(), p.GetCommsNote()
 	out.StepSource = p.GetStepSource()
 	if p.CpuPercent != nil {
-		out.CPUPercent, out.CPUKnown = p.GetCpuPercent(), true
+		out.CPUPercent, out.CPUKnown = finite(p.GetCpuPercent()), true
 	}
-	out.StepsPerSecond = p.GetStepsPerSecond()
+	out.StepsPerSecond = finite(p.GetStepsPerSecond())
 	out.Advanced = fromUnixNanos(p.GetProgressUnixNanos())
 	if g := p.GetGpu(); g != nil && g.GetUnixNanos() != 0 {
 		out.GPU = job.GPUSample{
 			Index: int(g.GetIndex()), UUID: g.GetUuid(), Name: g.GetName(), Time: fromUnixNanos(g.GetUnixNanos()),
 			UtilPercent: int(g.GetUtilPercent()), MemoryUsed: g.GetMemoryUsedBytes(), MemoryTotal: g.GetMemoryTotalBytes(),
-			PowerW: g.GetPowerWatts(), PowerLimitW: g.GetPowerLimitWatts(),
+			PowerW: finite(g.GetPowerWatts()), PowerLimitW: finite(g.GetPowerLimitWatts()),
 			TempC: int(g.GetTemperatureC()), SlowdownTempC: int(g.GetSlowdownTemperatureC()), SMClockMHz: int(g.GetSmClockMhz()),
 			ThrottleReasons: g.GetThrottleReasons(), XIDErrors: g.GetXidErrors(), LastXID: g.GetLastXid(),
 		}
 	}
 	return out
+}
+
+// finite is x, or 0 when a worker sent NaN or an infinity: no rate or
+// reading is either, and the state's snapshot (JSON) cannot hold them.
+func finite(x float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0
+	}
+	return x
 }
 
 func collective(c *gotrainv1.Collective) job.Collective {

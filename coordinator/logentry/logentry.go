@@ -6,6 +6,8 @@
 package logentry
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -40,9 +42,7 @@ func Decode(b []byte) (state.Entry, error) {
 	if err := proto.Unmarshal(b, pe); err != nil {
 		return state.Entry{}, fmt.Errorf("%w: %v", ErrUnknown, err)
 	}
-	e, err := FromProto(pe)
-	e.Raw = b
-	return e, err
+	return FromProto(pe)
 }
 
 // FromProto converts an entry.
@@ -98,34 +98,68 @@ func FromProto(pe *gotrainv1.LogEntry) (state.Entry, error) {
 	return e, nil
 }
 
-// Snapshot is st as a snapshot: the entries that made it, compacted.
+// SnapshotVersion is the version of the snapshots this package writes and
+// reads: 2, the state's tables (1 held the entries that made them).
+const SnapshotVersion = 2
+
+// MaxSnapshotBytes bounds the snapshot Restore reads: the state's bounds
+// (the stores' 256 MiB each, the outboxes, the machine) fit well within
+// it; more is not a snapshot of ours.
+const MaxSnapshotBytes int64 = 2 << 30
+
+// ErrBadSnapshot is wrapped by Restore's error for a snapshot it cannot
+// read or whose state differs from its digest.
+var ErrBadSnapshot = errors.New("logentry: bad snapshot")
+
+// Snapshot is st as a snapshot: its tables (state.Image), not its history,
+// with its digest.
 func Snapshot(st *state.State) ([]byte, error) {
-	return proto.Marshal(&gotrainv1.StateSnapshot{Version: Version, Entries: st.Compact(), Applied: st.Applied()})
+	tables, err := json.Marshal(st.Image())
+	if err != nil {
+		return nil, fmt.Errorf("snapshot the coordinator's state: %w", err)
+	}
+	d := st.Digest()
+	return proto.Marshal(&gotrainv1.StateSnapshot{Version: SnapshotVersion, Applied: st.Applied(), Tables: tables, Digest: d[:]})
 }
 
-// Restore is the state a snapshot holds: a state of own (this replica's
-// configuration, until the snapshot's config entry) with its entries
-// applied. Their effects are not carried out (the replica does not act on
-// the past), but a finished job is: see State.Result.
+// Restore is the state a snapshot holds. A snapshot is another process's
+// input: it is bounded, every table is checked (state.FromImage), and the
+// restored state's digest must equal the one the snapshot carries; any
+// breach is an error wrapping ErrBadSnapshot (or ErrUnknown for another
+// version), never a panic. own is this replica's configuration; the
+// snapshot's replaces it, as the log's config entry would.
 func Restore(b []byte, own job.Config) (*state.State, error) {
+	fail := func(format string, args ...any) (*state.State, error) {
+		return nil, fmt.Errorf("restore the coordinator's state: %w: %s", ErrBadSnapshot, fmt.Sprintf(format, args...))
+	}
+	if int64(len(b)) > MaxSnapshotBytes {
+		return fail("%d bytes, at most %d", len(b), MaxSnapshotBytes)
+	}
 	var snap gotrainv1.StateSnapshot
 	if err := proto.Unmarshal(b, &snap); err != nil {
-		return nil, fmt.Errorf("restore the coordinator's state: %w", err)
+		return fail("%v", err)
 	}
-	if snap.GetVersion() != Version {
-		return nil, fmt.Errorf("restore the coordinator's state: %w: snapshot version %d, this replica reads version %d", ErrUnknown, snap.GetVersion(), Version)
+	if v := snap.GetVersion(); v != SnapshotVersion {
+		return nil, fmt.Errorf("restore the coordinator's state: %w: snapshot version %d, this replica reads version %d (replicas of different gotrain versions? run one version in a job)", ErrUnknown, v, SnapshotVersion)
 	}
-	st, err := state.New(own)
+	dec := json.NewDecoder(bytes.NewReader(snap.GetTables()))
+	dec.DisallowUnknownFields() // a table this version does not know would be dropped
+	var im state.Image
+	if err := dec.Decode(&im); err != nil {
+		return fail("tables: %v", err)
+	}
+	if dec.More() {
+		return fail("tables: data after the image")
+	}
+	st, err := state.FromImage(im)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("restore the coordinator's state: %w: %w", ErrBadSnapshot, err)
 	}
-	for i, raw := range snap.GetEntries() {
-		e, err := Decode(raw)
-		if err != nil {
-			return nil, fmt.Errorf("restore the coordinator's state: entry %d: %w", i, err)
-		}
-		st.Apply(e)
+	if im.Applied != snap.GetApplied() {
+		return fail("the tables applied %d entries, the snapshot says %d", im.Applied, snap.GetApplied())
 	}
-	st.SetApplied(snap.GetApplied())
+	if d := st.Digest(); !bytes.Equal(d[:], snap.GetDigest()) {
+		return fail("the restored state's digest differs from the snapshot's (a damaged snapshot, or replicas of different gotrain versions)")
+	}
 	return st, nil
 }

@@ -1,10 +1,12 @@
 package logentry_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -242,5 +244,104 @@ func TestSnapshotThenReplayIsReplay(t *testing.T) {
 		if restored.Digest() != a.Digest() || src.Digest() != a.Digest() || restored.Applied() != a.Applied() {
 			t.Fatalf("seed %d: snapshot at entry %d of %d then replay differs from replay from the start", seed, cut, len(log))
 		}
+	}
+}
+
+// Restore never panics on a snapshot from another process: it returns an
+// error wrapping ErrBadSnapshot or ErrUnknown, or a state whose digest is
+// the snapshot's and that takes further entries without panicking.
+func FuzzRestore(f *testing.F) {
+	for seed := range uint64(4) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		log := randomLog(f, r, 4+r.IntN(12)) // small: the fuzzer minimizes what it finds
+		snap, err := logentry.Snapshot(replay(f, fresh(f), log))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(snap)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := logentry.Restore(b, job.Config{RunID: "own"})
+		if err != nil {
+			if !errors.Is(err, logentry.ErrBadSnapshot) && !errors.Is(err, logentry.ErrUnknown) {
+				t.Fatalf("Restore error %v wraps neither ErrBadSnapshot nor ErrUnknown", err)
+			}
+			return
+		}
+		for _, pe := range sampleEntries() {
+			st.Apply(mustDecode(t, encode(t, pe)))
+		}
+		if _, err := logentry.Snapshot(st); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Restore refuses a snapshot it cannot trust, saying why.
+func TestRestoreRefuses(t *testing.T) {
+	var src *state.State
+	for seed := uint64(0); src == nil || len(src.Image().Events) == 0; seed++ { // a job whose outboxes hold events
+		src = replay(t, fresh(t), randomLog(t, rand.New(rand.NewPCG(seed, 7)), 80))
+	}
+	good, err := logentry.Snapshot(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap gotrainv1.StateSnapshot
+	if err := proto.Unmarshal(good, &snap); err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func(s *gotrainv1.StateSnapshot)) []byte {
+		c := proto.Clone(&snap).(*gotrainv1.StateSnapshot)
+		f(c)
+		b, err := proto.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	tables := func(f func(m map[string]any)) func(s *gotrainv1.StateSnapshot) {
+		return func(s *gotrainv1.StateSnapshot) {
+			var m map[string]any
+			if err := json.Unmarshal(s.Tables, &m); err != nil {
+				t.Fatal(err)
+			}
+			f(m)
+			b, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Tables = b
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		snap []byte
+		want error
+		says string
+	}{
+		{"not protobuf", []byte{0xff, 0xff, 0xff}, logentry.ErrBadSnapshot, "cannot parse"},
+		{"version 1", edit(func(s *gotrainv1.StateSnapshot) { s.Version = 1 }), logentry.ErrUnknown, "version 1"},
+		{"tables not JSON", edit(func(s *gotrainv1.StateSnapshot) { s.Tables = []byte("{") }), logentry.ErrBadSnapshot, "tables"},
+		{"a table of a later version", edit(tables(func(m map[string]any) { m["Ledger"] = 1 })), logentry.ErrBadSnapshot, "unknown field"},
+		{"a key changed", edit(tables(func(m map[string]any) { m["KV"] = map[string]any{"k0": "AQ=="} })), logentry.ErrBadSnapshot, "digest differs"},
+		{"applied differs", edit(func(s *gotrainv1.StateSnapshot) { s.Applied++ }), logentry.ErrBadSnapshot, "applied"},
+		{"digest cut", edit(func(s *gotrainv1.StateSnapshot) { s.Digest = s.Digest[:5] }), logentry.ErrBadSnapshot, "digest differs"},
+		{"an outbox names an event that is not there", edit(tables(func(m map[string]any) {
+			m["Outboxes"] = map[string]any{"node-1": map[string]any{"Events": []any{len(m["Events"].([]any))}}}
+		})), state.ErrBadImage, "node node-1: event 1 is #"},
+		{"an event numbered", edit(tables(func(m map[string]any) { m["Events"].([]any)[0].(map[string]any)["Seq"] = 2 })), state.ErrBadImage, "numbered 2"},
+		{"the plan's end is not an end", edit(tables(func(m map[string]any) { m["PlanEnded"] = 0 })), state.ErrBadImage, "not an end"},
+		{"a job state unknown", edit(tables(func(m map[string]any) { m["Machine"].(map[string]any)["State"] = "dancing" })), job.ErrBadImage, "dancing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := logentry.Restore(tc.snap, job.Config{RunID: "own"})
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("Restore: %v; want an error wrapping %v that says %q", err, tc.want, tc.says)
+			}
+		})
+	}
+	if _, err := logentry.Restore(good, job.Config{RunID: "own"}); err != nil {
+		t.Fatalf("the snapshot unchanged: %v", err)
 	}
 }

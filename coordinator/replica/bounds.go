@@ -25,6 +25,11 @@ const (
 	MaxRaftConnsPerSource   = 16
 )
 
+// MaxSnapshotBytes bounds a snapshot a replica reads (one another replica
+// sent): the FSM is handed no more (coordinator/logentry checks its own
+// bound again).
+const MaxSnapshotBytes int64 = 2 << 30
+
 // RaftLimits are the Raft port's bounds.
 var RaftLimits = connguard.Limits{
 	Unauthenticated: MaxRaftPending, UnauthenticatedPerSource: MaxRaftPendingPerSource, HandshakeTimeout: RaftAuthTimeout,

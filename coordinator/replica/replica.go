@@ -388,9 +388,12 @@ func (a fsmAdapter) Snapshot() (raft.FSMSnapshot, error) {
 
 func (a fsmAdapter) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
+	b, err := io.ReadAll(io.LimitReader(rc, MaxSnapshotBytes+1))
 	if err != nil {
 		return err
+	}
+	if int64(len(b)) > MaxSnapshotBytes {
+		return fmt.Errorf("replica: a snapshot over %d bytes: not one of ours", MaxSnapshotBytes)
 	}
 	return a.f.Restore(b)
 }

@@ -8,6 +8,9 @@
 // no goroutine and logs nothing itself, so that replicas fed the same log
 // hold equal states ([State.Digest]); deps_test.go enforces it.
 //
-// Package coordinator/logentry is the wire form of the entries and of a
-// snapshot; the server (package coordinator) keeps the transport.
+// A snapshot holds the state's tables ([Image]), not the entries that made
+// them; [FromImage] checks an image from another process. Package
+// coordinator/logentry is the wire form of the entries and of a snapshot;
+// the server (package coordinator) keeps the transport, the KV store's
+// waiting readers included.
 package state

@@ -31,16 +31,8 @@ type State struct {
 	askedHosts []string          // their addresses
 	hostOf     map[string]string // embedded: each replica's node (by gRPC address)
 	beating    map[string]bool   // nodes whose heartbeats are in the log
-	history    []logged          // every entry applied, for snapshots
 	applied    uint64            // entries of the log applied (refused ones too)
-	// firsts: the progress the job machine remembers of the running
-	// generation (progressFirsts).
-	firsts struct {
-		gen   int64
-		step  map[int]int64
-		moved bool
-	}
-	effects []Effect // of the entry being applied
+	effects    []Effect          // of the entry being applied
 	// health: the verdicts against machines, by hostname (health.go);
 	// hostnames: each node present's, for them; now: the time of the
 	// entry applied last, which admission decides at.
@@ -56,15 +48,6 @@ type restartPlan struct {
 	Ended    *job.EndGeneration
 	World    int
 	Restarts int
-}
-
-// logged is an applied entry kept for snapshots: progress (its node) and
-// tick, set only when the entry acted on nothing, let Compact drop it once
-// a later one of its kind supersedes it.
-type logged struct {
-	raw      []byte
-	progress string // a progress report's progressKey; "" for other entries
-	tick     bool
 }
 
 // New returns the state before the log's first entry: a machine of own
@@ -142,86 +125,10 @@ func (s *State) Apply(e Entry) (Result, []Effect) {
 	if !e.Time.IsZero() {
 		s.now = e.Time
 	}
-	gen, over := s.m.Generation(), s.m.Finished()
-	if over {
-		gen = -1
-	}
 	r := s.apply(e)
-	if r.Err == nil && e.Raw != nil {
-		l := logged{raw: e.Raw}
-		// A progress report or tick that only passed (no action, nothing
-		// pushed, no node lost) is superseded by a later one of its kind;
-		// one that acted (a deadline that fired: a join settled, a restart
-		// started, a node timed out) is history and stays.
-		if quiet(s.effects) {
-			if p, ok := e.Event.(job.ProgressReported); ok && !s.progressFirsts(gen, p) {
-				l.progress = progressKey(gen, p)
-			}
-			_, l.tick = e.Event.(job.Tick)
-		}
-		s.history = append(s.history, l)
-	}
 	effects := s.effects
 	s.effects = nil
 	return r, effects
-}
-
-// progressFirsts says whether p, taken in generation gen (-1: none
-// runs), is the first report of one of its ranks in gen, or the first
-// whose step moved from a rank's first one or that completed a collective:
-// the job machine remembers those (whether a generation made progress
-// decides whether a permanent failure restarts), so a snapshot keeps them.
-func (s *State) progressFirsts(gen int64, p job.ProgressReported) bool {
-	if gen < 0 {
-		return false
-	}
-	if s.firsts.gen != gen || s.firsts.step == nil {
-		s.firsts.gen, s.firsts.step, s.firsts.moved = gen, map[int]int64{}, false
-	}
-	keep := false
-	for _, r := range p.Ranks {
-		if r.Generation != gen {
-			continue // the machine ignores it
-		}
-		first, ok := s.firsts.step[r.Rank]
-		moved := ok && r.Step != first || slices.ContainsFunc(r.Comms, func(c job.CommProgress) bool { return c.CompletedSeq > 0 })
-		switch {
-		case !ok:
-			s.firsts.step[r.Rank] = r.Step
-			keep = true
-		case moved && !s.firsts.moved:
-			s.firsts.moved = true
-			keep = true
-		}
-	}
-	return keep
-}
-
-// progressKey is what a later report must cover to supersede p, taken in
-// generation gen: its node and the ranks of gen it reports (the machine
-// ignores the others; a heartbeat, which has none, supersedes only
-// heartbeats).
-func progressKey(gen int64, p job.ProgressReported) string {
-	k := p.NodeID + ":" + strconv.FormatInt(gen, 10) + ":"
-	for _, r := range p.Ranks {
-		if r.Generation == gen {
-			k += strconv.Itoa(r.Rank) + ","
-		}
-	}
-	return k
-}
-
-// quiet says whether effects are those of an entry that changed nothing
-// the log must remember: a node heard, a deadline armed again.
-func quiet(effects []Effect) bool {
-	for _, ef := range effects {
-		switch ef.(type) {
-		case Heard, ArmDeadline:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func (s *State) apply(e Entry) Result {
@@ -235,11 +142,12 @@ func (s *State) apply(e Entry) Result {
 		j, err := s.applyJoin(e.Time, *e.Join)
 		return Result{Join: j, Err: err}
 	case e.KV != nil:
-		err := s.Store(e.KV.Key).Put(e.KV.Key, e.KV.Value)
-		if err == nil {
-			s.recordGang(e.Time, e.KV.Key, e.KV.Value) // health.go
+		if err := s.Store(e.KV.Key).Put(e.KV.Key, e.KV.Value); err != nil {
+			return Result{Err: err}
 		}
-		return Result{Err: err}
+		s.recordGang(e.Time, e.KV.Key, e.KV.Value) // health.go
+		s.emit(KeyPut{Key: e.KV.Key})
+		return Result{}
 	case e.Replica != nil:
 		s.addPeer(e.Replica.Addr, e.Replica.Node)
 		return Result{}
@@ -319,6 +227,7 @@ func (s *State) actions(acts []job.Action) {
 	for _, a := range acts {
 		switch a := a.(type) {
 		case job.StartGeneration:
+			s.pruneRendezvous(a.Generation)
 			s.announceRestart(a.RestartCount, 0) // one that starts at once
 			s.plan.Restarts = a.RestartCount
 			s.log(LevelInfo, "generation started", "generation", a.Generation, "world_size", a.WorldSize,
@@ -368,6 +277,19 @@ func (s *State) actions(acts []job.Action) {
 		default:
 			s.log(LevelError, "unknown action from the job machine", "action", fmt.Sprintf("%T", a))
 		}
+	}
+}
+
+// pruneRendezvous drops the communicators' rendezvous keys of the
+// generations before gen: no rank of an ended generation reads them, and
+// kept they would fill the rendezvous store as the job restarts.
+func (s *State) pruneRendezvous(gen int64) {
+	n := s.comm.Prune(func(key string) bool {
+		g, _, ok := CommKey(key)
+		return ok && g < gen
+	})
+	if n > 0 {
+		s.log(LevelDebug, "rendezvous keys of ended generations dropped", "keys", n, "generation", gen)
 	}
 }
 

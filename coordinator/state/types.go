@@ -18,9 +18,6 @@ type Entry struct {
 	KV      *KV
 	Replica *Replica
 	Event   job.Event
-	// Raw is the entry as the log holds it (package logentry), kept for
-	// snapshots; Apply does not read it.
-	Raw []byte
 }
 
 // Config is the job's configuration as the first leader has it: the first
@@ -124,7 +121,8 @@ type Outbox struct {
 }
 
 // Effect is what the server does after an entry: one of [Wake], [Drop],
-// [Answer], [ArmDeadline], [RemoveVoters], [Finish], [Heard], [Log].
+// [Answer], [ArmDeadline], [RemoveVoters], [Finish], [Heard], [KeyPut],
+// [Log].
 type Effect interface{ isEffect() }
 
 // Wake: node Node's outbox has new events (or closed).
@@ -153,6 +151,9 @@ type Finish struct{ Result job.FinishJob }
 // Heard: node Node reported (its agent is alive, whatever gossip says).
 type Heard struct{ Node string }
 
+// KeyPut: key Key of a store has a value now; its waiting readers wake.
+type KeyPut struct{ Key string }
+
 // Level is a Log's severity.
 type Level int
 
@@ -172,6 +173,7 @@ type Log struct {
 }
 
 func (Wake) isEffect()         {}
+func (KeyPut) isEffect()       {}
 func (Drop) isEffect()         {}
 func (Answer) isEffect()       {}
 func (ArmDeadline) isEffect()  {}

@@ -5559,14 +5559,19 @@ func (x *LogBarrierCanceled) GetWaiter() uint64 {
 	return 0
 }
 
-// StateSnapshot is a replica's state: the entries that made it (those
-// superseded dropped), each a LogEntry, and how many entries of the log
-// it has applied in all.
+// StateSnapshot is a replica's state: its tables as they are now (not the
+// entries that made them), how many entries of the log it has applied, and
+// the SHA-256 of the state (its digest), which the restored state must
+// match.
 type StateSnapshot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Entries       [][]byte               `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
-	Applied       uint64                 `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Version 2: tables. (Version 1 held the entries themselves, field 2.)
+	Version uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Applied uint64 `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	// The tables: the state's image (package state's Image) as JSON, one
+	// object per table; the fields' names are the image's.
+	Tables        []byte `protobuf:"bytes,4,opt,name=tables,proto3" json:"tables,omitempty"`
+	Digest        []byte `protobuf:"bytes,5,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5608,18 +5613,25 @@ func (x *StateSnapshot) GetVersion() uint32 {
 	return 0
 }
 
-func (x *StateSnapshot) GetEntries() [][]byte {
-	if x != nil {
-		return x.Entries
-	}
-	return nil
-}
-
 func (x *StateSnapshot) GetApplied() uint64 {
 	if x != nil {
 		return x.Applied
 	}
 	return 0
+}
+
+func (x *StateSnapshot) GetTables() []byte {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+func (x *StateSnapshot) GetDigest() []byte {
+	if x != nil {
+		return x.Digest
+	}
+	return nil
 }
 
 // StragglerFigures say how much slower a straggler is than the other ranks.
@@ -6219,11 +6231,12 @@ const file_gotrain_v1_gotrain_proto_rawDesc = "" +
 	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x16\n" +
 	"\x06waiter\x18\x04 \x01(\x04R\x06waiter\",\n" +
 	"\x12LogBarrierCanceled\x12\x16\n" +
-	"\x06waiter\x18\x01 \x01(\x04R\x06waiter\"]\n" +
+	"\x06waiter\x18\x01 \x01(\x04R\x06waiter\"y\n" +
 	"\rStateSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x18\n" +
-	"\aentries\x18\x02 \x03(\fR\aentries\x12\x18\n" +
-	"\aapplied\x18\x03 \x01(\x04R\aapplied\"\xa9\x01\n" +
+	"\aapplied\x18\x03 \x01(\x04R\aapplied\x12\x16\n" +
+	"\x06tables\x18\x04 \x01(\fR\x06tables\x12\x16\n" +
+	"\x06digest\x18\x05 \x01(\fR\x06digestJ\x04\b\x02\x10\x03\"\xa9\x01\n" +
 	"\x10StragglerFigures\x12\x16\n" +
 	"\x06slower\x18\x01 \x01(\x01R\x06slower\x12#\n" +
 	"\rcompute_nanos\x18\x02 \x01(\x03R\fcomputeNanos\x12!\n" +
