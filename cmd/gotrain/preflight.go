@@ -77,7 +77,7 @@ func preflightRunner(level preflight.Level, backend string, nproc int) func(ctx 
 		var wg sync.WaitGroup
 		if python != "" {
 			wg.Go(func() {
-				fw, fwErr = preflight.RunFramework(ctx, preflight.FrameworkConfig{Python: python, Env: env, Timeout: 2 * time.Minute})
+				fw, fwErr = preflight.RunFramework(ctx, preflight.FrameworkConfig{Python: python, Env: env, Timeout: 2 * time.Minute, CopyMiB: copyMiB(level)})
 			})
 		}
 		cfg := doctor.Config{NVML: n, NCCL: doctor.LoadNCCL}
@@ -95,8 +95,35 @@ func preflightRunner(level preflight.Level, backend string, nproc int) func(ctx 
 		}
 		// torch must see as many GPUs as the node's workers use (the
 		// user may hide the rest with CUDA_VISIBLE_DEVICES).
-		return append(figs, preflight.FrameworkFigures(fw, min(len(rep.GPUs), nproc), rep.CUDADriver)...), nil
+		figs = append(figs, preflight.FrameworkFigures(fw, min(len(rep.GPUs), nproc), rep.CUDADriver)...)
+		return append(figs, preflight.CopyFigures(fw, h2dFloor(rep))...), nil
 	}
+}
+
+// copyMiB is the size of the framework check's pinned copies per GPU at
+// level: a few milliseconds each on a healthy link.
+func copyMiB(level preflight.Level) int {
+	if level == preflight.Full {
+		return 512
+	}
+	return 64
+}
+
+// h2dFloor is the copy rate every GPU of the node should reach: the floor
+// of the weakest link's maximum (torch's GPU order need not be NVML's,
+// and a link trained below its maximum is the pcie check's to name).
+func h2dFloor(rep *doctor.Report) float64 {
+	floor := 0.0
+	for _, g := range rep.GPUs {
+		f := preflight.H2DFloor(g.Sample.PCIeMaxGen, g.Sample.PCIeMaxWidth)
+		if floor == 0 || f < floor {
+			floor = f
+		}
+	}
+	if floor == 0 {
+		return preflight.H2DFloor(0, 0)
+	}
+	return floor
 }
 
 // doctorCheck maps doctor's check names to preflight's.

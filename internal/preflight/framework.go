@@ -16,7 +16,8 @@ import (
 // will use. It is ours, fixed at build time: nothing another process served
 // is run. It prints one JSON object and nothing else on stdout.
 const frameworkScript = `
-import json, sys
+import json, sys, time
+copy_mib = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 out = {"python": sys.version.split()[0]}
 try:
     import torch
@@ -38,8 +39,39 @@ for i in range(out["count"]):
         out["matmul"].append("" if ok else "wrong result")
     except Exception as e:
         out["matmul"].append("%s: %s" % (type(e).__name__, e))
+out["copy"] = []
+for i in range(out["count"] if copy_mib > 0 else 0):
+    try:
+        dev = torch.device("cuda:%d" % i)
+        n = copy_mib << 20
+        h = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        d = torch.empty(n, dtype=torch.uint8, device=dev)
+        def best(f):
+            f()
+            t = 1e9
+            for _ in range(3):
+                torch.cuda.synchronize(dev)
+                s = time.perf_counter()
+                f()
+                torch.cuda.synchronize(dev)
+                t = min(t, time.perf_counter() - s)
+            return n / t / 1e9
+        h2d = best(lambda: d.copy_(h, non_blocking=True))
+        d2h = best(lambda: h.copy_(d, non_blocking=True))
+        out["copy"].append({"h2d": h2d, "d2h": d2h})
+        del h, d
+    except Exception as e:
+        out["copy"].append({"error": "%s: %s" % (type(e).__name__, e)})
 print(json.dumps(out))
 `
+
+// CopyResult is one GPU's pinned host↔device copy rates (GB/s), or why
+// they could not be measured.
+type CopyResult struct {
+	H2D   float64 `json:"h2d"`
+	D2H   float64 `json:"d2h"`
+	Error string  `json:"error"`
+}
 
 // maxFrameworkOutput bounds what is read of the script's output.
 const maxFrameworkOutput = 64 << 10
@@ -54,6 +86,9 @@ type FrameworkReport struct {
 	Count       int      `json:"count"`
 	CUDAError   string   `json:"cuda_error"`
 	Matmul      []string `json:"matmul"`
+	// Copy: each GPU's pinned copies, when the check was asked to time
+	// them (FrameworkConfig.CopyMiB).
+	Copy []CopyResult `json:"copy"`
 }
 
 // FrameworkConfig says what the framework check runs and expects.
@@ -68,6 +103,9 @@ type FrameworkConfig struct {
 	GPUs       int
 	DriverCUDA string
 	Timeout    time.Duration
+	// CopyMiB, when above 0, has each GPU's pinned host↔device copies of
+	// this size timed (best of three, after one).
+	CopyMiB int
 }
 
 // RunFramework runs the framework script and returns its report.
@@ -77,7 +115,7 @@ func RunFramework(ctx context.Context, cfg FrameworkConfig) (FrameworkReport, er
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, cfg.Python, "-c", frameworkScript)
+	cmd := exec.CommandContext(ctx, cfg.Python, "-c", frameworkScript, strconv.Itoa(max(cfg.CopyMiB, 0)))
 	cmd.Env = cfg.Env
 	var stderr bytes.Buffer
 	cmd.Stderr = &limited{w: &stderr, n: 4 << 10}
@@ -107,8 +145,13 @@ func ParseFramework(out []byte) (FrameworkReport, error) {
 	if err := json.Unmarshal(line, &r); err != nil {
 		return r, fmt.Errorf("preflight: the framework check's output is not its report: %w", err)
 	}
-	if r.Count < 0 || r.Count > 1024 || len(r.Matmul) > r.Count {
-		return r, fmt.Errorf("preflight: the framework check reported %d GPUs and %d matmuls", r.Count, len(r.Matmul))
+	if r.Count < 0 || r.Count > 1024 || len(r.Matmul) > r.Count || len(r.Copy) > r.Count {
+		return r, fmt.Errorf("preflight: the framework check reported %d GPUs, %d matmuls and %d copies", r.Count, len(r.Matmul), len(r.Copy))
+	}
+	for _, c := range r.Copy {
+		if !(c.H2D >= 0 && c.D2H >= 0) || c.H2D > 1e6 || c.D2H > 1e6 {
+			return r, fmt.Errorf("preflight: the framework check reported copy rates %v and %v GB/s", c.H2D, c.D2H)
+		}
 	}
 	return r, nil
 }
@@ -151,6 +194,43 @@ func FrameworkFigures(r FrameworkReport, gpus int, driverCUDA string) []Figure {
 		figs = fail(fmt.Sprintf("torch sees %d GPUs but ran no matmul", r.Count), "")
 	}
 	return figs
+}
+
+// CopyFigures judges each GPU's pinned host↔device copies (the slower
+// direction) against floor GB/s (H2DFloor of the node's links).
+func CopyFigures(r FrameworkReport, floor float64) []Figure {
+	var figs []Figure
+	for i, c := range r.Copy {
+		subject := fmt.Sprintf("GPU %d", i)
+		if c.Error != "" {
+			figs = append(figs, Figure{Check: CheckH2D, Subject: subject, Failed: true, Detail: "pinned copies failed: " + c.Error})
+			continue
+		}
+		dir, rate := "host→device", c.H2D
+		if c.D2H < rate {
+			dir, rate = "device→host", c.D2H
+		}
+		figs = append(figs, Figure{Check: CheckH2D, Subject: subject, Measured: rate, Want: floor, Unit: "GB/s", Detail: dir + ", pinned"})
+	}
+	return figs
+}
+
+// pcieLaneGBps is one lane's usable rate by PCIe generation (GB/s, after
+// the line code).
+var pcieLaneGBps = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+// H2DFloor is the least pinned host↔device copy rate (GB/s) a GPU on a
+// link of generation gen and width lanes should reach: 40% of the link's
+// rate (healthy GPUs do 80–90%: 54.8 of 63 GB/s measured on an H100 at
+// Gen5 x16), so that it fails a link that trained down, a retimer or an
+// IOMMU that throttles, or memory on the far socket, not one a little
+// slow. With the link unknown (0), 3 GB/s: below any x16 link since Gen2.
+func H2DFloor(gen, lanes int) float64 {
+	lane, ok := pcieLaneGBps[gen]
+	if !ok || lanes <= 0 {
+		return 3
+	}
+	return 0.4 * lane * float64(lanes)
 }
 
 // newer says whether CUDA version a ("12.4") is newer than b.

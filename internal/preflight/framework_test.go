@@ -18,11 +18,14 @@ func TestFrameworkRealPython(t *testing.T) {
 	if err != nil {
 		t.Skip("no python3 here")
 	}
-	r, err := RunFramework(t.Context(), FrameworkConfig{Python: py, Env: os.Environ()})
+	r, err := RunFramework(t.Context(), FrameworkConfig{Python: py, Env: os.Environ(), CopyMiB: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", r)
+	if len(r.Copy) != 0 {
+		t.Errorf("copies timed on a machine whose torch sees no GPU: %+v", r.Copy)
+	}
 	res := Judge("here", FrameworkFigures(r, 1, "12.4"))
 	if res.Passed {
 		t.Fatalf("a machine without a GPU passed the framework check: %+v", res.Verdicts)
@@ -95,4 +98,57 @@ func FuzzParseFramework(f *testing.F) {
 			t.Errorf("accepted %+v", r)
 		}
 	})
+}
+
+// TestCopyFigures: each GPU is judged by its slower direction against the
+// floor; a GPU whose copies failed fails with the error.
+func TestCopyFigures(t *testing.T) {
+	r := FrameworkReport{Count: 3, Copy: []CopyResult{{H2D: 50, D2H: 48}, {H2D: 4, D2H: 30}, {Error: "RuntimeError: CUDA error: out of memory"}}}
+	res := Judge("gpu-node", CopyFigures(r, H2DFloor(5, 16)))
+	if res.Passed || len(res.Verdicts) != 3 {
+		t.Fatalf("%+v: want 3 verdicts, not all passed", res.Verdicts)
+	}
+	v := res.Verdicts
+	if !v[0].OK || !strings.Contains(v[0].Measured, "48 GB/s (device→host, pinned)") {
+		t.Errorf("GPU 0: %+v: want a pass at 48 GB/s device→host", v[0])
+	}
+	if v[1].OK || !strings.Contains(v[1].Measured, "4 GB/s (host→device") || v[1].Check != CheckH2D {
+		t.Errorf("GPU 1: %+v: want a failure at 4 GB/s host→device", v[1])
+	}
+	if v[2].OK || !strings.Contains(v[2].Measured, "out of memory") {
+		t.Errorf("GPU 2: %+v: want the copies' error", v[2])
+	}
+	if got := len(CopyFigures(FrameworkReport{Count: 2}, 3)); got != 0 {
+		t.Errorf("no copies timed: %d figures, want none", got)
+	}
+}
+
+// TestH2DFloor: 40% of the link's rate, 3 GB/s when the link is unknown.
+func TestH2DFloor(t *testing.T) {
+	for _, tc := range []struct {
+		gen, lanes int
+		want       float64
+	}{{5, 16, 25.2}, {4, 16, 12.6}, {3, 8, 3.15}, {0, 16, 3}, {5, 0, 3}, {9, 16, 3}} {
+		if got := H2DFloor(tc.gen, tc.lanes); got < tc.want-0.05 || got > tc.want+0.05 {
+			t.Errorf("H2DFloor(%d, %d) = %.2f, want %.2f", tc.gen, tc.lanes, got, tc.want)
+		}
+	}
+}
+
+// TestParseFrameworkRejectsBadCopies: copy rates come from another
+// process: more of them than GPUs, negative or absurd ones, are refused.
+func TestParseFrameworkRejectsBadCopies(t *testing.T) {
+	for _, out := range []string{
+		`{"count": 1, "copy": [{"h2d": 1, "d2h": 1}, {"h2d": 1, "d2h": 1}]}`,
+		`{"count": 1, "copy": [{"h2d": -1, "d2h": 1}]}`,
+		`{"count": 1, "copy": [{"h2d": 1, "d2h": 1e300}]}`,
+	} {
+		if _, err := ParseFramework([]byte(out)); err == nil {
+			t.Errorf("%s: accepted", out)
+		}
+	}
+	r, err := ParseFramework([]byte(`{"count": 1, "copy": [{"h2d": 51.5, "d2h": 49}]}`))
+	if err != nil || r.Copy[0].H2D != 51.5 {
+		t.Errorf("a good report: %+v, %v", r, err)
+	}
 }
