@@ -95,7 +95,7 @@ pylint:
 # -short leaves out worker/cpucomm's 1 Mi-element collectives, which the
 # plain pass runs: the detector slows element loops about twentyfold and
 # finds the same sharing at 65537 elements.
-RACE_PKGS := ./coordinator/... ./launcher/... ./internal/leaderconn ./worker/cpucomm ./worker/checkpoint
+RACE_PKGS := ./internal/coordinator/... ./internal/launcher/... ./internal/leaderconn ./worker/cpucomm ./worker/checkpoint
 
 test-race:
 	$(GO) test -race -short -count=1 -timeout 15m $(RACE_PKGS)
@@ -119,7 +119,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./cmd/gotrain/internal/torchrun -run '^$$' -fuzz FuzzMap -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gotrain/internal/slurm -run '^$$' -fuzz FuzzGrantDecode -fuzztime $(FUZZTIME)
-	$(GO) test ./coordinator/logentry -run '^$$' -fuzz FuzzRestore -fuzztime $(FUZZTIME) -fuzzminimizetime 50x
+	$(GO) test ./internal/coordinator/logentry -run '^$$' -fuzz FuzzRestore -fuzztime $(FUZZTIME) -fuzzminimizetime 50x
 
 vet:
 	$(GO) vet ./...

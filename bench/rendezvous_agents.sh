@@ -14,7 +14,7 @@
 #
 # EXTRA adds flags to every agent (e.g. EXTRA=--no-gossip). Every agent runs
 # on 127.0.0.1, so they all connect from one address: the coordinator admits
-# at most coordinator/host.MaxConnsPerIP (64) connections from one address.
+# at most internal/coordinator/host.MaxConnsPerIP (64) connections from one address.
 set -uo pipefail
 GOTRAIN=${GOTRAIN:-/tmp/x/gotrain}
 NODES=${NODES:-"32 64"}

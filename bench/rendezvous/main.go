@@ -1,7 +1,7 @@
 // Command rendezvous measures a coordinator's rendezvous at scale: N simulated agents in this process, each with its own gRPC
 // connection, talk real gRPC to a real coordinator in a child process (so
 // that its CPU time and memory are its own). Each agent calls Join with a
-// node of 8 GPUs and nproc 8, as launcher/join.go builds it, then
+// node of 8 GPUs and nproc 8, as internal/launcher/join.go builds it, then
 // WatchGenerations, and waits for its first GenerationStarted.
 //
 // For each run it reports: the time to connect every agent (TCP + HTTP/2),
@@ -13,13 +13,13 @@
 // Usage, from the repository root:
 //
 //	go run ./bench/rendezvous -nodes 256,1024,4096 -runs 3
-//	go run ./bench/rendezvous -nodes 256,1024 -hosted   # coordinator/host.Start
+//	go run ./bench/rendezvous -nodes 256,1024 -hosted   # internal/coordinator/host.Start
 //
 // By default the child serves coordinator.New + Serve on its own loopback
-// listener, in plaintext: coordinator/host's listener admits at most
+// listener, in plaintext: internal/coordinator/host's listener admits at most
 // host.MaxConns (8192) authenticated connections, host.MaxConnsPerIP (512)
 // from one address (and host.MaxPendingConns, 1024, not yet authenticated). -hosted uses host.Start itself (gossip off: simulated agents do
-// not gossip) and the agents do as launcher/tls.go does: a TLS connection
+// not gossip) and the agents do as internal/launcher/tls.go does: a TLS connection
 // pinned on the job CA's hash, Join with a CSR, then a new connection with
 // the node certificate for WatchGenerations (keys and CSRs are made before
 // the clock starts); they dial from 127.0.0.2, 127.0.0.3, … (30 agents per
@@ -34,7 +34,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/internal/coordinator/job"
 	"io"
 	"net"
 	"os"
@@ -52,8 +52,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/gotrain/gotrain/coordinator"
-	"github.com/gotrain/gotrain/coordinator/host"
+	"github.com/gotrain/gotrain/internal/coordinator"
+	"github.com/gotrain/gotrain/internal/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobtls"
 	"github.com/gotrain/gotrain/internal/token"
 	gotrainv1 "github.com/gotrain/gotrain/proto/gotrain/v1"
@@ -76,7 +76,7 @@ func main() {
 	nodes := flag.String("nodes", "256,1024,4096", "comma-separated node counts")
 	ranks := flag.Int("ranks", 8, "ranks (GPUs) per node")
 	runs := flag.Int("runs", 3, "runs per node count")
-	hosted := flag.Bool("hosted", false, "run the coordinator with coordinator/host.Start (its connection limits apply)")
+	hosted := flag.Bool("hosted", false, "run the coordinator with internal/coordinator/host.Start (its connection limits apply)")
 	flag.Parse()
 	fmt.Printf("# GOMAXPROCS=%d NumCPU=%d %s hosted=%v\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), *hosted)
 	fmt.Println("nodes\trun\tconnect_s\tjoin_phase_s\tlast_join_to_all_started_s\tcoord_cpu_s\tcoord_cpu_us_per_node\theap_delta_MiB\theap_B_per_node\trss_delta_MiB\trss_KiB_per_node\twith_connect_cpu_us_per_node\twith_connect_rss_KiB_per_node")

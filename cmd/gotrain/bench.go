@@ -16,8 +16,8 @@ import (
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/benchrun"
 	"github.com/gotrain/gotrain/gpu/cudadrv"
-	"github.com/gotrain/gotrain/launcher"
-	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/internal/launcher"
+	"github.com/gotrain/gotrain/internal/launcher/placement"
 	"github.com/gotrain/gotrain/nccl"
 	"github.com/gotrain/gotrain/worker"
 )

@@ -12,11 +12,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gotrain/gotrain/coordinator/host"
+	"github.com/gotrain/gotrain/internal/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/launcher"
+	"github.com/gotrain/gotrain/internal/launcher/signals"
 	"github.com/gotrain/gotrain/internal/runfile"
-	"github.com/gotrain/gotrain/launcher"
-	"github.com/gotrain/gotrain/launcher/signals"
 )
 
 type coordinatorCmd struct{}

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/coordinator/host"
+	"github.com/gotrain/gotrain/internal/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/internal/launcher"
 )
 
 // The job-wide flags of gotrain launch and gotrain coordinator are the same

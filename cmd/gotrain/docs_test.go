@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/torchrun"
-	"github.com/gotrain/gotrain/coordinator/host"
-	"github.com/gotrain/gotrain/coordinator/replica"
+	"github.com/gotrain/gotrain/internal/coordinator/host"
+	"github.com/gotrain/gotrain/internal/coordinator/replica"
 	"github.com/gotrain/gotrain/internal/gossip"
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/internal/launcher"
 )
 
 // The docs test: what README.md and docs/*.md say about

@@ -14,8 +14,8 @@ import (
 	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/launcher/placement"
 	"github.com/gotrain/gotrain/internal/nodehealth"
-	"github.com/gotrain/gotrain/launcher/placement"
 	"github.com/gotrain/gotrain/worker/ncclcomm"
 )
 

@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 
-	"github.com/gotrain/gotrain/launcher"
-	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/internal/launcher"
+	"github.com/gotrain/gotrain/internal/launcher/placement"
 )
 
 // chooseBackend settles gotrain launch's worker count and backend from the

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/launcher"
-	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/internal/launcher"
+	"github.com/gotrain/gotrain/internal/launcher/placement"
 )
 
 // chooseBackend on machines of 0, 2 and 8 GPUs: --gpus means GPUs, CPU

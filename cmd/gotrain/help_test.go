@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/torchrun"
-	"github.com/gotrain/gotrain/coordinator/host"
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/internal/coordinator/host"
+	"github.com/gotrain/gotrain/internal/launcher"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite testdata/help/*.txt from the binary's --help")

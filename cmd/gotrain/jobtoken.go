@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/gotrain/gotrain/coordinator/host"
+	"github.com/gotrain/gotrain/internal/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
 )
 

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/coordinator/host"
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/internal/coordinator/host"
+	"github.com/gotrain/gotrain/internal/launcher"
 )
 
 func tokenFile(t *testing.T, content string, mode os.FileMode) string {

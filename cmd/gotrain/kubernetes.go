@@ -9,7 +9,7 @@ import (
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/kubernetes"
 	"github.com/gotrain/gotrain/internal/jobenv"
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/internal/launcher"
 )
 
 // Inside a Kubernetes pod of a training job (cmd/gotrain/internal/kubernetes), gotrain

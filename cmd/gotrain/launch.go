@@ -16,14 +16,14 @@ import (
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/kubernetes"
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/slurm"
-	"github.com/gotrain/gotrain/coordinator/host"
+	"github.com/gotrain/gotrain/internal/coordinator/host"
 	"github.com/gotrain/gotrain/internal/jobenv"
+	"github.com/gotrain/gotrain/internal/launcher"
+	"github.com/gotrain/gotrain/internal/launcher/output"
+	"github.com/gotrain/gotrain/internal/launcher/placement"
+	"github.com/gotrain/gotrain/internal/launcher/pystandby"
+	"github.com/gotrain/gotrain/internal/launcher/signals"
 	"github.com/gotrain/gotrain/internal/pyinterp"
-	"github.com/gotrain/gotrain/launcher"
-	"github.com/gotrain/gotrain/launcher/output"
-	"github.com/gotrain/gotrain/launcher/placement"
-	"github.com/gotrain/gotrain/launcher/pystandby"
-	"github.com/gotrain/gotrain/launcher/signals"
 	"github.com/gotrain/gotrain/nccl"
 )
 
@@ -286,7 +286,7 @@ func (c *launchCmd) run(ctx context.Context, args []string) (retErr error) {
 	// From here on, every wait (Slurm's token exchange, the coordinator,
 	// the other nodes, ...) ends at the first SIGINT or SIGTERM, and its
 	// message names the wait; the loop that runs the workers gets the
-	// signals after it on cfg.Signals (launcher/signals).
+	// signals after it on cfg.Signals (internal/launcher/signals).
 	var stopSignals context.CancelFunc
 	ctx, cfg.Signals, stopSignals = signals.StopOnSignal(ctx, sigs)
 	defer stopSignals()

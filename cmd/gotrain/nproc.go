@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/gotrain/gotrain/launcher"
-	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/internal/launcher"
+	"github.com/gotrain/gotrain/internal/launcher/placement"
 )
 
 // --nproc-per-node takes a count or one of torchrun's words for one

@@ -9,9 +9,9 @@ import (
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/doctor"
 	"github.com/gotrain/gotrain/internal/gpu/gpuinfo"
+	"github.com/gotrain/gotrain/internal/launcher"
 	"github.com/gotrain/gotrain/internal/nodehealth"
 	"github.com/gotrain/gotrain/internal/preflight"
-	"github.com/gotrain/gotrain/launcher"
 )
 
 // preflightLevel decides --preflight's level: the one given, else quick for

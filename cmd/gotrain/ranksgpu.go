@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/doctor"
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/internal/launcher"
 	"github.com/gotrain/gotrain/nccl"
 )
 

@@ -20,8 +20,8 @@ import (
 	"github.com/gotrain/gotrain/internal/runfile"
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/torchrun"
-	"github.com/gotrain/gotrain/launcher"
-	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/internal/launcher"
+	"github.com/gotrain/gotrain/internal/launcher/placement"
 )
 
 type torchrunCmd struct{}

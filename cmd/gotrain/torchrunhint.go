@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/gotrain/gotrain/cmd/gotrain/internal/torchrun"
-	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/internal/launcher/placement"
 )
 
 // A torchrun user's command line given to gotrain launch (--standalone,

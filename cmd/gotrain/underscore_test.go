@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/internal/launcher"
 )
 
 // gotrain's own flags take torchrun's underscore spelling too; the

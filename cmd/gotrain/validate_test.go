@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/jobtls"
-	"github.com/gotrain/gotrain/launcher/placement"
+	"github.com/gotrain/gotrain/internal/launcher/placement"
 )
 
 // runBounded runs the binary with env added, and fails the test when it

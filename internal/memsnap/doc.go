@@ -34,7 +34,7 @@
 // snapshot. Every snapshot that crosses nodes carries a MAC of its facts by
 // the job's snapshot key (mac.go), checked on receipt and after a fetch,
 // and PeerServer asks PeerAccess which node may send or read which rank
-// (launcher/snaptier: the nodes of the current generation, each for its
+// (internal/launcher/snaptier: the nodes of the current generation, each for its
 // own ranks).
 //
 // Usage (agent side):

@@ -54,7 +54,7 @@ type PeerServer struct {
 	gotrainv1.UnimplementedSnapshotPeerServer
 	Store *Store
 	// Access decides which node may send or read which rank's replicas
-	// (launcher/snaptier: the nodes of the current generation, each for its
+	// (internal/launcher/snaptier: the nodes of the current generation, each for its
 	// own ranks); nil lets every node the connection proved (benchmarks).
 	Access PeerAccess
 	Log    *slog.Logger

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gotrain/gotrain/coordinator/job"
+	"github.com/gotrain/gotrain/internal/coordinator/job"
 )
 
 // Level is how much a node proves itself: the --preflight flag.

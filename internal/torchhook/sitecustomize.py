@@ -13,7 +13,7 @@
 #    DIR/PID.progress, a small memory-mapped record the agent reads each
 #    second (layout in torchhook.go), so a rank that stops calling
 #    collectives is named like a Go worker that does.
-# 3. It times the program's recovery for the agent (launcher/recovery), in
+# 3. It times the program's recovery for the agent (internal/launcher/recovery), in
 #    DIR/PID.phases, JSON lines: init_process_group's start and end, the
 #    first collective completed after it and after each phase the program
 #    reports, and those phases: sys.modules["_gotrain_hook"].phase(name,

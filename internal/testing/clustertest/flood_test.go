@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/coordinator/host"
-	"github.com/gotrain/gotrain/coordinator/replica"
+	"github.com/gotrain/gotrain/internal/coordinator/host"
+	"github.com/gotrain/gotrain/internal/coordinator/replica"
 	"github.com/gotrain/gotrain/internal/gossip"
 	"github.com/gotrain/gotrain/internal/testing/testkit"
 	"github.com/gotrain/gotrain/internal/testing/vcluster"

@@ -173,7 +173,7 @@ func resumedAt(p *vcluster.Proc, agents int, since time.Time, d time.Duration) t
 
 var nodeIDAttr = regexp.MustCompile(` node_id=(\S+)`)
 
-// switched is the agent's line for one leader change (launcher/failover.go).
+// switched is the agent's line for one leader change (internal/launcher/failover.go).
 var switched = regexp.MustCompile(`gotrain: the coordinator's leader moved to (\S+) in [0-9.]+ s \(was (\S*)\)`)
 
 // followed says whether the agent said it follows the leader at addr.
@@ -236,7 +236,7 @@ func (r *replicatedJob) replicasExit(t *testing.T, skip *vcluster.Proc) {
 
 // stateLine is the line a coordinator replica logs at the job's end, as
 // it stops and after 16, 32, 64, ... entries: how many log entries it applied and its state's hash
-// (coordinator/state Digest).
+// (internal/coordinator/state Digest).
 var stateLine = regexp.MustCompile(`msg="coordinator replica state" .*at=(\w+) .*applied=(\d+) state_hash=([0-9a-f]+)`)
 
 // replicasAgree checks that the replicas among procs hold the same state

@@ -1,5 +1,5 @@
 // Package deptest keeps a pure state machine pure: tests of such a package
-// (coordinator/job, launcher/agentcore) call Check, which fails when one of
+// (internal/coordinator/job, internal/launcher/agentcore) call Check, which fails when one of
 // its files imports a package it may not, reads the clock or waits, or when
 // anything it depends on, directly or not, is network, process or RPC code.
 package deptest

@@ -230,7 +230,7 @@ func TestLaunchHelpDocumentsEveryFlag(t *testing.T) {
 
 // A worker that closes its output and runs on has not exited: the agent
 // waits for its real exit status instead of taking the pipes' EOF for it
-// (launcher/exitearly.go checks /proc).
+// (internal/launcher/exitearly.go checks /proc).
 func TestClosedOutputIsNoExit(t *testing.T) {
 	t.Parallel()
 	r := launch(t, time.Minute, "launch", "--nproc-per-node", "1", "--backend", "cpu", "--max-restarts", "0", "--",

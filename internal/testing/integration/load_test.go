@@ -167,7 +167,7 @@ func TestLoad(t *testing.T) {
 	}
 	// 2500 from one address, 500 from each other: past 512 unauthenticated
 	// connections from one address or 1024 in all (MaxPendingConnsPerIP,
-	// MaxPendingConns; coordinator/host's bounds tests count them), a new
+	// MaxPendingConns; internal/coordinator/host's bounds tests count them), a new
 	// one evicts the oldest of the address holding the most. From the
 	// outside, how many close within a second depends on load (a busy
 	// accept loop closes late), so the test reads the coordinator's own

@@ -166,7 +166,7 @@ func TestGrandchildThatLeftTheSessionIsStopped(t *testing.T) {
 			if how == "gotrain SIGKILLed" {
 				// The agent tells its reaper about a process that left its
 				// worker's group at its next scan of /proc (within 0.5 s:
-				// launcher/supervise's ScanPeriod; sooner after a start).
+				// internal/launcher/supervise's ScanPeriod; sooner after a start).
 				// One that escapes less than that before a SIGKILL is the
 				// documented gap, not what this test is about.
 				time.Sleep(time.Second)

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Python hot standbys (launcher/pystandby) with real torch (gloo, CPU):
+// Python hot standbys (internal/launcher/pystandby) with real torch (gloo, CPU):
 // testdata/standby_prog.py, unchanged, crashes once on one rank; the
 // restarted ranks must be the warm interpreters the agent logged ready
 // (same pid, torch imported before the program's first line), and see
@@ -262,7 +262,7 @@ func TestPythonStandbyRankIsAFreshRank(t *testing.T) {
 					switch k {
 					case "pid", "restart", "warm":
 						continue
-					case "store_wait": // the one difference meant (launcher/pystandby/pystandby.py)
+					case "store_wait": // the one difference meant (internal/launcher/pystandby/pystandby.py)
 						if fv != false || again[k] != wantWarm {
 							t.Errorf("rank %s: store_wait fresh %v, restarted %v; want false, %v", rank, fv, again[k], wantWarm)
 						}

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Every restart timed, phase by phase (launcher/recovery): a real gloo DDP
+// Every restart timed, phase by phase (internal/launcher/recovery): a real gloo DDP
 // program, one rank SIGKILLed mid-run, restarts on the Python standbys,
 // which had preloaded what the first attempt imported (yaml); the agent's
 // line names every phase, from the kill to the first step after the

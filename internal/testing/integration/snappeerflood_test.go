@@ -12,10 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gotrain/gotrain/internal/connguard/connguardtest"
-	"github.com/gotrain/gotrain/launcher/snaptier"
+	"github.com/gotrain/gotrain/internal/launcher/snaptier"
 )
 
-// The agent's log line naming its snapshot peer port (launcher/snapshots.go).
+// The agent's log line naming its snapshot peer port (internal/launcher/snapshots.go).
 var peerPortLine = regexp.MustCompile(`msg="snapshot peer port listening" .*addr=(127\.0\.0\.1:\d+)`)
 
 // The snapshot peer port, open in every multi-node job, had no

@@ -219,7 +219,7 @@ func TestWorkerCrashRecoversInPod(t *testing.T) {
 		t.Fatalf("no ranks_agree=true after the crash:\n%s", js.out())
 	}
 	// Every pod names the killed rank, not a peer whose collective failed
-	// first (coordinator/job blameKilled).
+	// first (internal/coordinator/job blameKilled).
 	killed := regexp.MustCompile(`gotrain: rank [23] on ` + podName(1) + ` was killed by SIGKILL\b.*: restarting all 6 ranks`)
 	for _, p := range js.pods {
 		if !killed.MatchString(p.p.Stderr()) {

@@ -2877,7 +2877,7 @@ type HangVerdict struct {
 	// whether it was the adaptive one (no --hang-timeout); 0 for a straggler.
 	TimeoutMs       int64 `protobuf:"varint,260,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	TimeoutAdaptive bool  `protobuf:"varint,261,opt,name=timeout_adaptive,json=timeoutAdaptive,proto3" json:"timeout_adaptive,omitempty"`
-	// A straggler verdict's figures (coordinator/rhythm).
+	// A straggler verdict's figures (internal/coordinator/rhythm).
 	Straggler     *StragglerFigures `protobuf:"bytes,262,opt,name=straggler,proto3" json:"straggler,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4033,7 +4033,7 @@ type ReportProgressRequest struct {
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Ranks  []*RankProgress        `protobuf:"bytes,2,rep,name=ranks,proto3" json:"ranks,omitempty"`
 	// Restarts of this node's ranks that completed since the last report,
-	// timed phase by phase (launcher/recovery), for the coordinator's
+	// timed phase by phase (internal/launcher/recovery), for the coordinator's
 	// per-phase histograms.
 	Recoveries    []*RecoveryTiming `protobuf:"bytes,3,rep,name=recoveries,proto3" json:"recoveries,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4767,7 +4767,7 @@ func (x *JobStatus) GetVerdicts() []*HangVerdict {
 // LogEntry is one entry of a replicated coordinator's log: a typed
 // request, with the time the leader took it (every replica applies it at
 // that time, so that all compute the same state). Package
-// coordinator/logentry decodes it; an entry of a type it does not know, or
+// internal/coordinator/logentry decodes it; an entry of a type it does not know, or
 // of a later version, is an error, never skipped.
 type LogEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5068,12 +5068,12 @@ type LogConfig struct {
 	// The admission bounds every replica applies to a Join.
 	NprocPerNode int32 `protobuf:"varint,15,opt,name=nproc_per_node,json=nprocPerNode,proto3" json:"nproc_per_node,omitempty"`
 	RanksPerJob  int32 `protobuf:"varint,16,opt,name=ranks_per_job,json=ranksPerJob,proto3" json:"ranks_per_job,omitempty"`
-	// --on-straggler and its timings (coordinator/job straggler_replace.go).
+	// --on-straggler and its timings (internal/coordinator/job straggler_replace.go).
 	OnStraggler         string `protobuf:"bytes,17,opt,name=on_straggler,json=onStraggler,proto3" json:"on_straggler,omitempty"`
 	StragglerPersistNs  int64  `protobuf:"varint,18,opt,name=straggler_persist_ns,json=stragglerPersistNs,proto3" json:"straggler_persist_ns,omitempty"`
 	StragglerCooldownNs int64  `protobuf:"varint,19,opt,name=straggler_cooldown_ns,json=stragglerCooldownNs,proto3" json:"straggler_cooldown_ns,omitempty"`
 	// attach: a node counts only once its agent's watch stream opened
-	// (coordinator/job's Config.Attach), as on the replica that logged it.
+	// (internal/coordinator/job's Config.Attach), as on the replica that logged it.
 	Attach        bool `protobuf:"varint,20,opt,name=attach,proto3" json:"attach,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

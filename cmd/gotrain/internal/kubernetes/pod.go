@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gotrain/gotrain/coordinator/host"
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/internal/coordinator/host"
+	"github.com/gotrain/gotrain/internal/launcher"
 )
 
 // The variables a pod is read from. Each controller's own name for them is

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/internal/launcher"
 )
 
 func env(kv ...string) func(string) string {

@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gotrain/gotrain/internal/jobtls"
+	"github.com/gotrain/gotrain/internal/launcher"
+	"github.com/gotrain/gotrain/internal/launcher/signals"
 	"github.com/gotrain/gotrain/internal/token"
-	"github.com/gotrain/gotrain/launcher"
-	"github.com/gotrain/gotrain/launcher/signals"
 )
 
 // Env is what Run needs of the process: its uid and munge (nil: none).

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/gotrain/gotrain/internal/connguard/connguardtest"
-	"github.com/gotrain/gotrain/launcher"
+	"github.com/gotrain/gotrain/internal/launcher"
 )
 
 func env(kv ...string) func(string) string {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/launcher"
-	"github.com/gotrain/gotrain/launcher/signals"
+	"github.com/gotrain/gotrain/internal/launcher"
+	"github.com/gotrain/gotrain/internal/launcher/signals"
 )
 
 // calledMunge is a fakeMunge that says when it is first used.

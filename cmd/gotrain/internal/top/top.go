@@ -94,7 +94,7 @@ type Rank struct {
 }
 
 // Straggler is how much slower than the others a rank named a straggler
-// is (the coordinator's straggler verdict, package coordinator/rhythm).
+// is (the coordinator's straggler verdict, package internal/coordinator/rhythm).
 type Straggler struct {
 	Comm string `json:"comm"`
 	// SlowerPercent is its extra compute per collective over the other

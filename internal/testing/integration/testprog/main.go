@@ -130,7 +130,7 @@ func sleepMode(args []string) error {
 
 // closeoutMode closes its output pipes and runs on before it exits with
 // --code: the agent sees the pipes' EOF while the process is alive, which
-// must not pass for its exit (launcher/exitearly.go).
+// must not pass for its exit (internal/launcher/exitearly.go).
 func closeoutMode(args []string) error {
 	fs := flag.NewFlagSet("closeout", flag.ExitOnError)
 	code := fs.Int("code", 4, "exit status")
