@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/memsnap"
-	"github.com/gotrain/gotrain/worker/checkpoint"
 )
 
 // In-memory snapshots: after a step, a rank hands its training
@@ -18,8 +17,9 @@ import (
 // peer's copy, then from the disk checkpoint) and loses no step.
 //
 //	snaps, err := w.Snapshots(ctx)
-//	st, err := snaps.Restore(checkpoint.Dir{Path: dir}) // at start: the newest state anywhere
-//	if err == nil { st.Into(worker.Host(params), worker.Host(velocity)); step = st.Step; st.Close() }
+//	// At start: the newest state any rank finds, the same on every rank.
+//	r, err := worker.Restore(ctx, c, worker.Tiers{Snapshots: snaps, Disk: checkpoint.Dir{Path: dir}}, worker.Host(params), worker.Host(velocity))
+//	if err == nil { step = r.Step } // ErrNoState: a fresh start
 //	for ; step < steps; step++ {
 //		train(...)
 //		snaps.Save(step+1, worker.Host(params), worker.Host(velocity)) // copies, returns; the hand-over overlaps the next step
@@ -32,9 +32,9 @@ const (
 	FromDisk  = "disk"             // the disk checkpoint
 )
 
-// ErrNoState is Restore's answer when no tier holds a state of this rank:
-// the run starts fresh.
-var ErrNoState = errors.New("worker: no snapshot of this rank in memory and no checkpoint on disk")
+// ErrNoState is Restore's answer when no rank found a state in any tier
+// (and Latest's when this rank's agent holds none): the run starts fresh.
+var ErrNoState = errors.New("worker: no snapshot in memory and no checkpoint on disk")
 
 // Snapshots is this rank's handle on its agent's in-memory snapshot tier.
 // Save and Restore are meant for the training goroutine; Wait and Stats
@@ -276,32 +276,4 @@ func (st *State) Close() {
 		st.mem = nil
 	}
 	st.data = nil
-}
-
-// Restore returns this rank's newest state: the one its agent keeps in
-// memory, else a peer node's copy, else the newest valid checkpoint in disk
-// (the zero Dir: none); ErrNoState when there is none anywhere. A snapshot
-// that fails its length or checksum check is never returned: Restore says
-// so in the log and goes on to the next tier.
-func (s *Snapshots) Restore(disk checkpoint.Dir) (*State, error) {
-	if s != nil {
-		r, err := s.c.Latest()
-		switch {
-		case err == nil:
-			return &State{Step: r.Step, Source: r.Source, data: r.Bytes(), mem: r}, nil
-		case !errors.Is(err, memsnap.ErrNone):
-			s.log.Warn("the in-memory snapshot cannot be used; trying the disk checkpoint", "err", err)
-		}
-	}
-	if disk.Path == "" {
-		return nil, ErrNoState
-	}
-	step, b, err := disk.Latest()
-	switch {
-	case errors.Is(err, checkpoint.ErrNone):
-		return nil, ErrNoState
-	case err != nil:
-		return nil, fmt.Errorf("worker: restore from the disk checkpoint: %w", err)
-	}
-	return &State{Step: step, Source: FromDisk, data: b}, nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/gotrain/gotrain/gpu/cudadrv"
 	"github.com/gotrain/gotrain/internal/memsnap"
 	"github.com/gotrain/gotrain/internal/testing/gputest"
-	"github.com/gotrain/gotrain/worker/checkpoint"
 	"github.com/gotrain/gotrain/worker/comm"
 )
 
@@ -119,7 +118,7 @@ func TestGPUSnapshotOfDeviceState(t *testing.T) {
 	clear(host)
 	r := snapshotsOn(t, sock)
 	defer r.Close()
-	got, err := r.Restore(checkpoint.Dir{})
+	got, err := r.Latest()
 	if err != nil {
 		t.Fatal(err)
 	}
