@@ -15,6 +15,7 @@ import (
 
 	"github.com/gotrain/gotrain/examples/internal/mnistdata"
 
+	"github.com/gotrain/gotrain/worker"
 	"github.com/gotrain/gotrain/worker/checkpoint"
 	"github.com/gotrain/gotrain/worker/comm"
 )
@@ -37,7 +38,7 @@ type config struct {
 	// Memory, when set, is given the state after every step (in memory,
 	// the hand-over overlapping the next step) and asked for it first at
 	// start: a restarted rank resumes at its last step (worker.Snapshots).
-	Memory stateTier
+	Memory *worker.Snapshots
 	// DieAtStep, when above 0, SIGKILLs rank DieRank once the snapshot of
 	// that step is in its agent's memory, on the job's first attempt: a
 	// fault for tests of the tier.
