@@ -24,12 +24,12 @@ import (
 	"github.com/gotrain/gotrain/internal/testing/testbin"
 )
 
-var bin struct{ gotrain, testprog, mnist string }
+var bin struct{ gotrain, testprog, mnist, recover string }
 
 func TestMain(m *testing.M) {
-	pkgs := []string{"./cmd/gotrain", "./internal/testing/integration/testprog", "./examples/mnist"}
+	pkgs := []string{"./cmd/gotrain", "./internal/testing/integration/testprog", "./examples/mnist", "./examples/recover"}
 	testbin.Main(m, "gotrain-integration-", pkgs, func(_ string, built map[string]string) error {
-		bin.gotrain, bin.testprog, bin.mnist = built[pkgs[0]], built[pkgs[1]], built[pkgs[2]]
+		bin.gotrain, bin.testprog, bin.mnist, bin.recover = built[pkgs[0]], built[pkgs[1]], built[pkgs[2]], built[pkgs[3]]
 		return nil
 	})
 }
