@@ -18,6 +18,24 @@
 //	defer c.Close()
 //	err = c.AllReduce(ctx, worker.Host(grads), worker.Host(grads), worker.Avg)
 //
+// # Restoring and recovering
+//
+// Restore is the one restore a program needs at start: every rank looks in
+// its own tiers (its agent's memory, a peer agent's copy, the disk
+// checkpoint), the ranks agree on the newest step any of them found, and the
+// lowest rank holding it broadcasts it into every rank's buffers; Restored
+// says which step, tier and rank it came from, and ErrNoState means a fresh
+// start (rank 0's buffers, broadcast). Snapshots.Save hands the state after
+// a step to the agent's memory.
+//
+//	r, err := worker.Restore(ctx, c, worker.Tiers{Snapshots: snaps, Disk: checkpoint.Dir{Path: dir}}, worker.Host(params))
+//
+// Run trains inside a recoverable loop: when a rank dies the others keep
+// their state in memory, and the restarted processes take it from the
+// lowest survivor with Generation.Restore (Generation.Source); a
+// generation of new processes only (Source -1) uses Restore. See
+// ExampleWorker_Run, and examples/recover for a whole program.
+//
 // # Data parallel
 //
 // DataParallel averages gradients over the ranks while backward runs, as

@@ -33,7 +33,7 @@ func TestPackageDocSections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"# Usage", "# Data parallel", "DataParallel averages gradients over the ranks", "# Errors"} {
+	for _, want := range []string{"# Usage", "# Restoring and recovering", "Restore is the one restore", "# Data parallel", "DataParallel averages gradients over the ranks", "# Errors"} {
 		if !strings.Contains(d.Doc, want) {
 			t.Errorf("the package doc lacks %q", want)
 		}
