@@ -121,8 +121,19 @@ func (from Tiers) findInto(bufs []Buffer, res *Restored) error {
 	if !slices.Contains(sources, st.Source) {
 		return fmt.Errorf("a state of step %d from an unknown source %q", st.Step, st.Source)
 	}
-	if err := st.Into(bufs...); err != nil {
-		return err
+	want := 0
+	for _, b := range bufs {
+		want += b.Bytes()
+	}
+	if len(st.data) != want {
+		where := st.Source
+		if st.Source == FromDisk {
+			where = from.Disk.Path
+		}
+		return fmt.Errorf("the state of step %d in %s holds %d bytes, the buffers %d: a state of another model size; restore with the buffers it was saved from, or move it aside to start fresh", st.Step, where, len(st.data), want)
+	}
+	if err := copyOut(st.data, partsOf(bufs)); err != nil {
+		return fmt.Errorf("copy the state of step %d from %s into the buffers: %w", st.Step, st.Source, err)
 	}
 	res.LocalStep, res.LocalSource = st.Step, st.Source
 	return nil

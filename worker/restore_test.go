@@ -179,7 +179,7 @@ func TestRestoreFailsEverywhereWhenOneRankCannotRead(t *testing.T) {
 			t.Errorf("rank %d: %v; want an error naming rank 1", r, err)
 		}
 	}
-	if errs[1] == nil || !strings.Contains(errs[1].Error(), "holds 24 bytes") {
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "holds 24 bytes, the buffers 28") {
 		t.Errorf("rank 1's own error %v does not say why", errs[1])
 	}
 }
