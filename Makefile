@@ -50,6 +50,7 @@ all: build
 build:
 	$(GO) build -o $(BIN)/gotrain ./cmd/gotrain
 	$(GO) build -o $(BIN)/mnist ./examples/mnist
+	$(GO) build -o $(BIN)/recover ./examples/recover
 
 # install copies bin/gotrain to $(PREFIX)/bin with PREFIX, else to GOBIN
 # (go env GOBIN, or GOPATH/bin when that is empty).
