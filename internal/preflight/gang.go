@@ -38,8 +38,8 @@ type GangConfig struct {
 // QuickGang and FullGang are the gang check of --preflight quick and full:
 // each fits in well under 30 s at 64 nodes, joining included.
 var (
-	QuickGang = GangConfig{Bytes: 1 << 20, PairBytes: 256 << 10, Rounds: 3, JoinWait: 8 * time.Second, Budget: 8 * time.Second, MinBusBW: 10, MaxLatency: 100 * time.Millisecond}
-	FullGang  = GangConfig{Bytes: 8 << 20, PairBytes: 1 << 20, Rounds: 5, JoinWait: 10 * time.Second, Budget: 14 * time.Second, MinBusBW: 10, MaxLatency: 100 * time.Millisecond}
+	QuickGang = GangConfig{Bytes: 1 << 20, PairBytes: 256 << 10, Rounds: 3, JoinWait: 8 * time.Second, Budget: 8 * time.Second, MinBusBW: 5, MaxLatency: 100 * time.Millisecond}
+	FullGang  = GangConfig{Bytes: 8 << 20, PairBytes: 1 << 20, Rounds: 5, JoinWait: 10 * time.Second, Budget: 14 * time.Second, MinBusBW: 5, MaxLatency: 100 * time.Millisecond}
 )
 
 // Total is the longest the check takes on a member that waits for the
