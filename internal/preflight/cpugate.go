@@ -112,14 +112,29 @@ func CPUGate(ctx context.Context, cfg CPUGateConfig) ([]Figure, error) {
 	slices.Sort(lat)
 	median := lat[len(lat)/2]
 
-	// Bandwidth: Rounds large all-reduces after a warm-up, the fastest
-	// round's. A node held to a CPU quota is slow in every round (one
-	// round needs more CPU time than a quota period gives); a busy but
-	// healthy host delays some rounds and not others. A budget that ends
-	// first leaves the rounds done so far as a bound.
-	var elapsed, best time.Duration
-	done := 0
-	err := onAll(comms, func(r int, c *cpucomm.Comm) error {
+	best, elapsed, done, err := cpuBandwidth(ctx, comms, cfg)
+	if err != nil && !outOfTime() {
+		return nil, fmt.Errorf("preflight: the CPU gate's bandwidth all-reduce: %w", err)
+	}
+	if err != nil {
+		// Out of time: the rounds that finished, plus the one that did
+		// not, bound the bandwidth from above.
+		if elapsed == 0 {
+			elapsed = time.Since(start)
+		}
+		return cpuFigures(cfg, busBW(cfg, done+1, elapsed), median, true, false), nil
+	}
+	return cpuFigures(cfg, busBW(cfg, 1, best), median, false, false), nil
+}
+
+// cpuBandwidth runs Rounds large all-reduces on comms after a warm-up and
+// returns the fastest round's time. A node held to a CPU quota is slow in
+// every round (one round needs more CPU time than a quota period gives); a
+// busy but healthy host delays some rounds and not others. On an error
+// (the budget ended first), elapsed and done are the rounds finished so
+// far, which bound the bandwidth.
+func cpuBandwidth(ctx context.Context, comms []*cpucomm.Comm, cfg CPUGateConfig) (best, elapsed time.Duration, done int, err error) {
+	err = onAll(comms, func(r int, c *cpucomm.Comm) error {
 		buf := make([]float32, cfg.Bytes/4)
 		var start time.Time
 		for i := -1; i < cfg.Rounds; i++ {
@@ -139,18 +154,7 @@ func CPUGate(ctx context.Context, cfg CPUGateConfig) ([]Figure, error) {
 		}
 		return nil
 	})
-	if err != nil && !outOfTime() {
-		return nil, fmt.Errorf("preflight: the CPU gate's bandwidth all-reduce: %w", err)
-	}
-	if err != nil {
-		// Out of time: the rounds that finished, plus the one that did
-		// not, bound the bandwidth from above.
-		if elapsed == 0 {
-			elapsed = time.Since(start)
-		}
-		return cpuFigures(cfg, busBW(cfg, done+1, elapsed), median, true, false), nil
-	}
-	return cpuFigures(cfg, busBW(cfg, 1, best), median, false, false), nil
+	return best, elapsed, done, err
 }
 
 // busBW is the all-reduce's bus bandwidth in MB/s, as nccl-tests computes
